@@ -1,0 +1,64 @@
+/* libztclient: talk to a running ztd over its Unix socket or TCP.
+ * Every call returns 0 (or a count) on success and a negative errno on failure; after a failure
+ * zt_client_error_code()/zt_client_error_message() say what the server (or the transport) said.
+ * A zt_client is one connection; it is not thread-safe (use one per thread).
+ * Replies are handed over as JSON text (malloc'd, free with free()). */
+#ifndef ZT_CLIENT_H
+#define ZT_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZT_CLIENT_JOB_ID_MAX 64
+
+typedef struct zt_client zt_client;
+
+/* Connects and performs the hello exchange (protocol version check). */
+int zt_client_connect_unix(zt_client **c, const char *socket_path);
+/* TCP: token is the contents of the daemon's token file (required by the daemon). */
+int zt_client_connect_tcp(zt_client **c, const char *host, int port, const char *token);
+void zt_client_close(zt_client *c);
+
+/* "EINVAL", "ECONNREFUSED", ... and the message of the last failure ("" if none). */
+const char *zt_client_error_code(const zt_client *c);
+const char *zt_client_error_message(const zt_client *c);
+
+/* The daemon's status reply as JSON: version, backend, devices, memory per tier, queue. */
+int zt_client_status(zt_client *c, char **json_out);
+/* Submit a job spec (JSON text, or a msgpack-encoded map); job_id receives the new id. */
+int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CLIENT_JOB_ID_MAX]);
+int zt_client_submit_msgpack(zt_client *c, const void *spec, size_t len,
+                             char job_id[ZT_CLIENT_JOB_ID_MAX]);
+/* {"jobs": [...]} */
+int zt_client_jobs(zt_client *c, char **json_out);
+/* One job, including "losses": [...] (the per-step loss history). */
+int zt_client_show(zt_client *c, const char *job, char **json_out);
+/* Pushes one micro-batch (micro_batch * (seq_len + 1) tokens) into a stream job. Blocks until the
+ * daemon has room for it (credit), so a fast producer cannot grow the daemon's memory. */
+int zt_client_push_batch(zt_client *c, const char *job, const int32_t *tokens, size_t n_tokens);
+
+/* Called for every event of the watched job, as JSON text. Return non-zero to stop watching. */
+typedef int (*zt_watch_cb)(const char *event_json, void *user);
+/* Streams the job's events (state changes, per-step loss/throughput/memory) until the job ends
+ * (returns 0), the callback stops it (returns its value), or the connection fails (-errno).
+ * The connection is dedicated to the watch while it lasts. */
+int zt_client_watch(zt_client *c, const char *job, zt_watch_cb cb, void *user);
+
+int zt_client_cancel(zt_client *c, const char *job);
+/* Asks a running job to checkpoint now and waits for it; json_out (optional) gets the reply
+ * (step, path). */
+int zt_client_checkpoint(zt_client *c, const char *job, char **json_out);
+/* Downloads the job's latest weights into a local .safetensors file (written atomically). */
+int zt_client_export(zt_client *c, const char *job, const char *out_path);
+/* Graceful stop: running jobs checkpoint, then ztd exits. */
+int zt_client_shutdown(zt_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,116 @@
+/* The op interface: every layer op of the models, forward and backward, plus the optimizer and
+ * reductions, behind one table of function pointers. kernels/cpu is the plain-C reference (the
+ * truth); kernels/cuda implements the same table on a stream. Model code calls only this.
+ *
+ * Conventions (both backends):
+ * - All tensors are row-major fp32 in backend memory (device memory for cuda). Shapes are given in
+ *   the comments as (B, T, C) etc.; N = B*T rows where an op does not care about B and T.
+ * - Linear weights use PyTorch nn.Linear layout: w is (OC, C) and out = inp @ w^T + bias.
+ * - Every backward ADDS into its gradient outputs (input gradients and parameter gradients), so
+ *   residual branches, tied weights and micro-batch accumulation need no extra copies; the caller
+ *   zeroes gradient buffers when a new accumulation starts.
+ * - Ops are asynchronous on the cuda backend; the ones that return a host scalar synchronise.
+ * - ctx is the backend's context (zt_backend.ctx). */
+#ifndef ZT_KERNELS_OPS_H
+#define ZT_KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zt_ops {
+  const char *name; /* "cpu" | "cuda" */
+
+  /* ---- memory ---------------------------------------------------------------------------- */
+  /* Backend allocations are taken at job start only (never in the step loop). */
+  void *(*alloc)(void *ctx, size_t bytes);
+  void (*free)(void *ctx, void *p);
+  void (*zero)(void *ctx, void *p, size_t bytes);
+  void (*to_device)(void *ctx, void *dst, const void *host_src, size_t bytes);
+  void (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
+  /* Waits for all queued work; returns 0 or the backend's error as -errno (logged with text). */
+  int (*sync)(void *ctx);
+
+  /* ---- embedding -------------------------------------------------------------------------- */
+  /* out (B,T,C) = wte[tok[b,t]] + wpe[t] (wpe may be NULL: no position embedding). */
+  void (*embedding_fwd)(void *ctx, float *out, const int32_t *tok, const float *wte,
+                        const float *wpe, int B, int T, int C);
+  /* dwte[tok] += dout; dwpe[t] += sum_b dout (dwpe NULL when wpe was NULL). */
+  void (*embedding_bwd)(void *ctx, float *dwte, float *dwpe, const float *dout,
+                        const int32_t *tok, int B, int T, int C);
+
+  /* ---- linear ----------------------------------------------------------------------------- */
+  /* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC) (bias may be NULL). */
+  void (*matmul_fwd)(void *ctx, float *out, const float *inp, const float *w, const float *bias,
+                     int N, int C, int OC);
+  /* dinp += dout @ w; dw += dout^T @ inp; dbias += sum_n dout. dinp/dbias may be NULL. */
+  void (*matmul_bwd)(void *ctx, float *dinp, float *dw, float *dbias, const float *dout,
+                     const float *inp, const float *w, int N, int C, int OC);
+
+  /* ---- layernorm (eps 1e-5, biased variance, like torch.nn.LayerNorm) --------------------- */
+  /* out (N,C); mean, rstd (N) are saved for backward. */
+  void (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                        const float *w, const float *b, int N, int C);
+  void (*layernorm_bwd)(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                        const float *inp, const float *w, const float *mean, const float *rstd,
+                        int N, int C);
+
+  /* ---- attention -------------------------------------------------------------------------- */
+  /* qkv (B,T,3C) holds q | k | v, each (B,T,NH,hs) with hs = C/NH; out (B,T,C).
+   * softmax(q k^T / sqrt(hs)) v with the max subtracted; causal masks keys after the query.
+   * saved is backend-private state for backward of attention_saved_bytes() bytes (the CPU
+   * reference keeps the probabilities (B,NH,T,T)). */
+  size_t (*attention_saved_bytes)(int B, int T, int C, int NH);
+  void (*attention_fwd)(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
+                        int C, int NH, int causal);
+  /* dqkv += d(out)/d(qkv) . dout */
+  void (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                        const void *saved, int B, int T, int C, int NH, int causal);
+
+  /* ---- pointwise -------------------------------------------------------------------------- */
+  /* tanh-approximated GELU, as GPT-2 and torch.nn.GELU(approximate='tanh'). */
+  void (*gelu_fwd)(void *ctx, float *out, const float *inp, size_t n);
+  void (*gelu_bwd)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+  void (*relu_fwd)(void *ctx, float *out, const float *inp, size_t n);
+  /* dinp += dout where inp > 0 */
+  void (*relu_bwd)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+  /* out = a + b (out may alias a or b) */
+  void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
+
+  /* ---- loss ------------------------------------------------------------------------------- */
+  /* Fused softmax-cross-entropy over the vocab for N rows of V logits (V_alloc >= V columns per
+   * row in memory, the padding ignored). Targets equal to ignore_index contribute nothing.
+   * Writes dlogits = (softmax - onehot) * dscale into logits IN PLACE (padding zeroed), and returns
+   * on the host the sum of the per-token losses and the count of counted tokens. */
+  void (*crossentropy_fwd_bwd)(void *ctx, float *logits, const int32_t *targets, int N, int V,
+                               int V_alloc, int ignore_index, float dscale, double *loss_sum,
+                               int *n_counted);
+  /* Forward only (evaluation): same loss sum and count, logits untouched. */
+  void (*crossentropy_fwd)(void *ctx, const float *logits, const int32_t *targets, int N, int V,
+                           int V_alloc, int ignore_index, double *loss_sum, int *n_counted);
+
+  /* ---- reductions and the optimizer ------------------------------------------------------- */
+  /* sum of x[i]^2 accumulated in double, returned on the host; also reports whether any value
+   * is inf or nan. */
+  double (*sum_squares)(void *ctx, const float *x, size_t n, int *nonfinite);
+  /* x *= s */
+  void (*scale)(void *ctx, float *x, float s, size_t n);
+  /* One torch.optim.AdamW step (decoupled weight decay, bias correction) on n values:
+   *   g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+   *   p -= lr * wd * p;  p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+   * step t starts at 1. */
+  void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, int step,
+                float grad_scale);
+} zt_ops;
+
+/* A backend: its op table and context. */
+typedef struct zt_backend {
+  const zt_ops *ops;
+  void *ctx;
+} zt_backend;
+
+/* The CPU reference backend (always available). */
+int zt_backend_cpu_open(zt_backend *be, int n_threads);
+void zt_backend_cpu_close(zt_backend *be);
+
+#endif

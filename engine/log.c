@@ -1,0 +1,43 @@
+#include "engine/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+static zt_log_level g_level = ZT_LOG_INFO;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *const g_names[] = {"error", "warn", "info", "debug"};
+
+void zt_log_set_level(zt_log_level level) { g_level = level; }
+
+int zt_log_parse_level(const char *s, zt_log_level *out) {
+  for (int i = 0; i <= ZT_LOG_DEBUG; i++) {
+    if (strcmp(s, g_names[i]) == 0) {
+      *out = (zt_log_level)i;
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+void zt_log(zt_log_level level, const char *subsystem, const char *fmt, ...) {
+  if (level > g_level) return;
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  struct tm tm;
+  gmtime_r(&tv.tv_sec, &tm);
+  char line[1024];
+  int n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03d %-5s %-8s ", tm.tm_hour, tm.tm_min,
+                   tm.tm_sec, (int)(tv.tv_usec / 1000), g_names[level], subsystem);
+  va_list ap;
+  va_start(ap, fmt);
+  if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&g_lock);
+  fprintf(stderr, "%s\n", line);
+  pthread_mutex_unlock(&g_lock);
+}

@@ -1,0 +1,36 @@
+/* One logging call for the whole daemon: level, subsystem, printf format. Thread-safe; lines go
+ * to stderr (and the job log where a runner adds one). */
+#ifndef ZT_LOG_H
+#define ZT_LOG_H
+
+typedef enum zt_log_level {
+  ZT_LOG_ERROR = 0,
+  ZT_LOG_WARN = 1,
+  ZT_LOG_INFO = 2,
+  ZT_LOG_DEBUG = 3,
+} zt_log_level;
+
+void zt_log_set_level(zt_log_level level);
+/* "error" | "warn" | "info" | "debug" -> 0, else -EINVAL */
+int zt_log_parse_level(const char *s, zt_log_level *out);
+void zt_log(zt_log_level level, const char *subsystem, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define ZT_LOGE(sub, ...) zt_log(ZT_LOG_ERROR, sub, __VA_ARGS__)
+#define ZT_LOGW(sub, ...) zt_log(ZT_LOG_WARN, sub, __VA_ARGS__)
+#define ZT_LOGI(sub, ...) zt_log(ZT_LOG_INFO, sub, __VA_ARGS__)
+#define ZT_LOGD(sub, ...) zt_log(ZT_LOG_DEBUG, sub, __VA_ARGS__)
+
+/* The one check macro for calls returning a negative errno: logs file and line, stores the code
+ * in `rc` and jumps to the function's cleanup label `out`. */
+#define ZT_CHECK(sub, expr)                                                                    \
+  do {                                                                                         \
+    int zt__rc = (expr);                                                                       \
+    if (zt__rc < 0) {                                                                          \
+      zt_log(ZT_LOG_ERROR, sub, "%s:%d: %s failed: %d", __FILE__, __LINE__, #expr, zt__rc);    \
+      rc = zt__rc;                                                                             \
+      goto out;                                                                                \
+    }                                                                                          \
+  } while (0)
+
+#endif

@@ -1,0 +1,68 @@
+/* The training loop of one job on one backend: parameters, gradients and AdamW state, the
+ * learning-rate schedule, gradient accumulation and clipping, checkpoints. The daemon's runner
+ * drives it one optimizer step at a time. */
+#ifndef ZT_TRAINER_H
+#define ZT_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/kernels/ops.h"
+#include "engine/model/model.h"
+
+typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_schedule;
+
+typedef struct zt_train_cfg {
+  int steps;            /* optimizer steps */
+  int micro_batch;      /* B */
+  int grad_accum;       /* micro-batches per optimizer step */
+  float lr, beta1, beta2, eps, weight_decay; /* AdamW; defaults as torch: 1e-3, 0.9, 0.999, 1e-8, 0.01 */
+  zt_schedule schedule; /* warmup (linear from 0) then constant or cosine to min_lr */
+  int warmup_steps;
+  float min_lr;
+  float grad_clip;      /* max global L2 norm; 0 = off */
+  uint64_t seed;        /* data order */
+} zt_train_cfg;
+
+void zt_train_cfg_defaults(zt_train_cfg *c);
+int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen);
+/* The learning rate at optimizer step s (1-based), as the schedule gives it. */
+float zt_train_lr(const zt_train_cfg *c, int step);
+
+typedef struct zt_step_result {
+  int step;             /* the optimizer step just completed (1-based) */
+  double loss;          /* mean loss over the step's tokens (averaged over micro-batches) */
+  double grad_norm;     /* global L2 norm before clipping */
+  float lr;
+  int64_t tokens;       /* tokens processed in this step */
+} zt_step_result;
+
+typedef struct zt_trainer zt_trainer;
+
+/* Allocates everything the step needs on the backend (nothing is allocated per step) and
+ * initialises the parameters (seed or cfg->init_path). */
+int zt_trainer_open(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                    const zt_backend *be, char *err, size_t errlen);
+void zt_trainer_close(zt_trainer *t);
+
+const zt_model *zt_trainer_model(const zt_trainer *t);
+int zt_trainer_step_count(const zt_trainer *t);   /* optimizer steps completed */
+/* Bytes the trainer holds on the backend (params, grads, optimizer state, activations). */
+size_t zt_trainer_backend_bytes(const zt_trainer *t);
+
+/* Tokens one micro-batch needs: B * (T + 1) (inputs plus the next-token targets). */
+size_t zt_trainer_micro_tokens(const zt_trainer *t);
+/* Runs one optimizer step over grad_accum micro-batches; tokens holds grad_accum micro-batches
+ * back to back, each B rows of T+1 tokens. Token ids outside [0, vocab) give -EINVAL. */
+int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                    size_t errlen);
+
+/* Checkpoint directory: model.safetensors (parameters under the documented names),
+ * optimizer.safetensors (AdamW m and v, same names), trainer.json (step, schedule, seeds).
+ * Written into a temp directory, fsynced, then renamed into place. */
+int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen);
+/* Restores parameters, optimizer state and step; continues bit-identically. */
+int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen);
+/* Parameters alone as one safetensors file (fp32), atomically. */
+int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen);
+
+#endif
