@@ -1,0 +1,42 @@
+/* AdamW, reproducing torch.optim.AdamW (single-tensor path, foreach=False) operation by
+ * operation, so that parameters match PyTorch bit for bit given the same fp32 inputs:
+ *
+ *   param.mul_(1 - lr * wd)
+ *   exp_avg.lerp_(grad, 1 - beta1)
+ *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+ *   step_size = lr / (1 - beta1 ** step)
+ *   denom = (exp_avg_sq.sqrt() / sqrt(1 - beta2 ** step)).add_(eps)
+ *   param.addcdiv_(exp_avg, denom, value=-step_size)
+ *
+ * The scalar expressions are Python floats there, so they are computed here in double and
+ * rounded to float once, where torch hands them to the fp32 tensor kernels. (Our hyper-
+ * parameters arrive as float; torch's would be the nearest doubles of the decimal literals, so
+ * e.g. 1 - beta1 can differ in its last bit unless the caller's values are exact in float.) */
+#include <math.h>
+#include <stddef.h>
+
+#include "engine/kernels/cpu/cpu.h"
+
+void zt__cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int step,
+                   float grad_scale) {
+  float decay = (float)(1.0 - (double)lr * weight_decay);
+  float w1 = (float)(1.0 - (double)beta1); /* lerp weight */
+  float w2 = (float)(1.0 - (double)beta2);
+  double bc1 = 1.0 - pow(beta1, step);
+  double bc2 = 1.0 - pow(beta2, step);
+  float neg_step_size = (float)(-((double)lr / bc1));
+  float bc2_sqrt = (float)sqrt(bc2);
+  ZT__PARALLEL_FOR(zt__cpu_threads(ctx), n > ZT__CPU_PAR_MIN)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    float pi = p[i] * decay;
+    /* torch's lerp: start + w (end - start) for w < 0.5, else end - (end - start)(1 - w) */
+    float mi = w1 < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
+    float vi = v[i] * beta2 + w2 * gi * gi;
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] = pi + neg_step_size * mi / denom;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}

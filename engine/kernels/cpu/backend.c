@@ -1,0 +1,95 @@
+/* The CPU reference backend: its op table, host memory as "device" memory, and the context that
+ * carries the thread count. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "engine/kernels/cpu/cpu.h"
+
+/* A cache line, so that no two threads' output rows share one at a buffer's start and vector
+ * loads are aligned. */
+#define ZT__CPU_ALIGN 64
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+  /* Rounded up so that a size that is not a multiple of the alignment (and 0) is still valid. */
+  if (bytes > SIZE_MAX - ZT__CPU_ALIGN)
+    return NULL;
+  size_t rounded = (bytes + ZT__CPU_ALIGN - 1) / ZT__CPU_ALIGN * ZT__CPU_ALIGN;
+  if (rounded == 0)
+    rounded = ZT__CPU_ALIGN;
+  void *p = NULL;
+  if (posix_memalign(&p, ZT__CPU_ALIGN, rounded) != 0)
+    return NULL;
+  return p;
+}
+
+static void cpu_free(void *ctx, void *p) { free(p); }
+
+static void cpu_zero(void *ctx, void *p, size_t bytes) {
+  if (bytes)
+    memset(p, 0, bytes);
+}
+
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  if (bytes)
+    memcpy(dst, src, bytes);
+}
+
+static int cpu_sync(void *ctx) { return 0; }
+
+static const zt_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .sync = cpu_sync,
+    .embedding_fwd = zt__cpu_embedding_fwd,
+    .embedding_bwd = zt__cpu_embedding_bwd,
+    .matmul_fwd = zt__cpu_matmul_fwd,
+    .matmul_bwd = zt__cpu_matmul_bwd,
+    .layernorm_fwd = zt__cpu_layernorm_fwd,
+    .layernorm_bwd = zt__cpu_layernorm_bwd,
+    .attention_saved_bytes = zt__cpu_attention_saved_bytes,
+    .attention_fwd = zt__cpu_attention_fwd,
+    .attention_bwd = zt__cpu_attention_bwd,
+    .gelu_fwd = zt__cpu_gelu_fwd,
+    .gelu_bwd = zt__cpu_gelu_bwd,
+    .relu_fwd = zt__cpu_relu_fwd,
+    .relu_bwd = zt__cpu_relu_bwd,
+    .add = zt__cpu_add,
+    .crossentropy_fwd_bwd = zt__cpu_crossentropy_fwd_bwd,
+    .crossentropy_fwd = zt__cpu_crossentropy_fwd,
+    .sum_squares = zt__cpu_sum_squares,
+    .scale = zt__cpu_scale,
+    .adamw = zt__cpu_adamw,
+};
+
+int zt_backend_cpu_open(zt_backend *be, int n_threads) {
+  if (!be || n_threads < 0)
+    return -EINVAL;
+  zt__cpu_ctx *ctx = malloc(sizeof(*ctx));
+  if (!ctx)
+    return -ENOMEM;
+#ifdef _OPENMP
+  ctx->n_threads = n_threads ? n_threads : omp_get_num_procs();
+#else
+  ctx->n_threads = 1; /* built without OpenMP: every op runs on the calling thread */
+#endif
+  be->ops = &cpu_ops;
+  be->ctx = ctx;
+  return 0;
+}
+
+void zt_backend_cpu_close(zt_backend *be) {
+  if (!be)
+    return;
+  free(be->ctx);
+  be->ctx = NULL;
+  be->ops = NULL;
+}

@@ -1,0 +1,86 @@
+/* Internals of the CPU reference backend: the context, the OpenMP helpers and the op functions
+ * that backend.c puts into the zt_ops table.
+ *
+ * Determinism rule for every file here: results are bitwise identical run to run and for any
+ * thread count. Threads only ever split independent output elements (rows, channels); every
+ * reduction runs inside one thread in a fixed order that does not depend on the thread count. */
+#ifndef ZT_KERNELS_CPU_CPU_H
+#define ZT_KERNELS_CPU_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kernels/ops.h"
+
+typedef struct zt__cpu_ctx {
+  int n_threads; /* >= 1, used as num_threads() of every parallel region */
+} zt__cpu_ctx;
+
+static inline int zt__cpu_threads(void *ctx) { return ((const zt__cpu_ctx *)ctx)->n_threads; }
+
+/* `#pragma omp parallel for` over independent outputs with nt threads, run by the calling
+ * thread alone unless cond holds (enough work to pay for waking the team). Without OpenMP it
+ * vanishes, arguments included. */
+#ifdef _OPENMP
+#define ZT__PRAGMA(...) _Pragma(#__VA_ARGS__)
+#define ZT__PARALLEL_FOR(nt, cond)                                                             \
+  ZT__PRAGMA(omp parallel for schedule(static) num_threads(nt) if(cond))
+#else
+#define ZT__PARALLEL_FOR(nt, cond)
+#endif
+
+/* Below this many elements a pointwise op runs on the calling thread: waking the team costs
+ * more than the work. */
+#define ZT__CPU_PAR_MIN 32768
+
+/* embedding.c */
+void zt__cpu_embedding_fwd(void *ctx, float *out, const int32_t *tok, const float *wte,
+                           const float *wpe, int B, int T, int C);
+void zt__cpu_embedding_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *tok, int B, int T, int C);
+
+/* linear.c */
+void zt__cpu_matmul_fwd(void *ctx, float *out, const float *inp, const float *w,
+                        const float *bias, int N, int C, int OC);
+void zt__cpu_matmul_bwd(void *ctx, float *dinp, float *dw, float *dbias, const float *dout,
+                        const float *inp, const float *w, int N, int C, int OC);
+
+/* layernorm.c */
+void zt__cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C);
+void zt__cpu_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C);
+
+/* attention.c */
+size_t zt__cpu_attention_saved_bytes(int B, int T, int C, int NH);
+void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
+                           int C, int NH, int causal);
+void zt__cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                           const void *saved, int B, int T, int C, int NH, int causal);
+
+/* pointwise.c */
+void zt__cpu_gelu_fwd(void *ctx, float *out, const float *inp, size_t n);
+void zt__cpu_gelu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+void zt__cpu_relu_fwd(void *ctx, float *out, const float *inp, size_t n);
+void zt__cpu_relu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+void zt__cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n);
+void zt__cpu_scale(void *ctx, float *x, float s, size_t n);
+
+/* loss.c */
+void zt__cpu_crossentropy_fwd_bwd(void *ctx, float *logits, const int32_t *targets, int N, int V,
+                                  int V_alloc, int ignore_index, float dscale,
+                                  double *loss_sum, int *n_counted);
+void zt__cpu_crossentropy_fwd(void *ctx, const float *logits, const int32_t *targets, int N,
+                              int V, int V_alloc, int ignore_index, double *loss_sum,
+                              int *n_counted);
+
+/* reduce.c */
+double zt__cpu_sum_squares(void *ctx, const float *x, size_t n, int *nonfinite);
+
+/* adamw.c */
+void zt__cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int step,
+                   float grad_scale);
+
+#endif
