@@ -54,6 +54,7 @@ typedef struct zt_proto_error {
   char message[256];
 } zt_proto_error;
 
+/* Fills err (may be NULL) and returns code, so that `return zt_proto_error_set(...)` reads. */
 int zt_proto_error_set(zt_proto_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -91,12 +92,17 @@ typedef struct zt_msg {
   const msgpack_object *root;
 } zt_msg;
 
+/* The message points into body (strings, bins): keep body alive until zt_msg_close. Malformed
+ * msgpack, trailing bytes, nesting deeper than ZT_PROTO_MAX_DEPTH and counts or lengths that do
+ * not fit in the body give -EINVAL; a non-map root too. zt_msg_close is safe after a failure. */
 int zt_msg_decode(zt_msg *m, const uint8_t *body, size_t len, zt_proto_error *err);
 void zt_msg_close(zt_msg *m);
 
 /* Field accessors on a map. They return 0 on success, -ENOENT when the key is absent (the
  * error is filled only if required), -EINVAL for a wrong type or range; messages name the field
- * as "<prefix><key>" (prefix may be NULL, e.g. "model."). */
+ * as "<prefix><key>" (prefix may be NULL, e.g. "model."). A missing required field returns
+ * -ENOENT with err->code -EINVAL ("missing field 'job'"): on the wire, ENOENT means a missing
+ * object (job, checkpoint), not a missing field. */
 const msgpack_object *zt_msg_find(const msgpack_object *map, const char *key);
 int zt_msg_get_str(const msgpack_object *map, const char *prefix, const char *key, bool required,
                    const char **s, size_t *len, zt_proto_error *err);
@@ -111,7 +117,9 @@ int zt_msg_get_bin(const msgpack_object *map, const char *prefix, const char *ke
 int zt_msg_get_map(const msgpack_object *map, const char *prefix, const char *key, bool required,
                    const msgpack_object **out, zt_proto_error *err);
 
-/* A request's common header: id (required, u32) and op (required, known). */
+/* A request's common header: id (required, u32) and op (required, known). req->id is set as
+ * soon as it is read (0 before), so an error about the op can still be answered to that id.
+ * An unknown op is -ENOTSUP ("unknown op 'frobnicate'"). */
 typedef struct zt_request {
   uint32_t id;
   zt_proto_op op;
@@ -123,12 +131,14 @@ int zt_request_parse(const zt_msg *m, zt_request *req, zt_proto_error *err);
  * A frame under construction: header space is reserved, zt_out_finish patches the length. */
 typedef struct zt_out {
   msgpack_sbuffer buf;
-  msgpack_packer pk;
+  msgpack_packer pk; /* writes through the zt_out itself: do not copy an initialised zt_out */
+  int err;           /* first failure (-ENOMEM); zt_out_finish then returns NULL */
 } zt_out;
 
 void zt_out_init(zt_out *o);
 void zt_out_close(zt_out *o);
-/* Writes the length into the header; returns the whole frame (header + body). */
+/* Writes the length into the header; returns the whole frame (header + body), or NULL (and
+ * *len 0) when packing ran out of memory or the body exceeds 4 GiB - 1 (o->err says which). */
 const uint8_t *zt_out_finish(zt_out *o, size_t *len);
 /* Key/value helpers for maps (caller opens the map with msgpack_pack_map(&o->pk, n)). */
 void zt_out_str(zt_out *o, const char *s);

@@ -17,11 +17,16 @@ extern "C" {
 
 typedef struct zt_client zt_client;
 
-/* Connects and performs the hello exchange (protocol version check). */
+/* Connects and performs the hello exchange (protocol version check). On failure *c is still set
+ * (NULL only when out of memory) so that the error can be read; close it with zt_client_close. */
 int zt_client_connect_unix(zt_client **c, const char *socket_path);
 /* TCP: token is the contents of the daemon's token file (required by the daemon). */
 int zt_client_connect_tcp(zt_client **c, const char *host, int port, const char *token);
 void zt_client_close(zt_client *c);
+/* The one call that may come from another thread: shuts the connection down so that a call
+ * blocked in another thread (a watch, a batch waiting for credit) returns -ECONNRESET. The owner
+ * still closes the handle. */
+void zt_client_interrupt(zt_client *c);
 
 /* "EINVAL", "ECONNREFUSED", ... and the message of the last failure ("" if none). */
 const char *zt_client_error_code(const zt_client *c);

@@ -1,0 +1,203 @@
+/* The one-request commands: status, jobs, show, cancel, checkpoint, export, shutdown. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/ztctl/ztctl.h"
+
+/* Checks the positional argument count: exactly n. */
+static int want_args(const char *cmd, int argc, char **argv, int n) {
+  for (int i = 0; i < argc; i++)
+    if (argv[i][0] == '-' && argv[i][1] != '\0')
+      return ztctl_usage_error(cmd, "unknown option '%s'", argv[i]);
+  if (argc != n)
+    return ztctl_usage_error(cmd, "%s takes %d argument%s, not %d", cmd, n, n == 1 ? "" : "s", argc);
+  return ZTCTL_OK;
+}
+
+/* Prints a reply built here (takes the reference). */
+static void print_json(json_t *j) {
+  char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  if (s) printf("%s\n", s);
+  free(s);
+  json_decref(j);
+}
+
+/* Runs one JSON-returning call and prints the reply (raw with --json, else via show_fn). */
+typedef int (*json_call)(zt_client *c, const char *job, char **json);
+typedef void (*show_fn)(const json_t *reply, const char *job);
+
+static int run_json(const ztctl_opts *o, const char *job, json_call call, show_fn show) {
+  int rc = ZTCTL_FAILED;
+  char *json = NULL;
+  json_t *j = NULL;
+  zt_client *c = ztctl_connect(o);
+  if (!c) goto out;
+  if (call(c, job, &json) < 0) {
+    rc = ztctl_fail(c);
+    goto out;
+  }
+  rc = ZTCTL_OK;
+  if (o->json) {
+    printf("%s\n", json);
+    goto out;
+  }
+  json_error_t jerr;
+  j = json_loads(json, 0, &jerr);
+  if (!j) {
+    rc = ztctl_fail_msg("EPROTO", "reply is not JSON: %s", jerr.text);
+    goto out;
+  }
+  show(j, job);
+out:
+  json_decref(j);
+  free(json);
+  zt_client_close(c);
+  return rc;
+}
+
+static int call_status(zt_client *c, const char *job, char **json) {
+  (void)job;
+  return zt_client_status(c, json);
+}
+static int call_jobs(zt_client *c, const char *job, char **json) {
+  (void)job;
+  return zt_client_jobs(c, json);
+}
+static int call_show(zt_client *c, const char *job, char **json) { return zt_client_show(c, job, json); }
+static int call_checkpoint(zt_client *c, const char *job, char **json) {
+  return zt_client_checkpoint(c, job, json);
+}
+
+static void show_flat(const json_t *j, const char *job) {
+  (void)job;
+  ztctl_print_flat(stdout, j, "");
+}
+
+int ztctl_cmd_status(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("status", argc, argv, 0);
+  return rc != ZTCTL_OK ? rc : run_json(o, NULL, call_status, show_flat);
+}
+
+/* "created" is shown as local time when it is a Unix timestamp. */
+static void fmt_created(char *buf, size_t cap, const json_t *v) {
+  if (json_is_integer(v)) {
+    time_t t = (time_t)json_integer_value(v);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(buf, cap, "%Y-%m-%d %H:%M", &tm);
+  } else {
+    snprintf(buf, cap, "%s", json_is_string(v) ? json_string_value(v) : "-");
+  }
+}
+
+static const char *str_or_dash(const json_t *o, const char *key) {
+  const char *s = json_string_value(json_object_get(o, key));
+  return s ? s : "-";
+}
+
+static void show_jobs(const json_t *j, const char *job) {
+  (void)job;
+  const json_t *list = json_object_get(j, "jobs");
+  printf("%-10s %-20s %-10s %-8s %13s %10s  %s\n", "JOB", "NAME", "STATE", "ARCH", "STEP", "LOSS",
+         "CREATED");
+  size_t i;
+  json_t *r;
+  json_array_foreach(list, i, r) {
+    char step[32], loss[32], created[32];
+    snprintf(step, sizeof step, "%lld/%lld", (long long)json_integer_value(json_object_get(r, "step")),
+             (long long)json_integer_value(json_object_get(r, "steps")));
+    const json_t *l = json_object_get(r, "loss");
+    if (json_is_number(l))
+      snprintf(loss, sizeof loss, "%.4f", json_number_value(l));
+    else
+      snprintf(loss, sizeof loss, "-");
+    fmt_created(created, sizeof created, json_object_get(r, "created"));
+    printf("%-10s %-20s %-10s %-8s %13s %10s  %s\n", str_or_dash(r, "job"), str_or_dash(r, "name"),
+           str_or_dash(r, "state"), str_or_dash(r, "arch"), step, loss, created);
+  }
+}
+
+int ztctl_cmd_jobs(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("jobs", argc, argv, 0);
+  return rc != ZTCTL_OK ? rc : run_json(o, NULL, call_jobs, show_jobs);
+}
+
+/* The loss history is summarised (count, first, last); --json prints all of it. */
+static void show_job(const json_t *j, const char *job) {
+  (void)job;
+  json_t *copy = json_deep_copy(j);
+  if (!copy) return;
+  const json_t *losses = json_object_get(copy, "losses");
+  const json_t *spec = json_object_get(copy, "spec");
+  size_t n = json_array_size(losses);
+  char *spec_text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+  if (losses) {
+    if (n > 0 && json_is_number(json_array_get(losses, 0)) && json_is_number(json_array_get(losses, n - 1)))
+      printf("losses: %zu steps, first %.4f, last %.4f\n", n,
+             json_number_value(json_array_get(losses, 0)), json_number_value(json_array_get(losses, n - 1)));
+    else
+      printf("losses: %zu steps\n", n);
+  }
+  json_object_del(copy, "losses");
+  json_object_del(copy, "spec");
+  ztctl_print_flat(stdout, copy, "");
+  if (spec_text) printf("spec: %s\n", spec_text);
+  free(spec_text);
+  json_decref(copy);
+}
+
+int ztctl_cmd_show(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("show", argc, argv, 1);
+  return rc != ZTCTL_OK ? rc : run_json(o, argv[0], call_show, show_job);
+}
+
+static void show_checkpoint(const json_t *j, const char *job) {
+  printf("%s: checkpoint at step %lld: %s\n", job,
+         (long long)json_integer_value(json_object_get(j, "step")), str_or_dash(j, "path"));
+}
+
+int ztctl_cmd_checkpoint(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("checkpoint", argc, argv, 1);
+  return rc != ZTCTL_OK ? rc : run_json(o, argv[0], call_checkpoint, show_checkpoint);
+}
+
+int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("cancel", argc, argv, 1);
+  if (rc != ZTCTL_OK) return rc;
+  zt_client *c = ztctl_connect(o);
+  if (!c) return ZTCTL_FAILED;
+  rc = zt_client_cancel(c, argv[0]) < 0 ? ztctl_fail(c) : ZTCTL_OK;
+  if (rc == ZTCTL_OK && o->json)
+    print_json(json_pack("{s:s,s:s}", "job", argv[0], "state", "cancelled"));
+  else if (rc == ZTCTL_OK)
+    printf("%s: cancelled\n", argv[0]);
+  zt_client_close(c);
+  return rc;
+}
+
+int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("export", argc, argv, 2);
+  if (rc != ZTCTL_OK) return rc;
+  zt_client *c = ztctl_connect(o);
+  if (!c) return ZTCTL_FAILED;
+  rc = zt_client_export(c, argv[0], argv[1]) < 0 ? ztctl_fail(c) : ZTCTL_OK;
+  if (rc == ZTCTL_OK && o->json)
+    print_json(json_pack("{s:s,s:s}", "job", argv[0], "path", argv[1]));
+  else if (rc == ZTCTL_OK)
+    printf("%s: weights written to %s\n", argv[0], argv[1]);
+  zt_client_close(c);
+  return rc;
+}
+
+int ztctl_cmd_shutdown(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("shutdown", argc, argv, 0);
+  if (rc != ZTCTL_OK) return rc;
+  zt_client *c = ztctl_connect(o);
+  if (!c) return ZTCTL_FAILED;
+  rc = zt_client_shutdown(c) < 0 ? ztctl_fail(c) : ZTCTL_OK;
+  if (rc == ZTCTL_OK) printf(o->json ? "{}\n" : "ztd is shutting down\n");
+  zt_client_close(c);
+  return rc;
+}

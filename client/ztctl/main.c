@@ -1,0 +1,239 @@
+/* ztctl: the command-line client of ztd. Global options, the command table, help, connecting. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/ztctl/ztctl.h"
+
+static const ztctl_cmd g_cmds[] = {
+    {"status", "", "daemon version, backend, devices, memory per tier, queue", NULL,
+     ztctl_cmd_status},
+    {"submit", "SPEC.json [--data FILE] [--wait | --watch]", "submit a job; prints its id",
+     "  --data FILE  stream this token file into the job (a stream job)\n"
+     "  --wait       wait for the job to end; exit 1 unless it is done\n"
+     "  --watch      like --wait, drawing progress\n",
+     ztctl_cmd_submit},
+    {"jobs", "", "list the daemon's jobs", NULL, ztctl_cmd_jobs},
+    {"show", "JOB", "one job: state, progress, memory, spec (--json adds every loss)", NULL,
+     ztctl_cmd_show},
+    {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done", NULL,
+     ztctl_cmd_watch},
+    {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
+    {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
+    {"export", "JOB OUT.safetensors", "download the job's latest weights", NULL,
+     ztctl_cmd_export},
+    {"tokenize", "--bytes TEXT OUT", "write TEXT (a file, - for stdin) as a byte-level token file",
+     "  --bytes      one token per byte (vocabulary 256, 2-byte tokens)\n", ztctl_cmd_tokenize},
+    {"shutdown", "", "checkpoint running jobs and stop ztd", NULL, ztctl_cmd_shutdown},
+};
+
+static const char g_global_usage[] =
+    "usage: ztctl [--socket PATH | --tcp HOST:PORT --token-file FILE] [--json] COMMAND [ARGS]\n";
+
+static const char g_global_details[] =
+    "\n"
+    "options:\n"
+    "  --socket PATH      ztd's Unix socket (default: $ZT_SOCKET, else\n"
+    "                     $XDG_RUNTIME_DIR/zt/ztd.sock, else /tmp/zt-$UID/ztd.sock)\n"
+    "  --tcp HOST:PORT    connect over TCP instead (needs --token-file)\n"
+    "  --token-file FILE  the daemon's token file, for --tcp\n"
+    "  --json             print replies as JSON (one object per line)\n"
+    "  -h, --help         this text; `ztctl help COMMAND` for one command\n"
+    "\n"
+    "exit status: 0 ok, 1 failed (server error, or the job failed with --wait/--watch), 2 usage\n";
+
+const ztctl_cmd *ztctl_cmd_find(const char *name) {
+  for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
+    if (strcmp(g_cmds[i].name, name) == 0) return &g_cmds[i];
+  return NULL;
+}
+
+bool ztctl_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+int ztctl_print_cmd_usage(const char *cmd, FILE *f) {
+  const ztctl_cmd *c = ztctl_cmd_find(cmd);
+  if (!c) return ZTCTL_USAGE;
+  fprintf(f, "usage: ztctl [OPTIONS] %s%s%s\n  %s\n", c->name, c->args[0] ? " " : "", c->args,
+          c->summary);
+  if (c->details) fprintf(f, "\n%s", c->details);
+  return ZTCTL_OK;
+}
+
+static void print_global_usage(FILE *f) {
+  fputs(g_global_usage, f);
+  fputs("\ncommands:\n", f);
+  for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
+    fprintf(f, "  %-11s %s\n", g_cmds[i].name, g_cmds[i].summary);
+  fputs(g_global_details, f);
+}
+
+int ztctl_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("ztctl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (cmd && ztctl_cmd_find(cmd)) {
+    const ztctl_cmd *c = ztctl_cmd_find(cmd);
+    fprintf(stderr, "usage: ztctl [OPTIONS] %s%s%s\n", c->name, c->args[0] ? " " : "", c->args);
+  } else {
+    fputs(g_global_usage, stderr);
+  }
+  return ZTCTL_USAGE;
+}
+
+int ztctl_fail_msg(const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ztctl: %s: ", code);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return ZTCTL_FAILED;
+}
+
+int ztctl_fail(zt_client *c) {
+  return ztctl_fail_msg(zt_client_error_code(c), "%s", zt_client_error_message(c));
+}
+
+zt_client *ztctl_connect(const ztctl_opts *o) {
+  zt_client *c = NULL;
+  int rc;
+  if (o->tcp_host) {
+    rc = zt_client_connect_tcp(&c, o->tcp_host, o->tcp_port, o->token);
+  } else if (o->socket_path) {
+    rc = zt_client_connect_unix(&c, o->socket_path);
+  } else {
+    /* the daemon picks its default socket by the same rule */
+    char path[4096];
+    const char *env = getenv("ZT_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
+    if (env && env[0])
+      snprintf(path, sizeof path, "%s", env);
+    else if (xdg && xdg[0])
+      snprintf(path, sizeof path, "%s/zt/ztd.sock", xdg);
+    else
+      snprintf(path, sizeof path, "/tmp/zt-%u/ztd.sock", (unsigned)getuid());
+    rc = zt_client_connect_unix(&c, path);
+  }
+  if (rc < 0) {
+    ztctl_fail(c);
+    zt_client_close(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Reads the token file; surrounding whitespace (a trailing newline) is not part of the token. */
+static int read_token(const char *path, char **out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return ztctl_fail_msg("EACCES", "cannot read token file %s: %s", path, strerror(errno));
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+  *out = strdup(buf);
+  return *out ? ZTCTL_OK : ztctl_fail_msg("ENOMEM", "out of memory");
+}
+
+/* --name VALUE or --name=VALUE at argv[*i]; returns the value or NULL when argv[*i] is not it. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing) {
+  size_t n = strlen(name);
+  const char *a = argv[*i];
+  if (strncmp(a, name, n) != 0) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+int main(int argc, char **argv) {
+  ztctl_opts o = {0};
+  const char *token_file = NULL;
+  int i = 1, rc = ZTCTL_USAGE;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    bool missing = false;
+    const char *v;
+    if (ztctl_is_help(argv[i])) {
+      print_global_usage(stdout);
+      rc = ZTCTL_OK;
+      goto out;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      o.json = true;
+    } else if ((v = opt_value(argc, argv, &i, "--socket", &missing))) {
+      o.socket_path = v;
+    } else if ((v = opt_value(argc, argv, &i, "--token-file", &missing))) {
+      token_file = v;
+    } else if ((v = opt_value(argc, argv, &i, "--tcp", &missing))) {
+      const char *colon = strrchr(v, ':');
+      char *end;
+      long port = colon ? strtol(colon + 1, &end, 10) : 0;
+      if (!colon || colon == v || colon[1] == '\0' || *end || port <= 0 || port > 65535) {
+        rc = ztctl_usage_error(NULL, "--tcp wants HOST:PORT, not '%s'", v);
+        goto out;
+      }
+      free(o.tcp_host);
+      o.tcp_host = strndup(v, (size_t)(colon - v));
+      o.tcp_port = (int)port;
+    } else if (missing) {
+      rc = ztctl_usage_error(NULL, "%s needs a value", argv[i]);
+      goto out;
+    } else {
+      rc = ztctl_usage_error(NULL, "unknown option '%s'", argv[i]);
+      goto out;
+    }
+  }
+  if (i >= argc) {
+    rc = ztctl_usage_error(NULL, "no command given (see ztctl --help)");
+    goto out;
+  }
+  if (o.tcp_host && o.socket_path) {
+    rc = ztctl_usage_error(NULL, "--socket and --tcp exclude each other");
+    goto out;
+  }
+  if (o.tcp_host && !token_file) {
+    rc = ztctl_usage_error(NULL, "--tcp needs --token-file");
+    goto out;
+  }
+  if (token_file && !o.tcp_host) {
+    rc = ztctl_usage_error(NULL, "--token-file goes with --tcp");
+    goto out;
+  }
+  const char *name = argv[i];
+  if (strcmp(name, "help") == 0) {
+    if (i + 1 >= argc) {
+      print_global_usage(stdout);
+      rc = ZTCTL_OK;
+    } else if (ztctl_print_cmd_usage(argv[i + 1], stdout) != ZTCTL_OK) {
+      rc = ztctl_usage_error(NULL, "unknown command '%s'", argv[i + 1]);
+    } else {
+      rc = ZTCTL_OK;
+    }
+    goto out;
+  }
+  const ztctl_cmd *cmd = ztctl_cmd_find(name);
+  if (!cmd) {
+    rc = ztctl_usage_error(NULL, "unknown command '%s' (see ztctl --help)", name);
+    goto out;
+  }
+  for (int k = i + 1; k < argc; k++) {
+    if (strcmp(argv[k], "--") == 0) break;
+    if (ztctl_is_help(argv[k])) {
+      rc = ztctl_print_cmd_usage(name, stdout);
+      goto out;
+    }
+  }
+  if (token_file && (rc = read_token(token_file, &o.token)) != ZTCTL_OK) goto out;
+  rc = cmd->run(&o, argc - i - 1, argv + i + 1);
+out:
+  free(o.tcp_host);
+  free(o.token);
+  return rc;
+}

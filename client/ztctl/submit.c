@@ -1,0 +1,242 @@
+/* ztctl submit: read the spec, resolve a relative data path, submit, and optionally stream a
+ * token file into the job (its own connection and thread) while this one watches. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/ztctl/ztctl.h"
+#include "proto/zt_tokens.h"
+
+typedef struct feed {
+  zt_client *c;     /* the feeder's own connection */
+  const char *job;
+  int32_t *tokens;  /* the whole token file */
+  uint64_t n_tokens;
+  uint64_t micro_batch, seq_len, batches;
+  int rc;           /* ZTCTL_OK or ZTCTL_FAILED */
+  atomic_bool stopping; /* the watch is over: a failing push is expected, not news */
+} feed;
+
+/* A file-source spec names its data relative to where the user is, not to the daemon. */
+static int resolve_data_path(json_t *spec) {
+  json_t *data = json_object_get(spec, "data");
+  const char *path = json_string_value(json_object_get(data, "path"));
+  if (!path || path[0] == '/') return 0;
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd)) return -errno;
+  char *abs = NULL;
+  if (asprintf(&abs, "%s/%s", cwd, path) < 0) return -ENOMEM;
+  int rc = json_object_set_new(data, "path", json_string(abs)) == 0 ? 0 : -ENOMEM;
+  free(abs);
+  return rc;
+}
+
+static int load_tokens(const char *path, feed *f) {
+  int rc = ZTCTL_FAILED;
+  uint8_t *raw = NULL;
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return ztctl_fail_msg("ENOENT", "cannot open %s: %s", path, strerror(errno));
+  if (fseek(fp, 0, SEEK_END) < 0) goto io;
+  long size = ftell(fp);
+  if (size < 0 || fseek(fp, 0, SEEK_SET) < 0) goto io;
+  raw = malloc((size_t)size + 1);
+  if (!raw) {
+    rc = ztctl_fail_msg("ENOMEM", "cannot hold %s (%ld bytes) in memory", path, size);
+    goto out;
+  }
+  if (fread(raw, 1, (size_t)size, fp) != (size_t)size) goto io;
+  zt_tokens_header h;
+  if (size < ZT_TOKENS_HEADER_BYTES || zt_tokens_header_decode(raw, &h) < 0) {
+    rc = ztctl_fail_msg("EINVAL", "%s is not a token file (see ztctl tokenize)", path);
+    goto out;
+  }
+  f->n_tokens = ((uint64_t)size - ZT_TOKENS_HEADER_BYTES) / h.token_bytes;
+  if (f->n_tokens < f->seq_len + 1) {
+    rc = ztctl_fail_msg("EINVAL", "%s holds %llu tokens, fewer than seq_len + 1 = %llu", path,
+                        (unsigned long long)f->n_tokens, (unsigned long long)(f->seq_len + 1));
+    goto out;
+  }
+  f->tokens = malloc(f->n_tokens * sizeof *f->tokens);
+  if (!f->tokens) {
+    rc = ztctl_fail_msg("ENOMEM", "out of memory");
+    goto out;
+  }
+  const uint8_t *p = raw + ZT_TOKENS_HEADER_BYTES;
+  for (uint64_t i = 0; i < f->n_tokens; i++)
+    f->tokens[i] = h.token_bytes == 2 ? (int32_t)(p[2 * i] | p[2 * i + 1] << 8)
+                                      : (int32_t)zt__get_le32(p + 4 * i);
+  rc = ZTCTL_OK;
+  goto out;
+io:
+  rc = ztctl_fail_msg("EIO", "reading %s: %s", path, strerror(errno));
+out:
+  free(raw);
+  fclose(fp);
+  return rc;
+}
+
+/* Micro-batch b: rows are consecutive windows of T+1 tokens at stride T, wrapping at the end. */
+static void fill_batch(const feed *f, uint64_t b, int32_t *out) {
+  uint64_t T = f->seq_len;
+  for (uint64_t r = 0; r < f->micro_batch; r++) {
+    uint64_t start = ((b * f->micro_batch + r) % f->n_tokens) * T % f->n_tokens;
+    for (uint64_t t = 0; t <= T; t++) out[r * (T + 1) + t] = f->tokens[(start + t) % f->n_tokens];
+  }
+}
+
+static void *feed_run(void *arg) {
+  feed *f = arg;
+  size_t n = (size_t)(f->micro_batch * (f->seq_len + 1));
+  int32_t *buf = malloc(n * sizeof *buf);
+  f->rc = ZTCTL_FAILED;
+  if (!buf) {
+    ztctl_fail_msg("ENOMEM", "out of memory");
+    return NULL;
+  }
+  uint64_t b = 0;
+  for (; b < f->batches; b++) {
+    fill_batch(f, b, buf);
+    if (zt_client_push_batch(f->c, f->job, buf, n) < 0) break;
+  }
+  if (b == f->batches) {
+    f->rc = ZTCTL_OK;
+  } else if (!atomic_load(&f->stopping)) {
+    fprintf(stderr, "ztctl: batch %llu of %llu: %s: %s\n", (unsigned long long)b + 1,
+            (unsigned long long)f->batches, zt_client_error_code(f->c), zt_client_error_message(f->c));
+    /* a job left without its data would wait for ever: stop it (a no-op if it already ended) */
+    if (zt_client_cancel(f->c, f->job) == 0) fprintf(stderr, "ztctl: cancelled %s\n", f->job);
+  }
+  free(buf);
+  return NULL;
+}
+
+/* train.X / model.X as a positive integer, from the daemon's normalised spec, else the file's. */
+static uint64_t spec_uint(const json_t *daemon_spec, const json_t *file_spec, const char *section,
+                          const char *key, uint64_t dflt) {
+  const json_t *specs[2] = {daemon_spec, file_spec};
+  for (int i = 0; i < 2; i++) {
+    const json_t *v = json_object_get(json_object_get(specs[i], section), key);
+    if (json_is_integer(v) && json_integer_value(v) > 0) return (uint64_t)json_integer_value(v);
+  }
+  return dflt;
+}
+
+/* Reads the batch shape: show's spec has the daemon's defaults filled in. */
+static int batch_shape(zt_client *c, const char *job, const json_t *file_spec, feed *f) {
+  char *json = NULL;
+  if (zt_client_show(c, job, &json) < 0) return ztctl_fail(c);
+  json_t *shown = json_loads(json, 0, NULL);
+  free(json);
+  const json_t *dspec = json_object_get(shown, "spec");
+  f->micro_batch = spec_uint(dspec, file_spec, "train", "micro_batch", 0);
+  f->seq_len = spec_uint(dspec, file_spec, "model", "seq_len", 0);
+  uint64_t steps = spec_uint(dspec, file_spec, "train", "steps", 0);
+  uint64_t accum = spec_uint(dspec, file_spec, "train", "grad_accum", 1);
+  json_decref(shown);
+  if (!f->micro_batch || !f->seq_len || !steps)
+    return ztctl_fail_msg("EINVAL", "job %s: the spec lacks train.micro_batch, model.seq_len or "
+                          "train.steps, needed to stream --data", job);
+  f->batches = steps * accum;
+  return ZTCTL_OK;
+}
+
+int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv) {
+  const char *spec_path = NULL, *data_path = NULL;
+  bool wait = false, watch = false;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--wait") == 0) {
+      wait = true;
+    } else if (strcmp(argv[i], "--watch") == 0) {
+      watch = true;
+    } else if (strcmp(argv[i], "--data") == 0) {
+      if (i + 1 >= argc) return ztctl_usage_error("submit", "--data needs a FILE");
+      data_path = argv[++i];
+    } else if (strncmp(argv[i], "--data=", 7) == 0) {
+      data_path = argv[i] + 7;
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      return ztctl_usage_error("submit", "unknown option '%s'", argv[i]);
+    } else if (spec_path) {
+      return ztctl_usage_error("submit", "one SPEC.json only ('%s' is extra)", argv[i]);
+    } else {
+      spec_path = argv[i];
+    }
+  }
+  if (!spec_path) return ztctl_usage_error("submit", "submit needs a SPEC.json");
+  if (wait && watch) return ztctl_usage_error("submit", "--wait and --watch exclude each other");
+
+  int rc = ZTCTL_FAILED;
+  char *text = NULL;
+  zt_client *c = NULL;
+  feed f = {.rc = ZTCTL_OK};
+  pthread_t feeder;
+  bool feeding = false;
+  json_error_t jerr;
+  json_t *spec = json_load_file(spec_path, 0, &jerr);
+  if (!spec) {
+    rc = ztctl_fail_msg("EINVAL", "%s: %s (line %d, column %d)", spec_path, jerr.text, jerr.line,
+                        jerr.column);
+    goto out;
+  }
+  if (resolve_data_path(spec) < 0 || !(text = json_dumps(spec, JSON_COMPACT))) {
+    rc = ztctl_fail_msg("ENOMEM", "cannot prepare the spec");
+    goto out;
+  }
+  if (!(c = ztctl_connect(o))) goto out;
+  char job[ZT_CLIENT_JOB_ID_MAX];
+  if (zt_client_submit_json(c, text, job) < 0) {
+    rc = ztctl_fail(c);
+    goto out;
+  }
+  if (o->json) {
+    json_t *reply = json_pack("{s:s}", "job", job);
+    char *line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+    printf("%s\n", line ? line : "{}");
+    free(line);
+    json_decref(reply);
+  } else {
+    printf("%s\n", job);
+  }
+  fflush(stdout);
+  rc = ZTCTL_OK;
+  if (data_path) {
+    f.job = job;
+    if ((rc = batch_shape(c, job, spec, &f)) != ZTCTL_OK) goto out;
+    if ((rc = load_tokens(data_path, &f)) != ZTCTL_OK) goto out;
+    if (!wait && !watch) {
+      f.c = c;
+      feed_run(&f);
+      rc = f.rc;
+      goto out;
+    }
+    if (!(f.c = ztctl_connect(o))) {
+      rc = ZTCTL_FAILED;
+      goto out;
+    }
+    int err = pthread_create(&feeder, NULL, feed_run, &f);
+    if (err) {
+      rc = ztctl_fail_msg("EAGAIN", "cannot start the feeder thread: %s", strerror(err));
+      goto out;
+    }
+    feeding = true;
+  }
+  if (wait || watch) rc = ztctl_watch_job(o, c, job, watch);
+  if (feeding) {
+    /* a job that ended early may leave the feeder blocked on credit: cut its connection */
+    if (rc != ZTCTL_OK) {
+      atomic_store(&f.stopping, true);
+      zt_client_interrupt(f.c);
+    }
+    pthread_join(feeder, NULL);
+    if (rc == ZTCTL_OK) rc = f.rc;
+  }
+out:
+  if (f.c != c) zt_client_close(f.c);
+  zt_client_close(c);
+  free(f.tokens);
+  free(text);
+  json_decref(spec);
+  return rc;
+}

@@ -1,0 +1,68 @@
+/* ztctl internals: global options, the command table's entry points, shared helpers. */
+#ifndef ZTCTL_H
+#define ZTCTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <jansson.h>
+#include "client/include/zt/client.h"
+
+enum { ZTCTL_OK = 0, ZTCTL_FAILED = 1, ZTCTL_USAGE = 2 };
+
+typedef struct ztctl_opts {
+  const char *socket_path; /* NULL: the default rule (ZT_SOCKET, XDG_RUNTIME_DIR, /tmp/zt-UID) */
+  char *tcp_host;          /* set by --tcp */
+  int tcp_port;
+  char *token;             /* contents of --token-file */
+  bool json;
+} ztctl_opts;
+
+typedef int (*ztctl_cmd_fn)(const ztctl_opts *o, int argc, char **argv);
+
+typedef struct ztctl_cmd {
+  const char *name;
+  const char *args;    /* usage after the command name */
+  const char *summary;
+  const char *details; /* flags, one per line; may be NULL */
+  ztctl_cmd_fn run;
+} ztctl_cmd;
+
+const ztctl_cmd *ztctl_cmd_find(const char *name);
+/* Prints "ztctl: msg" and the command's usage line to stderr; returns ZTCTL_USAGE. */
+int ztctl_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* True when argv[i] is --help/-h (the caller then prints the command's usage). */
+bool ztctl_is_help(const char *arg);
+int ztctl_print_cmd_usage(const char *cmd, FILE *f);
+
+/* Connects as the options say; on failure prints the error and returns NULL. */
+zt_client *ztctl_connect(const ztctl_opts *o);
+/* Prints "ztctl: CODE: message" for the client's last failure; returns ZTCTL_FAILED. */
+int ztctl_fail(zt_client *c);
+/* Prints "ztctl: CODE: message"; returns ZTCTL_FAILED. */
+int ztctl_fail_msg(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Human output. */
+void ztctl_print_flat(FILE *f, const json_t *j, const char *prefix);
+void ztctl_fmt_bytes(char *buf, size_t cap, double bytes);
+void ztctl_fmt_duration(char *buf, size_t cap, double seconds);
+void ztctl_fmt_rate(char *buf, size_t cap, double per_s);
+/* A memory figure from a reply: a byte count, or a map of them (summed). -1 when absent. */
+double ztctl_memory_bytes(const json_t *mem);
+
+/* Watches job on c, drawing progress; live = redraw a line per step event (on a TTY), else
+ * only the summary. Returns ZTCTL_OK when the job ends "done", else ZTCTL_FAILED. */
+int ztctl_watch_job(const ztctl_opts *o, zt_client *c, const char *job, bool live);
+
+int ztctl_cmd_status(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_jobs(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_show(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_watch(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_checkpoint(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_tokenize(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_shutdown(const ztctl_opts *o, int argc, char **argv);
+
+#endif
