@@ -58,8 +58,61 @@ int zt_model_num_tensors(const zt_model *m);
 const zt_tensor_info *zt_model_tensor(const zt_model *m, int i);
 int zt_model_num_units(const zt_model *m);
 const zt_unit_info *zt_model_unit(const zt_model *m, int i);
+/* The feed-forward width in use (cfg.d_ff, or the arch default when that is 0). */
+int zt_model_d_ff(const zt_model *m);
 
 /* Host-side init of a flat parameter buffer (GPT-2 init from the seed; deterministic). */
 void zt_model_init_params(const zt_model *m, float *params_host);
+
+/* ---- checkpoints (safetensors) ---------------------------------------------------------------
+ * A model state buffer is a flat host buffer in the parameter layout (parameters, or an AdamW
+ * moment). In the checkpoint layout every tensor is written under its name with its file shape
+ * (HF Conv1D weights transposed); in the internal layout the shape is the internal one, (OC, C),
+ * and nothing is transposed. */
+typedef struct zt_model_state {
+  const char *suffix;   /* appended to each tensor name ("" for parameters, ".exp_avg", ...) */
+  float *data;          /* zt_model_num_params floats on the host */
+} zt_model_state;
+
+/* Writes n buffers into one F32 safetensors file atomically; note goes into __metadata__.
+ * internal_layout: 0 = checkpoint layout, 1 = internal layout. */
+int zt_model_save_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
+                         int internal_layout, const char *note, char *err, size_t errlen);
+/* Fills n buffers from a safetensors file (F32/BF16/F16). Accepts the "transformer." prefix HF
+ * GPT-2 files use and ignores the buffers they carry (lm_head.weight, *.attn.bias,
+ * *.attn.masked_bias); any other missing, extra or wrongly shaped tensor is refused, named. */
+int zt_model_load_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
+                         int internal_layout, char *err, size_t errlen);
+
+/* ---- forward and backward --------------------------------------------------------------------
+ * The activations of one micro-batch (B rows of seq_len tokens) and the backward scratch live in
+ * one backend allocation made when the job starts. The step walks the units: forward 0..U-1, the
+ * loss on the logits, backward U-1..0; each unit function takes only that unit's parameter and
+ * gradient pointers (backend memory), which is the grain the offload engine streams. The gpt
+ * head also reads the tied wte in the embedding unit (embed / dembed). */
+typedef struct zt_acts zt_acts;
+
+int zt_acts_open(zt_acts **a, const zt_model *m, const zt_backend *be, int B, char *err,
+                 size_t errlen);
+void zt_acts_close(zt_acts *a);
+size_t zt_acts_bytes(const zt_acts *a);
+/* The bytes zt_acts_open would allocate for B rows on a backend with these ops, without
+ * allocating backend memory; 0 if B is out of range or the host is out of memory. */
+size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B);
+/* Backend buffers of B*T ints the caller fills before forward: input tokens (all in [0, vocab))
+ * and next-token targets (-1 = ignored). */
+int32_t *zt_acts_tokens(zt_acts *a);
+int32_t *zt_acts_targets(zt_acts *a);
+/* (B*T, vocab) logits after forward; the loss op turns them into their gradient in place. */
+float *zt_acts_logits(zt_acts *a);
+
+void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
+                           const float *embed);
+/* Adds the unit's parameter gradients into g (and the tied wte's into dembed for the gpt head). */
+void zt_model_unit_backward(const zt_model *m, zt_acts *a, int unit, const float *p, float *g,
+                            const float *embed, float *dembed);
+/* All units over flat parameter / gradient buffers. */
+void zt_model_forward(const zt_model *m, zt_acts *a, const float *params);
+void zt_model_backward(const zt_model *m, zt_acts *a, const float *params, float *grads);
 
 #endif

@@ -38,6 +38,13 @@ typedef struct zt_step_result {
 
 typedef struct zt_trainer zt_trainer;
 
+/* Exactly the bytes zt_trainer_open would allocate on the backend for this config (params,
+ * grads, AdamW m and v, activations of one micro-batch), computed without allocating: the
+ * daemon refuses a job that cannot fit with this number. Measured for the CPU backend (its
+ * attention keeps (B, NH, T, T) probabilities); SIZE_MAX for a configuration that does not pass
+ * zt_model_cfg_check / zt_train_cfg_check. */
+size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc);
+
 /* Allocates everything the step needs on the backend (nothing is allocated per step) and
  * initialises the parameters (seed or cfg->init_path). */
 int zt_trainer_open(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
@@ -48,6 +55,10 @@ const zt_model *zt_trainer_model(const zt_trainer *t);
 int zt_trainer_step_count(const zt_trainer *t);   /* optimizer steps completed */
 /* Bytes the trainer holds on the backend (params, grads, optimizer state, activations). */
 size_t zt_trainer_backend_bytes(const zt_trainer *t);
+
+/* Copies the parameters and the AdamW moments to the host, in the flat layout (internal shapes);
+ * any pointer may be NULL. For tests and tools that compare states. */
+int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *exp_avg_sq);
 
 /* Tokens one micro-batch needs: B * (T + 1) (inputs plus the next-token targets). */
 size_t zt_trainer_micro_tokens(const zt_trainer *t);

@@ -1,0 +1,76 @@
+/* What model.c shares with the architecture files (gpt.c, encoder.c): the model and activation
+ * structs, the layout builder, and the table each architecture fills. Not public. */
+#ifndef ZT_MODEL_ARCH_H
+#define ZT_MODEL_ARCH_H
+
+#include "engine/model/model.h"
+
+typedef enum zt__init_kind {
+  ZT__INIT_NORMAL = 1,  /* N(0, 0.02) */
+  ZT__INIT_RESID,       /* N(0, 0.02 / sqrt(2 * n_layers)): projections into the residual stream */
+  ZT__INIT_ZEROS,
+  ZT__INIT_ONES,
+} zt__init_kind;
+
+/* Carves one backend allocation into buffers: a first pass with base NULL measures, the second
+ * binds the pointers. */
+typedef struct zt__bump {
+  char *base;
+  size_t off;
+} zt__bump;
+
+float *zt__bump_floats(zt__bump *b, size_t n);
+void *zt__bump_bytes(zt__bump *b, size_t bytes);
+
+typedef struct zt__arch {
+  zt_arch id;
+  const char *name;
+  int default_d_ff;     /* <= 0: 4 * d_model */
+  int (*layout)(zt_model *m);
+  size_t host_acts_size;  /* the arch's struct of activation pointers, before the layer array */
+  size_t host_layer_size; /* bytes per layer of that struct */
+  void (*bind_acts)(zt_acts *a, zt__bump *b);
+  void (*unit_forward)(const zt_model *m, zt_acts *a, int unit, const float *p,
+                       const float *embed);
+  void (*unit_backward)(const zt_model *m, zt_acts *a, int unit, const float *p, float *g,
+                        const float *embed, float *dembed);
+} zt__arch;
+
+extern const zt__arch zt__arch_gpt;
+extern const zt__arch zt__arch_encoder;
+
+struct zt_model {
+  zt_model_cfg cfg;
+  int d_ff;             /* resolved (cfg.d_ff or the arch default) */
+  const zt__arch *arch;
+  zt_tensor_info *t;
+  zt__init_kind *init;
+  int nt, tcap;
+  zt_unit_info *u;
+  int *u_first;         /* index of each unit's first tensor */
+  int nu, ucap;
+  size_t nparams;
+};
+
+struct zt_acts {
+  const zt_model *m;
+  zt_backend be;
+  int B, T;
+  void *base;
+  size_t bytes;
+  int32_t *tok, *tgt;
+  float *logits;
+  void *arch;           /* the arch's pointer struct (host memory) */
+};
+
+/* Layout builder: a unit, then its tensors (shape as stored in the checkpoint file). */
+int zt__model_begin_unit(zt_model *m, const char *name);
+int zt__model_add_tensor(zt_model *m, const char *name, int ndim, int64_t s0, int64_t s1,
+                         int transposed, int decay, zt__init_kind init);
+
+/* The k-th tensor of unit u inside that unit's parameter block p. */
+static inline float *zt__unit_tensor(const zt_model *m, const float *p, int u, int k) {
+  return (float *)p + (m->t[m->u_first[u] + k].offset - m->u[u].offset);
+}
+
+#endif

@@ -1,0 +1,199 @@
+/* GPT-2: token + learned position embeddings, pre-LN blocks (ln_1 -> fused qkv -> causal
+ * attention -> c_proj -> residual; ln_2 -> c_fc -> GELU(tanh) -> c_proj -> residual), ln_f and
+ * an LM head tied to wte. Tensor names are Hugging Face's GPT-2 names without the "transformer."
+ * prefix; the HF Conv1D weights are stored (in, out), the transpose of our (OC, C). */
+#include <stdio.h>
+
+#include "engine/model/arch.h"
+
+enum { BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B, BLK_LN2_W, BLK_LN2_B,
+       BLK_FC_W, BLK_FC_B, BLK_FCP_W, BLK_FCP_B };
+
+typedef struct gpt_layer {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+      *fch_gelu, *res3;
+  void *att;
+} gpt_layer;
+
+typedef struct gpt_acts {
+  float *encoded, *lnf, *lnf_mean, *lnf_rstd;
+  float *tmp;                                    /* projection output before the residual add */
+  float *dres, *dc, *dqkv, *dfch, *dfch_gelu;    /* backward scratch */
+  gpt_layer l[];
+} gpt_acts;
+
+static int layout(zt_model *m) {
+  int64_t V = m->cfg.vocab, T = m->cfg.seq_len, C = m->cfg.d_model, F = m->d_ff;
+  char n[96];
+  if (zt__model_begin_unit(m, "embed") < 0 ||
+      zt__model_add_tensor(m, "wte.weight", 2, V, C, 0, 1, ZT__INIT_NORMAL) < 0 ||
+      zt__model_add_tensor(m, "wpe.weight", 2, T, C, 0, 1, ZT__INIT_NORMAL) < 0)
+    return -1;
+  for (int i = 0; i < m->cfg.n_layers; i++) {
+    static const struct {
+      const char *name;
+      int ndim, s0, s1, transposed, decay;  /* s0/s1: 0 = C, -1 = F, k > 0: k * C */
+      zt__init_kind init;
+    } b[] = {
+        {"ln_1.weight", 1, 0, 0, 0, 0, ZT__INIT_ONES},
+        {"ln_1.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
+        {"attn.c_attn.weight", 2, 0, 3, 1, 1, ZT__INIT_NORMAL},
+        {"attn.c_attn.bias", 1, 3, 0, 0, 0, ZT__INIT_ZEROS},
+        {"attn.c_proj.weight", 2, 0, 0, 1, 1, ZT__INIT_RESID},
+        {"attn.c_proj.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
+        {"ln_2.weight", 1, 0, 0, 0, 0, ZT__INIT_ONES},
+        {"ln_2.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
+        {"mlp.c_fc.weight", 2, 0, -1, 1, 1, ZT__INIT_NORMAL},
+        {"mlp.c_fc.bias", 1, -1, 0, 0, 0, ZT__INIT_ZEROS},
+        {"mlp.c_proj.weight", 2, -1, 0, 1, 1, ZT__INIT_RESID},
+        {"mlp.c_proj.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
+    };
+    snprintf(n, sizeof n, "block.%d", i);
+    if (zt__model_begin_unit(m, n) < 0) return -1;
+    for (size_t k = 0; k < sizeof b / sizeof b[0]; k++) {
+      int64_t s0 = b[k].s0 < 0 ? F : (b[k].s0 ? b[k].s0 * C : C);
+      int64_t s1 = b[k].s1 < 0 ? F : (b[k].s1 ? b[k].s1 * C : C);
+      snprintf(n, sizeof n, "h.%d.%s", i, b[k].name);
+      if (zt__model_add_tensor(m, n, b[k].ndim, s0, s1, b[k].transposed, b[k].decay,
+                               b[k].init) < 0)
+        return -1;
+    }
+  }
+  if (zt__model_begin_unit(m, "head") < 0 ||
+      zt__model_add_tensor(m, "ln_f.weight", 1, C, 0, 0, 0, ZT__INIT_ONES) < 0 ||
+      zt__model_add_tensor(m, "ln_f.bias", 1, C, 0, 0, 0, ZT__INIT_ZEROS) < 0)
+    return -1;
+  return 0;
+}
+
+static void bind_acts(zt_acts *a, zt__bump *b) {
+  gpt_acts *g = a->arch;
+  size_t N = (size_t)a->B * (size_t)a->T, C = (size_t)a->m->cfg.d_model, F = (size_t)a->m->d_ff;
+  size_t V = (size_t)a->m->cfg.vocab;
+  const zt_ops *ops = a->be.ops;
+  a->tok = zt__bump_bytes(b, N * sizeof(int32_t));
+  a->tgt = zt__bump_bytes(b, N * sizeof(int32_t));
+  a->logits = zt__bump_floats(b, N * V);
+  g->encoded = zt__bump_floats(b, N * C);
+  g->lnf = zt__bump_floats(b, N * C);
+  g->lnf_mean = zt__bump_floats(b, N);
+  g->lnf_rstd = zt__bump_floats(b, N);
+  g->tmp = zt__bump_floats(b, N * C);
+  g->dres = zt__bump_floats(b, N * C);
+  g->dc = zt__bump_floats(b, N * C);
+  g->dqkv = zt__bump_floats(b, N * 3 * C);
+  g->dfch = zt__bump_floats(b, N * F);
+  g->dfch_gelu = zt__bump_floats(b, N * F);
+  for (int i = 0; i < a->m->cfg.n_layers; i++) {
+    gpt_layer *l = &g->l[i];
+    l->ln1 = zt__bump_floats(b, N * C);
+    l->ln1_mean = zt__bump_floats(b, N);
+    l->ln1_rstd = zt__bump_floats(b, N);
+    l->qkv = zt__bump_floats(b, N * 3 * C);
+    l->att = zt__bump_bytes(b, ops->attention_saved_bytes(a->B, a->T, (int)C, a->m->cfg.n_heads));
+    l->atty = zt__bump_floats(b, N * C);
+    l->res2 = zt__bump_floats(b, N * C);
+    l->ln2 = zt__bump_floats(b, N * C);
+    l->ln2_mean = zt__bump_floats(b, N);
+    l->ln2_rstd = zt__bump_floats(b, N);
+    l->fch = zt__bump_floats(b, N * F);
+    l->fch_gelu = zt__bump_floats(b, N * F);
+    l->res3 = zt__bump_floats(b, N * C);
+  }
+}
+
+static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, const float *embed) {
+  const zt_ops *o = a->be.ops;
+  void *ctx = a->be.ctx;
+  gpt_acts *g = a->arch;
+  int B = a->B, T = a->T, C = m->cfg.d_model, F = m->d_ff, NH = m->cfg.n_heads, L = m->cfg.n_layers;
+  int N = B * T;
+  if (u == 0) {
+    o->embedding_fwd(ctx, g->encoded, a->tok, zt__unit_tensor(m, p, 0, 0),
+                     zt__unit_tensor(m, p, 0, 1), B, T, C);
+    return;
+  }
+  if (u == L + 1) {
+    o->layernorm_fwd(ctx, g->lnf, g->lnf_mean, g->lnf_rstd, g->l[L - 1].res3,
+                     zt__unit_tensor(m, p, u, 0), zt__unit_tensor(m, p, u, 1), N, C);
+    o->matmul_fwd(ctx, a->logits, g->lnf, embed, NULL, N, C, m->cfg.vocab);
+    return;
+  }
+  int i = u - 1;
+  gpt_layer *l = &g->l[i];
+  const float *in = i ? g->l[i - 1].res3 : g->encoded;
+#define W(k) zt__unit_tensor(m, p, u, k)
+  o->layernorm_fwd(ctx, l->ln1, l->ln1_mean, l->ln1_rstd, in, W(BLK_LN1_W), W(BLK_LN1_B), N, C);
+  o->matmul_fwd(ctx, l->qkv, l->ln1, W(BLK_QKV_W), W(BLK_QKV_B), N, C, 3 * C);
+  o->attention_fwd(ctx, l->atty, l->att, l->qkv, B, T, C, NH, 1);
+  o->matmul_fwd(ctx, g->tmp, l->atty, W(BLK_PROJ_W), W(BLK_PROJ_B), N, C, C);
+  o->add(ctx, l->res2, in, g->tmp, (size_t)N * C);
+  o->layernorm_fwd(ctx, l->ln2, l->ln2_mean, l->ln2_rstd, l->res2, W(BLK_LN2_W), W(BLK_LN2_B), N, C);
+  o->matmul_fwd(ctx, l->fch, l->ln2, W(BLK_FC_W), W(BLK_FC_B), N, C, F);
+  o->gelu_fwd(ctx, l->fch_gelu, l->fch, (size_t)N * F);
+  o->matmul_fwd(ctx, g->tmp, l->fch_gelu, W(BLK_FCP_W), W(BLK_FCP_B), N, F, C);
+  o->add(ctx, l->res3, l->res2, g->tmp, (size_t)N * C);
+#undef W
+}
+
+/* g->dres carries the gradient of the residual stream from unit to unit; the backward ops add
+ * into it, which is exactly the residual's "gradient flows to both branches". */
+static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, float *gr,
+                          const float *embed, float *dembed) {
+  const zt_ops *o = a->be.ops;
+  void *ctx = a->be.ctx;
+  gpt_acts *g = a->arch;
+  int B = a->B, T = a->T, C = m->cfg.d_model, F = m->d_ff, NH = m->cfg.n_heads, L = m->cfg.n_layers;
+  int N = B * T;
+  size_t NC = (size_t)N * C;
+  if (u == 0) {
+    o->embedding_bwd(ctx, zt__unit_tensor(m, gr, 0, 0), zt__unit_tensor(m, gr, 0, 1), g->dres,
+                     a->tok, B, T, C);
+    return;
+  }
+  if (u == L + 1) {
+    o->zero(ctx, g->dc, NC * sizeof(float));
+    o->matmul_bwd(ctx, g->dc, dembed, NULL, a->logits, g->lnf, embed, N, C, m->cfg.vocab);
+    o->zero(ctx, g->dres, NC * sizeof(float));
+    o->layernorm_bwd(ctx, g->dres, zt__unit_tensor(m, gr, u, 0), zt__unit_tensor(m, gr, u, 1),
+                     g->dc, g->l[L - 1].res3, zt__unit_tensor(m, p, u, 0), g->lnf_mean,
+                     g->lnf_rstd, N, C);
+    return;
+  }
+  int i = u - 1;
+  gpt_layer *l = &g->l[i];
+  const float *in = i ? g->l[i - 1].res3 : g->encoded;
+#define W(k) zt__unit_tensor(m, p, u, k)
+#define G(k) zt__unit_tensor(m, gr, u, k)
+  o->zero(ctx, g->dfch_gelu, (size_t)N * F * sizeof(float));
+  o->matmul_bwd(ctx, g->dfch_gelu, G(BLK_FCP_W), G(BLK_FCP_B), g->dres, l->fch_gelu,
+                W(BLK_FCP_W), N, F, C);
+  o->zero(ctx, g->dfch, (size_t)N * F * sizeof(float));
+  o->gelu_bwd(ctx, g->dfch, l->fch, g->dfch_gelu, (size_t)N * F);
+  o->zero(ctx, g->dc, NC * sizeof(float));
+  o->matmul_bwd(ctx, g->dc, G(BLK_FC_W), G(BLK_FC_B), g->dfch, l->ln2, W(BLK_FC_W), N, C, F);
+  o->layernorm_bwd(ctx, g->dres, G(BLK_LN2_W), G(BLK_LN2_B), g->dc, l->res2, W(BLK_LN2_W),
+                   l->ln2_mean, l->ln2_rstd, N, C);
+  o->zero(ctx, g->dc, NC * sizeof(float));
+  o->matmul_bwd(ctx, g->dc, G(BLK_PROJ_W), G(BLK_PROJ_B), g->dres, l->atty, W(BLK_PROJ_W), N, C, C);
+  o->zero(ctx, g->dqkv, 3 * NC * sizeof(float));
+  o->attention_bwd(ctx, g->dqkv, g->dc, l->qkv, l->att, B, T, C, NH, 1);
+  o->zero(ctx, g->dc, NC * sizeof(float));
+  o->matmul_bwd(ctx, g->dc, G(BLK_QKV_W), G(BLK_QKV_B), g->dqkv, l->ln1, W(BLK_QKV_W), N, C, 3 * C);
+  o->layernorm_bwd(ctx, g->dres, G(BLK_LN1_W), G(BLK_LN1_B), g->dc, in, W(BLK_LN1_W),
+                   l->ln1_mean, l->ln1_rstd, N, C);
+#undef W
+#undef G
+}
+
+const zt__arch zt__arch_gpt = {
+    .id = ZT_ARCH_GPT,
+    .name = "gpt",
+    .default_d_ff = 0,
+    .layout = layout,
+    .host_acts_size = sizeof(gpt_acts),
+    .host_layer_size = sizeof(gpt_layer),
+    .bind_acts = bind_acts,
+    .unit_forward = unit_forward,
+    .unit_backward = unit_backward,
+};

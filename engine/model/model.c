@@ -1,0 +1,423 @@
+/* The architecture-independent half of a model: configuration checks, the flat parameter layout
+ * and its units, the deterministic init, checkpoint I/O by tensor name, and the activation
+ * buffers the per-arch forward/backward use. */
+#include "engine/model/arch.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model/safetensors.h"
+
+/* Sanity bounds: far above anything trained here, low enough that every size below stays
+ * representable and a typo is caught before it turns into a huge allocation. */
+#define MAX_VOCAB (1 << 24)
+#define MAX_SEQ (1 << 16)
+#define MAX_DMODEL 65536
+#define MAX_LAYERS 1024
+#define MAX_DFF (1 << 20)
+#define MAX_PARAMS (1ull << 36)
+
+static const zt__arch *const archs[] = {&zt__arch_gpt, &zt__arch_encoder};
+
+static const zt__arch *arch_of(zt_arch a) {
+  for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+    if (archs[i]->id == a) return archs[i];
+  return NULL;
+}
+
+const char *zt_arch_name(zt_arch a) {
+  const zt__arch *x = arch_of(a);
+  return x ? x->name : "unknown";
+}
+
+int zt_arch_parse(const char *s, zt_arch *out) {
+  for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+    if (s && !strcmp(s, archs[i]->name)) {
+      *out = archs[i]->id;
+      return 0;
+    }
+  return -EINVAL;
+}
+
+static int bad(char *err, size_t errlen, const char *field, long long v, long long lo,
+               long long hi) {
+  snprintf(err, errlen, "model.%s must be in [%lld, %lld] (got %lld)", field, lo, hi, v);
+  return -EINVAL;
+}
+
+int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
+  const zt__arch *a = arch_of(c->arch);
+  if (!a) {
+    snprintf(err, errlen, "model.arch must be gpt or encoder");
+    return -EINVAL;
+  }
+  if (c->vocab < 1 || c->vocab > MAX_VOCAB) return bad(err, errlen, "vocab", c->vocab, 1, MAX_VOCAB);
+  if (c->seq_len < 1 || c->seq_len > MAX_SEQ)
+    return bad(err, errlen, "seq_len", c->seq_len, 1, MAX_SEQ);
+  if (c->d_model < 1 || c->d_model > MAX_DMODEL)
+    return bad(err, errlen, "d_model", c->d_model, 1, MAX_DMODEL);
+  if (c->n_heads < 1 || c->n_heads > c->d_model)
+    return bad(err, errlen, "n_heads", c->n_heads, 1, c->d_model);
+  if (c->d_model % c->n_heads) {
+    snprintf(err, errlen, "model.n_heads must divide model.d_model (%d %% %d != 0)", c->d_model,
+             c->n_heads);
+    return -EINVAL;
+  }
+  if (c->n_layers < 1 || c->n_layers > MAX_LAYERS)
+    return bad(err, errlen, "n_layers", c->n_layers, 1, MAX_LAYERS);
+  if (c->d_ff < 0 || c->d_ff > MAX_DFF) return bad(err, errlen, "d_ff", c->d_ff, 0, MAX_DFF);
+  if (memchr(c->init_path, 0, sizeof c->init_path) == NULL) {
+    snprintf(err, errlen, "model.init_path is not terminated");
+    return -EINVAL;
+  }
+  /* An upper bound on both architectures' parameter count (two V x C matrices, the position
+   * table, per layer 4 C^2 + 2 C F plus vectors), in double so it cannot overflow. */
+  double C = c->d_model, F = c->d_ff ? c->d_ff : (a->default_d_ff > 0 ? a->default_d_ff : 4 * C);
+  double n = 2.0 * c->vocab * C + (double)c->seq_len * C + c->vocab + 2 * C +
+             (double)c->n_layers * (4 * C * C + 2 * C * F + 9 * C + F);
+  if (n > (double)MAX_PARAMS) {
+    snprintf(err, errlen, "model has about %.3g parameters; at most %llu (2^36) are supported "
+             "(check model.d_model, model.n_layers, model.vocab, model.d_ff)", n, MAX_PARAMS);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int zt__model_begin_unit(zt_model *m, const char *name) {
+  if (m->nu == m->ucap) {
+    int cap = m->ucap ? 2 * m->ucap : 8;
+    zt_unit_info *u = realloc(m->u, (size_t)cap * sizeof *u);
+    if (!u) return -ENOMEM;
+    m->u = u;
+    int *f = realloc(m->u_first, (size_t)cap * sizeof *f);
+    if (!f) return -ENOMEM;
+    m->u_first = f;
+    m->ucap = cap;
+  }
+  zt_unit_info *u = &m->u[m->nu];
+  memset(u, 0, sizeof *u);
+  snprintf(u->name, sizeof u->name, "%s", name);
+  u->offset = m->nparams;
+  m->u_first[m->nu] = m->nt;
+  m->nu++;
+  return 0;
+}
+
+int zt__model_add_tensor(zt_model *m, const char *name, int ndim, int64_t s0, int64_t s1,
+                         int transposed, int decay, zt__init_kind init) {
+  if (m->nt == m->tcap) {
+    int cap = m->tcap ? 2 * m->tcap : 32;
+    zt_tensor_info *t = realloc(m->t, (size_t)cap * sizeof *t);
+    if (!t) return -ENOMEM;
+    m->t = t;
+    zt__init_kind *k = realloc(m->init, (size_t)cap * sizeof *k);
+    if (!k) return -ENOMEM;
+    m->init = k;
+    m->tcap = cap;
+  }
+  zt_tensor_info *t = &m->t[m->nt];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->ndim = ndim;
+  t->shape[0] = s0;
+  t->shape[1] = ndim > 1 ? s1 : 0;
+  t->numel = (size_t)s0 * (size_t)(ndim > 1 ? s1 : 1);
+  t->transposed = transposed;
+  t->offset = m->nparams;
+  t->unit = m->nu - 1;
+  t->decay = decay;
+  m->init[m->nt] = init;
+  m->nt++;
+  m->nparams += t->numel;
+  m->u[m->nu - 1].numel += t->numel;
+  return 0;
+}
+
+int zt_model_create(zt_model **out, const zt_model_cfg *cfg, char *err, size_t errlen) {
+  *out = NULL;
+  int rc = zt_model_cfg_check(cfg, err, errlen);
+  if (rc < 0) return rc;
+  zt_model *m = calloc(1, sizeof *m);
+  if (!m) goto nomem;
+  m->cfg = *cfg;
+  m->arch = arch_of(cfg->arch);
+  m->d_ff = cfg->d_ff ? cfg->d_ff
+                      : (m->arch->default_d_ff > 0 ? m->arch->default_d_ff : 4 * cfg->d_model);
+  if (m->arch->layout(m) < 0) goto nomem;
+  *out = m;
+  return 0;
+nomem:
+  zt_model_destroy(m);
+  snprintf(err, errlen, "out of memory building the model layout");
+  return -ENOMEM;
+}
+
+void zt_model_destroy(zt_model *m) {
+  if (!m) return;
+  free(m->t);
+  free(m->init);
+  free(m->u);
+  free(m->u_first);
+  free(m);
+}
+
+const zt_model_cfg *zt_model_cfg_of(const zt_model *m) { return &m->cfg; }
+size_t zt_model_num_params(const zt_model *m) { return m->nparams; }
+int zt_model_num_tensors(const zt_model *m) { return m->nt; }
+const zt_tensor_info *zt_model_tensor(const zt_model *m, int i) { return &m->t[i]; }
+int zt_model_num_units(const zt_model *m) { return m->nu; }
+const zt_unit_info *zt_model_unit(const zt_model *m, int i) { return &m->u[i]; }
+int zt_model_d_ff(const zt_model *m) { return m->d_ff; }
+
+/* splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose stream depends only on the seed. */
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Box-Muller in double from two 53-bit uniforms; u1 is in (0, 1] so log() is finite. Only the
+ * cosine branch is used: one normal per two draws keeps the stream trivial to reproduce. */
+static double normal01(uint64_t *s) {
+  double u1 = (double)((splitmix64(s) >> 11) + 1) * 0x1.0p-53;
+  double u2 = (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* GPT-2's init for both archs: weights and embeddings N(0, 0.02), projections into the residual
+ * stream N(0, 0.02/sqrt(2L)), biases 0, norms 1/0. Tensors are filled in layout order from one
+ * splitmix64 stream seeded with cfg.init_seed. (The encoder therefore does not start from
+ * PyTorch's default init; parity runs load their init from safetensors.) */
+void zt_model_init_params(const zt_model *m, float *p) {
+  uint64_t s = m->cfg.init_seed;
+  double resid = 0.02 / sqrt(2.0 * m->cfg.n_layers);
+  for (int i = 0; i < m->nt; i++) {
+    float *x = p + m->t[i].offset;
+    size_t n = m->t[i].numel;
+    switch (m->init[i]) {
+    case ZT__INIT_NORMAL:
+      for (size_t j = 0; j < n; j++) x[j] = (float)(0.02 * normal01(&s));
+      break;
+    case ZT__INIT_RESID:
+      for (size_t j = 0; j < n; j++) x[j] = (float)(resid * normal01(&s));
+      break;
+    case ZT__INIT_ZEROS:
+      memset(x, 0, n * sizeof *x);
+      break;
+    case ZT__INIT_ONES:
+      for (size_t j = 0; j < n; j++) x[j] = 1.0f;
+      break;
+    }
+  }
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------- */
+
+static void file_shape(const zt_tensor_info *t, int internal, int64_t out[2]) {
+  int swap = internal && t->transposed;
+  out[0] = t->shape[swap ? 1 : 0];
+  out[1] = t->shape[swap ? 0 : 1];
+}
+
+int zt_model_save_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
+                         int internal_layout, const char *note, char *err, size_t errlen) {
+  int rc = 0, ne = 0;
+  zt_st_entry *e = calloc((size_t)(m->nt * n) + 1, sizeof *e);
+  char *names = malloc((size_t)(m->nt * n) * 128 + 1);
+  if (!e || !names) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", path);
+    goto out;
+  }
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < m->nt; i++, ne++) {
+      const zt_tensor_info *t = &m->t[i];
+      char *nm = names + (size_t)ne * 128;
+      snprintf(nm, 128, "%s%s", t->name, s[k].suffix);
+      e[ne].name = nm;
+      e[ne].ndim = t->ndim;
+      file_shape(t, internal_layout, e[ne].shape);
+      e[ne].data = s[k].data + t->offset;
+      e[ne].transpose = t->transposed && !internal_layout;
+    }
+  const char *meta[6] = {"format", "pt", "arch", m->arch->name, "note", note};
+  rc = zt_st_write(path, e, ne, meta, note ? 3 : 2, err, errlen);
+out:
+  free(e);
+  free(names);
+  return rc;
+}
+
+/* Buffers HF GPT-2 files carry that are not parameters. */
+static int ignorable(const char *name) {
+  size_t n = strlen(name);
+  static const char *const ends[] = {".attn.bias", ".attn.masked_bias"};
+  if (!strcmp(name, "lm_head.weight")) return 1;
+  for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+    size_t k = strlen(ends[i]);
+    if (n >= k && !strcmp(name + n - k, ends[i])) return 1;
+  }
+  return 0;
+}
+
+int zt_model_load_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
+                         int internal_layout, char *err, size_t errlen) {
+  zt_st_file *f = NULL;
+  char *used = NULL;
+  int rc = zt_st_open(&f, path, err, errlen);
+  if (rc < 0) return rc;
+  used = calloc((size_t)zt_st_count(f) + 1, 1);
+  if (!used) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", path);
+    goto out;
+  }
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < m->nt; i++) {
+      const zt_tensor_info *t = &m->t[i];
+      char nm[160];
+      snprintf(nm, sizeof nm, "%s%s", t->name, s[k].suffix);
+      const zt_st_tensor *ft = zt_st_find(f, nm);
+      if (!ft) {
+        char pre[176];
+        snprintf(pre, sizeof pre, "transformer.%s", nm);
+        ft = zt_st_find(f, pre);
+      }
+      if (!ft) {
+        rc = -EINVAL;
+        snprintf(err, errlen, "%s: tensor %s is missing", path, nm);
+        goto out;
+      }
+      int64_t want[2];
+      file_shape(t, internal_layout, want);
+      if (ft->ndim != t->ndim || ft->shape[0] != want[0] || (t->ndim > 1 && ft->shape[1] != want[1])) {
+        char got[128] = "";
+        for (int d = 0; d < ft->ndim; d++)
+          snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                   (long long)ft->shape[d]);
+        rc = -EINVAL;
+        if (t->ndim > 1)
+          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld, %lld]", path,
+                   ft->name, got, (long long)want[0], (long long)want[1]);
+        else
+          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld]", path, ft->name,
+                   got, (long long)want[0]);
+        goto out;
+      }
+      rc = zt_st_read_f32(f, ft, s[k].data + t->offset, t->transposed && !internal_layout, err,
+                          errlen);
+      if (rc < 0) goto out;
+      used[ft - zt_st_tensor_at(f, 0)] = 1;
+    }
+  for (int i = 0; i < zt_st_count(f); i++) {
+    const char *nm = zt_st_tensor_at(f, i)->name;
+    if (!used[i] && !ignorable(nm)) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)", path, nm,
+               m->arch->name);
+      goto out;
+    }
+  }
+out:
+  free(used);
+  zt_st_close(f);
+  return rc;
+}
+
+/* ---- activations --------------------------------------------------------------------------- */
+
+/* 64-byte alignment keeps every buffer on its own cache lines (and is what vector loads like). */
+void *zt__bump_bytes(zt__bump *b, size_t bytes) {
+  void *p = b->base ? b->base + b->off : NULL;
+  b->off += (bytes + 63) / 64 * 64;
+  return p;
+}
+
+float *zt__bump_floats(zt__bump *b, size_t n) { return zt__bump_bytes(b, n * sizeof(float)); }
+
+static int batch_ok(const zt_model *m, int B) {
+  return B >= 1 && (size_t)B * (size_t)m->cfg.seq_len <= (size_t)1 << 31;
+}
+
+size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B) {
+  if (!batch_ok(m, B)) return 0;
+  zt_acts a = {.m = m, .be = {.ops = ops}, .B = B, .T = m->cfg.seq_len};
+  a.arch = calloc(1, m->arch->host_acts_size + (size_t)m->cfg.n_layers * m->arch->host_layer_size);
+  if (!a.arch) return 0;
+  zt__bump b = {0};
+  m->arch->bind_acts(&a, &b);
+  free(a.arch);
+  return b.off;
+}
+
+int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, char *err,
+                 size_t errlen) {
+  *out = NULL;
+  if (!batch_ok(m, B)) {
+    snprintf(err, errlen, "train.micro_batch must be in [1, 2^31 / model.seq_len] (got %d)", B);
+    return -EINVAL;
+  }
+  zt_acts *a = calloc(1, sizeof *a);
+  if (!a) goto nomem;
+  a->m = m;
+  a->be = *be;
+  a->B = B;
+  a->T = m->cfg.seq_len;
+  a->arch = calloc(1, m->arch->host_acts_size + (size_t)m->cfg.n_layers * m->arch->host_layer_size);
+  if (!a->arch) goto nomem;
+  zt__bump b = {0};
+  m->arch->bind_acts(a, &b);
+  a->bytes = b.off;
+  a->base = be->ops->alloc(be->ctx, a->bytes);
+  if (!a->base) {
+    zt_acts_close(a);
+    snprintf(err, errlen, "backend %s: cannot allocate %zu bytes of activations", be->ops->name,
+             b.off);
+    return -ENOMEM;
+  }
+  b = (zt__bump){.base = a->base};
+  m->arch->bind_acts(a, &b);
+  *out = a;
+  return 0;
+nomem:
+  zt_acts_close(a);
+  snprintf(err, errlen, "out of memory");
+  return -ENOMEM;
+}
+
+void zt_acts_close(zt_acts *a) {
+  if (!a) return;
+  if (a->base) a->be.ops->free(a->be.ctx, a->base);
+  free(a->arch);
+  free(a);
+}
+
+size_t zt_acts_bytes(const zt_acts *a) { return a->bytes; }
+int32_t *zt_acts_tokens(zt_acts *a) { return a->tok; }
+int32_t *zt_acts_targets(zt_acts *a) { return a->tgt; }
+float *zt_acts_logits(zt_acts *a) { return a->logits; }
+
+void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
+                           const float *embed) {
+  m->arch->unit_forward(m, a, unit, p, embed);
+}
+
+void zt_model_unit_backward(const zt_model *m, zt_acts *a, int unit, const float *p, float *g,
+                            const float *embed, float *dembed) {
+  m->arch->unit_backward(m, a, unit, p, g, embed, dembed);
+}
+
+void zt_model_forward(const zt_model *m, zt_acts *a, const float *params) {
+  for (int u = 0; u < m->nu; u++)
+    m->arch->unit_forward(m, a, u, params + m->u[u].offset, params + m->u[0].offset);
+}
+
+void zt_model_backward(const zt_model *m, zt_acts *a, const float *params, float *grads) {
+  for (int u = m->nu - 1; u >= 0; u--)
+    m->arch->unit_backward(m, a, u, params + m->u[u].offset, grads + m->u[u].offset,
+                           params + m->u[0].offset, grads + m->u[0].offset);
+}

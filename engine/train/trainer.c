@@ -1,0 +1,286 @@
+/* The optimizer step: gradient accumulation over micro-batches, the global gradient norm and
+ * clipping (as torch.nn.utils.clip_grad_norm_), the learning-rate schedule, AdamW with
+ * nanoGPT's two parameter groups (decay for matrices and embeddings, none for biases and norms). */
+#include "engine/train/trainer_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void zt_train_cfg_defaults(zt_train_cfg *c) {
+  memset(c, 0, sizeof *c);
+  c->steps = 1;
+  c->micro_batch = 1;
+  c->grad_accum = 1;
+  c->lr = 1e-3f;
+  c->beta1 = 0.9f;
+  c->beta2 = 0.999f;
+  c->eps = 1e-8f;
+  c->weight_decay = 0.01f;
+  c->schedule = ZT_SCHED_CONSTANT;
+  c->warmup_steps = 0;
+  c->min_lr = 0.0f;
+  c->grad_clip = 0.0f;
+  c->seed = 0;
+}
+
+static int range_i(char *err, size_t errlen, const char *f, int v, int lo, int hi) {
+  if (v >= lo && v <= hi) return 0;
+  snprintf(err, errlen, "train.%s must be in [%d, %d] (got %d)", f, lo, hi, v);
+  return -EINVAL;
+}
+
+static int range_f(char *err, size_t errlen, const char *f, float v, double lo, double hi,
+                   int hi_open) {
+  if (isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi)) return 0;
+  snprintf(err, errlen, "train.%s must be in [%g, %g%s (got %g)", f, lo, hi, hi_open ? ")" : "]",
+           (double)v);
+  return -EINVAL;
+}
+
+int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
+  int rc;
+  if ((rc = range_i(err, errlen, "steps", c->steps, 1, 1 << 30)) < 0 ||
+      (rc = range_i(err, errlen, "micro_batch", c->micro_batch, 1, 1 << 20)) < 0 ||
+      (rc = range_i(err, errlen, "grad_accum", c->grad_accum, 1, 1 << 20)) < 0 ||
+      (rc = range_f(err, errlen, "lr", c->lr, 0, 10, 0)) < 0 ||
+      (rc = range_f(err, errlen, "beta1", c->beta1, 0, 1, 1)) < 0 ||
+      (rc = range_f(err, errlen, "beta2", c->beta2, 0, 1, 1)) < 0 ||
+      (rc = range_f(err, errlen, "eps", c->eps, 1e-30, 1, 0)) < 0 ||
+      (rc = range_f(err, errlen, "weight_decay", c->weight_decay, 0, 10, 0)) < 0 ||
+      (rc = range_i(err, errlen, "warmup_steps", c->warmup_steps, 0, c->steps)) < 0 ||
+      (rc = range_f(err, errlen, "min_lr", c->min_lr, 0, c->lr, 0)) < 0 ||
+      (rc = range_f(err, errlen, "grad_clip", c->grad_clip, 0, 1e30, 0)) < 0)
+    return rc;
+  if (c->schedule != ZT_SCHED_CONSTANT && c->schedule != ZT_SCHED_COSINE) {
+    snprintf(err, errlen, "train.schedule must be constant or cosine");
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* In double: warmup lr * s / warmup for s <= warmup; then lr (constant) or the cosine from lr to
+ * min_lr over the remaining steps, min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with
+ * p = (s - warmup) / (steps - warmup), p clamped to [0, 1] for steps past the end. */
+float zt_train_lr(const zt_train_cfg *c, int step) {
+  double lr = c->lr, min_lr = c->min_lr;
+  if (c->warmup_steps > 0 && step <= c->warmup_steps) return (float)(lr * step / c->warmup_steps);
+  if (c->schedule != ZT_SCHED_COSINE) return (float)lr;
+  int span = c->steps - c->warmup_steps;
+  if (span <= 0) return (float)min_lr;
+  double p = (double)(step - c->warmup_steps) / span;
+  p = p < 0 ? 0 : p > 1 ? 1 : p;
+  return (float)(min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * p)));
+}
+
+void zt_trainer_close(zt_trainer *t) {
+  if (!t) return;
+  const zt_ops *o = t->be.ops;
+  float *bufs[] = {t->params, t->grads, t->m, t->v};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) o->free(t->be.ctx, bufs[i]);
+  zt_acts_close(t->acts);
+  zt_model_destroy(t->model);
+  free(t->h_tok);
+  free(t->h_tgt);
+  free(t);
+}
+
+int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                    const zt_backend *be, char *err, size_t errlen) {
+  int rc = 0;
+  float *host = NULL;
+  *out = NULL;
+  if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0) return rc;
+  zt_trainer *t = calloc(1, sizeof *t);
+  if (!t) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  t->tc = *tc;
+  t->be = *be;
+  if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
+  size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
+  float **bufs[] = {&t->params, &t->grads, &t->m, &t->v};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    *bufs[i] = be->ops->alloc(be->ctx, n * sizeof(float));
+    if (!*bufs[i]) {
+      rc = -ENOMEM;
+      snprintf(err, errlen, "backend %s: cannot allocate %zu bytes for parameters, gradients "
+               "and AdamW state", be->ops->name, 4 * n * sizeof(float));
+      goto out;
+    }
+  }
+  if ((rc = zt_acts_open(&t->acts, t->model, be, tc->micro_batch, err, errlen)) < 0) goto out;
+  t->h_tok = malloc(N * sizeof *t->h_tok);
+  t->h_tgt = malloc(N * sizeof *t->h_tgt);
+  host = malloc(n * sizeof *host);
+  if (!t->h_tok || !t->h_tgt || !host) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  if (mc->init_path[0]) {
+    zt_model_state s = {"", host};
+    if ((rc = zt_model_load_states(t->model, mc->init_path, &s, 1, 0, err, errlen)) < 0) goto out;
+  } else {
+    zt_model_init_params(t->model, host);
+  }
+  be->ops->to_device(be->ctx, t->params, host, n * sizeof(float));
+  be->ops->zero(be->ctx, t->grads, n * sizeof(float));
+  be->ops->zero(be->ctx, t->m, n * sizeof(float));
+  be->ops->zero(be->ctx, t->v, n * sizeof(float));
+  if ((rc = be->ops->sync(be->ctx)) < 0) {
+    snprintf(err, errlen, "backend %s: initialising the parameters failed (%d)", be->ops->name, rc);
+    goto out;
+  }
+  *out = t;
+  t = NULL;
+out:
+  free(host);
+  zt_trainer_close(t);
+  return rc;
+}
+
+size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc) {
+  char err[256];
+  zt_model *m = NULL;
+  zt_backend be = {0};
+  size_t bytes = SIZE_MAX;
+  if (zt_train_cfg_check(tc, err, sizeof err) < 0 || zt_model_create(&m, mc, err, sizeof err) < 0)
+    goto out;
+  /* the op table answers attention_saved_bytes; opening the CPU backend allocates no buffers */
+  if (zt_backend_cpu_open(&be, 1) < 0) goto out;
+  size_t acts = zt_acts_size(m, be.ops, tc->micro_batch);
+  if (acts) bytes = 4 * zt_model_num_params(m) * sizeof(float) + acts;
+out:
+  if (be.ops) zt_backend_cpu_close(&be);
+  zt_model_destroy(m);
+  return bytes;
+}
+
+const zt_model *zt_trainer_model(const zt_trainer *t) { return t->model; }
+int zt_trainer_step_count(const zt_trainer *t) { return t->step; }
+
+size_t zt_trainer_backend_bytes(const zt_trainer *t) {
+  return 4 * zt_model_num_params(t->model) * sizeof(float) + zt_acts_bytes(t->acts);
+}
+
+size_t zt_trainer_micro_tokens(const zt_trainer *t) {
+  return (size_t)t->tc.micro_batch * (size_t)(zt_model_cfg_of(t->model)->seq_len + 1);
+}
+
+/* Every token of the step is checked before any work, so a bad batch leaves the trainer as it
+ * was. -1 is padding: never a target; as an input it reads embedding row 0. */
+static int check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen) {
+  int T = zt_model_cfg_of(t->model)->seq_len, V = zt_model_cfg_of(t->model)->vocab;
+  size_t rows = (size_t)t->tc.grad_accum * (size_t)t->tc.micro_batch;
+  for (size_t r = 0; r < rows; r++)
+    for (int j = 0; j <= T; j++) {
+      int32_t x = tok[r * (size_t)(T + 1) + (size_t)j];
+      if (x < -1 || x >= V) {
+        snprintf(err, errlen, "micro-batch %zu row %zu position %d: token %d is outside [0, %d) "
+                 "(-1 marks padding)", r / (size_t)t->tc.micro_batch,
+                 r % (size_t)t->tc.micro_batch, j, x, V);
+        return -EINVAL;
+      }
+    }
+  return 0;
+}
+
+/* AdamW over runs of consecutive tensors sharing a decay flag (the layout alternates, so a
+ * run is rarely more than one matrix or a few vectors). */
+static void adamw_all(zt_trainer *t, float lr, int step, float grad_scale) {
+  const zt_ops *o = t->be.ops;
+  const zt_train_cfg *c = &t->tc;
+  int nt = zt_model_num_tensors(t->model);
+  for (int i = 0; i < nt;) {
+    const zt_tensor_info *a = zt_model_tensor(t->model, i);
+    size_t off = a->offset, n = 0;
+    int decay = a->decay;
+    for (; i < nt && zt_model_tensor(t->model, i)->decay == decay; i++)
+      n += zt_model_tensor(t->model, i)->numel;
+    o->adamw(t->be.ctx, t->params + off, t->grads + off, t->m + off, t->v + off, n, lr, c->beta1,
+             c->beta2, c->eps, decay ? c->weight_decay : 0.0f, step, grad_scale);
+  }
+}
+
+int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                    size_t errlen) {
+  const zt_ops *o = t->be.ops;
+  void *ctx = t->be.ctx;
+  const zt_model_cfg *mc = zt_model_cfg_of(t->model);
+  int T = mc->seq_len, B = t->tc.micro_batch, ga = t->tc.grad_accum, N = B * T;
+  size_t n = zt_model_num_params(t->model);
+  int rc = check_tokens(t, tokens, err, errlen);
+  if (rc < 0) return rc;
+  o->zero(ctx, t->grads, n * sizeof(float));
+  double loss = 0;
+  int counted_micros = 0;
+  for (int k = 0; k < ga; k++) {
+    const int32_t *mb = tokens + (size_t)k * zt_trainer_micro_tokens(t);
+    int counted = 0;
+    for (int b = 0; b < B; b++)
+      for (int j = 0; j < T; j++) {
+        int32_t x = mb[(size_t)b * (T + 1) + j], y = mb[(size_t)b * (T + 1) + j + 1];
+        t->h_tok[b * T + j] = x < 0 ? 0 : x;
+        t->h_tgt[b * T + j] = y;
+        counted += y >= 0;
+      }
+    /* A micro-batch of padding alone has no loss and contributes no gradient. */
+    if (!counted) continue;
+    o->to_device(ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
+    o->to_device(ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
+    zt_model_forward(t->model, t->acts, t->params);
+    double loss_sum = 0;
+    int n_counted = 0;
+    /* mean over this micro-batch's tokens, divided by grad_accum: PyTorch's loss / grad_accum */
+    o->crossentropy_fwd_bwd(ctx, zt_acts_logits(t->acts), zt_acts_targets(t->acts), N, mc->vocab,
+                            mc->vocab, -1, (float)(1.0 / ((double)counted * ga)), &loss_sum,
+                            &n_counted);
+    zt_model_backward(t->model, t->acts, t->params, t->grads);
+    loss += loss_sum / n_counted;
+    counted_micros++;
+  }
+  int nonfinite = 0;
+  double norm = sqrt(o->sum_squares(ctx, t->grads, n, &nonfinite));
+  if (nonfinite) {
+    snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
+             "left unchanged", t->step + 1, counted_micros ? loss / counted_micros : 0.0);
+    return -ERANGE;
+  }
+  float scale = 1.0f;
+  if (t->tc.grad_clip > 0) {
+    double coef = t->tc.grad_clip / (norm + 1e-6);
+    if (coef < 1.0) scale = (float)coef;
+  }
+  int step = t->step + 1;
+  float lr = zt_train_lr(&t->tc, step);
+  adamw_all(t, lr, step, scale);
+  if ((rc = o->sync(ctx)) < 0) {
+    snprintf(err, errlen, "backend %s failed during step %d (%d)", o->name, step, rc);
+    return rc;
+  }
+  t->step = step;
+  if (res) {
+    res->step = step;
+    res->loss = counted_micros ? loss / counted_micros : 0.0;
+    res->grad_norm = norm;
+    res->lr = lr;
+    res->tokens = (int64_t)N * ga;
+  }
+  return 0;
+}
+
+int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *exp_avg_sq) {
+  const zt_ops *o = t->be.ops;
+  size_t bytes = zt_model_num_params(t->model) * sizeof(float);
+  int rc = o->sync(t->be.ctx);
+  if (rc < 0) return rc;
+  if (params) o->to_host(t->be.ctx, params, t->params, bytes);
+  if (exp_avg) o->to_host(t->be.ctx, exp_avg, t->m, bytes);
+  if (exp_avg_sq) o->to_host(t->be.ctx, exp_avg_sq, t->v, bytes);
+  return 0;
+}

@@ -1,0 +1,17 @@
+/* The trainer's state, shared by trainer.c (the step) and checkpoint.c (save/load). */
+#ifndef ZT_TRAIN_TRAINER_INTERNAL_H
+#define ZT_TRAIN_TRAINER_INTERNAL_H
+
+#include "engine/train/trainer.h"
+
+struct zt_trainer {
+  zt_model *model;
+  zt_train_cfg tc;
+  zt_backend be;
+  float *params, *grads, *m, *v;  /* backend buffers in the flat layout */
+  zt_acts *acts;
+  int32_t *h_tok, *h_tgt;         /* host staging for one micro-batch's inputs and targets */
+  int step;                       /* optimizer steps completed (AdamW's t of the last step) */
+};
+
+#endif

@@ -1,0 +1,35 @@
+/* Helpers shared by the model and trainer tests: tiny configurations, a seeded token generator,
+ * the failure macro and a scratch directory. */
+#ifndef ZT_TESTS_MODEL_MCHECK_H
+#define ZT_TESTS_MODEL_MCHECK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/kernels/ops.h"
+#include "engine/model/model.h"
+#include "engine/train/trainer.h"
+
+/* Prints "FAIL file:line: ..." and returns 1 when cond is false. */
+#define MC_EXPECT(cond, ...)                                                                   \
+  ((cond) ? 0 : (fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__),                          \
+                 fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), 1))
+
+/* V 11, T 5, C 8, NH 2, L 2 (d_ff 16 for the encoder so its default 2048 stays out of a tiny test). */
+zt_model_cfg mc_tiny(zt_arch arch);
+zt_train_cfg mc_train(int B, int grad_accum);
+
+/* xorshift64*: the same numbers on every machine. */
+uint64_t mc_next(uint64_t *s);
+double mc_uniform(uint64_t *s, double lo, double hi);
+/* n tokens in [0, vocab). */
+void mc_tokens(uint64_t *s, int32_t *tok, size_t n, int vocab);
+
+/* mkdtemp under $TMPDIR (or /tmp); returns a static buffer, exits the test on failure. */
+const char *mc_tmpdir(void);
+/* Removes dir and the files (and one level of subdirectories) in it. */
+void mc_rmtree(const char *dir);
+
+zt_backend mc_backend(void);
+
+#endif

@@ -1,0 +1,129 @@
+/* Whole-model gradient check: for gpt and the encoder at a tiny size, the analytic gradient of
+ * the mean next-token loss against central finite differences on a sample of entries from every
+ * tensor. The parameters are drawn larger than the init (uniform +-0.5) so that gradients stand
+ * well above fp32 rounding of the loss. Padding is part of the batch: one input token and two
+ * targets are -1. The step is 1e-2 for gpt; 1e-3 for the encoder, whose ReLU has a kink that a
+ * larger step crosses for some rows. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/unit/model/mcheck.h"
+
+#define B 2
+#define SAMPLES 6
+
+typedef struct fixture {
+  const zt_model *m;
+  zt_backend be;
+  zt_acts *a;
+  float *dp, *dg;       /* backend params / grads */
+  int N, V;
+  int n_counted;
+} fixture;
+
+static double loss_only(fixture *f) {
+  double sum = 0;
+  int n = 0;
+  zt_model_forward(f->m, f->a, f->dp);
+  f->be.ops->crossentropy_fwd(f->be.ctx, zt_acts_logits(f->a), zt_acts_targets(f->a), f->N, f->V,
+                              f->V, -1, &sum, &n);
+  return sum / n;
+}
+
+static int check_arch(zt_arch arch) {
+  char err[256];
+  int fails = 0;
+  const double H = arch == ZT_ARCH_GPT ? 1e-2 : 1e-3;
+  zt_model *m = NULL;
+  zt_model_cfg cfg = mc_tiny(arch);
+  if (zt_model_create(&m, &cfg, err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL create: %s\n", err);
+    return 1;
+  }
+  fixture f = {.m = m, .be = mc_backend(), .N = B * cfg.seq_len, .V = cfg.vocab};
+  const zt_ops *o = f.be.ops;
+  size_t n = zt_model_num_params(m);
+  float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+  uint64_t s = 42 + (uint64_t)arch;
+  for (size_t i = 0; i < n; i++) p[i] = (float)mc_uniform(&s, -0.5, 0.5);
+  for (int i = 0; i < zt_model_num_tensors(m); i++) {  /* norm gains around 1 */
+    const zt_tensor_info *t = zt_model_tensor(m, i);
+    if (strstr(t->name, "ln_") || strstr(t->name, "norm"))
+      if (strstr(t->name, "weight"))
+        for (size_t j = 0; j < t->numel; j++) p[t->offset + j] += 1.0f;
+  }
+  if (zt_acts_open(&f.a, m, &f.be, B, err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL acts: %s\n", err);
+    return 1;
+  }
+  f.dp = o->alloc(f.be.ctx, n * sizeof(float));
+  f.dg = o->alloc(f.be.ctx, n * sizeof(float));
+  int32_t tok[B * 5], tgt[B * 5];
+  mc_tokens(&s, tok, (size_t)f.N, cfg.vocab);
+  mc_tokens(&s, tgt, (size_t)f.N, cfg.vocab);
+  tgt[3] = -1;
+  tgt[f.N - 1] = -1;
+  tok[f.N - 1] = 0;  /* the trainer's reading of an input -1 */
+  o->to_device(f.be.ctx, zt_acts_tokens(f.a), tok, sizeof tok);
+  o->to_device(f.be.ctx, zt_acts_targets(f.a), tgt, sizeof tgt);
+  o->to_device(f.be.ctx, f.dp, p, n * sizeof(float));
+  o->zero(f.be.ctx, f.dg, n * sizeof(float));
+
+  zt_model_forward(m, f.a, f.dp);
+  double sum = 0;
+  int counted = 0;
+  o->crossentropy_fwd_bwd(f.be.ctx, zt_acts_logits(f.a), zt_acts_targets(f.a), f.N, f.V, f.V, -1,
+                          1.0f / (float)(f.N - 2), &sum, &counted);
+  fails += MC_EXPECT(counted == f.N - 2, "counted %d tokens, expected %d", counted, f.N - 2);
+  zt_model_backward(m, f.a, f.dp, f.dg);
+  o->to_host(f.be.ctx, g, f.dg, n * sizeof(float));
+
+  double worst = 0;
+  for (int i = 0; i < zt_model_num_tensors(m); i++) {
+    const zt_tensor_info *t = zt_model_tensor(m, i);
+    double num[SAMPLES], ana[SAMPLES], dn = 0, nn = 0, na = 0;
+    int k = 0;
+    for (; k < SAMPLES && (size_t)k < t->numel; k++) {
+      size_t idx = t->offset + (size_t)(mc_next(&s) % t->numel);
+      float keep = p[idx], v;
+      v = keep + (float)H;
+      o->to_device(f.be.ctx, f.dp + idx, &v, sizeof v);
+      double lp = loss_only(&f);
+      v = keep - (float)H;
+      o->to_device(f.be.ctx, f.dp + idx, &v, sizeof v);
+      double lm = loss_only(&f);
+      o->to_device(f.be.ctx, f.dp + idx, &keep, sizeof keep);
+      num[k] = (lp - lm) / (2 * H);
+      ana[k] = g[idx];
+    }
+    for (int j = 0; j < k; j++) {
+      dn += (num[j] - ana[j]) * (num[j] - ana[j]);
+      nn += num[j] * num[j];
+      na += ana[j] * ana[j];
+    }
+    double rel = sqrt(dn) / fmax(fmax(sqrt(nn), sqrt(na)), 1e-4);
+    if (rel > worst) worst = rel;
+    fails += MC_EXPECT(rel < 2e-2, "%s %s: finite differences vs analytic, relative error %.3g "
+                       "(|num| %.3g, |ana| %.3g)", zt_arch_name(arch), t->name, rel, sqrt(nn),
+                       sqrt(na));
+    /* every tensor takes part in the loss, so its sampled gradient cannot be all zero (rows of
+     * the encoder's embedding for tokens absent from the batch have none) */
+    fails += MC_EXPECT(na > 0 || !strcmp(t->name, "embedding.weight"), "%s %s: analytic gradient is zero", zt_arch_name(arch), t->name);
+  }
+  printf("%s: %d tensors, worst relative error %.3g\n", zt_arch_name(arch),
+         zt_model_num_tensors(m), worst);
+  o->free(f.be.ctx, f.dp);
+  o->free(f.be.ctx, f.dg);
+  zt_acts_close(f.a);
+  zt_backend_cpu_close(&f.be);
+  zt_model_destroy(m);
+  free(p);
+  free(g);
+  return fails;
+}
+
+int main(void) {
+  int fails = check_arch(ZT_ARCH_GPT) + check_arch(ZT_ARCH_ENCODER);
+  return fails ? 1 : 0;
+}

@@ -1,0 +1,85 @@
+/* PyTorch parity on stored data (tools/parity/pytorch_parity.py wrote it): for each arch, zt
+ * trains from the same init.safetensors on the same batches.bin with the recipe of spec.json,
+ * and its per-step losses must match PyTorch's losses.json within 1e-4 relative. Skips (77) while
+ * the data directory is absent. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/train/cfg_json.h"
+#include "tests/unit/model/mcheck.h"
+
+#define TOLERANCE 1e-4
+
+static int run_arch(const char *root, const char *arch, double *worst) {
+  char p[1024], err[512];
+  zt_model_cfg mc;
+  zt_train_cfg tc;
+  snprintf(p, sizeof p, "%s/%s/spec.json", root, arch);
+  if (zt_spec_load(p, &mc, &tc, err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL %s\n", err);
+    return 1;
+  }
+  snprintf(mc.init_path, sizeof mc.init_path, "%s/%s/init.safetensors", root, arch);
+  snprintf(p, sizeof p, "%s/%s/losses.json", root, arch);
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  json_t *want = json_object_get(j, "losses");
+  if (!json_is_array(want) || json_array_size(want) != (size_t)tc.steps) {
+    fprintf(stderr, "FAIL %s: needs \"losses\" with %d numbers\n", p, tc.steps);
+    json_decref(j);
+    return 1;
+  }
+  snprintf(p, sizeof p, "%s/%s/batches.bin", root, arch);
+  FILE *f = fopen(p, "rb");
+  zt_backend be = mc_backend();
+  zt_trainer *t = NULL;
+  int fails = 0;
+  if (zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL %s\n", err);
+    fails = 1;
+    goto out;
+  }
+  size_t per_step = zt_trainer_micro_tokens(t) * (size_t)tc.grad_accum;
+  int32_t *tok = malloc(per_step * 4);
+  for (int s = 0; s < tc.steps && !fails; s++) {
+    zt_step_result r;
+    if (!f || fread(tok, 4, per_step, f) != per_step) {
+      fails += MC_EXPECT(0, "%s: too short for step %d", p, s + 1);
+      break;
+    }
+    if (zt_trainer_step(t, tok, &r, err, sizeof err) < 0) {
+      fails += MC_EXPECT(0, "step %d: %s", s + 1, err);
+      break;
+    }
+    double w = json_number_value(json_array_get(want, (size_t)s)), rel = fabs(r.loss - w) / fabs(w);
+    if (rel > *worst) *worst = rel;
+    fails += MC_EXPECT(rel <= TOLERANCE, "%s step %d: zt %.9g, PyTorch %.9g (relative %.3g)", arch,
+                       s + 1, r.loss, w, rel);
+  }
+  free(tok);
+  printf("%s: %d steps, max relative loss difference %.3g\n", arch, tc.steps, *worst);
+out:
+  if (f) fclose(f);
+  json_decref(j);
+  zt_trainer_close(t);
+  zt_backend_cpu_close(&be);
+  return fails;
+}
+
+int main(int argc, char **argv) {
+  struct stat st;
+  if (argc < 2 || stat(argv[1], &st) < 0) {
+    printf("SKIP: no parity data at %s (run tools/parity/pytorch_parity.py on a machine with "
+           "PyTorch and commit its output there)\n", argc < 2 ? "(no path given)" : argv[1]);
+    return 77;
+  }
+  double wg = 0, we = 0;
+  int fails = run_arch(argv[1], "gpt", &wg) + run_arch(argv[1], "encoder", &we);
+  printf("max relative per-step loss difference: gpt %.3g, encoder %.3g (tolerance %g)\n", wg, we,
+         TOLERANCE);
+  return fails ? 1 : 0;
+}

@@ -1,0 +1,218 @@
+/* safetensors: F32 round trip (with a transposed tensor and metadata), exact BF16/F16 conversion,
+ * every malformed input refused with a message naming the tensor or the cause, and model-level
+ * loading (HF "transformer." prefix and buffers accepted; missing, extra, misshapen refused). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model/safetensors.h"
+#include "tests/unit/model/mcheck.h"
+
+static char dir[600];
+
+static const char *path_of(const char *name) {
+  static char p[700];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return p;
+}
+
+/* A file from a header and raw data; hlen_override != 0 writes that header length instead. */
+static void write_raw(const char *name, const char *hdr, const void *data, size_t len,
+                      uint64_t hlen_override) {
+  FILE *f = fopen(path_of(name), "wb");
+  uint64_t hl = hlen_override ? hlen_override : strlen(hdr);
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(hl >> (8 * i));
+  fwrite(b, 1, 8, f);
+  fwrite(hdr, 1, strlen(hdr), f);
+  if (len) fwrite(data, 1, len, f);
+  fclose(f);
+}
+
+static int test_roundtrip(void) {
+  int fails = 0;
+  char err[512];
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-1.5f, 0.25f, 1e-30f};
+  /* a holds the internal (3, 2); the file gets its (2, 3) transpose */
+  zt_st_entry e[2] = {{.name = "a", .ndim = 2, .shape = {2, 3}, .data = a, .transpose = 1},
+                      {.name = "b.bias", .ndim = 1, .shape = {3}, .data = b}};
+  const char *meta[2] = {"format", "pt"};
+  fails += MC_EXPECT(zt_st_write(path_of("rt.safetensors"), e, 2, meta, 1, err, sizeof err) == 0,
+                     "write: %s", err);
+  zt_st_file *f;
+  if (zt_st_open(&f, path_of("rt.safetensors"), err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL open: %s\n", err);
+    return 1;
+  }
+  fails += MC_EXPECT(zt_st_count(f) == 2, "count %d", zt_st_count(f));
+  const zt_st_tensor *ta = zt_st_find(f, "a"), *tb = zt_st_find(f, "b.bias");
+  fails += MC_EXPECT(ta && tb && ta->dtype == ZT_ST_F32 && ta->shape[0] == 2 && ta->shape[1] == 3,
+                     "entries");
+  float raw[6], back[6], bb[3];
+  const float file_order[6] = {1, 3, 5, 2, 4, 6};
+  zt_st_read_f32(f, ta, raw, 0, err, sizeof err);
+  zt_st_read_f32(f, ta, back, 1, err, sizeof err);
+  zt_st_read_f32(f, tb, bb, 0, err, sizeof err);
+  fails += MC_EXPECT(!memcmp(raw, file_order, sizeof raw), "transposed write");
+  fails += MC_EXPECT(!memcmp(back, a, sizeof back), "transposed read");
+  fails += MC_EXPECT(!memcmp(bb, b, sizeof bb), "vector");
+  zt_st_close(f);
+  /* the header is padded to 8 bytes, so the data starts aligned */
+  FILE *fp = fopen(path_of("rt.safetensors"), "rb");
+  uint8_t len8[8];
+  fails += MC_EXPECT(fread(len8, 1, 8, fp) == 8 && len8[0] % 8 == 0, "header length %d", len8[0]);
+  fclose(fp);
+  return fails;
+}
+
+static int test_half_types(void) {
+  int fails = 0;
+  char err[512];
+  /* F16: 1, -2, 0.5, 65504, 2^-24 (smallest subnormal), 2^-15 (subnormal), -0, inf;
+   * BF16: 1, -3, 0.5, 2^-133 (subnormal) */
+  const uint16_t h[8] = {0x3c00, 0xc000, 0x3800, 0x7bff, 0x0001, 0x0200, 0x8000, 0x7c00};
+  const float hf[8] = {1, -2, 0.5f, 65504, 0x1p-24f, 0x1p-15f, -0.0f, INFINITY};
+  const uint16_t bf[4] = {0x3f80, 0xc040, 0x3f00, 0x0001};
+  const float bff[4] = {1, -3, 0.5f, 0x1p-133f};
+  uint8_t data[24];
+  memcpy(data, h, 16);
+  memcpy(data + 16, bf, 8);
+  write_raw("half.safetensors",
+            "{\"h\":{\"dtype\":\"F16\",\"shape\":[8],\"data_offsets\":[0,16]},"
+            "\"b\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[16,24]},"
+            "\"__metadata__\":{\"x\":\"y\"}}",
+            data, sizeof data, 0);
+  zt_st_file *f;
+  if (zt_st_open(&f, path_of("half.safetensors"), err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL open: %s\n", err);
+    return 1;
+  }
+  float out[8];
+  fails += MC_EXPECT(zt_st_read_f32(f, zt_st_find(f, "h"), out, 0, err, sizeof err) == 0, "%s", err);
+  fails += MC_EXPECT(!memcmp(out, hf, sizeof hf), "F16 conversion");
+  fails += MC_EXPECT(zt_st_read_f32(f, zt_st_find(f, "b"), out, 0, err, sizeof err) == 0, "%s", err);
+  fails += MC_EXPECT(!memcmp(out, bff, sizeof bff), "BF16 conversion");
+  zt_st_close(f);
+  return fails;
+}
+
+static int refused(const char *name, const char *hdr, size_t data_len, uint64_t hlen,
+                   const char *want) {
+  char err[512] = "";
+  uint8_t data[64] = {0};
+  write_raw(name, hdr, data, data_len, hlen);
+  zt_st_file *f = NULL;
+  int rc = zt_st_open(&f, path_of(name), err, sizeof err);
+  zt_st_close(f);
+  return MC_EXPECT(rc == -EINVAL && strstr(err, want) && strstr(err, name),
+                   "%s: rc %d, message \"%s\" should name \"%s\" and the file", name, rc, err, want);
+}
+
+static int test_bad_files(void) {
+  int fails = 0;
+  char err[512];
+  const char *ok1 = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  {  /* cut below the 8-byte header length */
+    FILE *f = fopen(path_of("short.safetensors"), "wb");
+    fwrite("abc", 1, 3, f);
+    fclose(f);
+    zt_st_file *sf;
+    fails += MC_EXPECT(zt_st_open(&sf, path_of("short.safetensors"), err, sizeof err) == -EINVAL &&
+                       strstr(err, "shorter"), "3-byte file: %s", err);
+  }
+  fails += refused("hlen.safetensors", ok1, 8, 1000, "header length 1000");
+  fails += refused("json.safetensors", "{\"w\": [1, 2", 8, 0, "not a JSON object");
+  fails += refused("trunc.safetensors", ok1, 4, 0, "tensor w: data_offsets [0, 8] out of range");
+  fails += refused("range.safetensors",
+                   "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 8, 0,
+                   "tensor w: data_offsets [8, 16] out of range");
+  fails += refused("size.safetensors",
+                   "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, 0,
+                   "tensor w: data_offsets span 8 bytes but shape x F32 needs 12");
+  fails += refused("overlap.safetensors",
+                   "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, 0,
+                   "overlap");
+  fails += refused("dtype.safetensors",
+                   "{\"w\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0,
+                   "tensor w: unknown dtype \"Q4\"");
+  fails += refused("shape.safetensors",
+                   "{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, 0,
+                   "tensor w: shape[0]");
+  /* a known dtype that does not convert is refused at read time */
+  write_raw("i64.safetensors", "{\"w\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}",
+            "\0\0\0\0\0\0\0\0", 8, 0);
+  zt_st_file *f;
+  float x[2];
+  fails += MC_EXPECT(zt_st_open(&f, path_of("i64.safetensors"), err, sizeof err) == 0, "%s", err);
+  fails += MC_EXPECT(zt_st_read_f32(f, zt_st_find(f, "w"), x, 0, err, sizeof err) == -EINVAL &&
+                     strstr(err, "tensor w"), "I64 read: %s", err);
+  zt_st_close(f);
+  return fails;
+}
+
+/* Model-level: HF GPT-2 naming accepted; missing / extra / misshapen tensors refused. */
+static int test_model_files(void) {
+  int fails = 0;
+  char err[512];
+  zt_model *m;
+  zt_model_cfg mc = mc_tiny(ZT_ARCH_GPT);
+  zt_model_create(&m, &mc, err, sizeof err);
+  size_t n = zt_model_num_params(m);
+  int nt = zt_model_num_tensors(m);
+  float *p = malloc(n * 4), *q = malloc(n * 4);
+  zt_model_init_params(m, p);
+  /* an HF-like file: prefixed names, the tied head and the attention mask buffers */
+  zt_st_entry *e = calloc((size_t)nt + 3, sizeof *e);
+  char (*names)[128] = calloc((size_t)nt, 128);
+  float mask[25] = {0};
+  for (int i = 0; i < nt; i++) {
+    const zt_tensor_info *t = zt_model_tensor(m, i);
+    snprintf(names[i], 128, "transformer.%s", t->name);
+    e[i] = (zt_st_entry){.name = names[i], .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
+                         .data = p + t->offset, .transpose = t->transposed};
+  }
+  e[nt] = (zt_st_entry){.name = "lm_head.weight", .ndim = 2, .shape = {11, 8}, .data = p};
+  e[nt + 1] = (zt_st_entry){.name = "transformer.h.0.attn.bias", .ndim = 2, .shape = {5, 5}, .data = mask};
+  e[nt + 2] = (zt_st_entry){.name = "transformer.h.1.attn.masked_bias", .ndim = 1, .shape = {1}, .data = mask};
+  fails += MC_EXPECT(zt_st_write(path_of("hf.safetensors"), e, nt + 3, NULL, 0, err, sizeof err) == 0, "%s", err);
+  zt_model_state s = {"", q};
+  fails += MC_EXPECT(zt_model_load_states(m, path_of("hf.safetensors"), &s, 1, 0, err, sizeof err) == 0,
+                     "HF-style load: %s", err);
+  fails += MC_EXPECT(!memcmp(p, q, n * 4), "HF-style load changed values");
+
+  /* missing: drop the last tensor */
+  zt_st_write(path_of("missing.safetensors"), e, nt - 1, NULL, 0, err, sizeof err);
+  fails += MC_EXPECT(zt_model_load_states(m, path_of("missing.safetensors"), &s, 1, 0, err, sizeof err) == -EINVAL &&
+                     strstr(err, "tensor ln_f.bias is missing"), "missing: %s", err);
+  /* extra: a third layer */
+  e[nt] = (zt_st_entry){.name = "h.2.ln_1.weight", .ndim = 1, .shape = {8}, .data = p};
+  zt_st_write(path_of("extra.safetensors"), e, nt + 1, NULL, 0, err, sizeof err);
+  fails += MC_EXPECT(zt_model_load_states(m, path_of("extra.safetensors"), &s, 1, 0, err, sizeof err) == -EINVAL &&
+                     strstr(err, "unexpected tensor h.2.ln_1.weight"), "extra: %s", err);
+  /* wrong shape: c_attn stored in our (3C, C) layout instead of HF's (C, 3C) */
+  for (int i = 0; i < nt; i++)
+    if (strstr(e[i].name, "h.0.attn.c_attn.weight")) {
+      e[i].shape[0] = 24;
+      e[i].shape[1] = 8;
+      e[i].transpose = 0;
+    }
+  zt_st_write(path_of("shape.safetensors"), e, nt, NULL, 0, err, sizeof err);
+  fails += MC_EXPECT(zt_model_load_states(m, path_of("shape.safetensors"), &s, 1, 0, err, sizeof err) == -EINVAL &&
+                     strstr(err, "h.0.attn.c_attn.weight has shape [24, 8], expected [8, 24]"),
+                     "shape: %s", err);
+  free(e);
+  free(names);
+  free(p);
+  free(q);
+  zt_model_destroy(m);
+  return fails;
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "%s", mc_tmpdir());
+  int fails = test_roundtrip() + test_half_types() + test_bad_files() + test_model_files();
+  mc_rmtree(dir);
+  return fails ? 1 : 0;
+}
