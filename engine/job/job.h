@@ -1,0 +1,124 @@
+/* Internals shared by the registry (jobs.c, the loop thread) and the runner (runner.c, one
+ * thread per running job). The fields a runner and the loop both touch are guarded by
+ * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
+#ifndef ZT_JOB_JOB_H
+#define ZT_JOB_JOB_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <jansson.h>
+#include <uv.h>
+#include "engine/job/data.h"
+#include "engine/job/jobs.h"
+#include "engine/job/spec.h"
+
+/* Paths under the state dir are bounded so that every message naming one fits ZT__ERR_MAX. */
+#define ZT__STATE_DIR_MAX 960
+#define ZT__JOB_DIR_MAX (ZT__STATE_DIR_MAX + 128)
+#define ZT__ERR_MAX 2048
+
+/* Why a runner should leave its step loop. */
+typedef enum zt__stop {
+  ZT__STOP_NONE = 0,
+  ZT__STOP_CANCEL,    /* end the job as cancelled */
+  ZT__STOP_SHUTDOWN,  /* checkpoint, stay "running" on disk, exit */
+  ZT__STOP_ABORT,     /* exit now (zt_jobs_close) */
+} zt__stop;
+
+typedef struct zt__pending_push {
+  struct zt__pending_push *next;
+  int32_t *tokens;
+  zt_jobs_done_cb done;
+  void *owner;
+} zt__pending_push;
+
+typedef struct zt__ckpt_request {
+  struct zt__ckpt_request *next;
+  uint64_t gen;           /* answered by the first checkpoint taken at or after this request */
+  zt_jobs_done_cb done;
+  void *owner;
+} zt__ckpt_request;
+
+typedef struct zt__job {
+  struct zt_jobs *jobs;
+  char id[ZT_JOB_ID_MAX];
+  char dir[ZT__JOB_DIR_MAX];
+  zt_job_spec spec;
+  json_t *spec_json;          /* the normalised spec, as in spec.json */
+  size_t micro_tokens;        /* B * (T + 1) */
+
+  /* guarded by jobs->mu */
+  zt_job_state state;
+  int step;
+  int has_loss;
+  double loss;
+  double tokens_per_s;        /* of the last step */
+  char error[ZT__ERR_MAX];
+  int64_t created, started, ended;   /* unix seconds; 0 = not yet */
+  int has_ckpt;
+  int ckpt_step;
+  size_t backend_bytes;
+  zt__stop stop;
+  uint64_t ckpt_requested;    /* generation of the newest checkpoint request */
+  uint64_t ckpt_taken;        /* generation the newest checkpoint answered */
+  zt__batch_ring ring;        /* stream jobs */
+  pthread_cond_t cond;        /* runner waits for data; push, cancel, shutdown signal it */
+
+  /* loop thread only */
+  zt__pending_push *pushes, *pushes_tail;
+  zt__ckpt_request *ckpt_requests;
+  pthread_t thread;
+  int has_thread;
+} zt__job;
+
+typedef enum zt__msg_kind {
+  ZT__MSG_EVENT = 1,    /* obj: an event for on_event */
+  ZT__MSG_CONSUMED,     /* the runner took a batch: refill the ring from pending pushes */
+  ZT__MSG_CHECKPOINT,   /* a checkpoint finished (rc, obj {"step", "path"} or text) for gen */
+  ZT__MSG_EXIT,         /* the runner thread is about to return: join it */
+} zt__msg_kind;
+
+typedef struct zt__msg {
+  struct zt__msg *next;
+  zt__job *job;
+  zt__msg_kind kind;
+  json_t *obj;
+  int rc;
+  uint64_t gen;
+  char text[ZT__ERR_MAX];
+} zt__msg;
+
+struct zt_jobs {
+  zt_jobs_config cfg;
+  char state_dir[ZT__STATE_DIR_MAX];
+  int lock_fd;
+  uv_async_t *async;
+  pthread_mutex_t mu;
+  zt__msg *msgs, *msgs_tail;  /* guarded by mu */
+
+  /* loop thread only */
+  zt__job **all;              /* every job, by id */
+  int n_all, cap_all;
+  zt__job **queue;            /* FIFO of queued jobs */
+  int n_queue;
+  long next_id;
+  int running;
+  int shutting_down;
+  int shutdown_notified;
+  void (*shutdown_done)(void *user);
+  void *shutdown_user;
+};
+
+/* Runner -> loop: appends under mu and wakes the loop. obj is stolen; text may be NULL. */
+void zt__jobs_post(zt__job *job, zt__msg_kind kind, json_t *obj, int rc, uint64_t gen,
+                   const char *text);
+/* Writes jobs/<id>/status.json from the job's current fields (taken under mu). */
+int zt__job_write_status(zt__job *job, char *err, size_t errlen);
+/* {"event": kind, "job": id} to add fields to. */
+json_t *zt__job_event(const zt__job *job, const char *kind);
+int64_t zt__now(void);
+
+/* The runner thread (runner.c). */
+void *zt__runner_main(void *arg);
+
+#endif

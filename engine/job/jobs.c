@@ -1,0 +1,907 @@
+/* The registry and FIFO queue, on the loop thread: submit, list, show, cancel, batches,
+ * checkpoint requests, export, shutdown; and the loop side of the runners' messages. */
+#include "engine/job/jobs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "engine/job/job.h"
+#include "engine/job/store.h"
+#include "engine/log.h"
+
+/* The CPU is one device set: one job trains at a time. */
+#define MAX_RUNNING 1
+/* Largest chunk zt_jobs_export_chunk reads in one call (a frame must hold it). */
+#define EXPORT_CHUNK_MAX (16u << 20)
+
+static const char *const g_state_names[] = {NULL, "queued", "running", "done", "failed",
+                                            "cancelled"};
+
+const char *zt_job_state_name(zt_job_state s) {
+  return s >= ZT_JOB_QUEUED && s <= ZT_JOB_CANCELLED ? g_state_names[s] : "unknown";
+}
+
+static int state_parse(const char *s, zt_job_state *out) {
+  for (int i = ZT_JOB_QUEUED; i <= ZT_JOB_CANCELLED; i++) {
+    if (s && strcmp(s, g_state_names[i]) == 0) {
+      *out = (zt_job_state)i;
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+static int is_terminal(zt_job_state s) { return s >= ZT_JOB_DONE; }
+
+int64_t zt__now(void) { return (int64_t)time(NULL); }
+
+json_t *zt__job_event(const zt__job *job, const char *kind) {
+  return json_pack("{s:s, s:s}", "event", kind, "job", job->id);
+}
+
+static json_t *time_or_null(int64_t t) { return t ? json_integer(t) : json_null(); }
+
+int zt__job_write_status(zt__job *job, char *err, size_t errlen) {
+  pthread_mutex_lock(&job->jobs->mu);
+  json_t *st = json_pack(
+      "{s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "state", zt_job_state_name(job->state),
+      "step", job->step, "steps", job->spec.train.steps, "loss",
+      job->has_loss ? json_real(job->loss) : json_null(), "error",
+      job->error[0] ? json_string(job->error) : json_null(), "created",
+      time_or_null(job->created), "started", time_or_null(job->started), "ended",
+      time_or_null(job->ended), "checkpoint_step",
+      job->has_ckpt ? json_integer(job->ckpt_step) : json_null());
+  pthread_mutex_unlock(&job->jobs->mu);
+  int rc = zt__store_write_json(job->dir, "status.json", st, err, errlen);
+  json_decref(st);
+  return rc;
+}
+
+void zt__jobs_post(zt__job *job, zt__msg_kind kind, json_t *obj, int rc, uint64_t gen,
+                   const char *text) {
+  zt_jobs *jobs = job->jobs;
+  zt__msg *m = calloc(1, sizeof *m);
+  if (!m) {
+    /* Nothing sensible is left to do with the message; the registry stays consistent because
+     * the runner's own fields are already updated under mu. */
+    ZT_LOGE("job", "%s: out of memory posting a message", job->id);
+    json_decref(obj);
+    return;
+  }
+  m->job = job;
+  m->kind = kind;
+  m->obj = obj;
+  m->rc = rc;
+  m->gen = gen;
+  if (text) snprintf(m->text, sizeof m->text, "%s", text);
+  pthread_mutex_lock(&jobs->mu);
+  if (jobs->msgs_tail)
+    jobs->msgs_tail->next = m;
+  else
+    jobs->msgs = m;
+  jobs->msgs_tail = m;
+  pthread_mutex_unlock(&jobs->mu);
+  uv_async_send(jobs->async);
+}
+
+/* ---- loop side ------------------------------------------------------------------------------ */
+
+static void emit(zt_jobs *jobs, zt__job *job, json_t *ev) {
+  if (jobs->cfg.on_event) jobs->cfg.on_event(jobs->cfg.user, job->id, ev);
+  json_decref(ev);
+}
+
+static zt__job *find(zt_jobs *jobs, const char *id) {
+  for (int i = 0; i < jobs->n_all; i++)
+    if (strcmp(jobs->all[i]->id, id) == 0) return jobs->all[i];
+  return NULL;
+}
+
+static zt_job_state state_of(zt__job *job) {
+  pthread_mutex_lock(&job->jobs->mu);
+  zt_job_state s = job->state;
+  pthread_mutex_unlock(&job->jobs->mu);
+  return s;
+}
+
+static void credit(zt_jobs_done_cb done, void *owner, uint32_t queued) {
+  json_t *reply = json_pack("{s:i}", "queued", (int)queued);
+  done(owner, 0, reply, NULL);
+  json_decref(reply);
+}
+
+/* Moves pending pushes into the ring while it has room and grants their credit. */
+static void refill(zt__job *job) {
+  zt_jobs *jobs = job->jobs;
+  for (;;) {
+    pthread_mutex_lock(&jobs->mu);
+    zt__pending_push *p = job->pushes;
+    if (!p || job->ring.count == job->ring.cap) {
+      pthread_mutex_unlock(&jobs->mu);
+      return;
+    }
+    zt__batch_ring_put(&job->ring, p->tokens);
+    uint32_t queued = job->ring.count;
+    pthread_cond_signal(&job->cond);
+    job->pushes = p->next;
+    if (!job->pushes) job->pushes_tail = NULL;
+    pthread_mutex_unlock(&jobs->mu);
+    zt_jobs_done_cb done = p->done;
+    void *owner = p->owner;
+    free(p->tokens);
+    free(p);
+    credit(done, owner, queued);
+  }
+}
+
+/* Answers every pending push and checkpoint request of a job that will not serve them. */
+static void fail_pending(zt__job *job, int rc, const char *message) {
+  while (job->pushes) {
+    zt__pending_push *p = job->pushes;
+    job->pushes = p->next;
+    zt_jobs_done_cb done = p->done;
+    void *owner = p->owner;
+    free(p->tokens);
+    free(p);
+    done(owner, rc, NULL, message);
+  }
+  job->pushes_tail = NULL;
+  while (job->ckpt_requests) {
+    zt__ckpt_request *q = job->ckpt_requests;
+    job->ckpt_requests = q->next;
+    zt_jobs_done_cb done = q->done;
+    void *owner = q->owner;
+    free(q);
+    done(owner, rc, NULL, message);
+  }
+}
+
+static void answer_checkpoints(zt__job *job, const zt__msg *m) {
+  zt__ckpt_request **pp = &job->ckpt_requests;
+  while (*pp) {
+    zt__ckpt_request *q = *pp;
+    if (q->gen > m->gen) {
+      pp = &q->next;
+      continue;
+    }
+    *pp = q->next;
+    zt_jobs_done_cb done = q->done;
+    void *owner = q->owner;
+    free(q);
+    if (m->rc < 0)
+      done(owner, m->rc, NULL, m->text);
+    else
+      done(owner, 0, m->obj, NULL);
+  }
+}
+
+static void fail_job(zt_jobs *jobs, zt__job *job, const char *error) {
+  pthread_mutex_lock(&jobs->mu);
+  job->state = ZT_JOB_FAILED;
+  job->ended = zt__now();
+  snprintf(job->error, sizeof job->error, "%s", error);
+  pthread_mutex_unlock(&jobs->mu);
+  char err[ZT__ERR_MAX];
+  if (zt__job_write_status(job, err, sizeof err) < 0) ZT_LOGE("job", "%s: %s", job->id, err);
+  ZT_LOGE("job", "%s failed: %s", job->id, error);
+  json_t *ev = zt__job_event(job, "state");
+  json_object_set_new(ev, "state", json_string("failed"));
+  json_object_set_new(ev, "error", json_string(error));
+  emit(jobs, job, ev);
+  ev = zt__job_event(job, "end");
+  json_object_set_new(ev, "state", json_string("failed"));
+  json_object_set_new(ev, "step", json_integer(job->step));
+  json_object_set_new(ev, "error", json_string(error));
+  emit(jobs, job, ev);
+  char msg[ZT__ERR_MAX + 64];
+  snprintf(msg, sizeof msg, "job %s failed: %s", job->id, error);
+  fail_pending(job, -EINVAL, msg);
+}
+
+/* Starts queued jobs while a device set is free. The machine is checked again here because a
+ * job queued before a restart was validated by another daemon (its files may be gone). */
+static void maybe_start(zt_jobs *jobs) {
+  while (!jobs->shutting_down && jobs->running < MAX_RUNNING && jobs->n_queue > 0) {
+    zt__job *job = jobs->queue[0];
+    memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
+    char err[ZT__ERR_MAX];
+    size_t bytes;
+    int rc = zt__job_spec_check_resources(&job->spec, jobs->cfg.host_mem_limit, &bytes, err,
+                                          sizeof err);
+    if (rc < 0) {
+      fail_job(jobs, job, err);
+      continue;
+    }
+    pthread_mutex_lock(&jobs->mu);
+    job->state = ZT_JOB_RUNNING;
+    if (!job->started) job->started = zt__now();
+    job->backend_bytes = bytes;
+    job->stop = ZT__STOP_NONE;
+    pthread_mutex_unlock(&jobs->mu);
+    rc = -pthread_create(&job->thread, NULL, zt__runner_main, job);
+    if (rc < 0) {
+      snprintf(err, sizeof err, "cannot start the runner thread: %s", strerror(-rc));
+      fail_job(jobs, job, err);
+      continue;
+    }
+    job->has_thread = 1;
+    jobs->running++;
+    ZT_LOGI("job", "%s running", job->id);
+    json_t *ev = zt__job_event(job, "state");
+    json_object_set_new(ev, "state", json_string("running"));
+    emit(jobs, job, ev);
+  }
+}
+
+static void check_shutdown(zt_jobs *jobs) {
+  if (jobs->shutting_down && jobs->running == 0 && !jobs->shutdown_notified) {
+    jobs->shutdown_notified = 1;
+    if (jobs->shutdown_done) jobs->shutdown_done(jobs->shutdown_user);
+  }
+}
+
+static void on_async(uv_async_t *h) {
+  zt_jobs *jobs = h->data;
+  pthread_mutex_lock(&jobs->mu);
+  zt__msg *m = jobs->msgs;
+  jobs->msgs = jobs->msgs_tail = NULL;
+  pthread_mutex_unlock(&jobs->mu);
+  while (m) {
+    zt__msg *next = m->next;
+    zt__job *job = m->job;
+    switch (m->kind) {
+    case ZT__MSG_EVENT:
+      emit(jobs, job, m->obj);
+      m->obj = NULL;
+      break;
+    case ZT__MSG_CONSUMED:
+      refill(job);
+      break;
+    case ZT__MSG_CHECKPOINT:
+      answer_checkpoints(job, m);
+      break;
+    case ZT__MSG_EXIT: {
+      pthread_join(job->thread, NULL);
+      job->has_thread = 0;
+      jobs->running--;
+      zt_job_state s = state_of(job);
+      char msg[ZT__ERR_MAX];
+      if (is_terminal(s)) {
+        snprintf(msg, sizeof msg, "job %s is %s", job->id, zt_job_state_name(s));
+        fail_pending(job, -EINVAL, msg);
+      } else {
+        snprintf(msg, sizeof msg, "job %s stopped: the daemon is shutting down", job->id);
+        fail_pending(job, -ESHUTDOWN, msg);
+      }
+      break;
+    }
+    }
+    json_decref(m->obj);
+    free(m);
+    m = next;
+  }
+  maybe_start(jobs);
+  check_shutdown(jobs);
+}
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
+static void job_free(zt__job *job) {
+  while (job->pushes) {
+    zt__pending_push *p = job->pushes;
+    job->pushes = p->next;
+    free(p->tokens);
+    free(p);
+  }
+  while (job->ckpt_requests) {
+    zt__ckpt_request *q = job->ckpt_requests;
+    job->ckpt_requests = q->next;
+    free(q);
+  }
+  zt__batch_ring_free(&job->ring);
+  pthread_cond_destroy(&job->cond);
+  json_decref(job->spec_json);
+  free(job);
+}
+
+static int job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job **out) {
+  zt__job *job = calloc(1, sizeof *job);
+  if (!job) return -ENOMEM;
+  job->jobs = jobs;
+  snprintf(job->id, sizeof job->id, "%s", id);
+  snprintf(job->dir, sizeof job->dir, "%s/jobs/%s", jobs->state_dir, id);
+  job->spec = *spec;
+  job->micro_tokens =
+      (size_t)spec->train.micro_batch * ((size_t)spec->model.seq_len + 1);
+  pthread_cond_init(&job->cond, NULL);
+  job->spec_json = zt__job_spec_to_json(spec);
+  int rc = job->spec_json ? 0 : -ENOMEM;
+  if (rc == 0 && spec->source == ZT_DATA_STREAM) {
+    uint32_t depth = jobs->cfg.batch_queue_depth ? jobs->cfg.batch_queue_depth : 1;
+    rc = zt__batch_ring_init(&job->ring, depth, job->micro_tokens);
+  }
+  if (rc < 0) {
+    job_free(job);
+    return rc;
+  }
+  *out = job;
+  return 0;
+}
+
+static int add_job(zt_jobs *jobs, zt__job *job) {
+  if (jobs->n_all == jobs->cap_all) {
+    int cap = jobs->cap_all ? 2 * jobs->cap_all : 16;
+    zt__job **all = realloc(jobs->all, (size_t)cap * sizeof *all);
+    zt__job **queue = realloc(jobs->queue, (size_t)cap * sizeof *queue);
+    if (all) jobs->all = all;
+    if (queue) jobs->queue = queue;
+    if (!all || !queue) return -ENOMEM;
+    jobs->cap_all = cap;
+  }
+  jobs->all[jobs->n_all++] = job;
+  return 0;
+}
+
+/* Queue capacity equals the registry's, so enqueueing a registered job cannot fail. */
+static void enqueue(zt_jobs *jobs, zt__job *job) { jobs->queue[jobs->n_queue++] = job; }
+
+static int64_t status_time(const json_t *st, const char *key) {
+  const json_t *v = json_object_get(st, key);
+  return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+}
+
+/* Loads jobs/<id>/; a job whose files cannot be read is skipped with a warning (its id still
+ * counts, so it is never reused). */
+static int load_job(zt_jobs *jobs, const char *id) {
+  char dir[ZT__JOB_DIR_MAX], err[ZT__ERR_MAX];
+  zt_job_spec spec;
+  zt__job *job = NULL;
+  json_t *sj = NULL, *st = NULL;
+  int rc = 0;
+  snprintf(dir, sizeof dir, "%s/jobs/%s", jobs->state_dir, id);
+  if (!(sj = zt__store_read_json(dir, "spec.json", err, sizeof err)) ||
+      zt__job_spec_parse(sj, &spec, err, sizeof err) < 0 ||
+      !(st = zt__store_read_json(dir, "status.json", err, sizeof err))) {
+    ZT_LOGW("job", "skipping %s: %s", dir, err);
+    goto out;
+  }
+  zt_job_state state;
+  if (state_parse(json_string_value(json_object_get(st, "state")), &state) < 0) {
+    ZT_LOGW("job", "skipping %s: status.json has no valid state", dir);
+    goto out;
+  }
+  if ((rc = job_new(jobs, id, &spec, &job)) < 0) goto out;
+  job->state = state;
+  const json_t *v;
+  if (json_is_integer(v = json_object_get(st, "step"))) job->step = (int)json_integer_value(v);
+  if (json_is_number(v = json_object_get(st, "loss"))) {
+    job->has_loss = 1;
+    job->loss = json_number_value(v);
+  }
+  if (json_is_string(v = json_object_get(st, "error")))
+    snprintf(job->error, sizeof job->error, "%s", json_string_value(v));
+  if (json_is_integer(v = json_object_get(st, "checkpoint_step"))) {
+    job->has_ckpt = 1;
+    job->ckpt_step = (int)json_integer_value(v);
+  }
+  job->created = status_time(st, "created");
+  job->started = status_time(st, "started");
+  job->ended = status_time(st, "ended");
+  if ((rc = add_job(jobs, job)) < 0) goto out;
+  zt__job *added = job;
+  job = NULL;
+  if (state == ZT_JOB_RUNNING && spec.source == ZT_DATA_STREAM) {
+    fail_job(jobs, added, "interrupted by daemon restart; stream data cannot be replayed");
+  } else if (state == ZT_JOB_RUNNING || state == ZT_JOB_QUEUED) {
+    added->state = ZT_JOB_QUEUED;
+    enqueue(jobs, added);
+  }
+out:
+  if (job) job_free(job);
+  json_decref(sj);
+  json_decref(st);
+  return rc;
+}
+
+static int cmp_id(const void *a, const void *b) {
+  long x = atol(*(char *const *)a + 1), y = atol(*(char *const *)b + 1);
+  return (x > y) - (x < y);
+}
+
+static int is_job_id(const char *s) {
+  size_t n = strlen(s);
+  return s[0] == 'j' && n >= 7 && n < 16 && strspn(s + 1, "0123456789") == n - 1;
+}
+
+static int scan(zt_jobs *jobs, char *err, size_t errlen) {
+  char path[ZT__JOB_DIR_MAX];
+  char **ids = NULL;
+  int n = 0, cap = 0, rc = 0;
+  snprintf(path, sizeof path, "%s/jobs", jobs->state_dir);
+  DIR *d = opendir(path);
+  if (!d) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return rc;
+  }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!is_job_id(e->d_name)) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **nids = realloc(ids, (size_t)cap * sizeof *ids);
+      if (!nids) {
+        rc = -ENOMEM;
+        goto out;
+      }
+      ids = nids;
+    }
+    if (!(ids[n] = strdup(e->d_name))) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    n++;
+  }
+  if (n) qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+  for (int i = 0; i < n && rc == 0; i++) {
+    long num = atol(ids[i] + 1);
+    if (num >= jobs->next_id) jobs->next_id = num + 1;
+    rc = load_job(jobs, ids[i]);
+  }
+  if (rc < 0) snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+out:
+  closedir(d);
+  for (int i = 0; i < n; i++) free(ids[i]);
+  free(ids);
+  return rc;
+}
+
+int zt_jobs_open(zt_jobs **out, const zt_jobs_config *cfg, char *err, size_t errlen) {
+  int rc = 0;
+  *out = NULL;
+  if (cfg->backend && strcmp(cfg->backend, "cpu") != 0) {
+    snprintf(err, errlen, "backend '%s': this daemon trains on cpu only", cfg->backend);
+    return -EINVAL;
+  }
+  if (!cfg->state_dir || strlen(cfg->state_dir) >= ZT__STATE_DIR_MAX) {
+    snprintf(err, errlen, "state dir is missing or longer than %d bytes", ZT__STATE_DIR_MAX - 1);
+    return -EINVAL;
+  }
+  zt_jobs *jobs = calloc(1, sizeof *jobs);
+  if (!jobs) return -ENOMEM;
+  jobs->cfg = *cfg;
+  jobs->lock_fd = -1;
+  jobs->next_id = 1;
+  snprintf(jobs->state_dir, sizeof jobs->state_dir, "%s", cfg->state_dir);
+  jobs->cfg.state_dir = jobs->state_dir;
+  jobs->cfg.backend = "cpu";
+  pthread_mutex_init(&jobs->mu, NULL);
+  if ((rc = zt__store_open(jobs->state_dir, &jobs->lock_fd, err, errlen)) < 0) goto out;
+  jobs->async = malloc(sizeof *jobs->async);
+  if (!jobs->async) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  if ((rc = uv_async_init(cfg->loop, jobs->async, on_async)) < 0) {
+    free(jobs->async);
+    jobs->async = NULL;
+    snprintf(err, errlen, "uv_async_init: %s", uv_strerror(rc));
+    goto out;
+  }
+  jobs->async->data = jobs;
+  if ((rc = scan(jobs, err, errlen)) < 0) goto out;
+  ZT_LOGI("job", "state dir %s: %d jobs, %d queued", jobs->state_dir, jobs->n_all,
+          jobs->n_queue);
+  maybe_start(jobs);
+out:
+  if (rc < 0) {
+    zt_jobs_close(jobs);
+    return rc;
+  }
+  *out = jobs;
+  return 0;
+}
+
+static void free_async(uv_handle_t *h) { free(h); }
+
+void zt_jobs_close(zt_jobs *jobs) {
+  if (!jobs) return;
+  for (int i = 0; i < jobs->n_all; i++) {
+    zt__job *job = jobs->all[i];
+    pthread_mutex_lock(&jobs->mu);
+    job->stop = ZT__STOP_ABORT;
+    pthread_cond_broadcast(&job->cond);
+    pthread_mutex_unlock(&jobs->mu);
+  }
+  for (int i = 0; i < jobs->n_all; i++)
+    if (jobs->all[i]->has_thread) pthread_join(jobs->all[i]->thread, NULL);
+  while (jobs->msgs) {
+    zt__msg *m = jobs->msgs;
+    jobs->msgs = m->next;
+    json_decref(m->obj);
+    free(m);
+  }
+  for (int i = 0; i < jobs->n_all; i++) job_free(jobs->all[i]);
+  free(jobs->all);
+  free(jobs->queue);
+  if (jobs->async) uv_close((uv_handle_t *)jobs->async, free_async);
+  if (jobs->lock_fd >= 0) close(jobs->lock_fd);
+  pthread_mutex_destroy(&jobs->mu);
+  free(jobs);
+}
+
+json_t *zt_jobs_status(zt_jobs *jobs) {
+  size_t bytes = 0;
+  pthread_mutex_lock(&jobs->mu);
+  for (int i = 0; i < jobs->n_all; i++)
+    if (jobs->all[i]->state == ZT_JOB_RUNNING) bytes += jobs->all[i]->backend_bytes;
+  pthread_mutex_unlock(&jobs->mu);
+  return json_pack("{s:i, s:i, s:i, s:{s:s, s:I, s:I}}", "queued", jobs->n_queue, "running",
+                   jobs->running, "jobs", jobs->n_all, "memory", "backend", "cpu",
+                   "backend_bytes", (json_int_t)bytes, "host_mem_limit",
+                   (json_int_t)jobs->cfg.host_mem_limit);
+}
+
+int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX], char *err,
+                   size_t errlen) {
+  zt_job_spec spec;
+  zt__job *job = NULL;
+  size_t bytes;
+  int rc, made_dir = 0;
+  if (jobs->shutting_down) {
+    snprintf(err, errlen, "the daemon is shutting down");
+    return -ESHUTDOWN;
+  }
+  if ((rc = zt__job_spec_parse(spec_in, &spec, err, errlen)) < 0) return rc;
+  if ((rc = zt__job_spec_check_resources(&spec, jobs->cfg.host_mem_limit, &bytes, err,
+                                         errlen)) < 0)
+    return rc;
+  char new_id[ZT_JOB_ID_MAX];
+  snprintf(new_id, sizeof new_id, "j%06ld", jobs->next_id);
+  if ((rc = job_new(jobs, new_id, &spec, &job)) < 0) {
+    snprintf(err, errlen, "out of memory");
+    return rc;
+  }
+  job->state = ZT_JOB_QUEUED;
+  job->created = zt__now();
+  char ckdir[ZT__JOB_DIR_MAX + 16];
+  snprintf(ckdir, sizeof ckdir, "%s/checkpoints", job->dir);
+  if (mkdir(job->dir, 0755) != 0 || (made_dir = 1, mkdir(ckdir, 0755) != 0)) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", job->dir, strerror(errno));
+    goto out;
+  }
+  /* The id is taken once its directory exists, even if writing it fails below. */
+  jobs->next_id++;
+  if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0 ||
+      (rc = zt__job_write_status(job, err, errlen)) < 0)
+    goto out;
+  if ((rc = add_job(jobs, job)) < 0) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
+  job = NULL;
+  enqueue(jobs, jobs->all[jobs->n_all - 1]);
+  ZT_LOGI("job", "%s queued%s%s", id, spec.name[0] ? ": " : "", spec.name);
+  maybe_start(jobs);
+out:
+  if (job) {
+    if (made_dir) zt__store_remove_tree(job->dir);
+    job_free(job);
+  }
+  return rc;
+}
+
+static json_t *loss_or_null(const zt__job *job) {
+  return job->has_loss ? json_real(job->loss) : json_null();
+}
+
+json_t *zt_jobs_list(zt_jobs *jobs) {
+  json_t *arr = json_array();
+  pthread_mutex_lock(&jobs->mu);
+  for (int i = 0; i < jobs->n_all; i++) {
+    zt__job *job = jobs->all[i];
+    json_array_append_new(
+        arr, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "job", job->id, "name",
+                       job->spec.name, "state", zt_job_state_name(job->state), "arch",
+                       zt_arch_name(job->spec.model.arch), "step", job->step, "steps",
+                       job->spec.train.steps, "loss", loss_or_null(job), "created",
+                       time_or_null(job->created)));
+  }
+  pthread_mutex_unlock(&jobs->mu);
+  return json_pack("{s:o}", "jobs", arr);
+}
+
+json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen) {
+  zt__job *job = find(jobs, id);
+  if (!job) {
+    *rc = -ENOENT;
+    snprintf(err, errlen, "no job %s", id);
+    return NULL;
+  }
+  pthread_mutex_lock(&jobs->mu);
+  json_t *j = json_pack(
+      "{s:s, s:s, s:s, s:s, s:O, s:i, s:i, s:o, s:f, s:o, s:o, s:o, s:o, s:{s:s, s:I}}",
+      "job", job->id, "name", job->spec.name, "state", zt_job_state_name(job->state), "arch",
+      zt_arch_name(job->spec.model.arch), "spec", job->spec_json, "step", job->step, "steps",
+      job->spec.train.steps, "loss", loss_or_null(job), "tokens_per_s", job->tokens_per_s,
+      "created",
+      time_or_null(job->created), "started", time_or_null(job->started), "ended",
+      time_or_null(job->ended), "checkpoint_step",
+      job->has_ckpt ? json_integer(job->ckpt_step) : json_null(), "memory", "backend", "cpu",
+      "backend_bytes", (json_int_t)(job->state == ZT_JOB_RUNNING ? job->backend_bytes : 0));
+  /* "error" only on a failed job, as in the "end" event. */
+  if (j && job->error[0]) json_object_set_new(j, "error", json_string(job->error));
+  pthread_mutex_unlock(&jobs->mu);
+  if (!j) {
+    *rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  json_object_set_new(j, "losses", zt__store_losses_read(job->dir));
+  *rc = 0;
+  return j;
+}
+
+int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
+  zt__job *job = find(jobs, id);
+  if (!job) {
+    snprintf(err, errlen, "no job %s", id);
+    return -ENOENT;
+  }
+  zt_job_state s = state_of(job);
+  if (is_terminal(s)) {
+    snprintf(err, errlen, "job %s is already %s", id, zt_job_state_name(s));
+    return -EINVAL;
+  }
+  if (job->has_thread) {
+    pthread_mutex_lock(&jobs->mu);
+    job->stop = ZT__STOP_CANCEL;
+    pthread_cond_broadcast(&job->cond);
+    pthread_mutex_unlock(&jobs->mu);
+    return 0;
+  }
+  /* Queued: it leaves the queue now. */
+  for (int i = 0; i < jobs->n_queue; i++) {
+    if (jobs->queue[i] != job) continue;
+    memmove(jobs->queue + i, jobs->queue + i + 1,
+            (size_t)(jobs->n_queue - i - 1) * sizeof *jobs->queue);
+    jobs->n_queue--;
+    break;
+  }
+  pthread_mutex_lock(&jobs->mu);
+  job->state = ZT_JOB_CANCELLED;
+  job->ended = zt__now();
+  pthread_mutex_unlock(&jobs->mu);
+  int rc = zt__job_write_status(job, err, errlen);
+  json_t *ev = zt__job_event(job, "state");
+  json_object_set_new(ev, "state", json_string("cancelled"));
+  emit(jobs, job, ev);
+  ev = zt__job_event(job, "end");
+  json_object_set_new(ev, "state", json_string("cancelled"));
+  json_object_set_new(ev, "step", json_integer(job->step));
+  emit(jobs, job, ev);
+  char msg[ZT__ERR_MAX];
+  snprintf(msg, sizeof msg, "job %s is cancelled", id);
+  fail_pending(job, -EINVAL, msg);
+  return rc;
+}
+
+int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, size_t n_tokens,
+                       zt_jobs_done_cb done, void *owner, char *err, size_t errlen) {
+  zt__job *job = find(jobs, id);
+  if (!job) {
+    snprintf(err, errlen, "no job %s", id);
+    return -ENOENT;
+  }
+  if (job->spec.source != ZT_DATA_STREAM) {
+    snprintf(err, errlen, "job %s reads its data from a file; it takes no batches", id);
+    return -EINVAL;
+  }
+  zt_job_state s = state_of(job);
+  if (is_terminal(s)) {
+    snprintf(err, errlen, "job %s is %s", id, zt_job_state_name(s));
+    return -EINVAL;
+  }
+  if (jobs->shutting_down) {
+    snprintf(err, errlen, "the daemon is shutting down");
+    return -ESHUTDOWN;
+  }
+  if (n_tokens != job->micro_tokens) {
+    snprintf(err, errlen, "batch has %zu tokens; job %s takes micro_batch*(seq_len+1) = %zu",
+             n_tokens, id, job->micro_tokens);
+    return -EINVAL;
+  }
+  /* A bad token would fail the job inside the trainer; refuse it here instead. */
+  for (size_t i = 0; i < n_tokens; i++) {
+    if (tokens[i] < 0 || tokens[i] >= job->spec.model.vocab) {
+      snprintf(err, errlen, "batch token %d at index %zu is outside [0, model.vocab %d)",
+               tokens[i], i, job->spec.model.vocab);
+      return -EINVAL;
+    }
+  }
+  pthread_mutex_lock(&jobs->mu);
+  if (!job->pushes && job->ring.count < job->ring.cap) {
+    zt__batch_ring_put(&job->ring, tokens);
+    uint32_t queued = job->ring.count;
+    pthread_cond_signal(&job->cond);
+    pthread_mutex_unlock(&jobs->mu);
+    credit(done, owner, queued);
+    return 0;
+  }
+  pthread_mutex_unlock(&jobs->mu);
+  zt__pending_push *p = calloc(1, sizeof *p);
+  int32_t *copy = malloc(n_tokens * sizeof *copy);
+  if (!p || !copy) {
+    free(p);
+    free(copy);
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  memcpy(copy, tokens, n_tokens * sizeof *copy);
+  p->tokens = copy;
+  p->done = done;
+  p->owner = owner;
+  if (job->pushes_tail)
+    job->pushes_tail->next = p;
+  else
+    job->pushes = p;
+  job->pushes_tail = p;
+  return 0;
+}
+
+int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void *owner,
+                       char *err, size_t errlen) {
+  zt__job *job = find(jobs, id);
+  if (!job) {
+    snprintf(err, errlen, "no job %s", id);
+    return -ENOENT;
+  }
+  zt_job_state s = state_of(job);
+  if (s != ZT_JOB_RUNNING || !job->has_thread) {
+    snprintf(err, errlen, "job %s is %s; only a running job checkpoints", id,
+             zt_job_state_name(s));
+    return -EINVAL;
+  }
+  zt__ckpt_request *q = calloc(1, sizeof *q);
+  if (!q) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  q->done = done;
+  q->owner = owner;
+  pthread_mutex_lock(&jobs->mu);
+  q->gen = ++job->ckpt_requested;
+  pthread_cond_broadcast(&job->cond);
+  pthread_mutex_unlock(&jobs->mu);
+  q->next = job->ckpt_requests;
+  job->ckpt_requests = q;
+  return 0;
+}
+
+void zt_jobs_forget(zt_jobs *jobs, void *owner) {
+  for (int i = 0; i < jobs->n_all; i++) {
+    zt__job *job = jobs->all[i];
+    zt__pending_push **pp = &job->pushes, *last = NULL;
+    while (*pp) {
+      zt__pending_push *p = *pp;
+      if (p->owner == owner) {
+        *pp = p->next;
+        free(p->tokens);
+        free(p);
+      } else {
+        last = p;
+        pp = &p->next;
+      }
+    }
+    job->pushes_tail = last;
+    zt__ckpt_request **qq = &job->ckpt_requests;
+    while (*qq) {
+      zt__ckpt_request *q = *qq;
+      if (q->owner == owner) {
+        *qq = q->next;
+        free(q);
+      } else {
+        qq = &q->next;
+      }
+    }
+  }
+}
+
+int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                         uint8_t **data, size_t *len, uint64_t *total, uint64_t *step,
+                         char *err, size_t errlen) {
+  zt__job *job = find(jobs, id);
+  int rc = 0, fd = -1;
+  *data = NULL;
+  *len = 0;
+  if (!job) {
+    snprintf(err, errlen, "no job %s", id);
+    return -ENOENT;
+  }
+  /* The runner may remove the oldest checkpoint while we look: try the newest again. */
+  char path[ZT__JOB_DIR_MAX + 64];
+  for (int attempt = 0; attempt < 3 && fd < 0; attempt++) {
+    int *steps;
+    int n = zt__store_checkpoints(job->dir, &steps);
+    if (n <= 0) {
+      free(steps);
+      snprintf(err, errlen, "job %s has no checkpoint yet", id);
+      return n < 0 ? n : -ENOENT;
+    }
+    *step = (uint64_t)steps[n - 1];
+    zt__store_checkpoint_path(path, sizeof path, job->dir, steps[n - 1]);
+    free(steps);
+    strncat(path, "/model.safetensors", sizeof path - strlen(path) - 1);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT) break;
+  }
+  if (fd < 0) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return rc;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    goto out;
+  }
+  *total = (uint64_t)st.st_size;
+  if (offset > *total) {
+    rc = -EINVAL;
+    snprintf(err, errlen, "offset %llu is past the end of the weights (%llu bytes)",
+             (unsigned long long)offset, (unsigned long long)*total);
+    goto out;
+  }
+  uint64_t want = *total - offset;
+  if (want > length) want = length;
+  if (want > EXPORT_CHUNK_MAX) want = EXPORT_CHUNK_MAX;
+  *data = malloc(want ? want : 1);
+  if (!*data) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  size_t got = 0;
+  while (got < want) {
+    ssize_t n = pread(fd, *data + got, want - got, (off_t)(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      rc = n < 0 ? -errno : -EIO;
+      snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+      goto out;
+    }
+    got += (size_t)n;
+  }
+  *len = got;
+out:
+  if (rc < 0) {
+    free(*data);
+    *data = NULL;
+  }
+  close(fd);
+  return rc;
+}
+
+void zt_jobs_shutdown(zt_jobs *jobs, void (*done)(void *user), void *user) {
+  jobs->shutting_down = 1;
+  jobs->shutdown_done = done;
+  jobs->shutdown_user = user;
+  pthread_mutex_lock(&jobs->mu);
+  for (int i = 0; i < jobs->n_all; i++) {
+    zt__job *job = jobs->all[i];
+    if (job->has_thread && job->stop == ZT__STOP_NONE) job->stop = ZT__STOP_SHUTDOWN;
+    pthread_cond_broadcast(&job->cond);
+  }
+  pthread_mutex_unlock(&jobs->mu);
+  /* done runs from the loop, never inside this call, even when nothing is running. */
+  uv_async_send(jobs->async);
+}

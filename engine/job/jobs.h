@@ -1,0 +1,103 @@
+/* The job layer of ztd: spec validation, the registry and FIFO queue, the per-job state
+ * directory, the data sources, and the runner threads that drive the trainer.
+ *
+ * Threading: every function here is called on the daemon's loop thread (libuv), and every
+ * callback (events, batch credit, checkpoint completion, shutdown) is invoked on that thread too:
+ * runners hand results back through a locked queue and uv_async_send. Nothing here blocks the
+ * loop for long (no training, no waiting on runners).
+ *
+ * Requests and replies are jansson objects: the server packs them to msgpack. Every error is a
+ * negative errno plus a message naming the cause (field name for spec errors). */
+#ifndef ZT_JOBS_H
+#define ZT_JOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include <uv.h>
+
+#define ZT_JOB_ID_MAX 64
+
+typedef enum zt_job_state {
+  ZT_JOB_QUEUED = 1,
+  ZT_JOB_RUNNING,
+  ZT_JOB_DONE,
+  ZT_JOB_FAILED,
+  ZT_JOB_CANCELLED,
+} zt_job_state;
+
+const char *zt_job_state_name(zt_job_state s);
+
+/* An event for the watchers of one job, e.g. {"event": "step", "job": "j000001", ...}; the
+ * callee must not keep the reference. Kinds: "state" (any state change, with "error" on
+ * failure), "step" (step, steps, loss, lr, grad_norm, tokens_per_s, eta_s, memory),
+ * "checkpoint" (step, path), "end" (the final state; the last event of a job). */
+typedef void (*zt_jobs_event_cb)(void *user, const char *job, json_t *event);
+
+typedef struct zt_jobs_config {
+  uv_loop_t *loop;
+  const char *state_dir;        /* jobs/<id>/ live under it; must be writable */
+  const char *backend;          /* "cpu" (the only one this build trains on) */
+  int cpu_threads;              /* 0 = all cores */
+  uint64_t host_mem_limit;      /* 0 = no limit; a job whose backend bytes exceed it is refused */
+  uint32_t batch_queue_depth;   /* micro-batches a stream job buffers before credit stops */
+  zt_jobs_event_cb on_event;
+  void *user;
+} zt_jobs_config;
+
+typedef struct zt_jobs zt_jobs;
+
+/* Scans state_dir/jobs: every earlier job is listed again; a job that was running when the
+ * daemon stopped resumes from its last checkpoint when its data source is a file. */
+int zt_jobs_open(zt_jobs **jobs, const zt_jobs_config *cfg, char *err, size_t errlen);
+/* Stops runners without checkpointing (use zt_jobs_shutdown first for a graceful stop); running
+ * jobs stay "running" on disk and resume from their last checkpoint. Pending done callbacks are
+ * dropped without being called (zt_jobs_forget every owner first). The loop must run once more
+ * afterwards to finish closing the registry's uv_async handle. */
+void zt_jobs_close(zt_jobs *jobs);
+
+/* {"queued": n, "running": n, "jobs": n, "memory": {...}} for the status reply. */
+json_t *zt_jobs_status(zt_jobs *jobs);
+
+/* Validates the spec (every field; the error names it), writes jobs/<id>/ and queues the job. */
+int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
+                   size_t errlen);
+/* {"jobs": [ {job, name, state, arch, step, steps, loss, created}, ... ]} */
+json_t *zt_jobs_list(zt_jobs *jobs);
+/* {job, name, state, arch, spec (normalised), step, steps, loss, tokens_per_s, created, started,
+ * ended, checkpoint_step, memory: {backend, backend_bytes}, losses: [loss of step 1, 2, ...],
+ * error (failed jobs only)}; NULL + -ENOENT if unknown. */
+json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen);
+/* Terminal states answer -EINVAL ("job j000003 is already done"). */
+int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen);
+
+/* Completion of an asynchronous request: rc 0 with a reply object (may be NULL), or -errno and
+ * a message. Called exactly once unless zt_jobs_forget(owner) ran first. */
+typedef void (*zt_jobs_done_cb)(void *owner, int rc, json_t *reply, const char *message);
+
+/* Queues one micro-batch for a stream job. Calls done with {"queued": n} (micro-batches now in
+ * the job's queue) when the batch is in that queue: at once if there is room, later if the
+ * queue is full (this is the client's credit). Tokens must be in [0, model.vocab). Wrong job,
+ * wrong source or wrong token count fail synchronously (return -errno, done not called). */
+int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, size_t n_tokens,
+                       zt_jobs_done_cb done, void *owner, char *err, size_t errlen);
+/* Asks a running job to checkpoint at its next step boundary; done gets {"step", "path"}. */
+int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void *owner,
+                       char *err, size_t errlen);
+/* A connection went away: drop its pending callbacks (its batches not yet queued are dropped;
+ * the job keeps waiting for data, uncorrupted). */
+void zt_jobs_forget(zt_jobs *jobs, void *owner);
+
+/* Reads up to `length` bytes (and at most 16 MiB) at `offset` of the job's latest exported
+ * weights (the newest checkpoint's model.safetensors). Fills *data (malloc'd), *len, *total and
+ * *step.
+ * -ENOENT when the job has no checkpoint yet. */
+int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                         uint8_t **data, size_t *len, uint64_t *total, uint64_t *step,
+                         char *err, size_t errlen);
+
+/* Graceful stop: running jobs checkpoint and stop (they stay "running" on disk so the next
+ * daemon resumes them); done is called when all runners have stopped. */
+void zt_jobs_shutdown(zt_jobs *jobs, void (*done)(void *user), void *user);
+
+#endif

@@ -1,0 +1,291 @@
+/* The step loop of one job, on its own thread: backend, trainer, data, losses.log, checkpoints.
+ * Everything the loop thread must see goes through zt__jobs_post. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "engine/job/job.h"
+#include "engine/job/store.h"
+#include "engine/log.h"
+
+typedef struct runner {
+  zt__job *job;
+  zt_trainer *trainer;
+  zt__token_file tokens;
+  int32_t *batch;         /* grad_accum micro-batches, back to back */
+  int have;               /* stream: micro-batches of the next step already in batch */
+  FILE *losses;
+  char err[ZT__ERR_MAX];
+} runner;
+
+static double mono_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int64_t host_rss(void) {
+  long pages = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "re");
+  if (!f) return -1;
+  int n = fscanf(f, "%ld %ld", &pages, &resident);
+  fclose(f);
+  return n == 2 ? (int64_t)resident * sysconf(_SC_PAGE_SIZE) : -1;
+}
+
+static json_t *memory_json(size_t backend_bytes) {
+  json_t *m = json_pack("{s:s, s:I}", "backend", "cpu", "backend_bytes",
+                        (json_int_t)backend_bytes);
+  int64_t rss = host_rss();
+  if (rss >= 0) json_object_set_new(m, "host_rss", json_integer(rss));
+  return m;
+}
+
+/* Saves the trainer at its current step (unless the newest checkpoint already is that step),
+ * keeps the newest K, and answers the checkpoint requests up to gen. */
+static int checkpoint(runner *r, uint64_t gen) {
+  zt__job *job = r->job;
+  pthread_mutex_t *mu = &job->jobs->mu;
+  int rc = 0;
+  int step = zt_trainer_step_count(r->trainer);
+  char path[ZT__JOB_DIR_MAX + 64];
+  zt__store_checkpoint_path(path, sizeof path, job->dir, step);
+
+  pthread_mutex_lock(mu);
+  int fresh = !(job->has_ckpt && job->ckpt_step == step);
+  pthread_mutex_unlock(mu);
+  if (fresh) {
+    if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0) goto out;
+    if ((rc = zt__store_prune_checkpoints(job->dir, job->spec.ckpt_keep)) < 0) {
+      snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
+               strerror(-rc));
+      goto out;
+    }
+    pthread_mutex_lock(mu);
+    job->has_ckpt = 1;
+    job->ckpt_step = step;
+    pthread_mutex_unlock(mu);
+    if ((rc = zt__job_write_status(job, r->err, sizeof r->err)) < 0) goto out;
+    json_t *ev = zt__job_event(job, "checkpoint");
+    json_object_set_new(ev, "step", json_integer(step));
+    json_object_set_new(ev, "path", json_string(path));
+    zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
+  }
+out:
+  pthread_mutex_lock(mu);
+  job->ckpt_taken = gen > job->ckpt_taken ? gen : job->ckpt_taken;
+  pthread_mutex_unlock(mu);
+  if (rc < 0)
+    zt__jobs_post(job, ZT__MSG_CHECKPOINT, NULL, rc, gen, r->err);
+  else
+    zt__jobs_post(job, ZT__MSG_CHECKPOINT, json_pack("{s:i, s:s}", "step", step, "path", path),
+                  0, gen, NULL);
+  return rc;
+}
+
+/* Stream: waits for one micro-batch. 1 = got it; 0 = woken for a stop or a checkpoint request
+ * (the batches already taken stay in r->batch for the step). */
+static int take_micro_batch(runner *r, int32_t *dst) {
+  zt__job *job = r->job;
+  pthread_mutex_t *mu = &job->jobs->mu;
+  int got = 0;
+  pthread_mutex_lock(mu);
+  while (job->ring.count == 0 && job->stop == ZT__STOP_NONE &&
+         job->ckpt_requested == job->ckpt_taken)
+    pthread_cond_wait(&job->cond, mu);
+  if (job->ring.count > 0 && job->stop == ZT__STOP_NONE &&
+      job->ckpt_requested == job->ckpt_taken) {
+    zt__batch_ring_take(&job->ring, dst);
+    got = 1;
+  }
+  pthread_mutex_unlock(mu);
+  if (got) zt__jobs_post(job, ZT__MSG_CONSUMED, NULL, 0, 0, NULL);
+  return got;
+}
+
+static int open_job(runner *r, const zt_backend *be) {
+  zt__job *job = r->job;
+  const zt_job_spec *s = &job->spec;
+  int rc;
+  if (s->source == ZT_DATA_FILE &&
+      (rc = zt__token_file_open(&r->tokens, s->data_path, 1, r->err, sizeof r->err)) < 0)
+    return rc;
+  if ((rc = zt_trainer_open(&r->trainer, &s->model, &s->train, be, r->err, sizeof r->err)) < 0)
+    return rc;
+  int newest = zt__store_newest_checkpoint(job->dir);
+  if (newest > 0) {
+    char path[ZT__JOB_DIR_MAX + 64];
+    zt__store_checkpoint_path(path, sizeof path, job->dir, newest);
+    if ((rc = zt_trainer_load(r->trainer, path, r->err, sizeof r->err)) < 0) return rc;
+    ZT_LOGI("job", "%s resumes from %s", job->id, path);
+  }
+  int step = zt_trainer_step_count(r->trainer);
+  /* Steps after the checkpoint are trained again (the sampler makes them identical). */
+  if ((rc = zt__store_losses_truncate(job->dir, step, r->err, sizeof r->err)) < 0) return rc;
+  char path[ZT__JOB_DIR_MAX + 16];
+  snprintf(path, sizeof path, "%s/losses.log", job->dir);
+  r->losses = fopen(path, "ae");
+  if (!r->losses) {
+    rc = -errno;
+    snprintf(r->err, sizeof r->err, "%s: %s", path, strerror(errno));
+    return rc;
+  }
+  r->batch = malloc((size_t)s->train.grad_accum * job->micro_tokens * sizeof(int32_t));
+  if (!r->batch) {
+    snprintf(r->err, sizeof r->err, "out of memory for the batch buffer");
+    return -ENOMEM;
+  }
+  pthread_mutex_lock(&job->jobs->mu);
+  job->step = step;
+  job->has_ckpt = newest > 0;
+  job->ckpt_step = newest;
+  job->backend_bytes = zt_trainer_backend_bytes(r->trainer);
+  pthread_mutex_unlock(&job->jobs->mu);
+  return 0;
+}
+
+/* One optimizer step with its bookkeeping. */
+static int train_step(runner *r, double run_start, int run_first_step) {
+  zt__job *job = r->job;
+  const zt_job_spec *s = &job->spec;
+  zt_step_result res;
+  double t0 = mono_seconds();
+  int rc = zt_trainer_step(r->trainer, r->batch, &res, r->err, sizeof r->err);
+  if (rc < 0) return rc;
+  double now = mono_seconds();
+  r->have = 0;
+  if (fprintf(r->losses, "%d %.17g\n", res.step, res.loss) < 0 || fflush(r->losses) != 0) {
+    rc = -errno;
+    snprintf(r->err, sizeof r->err, "%s/losses.log: %s", job->dir, strerror(errno));
+    return rc;
+  }
+  double dt = now - t0;
+  double tokens_per_s = dt > 0 ? (double)res.tokens / dt : 0.0;
+  size_t backend_bytes;
+  pthread_mutex_lock(&job->jobs->mu);
+  job->step = res.step;
+  job->has_loss = 1;
+  job->loss = res.loss;
+  job->tokens_per_s = tokens_per_s;
+  backend_bytes = job->backend_bytes;
+  pthread_mutex_unlock(&job->jobs->mu);
+
+  double per_step = (now - run_start) / (double)(res.step - run_first_step);
+  json_t *ev = zt__job_event(job, "step");
+  json_object_set_new(ev, "step", json_integer(res.step));
+  json_object_set_new(ev, "steps", json_integer(s->train.steps));
+  json_object_set_new(ev, "loss", json_real(res.loss));
+  json_object_set_new(ev, "lr", json_real(res.lr));
+  json_object_set_new(ev, "grad_norm", json_real(res.grad_norm));
+  json_object_set_new(ev, "tokens_per_s", json_real(tokens_per_s));
+  json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
+  json_object_set_new(ev, "memory", memory_json(backend_bytes));
+  zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
+  return 0;
+}
+
+void *zt__runner_main(void *arg) {
+  runner r = {.job = arg, .tokens = {.fd = -1}};
+  zt__job *job = r.job;
+  const zt_job_spec *s = &job->spec;
+  pthread_mutex_t *mu = &job->jobs->mu;
+  zt_backend be = {0};
+  int be_open = 0, rc = 0;
+  zt_job_state final = ZT_JOB_FAILED;
+  int leave_running = 0;
+
+  if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
+  if ((rc = zt_backend_cpu_open(&be, job->jobs->cfg.cpu_threads)) < 0) {
+    snprintf(r.err, sizeof r.err, "cpu backend: %s", strerror(-rc));
+    goto out;
+  }
+  be_open = 1;
+  if ((rc = open_job(&r, &be)) < 0) goto out;
+
+  double run_start = mono_seconds();
+  int run_first_step = zt_trainer_step_count(r.trainer);
+  for (;;) {
+    pthread_mutex_lock(mu);
+    zt__stop stop = job->stop;
+    uint64_t gen = job->ckpt_requested;
+    int want_ckpt = gen != job->ckpt_taken;
+    pthread_mutex_unlock(mu);
+    int step = zt_trainer_step_count(r.trainer);
+
+    if (stop == ZT__STOP_ABORT) {
+      leave_running = 1;
+      goto out;
+    }
+    if (stop == ZT__STOP_CANCEL) {
+      final = ZT_JOB_CANCELLED;
+      goto out;
+    }
+    if (stop == ZT__STOP_SHUTDOWN) {
+      if (step > 0 && (rc = checkpoint(&r, gen)) < 0) goto out;
+      leave_running = 1;
+      goto out;
+    }
+    if (want_ckpt && (rc = checkpoint(&r, gen)) < 0) goto out;
+    if (step >= s->train.steps) break;
+
+    if (s->source == ZT_DATA_FILE) {
+      zt__token_file_sample(&r.tokens, s->train.seed, step + 1, s->train.grad_accum,
+                            s->train.micro_batch, s->model.seq_len, r.batch);
+    } else {
+      while (r.have < s->train.grad_accum &&
+             take_micro_batch(&r, r.batch + (size_t)r.have * job->micro_tokens))
+        r.have++;
+      if (r.have < s->train.grad_accum) continue;
+    }
+    if ((rc = train_step(&r, run_start, run_first_step)) < 0) goto out;
+    int now_step = zt_trainer_step_count(r.trainer);
+    if (s->ckpt_every > 0 && now_step % s->ckpt_every == 0 && now_step < s->train.steps) {
+      pthread_mutex_lock(mu);
+      gen = job->ckpt_requested;
+      pthread_mutex_unlock(mu);
+      if ((rc = checkpoint(&r, gen)) < 0) goto out;
+    }
+  }
+  pthread_mutex_lock(mu);
+  uint64_t gen = job->ckpt_requested;
+  pthread_mutex_unlock(mu);
+  if ((rc = checkpoint(&r, gen)) < 0) goto out;
+  final = ZT_JOB_DONE;
+
+out:
+  if (r.losses) fclose(r.losses);
+  free(r.batch);
+  if (r.trainer) zt_trainer_close(r.trainer);
+  if (be_open) zt_backend_cpu_close(&be);
+  zt__token_file_close(&r.tokens);
+  pthread_mutex_lock(mu);
+  job->backend_bytes = 0;
+  if (!leave_running) {
+    job->state = final;
+    job->ended = zt__now();
+    if (final == ZT_JOB_FAILED) snprintf(job->error, sizeof job->error, "%s", r.err);
+  }
+  pthread_mutex_unlock(mu);
+  if (!leave_running) {
+    char err[ZT__ERR_MAX];
+    if (zt__job_write_status(job, err, sizeof err) < 0)
+      ZT_LOGE("job", "%s: %s", job->id, err);
+    if (final == ZT_JOB_FAILED) ZT_LOGE("job", "%s failed: %s", job->id, r.err);
+    json_t *ev = zt__job_event(job, "state");
+    json_object_set_new(ev, "state", json_string(zt_job_state_name(final)));
+    if (final == ZT_JOB_FAILED) json_object_set_new(ev, "error", json_string(r.err));
+    zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
+    ev = zt__job_event(job, "end");
+    json_object_set_new(ev, "state", json_string(zt_job_state_name(final)));
+    pthread_mutex_lock(mu);
+    json_object_set_new(ev, "step", json_integer(job->step));
+    if (job->has_loss) json_object_set_new(ev, "loss", json_real(job->loss));
+    pthread_mutex_unlock(mu);
+    if (final == ZT_JOB_FAILED) json_object_set_new(ev, "error", json_string(r.err));
+    zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
+  }
+  zt__jobs_post(job, ZT__MSG_EXIT, NULL, 0, 0, NULL);
+  return NULL;
+}

@@ -1,0 +1,257 @@
+#include "engine/job/store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int make_dir(const char *path, char *err, size_t errlen) {
+  if (mkdir(path, 0755) == 0 || errno == EEXIST) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    snprintf(err, errlen, "state dir %s: not a directory", path);
+    return -ENOTDIR;
+  }
+  int rc = -errno;
+  if (errno == EACCES || errno == EROFS || errno == EPERM)
+    snprintf(err, errlen, "state dir %s is not writable", path);
+  else
+    snprintf(err, errlen, "state dir %s: %s", path, strerror(errno));
+  return rc;
+}
+
+int zt__store_open(const char *state_dir, int *lock_fd, char *err, size_t errlen) {
+  int rc = 0, fd = -1;
+  char path[4096];
+  *lock_fd = -1;
+  if ((rc = make_dir(state_dir, err, errlen)) < 0) goto out;
+  if (access(state_dir, W_OK | X_OK) != 0) {
+    rc = -EACCES;
+    snprintf(err, errlen, "state dir %s is not writable", state_dir);
+    goto out;
+  }
+  snprintf(path, sizeof path, "%s/jobs", state_dir);
+  if ((rc = make_dir(path, err, errlen)) < 0) goto out;
+  snprintf(path, sizeof path, "%s/ztd.lock", state_dir);
+  fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = -errno;
+    if (errno == EACCES || errno == EROFS)
+      snprintf(err, errlen, "state dir %s is not writable", state_dir);
+    else
+      snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    goto out;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+    char pid[32] = "";
+    ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    if (rc == -EBUSY && pid[0])
+      snprintf(err, errlen, "state dir %s is in use by another ztd (pid %s)", state_dir, pid);
+    else if (rc == -EBUSY)
+      snprintf(err, errlen, "state dir %s is in use by another ztd", state_dir);
+    else
+      snprintf(err, errlen, "%s: flock: %s", path, strerror(-rc));
+    goto out;
+  }
+  char pid[32];
+  int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    goto out;
+  }
+  *lock_fd = fd;
+  fd = -1;
+out:
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+int zt__store_fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int rc = fsync(fd) == 0 ? 0 : -errno;
+  close(fd);
+  return rc;
+}
+
+int zt__store_write_json(const char *dir, const char *name, const json_t *j, char *err,
+                         size_t errlen) {
+  int rc = 0, fd = -1;
+  char tmp[4096], path[4096];
+  char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (!text) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", path);
+    goto out;
+  }
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) goto fail;
+  size_t len = strlen(text), off = 0;
+  while (off < len) {
+    ssize_t n = write(fd, text + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) goto fail;
+    off += (size_t)n;
+  }
+  if (write(fd, "\n", 1) != 1 || fsync(fd) != 0) goto fail;
+  if (close(fd) != 0) {
+    fd = -1;
+    goto fail;
+  }
+  fd = -1;
+  if (rename(tmp, path) != 0) goto fail;
+  if ((rc = zt__store_fsync_dir(dir)) < 0) {
+    snprintf(err, errlen, "%s: fsync: %s", dir, strerror(-rc));
+    goto out;
+  }
+  goto out;
+fail:
+  rc = errno ? -errno : -EIO;
+  snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+  unlink(tmp);
+out:
+  if (fd >= 0) close(fd);
+  free(text);
+  return rc;
+}
+
+json_t *zt__store_read_json(const char *dir, const char *name, char *err, size_t errlen) {
+  char path[4096];
+  json_error_t je;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  json_t *j = json_load_file(path, 0, &je);
+  if (!j) snprintf(err, errlen, "%s: %s", path, je.text);
+  return j;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  return remove(path) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+int zt__store_remove_tree(const char *path) {
+  int rc = nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc == -1) return errno == ENOENT ? 0 : -errno;
+  return rc;
+}
+
+void zt__store_checkpoint_path(char *out, size_t outlen, const char *job_dir, int step) {
+  snprintf(out, outlen, "%s/checkpoints/step-%08d", job_dir, step);
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+int zt__store_checkpoints(const char *job_dir, int **steps) {
+  char path[4096];
+  int n = 0, cap = 0;
+  int *v = NULL;
+  *steps = NULL;
+  snprintf(path, sizeof path, "%s/checkpoints", job_dir);
+  DIR *d = opendir(path);
+  if (!d) return errno == ENOENT ? 0 : -errno;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    /* Only exact step-NNNNNNNN names: the trainer's temp directories are incomplete. */
+    const char *s = e->d_name;
+    if (strncmp(s, "step-", 5) != 0 || strlen(s) != 13 || strspn(s + 5, "0123456789") != 8)
+      continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 8;
+      int *nv = realloc(v, (size_t)cap * sizeof *v);
+      if (!nv) {
+        free(v);
+        closedir(d);
+        return -ENOMEM;
+      }
+      v = nv;
+    }
+    v[n++] = atoi(s + 5);
+  }
+  closedir(d);
+  if (n) qsort(v, (size_t)n, sizeof *v, cmp_int);
+  *steps = v;
+  return n;
+}
+
+int zt__store_newest_checkpoint(const char *job_dir) {
+  int *steps;
+  int n = zt__store_checkpoints(job_dir, &steps);
+  int newest = n > 0 ? steps[n - 1] : 0;
+  free(steps);
+  return n < 0 ? n : newest;
+}
+
+int zt__store_prune_checkpoints(const char *job_dir, int keep) {
+  int *steps;
+  int n = zt__store_checkpoints(job_dir, &steps);
+  int rc = n < 0 ? n : 0;
+  for (int i = 0; i < n - keep && rc == 0; i++) {
+    char path[4096];
+    zt__store_checkpoint_path(path, sizeof path, job_dir, steps[i]);
+    rc = zt__store_remove_tree(path);
+  }
+  free(steps);
+  return rc;
+}
+
+json_t *zt__store_losses_read(const char *job_dir) {
+  char path[4096], line[128];
+  json_t *arr = json_array();
+  snprintf(path, sizeof path, "%s/losses.log", job_dir);
+  FILE *f = fopen(path, "re");
+  if (!f) return arr;
+  int step;
+  double loss;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "%d %lf", &step, &loss) == 2)
+      json_array_append_new(arr, json_real(loss));
+  }
+  fclose(f);
+  return arr;
+}
+
+int zt__store_losses_truncate(const char *job_dir, int max_step, char *err, size_t errlen) {
+  char path[4096], tmp[4096], line[128];
+  int rc = 0;
+  FILE *in = NULL, *out = NULL;
+  snprintf(path, sizeof path, "%s/losses.log", job_dir);
+  snprintf(tmp, sizeof tmp, "%s/.losses.log.tmp", job_dir);
+  in = fopen(path, "re");
+  if (!in) return errno == ENOENT ? 0 : -errno;
+  out = fopen(tmp, "we");
+  if (!out) goto fail;
+  int step;
+  while (fgets(line, sizeof line, in)) {
+    if (sscanf(line, "%d", &step) == 1 && step <= max_step && fputs(line, out) == EOF) goto fail;
+  }
+  if (fflush(out) != 0 || fsync(fileno(out)) != 0) goto fail;
+  if (fclose(out) != 0) {
+    out = NULL;
+    goto fail;
+  }
+  out = NULL;
+  if (rename(tmp, path) != 0) goto fail;
+  goto done;
+fail:
+  rc = errno ? -errno : -EIO;
+  snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+  unlink(tmp);
+done:
+  if (out) fclose(out);
+  fclose(in);
+  return rc;
+}

@@ -1,0 +1,39 @@
+/* The state directory on disk (docs/spec.md, "State directory"): the daemon's lock, each job's
+ * spec.json and status.json (replaced atomically), losses.log, and its checkpoint directories. */
+#ifndef ZT_JOB_STORE_H
+#define ZT_JOB_STORE_H
+
+#include <stddef.h>
+#include <jansson.h>
+
+/* Creates state_dir and state_dir/jobs if needed, checks they are writable, and takes the
+ * exclusive lock state_dir/ztd.lock (-EBUSY naming the holder's pid when another daemon has it).
+ * *lock_fd holds the lock until closed. */
+int zt__store_open(const char *state_dir, int *lock_fd, char *err, size_t errlen);
+
+/* dir/name replaced atomically: temp file, fsync, rename, fsync of dir. */
+int zt__store_write_json(const char *dir, const char *name, const json_t *j, char *err,
+                         size_t errlen);
+/* NULL with err set when missing or not JSON. */
+json_t *zt__store_read_json(const char *dir, const char *name, char *err, size_t errlen);
+int zt__store_fsync_dir(const char *dir);
+/* rm -r; 0 when already absent. */
+int zt__store_remove_tree(const char *path);
+
+/* job_dir/checkpoints/step-NNNNNNNN */
+void zt__store_checkpoint_path(char *out, size_t outlen, const char *job_dir, int step);
+/* Steps of the complete checkpoints (the step-NNNNNNNN directories), ascending; *steps is
+ * malloc'd (NULL when none). Returns the count or -errno. */
+int zt__store_checkpoints(const char *job_dir, int **steps);
+/* The newest checkpoint's step, 0 when there is none. */
+int zt__store_newest_checkpoint(const char *job_dir);
+/* Removes all but the `keep` newest checkpoints. */
+int zt__store_prune_checkpoints(const char *job_dir, int keep);
+
+/* losses.log: one "step loss" line per optimizer step, from step 1 on. Read returns the losses
+ * in step order as a JSON array (a new reference, empty when the file is missing); truncate
+ * keeps the lines with step <= max_step (a resumed job repeats the steps after its checkpoint). */
+json_t *zt__store_losses_read(const char *job_dir);
+int zt__store_losses_truncate(const char *job_dir, int max_step, char *err, size_t errlen);
+
+#endif

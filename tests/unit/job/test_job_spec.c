@@ -1,0 +1,231 @@
+/* Spec validation through zt_jobs_submit: every bad spec fails with its errno and a message
+ * naming the field; nothing is written for it; a good spec gets every default filled. */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "engine/job/spec.h"
+#include "jobtest.h"
+
+static char g_tok[600], g_bad_tok[600], g_short_tok[600], g_big_vocab[600], g_dir_path[600];
+
+static json_t *base_spec(void) {
+  json_error_t je;
+  json_t *j = json_loads(
+      "{\"name\": \"tiny\", \"model\": {\"arch\": \"gpt\", \"vocab\": 32, \"seq_len\": 8, "
+      "\"d_model\": 16, \"n_heads\": 2, \"n_layers\": 1}, \"train\": {\"steps\": 4, "
+      "\"micro_batch\": 2}, \"data\": {\"source\": \"file\", \"path\": \"\"}}",
+      0, &je);
+  CHECK(j != NULL);
+  json_object_set_new(json_object_get(j, "data"), "path", json_string(g_tok));
+  return j;
+}
+
+/* Sets (or with value NULL removes) the member at a dotted path, creating objects on the way. */
+static void set_path(json_t *j, const char *path, json_t *value) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", path);
+  char *key = buf, *dot;
+  while ((dot = strchr(key, '.'))) {
+    *dot = '\0';
+    json_t *next = json_object_get(j, key);
+    if (!json_is_object(next)) {
+      next = json_object();
+      json_object_set_new(j, key, next);
+    }
+    j = next;
+    key = dot + 1;
+  }
+  if (value)
+    json_object_set_new(j, key, value);
+  else
+    json_object_del(j, key);
+}
+
+typedef struct bad_case {
+  const char *path;   /* member to change */
+  const char *value;  /* JSON text; NULL removes it; "@tok"-style names pick a test file */
+  int err;
+  const char *msg;    /* substring of the message */
+} bad_case;
+
+static const bad_case k_bad[] = {
+  {"model.d_model", "0", -EINVAL, "model.d_model must be a positive integer"},
+  {"model.d_model", "-16", -EINVAL, "model.d_model must be a positive integer"},
+  {"model.d_model", "1000000000", -EINVAL, "model.d_model must be at most"},
+  {"model.d_model", "\"16\"", -EINVAL, "model.d_model must be a positive integer"},
+  {"model.d_model", "16.5", -EINVAL, "model.d_model must be a positive integer"},
+  {"model.d_model", NULL, -EINVAL, "model.d_model is required"},
+  {"model.vocab", "0", -EINVAL, "model.vocab"},
+  {"model.seq_len", "-1", -EINVAL, "model.seq_len"},
+  {"model.n_layers", "true", -EINVAL, "model.n_layers"},
+  {"model.n_heads", "3", -EINVAL, "model.n_heads must divide model.d_model"},
+  {"model.d_ff", "-4", -EINVAL, "model.d_ff"},
+  {"model.dmodel", "16", -EINVAL, "unknown field 'model.dmodel'"},
+  {"modle", "{}", -EINVAL, "unknown field 'modle'"},
+  {"model.arch", "\"lstm\"", -EINVAL, "model.arch"},
+  {"model", "[]", -EINVAL, "model must be an object"},
+  {"model.init", "{\"seed\": 1, \"safetensors\": \"/x\"}", -EINVAL, "model.init"},
+  {"model.init.seed", "-1", -EINVAL, "model.init.seed"},
+  {"model.init", "{\"safetensors\": \"/nonexistent/init.safetensors\"}", -ENOENT,
+   "model.init.safetensors: /nonexistent/init.safetensors: No such file or directory"},
+  {"model.init", "{\"safetensors\": \"rel.safetensors\"}", -EINVAL,
+   "model.init.safetensors must be an absolute path"},
+  {"train.steps", "0", -EINVAL, "train.steps"},
+  {"train.steps", NULL, -EINVAL, "train.steps is required"},
+  {"train.micro_batch", "-2", -EINVAL, "train.micro_batch"},
+  {"train.grad_accum", "0", -EINVAL, "train.grad_accum"},
+  {"train.precision", "\"bf16\"", -EINVAL,
+   "train.precision 'bf16' needs the cuda backend, this daemon runs cpu"},
+  {"train.precision", "\"fp8\"", -EINVAL, "train.precision"},
+  {"train.optimizer.name", "\"sgd\"", -EINVAL, "train.optimizer.name"},
+  {"train.optimizer.lr", "0", -EINVAL, "train.optimizer.lr"},
+  {"train.optimizer.lr", "\"fast\"", -EINVAL, "train.optimizer.lr"},
+  {"train.optimizer.betas", "[0.9]", -EINVAL, "train.optimizer.betas"},
+  {"train.optimizer.betas", "[0.9, 1.0]", -EINVAL, "train.optimizer.betas[1]"},
+  {"train.optimizer.eps", "-1e-8", -EINVAL, "train.optimizer.eps"},
+  {"train.optimizer.momentum", "0.9", -EINVAL, "unknown field 'train.optimizer.momentum'"},
+  {"train.schedule.name", "\"linear\"", -EINVAL, "train.schedule.name"},
+  {"train.schedule.warmup_steps", "-1", -EINVAL, "train.schedule.warmup_steps"},
+  {"train.schedule.warmup_steps", "100", -EINVAL, "warmup_steps"},
+  {"train.grad_clip", "-1", -EINVAL, "train.grad_clip"},
+  {"train.seed", "1.5", -EINVAL, "train.seed"},
+  {"data.source", "\"http\"", -EINVAL, "data.source"},
+  {"data.source", NULL, -EINVAL, "data.source is required"},
+  {"data.path", "\"relative.tok\"", -EINVAL, "data.path must be an absolute path"},
+  {"data.path", "\"/nonexistent/x.tok\"", -ENOENT,
+   "data.path: /nonexistent/x.tok: No such file or directory"},
+  {"data.path", "@bad", -EINVAL, "not a token file"},
+  {"data.path", "@short", -EINVAL, "model.seq_len 8 needs at least 9"},
+  {"data.path", "@vocab", -EINVAL, "token vocabulary 1000 is larger than model.vocab 32"},
+  {"data.path", "@dir", -EINVAL, "not a regular file"},
+  {"data", "{\"source\": \"stream\", \"path\": \"/x.tok\"}", -EINVAL, "unknown field 'data.path'"},
+  {"checkpoint.keep", "0", -EINVAL, "checkpoint.keep must be a positive integer"},
+  {"checkpoint.every", "-1", -EINVAL, "checkpoint.every must be a non-negative integer"},
+  {"checkpoint.often", "1", -EINVAL, "unknown field 'checkpoint.often'"},
+  {"name", "7", -EINVAL, "name must be a string"},
+  {"name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", -EINVAL,
+   "name must be at most 64"},
+  /* About 51 G parameters: fits the model's bounds, not this machine. */
+  {"model", "{\"arch\": \"gpt\", \"vocab\": 32, \"seq_len\": 8, \"d_model\": 8192, "
+            "\"n_heads\": 64, \"n_layers\": 64}", -ENOMEM, "on the cpu backend; this machine has"},
+};
+
+int main(void) {
+  char dir[512], state[600];
+  jt_tempdir(dir, sizeof dir, "spec");
+  snprintf(state, sizeof state, "%s/state", dir);
+  snprintf(g_tok, sizeof g_tok, "%s/good.tok", dir);
+  snprintf(g_bad_tok, sizeof g_bad_tok, "%s/bad.tok", dir);
+  snprintf(g_short_tok, sizeof g_short_tok, "%s/short.tok", dir);
+  snprintf(g_big_vocab, sizeof g_big_vocab, "%s/vocab.tok", dir);
+  snprintf(g_dir_path, sizeof g_dir_path, "%s/adir", dir);
+  jt_write_tokens(g_tok, 32, 2, 1000);
+  jt_write_file(g_bad_tok, "NOTTOKENS and some more bytes", 29);
+  jt_write_tokens(g_short_tok, 32, 4, 8);
+  jt_write_tokens(g_big_vocab, 1000, 2, 1000);
+  CHECK(mkdir(g_dir_path, 0755) == 0);
+
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  jt_events ev = {.all = json_array()};
+  zt_jobs *jobs = jt_open(&loop, state, &ev, 4);
+  char id[ZT_JOB_ID_MAX], err[1024];
+
+  for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
+    const bad_case *c = &k_bad[i];
+    json_t *spec = base_spec();
+    json_t *v = NULL;
+    if (c->value && c->value[0] == '@') {
+      const char *p = strcmp(c->value, "@bad") == 0     ? g_bad_tok
+                      : strcmp(c->value, "@short") == 0 ? g_short_tok
+                      : strcmp(c->value, "@vocab") == 0 ? g_big_vocab
+                                                        : g_dir_path;
+      v = json_string(p);
+    } else if (c->value) {
+      json_error_t je;
+      v = json_loads(c->value, JSON_DECODE_ANY, &je);
+      CHECK(v != NULL);
+    }
+    set_path(spec, c->path, v);
+    err[0] = '\0';
+    int rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    if (rc != c->err || !strstr(err, c->msg)) {
+      fprintf(stderr, "case %zu (%s = %s): rc %d (want %d), message \"%s\" (want \"%s\")\n", i,
+              c->path, c->value ? c->value : "<removed>", rc, c->err, err, c->msg);
+      return 1;
+    }
+    json_decref(spec);
+  }
+  /* A limit set by the operator gives the numbers against it. */
+  {
+    json_t *spec = base_spec();
+    zt_job_spec s;
+    size_t bytes;
+    CHECK(zt__job_spec_parse(spec, &s, err, sizeof err) == 0);
+    CHECK(zt__job_spec_check_resources(&s, 1000, &bytes, err, sizeof err) == -ENOMEM);
+    CHECK(strstr(err, "job needs ") && strstr(err, "host limit 1000 B"));
+    CHECK(zt__job_spec_check_resources(&s, 0, &bytes, err, sizeof err) == 0);
+    CHECK(bytes == zt_trainer_estimate_bytes(&s.model, &s.train));
+    json_decref(spec);
+  }
+
+  /* Nothing was written and no id was used by the refusals. */
+  json_t *st = zt_jobs_status(jobs);
+  CHECK(json_integer_value(json_object_get(st, "jobs")) == 0);
+  json_decref(st);
+
+  /* A good spec: defaults filled in the stored spec (the job may start; closing stops it). */
+  json_t *spec = base_spec();
+  set_path(spec, "train.steps", json_integer(2));
+  CHECK(zt_jobs_submit(jobs, spec, id, err, sizeof err) == 0);
+  json_decref(spec);
+  CHECK(strcmp(id, "j000001") == 0);
+  int rc;
+  json_t *show = zt_jobs_show(jobs, id, &rc, err, sizeof err);
+  CHECK(rc == 0 && show);
+  json_t *s = json_object_get(show, "spec");
+  CHECK(json_integer_value(json_object_get(json_object_get(s, "model"), "d_ff")) == 0);
+  CHECK(json_integer_value(json_object_get(json_object_get(json_object_get(s, "model"), "init"),
+                                           "seed")) == 0);
+  json_t *train = json_object_get(s, "train");
+  CHECK(json_integer_value(json_object_get(train, "grad_accum")) == 1);
+  CHECK(strcmp(json_string_value(json_object_get(train, "precision")), "fp32") == 0);
+  CHECK(json_integer_value(json_object_get(train, "seed")) == 0);
+  CHECK(json_real_value(json_object_get(train, "grad_clip")) == 0.0);
+  json_t *opt = json_object_get(train, "optimizer");
+  CHECK(strcmp(json_string_value(json_object_get(opt, "name")), "adamw") == 0);
+  CHECK((float)json_real_value(json_object_get(opt, "lr")) == 1e-3f);
+  CHECK((float)json_real_value(json_array_get(json_object_get(opt, "betas"), 0)) == 0.9f);
+  CHECK((float)json_real_value(json_array_get(json_object_get(opt, "betas"), 1)) == 0.999f);
+  CHECK((float)json_real_value(json_object_get(opt, "eps")) == 1e-8f);
+  CHECK((float)json_real_value(json_object_get(opt, "weight_decay")) == 0.01f);
+  json_t *sched = json_object_get(train, "schedule");
+  CHECK(strcmp(json_string_value(json_object_get(sched, "name")), "constant") == 0);
+  CHECK(json_integer_value(json_object_get(sched, "warmup_steps")) == 0);
+  json_t *ck = json_object_get(s, "checkpoint");
+  CHECK(json_integer_value(json_object_get(ck, "every")) == 0);
+  CHECK(json_integer_value(json_object_get(ck, "keep")) == 2);
+  json_decref(show);
+
+  /* The stored spec parses back to the same struct (what a restarted daemon reads). */
+  char jobdir[700];
+  snprintf(jobdir, sizeof jobdir, "%s/jobs/%s/spec.json", state, id);
+  json_error_t je;
+  json_t *stored = json_load_file(jobdir, 0, &je);
+  CHECK(stored != NULL);
+  zt_job_spec a, b;
+  json_t *again = base_spec();
+  set_path(again, "train.steps", json_integer(2));
+  CHECK(zt__job_spec_parse(stored, &a, err, sizeof err) == 0);
+  CHECK(zt__job_spec_parse(again, &b, err, sizeof err) == 0);
+  CHECK(memcmp(&a, &b, sizeof a) == 0);
+  json_decref(stored);
+  json_decref(again);
+
+  jt_close(jobs, &loop);
+  CHECK(uv_loop_close(&loop) == 0);
+  json_decref(ev.all);
+  jt_rmtree(dir);
+  return 0;
+}
