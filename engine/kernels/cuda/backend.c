@@ -1,0 +1,198 @@
+/* The CUDA backend: its op table, device memory, the context (stream, cuBLAS handle, pinned and
+ * scratch buffers) and the sticky error that void ops leave for sync(). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels/cuda/cuda.h"
+#include "engine/kernels/cuda/cuda_backend.h"
+#include "engine/log.h"
+
+int zt__cuda_fail(zt__cuda_ctx *ctx, int code, const char *file, int line, const char *what) {
+  zt_log(ZT_LOG_ERROR, "cuda", "%s:%d: %s", file, line, what);
+  if (!ctx->err) {
+    ctx->err = code;
+    snprintf(ctx->err_text, sizeof ctx->err_text, "%s:%d: %s", file, line, what);
+  }
+  return code;
+}
+
+int zt__cuda_check_rt(zt__cuda_ctx *ctx, cudaError_t e, const char *what, const char *file,
+                      int line) {
+  if (e == cudaSuccess)
+    return 0;
+  char text[256];
+  snprintf(text, sizeof text, "%s failed: %s (%s)", what, cudaGetErrorString(e),
+           cudaGetErrorName(e));
+  return zt__cuda_fail(ctx, -EIO, file, line, text);
+}
+
+int zt__cuda_check_blas(zt__cuda_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
+                        int line) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return 0;
+  char text[256];
+  snprintf(text, sizeof text, "%s failed: %s (%s)", what, cublasGetStatusString(s),
+           cublasGetStatusName(s));
+  return zt__cuda_fail(ctx, -EIO, file, line, text);
+}
+
+/* A failed cudaMalloc returns NULL to the caller (who reports it) without poisoning the
+ * context: running out of memory at job start is an answer, not a broken device. */
+static void *cuda_alloc(void *vctx, size_t bytes) {
+  zt__cuda_ctx *ctx = vctx;
+  void *p = NULL;
+  if (ctx->err)
+    return NULL;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); /* clear it, so that the next launch check does not see it */
+    zt_log(ZT_LOG_ERROR, "cuda", "cudaMalloc(%zu) failed: %s", bytes, cudaGetErrorString(e));
+    return NULL;
+  }
+  return p;
+}
+
+static void cuda_free(void *vctx, void *p) {
+  zt__cuda_ctx *ctx = vctx;
+  if (p)
+    zt__cuda_check_rt(ctx, cudaFree(p), "cudaFree", __FILE__, __LINE__);
+}
+
+static void cuda_zero(void *vctx, void *p, size_t bytes) {
+  zt__cuda_ctx *ctx = vctx;
+  if (ctx->err || !bytes)
+    return;
+  ZT__CU(ctx, cudaMemsetAsync(p, 0, bytes, ctx->stream));
+out:
+  return;
+}
+
+static void cuda_to_device(void *vctx, void *dst, const void *host_src, size_t bytes) {
+  zt__cuda_ctx *ctx = vctx;
+  if (ctx->err || !bytes)
+    return;
+  ZT__CU(ctx, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+out:
+  return;
+}
+
+/* Synchronises: the host data is valid when this returns (unless the context failed). */
+static void cuda_to_host(void *vctx, void *host_dst, const void *src, size_t bytes) {
+  zt__cuda_ctx *ctx = vctx;
+  if (ctx->err || !bytes)
+    return;
+  ZT__CU(ctx, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+  ZT__CU(ctx, cudaStreamSynchronize(ctx->stream));
+out:
+  return;
+}
+
+static int cuda_sync(void *vctx) {
+  zt__cuda_ctx *ctx = vctx;
+  if (!ctx->err)
+    zt__cuda_check_rt(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize",
+                      __FILE__, __LINE__);
+  if (ctx->err)
+    zt_log(ZT_LOG_ERROR, "cuda", "device %d: backend failed: %s", ctx->device, ctx->err_text);
+  return ctx->err;
+}
+
+static const zt_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .zero = cuda_zero,
+    .to_device = cuda_to_device,
+    .to_host = cuda_to_host,
+    .sync = cuda_sync,
+    .embedding_fwd = zt__cuda_embedding_fwd,
+    .embedding_bwd = zt__cuda_embedding_bwd,
+    .matmul_fwd = zt__cuda_matmul_fwd,
+    .matmul_bwd = zt__cuda_matmul_bwd,
+    .layernorm_fwd = zt__cuda_layernorm_fwd,
+    .layernorm_bwd = zt__cuda_layernorm_bwd,
+    .attention_saved_bytes = zt__cuda_attention_saved_bytes,
+    .attention_fwd = zt__cuda_attention_fwd,
+    .attention_bwd = zt__cuda_attention_bwd,
+    .gelu_fwd = zt__cuda_gelu_fwd,
+    .gelu_bwd = zt__cuda_gelu_bwd,
+    .relu_fwd = zt__cuda_relu_fwd,
+    .relu_bwd = zt__cuda_relu_bwd,
+    .add = zt__cuda_add,
+    .crossentropy_fwd_bwd = zt__cuda_crossentropy_fwd_bwd,
+    .crossentropy_fwd = zt__cuda_crossentropy_fwd,
+    .sum_squares = zt__cuda_sum_squares,
+    .scale = zt__cuda_scale,
+    .adamw = zt__cuda_adamw,
+};
+
+static void ctx_destroy(zt__cuda_ctx *ctx) {
+  /* Teardown errors are logged only: there is nothing left to tell. */
+  if (ctx->scratch)
+    zt__cuda_check_rt(ctx, cudaFree(ctx->scratch), "cudaFree(scratch)", __FILE__, __LINE__);
+  if (ctx->pinned)
+    zt__cuda_check_rt(ctx, cudaFreeHost(ctx->pinned), "cudaFreeHost", __FILE__, __LINE__);
+  if (ctx->cublas)
+    zt__cuda_check_blas(ctx, cublasDestroy(ctx->cublas), "cublasDestroy", __FILE__, __LINE__);
+  if (ctx->stream)
+    zt__cuda_check_rt(ctx, cudaStreamDestroy(ctx->stream), "cudaStreamDestroy", __FILE__,
+                      __LINE__);
+  free(ctx);
+}
+
+int zt_backend_cuda_open(zt_backend *be, int device) {
+  int rc = 0, count = 0;
+  zt__cuda_ctx *ctx = NULL;
+  if (!be || device < 0)
+    return -EINVAL;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || device >= count) {
+    (void)cudaGetLastError();
+    zt_log(ZT_LOG_ERROR, "cuda", "no CUDA device %d (%d found: %s)", device,
+           e == cudaSuccess ? count : 0, cudaGetErrorString(e));
+    return -ENODEV;
+  }
+  ctx = calloc(1, sizeof(*ctx));
+  if (!ctx)
+    return -ENOMEM;
+  ctx->device = device;
+  ZT__CU(ctx, cudaSetDevice(device));
+  /* Non-blocking: the legacy default stream must not serialise us with other threads' work. */
+  ZT__CU(ctx, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+  ZT__CUBLAS(ctx, cublasCreate(&ctx->cublas));
+  ZT__CUBLAS(ctx, cublasSetStream(ctx->cublas, ctx->stream));
+  /* DEFAULT_MATH runs cublasSgemm in plain fp32 (TF32 needs TF32_TENSOR_OP_MATH, which the
+   * job's tf32 option will select through allow_tf32). */
+  ZT__CUBLAS(ctx, cublasSetMathMode(ctx->cublas, ctx->allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                 : CUBLAS_DEFAULT_MATH));
+  ZT__CU(ctx, cudaMallocHost(&ctx->pinned, ZT__CUDA_PINNED_BYTES));
+  ZT__CU(ctx, cudaMalloc(&ctx->scratch, ZT__CUDA_SCRATCH_BYTES));
+  be->ops = &cuda_ops;
+  be->ctx = ctx;
+out:
+  if (ctx->err) {
+    rc = ctx->err;
+    ctx_destroy(ctx);
+  }
+  return rc;
+}
+
+void zt_backend_cuda_close(zt_backend *be) {
+  if (!be || !be->ctx)
+    return;
+  zt__cuda_ctx *ctx = be->ctx;
+  if (!ctx->err)
+    zt__cuda_check_rt(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize",
+                      __FILE__, __LINE__);
+  ctx_destroy(ctx);
+  be->ctx = NULL;
+  be->ops = NULL;
+}
+
+const char *zt_backend_cuda_last_error(const zt_backend *be) {
+  if (!be || !be->ctx)
+    return "";
+  return ((const zt__cuda_ctx *)be->ctx)->err_text;
+}

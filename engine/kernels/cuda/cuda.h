@@ -1,0 +1,147 @@
+/* Internals of the CUDA backend: the context, the one error check, and the op functions (in
+ * the .c files for cuBLAS work, in the .cu files for kernels) that backend.c puts into the
+ * zt_ops table. Included by C and by CUDA C++ alike.
+ *
+ * Errors: ops return void, so the first failure is recorded in the context (logged with file,
+ * line and the CUDA/cuBLAS text) and is sticky: every later op returns at once and sync()
+ * returns it as a negative errno. A check that fails jumps to the function's `out` label.
+ *
+ * Determinism: every reduction has a fixed order that depends only on the shapes (no float
+ * atomics), and cuBLAS is deterministic on one stream with its default atomics mode, so every
+ * op gives the same bits run to run on the same GPU model. */
+#ifndef ZT_KERNELS_CUDA_CUDA_H
+#define ZT_KERNELS_CUDA_CUDA_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "engine/kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Page-locked host memory for the scalars that ops return to the host. */
+#define ZT__CUDA_PINNED_BYTES 4096
+/* Device memory for the partial sums of the reductions (column sums, losses, norms): the
+ * partial counts are chosen so that they fit, whatever the shapes. */
+#define ZT__CUDA_SCRATCH_BYTES (4u << 20)
+
+typedef struct zt__cuda_ctx {
+  int device;
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+  /* Lets cuBLAS use TF32 tensor cores for fp32 matmuls (the job spec's "tf32" option); off:
+   * results are plain fp32. */
+  bool allow_tf32;
+  void *pinned;  /* ZT__CUDA_PINNED_BYTES */
+  void *scratch; /* ZT__CUDA_SCRATCH_BYTES, device */
+  int err;       /* first error as a negative errno, 0 while none */
+  char err_text[256];
+} zt__cuda_ctx;
+
+/* Record a failure: logs it with file and line, keeps the first one. Return the code. */
+int zt__cuda_fail(zt__cuda_ctx *ctx, int code, const char *file, int line, const char *what);
+/* 0 when the status is success, else zt__cuda_fail(-EIO) with the CUDA / cuBLAS text. */
+int zt__cuda_check_rt(zt__cuda_ctx *ctx, cudaError_t e, const char *what, const char *file,
+                      int line);
+int zt__cuda_check_blas(zt__cuda_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
+                        int line);
+
+#define ZT__CU(ctx, expr)                                                                      \
+  do {                                                                                         \
+    if (zt__cuda_check_rt((ctx), (expr), #expr, __FILE__, __LINE__) < 0)                       \
+      goto out;                                                                                \
+  } while (0)
+#define ZT__CUBLAS(ctx, expr)                                                                  \
+  do {                                                                                         \
+    if (zt__cuda_check_blas((ctx), (expr), #expr, __FILE__, __LINE__) < 0)                     \
+      goto out;                                                                                \
+  } while (0)
+/* Bad arguments (negative sizes, ...) poison the context like a failed call: -EINVAL. */
+#define ZT__ARG(ctx, cond)                                                                     \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      zt__cuda_fail((ctx), -EINVAL, __FILE__, __LINE__, "argument check failed: " #cond);     \
+      goto out;                                                                                \
+    }                                                                                          \
+  } while (0)
+
+/* Launch geometry for grid-stride loops over n elements: enough blocks to fill the GPU, never
+ * more than the work needs. n > 0. */
+#define ZT__CUDA_THREADS 256
+static inline unsigned zt__cuda_blocks(size_t n, unsigned threads) {
+  size_t b = (n + threads - 1) / threads;
+  return b < 65536 ? (unsigned)b : 65536u;
+}
+
+/* embedding.cu */
+void zt__cuda_embedding_fwd(void *ctx, float *out, const int32_t *tok, const float *wte,
+                            const float *wpe, int B, int T, int C);
+void zt__cuda_embedding_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
+                            const int32_t *tok, int B, int T, int C);
+
+/* linear.c */
+void zt__cuda_matmul_fwd(void *ctx, float *out, const float *inp, const float *w,
+                         const float *bias, int N, int C, int OC);
+void zt__cuda_matmul_bwd(void *ctx, float *dinp, float *dw, float *dbias, const float *dout,
+                         const float *inp, const float *w, int N, int C, int OC);
+
+/* layernorm.cu */
+void zt__cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                            const float *w, const float *b, int N, int C);
+void zt__cuda_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C);
+
+/* attention.c (cuBLAS) and its kernels in attention.cu */
+size_t zt__cuda_attention_saved_bytes(int B, int T, int C, int NH);
+void zt__cuda_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
+                            int C, int NH, int causal);
+void zt__cuda_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                            const void *saved, int B, int T, int C, int NH, int causal);
+/* att holds rows of T scores; each becomes its softmax over the first (causal ? t+1 : T)
+ * entries (t = row % T), the rest 0. */
+int zt__cuda_softmax_rows(zt__cuda_ctx *ctx, float *att, size_t rows, int T, int causal);
+/* dp (rows of T) becomes dS = P * (dP - rowsum(P * dP)) * scale, 0 where the mask hides. */
+int zt__cuda_softmax_bwd_rows(zt__cuda_ctx *ctx, float *dp, const float *att, size_t rows,
+                              int T, int causal, float scale);
+
+/* pointwise.cu */
+void zt__cuda_gelu_fwd(void *ctx, float *out, const float *inp, size_t n);
+void zt__cuda_gelu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+void zt__cuda_relu_fwd(void *ctx, float *out, const float *inp, size_t n);
+void zt__cuda_relu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+void zt__cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n);
+void zt__cuda_scale(void *ctx, float *x, float s, size_t n);
+/* out (N, OC): every row = bias */
+int zt__cuda_broadcast_rows(zt__cuda_ctx *ctx, float *out, const float *bias, int N, int OC);
+
+/* reduce.cu */
+double zt__cuda_sum_squares(void *ctx, const float *x, size_t n, int *nonfinite);
+/* dst[c] += sum_n src[n][c] for src (N, C), in a fixed order. */
+int zt__cuda_column_sums_add(zt__cuda_ctx *ctx, float *dst, const float *src, int N, int C);
+
+/* loss.cu */
+void zt__cuda_crossentropy_fwd_bwd(void *ctx, float *logits, const int32_t *targets, int N,
+                                   int V, int V_alloc, int ignore_index, float dscale,
+                                   double *loss_sum, int *n_counted);
+void zt__cuda_crossentropy_fwd(void *ctx, const float *logits, const int32_t *targets, int N,
+                               int V, int V_alloc, int ignore_index, double *loss_sum,
+                               int *n_counted);
+
+/* adamw.cu */
+void zt__cuda_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int step,
+                    float grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

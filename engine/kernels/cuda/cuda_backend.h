@@ -1,0 +1,28 @@
+/* The CUDA backend of the op interface (engine/kernels/ops.h) on one device. Plain C: no CUDA
+ * types here, so callers need not see the toolkit's headers. */
+#ifndef ZT_KERNELS_CUDA_BACKEND_H
+#define ZT_KERNELS_CUDA_BACKEND_H
+
+#include "engine/kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opens a context on `device`: its stream, cuBLAS handle (fp32 math, no TF32), a pinned
+ * buffer for scalar results and a device scratch buffer for reductions, all taken here.
+ * Returns 0, -ENODEV when there is no such device, -EINVAL, -ENOMEM or -EIO (logged).
+ * The context makes `device` current on the calling thread; use it from that thread (or make
+ * the device current first). After any failed CUDA/cuBLAS call the context is poisoned: every
+ * later op is skipped and sync() returns the first error; close it. */
+int zt_backend_cuda_open(zt_backend *be, int device);
+void zt_backend_cuda_close(zt_backend *be);
+
+/* The text of the context's first error, or "" when there was none. */
+const char *zt_backend_cuda_last_error(const zt_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,93 @@
+// Token (and optional position) embedding and its backward.
+//
+// The backward must not use float atomics (run-to-run bits would depend on timing), and
+// several positions may carry the same token, so rows of dwte are not independent outputs.
+// Each vocabulary row is owned by one bucket (token % BUCKETS); a warp takes 32 channels of
+// one bucket and walks all positions in order, a ballot picking out its bucket's tokens, so
+// every dwte row receives its adds in position order, by one thread per channel: the same
+// order (and bits) as the CPU reference, with C/32 x BUCKETS warps in flight.
+// dwpe[t] += sum_b dout[b,t]: one thread per (t, c), summing over b in order.
+#include "engine/kernels/cuda/reduce.cuh"
+
+#define BUCKETS 64
+
+static __global__ void embedding_fwd_kernel(float *out, const int32_t *tok, const float *wte,
+                                            const float *wpe, size_t n, int T, int C) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t bt = i / C;
+    int c = (int)(i % C);
+    float e = wte[(size_t)tok[bt] * C + c];
+    out[i] = wpe ? e + wpe[(bt % T) * C + c] : e;
+  }
+}
+
+static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
+                                                const int32_t *tok, size_t rows, int C) {
+  int lane = threadIdx.x;
+  int c = blockIdx.x * 32 + lane;
+  unsigned bucket = blockIdx.y;
+  for (size_t base = 0; base < rows; base += 32) {
+    size_t i = base + lane;
+    int t = i < rows ? tok[i] : 0;
+    unsigned mine = __ballot_sync(ZT__FULL_MASK, i < rows && (unsigned)t % BUCKETS == bucket);
+    while (mine) {
+      int l = __ffs(mine) - 1;
+      mine &= mine - 1;
+      int tl = __shfl_sync(ZT__FULL_MASK, t, l);
+      if (c < C)
+        dwte[(size_t)tl * C + c] += dout[(base + l) * C + c];
+    }
+  }
+}
+
+static __global__ void embedding_bwd_wpe_kernel(float *dwpe, const float *dout, int B, int T,
+                                                int C) {
+  size_t n = (size_t)T * C;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++)
+      acc += dout[(size_t)b * n + i];
+    dwpe[i] += acc;
+  }
+}
+
+extern "C" void zt__cuda_embedding_fwd(void *vctx, float *out, const int32_t *tok,
+                                       const float *wte, const float *wpe, int B, int T, int C) {
+  zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
+  size_t n;
+  if (ctx->err)
+    return;
+  ZT__ARG(ctx, B >= 0 && T >= 0 && C >= 0);
+  n = (size_t)B * T * C;
+  if (n == 0)
+    return;
+  embedding_fwd_kernel<<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0,
+                         ctx->stream>>>(out, tok, wte, wpe, n, T, C);
+  ZT__CU(ctx, cudaGetLastError());
+out:
+  return;
+}
+
+extern "C" void zt__cuda_embedding_bwd(void *vctx, float *dwte, float *dwpe, const float *dout,
+                                       const int32_t *tok, int B, int T, int C) {
+  zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
+  size_t rows;
+  if (ctx->err)
+    return;
+  ZT__ARG(ctx, B >= 0 && T >= 0 && C >= 0);
+  rows = (size_t)B * T;
+  if (rows == 0 || C == 0)
+    return;
+  embedding_bwd_wte_kernel<<<dim3((C + 31) / 32, BUCKETS), 32, 0, ctx->stream>>>(dwte, dout, tok,
+                                                                                 rows, C);
+  ZT__CU(ctx, cudaGetLastError());
+  if (dwpe) {
+    embedding_bwd_wpe_kernel<<<zt__cuda_blocks((size_t)T * C, ZT__CUDA_THREADS),
+                               ZT__CUDA_THREADS, 0, ctx->stream>>>(dwpe, dout, B, T, C);
+    ZT__CU(ctx, cudaGetLastError());
+  }
+out:
+  return;
+}

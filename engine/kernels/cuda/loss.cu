@@ -1,0 +1,138 @@
+// Fused softmax-cross-entropy, following cpu/loss.c: per row the max is subtracted, each
+// exponential is an fp32 expf and their sum is accumulated in double; the gradient is
+// (e * (float)(1/sum) * dscale) - dscale at the target, padding columns zeroed.
+//
+// The loss is a sum over rows whose order must not depend on timing: a fixed number of blocks
+// (a function of N only) each take rows blk, blk + G, ... in order and keep their own double
+// sum; one block then adds the G partials in a fixed tree, and the result travels through the
+// pinned buffer. Targets outside [0, V) (other than ignore_index) would index out of the row
+// on the device; they are counted as ignored rather than read.
+#include <math.h>
+
+#include "engine/kernels/cuda/reduce.cuh"
+
+#define CE_THREADS 256
+#define CE_MAX_BLOCKS 1024
+
+namespace {
+struct ce_totals {
+  double loss;
+  int count;
+};
+// Scratch layout: the partials of every block, then the final sums (copied to the pinned
+// buffer).
+struct ce_scratch {
+  double loss[CE_MAX_BLOCKS];
+  int count[CE_MAX_BLOCKS];
+  ce_totals total;
+};
+static_assert(sizeof(ce_scratch) <= ZT__CUDA_SCRATCH_BYTES, "scratch too small");
+static_assert(sizeof(ce_totals) <= ZT__CUDA_PINNED_BYTES, "pinned buffer too small");
+} // namespace
+
+// grad NULL: loss only; else grad may be logits itself.
+static __global__ void crossentropy_kernel(ce_scratch *sc, float *grad, const float *logits,
+                                           const int32_t *targets, int N, int V, int V_alloc,
+                                           int ignore_index, float dscale) {
+  double block_loss = 0.0;
+  int block_count = 0;
+  for (int n = blockIdx.x; n < N; n += gridDim.x) {
+    const float *x = logits + (size_t)n * V_alloc;
+    float *g = grad ? grad + (size_t)n * V_alloc : nullptr;
+    int target = targets[n];
+    if (target == ignore_index || target < 0 || target >= V) {
+      if (g)
+        for (int j = threadIdx.x; j < V_alloc; j += blockDim.x)
+          g[j] = 0.0f;
+      continue;
+    }
+    // read before the first barrier, so before any thread can overwrite it (grad == logits)
+    float x_target = x[target];
+    float maxv = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+      maxv = fmaxf(maxv, x[j]);
+    maxv = zt__block_max(maxv);
+    double sum_exp = 0.0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+      sum_exp += expf(x[j] - maxv);
+    sum_exp = zt__block_sum(sum_exp);
+    if (threadIdx.x == 0) {
+      block_loss += maxv + log(sum_exp) - x_target;
+      block_count++;
+    }
+    if (g) {
+      float mul = (float)(1.0 / sum_exp) * dscale;
+      for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = expf(x[j] - maxv) * mul;
+        if (j == target)
+          v -= dscale;
+        g[j] = v;
+      }
+      for (int j = V + threadIdx.x; j < V_alloc; j += blockDim.x)
+        g[j] = 0.0f;
+    }
+  }
+  if (threadIdx.x == 0) {
+    sc->loss[blockIdx.x] = block_loss;
+    sc->count[blockIdx.x] = block_count;
+  }
+}
+
+static __global__ void crossentropy_total_kernel(ce_scratch *sc, int nparts) {
+  double loss = 0.0;
+  int count = 0;
+  for (int i = threadIdx.x; i < nparts; i += blockDim.x) {
+    loss += sc->loss[i];
+    count += sc->count[i];
+  }
+  loss = zt__block_sum(loss);
+  count = zt__block_sum(count);
+  if (threadIdx.x == 0) {
+    sc->total.loss = loss;
+    sc->total.count = count;
+  }
+}
+
+static void crossentropy(zt__cuda_ctx *ctx, float *grad, const float *logits,
+                         const int32_t *targets, int N, int V, int V_alloc, int ignore_index,
+                         float dscale, double *loss_sum, int *n_counted) {
+  ce_scratch *sc = (ce_scratch *)ctx->scratch;
+  ce_totals *host = (ce_totals *)ctx->pinned;
+  int blocks;
+  *loss_sum = NAN; // what a failed context reports
+  *n_counted = 0;
+  if (ctx->err)
+    return;
+  ZT__ARG(ctx, N >= 0 && V > 0 && V_alloc >= V);
+  if (N == 0) {
+    *loss_sum = 0.0;
+    return;
+  }
+  blocks = N < CE_MAX_BLOCKS ? N : CE_MAX_BLOCKS;
+  crossentropy_kernel<<<blocks, CE_THREADS, 0, ctx->stream>>>(sc, grad, logits, targets, N, V,
+                                                              V_alloc, ignore_index, dscale);
+  ZT__CU(ctx, cudaGetLastError());
+  crossentropy_total_kernel<<<1, CE_THREADS, 0, ctx->stream>>>(sc, blocks);
+  ZT__CU(ctx, cudaGetLastError());
+  ZT__CU(ctx, cudaMemcpyAsync(host, &sc->total, sizeof(*host), cudaMemcpyDeviceToHost,
+                              ctx->stream));
+  ZT__CU(ctx, cudaStreamSynchronize(ctx->stream));
+  *loss_sum = host->loss;
+  *n_counted = host->count;
+out:
+  return;
+}
+
+extern "C" void zt__cuda_crossentropy_fwd_bwd(void *ctx, float *logits, const int32_t *targets,
+                                              int N, int V, int V_alloc, int ignore_index,
+                                              float dscale, double *loss_sum, int *n_counted) {
+  crossentropy((zt__cuda_ctx *)ctx, logits, logits, targets, N, V, V_alloc, ignore_index, dscale,
+               loss_sum, n_counted);
+}
+
+extern "C" void zt__cuda_crossentropy_fwd(void *ctx, const float *logits,
+                                          const int32_t *targets, int N, int V, int V_alloc,
+                                          int ignore_index, double *loss_sum, int *n_counted) {
+  crossentropy((zt__cuda_ctx *)ctx, nullptr, logits, targets, N, V, V_alloc, ignore_index, 0.0f,
+               loss_sum, n_counted);
+}

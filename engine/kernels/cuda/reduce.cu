@@ -1,0 +1,74 @@
+// sum_squares (in double, two passes: per-block partials, then one block adds them in order)
+// and the column sums of the bias gradient.
+#include <math.h>
+
+#include "engine/kernels/cuda/reduce.cuh"
+
+#define SUMSQ_MAX_BLOCKS 1024
+
+static __global__ void sum_squares_partial(double *part, const float *x, size_t n) {
+  double acc = 0.0;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    acc += (double)x[i] * x[i];
+  acc = zt__block_sum(acc);
+  if (threadIdx.x == 0)
+    part[blockIdx.x] = acc;
+}
+
+// One block: thread i adds partials i, i + blockDim, ... in order, then the block tree.
+static __global__ void sum_partials(double *result, const double *part, int nparts) {
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+    acc += part[i];
+  acc = zt__block_sum(acc);
+  if (threadIdx.x == 0)
+    *result = acc;
+}
+
+extern "C" double zt__cuda_sum_squares(void *vctx, const float *x, size_t n, int *nonfinite) {
+  zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
+  double *part = (double *)ctx->scratch, *result = part + SUMSQ_MAX_BLOCKS;
+  double total = NAN; // what a failed context reports
+  unsigned blocks;
+  if (ctx->err)
+    goto out;
+  if (n == 0) {
+    total = 0.0;
+    goto out;
+  }
+  blocks = zt__cuda_blocks(n, ZT__CUDA_THREADS);
+  if (blocks > SUMSQ_MAX_BLOCKS)
+    blocks = SUMSQ_MAX_BLOCKS;
+  sum_squares_partial<<<blocks, ZT__CUDA_THREADS, 0, ctx->stream>>>(part, x, n);
+  ZT__CU(ctx, cudaGetLastError());
+  sum_partials<<<1, ZT__CUDA_THREADS, 0, ctx->stream>>>(result, part, (int)blocks);
+  ZT__CU(ctx, cudaGetLastError());
+  ZT__CU(ctx, cudaMemcpyAsync(ctx->pinned, result, sizeof(double), cudaMemcpyDeviceToHost,
+                              ctx->stream));
+  ZT__CU(ctx, cudaStreamSynchronize(ctx->stream));
+  total = *(const double *)ctx->pinned;
+out:
+  // A square of a finite float cannot overflow a double, so the sum is finite exactly when
+  // every value is (and NaN after a failure, which callers treat as an overflow).
+  if (nonfinite)
+    *nonfinite = !isfinite(total);
+  return total;
+}
+
+namespace {
+struct column_of {
+  const float *src;
+  int C;
+  __device__ void operator()(int n, int c, float acc[1]) const {
+    acc[0] += src[(size_t)n * C + c];
+  }
+};
+} // namespace
+
+extern "C" int zt__cuda_column_sums_add(zt__cuda_ctx *ctx, float *dst, const float *src, int N,
+                                        int C) {
+  if (N <= 0 || C <= 0)
+    return ctx->err;
+  return zt__colsum_add<1>(ctx, dst, nullptr, column_of{src, C}, N, C);
+}

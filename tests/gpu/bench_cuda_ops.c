@@ -1,0 +1,144 @@
+/* Timings of the CUDA ops at GPT-2 small sizes (B=8, T=1024, C=768, NH=12, V=50257), for
+ * tuning and docs/BENCHMARKS.md. Each figure is the best of 10 runs after a warm-up, timed on
+ * the host around the op and a sync. Run: meson test -C BUILD --benchmark --suite gpu -v
+ * (or the executable directly). Exits 77 without a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "engine/kernels/cuda/cuda_backend.h"
+#include "engine/kernels/ops.h"
+
+static zt_backend be;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define BEST_OF(reps, best, stmt)                                                              \
+  do {                                                                                         \
+    stmt;                                                                                      \
+    be.ops->sync(be.ctx);                                                                      \
+    best = 1e30;                                                                               \
+    for (int rep_ = 0; rep_ < (reps); rep_++) {                                                \
+      double t0_ = now();                                                                      \
+      stmt;                                                                                    \
+      be.ops->sync(be.ctx);                                                                    \
+      double dt_ = now() - t0_;                                                                \
+      if (dt_ < best)                                                                          \
+        best = dt_;                                                                            \
+    }                                                                                          \
+  } while (0)
+
+/* Device buffer of n floats filled with a small pattern (values do not change the timings
+ * of these ops, only finiteness matters). */
+static float *dev_floats(size_t n) {
+  float *h = malloc(n * sizeof(float));
+  float *d = be.ops->alloc(be.ctx, n * sizeof(float));
+  if (!h || !d) {
+    fprintf(stderr, "allocation of %zu floats failed\n", n);
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++)
+    h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  be.ops->to_device(be.ctx, d, h, n * sizeof(float));
+  free(h);
+  return d;
+}
+
+static int32_t *dev_tokens(size_t n, int V) {
+  int32_t *h = malloc(n * sizeof(int32_t));
+  int32_t *d = be.ops->alloc(be.ctx, n * sizeof(int32_t));
+  if (!h || !d) {
+    fprintf(stderr, "allocation of %zu tokens failed\n", n);
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++)
+    h[i] = (int32_t)((i * 2654435761u) % (unsigned)V);
+  be.ops->to_device(be.ctx, d, h, n * sizeof(int32_t));
+  free(h);
+  return d;
+}
+
+int main(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  if (zt_backend_cuda_open(&be, 0) < 0)
+    return 1;
+  const zt_ops *op = be.ops;
+  void *ctx = be.ctx;
+  const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
+  const int N = B * T;
+  double t;
+
+  float *x = dev_floats((size_t)N * C), *w = dev_floats((size_t)4 * C * C);
+  float *bias = dev_floats(4 * C), *y = dev_floats((size_t)N * 4 * C);
+  float *dy = dev_floats((size_t)N * 4 * C), *dx = dev_floats((size_t)N * C);
+  float *dw = dev_floats((size_t)4 * C * C), *db = dev_floats(4 * C);
+  double gf = 2.0 * N * C * 4 * C * 1e-9;
+  BEST_OF(10, t, op->matmul_fwd(ctx, y, x, w, bias, N, C, 4 * C));
+  printf("matmul_fwd N=%d C=%d OC=%d: %8.3f ms %7.1f TFLOP/s\n", N, C, 4 * C, t * 1e3,
+         gf / t * 1e-3);
+  BEST_OF(10, t, op->matmul_bwd(ctx, dx, dw, db, dy, x, w, N, C, 4 * C));
+  printf("matmul_bwd N=%d C=%d OC=%d: %8.3f ms %7.1f TFLOP/s\n", N, C, 4 * C, t * 1e3,
+         2 * gf / t * 1e-3);
+
+  float *qkv = dev_floats((size_t)N * 3 * C), *att_out = dev_floats((size_t)N * C);
+  float *dqkv = dev_floats((size_t)N * 3 * C);
+  size_t saved_bytes = op->attention_saved_bytes(B, T, C, NH);
+  void *saved = op->alloc(ctx, saved_bytes);
+  if (!saved)
+    return 1;
+  for (int causal = 0; causal < 2; causal++) {
+    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, C, NH, causal));
+    printf("attention_fwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B, T,
+           C, NH, causal, t * 1e3, saved_bytes / 1048576.0);
+    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, C, NH, causal));
+    printf("attention_bwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
+           t * 1e3);
+  }
+
+  float *mean = dev_floats(N), *rstd = dev_floats(N), *lnw = dev_floats(C);
+  BEST_OF(10, t, op->layernorm_fwd(ctx, y, mean, rstd, x, lnw, lnw, N, C));
+  printf("layernorm_fwd N=%d C=%d: %8.3f ms\n", N, C, t * 1e3);
+  BEST_OF(10, t, op->layernorm_bwd(ctx, dx, dw, db, x, x, lnw, mean, rstd, N, C));
+  printf("layernorm_bwd N=%d C=%d: %8.3f ms\n", N, C, t * 1e3);
+
+  size_t nh = (size_t)N * 4 * C;
+  BEST_OF(10, t, op->gelu_fwd(ctx, y, dy, nh));
+  printf("gelu_fwd n=%zu: %8.3f ms %6.0f GB/s\n", nh, t * 1e3, 8.0 * nh / t * 1e-9);
+  BEST_OF(10, t, op->gelu_bwd(ctx, y, dy, dy, nh));
+  printf("gelu_bwd n=%zu: %8.3f ms %6.0f GB/s\n", nh, t * 1e3, 16.0 * nh / t * 1e-9);
+
+  int32_t *tok = dev_tokens(N, V);
+  float *wte = dev_floats((size_t)V * C), *wpe = dev_floats((size_t)T * C);
+  BEST_OF(10, t, op->embedding_fwd(ctx, x, tok, wte, wpe, B, T, C));
+  printf("embedding_fwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
+  BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C));
+  printf("embedding_bwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
+
+  float *logits = dev_floats((size_t)N * Vp);
+  double loss;
+  int cnt;
+  BEST_OF(10, t, op->crossentropy_fwd_bwd(ctx, logits, tok, N, V, Vp, -1, 1.0f / N, &loss, &cnt));
+  printf("crossentropy_fwd_bwd N=%d V=%d: %8.3f ms %6.0f GB/s\n", N, V, t * 1e3,
+         8.0 * N * Vp / t * 1e-9);
+
+  size_t np = (size_t)124 << 20; /* GPT-2 small's parameter count, roughly */
+  float *p = dev_floats(np), *g = dev_floats(np), *m = dev_floats(np), *v = dev_floats(np);
+  BEST_OF(10, t, op->adamw(ctx, p, g, m, v, np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f));
+  printf("adamw n=%zu: %8.3f ms %6.0f GB/s\n", np, t * 1e3, 28.0 * np / t * 1e-9);
+  BEST_OF(10, t, op->sum_squares(ctx, g, np, NULL));
+  printf("sum_squares n=%zu: %8.3f ms %6.0f GB/s\n", np, t * 1e3, 4.0 * np / t * 1e-9);
+
+  int rc = op->sync(ctx);
+  zt_backend_cuda_close(&be); /* the device memory goes with the process */
+  return rc < 0 ? 1 : 0;
+}
