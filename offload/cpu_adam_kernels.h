@@ -1,0 +1,43 @@
+/* Internals of cpu_adam: the per-element update every path shares (the SIMD paths use it for
+ * their tails) and the kernels of each ISA. Every file including this is compiled with
+ * -ffp-contract=off: the expressions below must not become fused multiply-adds. */
+#ifndef ZT_OFFLOAD_CPU_ADAM_KERNELS_H
+#define ZT_OFFLOAD_CPU_ADAM_KERNELS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "offload/cpu_adam.h"
+
+/* Round to nearest even, as torch's c10::BFloat16 does (NaN becomes 0x7fc0). */
+static inline uint16_t zt__bf16_rne(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* One element, in engine/kernels/cpu/adamw.c's order. */
+static inline void zt__adam_one(const zt_adam_consts *c, float *p, const float *g, float *m,
+                                float *v, uint16_t *p_bf16, size_t i) {
+  float gi = g[i] * c->grad_scale;
+  float pi = p[i] * c->decay;
+  float mi = c->w1 < 0.5f ? m[i] + c->w1 * (gi - m[i]) : gi - (gi - m[i]) * c->one_minus_w1;
+  float vi = v[i] * c->beta2 + c->w2 * gi * gi;
+  float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+  p[i] = pi + c->neg_step_size * mi / denom;
+  m[i] = mi;
+  v[i] = vi;
+  if (p_bf16) p_bf16[i] = zt__bf16_rne(p[i]);
+}
+
+void zt__cpu_adam_scalar(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
+                         uint16_t *p_bf16, size_t n);
+void zt__cpu_adam_avx2(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
+                       uint16_t *p_bf16, size_t n);
+void zt__cpu_adam_avx512(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
+                         uint16_t *p_bf16, size_t n);
+
+#endif

@@ -1,0 +1,61 @@
+/* The pinned host tier: every host buffer of the offload path (master params, Adam moments,
+ * staging buffers) is allocated here at its exact size, page-locked so that copies to the GPU
+ * and O_DIRECT I/O run at full speed, and accounted against the job's host budget.
+ *
+ * Memory comes in whole pages (locked memory has page granularity), so an allocation of `bytes`
+ * is accounted as zt_host_arena_footprint(bytes): the planner sums the same figure, so its peak
+ * is exact. Where pages cannot be locked (mlock refused under RLIMIT_MEMLOCK) the allocation still
+ * succeeds unpinned: the arena logs it and the stats count pinned and unpinned bytes apart.
+ *
+ * Not thread-safe: one owner (the job's runner) allocates at job start and frees at its end. */
+#ifndef ZT_OFFLOAD_HOST_ARENA_H
+#define ZT_OFFLOAD_HOST_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where host memory comes from: the seam between accounting and the backend. The CPU backend
+ * maps anonymous pages and mlocks them; the CUDA backend supplies cudaHostAlloc here. */
+typedef struct zt_host_mem_ops {
+  const char *name;
+  /* Allocates `bytes` (a whole number of pages), page-aligned. *pin_err is 0 when the pages are
+   * locked, else the -errno of the failed lock (the memory is still usable). Returns 0/-errno. */
+  int (*alloc)(void *ctx, size_t bytes, void **out, int *pin_err);
+  void (*free)(void *ctx, void *p, size_t bytes, int pinned);
+  void *ctx;
+} zt_host_mem_ops;
+
+/* mmap + mlock */
+extern const zt_host_mem_ops zt_host_mem_cpu;
+
+typedef struct zt_host_arena_stats {
+  size_t limit;          /* the budget */
+  size_t used;           /* footprint of live allocations, counted against the limit */
+  size_t requested;      /* bytes asked for by live allocations */
+  size_t peak;           /* highest `used` so far */
+  size_t pinned_bytes;   /* of `used`, locked */
+  size_t unpinned_bytes; /* of `used`, not locked because locking failed */
+  uint64_t allocs;       /* live allocations */
+  uint64_t pin_failures; /* allocations that could not be locked, ever */
+} zt_host_arena_stats;
+
+typedef struct zt_host_arena zt_host_arena;
+
+/* The bytes an allocation of `bytes` takes from the limit: rounded up to whole pages. */
+size_t zt_host_arena_footprint(size_t bytes);
+
+/* ops NULL: zt_host_mem_cpu. */
+int zt_host_arena_open(zt_host_arena **out, size_t limit, const zt_host_mem_ops *ops);
+/* Frees every allocation still live. NULL is a no-op. */
+void zt_host_arena_close(zt_host_arena *a);
+
+/* 0, or -ENOMEM (limit exceeded or the system is out of memory) with a message giving the
+ * numbers, -EINVAL for bytes == 0. */
+int zt_host_arena_alloc(zt_host_arena *a, size_t bytes, void **out);
+/* -EINVAL when p was not allocated here (or was freed already). */
+int zt_host_arena_free(zt_host_arena *a, void *p);
+
+const char *zt_host_arena_error(const zt_host_arena *a);
+void zt_host_arena_get_stats(const zt_host_arena *a, zt_host_arena_stats *out);
+
+#endif

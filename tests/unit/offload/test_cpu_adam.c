@@ -1,0 +1,214 @@
+/* CPU AdamW: every path this CPU supports, on one thread and on pools of 1, 2 and 4 threads,
+ * must give bitwise the parameters and moments of the CPU backend's reference kernel
+ * (engine/kernels/cpu/adamw.c) over several steps, on data with zeros, signed zeros, denormals
+ * and wide exponents, at lengths that leave every kind of SIMD tail; the bf16 copy must equal an
+ * independent round-to-nearest-even. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels/ops.h"
+#include "offload/cpu_adam.h"
+#include "tests/unit/offload/otest.h"
+
+static zt_backend ref;
+
+/* Nearest-even by comparing the two candidates' remainders; NaN as torch writes it. */
+static uint16_t ref_bf16(float f) {
+  uint32_t u;
+  if (isnan(f)) return 0x7fc0;
+  memcpy(&u, &f, sizeof u);
+  uint32_t hi = u >> 16, rem = u & 0xffffu;
+  if (rem > 0x8000u || (rem == 0x8000u && (hi & 1u))) hi++;
+  return (uint16_t)hi;
+}
+
+/* Values that stress the arithmetic: zeros of both signs, denormals, tiny and huge. */
+static float wild(uint64_t *rng, int nonneg) {
+  uint64_t r = ot_next(rng);
+  float x;
+  switch (r % 8) {
+  case 0: x = 0.0f; break;
+  case 1: x = -0.0f; break;
+  case 2: x = (float)((r >> 8) % 1000 + 1) * 1e-42f; break; /* denormal */
+  case 3: x = ldexpf((float)((r >> 8) % 4096) / 4096.0f + 0.5f, (int)((r >> 20) % 200) - 100); break;
+  default: x = ((float)((r >> 11) % 2000001) - 1000000.0f) * 1e-6f; break;
+  }
+  if (nonneg) return fabsf(x);
+  return (r >> 40) & 1 ? -x : x;
+}
+
+typedef struct state {
+  float *p, *g, *m, *v;
+  uint16_t *bf;
+  size_t n;
+} state;
+
+static void state_init(state *s, size_t n, uint64_t seed) {
+  uint64_t rng = seed;
+  s->n = n;
+  s->p = malloc((n + 1) * sizeof(float));
+  s->g = malloc((n + 1) * sizeof(float));
+  s->m = malloc((n + 1) * sizeof(float));
+  s->v = malloc((n + 1) * sizeof(float));
+  s->bf = malloc((n + 1) * sizeof(uint16_t));
+  if (!s->p || !s->g || !s->m || !s->v || !s->bf) abort();
+  for (size_t i = 0; i < n; i++) {
+    s->p[i] = wild(&rng, 0);
+    s->m[i] = wild(&rng, 0);
+    s->v[i] = wild(&rng, 1);
+  }
+  memset(s->bf, 0, (n + 1) * sizeof(uint16_t));
+}
+
+static void state_grads(state *s, uint64_t seed) {
+  uint64_t rng = seed;
+  for (size_t i = 0; i < s->n; i++) s->g[i] = wild(&rng, 0);
+}
+
+static void state_free(state *s) {
+  free(s->p), free(s->g), free(s->m), free(s->v), free(s->bf);
+}
+
+/* first differing index of two float arrays, bitwise; SIZE_MAX when equal */
+static size_t diff(const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&a[i], &b[i], sizeof(float))) return i;
+  return SIZE_MAX;
+}
+
+static void compare(const char *what, const state *got, const state *want, int with_bf16) {
+  size_t i;
+  OT_CHECK((i = diff(got->p, want->p, want->n)) == SIZE_MAX, "%s: p[%zu] %a != %a", what, i,
+           got->p[i], want->p[i]);
+  OT_CHECK((i = diff(got->m, want->m, want->n)) == SIZE_MAX, "%s: m[%zu] %a != %a", what, i,
+           got->m[i], want->m[i]);
+  OT_CHECK((i = diff(got->v, want->v, want->n)) == SIZE_MAX, "%s: v[%zu] %a != %a", what, i,
+           got->v[i], want->v[i]);
+  if (!with_bf16) return;
+  for (i = 0; i < want->n; i++)
+    if (got->bf[i] != ref_bf16(got->p[i])) break;
+  OT_CHECK(i == want->n, "%s: bf16[%zu] %04x != %04x (of %a)", what, i, got->bf[i],
+           ref_bf16(got->p[i]), got->p[i]);
+  OT_CHECK(got->bf[want->n] == 0, "%s: bf16 written past the end", what);
+}
+
+static const zt_adam_hparams hsets[] = {
+    {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .grad_scale = 1.0f},
+    /* beta1 < 0.5 takes the other branch of torch's lerp; a loss-scale unscaling factor */
+    {.lr = 3e-2f, .beta1 = 0.25f, .beta2 = 0.95f, .eps = 1e-6f, .weight_decay = 0.1f, .grad_scale = 1.0f / 1024},
+};
+
+/* One configuration: `steps` steps with the reference and with the path under test. isa < 0
+ * means through a pool of -isa threads (ISA auto). */
+static void run_case(int isa_or_threads, const zt_adam_hparams *h0, size_t n, int with_bf16,
+                     zt_cpu_pool *pool) {
+  state want, got;
+  char what[96];
+  state_init(&want, n, 1000 + n);
+  state_init(&got, n, 1000 + n);
+  for (int step = 1; step <= 3; step++) {
+    zt_adam_hparams h = *h0;
+    h.step = step;
+    state_grads(&want, 77 * step + n);
+    state_grads(&got, 77 * step + n);
+    ref.ops->adamw(ref.ctx, want.p, want.g, want.m, want.v, n, h.lr, h.beta1, h.beta2, h.eps,
+                   h.weight_decay, step, h.grad_scale);
+    if (pool) {
+      zt_cpu_adam_task t = {.p = got.p, .g = got.g, .m = got.m, .v = got.v,
+                            .p_bf16 = with_bf16 ? got.bf : NULL, .n = n, .h = h};
+      int rc = zt_cpu_adam_step(pool, &t);
+      OT_CHECK(rc == 0, "pool step: %d", rc);
+      snprintf(what, sizeof what, "pool(%d threads, %s) n=%zu step %d", isa_or_threads,
+               zt_cpu_isa_name(t.isa), n, step);
+    } else {
+      int rc = zt_cpu_adam_run((zt_cpu_isa)isa_or_threads, &h, got.p, got.g, got.m, got.v,
+                               with_bf16 ? got.bf : NULL, n);
+      OT_CHECK(rc == 0, "run: %d", rc);
+      snprintf(what, sizeof what, "%s n=%zu step %d bf16=%d", zt_cpu_isa_name(isa_or_threads), n,
+               step, with_bf16);
+    }
+    compare(what, &got, &want, with_bf16);
+  }
+  state_free(&want);
+  state_free(&got);
+}
+
+static const size_t lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 65536 + 13, 3 * 65536 + 5};
+enum { NLEN = sizeof lengths / sizeof lengths[0] };
+
+int main(void) {
+  if (zt_backend_cpu_open(&ref, 1) < 0) return 1;
+  /* the bf16 reference itself, on hand-worked values */
+  OT_CHECK(ref_bf16(1.0f) == 0x3f80 && ref_bf16(1.00390625f) == 0x3f80 &&
+           ref_bf16(1.01171875f) == 0x3f82 && ref_bf16(FLT_MAX) == 0x7f80 &&
+           ref_bf16(-0.0f) == 0x8000 && ref_bf16(NAN) == 0x7fc0 && ref_bf16(1e-45f) == 0x0000,
+           "bf16 reference");
+
+  for (int isa = ZT_CPU_ISA_SCALAR; isa <= ZT_CPU_ISA_AVX512; isa++) {
+    if (!zt_cpu_isa_supported((zt_cpu_isa)isa)) {
+      printf("%s: not supported here, not run\n", zt_cpu_isa_name(isa));
+      float x = 0;
+      zt_adam_hparams h = hsets[0];
+      h.step = 1;
+      OT_CHECK(zt_cpu_adam_run((zt_cpu_isa)isa, &h, &x, &x, &x, &x, NULL, 1) == -ENOTSUP,
+               "unsupported ISA accepted");
+      continue;
+    }
+    for (size_t hs = 0; hs < sizeof hsets / sizeof hsets[0]; hs++)
+      for (int li = 0; li < NLEN; li++)
+        for (int bf = 0; bf < 2; bf++) run_case(isa, &hsets[hs], lengths[li], bf, NULL);
+    printf("%s: bitwise equal to the reference\n", zt_cpu_isa_name(isa));
+  }
+  printf("best: %s\n", zt_cpu_isa_name(zt_cpu_isa_best()));
+
+  static const int threads[] = {1, 2, 4};
+  for (int ti = 0; ti < 3; ti++) {
+    zt_cpu_pool *pool;
+    zt_cpu_pool_stats st;
+    OT_CHECK(zt_cpu_pool_open(&pool, threads[ti], 1) == 0, "pool open");
+    for (int li = 0; li < NLEN; li++) run_case(threads[ti], &hsets[li % 2], lengths[li], li % 2, pool);
+    zt_cpu_pool_get_stats(pool, &st);
+    printf("pool %d threads: %d pinned, %llu jobs, %llu chunks\n", st.threads, st.pinned_threads,
+           (unsigned long long)st.jobs, (unsigned long long)st.chunks);
+    OT_CHECK(st.threads == threads[ti] && st.jobs > 0 && st.chunks >= st.jobs, "pool stats");
+    zt_cpu_pool_close(pool);
+  }
+
+  /* async: two tensors in flight on one pool, waited in reverse order */
+  {
+    zt_cpu_pool *pool;
+    state want[2], got[2];
+    zt_cpu_adam_task t[2];
+    size_t n[2] = {200003, 70001};
+    zt_adam_hparams h = hsets[0];
+    h.step = 1;
+    OT_CHECK(zt_cpu_pool_open(&pool, 2, 0) == 0, "pool open");
+    for (int k = 0; k < 2; k++) {
+      state_init(&want[k], n[k], 5 + k);
+      state_init(&got[k], n[k], 5 + k);
+      state_grads(&want[k], 9 + k);
+      state_grads(&got[k], 9 + k);
+      ref.ops->adamw(ref.ctx, want[k].p, want[k].g, want[k].m, want[k].v, n[k], h.lr, h.beta1,
+                     h.beta2, h.eps, h.weight_decay, 1, h.grad_scale);
+      t[k] = (zt_cpu_adam_task){.p = got[k].p, .g = got[k].g, .m = got[k].m, .v = got[k].v,
+                                .p_bf16 = got[k].bf, .n = n[k], .h = h};
+      OT_CHECK(zt_cpu_adam_submit(pool, &t[k]) == 0, "submit %d", k);
+    }
+    for (int k = 1; k >= 0; k--) {
+      zt_cpu_adam_wait(pool, &t[k]);
+      compare("async", &got[k], &want[k], 1);
+      state_free(&want[k]);
+      state_free(&got[k]);
+    }
+    zt_cpu_adam_task bad = {.n = 1, .h = hsets[0]}; /* step 0 */
+    OT_CHECK(zt_cpu_adam_submit(pool, &bad) == -EINVAL, "step 0 accepted");
+    zt_cpu_pool_close(pool);
+  }
+
+  zt_backend_cpu_close(&ref);
+  if (ot_failures) fprintf(stderr, "%d failures\n", ot_failures);
+  return ot_failures ? 1 : 0;
+}
