@@ -1,0 +1,322 @@
+/* ztd: the zt daemon. Parses flags, then hands over to the server (engine/server) until a signal
+ * or a shutdown request stops it. Exit status: 0 after a graceful stop, 1 when it cannot start,
+ * 2 for a usage error. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/log.h"
+#include "engine/server/server.h"
+#include "engine/tunables.h"
+
+#ifndef ZT_VERSION
+#define ZT_VERSION "unknown"
+#endif
+
+static const char usage_text[] =
+    "usage: ztd [options]\n"
+    "  --socket PATH          Unix socket (default $ZT_SOCKET, else $XDG_RUNTIME_DIR/zt/ztd.sock,\n"
+    "                         else /tmp/zt-$UID/ztd.sock)\n"
+    "  --state-dir DIR        jobs, checkpoints, logs (default $XDG_DATA_HOME/zt or ~/.local/share/zt)\n"
+    "  --backend B            auto | cpu | cuda (this build trains on cpu; auto picks it)\n"
+    "  --gpus LIST            GPU indices, e.g. 0,1 (for the offload engine)\n"
+    "  --gpu-mem-limit SIZE   GPU memory budget per device, e.g. 24GiB\n"
+    "  --host-mem-limit SIZE  host memory budget for all jobs, e.g. 64GiB (default: no limit)\n"
+    "  --nvme-dir DIR         directory for NVMe-resident state\n"
+    "  --tcp HOST:PORT        also listen on TCP (needs --token-file)\n"
+    "  --token-file FILE      secret clients must send in hello (>= 16 bytes, mode 0600)\n"
+    "  --max-frame SIZE       longest frame accepted (default 64MiB)\n"
+    "  --cpu-threads N        threads of the CPU backend (default 0 = all cores)\n"
+    "  --log-level L          error | warn | info | debug (default info)\n"
+    "  --help, --version\n"
+    "SIZE: plain bytes or with a suffix KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB\n"
+    "(powers of 1000).\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ztd: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(ztd --help lists the options)\n");
+  va_end(ap);
+  return 2;
+}
+
+/* "24GiB", "512MiB", "1GB", "4096" -> bytes; -EINVAL for anything else or an overflow. */
+static int parse_size(const char *s, uint64_t *out) {
+  static const struct {
+    const char *suffix;
+    uint64_t mult;
+  } units[] = {{"", 1},          {"B", 1},           {"KiB", 1ull << 10}, {"MiB", 1ull << 20},
+               {"GiB", 1ull << 30}, {"TiB", 1ull << 40}, {"KB", 1000ull},   {"MB", 1000000ull},
+               {"GB", 1000000000ull}, {"TB", 1000000000000ull}};
+  if (*s < '0' || *s > '9') return -EINVAL;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return -EINVAL;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].suffix) != 0) continue;
+    if (v > UINT64_MAX / units[i].mult) return -EINVAL;
+    *out = v * units[i].mult;
+    return 0;
+  }
+  return -EINVAL;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+  if (!*s) return -EINVAL;
+  errno = 0;
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return -EINVAL;
+  *out = v;
+  return 0;
+}
+
+static int parse_gpus(const char *s, zt_server_config *cfg) {
+  char buf[1024];
+  if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf || !*buf) return -EINVAL;
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    long v;
+    if (parse_int(tok, 0, 1023, &v) < 0 || cfg->n_gpus == ZT_TUNE_MAX_GPUS) return -EINVAL;
+    for (int i = 0; i < cfg->n_gpus; i++)
+      if (cfg->gpus[i] == v) return -EINVAL;
+    cfg->gpus[cfg->n_gpus++] = (int)v;
+  }
+  return cfg->n_gpus ? 0 : -EINVAL;
+}
+
+/* HOST:PORT or [V6HOST]:PORT; host is written into buf. */
+static int parse_hostport(const char *s, char *buf, size_t buflen, zt_server_config *cfg) {
+  const char *colon = strrchr(s, ':');
+  if (!colon || colon == s) return -EINVAL;
+  const char *h = s;
+  size_t hlen = (size_t)(colon - s);
+  if (h[0] == '[') {
+    if (hlen < 3 || h[hlen - 1] != ']') return -EINVAL;
+    h++;
+    hlen -= 2;
+  }
+  if (hlen >= buflen) return -EINVAL;
+  memcpy(buf, h, hlen);
+  buf[hlen] = '\0';
+  long port;
+  if (parse_int(colon + 1, 1, 65535, &port) < 0) return -EINVAL;
+  cfg->tcp_host = buf;
+  cfg->tcp_port = (int)port;
+  return 0;
+}
+
+/* The token must be a secret: a regular file nobody but its owner can read. */
+static int read_token(const char *path, char *tok, size_t toklen, size_t *len, char *why,
+                      size_t whylen) {
+  int rc = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(why, whylen, "%s", strerror(errno));
+    return -errno;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    rc = -errno;
+    snprintf(why, whylen, "%s", strerror(errno));
+    goto out;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = -EINVAL;
+    snprintf(why, whylen, "not a regular file");
+    goto out;
+  }
+  if (st.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH)) {
+    rc = -EACCES;
+    snprintf(why, whylen, "group or others may read or write it (chmod 600 it)");
+    goto out;
+  }
+  ssize_t n = read(fd, tok, toklen);
+  if (n < 0) {
+    rc = -errno;
+    snprintf(why, whylen, "%s", strerror(errno));
+    goto out;
+  }
+  size_t l = (size_t)n;
+  /* A trailing newline (echo > file) is not part of the secret. */
+  while (l > 0 && (tok[l - 1] == '\n' || tok[l - 1] == '\r')) l--;
+  if (l < ZT_TUNE_TOKEN_MIN || (size_t)n == toklen) {
+    rc = -EINVAL;
+    snprintf(why, whylen, "the token must be %d to %d bytes", ZT_TUNE_TOKEN_MIN,
+             ZT_TUNE_TOKEN_MAX - 1);
+    goto out;
+  }
+  *len = l;
+out:
+  close(fd);
+  return rc;
+}
+
+static int default_socket(char *buf, size_t len) {
+  const char *env = getenv("ZT_SOCKET");
+  if (env && *env) return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
+  const char *run = getenv("XDG_RUNTIME_DIR");
+  int n = run && *run ? snprintf(buf, len, "%s/zt/ztd.sock", run)
+                      : snprintf(buf, len, "/tmp/zt-%u/ztd.sock", (unsigned)getuid());
+  return n < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+static int default_state_dir(char *buf, size_t len) {
+  const char *data = getenv("XDG_DATA_HOME");
+  if (data && *data) return snprintf(buf, len, "%s/zt", data) < (int)len ? 0 : -ENAMETOOLONG;
+  const char *home = getenv("HOME");
+  if (!home || !*home) {
+    struct passwd *pw = getpwuid(getuid());
+    home = pw ? pw->pw_dir : NULL;
+  }
+  if (!home) return -ENOENT;
+  return snprintf(buf, len, "%s/.local/share/zt", home) < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+enum {
+  OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
+  OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
+};
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"socket", required_argument, NULL, OPT_SOCKET},
+      {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"gpus", required_argument, NULL, OPT_GPUS},
+      {"gpu-mem-limit", required_argument, NULL, OPT_GPU_MEM},
+      {"host-mem-limit", required_argument, NULL, OPT_HOST_MEM},
+      {"nvme-dir", required_argument, NULL, OPT_NVME},
+      {"tcp", required_argument, NULL, OPT_TCP},
+      {"token-file", required_argument, NULL, OPT_TOKEN},
+      {"max-frame", required_argument, NULL, OPT_MAX_FRAME},
+      {"cpu-threads", required_argument, NULL, OPT_CPU_THREADS},
+      {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+      {"help", no_argument, NULL, OPT_HELP},
+      {"version", no_argument, NULL, OPT_VERSION},
+      {NULL, 0, NULL, 0},
+  };
+  static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], token[ZT_TUNE_TOKEN_MAX];
+  zt_server_config cfg = {.backend = "cpu", .max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
+  const char *token_file = NULL;
+  uint64_t size;
+  long n;
+  int opt;
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (opt) {
+    case OPT_SOCKET:
+      cfg.socket_path = optarg;
+      break;
+    case OPT_STATE_DIR:
+      cfg.state_dir = optarg;
+      break;
+    case OPT_BACKEND:
+      if (!strcmp(optarg, "cuda")) {
+        fprintf(stderr, "ztd: --backend cuda: the CUDA backend is not part of this build yet\n");
+        return 1;
+      }
+      if (strcmp(optarg, "auto") && strcmp(optarg, "cpu"))
+        return usage_error("--backend %s: expected auto, cpu or cuda", optarg);
+      break;
+    case OPT_GPUS:
+      if (parse_gpus(optarg, &cfg) < 0)
+        return usage_error("--gpus %s: expected distinct GPU indices such as 0,1", optarg);
+      break;
+    case OPT_GPU_MEM:
+    case OPT_HOST_MEM:
+    case OPT_MAX_FRAME:
+      if (parse_size(optarg, &size) < 0 || size == 0)
+        return usage_error("%s %s: expected a size such as 24GiB, 512MiB or 4096",
+                           opt == OPT_GPU_MEM ? "--gpu-mem-limit"
+                           : opt == OPT_HOST_MEM ? "--host-mem-limit" : "--max-frame",
+                           optarg);
+      if (opt == OPT_GPU_MEM) cfg.gpu_mem_limit = size;
+      if (opt == OPT_HOST_MEM) cfg.host_mem_limit = size;
+      if (opt == OPT_MAX_FRAME) {
+        if (size < ZT_TUNE_MAX_FRAME_MIN || size > ZT_TUNE_MAX_FRAME_MAX)
+          return usage_error("--max-frame %s: must be between 64KiB and 1GiB", optarg);
+        cfg.max_frame = (uint32_t)size;
+      }
+      break;
+    case OPT_NVME: {
+      struct stat st;
+      if (stat(optarg, &st) < 0 || !S_ISDIR(st.st_mode))
+        return usage_error("--nvme-dir %s: not a directory", optarg);
+      cfg.nvme_dir = optarg;
+      break;
+    }
+    case OPT_TCP:
+      if (parse_hostport(optarg, host_buf, sizeof host_buf, &cfg) < 0)
+        return usage_error("--tcp %s: expected HOST:PORT, e.g. 127.0.0.1:7070", optarg);
+      break;
+    case OPT_TOKEN:
+      token_file = optarg;
+      break;
+    case OPT_CPU_THREADS:
+      if (parse_int(optarg, 0, 4096, &n) < 0)
+        return usage_error("--cpu-threads %s: expected a count from 0 (all cores) to 4096",
+                           optarg);
+      cfg.cpu_threads = (int)n;
+      break;
+    case OPT_LOG_LEVEL: {
+      zt_log_level lvl;
+      if (zt_log_parse_level(optarg, &lvl) < 0)
+        return usage_error("--log-level %s: expected error, warn, info or debug", optarg);
+      zt_log_set_level(lvl);
+      break;
+    }
+    case OPT_HELP:
+      fputs(usage_text, stdout);
+      return 0;
+    case OPT_VERSION:
+      printf("ztd %s (protocol %d)\n", ZT_VERSION, ZT_PROTO_VERSION);
+      return 0;
+    default:
+      return usage_error("%s: unknown option or missing value",
+                         optind > 0 && optind <= argc ? argv[optind - 1] : "?");
+    }
+  }
+  if (optind < argc) return usage_error("unexpected argument %s", argv[optind]);
+  if (cfg.tcp_host && !token_file) return usage_error("--tcp needs --token-file");
+  if (token_file && !cfg.tcp_host) return usage_error("--token-file is only used with --tcp");
+  if (token_file) {
+    char why[256];
+    if (read_token(token_file, token, sizeof token, &cfg.token_len, why, sizeof why) < 0)
+      return usage_error("--token-file %s: %s", token_file, why);
+    cfg.token = token;
+  }
+  if (!cfg.socket_path) {
+    if (default_socket(socket_buf, sizeof socket_buf) < 0)
+      return usage_error("the default socket path is too long; use --socket");
+    cfg.socket_path = socket_buf;
+  }
+  if (!cfg.state_dir) {
+    if (default_state_dir(state_buf, sizeof state_buf) < 0)
+      return usage_error("no default state dir (HOME unset); use --state-dir");
+    cfg.state_dir = state_buf;
+  }
+  /* A client that hangs up mid-reply must not kill the daemon. */
+  signal(SIGPIPE, SIG_IGN);
+  char err[512] = "";
+  int rc = zt_server_run(&cfg, err, sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "ztd: %s\n", err[0] ? err : strerror(-rc));
+    return 1;
+  }
+  return 0;
+}

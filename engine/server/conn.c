@@ -1,0 +1,258 @@
+/* One client connection: reads bytes into the frame reader, hands whole frames to dispatch, and
+ * queues reply and event frames for writing.
+ *
+ * Memory is bounded per connection. Reading: the frame reader allocates at most the announced
+ * (checked) body; bytes read past a frame while reading is paused wait in a stash no larger than
+ * one read. Writing: a request is not read while more than ZT_TUNE_CONN_WRITE_QUEUE_MAX bytes of
+ * replies wait (the client is slow: it gets back-pressure, nothing is lost). Events are pushed,
+ * not requested, so back-pressure cannot hold them: a watcher whose queue is over the cap is
+ * dropped (closed) rather than let a client that does not read grow the daemon's memory; it can
+ * reconnect and watch again, and `show` has the whole loss history. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/log.h"
+#include "engine/server/server.h"
+
+typedef struct zt_write {
+  uv_write_t req;
+  zt_conn *conn;
+  size_t len;
+  uint8_t data[];
+} zt_write;
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  zt_conn *c = h->data;
+  buf->base = (char *)c->rbuf;
+  buf->len = sizeof c->rbuf;
+}
+
+static void conn_on_close(uv_handle_t *h) {
+  zt_conn *c = h->data;
+  zt_server *srv = c->srv;
+  zt_frame_reader_close(&c->reader);
+  free(c->stash);
+  free(c);
+  zt__server_conn_gone(srv);
+}
+
+void zt__conn_close(zt_conn *c) {
+  if (c->closing) return;
+  c->closing = true;
+  zt_server *srv = c->srv;
+  /* Callbacks the job layer still holds for this connection must never fire. */
+  while (c->pending) {
+    if (srv->jobs) zt_jobs_forget(srv->jobs, c->pending);
+    zt__conn_pending_drop(c, c->pending);
+  }
+  zt__watch_drop_conn(srv, c);
+  if (c->prev) c->prev->next = c->next;
+  else srv->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  if (c->reading) uv_read_stop(&c->h.stream);
+  c->reading = false;
+  uv_close(&c->h.handle, conn_on_close);
+}
+
+void zt__conn_close_when_flushed(zt_conn *c) {
+  if (c->closing) return;
+  c->close_when_flushed = true;
+  if (c->reading) uv_read_stop(&c->h.stream);
+  c->reading = false;
+  if (c->wq_bytes == 0) zt__conn_close(c);
+}
+
+zt_pending *zt__conn_pending_add(zt_conn *c, uint32_t id, zt_proto_op op) {
+  zt_pending *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->conn = c;
+  p->id = id;
+  p->op = op;
+  p->next = c->pending;
+  c->pending = p;
+  return p;
+}
+
+void zt__conn_pending_drop(zt_conn *c, zt_pending *p) {
+  for (zt_pending **pp = &c->pending; *pp; pp = &(*pp)->next) {
+    if (*pp == p) {
+      *pp = p->next;
+      free(p);
+      return;
+    }
+  }
+}
+
+static void conn_on_write(uv_write_t *req, int status) {
+  zt_write *w = (zt_write *)req;
+  zt_conn *c = w->conn;
+  c->wq_bytes -= w->len;
+  free(w);
+  if (c->closing) return;
+  if (status < 0) {
+    ZT_LOGD("conn", "write failed: %s", uv_strerror(status));
+    zt__conn_close(c);
+    return;
+  }
+  if (c->close_when_flushed) {
+    if (c->wq_bytes == 0) zt__conn_close(c);
+    return;
+  }
+  if ((c->pause & ZT_CONN_PAUSE_WRITES) && c->wq_bytes <= ZT_TUNE_CONN_WRITE_QUEUE_MAX / 2)
+    zt__conn_resume(c, ZT_CONN_PAUSE_WRITES);
+}
+
+int zt__conn_send(zt_conn *c, const uint8_t *frame, size_t len, bool is_event) {
+  if (c->closing) return -EPIPE;
+  if (is_event && c->wq_bytes + len > ZT_TUNE_CONN_WRITE_QUEUE_MAX) {
+    ZT_LOGW("conn", "dropping a watcher that does not read (%zu bytes queued)", c->wq_bytes);
+    zt__conn_close(c);
+    return -ENOBUFS;
+  }
+  zt_write *w = malloc(sizeof *w + len);
+  if (!w) {
+    /* A lost reply would leave the client waiting forever: better to hang up. */
+    zt__conn_close(c);
+    return -ENOMEM;
+  }
+  w->conn = c;
+  w->len = len;
+  memcpy(w->data, frame, len);
+  uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)len);
+  int rc = uv_write(&w->req, &c->h.stream, &buf, 1, conn_on_write);
+  if (rc < 0) {
+    free(w);
+    zt__conn_close(c);
+    return rc;
+  }
+  c->wq_bytes += len;
+  if (!is_event && c->wq_bytes > ZT_TUNE_CONN_WRITE_QUEUE_MAX) zt__conn_pause(c, ZT_CONN_PAUSE_WRITES);
+  return 0;
+}
+
+/* Feeds bytes to the frame reader and dispatches every whole frame, stopping as soon as the
+ * connection pauses or closes. Returns the bytes consumed. */
+static size_t conn_consume(zt_conn *c, const uint8_t *data, size_t len) {
+  size_t off = 0;
+  c->in_consume = true;
+  while (off < len && !c->pause && !c->closing && !c->close_when_flushed) {
+    size_t used = 0;
+    zt_proto_error err = {0};
+    int rc = zt_frame_reader_feed(&c->reader, data + off, len - off, &used, &err);
+    off += used;
+    if (rc < 0) {
+      /* The header announced a frame we will not read: framing is lost, so answer and hang up. */
+      zt__reply_error(c, 0, rc, err.message[0] ? err.message : "bad frame header");
+      zt__conn_close_when_flushed(c);
+      break;
+    }
+    if (rc == 1) {
+      uint32_t blen = 0;
+      const uint8_t *body = zt_frame_reader_body(&c->reader, &blen);
+      zt__dispatch(c, body, blen);
+      zt_frame_reader_reset(&c->reader);
+    }
+  }
+  c->in_consume = false;
+  return off;
+}
+
+static int conn_start_reading(zt_conn *c) {
+  if (c->reading || c->closing || c->close_when_flushed || c->pause) return 0;
+  int rc = uv_read_start(&c->h.stream, conn_alloc, conn_on_read);
+  if (rc < 0) {
+    zt__conn_close(c);
+    return rc;
+  }
+  c->reading = true;
+  return 0;
+}
+
+/* Parses what is stashed; reading restarts once the stash is empty. */
+static void conn_drain_stash(zt_conn *c) {
+  while (c->stash && !c->pause && !c->closing && !c->close_when_flushed) {
+    size_t used = conn_consume(c, c->stash + c->stash_off, c->stash_len - c->stash_off);
+    c->stash_off += used;
+    if (c->stash_off == c->stash_len) {
+      free(c->stash);
+      c->stash = NULL;
+      c->stash_off = c->stash_len = 0;
+    }
+  }
+  if (!c->stash) conn_start_reading(c);
+}
+
+void zt__conn_pause(zt_conn *c, unsigned why) {
+  c->pause |= why;
+  if (c->reading) uv_read_stop(&c->h.stream);
+  c->reading = false;
+}
+
+void zt__conn_resume(zt_conn *c, unsigned why) {
+  c->pause &= ~why;
+  if (c->pause || c->closing) return;
+  /* Inside conn_consume the loop itself carries on with the remaining bytes. */
+  if (c->in_consume) return;
+  conn_drain_stash(c);
+}
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  zt_conn *c = s->data;
+  if (nread == 0) return;
+  if (nread < 0) {
+    /* EOF mid-frame or a reset: nothing can be answered, close quietly. */
+    if (nread != UV_EOF) ZT_LOGD("conn", "read: %s", uv_strerror((int)nread));
+    if (nread == UV_EOF && !c->pending && c->wq_bytes > 0)
+      zt__conn_close_when_flushed(c);
+    else
+      zt__conn_close(c);
+    return;
+  }
+  size_t len = (size_t)nread;
+  size_t used = conn_consume(c, (const uint8_t *)buf->base, len);
+  if (c->closing || c->close_when_flushed) return;
+  if (used == len) {
+    /* A pause lifted inside dispatch (a batch that got credit at once) stopped reading. */
+    conn_start_reading(c);
+    return;
+  }
+  /* Paused mid-read: keep the rest (at most one read buffer) until reading resumes. */
+  c->stash = malloc(len - used);
+  if (!c->stash) {
+    zt__conn_close(c);
+    return;
+  }
+  memcpy(c->stash, buf->base + used, len - used);
+  c->stash_off = 0;
+  c->stash_len = len - used;
+  if (c->reading) uv_read_stop(&c->h.stream);
+  c->reading = false;
+}
+
+int zt__conn_accept(zt_server *srv, uv_stream_t *listener, bool is_tcp) {
+  zt_conn *c = calloc(1, sizeof *c);
+  if (!c) return -ENOMEM;
+  c->srv = srv;
+  c->is_tcp = is_tcp;
+  int rc = is_tcp ? uv_tcp_init(srv->loop, &c->h.tcp) : uv_pipe_init(srv->loop, &c->h.pipe, 0);
+  if (rc < 0) {
+    free(c);
+    return rc;
+  }
+  c->h.handle.data = c;
+  zt_frame_reader_init(&c->reader, srv->cfg->max_frame);
+  c->next = srv->conns;
+  if (c->next) c->next->prev = c;
+  srv->conns = c;
+  rc = uv_accept(listener, &c->h.stream);
+  if (rc < 0) {
+    zt__conn_close(c);
+    return rc;
+  }
+  if (is_tcp) uv_tcp_nodelay(&c->h.tcp, 1);
+  return conn_start_reading(c);
+}

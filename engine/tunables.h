@@ -1,0 +1,42 @@
+/* Every tunable of ztd in one place, with its default. Flags override some of them at startup
+ * (named next to each); the rest are compile-time choices that a benchmark, not a user, changes. */
+#ifndef ZT_TUNABLES_H
+#define ZT_TUNABLES_H
+
+#include "proto/zt_proto.h"
+
+/* --max-frame: the longest frame a client may send (and the longest reply ztd builds). */
+#define ZT_TUNE_MAX_FRAME_DEFAULT ZT_PROTO_FRAME_MAX_DEFAULT
+/* Below this a frame could not carry one export chunk plus its envelope. */
+#define ZT_TUNE_MAX_FRAME_MIN (64u << 10)
+#define ZT_TUNE_MAX_FRAME_MAX (1u << 30)
+
+/* Room left in a frame for the envelope of an export reply (id, ok, total, step, keys); the
+ * data of one export chunk is capped to max_frame minus this. */
+#define ZT_TUNE_EXPORT_ENVELOPE (4u << 10)
+
+/* Micro-batches a stream job buffers before ztd stops granting credit to its producer. */
+#define ZT_TUNE_BATCH_QUEUE_DEPTH 4u
+
+/* listen(2) backlog of the Unix and TCP listeners. */
+#define ZT_TUNE_LISTEN_BACKLOG 64
+
+/* Bytes read from a socket per read callback (one buffer per connection). */
+#define ZT_TUNE_READ_CHUNK (64u << 10)
+
+/* Bytes queued for writing on one connection before ztd pushes back: requests stop being read
+ * until the queue drains below half of this, and a watcher whose events would grow it further is
+ * dropped (see conn.c). A single reply may exceed it (an export chunk); events never wait. */
+#define ZT_TUNE_CONN_WRITE_QUEUE_MAX (8u << 20)
+
+/* How long a graceful stop waits for replies to reach clients that do not read them. */
+#define ZT_TUNE_SHUTDOWN_FLUSH_MS 5000
+
+/* Length limits of the TCP token file: shorter tokens are refused as guessable. */
+#define ZT_TUNE_TOKEN_MIN 16
+#define ZT_TUNE_TOKEN_MAX 4096
+
+/* GPUs --gpus may name. */
+#define ZT_TUNE_MAX_GPUS 64
+
+#endif
