@@ -18,10 +18,10 @@ ztd_pid=$!
 trap 'kill -TERM $ztd_pid 2>/dev/null; wait $ztd_pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
-ztctl() { ./build/client/ztctl --socket "$sock" "$@"; }
+ztctl() { ./build/client/ztctl/ztctl --socket "$sock" "$@"; }
 corpus=/usr/share/common-licenses/GPL-3
 ztctl tokenize --bytes "$corpus" "$work/gpl3.tok"
 ztctl status
 cp tools/jobs/tiny-gpt.json "$work/job.json"
-(cd "$work" && ../../build/client/ztctl --socket ztd.sock submit job.json --watch)
+(cd "$work" && ../../build/client/ztctl/ztctl --socket ztd.sock submit job.json --watch)
 ztctl jobs

@@ -1,5 +1,5 @@
-/* ztrain: trains one model straight through the trainer, no daemon, for PyTorch parity runs and
- * benchmarks. */
+/* ztrain: trains one model straight through the trainer, no daemon, on the cpu or the cuda
+ * backend, for PyTorch parity runs and benchmarks. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,21 +8,80 @@
 
 #include "engine/train/cfg_json.h"
 #include "engine/train/trainer.h"
+#ifdef ZT_HAVE_CUDA
+#include "engine/kernels/cuda/cuda_backend.h"
+#endif
 
 static const char usage[] =
-    "usage: ztrain --spec SPEC.json --batches FILE [--backend cpu] [--threads N]\n"
-    "              [--init X.safetensors] [--save DIR] [--json]\n"
+    "usage: ztrain --spec SPEC.json --batches FILE [--backend cpu|cuda] [--threads N]\n"
+    "              [--device N] [--ckpt-every K] [--init X.safetensors] [--save DIR] [--json]\n"
     "\n"
     "SPEC.json holds a \"model\" and a \"train\" object (other top-level keys are ignored):\n"
     "  model: arch (\"gpt\" | \"encoder\"), vocab, seq_len, d_model, n_heads, n_layers,\n"
     "         d_ff (0 = arch default: gpt 4*d_model, encoder 2048), init_seed, init_path\n"
     "  train: steps, micro_batch, grad_accum, lr, beta1, beta2, eps, weight_decay,\n"
-    "         schedule (\"constant\" | \"cosine\"), warmup_steps, min_lr, grad_clip (0 = off), seed\n"
+    "         schedule (\"constant\" | \"cosine\"), warmup_steps, min_lr, grad_clip (0 = off),\n"
+    "         seed, activation_checkpointing: {\"every\": K} (0 = off, K = blocks 0, K, 2K, ...)\n"
     "FILE: raw little-endian int32 tokens, steps * grad_accum micro-batches of\n"
     "  micro_batch rows of seq_len + 1 tokens (inputs x[0:T], targets x[1:T+1]; -1 = padding).\n"
+    "--backend cuda runs on GPU --device N (default 0) when the build has CUDA;\n"
+    "  --threads N sets the cpu backend's threads (0 = all).\n"
+    "--ckpt-every K overrides train.activation_checkpointing.every.\n"
     "--init overrides model.init_path (safetensors, HF GPT-2 / PyTorch names).\n"
     "--save DIR writes a checkpoint after the last step.\n"
-    "Prints one line per step, or with --json one object {\"losses\": [...], ...} on stdout.\n";
+    "Prints one line per step, or with --json one object {\"losses\": [...], ...} on stdout;\n"
+    "  step_ms and tokens_per_s are means over the steps after the first (the warm-up).\n";
+
+/* A whole decimal int in [lo, hi], or -EINVAL. */
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -EINVAL;
+  *out = (int)v;
+  return 0;
+}
+
+static double seconds_between(const struct timespec *a, const struct timespec *b) {
+  return (double)(b->tv_sec - a->tv_sec) + 1e-9 * (double)(b->tv_nsec - a->tv_nsec);
+}
+
+static int backend_open(zt_backend *be, const char *name, int threads, int device, char *err,
+                        size_t errlen) {
+  int rc = -EINVAL;
+  if (!strcmp(name, "cpu")) {
+    if ((rc = zt_backend_cpu_open(be, threads)) < 0)
+      snprintf(err, errlen, "cannot open the cpu backend: %s", strerror(-rc));
+    return rc;
+  }
+#ifdef ZT_HAVE_CUDA
+  if (!strcmp(name, "cuda")) {
+    if ((rc = zt_backend_cuda_open(be, device)) < 0)
+      snprintf(err, errlen, "cannot open the cuda backend on device %d: %s", device,
+               strerror(-rc));
+    return rc;
+  }
+  snprintf(err, errlen, "unknown backend %s (cpu or cuda)", name);
+#else
+  if (!strcmp(name, "cuda"))
+    snprintf(err, errlen, "this build has no cuda backend (configure with CUDA: nvcc on PATH, "
+             "-Dcuda=enabled); only cpu is available");
+  else
+    snprintf(err, errlen, "unknown backend %s (this build has cpu only)", name);
+#endif
+  return rc;
+}
+
+static void backend_close(zt_backend *be) {
+  if (!be->ops) return;
+#ifdef ZT_HAVE_CUDA
+  if (!strcmp(be->ops->name, "cuda")) {
+    zt_backend_cuda_close(be);
+    return;
+  }
+#endif
+  zt_backend_cpu_close(be);
+}
 
 static int read_file(const char *path, int32_t **out, size_t *n_tok, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
@@ -58,30 +117,36 @@ out:
 
 int main(int argc, char **argv) {
   const char *spec = NULL, *batches = NULL, *backend = "cpu", *init = NULL, *save = NULL;
-  int json = 0, threads = 0, rc = 0;
+  int json = 0, threads = 0, device = -1, ckpt_every = -1, rc = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0, took = 0;  /* took: the option consumed v */
     if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage, stdout);
       return 0;
-    } else if (v && !strcmp(a, "--spec")) spec = v, i++;
-    else if (v && !strcmp(a, "--batches")) batches = v, i++;
-    else if (v && !strcmp(a, "--backend")) backend = v, i++;
-    else if (v && !strcmp(a, "--init")) init = v, i++;
-    else if (v && !strcmp(a, "--save")) save = v, i++;
-    else if (v && !strcmp(a, "--threads")) threads = atoi(v), i++;
-    else {
-      fprintf(stderr, "ztrain: unknown or incomplete argument %s\n%s", a, usage);
+    } else if (v && !strcmp(a, "--spec")) spec = v, took = 1;
+    else if (v && !strcmp(a, "--batches")) batches = v, took = 1;
+    else if (v && !strcmp(a, "--backend")) backend = v, took = 1;
+    else if (v && !strcmp(a, "--init")) init = v, took = 1;
+    else if (v && !strcmp(a, "--save")) save = v, took = 1;
+    else if (v && !strcmp(a, "--threads")) bad = parse_int(v, 0, 4096, &threads), took = 1;
+    else if (v && !strcmp(a, "--device")) bad = parse_int(v, 0, 1023, &device), took = 1;
+    else if (v && !strcmp(a, "--ckpt-every")) bad = parse_int(v, 0, 1 << 20, &ckpt_every), took = 1;
+    else bad = 1;
+    if (bad) {
+      fprintf(stderr, "ztrain: unknown, incomplete or out-of-range argument: %s%s%s\n%s", a,
+              took ? " " : "", took ? v : "", usage);
       return 2;
     }
+    i += took;
   }
   if (!spec || !batches) {
     fputs(usage, stderr);
     return 2;
   }
-  if (strcmp(backend, "cpu")) {
-    fprintf(stderr, "ztrain: backend %s is not available in this build (cpu is)\n", backend);
+  if (device >= 0 && strcmp(backend, "cuda")) {
+    fprintf(stderr, "ztrain: --device applies to --backend cuda only\n");
     return 2;
   }
   char err[512];
@@ -93,6 +158,7 @@ int main(int argc, char **argv) {
   size_t n_tok = 0;
   double *losses = NULL;
   if ((rc = zt_spec_load(spec, &mc, &tc, err, sizeof err)) < 0) goto fail;
+  if (ckpt_every >= 0) tc.ckpt_every = ckpt_every;
   if (init) {
     if (strlen(init) >= sizeof mc.init_path) {
       snprintf(err, sizeof err, "--init path too long");
@@ -102,10 +168,8 @@ int main(int argc, char **argv) {
     strcpy(mc.init_path, init);
   }
   if ((rc = read_file(batches, &tok, &n_tok, err, sizeof err)) < 0) goto fail;
-  if ((rc = zt_backend_cpu_open(&be, threads)) < 0) {
-    snprintf(err, sizeof err, "cannot open the cpu backend (%d)", rc);
+  if ((rc = backend_open(&be, backend, threads, device < 0 ? 0 : device, err, sizeof err)) < 0)
     goto fail;
-  }
   if ((rc = zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err)) < 0) goto fail;
   size_t per_step = zt_trainer_micro_tokens(t) * (size_t)tc.grad_accum;
   if (n_tok < per_step * (size_t)tc.steps) {
@@ -120,34 +184,47 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof err, "out of memory");
     goto fail;
   }
-  struct timespec t0, t1;
+  /* zt_trainer_step ends with the backend's sync, so a step's wall time is its compute time. The
+   * first step pays one-time costs (cuBLAS heuristics, page faults on fresh buffers): the means
+   * leave it out when there are others. */
+  struct timespec t0, ts, te;
+  double secs = 0, timed = 0;
+  int64_t step_tokens = 0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int s = 0; s < tc.steps; s++) {
     zt_step_result r;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     if ((rc = zt_trainer_step(t, tok + per_step * (size_t)s, &r, err, sizeof err)) < 0) goto fail;
+    clock_gettime(CLOCK_MONOTONIC, &te);
+    if (s > 0 || tc.steps == 1) timed += seconds_between(&ts, &te);
+    step_tokens = r.tokens;
     losses[s] = r.loss;
     if (!json)
       printf("step %d/%d loss %.6f lr %.3e grad_norm %.4f\n", r.step, tc.steps, r.loss,
              (double)r.lr, r.grad_norm);
   }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  secs = seconds_between(&t0, &te);
+  int n_timed = tc.steps > 1 ? tc.steps - 1 : 1;
+  double step_ms = 1e3 * timed / n_timed, tok_s = (double)step_tokens * n_timed / timed;
   if (save && (rc = zt_trainer_save(t, save, err, sizeof err)) < 0) goto fail;
   if (json) {
-    printf("{\"arch\": \"%s\", \"params\": %zu, \"seconds\": %.3f, \"tokens_per_s\": %.1f, "
-           "\"losses\": [", zt_arch_name(mc.arch), zt_model_num_params(zt_trainer_model(t)), secs,
-           (double)per_step / (double)(mc.seq_len + 1) * mc.seq_len * tc.steps / secs);
+    printf("{\"arch\": \"%s\", \"backend\": \"%s\", \"params\": %zu, \"ckpt_every\": %d, "
+           "\"backend_bytes\": %zu, \"seconds\": %.3f, \"step_ms\": %.3f, "
+           "\"tokens_per_s\": %.1f, \"losses\": [", zt_arch_name(mc.arch), be.ops->name,
+           zt_model_num_params(zt_trainer_model(t)), tc.ckpt_every, zt_trainer_backend_bytes(t),
+           secs, step_ms, tok_s);
     for (int s = 0; s < tc.steps; s++) printf("%s%.9g", s ? ", " : "", losses[s]);
     printf("]}\n");
   } else {
-    printf("%d steps in %.3f s\n", tc.steps, secs);
+    printf("%d steps in %.3f s on %s; after the first: %.3f ms/step, %.1f tokens/s\n", tc.steps,
+           secs, be.ops->name, step_ms, tok_s);
   }
   goto out;
 fail:
   fprintf(stderr, "ztrain: %s\n", err);
 out:
   zt_trainer_close(t);
-  if (be.ops) zt_backend_cpu_close(&be);
+  backend_close(&be);
   free(tok);
   free(losses);
   return rc < 0 ? 1 : 0;
