@@ -122,13 +122,13 @@ make_tokens() {
   ztctl tokenize --bytes "$TEXT" "$1" >/dev/null || fail "tokenize failed"
 }
 
-# spec OUT SOURCE STEPS [extra JSON members of the top level]: a tiny GPT job spec.
-# SOURCE is a token file path or "stream".
+# spec OUT SOURCE STEPS [extra JSON members of the top level]: a tiny job spec, GPT unless
+# ARCH is set in the environment. SOURCE is a token file path or "stream".
 spec() {
   local data
   if [ "$2" = stream ]; then data='{"source": "stream"}'; else data="{\"source\": \"file\", \"path\": \"$2\"}"; fi
   cat >"$1" <<JSON
-{"name": "tiny", "model": {"arch": "gpt", "vocab": 256, "seq_len": 16, "d_model": 32,
+{"name": "tiny", "model": {"arch": "${ARCH:-gpt}", "vocab": 256, "seq_len": 16, "d_model": 32,
  "n_heads": 2, "n_layers": 2, "init": {"seed": 1}},
  "train": {"steps": $3, "micro_batch": 4, "optimizer": {"lr": 0.01}, "seed": 1},
  "data": $data, "checkpoint": {"every": 10, "keep": 2}${4:+, $4}}

@@ -20,6 +20,12 @@ wait "$watcher" || fail "watch of $job exited non-zero: $(cat "$ZT_TMP/watch.out
 check_learned "$job"
 wait_state "$job2" done
 
+# The encoder architecture trains through the daemon too.
+ARCH=encoder spec "$ZT_TMP/enc.json" "$ZT_TMP/gpl.zt" 40
+enc=$(submit "$ZT_TMP/enc.json")
+wait_state "$enc" done
+check_learned "$enc"
+
 # Stream data pushed by a libztclient program.
 spec "$ZT_TMP/stream.json" stream 40
 "$ZT_TEST_BIN_DIR/stream_push" "$SOCK" "$ZT_TMP/stream.json" "$ZT_TMP/gpl.zt" ||
