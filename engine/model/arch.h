@@ -56,12 +56,20 @@ struct zt_acts {
   const zt_model *m;
   zt_backend be;
   int B, T;
+  int ckpt_every;       /* see zt_acts_open */
   void *base;
   size_t bytes;
   int32_t *tok, *tgt;
   float *logits;
   void *arch;           /* the arch's pointer struct (host memory) */
 };
+
+/* Whether block `layer` is activation-checkpointed: its forward keeps only its output (the next
+ * block's input), its internals live in the set all such blocks share, and its backward
+ * recomputes them from its input first. */
+static inline int zt__acts_recomputed(const zt_acts *a, int layer) {
+  return a->ckpt_every > 0 && layer % a->ckpt_every == 0;
+}
 
 /* Layout builder: a unit, then its tensors (shape as stored in the checkpoint file). */
 int zt__model_begin_unit(zt_model *m, const char *name);

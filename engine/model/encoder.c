@@ -62,11 +62,28 @@ static int layout(zt_model *m) {
   return 0;
 }
 
+/* A block's own activations, everything its backward reads except its input. */
+static void bind_internals(enc_layer *l, const zt_acts *a, zt__bump *b) {
+  size_t N = (size_t)a->B * (size_t)a->T, C = (size_t)a->m->cfg.d_model, F = (size_t)a->m->d_ff;
+  l->qkv = zt__bump_floats(b, N * 3 * C);
+  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes(a->B, a->T, (int)C,
+                                                               a->m->cfg.n_heads));
+  l->atty = zt__bump_floats(b, N * C);
+  l->r1 = zt__bump_floats(b, N * C);
+  l->h1 = zt__bump_floats(b, N * C);
+  l->m1 = zt__bump_floats(b, N);
+  l->s1 = zt__bump_floats(b, N);
+  l->f1 = zt__bump_floats(b, N * F);
+  l->f1r = zt__bump_floats(b, N * F);
+  l->r2 = zt__bump_floats(b, N * C);
+  l->m2 = zt__bump_floats(b, N);
+  l->s2 = zt__bump_floats(b, N);
+}
+
 static void bind_acts(zt_acts *a, zt__bump *b) {
   enc_acts *e = a->arch;
   size_t N = (size_t)a->B * (size_t)a->T, C = (size_t)a->m->cfg.d_model, F = (size_t)a->m->d_ff;
   size_t V = (size_t)a->m->cfg.vocab;
-  const zt_ops *ops = a->be.ops;
   a->tok = zt__bump_bytes(b, N * sizeof(int32_t));
   a->tgt = zt__bump_bytes(b, N * sizeof(int32_t));
   a->logits = zt__bump_floats(b, N * V);
@@ -78,21 +95,19 @@ static void bind_acts(zt_acts *a, zt__bump *b) {
   e->dqkv = zt__bump_floats(b, N * 3 * C);
   e->df1 = zt__bump_floats(b, N * F);
   e->df1r = zt__bump_floats(b, N * F);
+  /* Recomputed blocks share one set of internals: only the block being recomputed needs them. */
+  enc_layer shared = {0};
+  int have_shared = 0;
   for (int i = 0; i < a->m->cfg.n_layers; i++) {
     enc_layer *l = &e->l[i];
-    l->qkv = zt__bump_floats(b, N * 3 * C);
-    l->att = zt__bump_bytes(b, ops->attention_saved_bytes(a->B, a->T, (int)C, a->m->cfg.n_heads));
-    l->atty = zt__bump_floats(b, N * C);
-    l->r1 = zt__bump_floats(b, N * C);
-    l->h1 = zt__bump_floats(b, N * C);
-    l->m1 = zt__bump_floats(b, N);
-    l->s1 = zt__bump_floats(b, N);
-    l->f1 = zt__bump_floats(b, N * F);
-    l->f1r = zt__bump_floats(b, N * F);
-    l->r2 = zt__bump_floats(b, N * C);
-    l->h2 = zt__bump_floats(b, N * C);
-    l->m2 = zt__bump_floats(b, N);
-    l->s2 = zt__bump_floats(b, N);
+    if (zt__acts_recomputed(a, i)) {
+      if (!have_shared) bind_internals(&shared, a, b);
+      have_shared = 1;
+      *l = shared;
+    } else {
+      bind_internals(l, a, b);
+    }
+    l->h2 = zt__bump_floats(b, N * C);  /* the next block's input: always kept */
   }
 }
 
@@ -152,6 +167,9 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   int i = u - 1;
   enc_layer *l = &e->l[i];
   const float *x = i ? e->l[i - 1].h2 : e->encoded;
+  /* The same ops on the same input give the same bits: the recomputed internals are the ones
+   * the forward had (and h2 is rewritten with its own value). */
+  if (zt__acts_recomputed(a, i)) unit_forward(m, a, u, p, embed);
 #define W(k) zt__unit_tensor(m, p, u, k)
 #define G(k) zt__unit_tensor(m, gr, u, k)
   o->zero(ctx, e->dtmp, NC * sizeof(float));   /* dtmp = d r2, then d h1 */

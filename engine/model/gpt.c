@@ -66,11 +66,28 @@ static int layout(zt_model *m) {
   return 0;
 }
 
+/* A block's own activations, everything its backward reads except its input. */
+static void bind_internals(gpt_layer *l, const zt_acts *a, zt__bump *b) {
+  size_t N = (size_t)a->B * (size_t)a->T, C = (size_t)a->m->cfg.d_model, F = (size_t)a->m->d_ff;
+  l->ln1 = zt__bump_floats(b, N * C);
+  l->ln1_mean = zt__bump_floats(b, N);
+  l->ln1_rstd = zt__bump_floats(b, N);
+  l->qkv = zt__bump_floats(b, N * 3 * C);
+  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes(a->B, a->T, (int)C,
+                                                               a->m->cfg.n_heads));
+  l->atty = zt__bump_floats(b, N * C);
+  l->res2 = zt__bump_floats(b, N * C);
+  l->ln2 = zt__bump_floats(b, N * C);
+  l->ln2_mean = zt__bump_floats(b, N);
+  l->ln2_rstd = zt__bump_floats(b, N);
+  l->fch = zt__bump_floats(b, N * F);
+  l->fch_gelu = zt__bump_floats(b, N * F);
+}
+
 static void bind_acts(zt_acts *a, zt__bump *b) {
   gpt_acts *g = a->arch;
   size_t N = (size_t)a->B * (size_t)a->T, C = (size_t)a->m->cfg.d_model, F = (size_t)a->m->d_ff;
   size_t V = (size_t)a->m->cfg.vocab;
-  const zt_ops *ops = a->be.ops;
   a->tok = zt__bump_bytes(b, N * sizeof(int32_t));
   a->tgt = zt__bump_bytes(b, N * sizeof(int32_t));
   a->logits = zt__bump_floats(b, N * V);
@@ -84,21 +101,19 @@ static void bind_acts(zt_acts *a, zt__bump *b) {
   g->dqkv = zt__bump_floats(b, N * 3 * C);
   g->dfch = zt__bump_floats(b, N * F);
   g->dfch_gelu = zt__bump_floats(b, N * F);
+  /* Recomputed blocks share one set of internals: only the block being recomputed needs them. */
+  gpt_layer shared = {0};
+  int have_shared = 0;
   for (int i = 0; i < a->m->cfg.n_layers; i++) {
     gpt_layer *l = &g->l[i];
-    l->ln1 = zt__bump_floats(b, N * C);
-    l->ln1_mean = zt__bump_floats(b, N);
-    l->ln1_rstd = zt__bump_floats(b, N);
-    l->qkv = zt__bump_floats(b, N * 3 * C);
-    l->att = zt__bump_bytes(b, ops->attention_saved_bytes(a->B, a->T, (int)C, a->m->cfg.n_heads));
-    l->atty = zt__bump_floats(b, N * C);
-    l->res2 = zt__bump_floats(b, N * C);
-    l->ln2 = zt__bump_floats(b, N * C);
-    l->ln2_mean = zt__bump_floats(b, N);
-    l->ln2_rstd = zt__bump_floats(b, N);
-    l->fch = zt__bump_floats(b, N * F);
-    l->fch_gelu = zt__bump_floats(b, N * F);
-    l->res3 = zt__bump_floats(b, N * C);
+    if (zt__acts_recomputed(a, i)) {
+      if (!have_shared) bind_internals(&shared, a, b);
+      have_shared = 1;
+      *l = shared;
+    } else {
+      bind_internals(l, a, b);
+    }
+    l->res3 = zt__bump_floats(b, N * C);  /* the next block's input: always kept */
   }
 }
 
@@ -163,6 +178,9 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   int i = u - 1;
   gpt_layer *l = &g->l[i];
   const float *in = i ? g->l[i - 1].res3 : g->encoded;
+  /* The same ops on the same input give the same bits: the recomputed internals are the ones
+   * the forward had (and res3 is rewritten with its own value). */
+  if (zt__acts_recomputed(a, i)) unit_forward(m, a, u, p, embed);
 #define W(k) zt__unit_tensor(m, p, u, k)
 #define G(k) zt__unit_tensor(m, gr, u, k)
   o->zero(ctx, g->dfch_gelu, (size_t)N * F * sizeof(float));

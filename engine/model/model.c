@@ -330,10 +330,13 @@ out:
 
 /* ---- activations --------------------------------------------------------------------------- */
 
-/* 64-byte alignment keeps every buffer on its own cache lines (and is what vector loads like). */
+/* Every buffer starts 256-byte aligned, as a fresh cudaMalloc would (and on its own cache lines).
+ * cuBLAS picks kernels by pointer alignment too: with every buffer aligned alike the choice
+ * depends on the shapes alone, so a block computes the same bits whichever buffers it is given
+ * (its own, or the set checkpointed blocks share). */
 void *zt__bump_bytes(zt__bump *b, size_t bytes) {
   void *p = b->base ? b->base + b->off : NULL;
-  b->off += (bytes + 63) / 64 * 64;
+  b->off += (bytes + 255) / 256 * 256;
   return p;
 }
 
@@ -343,9 +346,10 @@ static int batch_ok(const zt_model *m, int B) {
   return B >= 1 && (size_t)B * (size_t)m->cfg.seq_len <= (size_t)1 << 31;
 }
 
-size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B) {
-  if (!batch_ok(m, B)) return 0;
-  zt_acts a = {.m = m, .be = {.ops = ops}, .B = B, .T = m->cfg.seq_len};
+size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B, int ckpt_every) {
+  if (!batch_ok(m, B) || ckpt_every < 0) return 0;
+  zt_acts a = {.m = m, .be = {.ops = ops}, .B = B, .T = m->cfg.seq_len,
+               .ckpt_every = ckpt_every};
   a.arch = calloc(1, m->arch->host_acts_size + (size_t)m->cfg.n_layers * m->arch->host_layer_size);
   if (!a.arch) return 0;
   zt__bump b = {0};
@@ -354,11 +358,16 @@ size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B) {
   return b.off;
 }
 
-int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, char *err,
-                 size_t errlen) {
+int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, int ckpt_every,
+                 char *err, size_t errlen) {
   *out = NULL;
   if (!batch_ok(m, B)) {
     snprintf(err, errlen, "train.micro_batch must be in [1, 2^31 / model.seq_len] (got %d)", B);
+    return -EINVAL;
+  }
+  if (ckpt_every < 0) {
+    snprintf(err, errlen, "train.activation_checkpointing.every must be >= 0 (got %d)",
+             ckpt_every);
     return -EINVAL;
   }
   zt_acts *a = calloc(1, sizeof *a);
@@ -367,6 +376,7 @@ int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, 
   a->be = *be;
   a->B = B;
   a->T = m->cfg.seq_len;
+  a->ckpt_every = ckpt_every;
   a->arch = calloc(1, m->arch->host_acts_size + (size_t)m->cfg.n_layers * m->arch->host_layer_size);
   if (!a->arch) goto nomem;
   zt__bump b = {0};

@@ -89,16 +89,22 @@ int zt_model_load_states(const zt_model *m, const char *path, const zt_model_sta
  * one backend allocation made when the job starts. The step walks the units: forward 0..U-1, the
  * loss on the logits, backward U-1..0; each unit function takes only that unit's parameter and
  * gradient pointers (backend memory), which is the grain the offload engine streams. The gpt
- * head also reads the tied wte in the embedding unit (embed / dembed). */
+ * head also reads the tied wte in the embedding unit (embed / dembed).
+ *
+ * Activation checkpointing: with ckpt_every = k > 0, blocks 0, k, 2k, ... keep only the residual
+ * stream entering and leaving them; their internal activations live in one set shared by all of
+ * them, and their unit backward first recomputes the block's forward from its input. The
+ * results are bitwise those without checkpointing on a deterministic backend; the memory saved is
+ * (number of checkpointed blocks - 1) sets of block internals. 0 = none. */
 typedef struct zt_acts zt_acts;
 
-int zt_acts_open(zt_acts **a, const zt_model *m, const zt_backend *be, int B, char *err,
-                 size_t errlen);
+int zt_acts_open(zt_acts **a, const zt_model *m, const zt_backend *be, int B, int ckpt_every,
+                 char *err, size_t errlen);
 void zt_acts_close(zt_acts *a);
 size_t zt_acts_bytes(const zt_acts *a);
 /* The bytes zt_acts_open would allocate for B rows on a backend with these ops, without
- * allocating backend memory; 0 if B is out of range or the host is out of memory. */
-size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B);
+ * allocating backend memory; 0 if B or ckpt_every is out of range or the host is out of memory. */
+size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B, int ckpt_every);
 /* Backend buffers of B*T ints the caller fills before forward: input tokens (all in [0, vocab))
  * and next-token targets (-1 = ignored). */
 int32_t *zt_acts_tokens(zt_acts *a);
@@ -108,7 +114,8 @@ float *zt_acts_logits(zt_acts *a);
 
 void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
                            const float *embed);
-/* Adds the unit's parameter gradients into g (and the tied wte's into dembed for the gpt head). */
+/* Adds the unit's parameter gradients into g (and the tied wte's into dembed for the gpt head).
+ * A checkpointed block recomputes its forward first, from its input as the forward left it. */
 void zt_model_unit_backward(const zt_model *m, zt_acts *a, int unit, const float *p, float *g,
                             const float *embed, float *dembed);
 /* All units over flat parameter / gradient buffers. */

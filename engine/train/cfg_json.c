@@ -113,7 +113,7 @@ const char *zt_schedule_name(zt_schedule s) {
 int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t errlen) {
   static const char *const keys[] = {"steps", "micro_batch", "grad_accum", "lr", "beta1", "beta2",
                                      "eps", "weight_decay", "schedule", "warmup_steps", "min_lr",
-                                     "grad_clip", "seed", NULL};
+                                     "grad_clip", "seed", "activation_checkpointing", NULL};
   int rc = only_keys(o, "train", keys, err, errlen);
   if (rc < 0) return rc;
   zt_train_cfg_defaults(c);
@@ -130,6 +130,15 @@ int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t e
       (rc = get_float(o, "train", "grad_clip", &c->grad_clip, err, errlen)) < 0 ||
       (rc = get_u64(o, "train", "seed", &c->seed, err, errlen)) < 0)
     return rc;
+  /* an object, as the job spec's other sub-recipes ("checkpoint": {"every": N}) */
+  json_t *ac = json_object_get(o, "activation_checkpointing");
+  if (ac) {
+    static const char *const ac_keys[] = {"every", NULL};
+    const char *pre = "train.activation_checkpointing";
+    if ((rc = only_keys(ac, pre, ac_keys, err, errlen)) < 0 ||
+        (rc = get_int(ac, pre, "every", &c->ckpt_every, err, errlen)) < 0)
+      return rc;
+  }
   json_t *s = json_object_get(o, "schedule");
   if (s) {
     const char *v = json_string_value(s);
@@ -144,13 +153,13 @@ int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t e
 }
 
 json_t *zt_train_cfg_to_json(const zt_train_cfg *c) {
-  return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:f, s:f, s:I}", "steps",
-                   c->steps, "micro_batch", c->micro_batch, "grad_accum", c->grad_accum, "lr",
-                   (double)c->lr, "beta1", (double)c->beta1, "beta2", (double)c->beta2, "eps",
-                   (double)c->eps, "weight_decay", (double)c->weight_decay, "schedule",
+  return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:f, s:f, s:I, s:{s:i}}",
+                   "steps", c->steps, "micro_batch", c->micro_batch, "grad_accum", c->grad_accum,
+                   "lr", (double)c->lr, "beta1", (double)c->beta1, "beta2", (double)c->beta2,
+                   "eps", (double)c->eps, "weight_decay", (double)c->weight_decay, "schedule",
                    zt_schedule_name(c->schedule), "warmup_steps", c->warmup_steps, "min_lr",
                    (double)c->min_lr, "grad_clip", (double)c->grad_clip, "seed",
-                   (json_int_t)c->seed);
+                   (json_int_t)c->seed, "activation_checkpointing", "every", c->ckpt_every);
 }
 
 int zt_spec_load(const char *path, zt_model_cfg *mc, zt_train_cfg *tc, char *err, size_t errlen) {

@@ -52,7 +52,9 @@ int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
       (rc = range_f(err, errlen, "weight_decay", c->weight_decay, 0, 10, 0)) < 0 ||
       (rc = range_i(err, errlen, "warmup_steps", c->warmup_steps, 0, c->steps)) < 0 ||
       (rc = range_f(err, errlen, "min_lr", c->min_lr, 0, c->lr, 0)) < 0 ||
-      (rc = range_f(err, errlen, "grad_clip", c->grad_clip, 0, 1e30, 0)) < 0)
+      (rc = range_f(err, errlen, "grad_clip", c->grad_clip, 0, 1e30, 0)) < 0 ||
+      (rc = range_i(err, errlen, "activation_checkpointing.every", c->ckpt_every, 0,
+                    1 << 20)) < 0)
     return rc;
   if (c->schedule != ZT_SCHED_CONSTANT && c->schedule != ZT_SCHED_COSINE) {
     snprintf(err, errlen, "train.schedule must be constant or cosine");
@@ -113,7 +115,8 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
       goto out;
     }
   }
-  if ((rc = zt_acts_open(&t->acts, t->model, be, tc->micro_batch, err, errlen)) < 0) goto out;
+  rc = zt_acts_open(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every, err, errlen);
+  if (rc < 0) goto out;
   t->h_tok = malloc(N * sizeof *t->h_tok);
   t->h_tgt = malloc(N * sizeof *t->h_tgt);
   host = malloc(n * sizeof *host);
@@ -153,7 +156,7 @@ size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc)
     goto out;
   /* the op table answers attention_saved_bytes; opening the CPU backend allocates no buffers */
   if (zt_backend_cpu_open(&be, 1) < 0) goto out;
-  size_t acts = zt_acts_size(m, be.ops, tc->micro_batch);
+  size_t acts = zt_acts_size(m, be.ops, tc->micro_batch, tc->ckpt_every);
   if (acts) bytes = 4 * zt_model_num_params(m) * sizeof(float) + acts;
 out:
   if (be.ops) zt_backend_cpu_close(&be);

@@ -21,6 +21,12 @@ typedef struct zt_train_cfg {
   float min_lr;
   float grad_clip;      /* max global L2 norm; 0 = off */
   uint64_t seed;        /* data order */
+  /* Activation checkpointing: 0 = none; k > 0 = blocks 0, k, 2k, ... keep only their input and
+   * output and recompute their internals in backward (1 = every block). The checkpointed blocks
+   * share one set of internal buffers, so the activations shrink by (their count - 1) blocks'
+   * internals, for one extra forward of those blocks per micro-batch; losses and gradients are
+   * bitwise those of the run without. JSON: "activation_checkpointing": {"every": k}. */
+  int ckpt_every;
 } zt_train_cfg;
 
 void zt_train_cfg_defaults(zt_train_cfg *c);
@@ -39,7 +45,8 @@ typedef struct zt_step_result {
 typedef struct zt_trainer zt_trainer;
 
 /* Exactly the bytes zt_trainer_open would allocate on the backend for this config (params,
- * grads, AdamW m and v, activations of one micro-batch), computed without allocating: the
+ * grads, AdamW m and v, activations of one micro-batch with tc->ckpt_every), computed without
+ * allocating: the
  * daemon refuses a job that cannot fit with this number. Measured for the CPU backend (its
  * attention keeps (B, NH, T, T) probabilities); SIZE_MAX for a configuration that does not pass
  * zt_model_cfg_check / zt_train_cfg_check. */

@@ -53,7 +53,7 @@ static int check_arch(zt_arch arch) {
       if (strstr(t->name, "weight"))
         for (size_t j = 0; j < t->numel; j++) p[t->offset + j] += 1.0f;
   }
-  if (zt_acts_open(&f.a, m, &f.be, B, err, sizeof err) < 0) {
+  if (zt_acts_open(&f.a, m, &f.be, B, 0, err, sizeof err) < 0) {
     fprintf(stderr, "FAIL acts: %s\n", err);
     return 1;
   }

@@ -1,7 +1,9 @@
 /* PyTorch parity on stored data (tools/parity/pytorch_parity.py wrote it): for each arch, zt
  * trains from the same init.safetensors on the same batches.bin with the recipe of spec.json,
- * and its per-step losses must match PyTorch's losses.json within 1e-4 relative. Skips (77) while
- * the data directory is absent. */
+ * and its per-step losses must match PyTorch's losses.json within 1e-4 relative.
+ * Arguments: the data directory, then the backend (cpu, the default, or cuda: the gpu suite
+ * builds this file again with ZT_HAVE_CUDA). Skips (77) while the data directory is absent, and
+ * on cuda when there is no device. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -11,10 +13,13 @@
 
 #include "engine/train/cfg_json.h"
 #include "tests/unit/model/mcheck.h"
+#ifdef ZT_HAVE_CUDA
+#include "engine/kernels/cuda/cuda_backend.h"
+#endif
 
 #define TOLERANCE 1e-4
 
-static int run_arch(const char *root, const char *arch, double *worst) {
+static int run_arch(const zt_backend *be, const char *root, const char *arch, double *worst) {
   char p[1024], err[512];
   zt_model_cfg mc;
   zt_train_cfg tc;
@@ -35,10 +40,9 @@ static int run_arch(const char *root, const char *arch, double *worst) {
   }
   snprintf(p, sizeof p, "%s/%s/batches.bin", root, arch);
   FILE *f = fopen(p, "rb");
-  zt_backend be = mc_backend();
   zt_trainer *t = NULL;
   int fails = 0;
-  if (zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err) < 0) {
+  if (zt_trainer_open(&t, &mc, &tc, be, err, sizeof err) < 0) {
     fprintf(stderr, "FAIL %s\n", err);
     fails = 1;
     goto out;
@@ -61,13 +65,41 @@ static int run_arch(const char *root, const char *arch, double *worst) {
                        s + 1, r.loss, w, rel);
   }
   free(tok);
-  printf("%s: %d steps, max relative loss difference %.3g\n", arch, tc.steps, *worst);
+  printf("%s on %s: %d steps, max relative loss difference %.3g\n", arch, be->ops->name,
+         tc.steps, *worst);
 out:
   if (f) fclose(f);
   json_decref(j);
   zt_trainer_close(t);
-  zt_backend_cpu_close(&be);
   return fails;
+}
+
+/* 0, 77 (no such backend here: skip) or 1. */
+static int backend_open(const char *name, zt_backend *be) {
+  if (!strcmp(name, "cpu")) {
+    *be = mc_backend();
+    return 0;
+  }
+#ifdef ZT_HAVE_CUDA
+  if (!strcmp(name, "cuda")) {
+    int rc = zt_backend_cuda_open(be, 0);
+    if (rc == -ENODEV) printf("SKIP: no CUDA device\n");
+    else if (rc < 0) fprintf(stderr, "FAIL: cannot open the cuda backend (%d)\n", rc);
+    return rc == -ENODEV ? 77 : rc < 0;
+  }
+#endif
+  fprintf(stderr, "FAIL: backend %s is not in this build\n", name);
+  return 1;
+}
+
+static void backend_close(zt_backend *be) {
+#ifdef ZT_HAVE_CUDA
+  if (!strcmp(be->ops->name, "cuda")) {
+    zt_backend_cuda_close(be);
+    return;
+  }
+#endif
+  zt_backend_cpu_close(be);
 }
 
 int main(int argc, char **argv) {
@@ -77,9 +109,13 @@ int main(int argc, char **argv) {
            "PyTorch and commit its output there)\n", argc < 2 ? "(no path given)" : argv[1]);
     return 77;
   }
+  zt_backend be;
+  int rc = backend_open(argc > 2 ? argv[2] : "cpu", &be);
+  if (rc) return rc;
   double wg = 0, we = 0;
-  int fails = run_arch(argv[1], "gpt", &wg) + run_arch(argv[1], "encoder", &we);
-  printf("max relative per-step loss difference: gpt %.3g, encoder %.3g (tolerance %g)\n", wg, we,
-         TOLERANCE);
+  int fails = run_arch(&be, argv[1], "gpt", &wg) + run_arch(&be, argv[1], "encoder", &we);
+  printf("%s: max relative per-step loss difference: gpt %.3g, encoder %.3g (tolerance %g)\n",
+         be.ops->name, wg, we, TOLERANCE);
+  backend_close(&be);
   return fails ? 1 : 0;
 }

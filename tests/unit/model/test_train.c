@@ -52,7 +52,7 @@ static double reference_grad(const zt_model_cfg *mc, int B, const int32_t *rows,
   zt_acts *a;
   zt_backend be = mc_backend();
   zt_model_create(&m, mc, err, sizeof err);
-  zt_acts_open(&a, m, &be, B, err, sizeof err);
+  zt_acts_open(&a, m, &be, B, 0, err, sizeof err);
   int T = mc->seq_len, N = B * T;
   int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
   for (int b = 0; b < B; b++)
