@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/kernels/backend.h"
 #include "engine/log.h"
 #include "engine/server/server.h"
 #include "engine/tunables.h"
@@ -28,7 +29,7 @@ static const char usage_text[] =
     "  --socket PATH          Unix socket (default $ZT_SOCKET, else $XDG_RUNTIME_DIR/zt/ztd.sock,\n"
     "                         else /tmp/zt-$UID/ztd.sock)\n"
     "  --state-dir DIR        jobs, checkpoints, logs (default $XDG_DATA_HOME/zt or ~/.local/share/zt)\n"
-    "  --backend B            auto | cpu | cuda (this build trains on cpu; auto picks it)\n"
+    "  --backend B            auto | cpu | cuda (auto: cuda when a GPU is found, else cpu)\n"
     "  --gpus LIST            GPU indices, e.g. 0,1 (for the offload engine)\n"
     "  --gpu-mem-limit SIZE   GPU memory budget per device, e.g. 24GiB\n"
     "  --host-mem-limit SIZE  host memory budget for all jobs, e.g. 64GiB (default: no limit)\n"
@@ -211,7 +212,8 @@ int main(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], token[ZT_TUNE_TOKEN_MAX];
-  zt_server_config cfg = {.backend = "cpu", .max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
+  zt_server_config cfg = {.max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
+  const char *backend = "auto";
   const char *token_file = NULL;
   uint64_t size;
   long n;
@@ -226,12 +228,9 @@ int main(int argc, char **argv) {
       cfg.state_dir = optarg;
       break;
     case OPT_BACKEND:
-      if (!strcmp(optarg, "cuda")) {
-        fprintf(stderr, "ztd: --backend cuda: the CUDA backend is not part of this build yet\n");
-        return 1;
-      }
-      if (strcmp(optarg, "auto") && strcmp(optarg, "cpu"))
+      if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
         return usage_error("--backend %s: expected auto, cpu or cuda", optarg);
+      backend = optarg;
       break;
     case OPT_GPUS:
       if (parse_gpus(optarg, &cfg) < 0)
@@ -309,6 +308,24 @@ int main(int argc, char **argv) {
     if (default_state_dir(state_buf, sizeof state_buf) < 0)
       return usage_error("no default state dir (HOME unset); use --state-dir");
     cfg.state_dir = state_buf;
+  }
+  /* auto: the GPU when this build has CUDA and the driver shows one, else the CPU. Jobs train on
+   * the first GPU of --gpus (0 by default). */
+  int n_dev = zt_backend_cuda_devices(NULL, 0);
+  if (!strcmp(backend, "cuda") && !zt_backend_have_cuda()) {
+    fprintf(stderr, "ztd: --backend cuda: this build of zt has no CUDA support\n");
+    return 1;
+  }
+  if (!strcmp(backend, "cuda") && n_dev == 0) {
+    fprintf(stderr, "ztd: --backend cuda: no CUDA device found\n");
+    return 1;
+  }
+  cfg.backend = !strcmp(backend, "auto") ? (n_dev > 0 ? "cuda" : "cpu") : backend;
+  for (int i = 0; i < cfg.n_gpus; i++) {
+    if (!strcmp(cfg.backend, "cuda") && cfg.gpus[i] >= n_dev) {
+      fprintf(stderr, "ztd: --gpus: GPU %d does not exist (%d found)\n", cfg.gpus[i], n_dev);
+      return 1;
+    }
   }
   /* A client that hangs up mid-reply must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);

@@ -8,9 +8,7 @@
 
 #include "engine/train/cfg_json.h"
 #include "engine/train/trainer.h"
-#ifdef ZT_HAVE_CUDA
-#include "engine/kernels/cuda/cuda_backend.h"
-#endif
+#include "engine/kernels/backend.h"
 
 static const char usage[] =
     "usage: ztrain --spec SPEC.json --batches FILE [--backend cpu|cuda] [--threads N]\n"
@@ -44,43 +42,6 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 
 static double seconds_between(const struct timespec *a, const struct timespec *b) {
   return (double)(b->tv_sec - a->tv_sec) + 1e-9 * (double)(b->tv_nsec - a->tv_nsec);
-}
-
-static int backend_open(zt_backend *be, const char *name, int threads, int device, char *err,
-                        size_t errlen) {
-  int rc = -EINVAL;
-  if (!strcmp(name, "cpu")) {
-    if ((rc = zt_backend_cpu_open(be, threads)) < 0)
-      snprintf(err, errlen, "cannot open the cpu backend: %s", strerror(-rc));
-    return rc;
-  }
-#ifdef ZT_HAVE_CUDA
-  if (!strcmp(name, "cuda")) {
-    if ((rc = zt_backend_cuda_open(be, device)) < 0)
-      snprintf(err, errlen, "cannot open the cuda backend on device %d: %s", device,
-               strerror(-rc));
-    return rc;
-  }
-  snprintf(err, errlen, "unknown backend %s (cpu or cuda)", name);
-#else
-  if (!strcmp(name, "cuda"))
-    snprintf(err, errlen, "this build has no cuda backend (configure with CUDA: nvcc on PATH, "
-             "-Dcuda=enabled); only cpu is available");
-  else
-    snprintf(err, errlen, "unknown backend %s (this build has cpu only)", name);
-#endif
-  return rc;
-}
-
-static void backend_close(zt_backend *be) {
-  if (!be->ops) return;
-#ifdef ZT_HAVE_CUDA
-  if (!strcmp(be->ops->name, "cuda")) {
-    zt_backend_cuda_close(be);
-    return;
-  }
-#endif
-  zt_backend_cpu_close(be);
 }
 
 static int read_file(const char *path, int32_t **out, size_t *n_tok, char *err, size_t errlen) {
@@ -168,7 +129,7 @@ int main(int argc, char **argv) {
     strcpy(mc.init_path, init);
   }
   if ((rc = read_file(batches, &tok, &n_tok, err, sizeof err)) < 0) goto fail;
-  if ((rc = backend_open(&be, backend, threads, device < 0 ? 0 : device, err, sizeof err)) < 0)
+  if ((rc = zt_backend_open(&be, backend, device < 0 ? 0 : device, threads, err, sizeof err)) < 0)
     goto fail;
   if ((rc = zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err)) < 0) goto fail;
   size_t per_step = zt_trainer_micro_tokens(t) * (size_t)tc.grad_accum;
@@ -224,7 +185,7 @@ fail:
   fprintf(stderr, "ztrain: %s\n", err);
 out:
   zt_trainer_close(t);
-  backend_close(&be);
+  zt_backend_close(&be);
   free(tok);
   free(losses);
   return rc < 0 ? 1 : 0;

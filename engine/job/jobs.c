@@ -212,8 +212,7 @@ static void maybe_start(zt_jobs *jobs) {
     memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
     char err[ZT__ERR_MAX];
     size_t bytes;
-    int rc = zt__job_spec_check_resources(&job->spec, jobs->cfg.host_mem_limit, &bytes, err,
-                                          sizeof err);
+    int rc = zt__job_spec_check_resources(&job->spec, &jobs->cfg, &bytes, err, sizeof err);
     if (rc < 0) {
       fail_job(jobs, job, err);
       continue;
@@ -465,8 +464,8 @@ out:
 int zt_jobs_open(zt_jobs **out, const zt_jobs_config *cfg, char *err, size_t errlen) {
   int rc = 0;
   *out = NULL;
-  if (cfg->backend && strcmp(cfg->backend, "cpu") != 0) {
-    snprintf(err, errlen, "backend '%s': this daemon trains on cpu only", cfg->backend);
+  if (!cfg->backend || (strcmp(cfg->backend, "cpu") != 0 && strcmp(cfg->backend, "cuda") != 0)) {
+    snprintf(err, errlen, "backend '%s': expected cpu or cuda", cfg->backend ? cfg->backend : "");
     return -EINVAL;
   }
   if (!cfg->state_dir || strlen(cfg->state_dir) >= ZT__STATE_DIR_MAX) {
@@ -480,7 +479,7 @@ int zt_jobs_open(zt_jobs **out, const zt_jobs_config *cfg, char *err, size_t err
   jobs->next_id = 1;
   snprintf(jobs->state_dir, sizeof jobs->state_dir, "%s", cfg->state_dir);
   jobs->cfg.state_dir = jobs->state_dir;
-  jobs->cfg.backend = "cpu";
+  jobs->cfg.backend = strcmp(cfg->backend, "cuda") == 0 ? "cuda" : "cpu";
   pthread_mutex_init(&jobs->mu, NULL);
   if ((rc = zt__store_open(jobs->state_dir, &jobs->lock_fd, err, errlen)) < 0) goto out;
   jobs->async = malloc(sizeof *jobs->async);
@@ -543,8 +542,8 @@ json_t *zt_jobs_status(zt_jobs *jobs) {
     if (jobs->all[i]->state == ZT_JOB_RUNNING) bytes += jobs->all[i]->backend_bytes;
   pthread_mutex_unlock(&jobs->mu);
   return json_pack("{s:i, s:i, s:i, s:{s:s, s:I, s:I}}", "queued", jobs->n_queue, "running",
-                   jobs->running, "jobs", jobs->n_all, "memory", "backend", "cpu",
-                   "backend_bytes", (json_int_t)bytes, "host_mem_limit",
+                   jobs->running, "jobs", jobs->n_all, "memory", "backend",
+                   jobs->cfg.backend, "backend_bytes", (json_int_t)bytes, "host_mem_limit",
                    (json_int_t)jobs->cfg.host_mem_limit);
 }
 
@@ -559,8 +558,7 @@ int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX],
     return -ESHUTDOWN;
   }
   if ((rc = zt__job_spec_parse(spec_in, &spec, err, errlen)) < 0) return rc;
-  if ((rc = zt__job_spec_check_resources(&spec, jobs->cfg.host_mem_limit, &bytes, err,
-                                         errlen)) < 0)
+  if ((rc = zt__job_spec_check_resources(&spec, &jobs->cfg, &bytes, err, errlen)) < 0)
     return rc;
   char new_id[ZT_JOB_ID_MAX];
   snprintf(new_id, sizeof new_id, "j%06ld", jobs->next_id);
@@ -635,8 +633,8 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
       "created",
       time_or_null(job->created), "started", time_or_null(job->started), "ended",
       time_or_null(job->ended), "checkpoint_step",
-      job->has_ckpt ? json_integer(job->ckpt_step) : json_null(), "memory", "backend", "cpu",
-      "backend_bytes", (json_int_t)(job->state == ZT_JOB_RUNNING ? job->backend_bytes : 0));
+      job->has_ckpt ? json_integer(job->ckpt_step) : json_null(), "memory", "backend",
+      jobs->cfg.backend, "backend_bytes", (json_int_t)(job->state == ZT_JOB_RUNNING ? job->backend_bytes : 0));
   /* "error" only on a failed job, as in the "end" event. */
   if (j && job->error[0]) json_object_set_new(j, "error", json_string(job->error));
   pthread_mutex_unlock(&jobs->mu);

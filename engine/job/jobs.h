@@ -37,9 +37,11 @@ typedef void (*zt_jobs_event_cb)(void *user, const char *job, json_t *event);
 typedef struct zt_jobs_config {
   uv_loop_t *loop;
   const char *state_dir;        /* jobs/<id>/ live under it; must be writable */
-  const char *backend;          /* "cpu" (the only one this build trains on) */
+  const char *backend;          /* "cpu" or "cuda" (engine/kernels/backend.h) */
   int cpu_threads;              /* 0 = all cores */
-  uint64_t host_mem_limit;      /* 0 = no limit; a job whose backend bytes exceed it is refused */
+  int device;                   /* the GPU jobs train on (cuda) */
+  uint64_t host_mem_limit;      /* 0 = no limit; a cpu job whose backend bytes exceed it is refused */
+  uint64_t gpu_mem_limit;       /* 0 = the device's memory; a cuda job above it is refused */
   uint32_t batch_queue_depth;   /* micro-batches a stream job buffers before credit stops */
   zt_jobs_event_cb on_event;
   void *user;

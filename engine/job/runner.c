@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "engine/kernels/backend.h"
 #include "engine/job/job.h"
 #include "engine/job/store.h"
 #include "engine/log.h"
@@ -35,8 +36,8 @@ static int64_t host_rss(void) {
   return n == 2 ? (int64_t)resident * sysconf(_SC_PAGE_SIZE) : -1;
 }
 
-static json_t *memory_json(size_t backend_bytes) {
-  json_t *m = json_pack("{s:s, s:I}", "backend", "cpu", "backend_bytes",
+static json_t *memory_json(const char *backend, size_t backend_bytes) {
+  json_t *m = json_pack("{s:s, s:I}", "backend", backend, "backend_bytes",
                         (json_int_t)backend_bytes);
   int64_t rss = host_rss();
   if (rss >= 0) json_object_set_new(m, "host_rss", json_integer(rss));
@@ -181,7 +182,7 @@ static int train_step(runner *r, double run_start, int run_first_step) {
   json_object_set_new(ev, "grad_norm", json_real(res.grad_norm));
   json_object_set_new(ev, "tokens_per_s", json_real(tokens_per_s));
   json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
-  json_object_set_new(ev, "memory", memory_json(backend_bytes));
+  json_object_set_new(ev, "memory", memory_json(job->jobs->cfg.backend, backend_bytes));
   zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
   return 0;
 }
@@ -197,10 +198,10 @@ void *zt__runner_main(void *arg) {
   int leave_running = 0;
 
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
-  if ((rc = zt_backend_cpu_open(&be, job->jobs->cfg.cpu_threads)) < 0) {
-    snprintf(r.err, sizeof r.err, "cpu backend: %s", strerror(-rc));
+  const zt_jobs_config *cfg = &job->jobs->cfg;
+  if ((rc = zt_backend_open(&be, cfg->backend, cfg->device, cfg->cpu_threads, r.err,
+                            sizeof r.err)) < 0)
     goto out;
-  }
   be_open = 1;
   if ((rc = open_job(&r, &be)) < 0) goto out;
 
@@ -258,7 +259,7 @@ out:
   if (r.losses) fclose(r.losses);
   free(r.batch);
   if (r.trainer) zt_trainer_close(r.trainer);
-  if (be_open) zt_backend_cpu_close(&be);
+  if (be_open) zt_backend_close(&be);
   zt__token_file_close(&r.tokens);
   pthread_mutex_lock(mu);
   job->backend_bytes = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "engine/job/data.h"
+#include "engine/kernels/backend.h"
 
 /* Bounds on each dimension. They are far above anything that fits a machine: their job is to
  * keep the arithmetic of the memory estimate finite, so the memory check can answer with numbers
@@ -26,8 +27,11 @@ static const char *const k_top[] = {"name", "model", "train", "data", "checkpoin
 static const char *const k_model[] = {"arch",     "vocab", "seq_len", "d_model", "n_heads",
                                       "n_layers", "d_ff",  "init",    NULL};
 static const char *const k_init[] = {"seed", "safetensors", NULL};
-static const char *const k_train[] = {"steps",    "micro_batch", "grad_accum", "precision",
-                                      "optimizer", "schedule",   "grad_clip",  "seed", NULL};
+static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum",
+                                      "precision", "optimizer",   "schedule",
+                                      "grad_clip", "seed",        "activation_checkpointing",
+                                      NULL};
+static const char *const k_act_ckpt[] = {"every", NULL};
 static const char *const k_opt[] = {"name", "lr", "betas", "eps", "weight_decay", NULL};
 static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
 static const char *const k_data_file[] = {"source", "path", NULL};
@@ -236,7 +240,7 @@ static int parse_train(const json_t *t, zt_train_cfg *c, char *err, size_t errle
     return rc;
   if ((rc = get_string(t, "train", "precision", "fp32", &s, err, errlen)) < 0) return rc;
   if (strcmp(s, "bf16") == 0 || strcmp(s, "fp16") == 0) {
-    snprintf(err, errlen, "train.precision '%s' needs the cuda backend, this daemon runs cpu", s);
+    snprintf(err, errlen, "train.precision '%s': this version of zt trains in fp32 only", s);
     return -EINVAL;
   }
   if (strcmp(s, "fp32") != 0) {
@@ -303,6 +307,15 @@ static int parse_train(const json_t *t, zt_train_cfg *c, char *err, size_t errle
   c->grad_clip = 0.0f;
   if ((rc = get_num(t, "train", "grad_clip", 0, 0, 1e6, 0, 0.0f, &c->grad_clip, err, errlen)) < 0)
     return rc;
+  const json_t *act;
+  if ((rc = get_object(t, "train", "activation_checkpointing", 0, &act, err, errlen)) < 0)
+    return rc;
+  if (act) {
+    if ((rc = check_keys(act, "train.activation_checkpointing", k_act_ckpt, err, errlen)) < 0 ||
+        (rc = get_int32(act, "train.activation_checkpointing", "every", 0, 0, 1048576, 0,
+                        &c->ckpt_every, err, errlen)) < 0)
+      return rc;
+  }
   int64_t seed;
   if ((rc = get_int(t, "train", "seed", 0, 0, INT64_MAX, 0, &seed, err, errlen)) < 0) return rc;
   c->seed = (uint64_t)seed;
@@ -395,7 +408,7 @@ static double rough_bytes(const zt_model_cfg *m, const zt_train_cfg *t) {
   return 16.0 * params + 8.0 * acts;
 }
 
-int zt__job_spec_check_resources(const zt_job_spec *s, uint64_t host_mem_limit,
+int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  size_t *backend_bytes, char *err, size_t errlen) {
   int rc;
   if (s->model.init_path[0]) {
@@ -426,9 +439,21 @@ int zt__job_spec_check_resources(const zt_job_spec *s, uint64_t host_mem_limit,
       return -EINVAL;
     }
   }
-  double limit = (double)host_mem_limit;
-  const char *what = "host limit";
-  if (!host_mem_limit) {
+  double limit;
+  const char *what;
+  if (strcmp(cfg->backend, "cuda") == 0) {
+    zt_device_info dev[ZT_MAX_DEVICES];
+    int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES);
+    limit = cfg->device < n && cfg->device < ZT_MAX_DEVICES ? (double)dev[cfg->device].mem_total : 0.0;
+    what = "the GPU has";
+    if (cfg->gpu_mem_limit && (double)cfg->gpu_mem_limit < limit) {
+      limit = (double)cfg->gpu_mem_limit;
+      what = "GPU limit";
+    }
+  } else if (cfg->host_mem_limit) {
+    limit = (double)cfg->host_mem_limit;
+    what = "host limit";
+  } else {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     limit = pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
     what = "this machine has";
@@ -439,7 +464,7 @@ int zt__job_spec_check_resources(const zt_job_spec *s, uint64_t host_mem_limit,
     char a[32], b[32];
     zt__format_bytes(a, sizeof a, need);
     zt__format_bytes(b, sizeof b, limit);
-    snprintf(err, errlen, "job needs %s on the cpu backend; %s %s", a, what, b);
+    snprintf(err, errlen, "job needs %s on the %s backend; %s %s", a, cfg->backend, what, b);
     return -ENOMEM;
   }
   *backend_bytes = (size_t)need;
@@ -456,7 +481,8 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
                      : json_pack("{s:s}", "source", "stream");
   return json_pack(
       "{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}, "
-      "s:{s:i, s:i, s:i, s:s, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, s:I}, "
+      "s:{s:i, s:i, s:i, s:s, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, s:I, "
+      "s:{s:i}}, "
       "s:o, s:{s:i, s:i}}",
       "name", s->name,
       "model", "arch", zt_arch_name(m->arch), "vocab", m->vocab, "seq_len", m->seq_len,
@@ -469,6 +495,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
       "schedule", "name", t->schedule == ZT_SCHED_COSINE ? "cosine" : "constant",
       "warmup_steps", t->warmup_steps, "min_lr", (double)t->min_lr,
       "grad_clip", (double)t->grad_clip, "seed", (json_int_t)t->seed,
+      "activation_checkpointing", "every", t->ckpt_every,
       "data", data,
       "checkpoint", "every", s->ckpt_every, "keep", s->ckpt_keep);
 }

@@ -29,6 +29,8 @@ typedef struct zt_ops {
   void (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
   /* Waits for all queued work; returns 0 or the backend's error as -errno (logged with text). */
   int (*sync)(void *ctx);
+  /* The text of the backend's first error ("" when none), for the message of a failed job. */
+  const char *(*error_text)(void *ctx);
 
   /* ---- embedding -------------------------------------------------------------------------- */
   /* out (B,T,C) = wte[tok[b,t]] + wpe[t] (wpe may be NULL: no position embedding). */

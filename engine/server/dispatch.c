@@ -2,11 +2,13 @@
  * so adding an operation is one row there and one handler here. A handler either replies (now or
  * through a zt_pending when the job layer answers later) or returns a negative errno with the
  * message in err, which becomes the error reply. */
+#include <unistd.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kernels/backend.h"
 #include "engine/log.h"
 #include "engine/server/server.h"
 #include "proto/zt_proto_json.h"
@@ -148,6 +150,26 @@ static json_t *status_memory(const zt_server_config *cfg, json_t *from_jobs) {
   return mem;
 }
 
+/* The host (the cpu backend's device, with its thread count) and every CUDA device with its
+ * memory, read now. */
+static json_t *devices_json(const zt_server_config *cfg) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)(cores > 0 ? cores : 1);
+  json_t *list = json_pack("[{s:s, s:s, s:i}]", "kind", "cpu", "name", "host", "threads", threads);
+  zt_device_info dev[ZT_MAX_DEVICES];
+  int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES);
+  for (int i = 0; list && i < n && i < ZT_MAX_DEVICES; i++) {
+    json_t *d = json_pack("{s:s, s:i, s:s, s:I, s:I}", "kind", "cuda", "index", dev[i].index,
+                          "name", dev[i].name, "mem_total", (json_int_t)dev[i].mem_total,
+                          "mem_free", (json_int_t)dev[i].mem_free);
+    if (!d || json_array_append_new(list, d) < 0) {
+      json_decref(list);
+      return NULL;
+    }
+  }
+  return list;
+}
+
 static int handle_status(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   const zt_server_config *cfg = c->srv->cfg;
   json_t *js = zt_jobs_status(c->srv->jobs);
@@ -158,11 +180,11 @@ static int handle_status(zt_conn *c, const zt_request *req, zt_proto_error *err)
     if (json_array_append_new(gpus, json_integer(cfg->gpus[i]))) goto out;
   json_t *mem = status_memory(cfg, json_object_get(js, "memory"));
   if (!mem) goto out;
-  /* The CPU backend trains on the host: one device. GPUs named by --gpus are listed apart
-   * until the offload engine uses them. */
-  r = json_pack("{s:i, s:s, s:s, s:[{s:s, s:s, s:i}], s:O, s:o, s:{s:O*, s:O*}, s:O*}",
+  json_t *devices = devices_json(cfg);
+  if (!devices) goto out;
+  r = json_pack("{s:i, s:s, s:s, s:o, s:O, s:o, s:{s:O*, s:O*}, s:O*}",
                 "version", ZT_PROTO_VERSION, "server", "ztd " ZT_VERSION, "backend", cfg->backend,
-                "devices", "kind", "cpu", "name", "host", "threads", cfg->cpu_threads, "gpus", gpus,
+                "devices", devices, "gpus", gpus,
                 "memory", mem, "queue", "queued", json_object_get(js, "queued"), "running",
                 json_object_get(js, "running"), "jobs", json_object_get(js, "jobs"));
 out:

@@ -136,7 +136,8 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
   be->ops->zero(be->ctx, t->m, n * sizeof(float));
   be->ops->zero(be->ctx, t->v, n * sizeof(float));
   if ((rc = be->ops->sync(be->ctx)) < 0) {
-    snprintf(err, errlen, "backend %s: initialising the parameters failed (%d)", be->ops->name, rc);
+    snprintf(err, errlen, "backend %s: initialising the parameters failed: %s", be->ops->name,
+             be->ops->error_text(be->ctx));
     goto out;
   }
   *out = t;
@@ -263,7 +264,8 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   float lr = zt_train_lr(&t->tc, step);
   adamw_all(t, lr, step, scale);
   if ((rc = o->sync(ctx)) < 0) {
-    snprintf(err, errlen, "backend %s failed during step %d (%d)", o->name, step, rc);
+    snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
+             o->error_text(ctx));
     return rc;
   }
   t->step = step;

@@ -451,7 +451,7 @@ static void test_sticky_error(void) {
   be.ops->matmul_fwd(be.ctx, x, x, x, NULL, -1, 4, 4);
   be.ops->scale(be.ctx, x, 2.0f, 64);
   int after = be.ops->sync(be.ctx);
-  const char *text = zt_backend_cuda_last_error(&be);
+  const char *text = be.ops->error_text(be.ctx);
   int ok = x && before == 0 && after == -EINVAL && text[0] != '\0';
   printf("sticky error: sync %d -> %d (\"%s\")  %s\n", before, after, text, ok ? "ok" : "FAIL");
   failures += !ok;
@@ -500,7 +500,7 @@ int main(void) {
 
   rc = gpu.ops->sync(gpu.ctx);
   if (rc < 0) {
-    fprintf(stderr, "FAIL: backend error %d: %s\n", rc, zt_backend_cuda_last_error(&gpu));
+    fprintf(stderr, "FAIL: backend error %d: %s\n", rc, gpu.ops->error_text(gpu.ctx));
     failures++;
   }
   test_sticky_error();

@@ -41,6 +41,9 @@ static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
 
 static int cpu_sync(void *ctx) { return 0; }
 
+/* The CPU backend has no asynchronous failures. */
+static const char *cpu_error_text(void *ctx) { return ""; }
+
 static const zt_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -49,6 +52,7 @@ static const zt_ops cpu_ops = {
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .sync = cpu_sync,
+    .error_text = cpu_error_text,
     .embedding_fwd = zt__cpu_embedding_fwd,
     .embedding_bwd = zt__cpu_embedding_bwd,
     .matmul_fwd = zt__cpu_matmul_fwd,

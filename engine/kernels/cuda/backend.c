@@ -89,6 +89,8 @@ out:
   return;
 }
 
+static const char *cuda_error_text(void *ctx) { return ((const zt__cuda_ctx *)ctx)->err_text; }
+
 static int cuda_sync(void *vctx) {
   zt__cuda_ctx *ctx = vctx;
   if (!ctx->err)
@@ -107,6 +109,7 @@ static const zt_ops cuda_ops = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .sync = cuda_sync,
+    .error_text = cuda_error_text,
     .embedding_fwd = zt__cuda_embedding_fwd,
     .embedding_bwd = zt__cuda_embedding_bwd,
     .matmul_fwd = zt__cuda_matmul_fwd,
@@ -191,8 +194,3 @@ void zt_backend_cuda_close(zt_backend *be) {
   be->ops = NULL;
 }
 
-const char *zt_backend_cuda_last_error(const zt_backend *be) {
-  if (!be || !be->ctx)
-    return "";
-  return ((const zt__cuda_ctx *)be->ctx)->err_text;
-}

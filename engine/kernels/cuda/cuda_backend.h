@@ -3,6 +3,7 @@
 #ifndef ZT_KERNELS_CUDA_BACKEND_H
 #define ZT_KERNELS_CUDA_BACKEND_H
 
+#include "engine/kernels/backend.h"
 #include "engine/kernels/ops.h"
 
 #ifdef __cplusplus
@@ -18,8 +19,10 @@ extern "C" {
 int zt_backend_cuda_open(zt_backend *be, int device);
 void zt_backend_cuda_close(zt_backend *be);
 
-/* The text of the context's first error, or "" when there was none. */
-const char *zt_backend_cuda_last_error(const zt_backend *be);
+/* Describes up to max CUDA devices; returns how many there are (0 when the driver finds none
+ * or fails: the reason is logged once). */
+int zt_cuda_devices(zt_device_info *out, int max);
+
 
 #ifdef __cplusplus
 }

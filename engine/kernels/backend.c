@@ -1,0 +1,62 @@
+#include "engine/kernels/backend.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef ZT_HAVE_CUDA
+#include "engine/kernels/cuda/cuda_backend.h"
+#endif
+
+int zt_backend_have_cuda(void) {
+#ifdef ZT_HAVE_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int zt_backend_cuda_devices(zt_device_info *out, int max) {
+#ifdef ZT_HAVE_CUDA
+  return zt_cuda_devices(out, max);
+#else
+  (void)out;
+  (void)max;
+  return 0;
+#endif
+}
+
+int zt_backend_open(zt_backend *be, const char *kind, int device, int cpu_threads, char *err,
+                    size_t errlen) {
+  int rc;
+  memset(be, 0, sizeof *be);
+  if (strcmp(kind, "cpu") == 0) {
+    if ((rc = zt_backend_cpu_open(be, cpu_threads)) < 0)
+      snprintf(err, errlen, "cpu backend: %s", strerror(-rc));
+    return rc;
+  }
+  if (strcmp(kind, "cuda") == 0) {
+#ifdef ZT_HAVE_CUDA
+    if ((rc = zt_backend_cuda_open(be, device)) < 0)
+      snprintf(err, errlen, "cuda backend on GPU %d: %s", device,
+               rc == -ENODEV ? "no such device" : strerror(-rc));
+    return rc;
+#else
+    snprintf(err, errlen, "cuda backend: this build of zt has no CUDA support");
+    return -ENOTSUP;
+#endif
+  }
+  snprintf(err, errlen, "unknown backend '%s'", kind);
+  return -EINVAL;
+}
+
+void zt_backend_close(zt_backend *be) {
+  if (!be->ops) return;
+#ifdef ZT_HAVE_CUDA
+  if (strcmp(be->ops->name, "cuda") == 0) {
+    zt_backend_cuda_close(be);
+    return;
+  }
+#endif
+  zt_backend_cpu_close(be);
+}

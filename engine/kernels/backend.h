@@ -1,0 +1,33 @@
+/* Choosing a backend by name and listing the devices it can use. The CUDA backend exists only in
+ * builds with the toolkit (meson's `cuda` feature); elsewhere these calls answer for the CPU
+ * alone, so callers need no #ifdefs. */
+#ifndef ZT_KERNELS_BACKEND_H
+#define ZT_KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kernels/ops.h"
+
+/* The most devices a daemon describes. */
+#define ZT_MAX_DEVICES 64
+
+typedef struct zt_device_info {
+  int index;
+  char name[256];
+  uint64_t mem_total;
+  uint64_t mem_free;
+} zt_device_info;
+
+/* 1 when this build has the CUDA backend. */
+int zt_backend_have_cuda(void);
+/* The CUDA devices present (at most max described in out); 0 without the backend, a driver or
+ * a device. Never fails: a broken driver reads as no device, with the reason logged once. */
+int zt_backend_cuda_devices(zt_device_info *out, int max);
+
+/* kind "cpu" (cpu_threads, 0 = all cores) or "cuda" (device). 0, or -errno with a message. */
+int zt_backend_open(zt_backend *be, const char *kind, int device, int cpu_threads, char *err,
+                    size_t errlen);
+void zt_backend_close(zt_backend *be);
+
+#endif
