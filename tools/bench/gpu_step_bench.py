@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Step time of zt's CUDA backend against PyTorch eager on the same model, batches and optimizer,
+measured side by side in one run on the GPU machine.
+
+    python3 tools/bench/gpu_step_bench.py --ztrain build-gpu/tools/ztrain [--json OUT.json]
+
+Both sides: fp32 with TF32 off (exact fp32 against exact fp32), AdamW (torch: foreach, the
+default), the models of tools/parity/pytorch_parity.py (the same tensor layout as zt). Each
+config runs WARMUP + STEPS steps; the mean of the timed steps is reported, with tokens/s,
+TFLOPS by 6*N*tokens (+ attention) and peak device memory. Ratio = zt time / PyTorch time.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+from pytorch_parity import GPT, Encoder  # noqa: E402
+
+CONFIGS = {
+    # The model people write when they first meet OOM (issue 4's first benchmark).
+    "encoder": dict(arch="encoder", vocab=10000, seq_len=128, d_model=512, n_heads=8, n_layers=6,
+                    d_ff=0, B=32),
+    # GPT-2 124M (vocab padded to 50304 as llm.c does), fp32.
+    "gpt2-124m": dict(arch="gpt", vocab=50304, seq_len=1024, d_model=768, n_heads=12,
+                      n_layers=12, d_ff=0, B=8),
+}
+WARMUP, STEPS = 3, 20
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_step(cfg, params):
+    B, T, C, L = cfg["B"], cfg["seq_len"], cfg["d_model"], cfg["n_layers"]
+    return 6 * params * B * T + 12 * L * B * T * T * C  # matmuls + attention scores/values
+
+
+def torch_step_time(cfg, batches):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+    kw = {k: cfg[k] for k in ("vocab", "seq_len", "d_model", "n_heads", "n_layers", "d_ff")}
+    model = (GPT if cfg["arch"] == "gpt" else Encoder)(**kw).to(dev)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rows = torch.from_numpy(batches).to(dev).long()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for s in range(WARMUP + STEPS):
+        x, y = rows[s, :, :-1], rows[s, :, 1:]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, cfg["vocab"]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if s >= WARMUP:
+            times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated()
+    params = n_params(model)
+    del model, opt
+    torch.cuda.empty_cache()
+    return sum(times) / len(times), peak, params
+
+
+def zt_step_time(cfg, batches, ztrain):
+    with tempfile.TemporaryDirectory() as d:
+        spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
+                                                "n_layers", "d_ff")},
+                "train": {"steps": WARMUP + STEPS, "micro_batch": cfg["B"], "grad_accum": 1,
+                          "lr": 1e-4}}
+        with open(os.path.join(d, "spec.json"), "w") as f:
+            json.dump(spec, f)
+        batches.astype("<i4").tofile(os.path.join(d, "batches.bin"))
+        out = subprocess.run([ztrain, "--spec", os.path.join(d, "spec.json"), "--batches",
+                              os.path.join(d, "batches.bin"), "--backend", "cuda", "--json"],
+                             check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["step_ms"] / 1e3, r["backend_bytes"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    args = ap.parse_args()
+    import numpy as np
+    rng = np.random.default_rng(0)
+    results = []
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}; fp32, TF32 off")
+    for name in args.configs.split(","):
+        cfg = CONFIGS[name]
+        batches = rng.integers(0, cfg["vocab"], size=(WARMUP + STEPS, cfg["B"], cfg["seq_len"] + 1),
+                               dtype=np.int32)
+        zt_s, zt_bytes = zt_step_time(cfg, batches, args.ztrain)
+        pt_s, pt_peak, params = torch_step_time(cfg, batches)
+        tokens = cfg["B"] * cfg["seq_len"]
+        fl = flops_per_step(cfg, params)
+        row = dict(config=name, params=params, zt_ms=zt_s * 1e3, torch_ms=pt_s * 1e3,
+                   ratio=zt_s / pt_s, zt_tok_s=tokens / zt_s, torch_tok_s=tokens / pt_s,
+                   zt_tflops=fl / zt_s / 1e12, torch_tflops=fl / pt_s / 1e12,
+                   zt_bytes=zt_bytes, torch_peak_bytes=pt_peak)
+        results.append(row)
+        print(f"{name:10s} {params/1e6:7.1f}M  zt {row['zt_ms']:8.2f} ms  torch {row['torch_ms']:8.2f} ms"
+              f"  ratio {row['ratio']:.2f}  zt {row['zt_tflops']:.1f} TFLOPS  torch {row['torch_tflops']:.1f}"
+              f"  zt mem {zt_bytes/2**30:.2f} GiB  torch peak {pt_peak/2**30:.2f} GiB", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root with build-gpu/ (tools/gpu_build.sh) present:
+# the gpu suite, the integration suite against a ztd that picks the cuda backend, and the step
+# benchmark against PyTorch. Prints every result; exits non-zero if a test failed.
+# Usage: tools/gpu_run.sh [OUTDIR]   (OUTDIR receives the logs and the benchmark JSON)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/zt-gpu}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+b=build-gpu
+nvidia-smi -L
+fails=0
+run() { # name command...
+  local name=$1; shift
+  if "$@" >"$out/$name.log" 2>&1; then echo "PASS $name"; else
+    local rc=$?
+    if [ $rc -eq 77 ]; then echo "SKIP $name"; else echo "FAIL $name (rc $rc)"; fails=$((fails + 1)); fi
+  fi
+  tail -n 8 "$out/$name.log" | sed 's/^/    /'
+}
+run cuda_ops "$b/tests/gpu/test_cuda_ops"
+run cuda_train "$b/tests/gpu/test_cuda_train"
+run model_parity_cuda "$b/tests/gpu/test_parity_cuda" tests/data/parity cuda
+export ZTD=$b/engine/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
+for t in train restart bad_input; do run "integration_$t" bash "tests/integration/$t.sh"; done
+python3 tools/bench/gpu_step_bench.py --ztrain "$b/tools/ztrain" --json "$out/bench.json" \
+  2>&1 | tee "$out/bench.log"
+echo "gpu_run: $fails failed"
+exit $((fails > 0))
