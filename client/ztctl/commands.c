@@ -70,16 +70,6 @@ static int call_checkpoint(zt_client *c, const char *job, char **json) {
   return zt_client_checkpoint(c, job, json);
 }
 
-static void show_flat(const json_t *j, const char *job) {
-  (void)job;
-  ztctl_print_flat(stdout, j, "");
-}
-
-int ztctl_cmd_status(const ztctl_opts *o, int argc, char **argv) {
-  int rc = want_args("status", argc, argv, 0);
-  return rc != ZTCTL_OK ? rc : run_json(o, NULL, call_status, show_flat);
-}
-
 /* "created" is shown as local time when it is a Unix timestamp. */
 static void fmt_created(char *buf, size_t cap, const json_t *v) {
   if (json_is_integer(v)) {
@@ -95,6 +85,57 @@ static void fmt_created(char *buf, size_t cap, const json_t *v) {
 static const char *str_or_dash(const json_t *o, const char *key) {
   const char *s = json_string_value(json_object_get(o, key));
   return s ? s : "-";
+}
+
+static double num(const json_t *o, const char *key) { return json_number_value(json_object_get(o, key)); }
+
+/* A limit of 0 means none was set. */
+static void fmt_limit(char *buf, size_t cap, const json_t *mem, const char *key) {
+  double v = num(mem, key);
+  if (v > 0) ztctl_fmt_bytes(buf, cap, v);
+  else snprintf(buf, cap, "none");
+}
+
+/* Four lines a person reads at a glance; --json has every field. */
+static void show_status(const json_t *j, const char *job) {
+  (void)job;
+  const json_t *mem = json_object_get(j, "memory");
+  const json_t *queue = json_object_get(j, "queue");
+  printf("%s (protocol %lld), backend %s\n", str_or_dash(j, "server"),
+         (long long)json_integer_value(json_object_get(j, "version")), str_or_dash(j, "backend"));
+  printf("devices:");
+  size_t i;
+  const json_t *d;
+  const char *sep = " ";
+  json_array_foreach(json_object_get(j, "devices"), i, d) {
+    if (!strcmp(str_or_dash(d, "kind"), "cuda")) {
+      char total[32], free_b[32];
+      ztctl_fmt_bytes(total, sizeof total, num(d, "mem_total"));
+      ztctl_fmt_bytes(free_b, sizeof free_b, num(d, "mem_free"));
+      printf("%scuda:%lld %s, %s (%s free)", sep, (long long)json_integer_value(json_object_get(d, "index")),
+             str_or_dash(d, "name"), total, free_b);
+    } else {
+      printf("%s%s (%lld threads)", sep, str_or_dash(d, "name"),
+             (long long)json_integer_value(json_object_get(d, "threads")));
+    }
+    sep = "; ";
+  }
+  char used[32], host[32], gpu[32];
+  ztctl_fmt_bytes(used, sizeof used, num(mem, "backend_bytes"));
+  fmt_limit(host, sizeof host, mem, "host_mem_limit");
+  fmt_limit(gpu, sizeof gpu, mem, "gpu_mem_limit");
+  const char *nvme = json_string_value(json_object_get(mem, "nvme_dir"));
+  printf("\nmemory: %s in use by jobs on %s; limits: host %s, gpu %s; nvme dir %s\n", used,
+         str_or_dash(mem, "backend"), host, gpu, nvme ? nvme : "none");
+  printf("jobs: %lld running, %lld queued, %lld in all\n",
+         (long long)json_integer_value(json_object_get(queue, "running")),
+         (long long)json_integer_value(json_object_get(queue, "queued")),
+         (long long)json_integer_value(json_object_get(j, "jobs")));
+}
+
+int ztctl_cmd_status(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("status", argc, argv, 0);
+  return rc != ZTCTL_OK ? rc : run_json(o, NULL, call_status, show_status);
 }
 
 static void show_jobs(const json_t *j, const char *job) {
