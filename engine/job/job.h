@@ -10,6 +10,7 @@
 #include <uv.h>
 #include "engine/job/data.h"
 #include "engine/job/jobs.h"
+#include "engine/log.h"
 #include "engine/job/spec.h"
 
 /* Paths under the state dir are bounded so that every message naming one fits ZT__ERR_MAX. */
@@ -114,6 +115,10 @@ void zt__jobs_post(zt__job *job, zt__msg_kind kind, json_t *obj, int rc, uint64_
                    const char *text);
 /* Writes jobs/<id>/status.json from the job's current fields (taken under mu). */
 int zt__job_write_status(zt__job *job, char *err, size_t errlen);
+/* A line for the daemon's log that also goes to the job's own log, jobs/<id>/log (state
+ * changes, resumes, checkpoints, errors: what a user reads to learn what happened to a job). */
+void zt__job_log(const zt__job *job, zt_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* {"event": kind, "job": id} to add fields to. */
 json_t *zt__job_event(const zt__job *job, const char *kind);
 int64_t zt__now(void);

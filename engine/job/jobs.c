@@ -3,6 +3,7 @@
 #include "engine/job/jobs.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,6 +44,29 @@ int64_t zt__now(void) { return (int64_t)time(NULL); }
 
 json_t *zt__job_event(const zt__job *job, const char *kind) {
   return json_pack("{s:s, s:s}", "event", kind, "job", job->id);
+}
+
+void zt__job_log(const zt__job *job, zt_log_level level, const char *fmt, ...) {
+  char msg[ZT__ERR_MAX + 128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  zt_log(level, "job", "%s %s", job->id, msg);
+  /* Appends are atomic per line with O_APPEND; a job log that cannot be written is not worth
+   * failing the job over (the daemon's log has the line). */
+  char path[ZT__JOB_DIR_MAX + 8];
+  snprintf(path, sizeof path, "%s/log", job->dir);
+  FILE *f = fopen(path, "ae");
+  if (!f) return;
+  time_t now = time(NULL);
+  struct tm tm;
+  char stamp[32];
+  gmtime_r(&now, &tm);
+  strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  fprintf(f, "%s %-5s %s\n", stamp, names[level], msg);
+  fclose(f);
 }
 
 static json_t *time_or_null(int64_t t) { return t ? json_integer(t) : json_null(); }
@@ -189,7 +213,7 @@ static void fail_job(zt_jobs *jobs, zt__job *job, const char *error) {
   pthread_mutex_unlock(&jobs->mu);
   char err[ZT__ERR_MAX];
   if (zt__job_write_status(job, err, sizeof err) < 0) ZT_LOGE("job", "%s: %s", job->id, err);
-  ZT_LOGE("job", "%s failed: %s", job->id, error);
+  zt__job_log(job, ZT_LOG_ERROR, "failed: %s", error);
   json_t *ev = zt__job_event(job, "state");
   json_object_set_new(ev, "state", json_string("failed"));
   json_object_set_new(ev, "error", json_string(error));
@@ -231,7 +255,7 @@ static void maybe_start(zt_jobs *jobs) {
     }
     job->has_thread = 1;
     jobs->running++;
-    ZT_LOGI("job", "%s running", job->id);
+    zt__job_log(job, ZT_LOG_INFO, "running on the %s backend", jobs->cfg.backend);
     json_t *ev = zt__job_event(job, "state");
     json_object_set_new(ev, "state", json_string("running"));
     emit(jobs, job, ev);
@@ -587,7 +611,8 @@ int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX],
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
   job = NULL;
   enqueue(jobs, jobs->all[jobs->n_all - 1]);
-  ZT_LOGI("job", "%s queued%s%s", id, spec.name[0] ? ": " : "", spec.name);
+  zt__job_log(jobs->all[jobs->n_all - 1], ZT_LOG_INFO, "queued%s%s", spec.name[0] ? ": " : "",
+              spec.name);
   maybe_start(jobs);
 out:
   if (job) {
@@ -678,6 +703,7 @@ int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
   job->state = ZT_JOB_CANCELLED;
   job->ended = zt__now();
   pthread_mutex_unlock(&jobs->mu);
+  zt__job_log(job, ZT_LOG_INFO, "cancelled while queued");
   int rc = zt__job_write_status(job, err, errlen);
   json_t *ev = zt__job_event(job, "state");
   json_object_set_new(ev, "state", json_string("cancelled"));

@@ -69,6 +69,7 @@ static int checkpoint(runner *r, uint64_t gen) {
     job->ckpt_step = step;
     pthread_mutex_unlock(mu);
     if ((rc = zt__job_write_status(job, r->err, sizeof r->err)) < 0) goto out;
+    zt__job_log(job, ZT_LOG_INFO, "checkpoint at step %d: %s", step, path);
     json_t *ev = zt__job_event(job, "checkpoint");
     json_object_set_new(ev, "step", json_integer(step));
     json_object_set_new(ev, "path", json_string(path));
@@ -120,7 +121,7 @@ static int open_job(runner *r, const zt_backend *be) {
     char path[ZT__JOB_DIR_MAX + 64];
     zt__store_checkpoint_path(path, sizeof path, job->dir, newest);
     if ((rc = zt_trainer_load(r->trainer, path, r->err, sizeof r->err)) < 0) return rc;
-    ZT_LOGI("job", "%s resumes from %s", job->id, path);
+    zt__job_log(job, ZT_LOG_INFO, "resumes from %s (step %d)", path, newest);
   }
   int step = zt_trainer_step_count(r->trainer);
   /* Steps after the checkpoint are trained again (the sampler makes them identical). */
@@ -225,6 +226,8 @@ void *zt__runner_main(void *arg) {
     }
     if (stop == ZT__STOP_SHUTDOWN) {
       if (step > 0 && (rc = checkpoint(&r, gen)) < 0) goto out;
+      zt__job_log(job, ZT_LOG_INFO, "stopped at step %d by the daemon's shutdown; resumes on restart",
+                  step);
       leave_running = 1;
       goto out;
     }
@@ -258,6 +261,7 @@ void *zt__runner_main(void *arg) {
 out:
   if (r.losses) fclose(r.losses);
   free(r.batch);
+  int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
   if (r.trainer) zt_trainer_close(r.trainer);
   if (be_open) zt_backend_close(&be);
   zt__token_file_close(&r.tokens);
@@ -273,7 +277,8 @@ out:
     char err[ZT__ERR_MAX];
     if (zt__job_write_status(job, err, sizeof err) < 0)
       ZT_LOGE("job", "%s: %s", job->id, err);
-    if (final == ZT_JOB_FAILED) ZT_LOGE("job", "%s failed: %s", job->id, r.err);
+    if (final == ZT_JOB_FAILED) zt__job_log(job, ZT_LOG_ERROR, "failed: %s", r.err);
+    else zt__job_log(job, ZT_LOG_INFO, "%s at step %d", zt_job_state_name(final), final_step);
     json_t *ev = zt__job_event(job, "state");
     json_object_set_new(ev, "state", json_string(zt_job_state_name(final)));
     if (final == ZT_JOB_FAILED) json_object_set_new(ev, "error", json_string(r.err));

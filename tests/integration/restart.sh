@@ -58,6 +58,10 @@ valid_safetensors "$ZT_TMP/done.safetensors"
 # The interrupted job resumes from its checkpoint and completes all its steps.
 wait_state "$job" done
 grep -q "$job resumes from" "$ZTD_LOG" || fail "job $job did not resume from a checkpoint"
+# The job's own log tells the story: stopped by the shutdown, resumed, done.
+for line in "running on the" "by the daemon's shutdown" "resumes from" "done at step 120"; do
+  grep -q "$line" "$STATE/jobs/$job/log" || fail "jobs/$job/log lacks '$line': $(cat "$STATE/jobs/$job/log")"
+done
 step=$(ztctl --json show "$job" | json_get step)
 [ "$step" -eq 120 ] || fail "resumed job ended at step $step, expected 120"
 n=$(ztctl --json show "$job" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["losses"]))')
