@@ -1,0 +1,126 @@
+/* The unit streamer: keeps the compute-precision parameters of the units the step needs on the
+ * device, within the device arena's budget, and moves gradients back to the host.
+ *
+ * The step loop drives it (DESIGN.md "Memory"): forward acquires unit i, prefetches i+1..i+k,
+ * computes, releases i; backward does the same walking down, acquiring each unit with a gradient
+ * buffer and releasing it dirty, which queues the write-back that accumulates the buffer into
+ * the unit's fp32 host gradients (host += device) on the copy engine's D2H queue.
+ *
+ * Homes: a unit's parameters live in host memory (`host_params`) or in an NVMe extent, read into
+ * one of the streamer's staging buffers (taken from the host arena at open) before the copy to
+ * the device. NVMe reads start at prefetch and overlap compute; the store is not thread-safe, so
+ * the streamer completes them on the caller's thread and queues their H2D copy at the next
+ * release (the end of the compute that hid the read) or the unit's acquire, whichever is first.
+ *
+ * Device memory comes from the device arena only. When an allocation does not fit, the streamer
+ * makes room in a fixed order, so its decisions depend on the sequence of calls, never on timing.
+ * A parameter copy evicts another that nobody holds (waiting for its fetch if still in flight):
+ * units behind the walk first, least recently used first, then units ahead of it, farthest
+ * first; only with none left does it wait for the oldest gradient write-back and free its
+ * buffer. A gradient buffer does the reverse: write-backs first, evictions after. With neither
+ * left the call fails with -ENOMEM and the numbers. The walk's direction is that of the last
+ * two different units acquired.
+ *
+ * One thread (the job's runner) calls the streamer; the copy engine works behind it. */
+#ifndef ZT_OFFLOAD_STREAMER_H
+#define ZT_OFFLOAD_STREAMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "offload/copy_engine.h"
+#include "offload/device_arena.h"
+#include "offload/host_arena.h"
+#include "offload/nvme_store.h"
+
+typedef struct zt_stream_unit {
+  size_t param_bytes;      /* the device copy of the unit's compute-precision parameters (> 0) */
+  const void *host_params; /* home in host memory, param_bytes long; NULL: home on NVMe */
+  int nvme_ext;            /* home extent when host_params is NULL, read at nvme_offset (the
+                              store's alignment rules apply) */
+  uint64_t nvme_offset;
+  size_t grad_floats;      /* fp32 gradient elements; 0: the unit has no gradients */
+  float *host_grads;       /* the unit's fp32 host gradients, accumulated into */
+} zt_stream_unit;
+
+typedef struct zt_streamer_cfg {
+  int n_units;
+  const zt_stream_unit *units; /* copied at open */
+  zt_dev_arena *dev;
+  zt_host_arena *host;         /* staging for NVMe homes; unused (may be NULL) without them */
+  zt_nvme_store *nvme;         /* required when a unit's home is on NVMe */
+  zt_copy_engine *copy;
+  int prefetch_depth;          /* units the step loop prefetches ahead of the one it computes */
+  int max_acquired;            /* units held at once (gpt head + tied embedding: 2); 0 means 1 */
+  size_t param_budget;         /* the most arena bytes (footprints) parameter copies take
+                                  together, so gradient buffers keep the rest and the transfers
+                                  are the plan's (offload/planner.h); 0: only the arena limits */
+} zt_streamer_cfg;
+
+typedef struct zt_streamer_stats {
+  uint64_t fetches;         /* parameter copies to the device */
+  uint64_t hits;            /* acquires that found the parameters on the device or on their way */
+  uint64_t misses;          /* acquires that had to start the fetch themselves */
+  uint64_t stalls;          /* acquires that blocked on a copy or read not finished yet */
+  uint64_t wait_ns;         /* time blocked on the copy engine or the store, all calls */
+  uint64_t evictions;       /* parameter copies dropped to make room */
+  uint64_t grad_writebacks; /* gradient buffers accumulated into the host */
+  uint64_t bytes_h2d;       /* parameter bytes copied to the device */
+  uint64_t bytes_d2h;       /* gradient bytes copied back */
+  uint64_t nvme_reads;      /* parameter reads from NVMe homes */
+  uint64_t nvme_bytes;
+  size_t device_peak;       /* the device arena's peak (every allocation in it, rounded) */
+} zt_streamer_stats;
+
+typedef struct zt_streamer zt_streamer;
+
+/* The smallest device budget the streamer accepts: the (max_acquired + prefetch_depth) largest
+ * parameter footprints plus the max_acquired largest gradient footprints (arena footprints), so
+ * any walk with at most max_acquired units held and prefetch_depth in flight finds room when the
+ * units are of equal size. Units of mixed sizes can still fragment the arena; that shows as
+ * -ENOMEM with the numbers, never as an overrun. SIZE_MAX for an invalid cfg. */
+size_t zt_streamer_min_device_bytes(const zt_streamer_cfg *cfg);
+
+/* -EINVAL for an invalid cfg, -ENOMEM when the device budget is below the minimum above, a
+ * param_budget below its parameter part, or staging buffers that do not fit the host arena; err
+ * says why with the numbers. */
+int zt_streamer_open(zt_streamer **out, const zt_streamer_cfg *cfg, char *err, size_t errlen);
+/* Waits for every copy and read in flight (gradient write-backs finish), then frees the
+ * streamer's device and host allocations. NULL is a no-op. */
+void zt_streamer_close(zt_streamer *s);
+
+/* Starts fetching the unit's parameters if they are neither on the device nor on their way.
+ * Advisory: returns 0 when the unit is there or coming, -EAGAIN when no room can be made
+ * without waiting on a unit that is held (the acquire will fetch it), or another -errno. */
+int zt_streamer_prefetch(zt_streamer *s, int unit);
+
+#define ZT_STREAM_GRADS 1u /* acquire: also a zeroed device gradient buffer (grad_floats fp32) */
+
+/* Holds the unit on the device and blocks until its parameters are there (fetching them if no
+ * prefetch did), *params pointing at them. With ZT_STREAM_GRADS, *grads gets a zeroed gradient
+ * buffer for the unit (-EBUSY if the unit holds one already; -EINVAL if it has no gradients).
+ * Holds nest: a unit acquired twice needs two releases. */
+int zt_streamer_acquire(zt_streamer *s, int unit, unsigned flags, void **params, float **grads);
+
+#define ZT_STREAM_DIRTY 1u /* release: accumulate the gradient buffer into the host gradients */
+
+/* Drops one hold. A gradient buffer held by the unit goes with it: with ZT_STREAM_DIRTY it is
+ * first accumulated into host_grads (asynchronously; see zt_streamer_wait_grads), otherwise it
+ * is discarded. The parameters stay on the device until evicted. */
+int zt_streamer_release(zt_streamer *s, int unit, unsigned flags);
+
+/* Blocks until every gradient write-back of the unit (unit < 0: of all units) has landed in its
+ * host gradients, so the optimizer may read them. */
+int zt_streamer_wait_grads(zt_streamer *s, int unit);
+
+/* The unit's home parameters changed (the optimizer updated them): drops the device copy so the
+ * next acquire fetches again. unit < 0: all units. -EBUSY for a unit that is held. */
+int zt_streamer_invalidate(zt_streamer *s, int unit);
+
+/* 1 when the unit's parameters are on the device or on their way, else 0. */
+int zt_streamer_is_resident(const zt_streamer *s, int unit);
+
+void zt_streamer_get_stats(const zt_streamer *s, zt_streamer_stats *out);
+/* The message of the last failure; "" when none. */
+const char *zt_streamer_error(const zt_streamer *s);
+
+#endif
