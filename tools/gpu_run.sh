@@ -11,6 +11,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
 b=build-gpu
 nvidia-smi -L
+echo "cpus: nproc $(nproc), online $(cat /sys/devices/system/cpu/online), $(grep -c ^processor /proc/cpuinfo) in cpuinfo"
 fails=0
 run() { # name command...
   local name=$1; shift
@@ -21,11 +22,15 @@ run() { # name command...
   tail -n 8 "$out/$name.log" | sed 's/^/    /'
 }
 run cuda_ops "$b/tests/gpu/test_cuda_ops"
+run cuda_lowp "$b/tests/gpu/test_cuda_lowp"
 run cuda_train "$b/tests/gpu/test_cuda_train"
+run cuda_mixed "$b/tests/gpu/test_cuda_mixed"
 run model_parity_cuda "$b/tests/gpu/test_parity_cuda" tests/data/parity cuda
 export ZTD=$b/engine/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
 for t in train restart bad_input; do run "integration_$t" bash "tests/integration/$t.sh"; done
 python3 tools/bench/gpu_step_bench.py --ztrain "$b/tools/ztrain" --json "$out/bench.json" \
   2>&1 | tee "$out/bench.log"
+python3 tools/bench/cpu_adam_vs_torch.py --bench "$b/tests/unit/offload/bench_cpu_adam" \
+  2>&1 | tee "$out/cpu_adam.log"
 echo "gpu_run: $fails failed"
 exit $((fails > 0))
