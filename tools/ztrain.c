@@ -19,7 +19,8 @@ static const char usage[] =
     "         d_ff (0 = arch default: gpt 4*d_model, encoder 2048), init_seed, init_path\n"
     "  train: steps, micro_batch, grad_accum, lr, beta1, beta2, eps, weight_decay,\n"
     "         schedule (\"constant\" | \"cosine\"), warmup_steps, min_lr, grad_clip (0 = off),\n"
-    "         seed, activation_checkpointing: {\"every\": K} (0 = off, K = blocks 0, K, 2K, ...)\n"
+    "         seed, activation_checkpointing: {\"every\": K} (0 = off, K = blocks 0, K, 2K, ...),\n"
+    "         precision (\"fp32\" | \"bf16\" | \"fp16\"), tf32 (true: TF32 fp32 matmuls, cuda)\n"
     "FILE: raw little-endian int32 tokens, steps * grad_accum micro-batches of\n"
     "  micro_batch rows of seq_len + 1 tokens (inputs x[0:T], targets x[1:T+1]; -1 = padding).\n"
     "--backend cuda runs on GPU --device N (default 0) when the build has CUDA;\n"
@@ -151,6 +152,7 @@ int main(int argc, char **argv) {
   struct timespec t0, ts, te;
   double secs = 0, timed = 0;
   int64_t step_tokens = 0;
+  int skipped = 0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int s = 0; s < tc.steps; s++) {
     zt_step_result r;
@@ -160,9 +162,10 @@ int main(int argc, char **argv) {
     if (s > 0 || tc.steps == 1) timed += seconds_between(&ts, &te);
     step_tokens = r.tokens;
     losses[s] = r.loss;
+    skipped += r.skipped;
     if (!json)
-      printf("step %d/%d loss %.6f lr %.3e grad_norm %.4f\n", r.step, tc.steps, r.loss,
-             (double)r.lr, r.grad_norm);
+      printf("step %d/%d loss %.6f lr %.3e grad_norm %.4f%s\n", r.step, tc.steps, r.loss,
+             (double)r.lr, r.grad_norm, r.skipped ? " (skipped: fp16 overflow)" : "");
   }
   secs = seconds_between(&t0, &te);
   int n_timed = tc.steps > 1 ? tc.steps - 1 : 1;
@@ -170,10 +173,12 @@ int main(int argc, char **argv) {
   if (save && (rc = zt_trainer_save(t, save, err, sizeof err)) < 0) goto fail;
   if (json) {
     printf("{\"arch\": \"%s\", \"backend\": \"%s\", \"params\": %zu, \"ckpt_every\": %d, "
+           "\"precision\": \"%s\", \"tf32\": %s, \"skipped_steps\": %d, "
            "\"backend_bytes\": %zu, \"seconds\": %.3f, \"step_ms\": %.3f, "
            "\"tokens_per_s\": %.1f, \"losses\": [", zt_arch_name(mc.arch), be.ops->name,
-           zt_model_num_params(zt_trainer_model(t)), tc.ckpt_every, zt_trainer_backend_bytes(t),
-           secs, step_ms, tok_s);
+           zt_model_num_params(zt_trainer_model(t)), tc.ckpt_every, zt_dtype_name(tc.precision),
+           tc.tf32 ? "true" : "false", skipped, zt_trainer_backend_bytes(t), secs, step_ms,
+           tok_s);
     for (int s = 0; s < tc.steps; s++) printf("%s%.9g", s ? ", " : "", losses[s]);
     printf("]}\n");
   } else {

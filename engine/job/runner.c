@@ -1,6 +1,7 @@
 /* The step loop of one job, on its own thread: backend, trainer, data, losses.log, checkpoints.
  * Everything the loop thread must see goes through zt__jobs_post. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,7 +181,11 @@ static int train_step(runner *r, double run_start, int run_first_step) {
   json_object_set_new(ev, "steps", json_integer(s->train.steps));
   json_object_set_new(ev, "loss", json_real(res.loss));
   json_object_set_new(ev, "lr", json_real(res.lr));
-  json_object_set_new(ev, "grad_norm", json_real(res.grad_norm));
+  /* a skipped fp16 step's norm is inf or nan, which JSON cannot carry: reported as null */
+  json_object_set_new(ev, "grad_norm",
+                      isfinite(res.grad_norm) ? json_real(res.grad_norm) : json_null());
+  json_object_set_new(ev, "skipped", json_boolean(res.skipped));
+  json_object_set_new(ev, "loss_scale", json_real(res.loss_scale));
   json_object_set_new(ev, "tokens_per_s", json_real(tokens_per_s));
   json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
   json_object_set_new(ev, "memory", memory_json(job->jobs->cfg.backend, backend_bytes));

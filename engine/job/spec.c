@@ -28,9 +28,9 @@ static const char *const k_model[] = {"arch",     "vocab", "seq_len", "d_model",
                                       "n_layers", "d_ff",  "init",    NULL};
 static const char *const k_init[] = {"seed", "safetensors", NULL};
 static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum",
-                                      "precision", "optimizer",   "schedule",
-                                      "grad_clip", "seed",        "activation_checkpointing",
-                                      NULL};
+                                      "precision", "tf32",        "optimizer",
+                                      "schedule",  "grad_clip",   "seed",
+                                      "activation_checkpointing", NULL};
 static const char *const k_act_ckpt[] = {"every", NULL};
 static const char *const k_opt[] = {"name", "lr", "betas", "eps", "weight_decay", NULL};
 static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
@@ -239,14 +239,16 @@ static int parse_train(const json_t *t, zt_train_cfg *c, char *err, size_t errle
                       errlen)) < 0)
     return rc;
   if ((rc = get_string(t, "train", "precision", "fp32", &s, err, errlen)) < 0) return rc;
-  if (strcmp(s, "bf16") == 0 || strcmp(s, "fp16") == 0) {
-    snprintf(err, errlen, "train.precision '%s': this version of zt trains in fp32 only", s);
-    return -EINVAL;
-  }
-  if (strcmp(s, "fp32") != 0) {
+  if (zt_dtype_parse(s, &c->precision) < 0) {
     snprintf(err, errlen, "train.precision must be \"fp32\", \"bf16\" or \"fp16\"");
     return -EINVAL;
   }
+  const json_t *tf32 = json_object_get(t, "tf32");
+  if (tf32 && !json_is_boolean(tf32)) {
+    snprintf(err, errlen, "train.tf32 must be true or false");
+    return -EINVAL;
+  }
+  c->tf32 = tf32 && json_is_true(tf32);
 
   c->lr = 1e-3f;
   c->beta1 = 0.9f;
@@ -439,6 +441,18 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
       return -EINVAL;
     }
   }
+  /* The CPU reference runs bf16/fp16 (to test them), but slower than fp32 and with no memory
+   * saved that a job would want; TF32 is a tensor-core mode. */
+  if (strcmp(cfg->backend, "cuda") != 0 && s->train.precision != ZT_F32) {
+    snprintf(err, errlen, "train.precision \"%s\" needs the cuda backend; this daemon runs "
+             "the %s backend", zt_dtype_name(s->train.precision), cfg->backend);
+    return -EINVAL;
+  }
+  if (strcmp(cfg->backend, "cuda") != 0 && s->train.tf32) {
+    snprintf(err, errlen, "train.tf32 needs the cuda backend; this daemon runs the %s backend",
+             cfg->backend);
+    return -EINVAL;
+  }
   double limit;
   const char *what;
   if (strcmp(cfg->backend, "cuda") == 0) {
@@ -481,15 +495,15 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
                      : json_pack("{s:s}", "source", "stream");
   return json_pack(
       "{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}, "
-      "s:{s:i, s:i, s:i, s:s, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, s:I, "
-      "s:{s:i}}, "
+      "s:{s:i, s:i, s:i, s:s, s:b, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, "
+      "s:I, s:{s:i}}, "
       "s:o, s:{s:i, s:i}}",
       "name", s->name,
       "model", "arch", zt_arch_name(m->arch), "vocab", m->vocab, "seq_len", m->seq_len,
       "d_model", m->d_model, "n_heads", m->n_heads, "n_layers", m->n_layers, "d_ff", m->d_ff,
       "init", init,
       "train", "steps", t->steps, "micro_batch", t->micro_batch, "grad_accum", t->grad_accum,
-      "precision", "fp32",
+      "precision", zt_dtype_name(t->precision), "tf32", t->tf32,
       "optimizer", "name", "adamw", "lr", (double)t->lr, "betas", (double)t->beta1,
       (double)t->beta2, "eps", (double)t->eps, "weight_decay", (double)t->weight_decay,
       "schedule", "name", t->schedule == ZT_SCHED_COSINE ? "cosine" : "constant",

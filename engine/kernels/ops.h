@@ -10,12 +10,28 @@
  *   residual branches, tied weights and micro-batch accumulation need no extra copies; the caller
  *   zeroes gradient buffers when a new accumulation starts.
  * - Ops are asynchronous on the cuda backend; the ones that return a host scalar synchronise.
- * - ctx is the backend's context (zt_backend.ctx). */
+ * - ctx is the backend's context (zt_backend.ctx).
+ *
+ * Mixed precision (the typed entries, suffix _dt, at the end of the table): precision is a
+ * property of the job, so these entries take the storage type dt of the activations at run
+ * time. In them:
+ * - every activation-shaped tensor (inputs, outputs, saved activations, the gradients of
+ *   activations, the logits and their in-place gradient) is stored as dt, as is the weight w of
+ *   the matmuls (the compute copy of the parameters);
+ * - every other parameter (biases, layernorm weights, embedding tables), every parameter
+ *   gradient and every saved statistic (layernorm mean/rstd) is fp32;
+ * - arithmetic is fp32: a dt value is widened, computed on as the fp32 op does, and the
+ *   result rounded (nearest even) to dt once when stored; an op that adds into a dt output
+ *   rounds the fp32 sum. Matmuls accumulate in fp32; layernorm statistics, softmax, the loss and
+ *   every reduction are fp32 (or double, as in the fp32 ops).
+ * With dt = ZT_F32 each typed entry is its fp32 entry, bit for bit. */
 #ifndef ZT_KERNELS_OPS_H
 #define ZT_KERNELS_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "engine/kernels/dtype.h"
 
 typedef struct zt_ops {
   const char *name; /* "cpu" | "cuda" */
@@ -103,6 +119,52 @@ typedef struct zt_ops {
   void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, int step,
                 float grad_scale);
+
+  /* ---- mixed precision: conversions, the optimizer with the compute copy, math mode ------- */
+  /* dst[i] = src[i] converted (rounded to nearest even when narrowing; any pair of types). */
+  void (*cast)(void *ctx, void *dst, zt_dtype dst_t, const void *src, zt_dtype src_t, size_t n);
+  /* adamw, then p_lp[i] = p[i] rounded to lp_t: the compute copy rewritten in the same pass.
+   * p_lp is ignored when lp_t is ZT_F32 (the fp32 params are then their own compute copy). */
+  void (*adamw_dt)(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int step,
+                   float grad_scale, void *p_lp, zt_dtype lp_t);
+  /* Whether fp32 matmuls may use TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32).
+   * 0, or -ENOTSUP where the backend has no such mode (cpu: only 0 is accepted). */
+  int (*set_allow_tf32)(void *ctx, int allow);
+
+  /* ---- typed entries (see the top of the file); arguments as in the fp32 entries --------- */
+  void (*embedding_fwd_dt)(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
+                           const float *wte, const float *wpe, int B, int T, int C);
+  void (*embedding_bwd_dt)(void *ctx, zt_dtype dt, float *dwte, float *dwpe, const void *dout,
+                           const int32_t *tok, int B, int T, int C);
+  void (*matmul_fwd_dt)(void *ctx, zt_dtype dt, void *out, const void *inp, const void *w,
+                        const float *bias, int N, int C, int OC);
+  void (*matmul_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, float *dw, float *dbias,
+                        const void *dout, const void *inp, const void *w, int N, int C, int OC);
+  void (*layernorm_fwd_dt)(void *ctx, zt_dtype dt, void *out, float *mean, float *rstd,
+                           const void *inp, const float *w, const float *b, int N, int C);
+  void (*layernorm_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, float *dw, float *db,
+                           const void *dout, const void *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C);
+  size_t (*attention_saved_bytes_dt)(zt_dtype dt, int B, int T, int C, int NH);
+  void (*attention_fwd_dt)(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
+                           int B, int T, int C, int NH, int causal);
+  void (*attention_bwd_dt)(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
+                           const void *qkv, const void *saved, int B, int T, int C, int NH,
+                           int causal);
+  void (*gelu_fwd_dt)(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
+  void (*gelu_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
+                      size_t n);
+  void (*relu_fwd_dt)(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
+  void (*relu_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
+                      size_t n);
+  void (*add_dt)(void *ctx, zt_dtype dt, void *out, const void *a, const void *b, size_t n);
+  void (*crossentropy_fwd_bwd_dt)(void *ctx, zt_dtype dt, void *logits, const int32_t *targets,
+                                  int N, int V, int V_alloc, int ignore_index, float dscale,
+                                  double *loss_sum, int *n_counted);
+  void (*crossentropy_fwd_dt)(void *ctx, zt_dtype dt, const void *logits,
+                              const int32_t *targets, int N, int V, int V_alloc,
+                              int ignore_index, double *loss_sum, int *n_counted);
 } zt_ops;
 
 /* A backend: its op table and context. */

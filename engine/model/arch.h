@@ -21,6 +21,8 @@ typedef struct zt__bump {
 
 float *zt__bump_floats(zt__bump *b, size_t n);
 void *zt__bump_bytes(zt__bump *b, size_t bytes);
+/* n activation values in the activations' storage type */
+void *zt__bump_acts(zt__bump *b, const zt_acts *a, size_t n);
 
 typedef struct zt__arch {
   zt_arch id;
@@ -30,10 +32,13 @@ typedef struct zt__arch {
   size_t host_acts_size;  /* the arch's struct of activation pointers, before the layer array */
   size_t host_layer_size; /* bytes per layer of that struct */
   void (*bind_acts)(zt_acts *a, zt__bump *b);
-  void (*unit_forward)(const zt_model *m, zt_acts *a, int unit, const float *p,
-                       const float *embed);
-  void (*unit_backward)(const zt_model *m, zt_acts *a, int unit, const float *p, float *g,
-                        const float *embed, float *dembed);
+  /* p/embed are fp32, p_lp/embed_lp the same parameters in the activations' type (the matmul
+   * weights are read from them; p_lp == p for fp32) */
+  void (*unit_forward)(const zt_model *m, zt_acts *a, int unit, const float *p, const void *p_lp,
+                       const float *embed, const void *embed_lp);
+  void (*unit_backward)(const zt_model *m, zt_acts *a, int unit, const float *p,
+                        const void *p_lp, float *g, const float *embed, const void *embed_lp,
+                        float *dembed);
 } zt__arch;
 
 extern const zt__arch zt__arch_gpt;
@@ -57,10 +62,11 @@ struct zt_acts {
   zt_backend be;
   int B, T;
   int ckpt_every;       /* see zt_acts_open */
+  zt_dtype dt;          /* storage type of every activation (zt_acts_open_dt) */
   void *base;
   size_t bytes;
   int32_t *tok, *tgt;
-  float *logits;
+  void *logits;
   void *arch;           /* the arch's pointer struct (host memory) */
 };
 
@@ -79,6 +85,12 @@ int zt__model_add_tensor(zt_model *m, const char *name, int ndim, int64_t s0, in
 /* The k-th tensor of unit u inside that unit's parameter block p. */
 static inline float *zt__unit_tensor(const zt_model *m, const float *p, int u, int k) {
   return (float *)p + (m->t[m->u_first[u] + k].offset - m->u[u].offset);
+}
+
+/* The same tensor in a unit's parameter block of type dt (the compute copy). */
+static inline const void *zt__unit_tensor_dt(const zt_model *m, const void *p, zt_dtype dt,
+                                             int u, int k) {
+  return (const char *)p + (m->t[m->u_first[u] + k].offset - m->u[u].offset) * zt_dtype_size(dt);
 }
 
 #endif

@@ -10,14 +10,16 @@
 enum { ENC_IN_W, ENC_IN_B, ENC_OUT_W, ENC_OUT_B, ENC_L1_W, ENC_L1_B, ENC_L2_W, ENC_L2_B,
        ENC_N1_W, ENC_N1_B, ENC_N2_W, ENC_N2_B };
 
+/* Activations (void *) are stored in the acts' type; the layernorm statistics are fp32. */
 typedef struct enc_layer {
-  float *qkv, *atty, *r1, *h1, *m1, *s1, *f1, *f1r, *r2, *h2, *m2, *s2;
+  void *qkv, *atty, *r1, *h1, *f1, *f1r, *r2, *h2;
+  float *m1, *s1, *m2, *s2;
   void *att;
 } enc_layer;
 
 typedef struct enc_acts {
-  float *encoded, *tmp;
-  float *dres, *dtmp, *datty, *dqkv, *df1, *df1r;   /* backward scratch */
+  void *encoded, *tmp;
+  void *dres, *dtmp, *datty, *dqkv, *df1, *df1r;    /* backward scratch */
   enc_layer l[];
 } enc_acts;
 
@@ -65,17 +67,17 @@ static int layout(zt_model *m) {
 /* A block's own activations, everything its backward reads except its input. */
 static void bind_internals(enc_layer *l, const zt_acts *a, zt__bump *b) {
   size_t N = (size_t)a->B * (size_t)a->T, C = (size_t)a->m->cfg.d_model, F = (size_t)a->m->d_ff;
-  l->qkv = zt__bump_floats(b, N * 3 * C);
-  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes(a->B, a->T, (int)C,
-                                                               a->m->cfg.n_heads));
-  l->atty = zt__bump_floats(b, N * C);
-  l->r1 = zt__bump_floats(b, N * C);
-  l->h1 = zt__bump_floats(b, N * C);
+  l->qkv = zt__bump_acts(b, a, N * 3 * C);
+  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes_dt(a->dt, a->B, a->T, (int)C,
+                                                                  a->m->cfg.n_heads));
+  l->atty = zt__bump_acts(b, a, N * C);
+  l->r1 = zt__bump_acts(b, a, N * C);
+  l->h1 = zt__bump_acts(b, a, N * C);
   l->m1 = zt__bump_floats(b, N);
   l->s1 = zt__bump_floats(b, N);
-  l->f1 = zt__bump_floats(b, N * F);
-  l->f1r = zt__bump_floats(b, N * F);
-  l->r2 = zt__bump_floats(b, N * C);
+  l->f1 = zt__bump_acts(b, a, N * F);
+  l->f1r = zt__bump_acts(b, a, N * F);
+  l->r2 = zt__bump_acts(b, a, N * C);
   l->m2 = zt__bump_floats(b, N);
   l->s2 = zt__bump_floats(b, N);
 }
@@ -86,15 +88,15 @@ static void bind_acts(zt_acts *a, zt__bump *b) {
   size_t V = (size_t)a->m->cfg.vocab;
   a->tok = zt__bump_bytes(b, N * sizeof(int32_t));
   a->tgt = zt__bump_bytes(b, N * sizeof(int32_t));
-  a->logits = zt__bump_floats(b, N * V);
-  e->encoded = zt__bump_floats(b, N * C);
-  e->tmp = zt__bump_floats(b, N * C);
-  e->dres = zt__bump_floats(b, N * C);
-  e->dtmp = zt__bump_floats(b, N * C);
-  e->datty = zt__bump_floats(b, N * C);
-  e->dqkv = zt__bump_floats(b, N * 3 * C);
-  e->df1 = zt__bump_floats(b, N * F);
-  e->df1r = zt__bump_floats(b, N * F);
+  a->logits = zt__bump_acts(b, a, N * V);
+  e->encoded = zt__bump_acts(b, a, N * C);
+  e->tmp = zt__bump_acts(b, a, N * C);
+  e->dres = zt__bump_acts(b, a, N * C);
+  e->dtmp = zt__bump_acts(b, a, N * C);
+  e->datty = zt__bump_acts(b, a, N * C);
+  e->dqkv = zt__bump_acts(b, a, N * 3 * C);
+  e->df1 = zt__bump_acts(b, a, N * F);
+  e->df1r = zt__bump_acts(b, a, N * F);
   /* Recomputed blocks share one set of internals: only the block being recomputed needs them. */
   enc_layer shared = {0};
   int have_shared = 0;
@@ -107,88 +109,101 @@ static void bind_acts(zt_acts *a, zt__bump *b) {
     } else {
       bind_internals(l, a, b);
     }
-    l->h2 = zt__bump_floats(b, N * C);  /* the next block's input: always kept */
+    l->h2 = zt__bump_acts(b, a, N * C);  /* the next block's input: always kept */
   }
 }
 
-static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, const float *embed) {
+static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, const void *p_lp,
+                         const float *embed, const void *embed_lp) {
   const zt_ops *o = a->be.ops;
   void *ctx = a->be.ctx;
+  zt_dtype dt = a->dt;
   enc_acts *e = a->arch;
   int B = a->B, T = a->T, C = m->cfg.d_model, F = m->d_ff, NH = m->cfg.n_heads, L = m->cfg.n_layers;
   int N = B * T;
   if (u == 0) {
-    o->embedding_fwd(ctx, e->encoded, a->tok, zt__unit_tensor(m, p, 0, 0), NULL, B, T, C);
+    o->embedding_fwd_dt(ctx, dt, e->encoded, a->tok, zt__unit_tensor(m, p, 0, 0), NULL, B, T, C);
     return;
   }
   if (u == L + 1) {
-    o->matmul_fwd(ctx, a->logits, e->l[L - 1].h2, zt__unit_tensor(m, p, u, 0),
-                  zt__unit_tensor(m, p, u, 1), N, C, m->cfg.vocab);
+    o->matmul_fwd_dt(ctx, dt, a->logits, e->l[L - 1].h2, zt__unit_tensor_dt(m, p_lp, dt, u, 0),
+                     zt__unit_tensor(m, p, u, 1), N, C, m->cfg.vocab);
     return;
   }
   int i = u - 1;
   enc_layer *l = &e->l[i];
-  const float *x = i ? e->l[i - 1].h2 : e->encoded;
+  const void *x = i ? e->l[i - 1].h2 : e->encoded;
 #define W(k) zt__unit_tensor(m, p, u, k)
-  o->matmul_fwd(ctx, l->qkv, x, W(ENC_IN_W), W(ENC_IN_B), N, C, 3 * C);
-  o->attention_fwd(ctx, l->atty, l->att, l->qkv, B, T, C, NH, 0);
-  o->matmul_fwd(ctx, e->tmp, l->atty, W(ENC_OUT_W), W(ENC_OUT_B), N, C, C);
-  o->add(ctx, l->r1, x, e->tmp, (size_t)N * C);
-  o->layernorm_fwd(ctx, l->h1, l->m1, l->s1, l->r1, W(ENC_N1_W), W(ENC_N1_B), N, C);
-  o->matmul_fwd(ctx, l->f1, l->h1, W(ENC_L1_W), W(ENC_L1_B), N, C, F);
-  o->relu_fwd(ctx, l->f1r, l->f1, (size_t)N * F);
-  o->matmul_fwd(ctx, e->tmp, l->f1r, W(ENC_L2_W), W(ENC_L2_B), N, F, C);
-  o->add(ctx, l->r2, l->h1, e->tmp, (size_t)N * C);
-  o->layernorm_fwd(ctx, l->h2, l->m2, l->s2, l->r2, W(ENC_N2_W), W(ENC_N2_B), N, C);
+#define WL(k) zt__unit_tensor_dt(m, p_lp, dt, u, k)
+  o->matmul_fwd_dt(ctx, dt, l->qkv, x, WL(ENC_IN_W), W(ENC_IN_B), N, C, 3 * C);
+  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, C, NH, 0);
+  o->matmul_fwd_dt(ctx, dt, e->tmp, l->atty, WL(ENC_OUT_W), W(ENC_OUT_B), N, C, C);
+  o->add_dt(ctx, dt, l->r1, x, e->tmp, (size_t)N * C);
+  o->layernorm_fwd_dt(ctx, dt, l->h1, l->m1, l->s1, l->r1, W(ENC_N1_W), W(ENC_N1_B), N, C);
+  o->matmul_fwd_dt(ctx, dt, l->f1, l->h1, WL(ENC_L1_W), W(ENC_L1_B), N, C, F);
+  o->relu_fwd_dt(ctx, dt, l->f1r, l->f1, (size_t)N * F);
+  o->matmul_fwd_dt(ctx, dt, e->tmp, l->f1r, WL(ENC_L2_W), W(ENC_L2_B), N, F, C);
+  o->add_dt(ctx, dt, l->r2, l->h1, e->tmp, (size_t)N * C);
+  o->layernorm_fwd_dt(ctx, dt, l->h2, l->m2, l->s2, l->r2, W(ENC_N2_W), W(ENC_N2_B), N, C);
 #undef W
+#undef WL
 }
 
 /* e->dres holds the gradient of the current layer's output between units. Post-LN puts the norm
  * on the residual stream itself, so each norm's input gradient is built in a scratch buffer that
  * the residual branch then adds into. */
-static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, float *gr,
-                          const float *embed, float *dembed) {
+static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, const void *p_lp,
+                          float *gr, const float *embed, const void *embed_lp, float *dembed) {
   const zt_ops *o = a->be.ops;
   void *ctx = a->be.ctx;
+  zt_dtype dt = a->dt;
+  size_t es = zt_dtype_size(dt);
   enc_acts *e = a->arch;
   int B = a->B, T = a->T, C = m->cfg.d_model, F = m->d_ff, NH = m->cfg.n_heads, L = m->cfg.n_layers;
   int N = B * T;
   size_t NC = (size_t)N * C, NF = (size_t)N * F;
   if (u == 0) {
-    o->embedding_bwd(ctx, zt__unit_tensor(m, gr, 0, 0), NULL, e->dres, a->tok, B, T, C);
+    o->embedding_bwd_dt(ctx, dt, zt__unit_tensor(m, gr, 0, 0), NULL, e->dres, a->tok, B, T, C);
     return;
   }
   if (u == L + 1) {
-    o->zero(ctx, e->dres, NC * sizeof(float));
-    o->matmul_bwd(ctx, e->dres, zt__unit_tensor(m, gr, u, 0), zt__unit_tensor(m, gr, u, 1),
-                  a->logits, e->l[L - 1].h2, zt__unit_tensor(m, p, u, 0), N, C, m->cfg.vocab);
+    o->zero(ctx, e->dres, NC * es);
+    o->matmul_bwd_dt(ctx, dt, e->dres, zt__unit_tensor(m, gr, u, 0), zt__unit_tensor(m, gr, u, 1),
+                     a->logits, e->l[L - 1].h2, zt__unit_tensor_dt(m, p_lp, dt, u, 0), N, C,
+                     m->cfg.vocab);
     return;
   }
   int i = u - 1;
   enc_layer *l = &e->l[i];
-  const float *x = i ? e->l[i - 1].h2 : e->encoded;
+  const void *x = i ? e->l[i - 1].h2 : e->encoded;
   /* The same ops on the same input give the same bits: the recomputed internals are the ones
    * the forward had (and h2 is rewritten with its own value). */
-  if (zt__acts_recomputed(a, i)) unit_forward(m, a, u, p, embed);
+  if (zt__acts_recomputed(a, i)) unit_forward(m, a, u, p, p_lp, embed, embed_lp);
 #define W(k) zt__unit_tensor(m, p, u, k)
+#define WL(k) zt__unit_tensor_dt(m, p_lp, dt, u, k)
 #define G(k) zt__unit_tensor(m, gr, u, k)
-  o->zero(ctx, e->dtmp, NC * sizeof(float));   /* dtmp = d r2, then d h1 */
-  o->layernorm_bwd(ctx, e->dtmp, G(ENC_N2_W), G(ENC_N2_B), e->dres, l->r2, W(ENC_N2_W), l->m2,
-                   l->s2, N, C);
-  o->zero(ctx, e->df1r, NF * sizeof(float));
-  o->matmul_bwd(ctx, e->df1r, G(ENC_L2_W), G(ENC_L2_B), e->dtmp, l->f1r, W(ENC_L2_W), N, F, C);
-  o->zero(ctx, e->df1, NF * sizeof(float));
-  o->relu_bwd(ctx, e->df1, l->f1, e->df1r, NF);
-  o->matmul_bwd(ctx, e->dtmp, G(ENC_L1_W), G(ENC_L1_B), e->df1, l->h1, W(ENC_L1_W), N, C, F);
-  o->zero(ctx, e->dres, NC * sizeof(float));   /* dres = d r1, then d x */
-  o->layernorm_bwd(ctx, e->dres, G(ENC_N1_W), G(ENC_N1_B), e->dtmp, l->r1, W(ENC_N1_W), l->m1,
-                   l->s1, N, C);
-  o->zero(ctx, e->datty, NC * sizeof(float));
-  o->matmul_bwd(ctx, e->datty, G(ENC_OUT_W), G(ENC_OUT_B), e->dres, l->atty, W(ENC_OUT_W), N, C, C);
-  o->zero(ctx, e->dqkv, 3 * NC * sizeof(float));
-  o->attention_bwd(ctx, e->dqkv, e->datty, l->qkv, l->att, B, T, C, NH, 0);
-  o->matmul_bwd(ctx, e->dres, G(ENC_IN_W), G(ENC_IN_B), e->dqkv, x, W(ENC_IN_W), N, C, 3 * C);
+  o->zero(ctx, e->dtmp, NC * es);   /* dtmp = d r2, then d h1 */
+  o->layernorm_bwd_dt(ctx, dt, e->dtmp, G(ENC_N2_W), G(ENC_N2_B), e->dres, l->r2, W(ENC_N2_W),
+                      l->m2, l->s2, N, C);
+  o->zero(ctx, e->df1r, NF * es);
+  o->matmul_bwd_dt(ctx, dt, e->df1r, G(ENC_L2_W), G(ENC_L2_B), e->dtmp, l->f1r, WL(ENC_L2_W), N,
+                   F, C);
+  o->zero(ctx, e->df1, NF * es);
+  o->relu_bwd_dt(ctx, dt, e->df1, l->f1, e->df1r, NF);
+  o->matmul_bwd_dt(ctx, dt, e->dtmp, G(ENC_L1_W), G(ENC_L1_B), e->df1, l->h1, WL(ENC_L1_W), N,
+                   C, F);
+  o->zero(ctx, e->dres, NC * es);   /* dres = d r1, then d x */
+  o->layernorm_bwd_dt(ctx, dt, e->dres, G(ENC_N1_W), G(ENC_N1_B), e->dtmp, l->r1, W(ENC_N1_W),
+                      l->m1, l->s1, N, C);
+  o->zero(ctx, e->datty, NC * es);
+  o->matmul_bwd_dt(ctx, dt, e->datty, G(ENC_OUT_W), G(ENC_OUT_B), e->dres, l->atty,
+                   WL(ENC_OUT_W), N, C, C);
+  o->zero(ctx, e->dqkv, 3 * NC * es);
+  o->attention_bwd_dt(ctx, dt, e->dqkv, e->datty, l->qkv, l->att, B, T, C, NH, 0);
+  o->matmul_bwd_dt(ctx, dt, e->dres, G(ENC_IN_W), G(ENC_IN_B), e->dqkv, x, WL(ENC_IN_W), N, C,
+                   3 * C);
 #undef W
+#undef WL
 #undef G
 }
 

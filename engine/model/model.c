@@ -342,14 +342,25 @@ void *zt__bump_bytes(zt__bump *b, size_t bytes) {
 
 float *zt__bump_floats(zt__bump *b, size_t n) { return zt__bump_bytes(b, n * sizeof(float)); }
 
+void *zt__bump_acts(zt__bump *b, const zt_acts *a, size_t n) {
+  return zt__bump_bytes(b, n * zt_dtype_size(a->dt));
+}
+
 static int batch_ok(const zt_model *m, int B) {
   return B >= 1 && (size_t)B * (size_t)m->cfg.seq_len <= (size_t)1 << 31;
 }
 
+static int dtype_ok(zt_dtype dt) { return dt == ZT_F32 || dt == ZT_BF16 || dt == ZT_F16; }
+
 size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B, int ckpt_every) {
-  if (!batch_ok(m, B) || ckpt_every < 0) return 0;
+  return zt_acts_size_dt(m, ops, B, ckpt_every, ZT_F32);
+}
+
+size_t zt_acts_size_dt(const zt_model *m, const zt_ops *ops, int B, int ckpt_every,
+                       zt_dtype dt) {
+  if (!batch_ok(m, B) || ckpt_every < 0 || !dtype_ok(dt)) return 0;
   zt_acts a = {.m = m, .be = {.ops = ops}, .B = B, .T = m->cfg.seq_len,
-               .ckpt_every = ckpt_every};
+               .ckpt_every = ckpt_every, .dt = dt};
   a.arch = calloc(1, m->arch->host_acts_size + (size_t)m->cfg.n_layers * m->arch->host_layer_size);
   if (!a.arch) return 0;
   zt__bump b = {0};
@@ -360,7 +371,16 @@ size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B, int ckpt_every)
 
 int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, int ckpt_every,
                  char *err, size_t errlen) {
+  return zt_acts_open_dt(out, m, be, B, ckpt_every, ZT_F32, err, errlen);
+}
+
+int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int B,
+                    int ckpt_every, zt_dtype dt, char *err, size_t errlen) {
   *out = NULL;
+  if (!dtype_ok(dt)) {
+    snprintf(err, errlen, "unknown activation type %d", (int)dt);
+    return -EINVAL;
+  }
   if (!batch_ok(m, B)) {
     snprintf(err, errlen, "train.micro_batch must be in [1, 2^31 / model.seq_len] (got %d)", B);
     return -EINVAL;
@@ -377,6 +397,7 @@ int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, 
   a->B = B;
   a->T = m->cfg.seq_len;
   a->ckpt_every = ckpt_every;
+  a->dt = dt;
   a->arch = calloc(1, m->arch->host_acts_size + (size_t)m->cfg.n_layers * m->arch->host_layer_size);
   if (!a->arch) goto nomem;
   zt__bump b = {0};
@@ -409,25 +430,54 @@ void zt_acts_close(zt_acts *a) {
 size_t zt_acts_bytes(const zt_acts *a) { return a->bytes; }
 int32_t *zt_acts_tokens(zt_acts *a) { return a->tok; }
 int32_t *zt_acts_targets(zt_acts *a) { return a->tgt; }
-float *zt_acts_logits(zt_acts *a) { return a->logits; }
+void *zt_acts_logits(zt_acts *a) { return a->logits; }
+zt_dtype zt_acts_dtype(const zt_acts *a) { return a->dt; }
 
 void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
                            const float *embed) {
-  m->arch->unit_forward(m, a, unit, p, embed);
+  m->arch->unit_forward(m, a, unit, p, p, embed, embed);
 }
 
 void zt_model_unit_backward(const zt_model *m, zt_acts *a, int unit, const float *p, float *g,
                             const float *embed, float *dembed) {
-  m->arch->unit_backward(m, a, unit, p, g, embed, dembed);
+  m->arch->unit_backward(m, a, unit, p, p, g, embed, embed, dembed);
+}
+
+void zt_model_unit_forward_dt(const zt_model *m, zt_acts *a, int unit, const float *p,
+                              const void *p_lp, const float *embed, const void *embed_lp) {
+  m->arch->unit_forward(m, a, unit, p, p_lp, embed, embed_lp);
+}
+
+void zt_model_unit_backward_dt(const zt_model *m, zt_acts *a, int unit, const float *p,
+                               const void *p_lp, float *g, const float *embed,
+                               const void *embed_lp, float *dembed) {
+  m->arch->unit_backward(m, a, unit, p, p_lp, g, embed, embed_lp, dembed);
+}
+
+/* The unit's block of a compute copy of type dt. */
+static const void *lp_at(const zt_acts *a, const void *params_lp, size_t offset) {
+  return (const char *)params_lp + offset * zt_dtype_size(a->dt);
 }
 
 void zt_model_forward(const zt_model *m, zt_acts *a, const float *params) {
-  for (int u = 0; u < m->nu; u++)
-    m->arch->unit_forward(m, a, u, params + m->u[u].offset, params + m->u[0].offset);
+  zt_model_forward_dt(m, a, params, params);
 }
 
 void zt_model_backward(const zt_model *m, zt_acts *a, const float *params, float *grads) {
+  zt_model_backward_dt(m, a, params, params, grads);
+}
+
+void zt_model_forward_dt(const zt_model *m, zt_acts *a, const float *params,
+                         const void *params_lp) {
+  for (int u = 0; u < m->nu; u++)
+    m->arch->unit_forward(m, a, u, params + m->u[u].offset, lp_at(a, params_lp, m->u[u].offset),
+                          params + m->u[0].offset, lp_at(a, params_lp, m->u[0].offset));
+}
+
+void zt_model_backward_dt(const zt_model *m, zt_acts *a, const float *params,
+                          const void *params_lp, float *grads) {
   for (int u = m->nu - 1; u >= 0; u--)
-    m->arch->unit_backward(m, a, u, params + m->u[u].offset, grads + m->u[u].offset,
-                           params + m->u[0].offset, grads + m->u[0].offset);
+    m->arch->unit_backward(m, a, u, params + m->u[u].offset, lp_at(a, params_lp, m->u[u].offset),
+                           grads + m->u[u].offset, params + m->u[0].offset,
+                           lp_at(a, params_lp, m->u[0].offset), grads + m->u[0].offset);
 }

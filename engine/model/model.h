@@ -105,12 +105,21 @@ size_t zt_acts_bytes(const zt_acts *a);
 /* The bytes zt_acts_open would allocate for B rows on a backend with these ops, without
  * allocating backend memory; 0 if B or ckpt_every is out of range or the host is out of memory. */
 size_t zt_acts_size(const zt_model *m, const zt_ops *ops, int B, int ckpt_every);
+/* Mixed precision: every activation (and activation gradient, and the logits) stored as dt,
+ * the layernorm statistics fp32 (ops.h's typed entries). zt_acts_open/zt_acts_size are these
+ * with ZT_F32. */
+int zt_acts_open_dt(zt_acts **a, const zt_model *m, const zt_backend *be, int B, int ckpt_every,
+                    zt_dtype dt, char *err, size_t errlen);
+size_t zt_acts_size_dt(const zt_model *m, const zt_ops *ops, int B, int ckpt_every,
+                       zt_dtype dt);
+zt_dtype zt_acts_dtype(const zt_acts *a);
 /* Backend buffers of B*T ints the caller fills before forward: input tokens (all in [0, vocab))
  * and next-token targets (-1 = ignored). */
 int32_t *zt_acts_tokens(zt_acts *a);
 int32_t *zt_acts_targets(zt_acts *a);
-/* (B*T, vocab) logits after forward; the loss op turns them into their gradient in place. */
-float *zt_acts_logits(zt_acts *a);
+/* (B*T, vocab) logits (of the acts' type) after forward; the loss op turns them into their
+ * gradient in place. */
+void *zt_acts_logits(zt_acts *a);
 
 void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
                            const float *embed);
@@ -121,5 +130,17 @@ void zt_model_unit_backward(const zt_model *m, zt_acts *a, int unit, const float
 /* All units over flat parameter / gradient buffers. */
 void zt_model_forward(const zt_model *m, zt_acts *a, const float *params);
 void zt_model_backward(const zt_model *m, zt_acts *a, const float *params, float *grads);
+/* The same with a compute copy of the parameters in the acts' type (params_lp, the flat layout;
+ * the matmul weights are read from it, everything else from the fp32 params); the calls above
+ * are these with params_lp = params and are for fp32 acts only. Gradients are fp32. */
+void zt_model_unit_forward_dt(const zt_model *m, zt_acts *a, int unit, const float *p,
+                              const void *p_lp, const float *embed, const void *embed_lp);
+void zt_model_unit_backward_dt(const zt_model *m, zt_acts *a, int unit, const float *p,
+                               const void *p_lp, float *g, const float *embed,
+                               const void *embed_lp, float *dembed);
+void zt_model_forward_dt(const zt_model *m, zt_acts *a, const float *params,
+                         const void *params_lp);
+void zt_model_backward_dt(const zt_model *m, zt_acts *a, const float *params,
+                          const void *params_lp, float *grads);
 
 #endif

@@ -113,7 +113,8 @@ const char *zt_schedule_name(zt_schedule s) {
 int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t errlen) {
   static const char *const keys[] = {"steps", "micro_batch", "grad_accum", "lr", "beta1", "beta2",
                                      "eps", "weight_decay", "schedule", "warmup_steps", "min_lr",
-                                     "grad_clip", "seed", "activation_checkpointing", NULL};
+                                     "grad_clip", "seed", "activation_checkpointing",
+                                     "precision", "tf32", NULL};
   int rc = only_keys(o, "train", keys, err, errlen);
   if (rc < 0) return rc;
   zt_train_cfg_defaults(c);
@@ -139,6 +140,19 @@ int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t e
         (rc = get_int(ac, pre, "every", &c->ckpt_every, err, errlen)) < 0)
       return rc;
   }
+  json_t *pr = json_object_get(o, "precision");
+  if (pr && zt_dtype_parse(json_string_value(pr), &c->precision) < 0) {
+    snprintf(err, errlen, "train.precision must be \"fp32\", \"bf16\" or \"fp16\"");
+    return -EINVAL;
+  }
+  json_t *tf = json_object_get(o, "tf32");
+  if (tf) {
+    if (!json_is_boolean(tf)) {
+      snprintf(err, errlen, "train.tf32 must be true or false");
+      return -EINVAL;
+    }
+    c->tf32 = json_is_true(tf);
+  }
   json_t *s = json_object_get(o, "schedule");
   if (s) {
     const char *v = json_string_value(s);
@@ -153,13 +167,15 @@ int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t e
 }
 
 json_t *zt_train_cfg_to_json(const zt_train_cfg *c) {
-  return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:f, s:f, s:I, s:{s:i}}",
+  return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:f, s:f, s:I, s:{s:i}, "
+                   "s:s, s:b}",
                    "steps", c->steps, "micro_batch", c->micro_batch, "grad_accum", c->grad_accum,
                    "lr", (double)c->lr, "beta1", (double)c->beta1, "beta2", (double)c->beta2,
                    "eps", (double)c->eps, "weight_decay", (double)c->weight_decay, "schedule",
                    zt_schedule_name(c->schedule), "warmup_steps", c->warmup_steps, "min_lr",
                    (double)c->min_lr, "grad_clip", (double)c->grad_clip, "seed",
-                   (json_int_t)c->seed, "activation_checkpointing", "every", c->ckpt_every);
+                   (json_int_t)c->seed, "activation_checkpointing", "every", c->ckpt_every,
+                   "precision", zt_dtype_name(c->precision), "tf32", c->tf32);
 }
 
 int zt_spec_load(const char *path, zt_model_cfg *mc, zt_train_cfg *tc, char *err, size_t errlen) {

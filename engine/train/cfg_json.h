@@ -1,8 +1,8 @@
 /* The model and train configurations as JSON objects, with the struct field names as keys
  * (model: arch, vocab, seq_len, d_model, n_heads, n_layers, d_ff, init_seed, init_path;
  * train: steps, micro_batch, grad_accum, lr, beta1, beta2, eps, weight_decay, schedule
- * ("constant" | "cosine"), warmup_steps, min_lr, grad_clip, seed, and ckpt_every as
- * "activation_checkpointing": {"every": k}). Used by trainer.json in checkpoints and by
+ * ("constant" | "cosine"), warmup_steps, min_lr, grad_clip, seed, precision ("fp32" | "bf16" |
+ * "fp16"), tf32 (bool), and ckpt_every as "activation_checkpointing": {"every": k}). Used by trainer.json in checkpoints and by
  * ztrain's spec files. Unknown keys are refused, named. */
 #ifndef ZT_TRAIN_CFG_JSON_H
 #define ZT_TRAIN_CFG_JSON_H

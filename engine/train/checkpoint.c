@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,9 +101,11 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   sprintf(file, "%s/optimizer.safetensors", tmp);
   if ((rc = zt_model_save_states(t->model, file, os, 2, 1, OPT_NOTE, err, errlen)) < 0) goto out;
   const zt_model_cfg *mc = zt_model_cfg_of(t->model);
-  j = json_pack("{s:i, s:i, s:s, s:o, s:o}", "format", CKPT_FORMAT, "step", t->step, "arch",
-                zt_arch_name(mc->arch), "model", zt_model_cfg_to_json(mc), "train",
-                zt_train_cfg_to_json(&t->tc));
+  /* the loss scale is a power of two: a JSON real holds it exactly */
+  j = json_pack("{s:i, s:i, s:i, s:f, s:i, s:s, s:o, s:o}", "format", CKPT_FORMAT, "step",
+                t->step, "adam_step", t->adam_step, "loss_scale", (double)t->scaler.scale,
+                "loss_scale_good_steps", t->scaler.good_steps, "arch", zt_arch_name(mc->arch),
+                "model", zt_model_cfg_to_json(mc), "train", zt_train_cfg_to_json(&t->tc));
   sprintf(file, "%s/trainer.json", tmp);
   if (!j) {
     rc = -ENOMEM;
@@ -201,6 +204,20 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
     goto out;
   }
   if ((rc = check_model(t->model, json_object_get(j, "model"), file, err, errlen)) < 0) goto out;
+  /* Absent in checkpoints of fp32-only versions: AdamW's step was the step, no scaler state. */
+  json_t *adam_step = json_object_get(j, "adam_step"), *ls = json_object_get(j, "loss_scale");
+  json_t *good = json_object_get(j, "loss_scale_good_steps");
+  if ((adam_step && (!json_is_integer(adam_step) || json_integer_value(adam_step) < 0 ||
+                     json_integer_value(adam_step) > json_integer_value(step))) ||
+      (ls && (!json_is_number(ls) || !(json_number_value(ls) > 0) ||
+              !isfinite((float)json_number_value(ls)))) ||
+      (good && (!json_is_integer(good) || json_integer_value(good) < 0 ||
+                json_integer_value(good) >= t->scaler.growth_interval))) {
+    rc = -EINVAL;
+    snprintf(err, errlen, "%s: adam_step, loss_scale or loss_scale_good_steps out of range",
+             file);
+    goto out;
+  }
   zt_model_state ms = {"", p};
   sprintf(file, "%s/model.safetensors", dir);
   if ((rc = zt_model_load_states(t->model, file, &ms, 1, 0, err, errlen)) < 0) goto out;
@@ -211,11 +228,16 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   o->to_device(t->be.ctx, t->params, p, n * sizeof(float));
   o->to_device(t->be.ctx, t->m, m, n * sizeof(float));
   o->to_device(t->be.ctx, t->v, v, n * sizeof(float));
+  if (t->params_lp) o->cast(t->be.ctx, t->params_lp, t->tc.precision, t->params, ZT_F32, n);
   if ((rc = o->sync(t->be.ctx)) < 0) {
     snprintf(err, errlen, "backend %s failed restoring %s (%d)", o->name, dir, rc);
     goto out;
   }
   t->step = (int)json_integer_value(step);
+  t->adam_step = adam_step ? (int)json_integer_value(adam_step) : t->step;
+  zt_loss_scaler_init(&t->scaler);
+  if (ls) t->scaler.scale = (float)json_number_value(ls);
+  if (good) t->scaler.good_steps = (int)json_integer_value(good);
 out:
   json_decref(j);
   free(file);

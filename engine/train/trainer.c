@@ -24,6 +24,8 @@ void zt_train_cfg_defaults(zt_train_cfg *c) {
   c->min_lr = 0.0f;
   c->grad_clip = 0.0f;
   c->seed = 0;
+  c->precision = ZT_F32;
+  c->tf32 = 0;
 }
 
 static int range_i(char *err, size_t errlen, const char *f, int v, int lo, int hi) {
@@ -56,6 +58,14 @@ int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
       (rc = range_i(err, errlen, "activation_checkpointing.every", c->ckpt_every, 0,
                     1 << 20)) < 0)
     return rc;
+  if (c->precision != ZT_F32 && c->precision != ZT_BF16 && c->precision != ZT_F16) {
+    snprintf(err, errlen, "train.precision must be fp32, bf16 or fp16");
+    return -EINVAL;
+  }
+  if (c->tf32 != 0 && c->tf32 != 1) {
+    snprintf(err, errlen, "train.tf32 must be true or false");
+    return -EINVAL;
+  }
   if (c->schedule != ZT_SCHED_CONSTANT && c->schedule != ZT_SCHED_COSINE) {
     snprintf(err, errlen, "train.schedule must be constant or cosine");
     return -EINVAL;
@@ -83,6 +93,7 @@ void zt_trainer_close(zt_trainer *t) {
   float *bufs[] = {t->params, t->grads, t->m, t->v};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) o->free(t->be.ctx, bufs[i]);
+  if (t->params_lp) o->free(t->be.ctx, t->params_lp);
   zt_acts_close(t->acts);
   zt_model_destroy(t->model);
   free(t->h_tok);
@@ -103,6 +114,15 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
   }
   t->tc = *tc;
   t->be = *be;
+  zt_loss_scaler_init(&t->scaler);
+  if ((rc = be->ops->set_allow_tf32(be->ctx, tc->tf32)) < 0) {
+    if (rc == -ENOTSUP)
+      snprintf(err, errlen, "train.tf32: the %s backend has no TF32 mode", be->ops->name);
+    else
+      snprintf(err, errlen, "backend %s: setting the matmul mode failed: %s", be->ops->name,
+               be->ops->error_text(be->ctx));
+    goto out;
+  }
   if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   float **bufs[] = {&t->params, &t->grads, &t->m, &t->v};
@@ -115,7 +135,16 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
       goto out;
     }
   }
-  rc = zt_acts_open(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every, err, errlen);
+  if (tc->precision != ZT_F32 &&
+      !(t->params_lp = be->ops->alloc(be->ctx, n * zt_dtype_size(tc->precision)))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "backend %s: cannot allocate %zu bytes for the %s copy of the "
+             "parameters", be->ops->name, n * zt_dtype_size(tc->precision),
+             zt_dtype_name(tc->precision));
+    goto out;
+  }
+  rc = zt_acts_open_dt(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every, tc->precision,
+                       err, errlen);
   if (rc < 0) goto out;
   t->h_tok = malloc(N * sizeof *t->h_tok);
   t->h_tgt = malloc(N * sizeof *t->h_tgt);
@@ -132,6 +161,7 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
     zt_model_init_params(t->model, host);
   }
   be->ops->to_device(be->ctx, t->params, host, n * sizeof(float));
+  if (t->params_lp) be->ops->cast(be->ctx, t->params_lp, tc->precision, t->params, ZT_F32, n);
   be->ops->zero(be->ctx, t->grads, n * sizeof(float));
   be->ops->zero(be->ctx, t->m, n * sizeof(float));
   be->ops->zero(be->ctx, t->v, n * sizeof(float));
@@ -148,6 +178,11 @@ out:
   return rc;
 }
 
+/* params, grads, m, v in fp32, and the compute copy in bf16/fp16 */
+static size_t master_bytes(size_t n, zt_dtype precision) {
+  return 4 * n * sizeof(float) + (precision != ZT_F32 ? n * zt_dtype_size(precision) : 0);
+}
+
 size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc) {
   char err[256];
   zt_model *m = NULL;
@@ -157,8 +192,8 @@ size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc)
     goto out;
   /* the op table answers attention_saved_bytes; opening the CPU backend allocates no buffers */
   if (zt_backend_cpu_open(&be, 1) < 0) goto out;
-  size_t acts = zt_acts_size(m, be.ops, tc->micro_batch, tc->ckpt_every);
-  if (acts) bytes = 4 * zt_model_num_params(m) * sizeof(float) + acts;
+  size_t acts = zt_acts_size_dt(m, be.ops, tc->micro_batch, tc->ckpt_every, tc->precision);
+  if (acts) bytes = master_bytes(zt_model_num_params(m), tc->precision) + acts;
 out:
   if (be.ops) zt_backend_cpu_close(&be);
   zt_model_destroy(m);
@@ -169,7 +204,7 @@ const zt_model *zt_trainer_model(const zt_trainer *t) { return t->model; }
 int zt_trainer_step_count(const zt_trainer *t) { return t->step; }
 
 size_t zt_trainer_backend_bytes(const zt_trainer *t) {
-  return 4 * zt_model_num_params(t->model) * sizeof(float) + zt_acts_bytes(t->acts);
+  return master_bytes(zt_model_num_params(t->model), t->tc.precision) + zt_acts_bytes(t->acts);
 }
 
 size_t zt_trainer_micro_tokens(const zt_trainer *t) {
@@ -206,8 +241,14 @@ static void adamw_all(zt_trainer *t, float lr, int step, float grad_scale) {
     int decay = a->decay;
     for (; i < nt && zt_model_tensor(t->model, i)->decay == decay; i++)
       n += zt_model_tensor(t->model, i)->numel;
-    o->adamw(t->be.ctx, t->params + off, t->grads + off, t->m + off, t->v + off, n, lr, c->beta1,
-             c->beta2, c->eps, decay ? c->weight_decay : 0.0f, step, grad_scale);
+    float wd = decay ? c->weight_decay : 0.0f;
+    if (t->params_lp)
+      o->adamw_dt(t->be.ctx, t->params + off, t->grads + off, t->m + off, t->v + off, n, lr,
+                  c->beta1, c->beta2, c->eps, wd, step, grad_scale,
+                  (char *)t->params_lp + off * zt_dtype_size(c->precision), c->precision);
+    else
+      o->adamw(t->be.ctx, t->params + off, t->grads + off, t->m + off, t->v + off, n, lr,
+               c->beta1, c->beta2, c->eps, wd, step, grad_scale);
   }
 }
 
@@ -218,6 +259,10 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   const zt_model_cfg *mc = zt_model_cfg_of(t->model);
   int T = mc->seq_len, B = t->tc.micro_batch, ga = t->tc.grad_accum, N = B * T;
   size_t n = zt_model_num_params(t->model);
+  zt_dtype dt = t->tc.precision;
+  const void *params_lp = t->params_lp ? t->params_lp : t->params;
+  /* fp16 scales the loss gradient; 1 (which changes no bit) otherwise */
+  float loss_scale = dt == ZT_F16 ? t->scaler.scale : 1.0f;
   int rc = check_tokens(t, tokens, err, errlen);
   if (rc < 0) return rc;
   o->zero(ctx, t->grads, n * sizeof(float));
@@ -237,22 +282,45 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     if (!counted) continue;
     o->to_device(ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
     o->to_device(ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
-    zt_model_forward(t->model, t->acts, t->params);
+    zt_model_forward_dt(t->model, t->acts, t->params, params_lp);
     double loss_sum = 0;
     int n_counted = 0;
-    /* mean over this micro-batch's tokens, divided by grad_accum: PyTorch's loss / grad_accum */
-    o->crossentropy_fwd_bwd(ctx, zt_acts_logits(t->acts), zt_acts_targets(t->acts), N, mc->vocab,
-                            mc->vocab, -1, (float)(1.0 / ((double)counted * ga)), &loss_sum,
-                            &n_counted);
-    zt_model_backward(t->model, t->acts, t->params, t->grads);
+    /* mean over this micro-batch's tokens, divided by grad_accum: PyTorch's loss / grad_accum
+     * (times the fp16 loss scale) */
+    o->crossentropy_fwd_bwd_dt(ctx, dt, zt_acts_logits(t->acts), zt_acts_targets(t->acts), N,
+                               mc->vocab, mc->vocab, -1,
+                               (float)((double)loss_scale / ((double)counted * ga)), &loss_sum,
+                               &n_counted);
+    zt_model_backward_dt(t->model, t->acts, t->params, params_lp, t->grads);
     loss += loss_sum / n_counted;
     counted_micros++;
   }
   int nonfinite = 0;
-  double norm = sqrt(o->sum_squares(ctx, t->grads, n, &nonfinite));
+  /* the norm of the unscaled gradients: loss_scale is a power of two, so dividing the norm is
+   * unscaling every value first */
+  double norm = sqrt(o->sum_squares(ctx, t->grads, n, &nonfinite)) / loss_scale;
+  int step = t->step + 1;
+  float lr = zt_train_lr(&t->tc, step);
+  if (nonfinite && dt == ZT_F16) {
+    /* GradScaler: optimizer.step() is skipped (no update, AdamW's step count unchanged) and
+     * the scale backs off; the iteration still counts */
+    if ((rc = o->sync(ctx)) < 0) {
+      snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
+               o->error_text(ctx));
+      return rc;
+    }
+    zt_loss_scaler_update(&t->scaler, 1);
+    t->step = step;
+    if (res) {
+      *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
+                              .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * ga,
+                              .skipped = 1, .loss_scale = t->scaler.scale};
+    }
+    return 0;
+  }
   if (nonfinite) {
     snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
-             "left unchanged", t->step + 1, counted_micros ? loss / counted_micros : 0.0);
+             "left unchanged", step, counted_micros ? loss / counted_micros : 0.0);
     return -ERANGE;
   }
   float scale = 1.0f;
@@ -260,21 +328,26 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     double coef = t->tc.grad_clip / (norm + 1e-6);
     if (coef < 1.0) scale = (float)coef;
   }
-  int step = t->step + 1;
-  float lr = zt_train_lr(&t->tc, step);
-  adamw_all(t, lr, step, scale);
+  /* AdamW sees g * scale / loss_scale: the unscaled, clipped gradient */
+  if (dt == ZT_F16) scale = (float)((double)scale / loss_scale);
+  int adam_step = t->adam_step + 1;
+  adamw_all(t, lr, adam_step, scale);
   if ((rc = o->sync(ctx)) < 0) {
     snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
              o->error_text(ctx));
     return rc;
   }
+  if (dt == ZT_F16) zt_loss_scaler_update(&t->scaler, 0);
   t->step = step;
+  t->adam_step = adam_step;
   if (res) {
     res->step = step;
     res->loss = counted_micros ? loss / counted_micros : 0.0;
     res->grad_norm = norm;
     res->lr = lr;
     res->tokens = (int64_t)N * ga;
+    res->skipped = 0;
+    res->loss_scale = dt == ZT_F16 ? t->scaler.scale : 1.0f;
   }
   return 0;
 }

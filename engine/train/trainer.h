@@ -27,6 +27,13 @@ typedef struct zt_train_cfg {
    * internals, for one extra forward of those blocks per micro-batch; losses and gradients are
    * bitwise those of the run without. JSON: "activation_checkpointing": {"every": k}. */
   int ckpt_every;
+  /* Mixed precision (JSON "precision": "fp32" | "bf16" | "fp16"): fp32 master parameters,
+   * gradients and AdamW state always; with bf16/fp16 a compute copy of the parameters in that
+   * type feeds the matmuls (rewritten by each AdamW step) and every activation is stored in it.
+   * fp16 adds dynamic loss scaling (loss_scale.h): steps whose gradients overflow are skipped. */
+  zt_dtype precision;
+  /* JSON "tf32": true lets fp32 matmuls use TF32 tensor cores (cuda backend only). */
+  int tf32;
 } zt_train_cfg;
 
 void zt_train_cfg_defaults(zt_train_cfg *c);
@@ -40,12 +47,15 @@ typedef struct zt_step_result {
   double grad_norm;     /* global L2 norm before clipping */
   float lr;
   int64_t tokens;       /* tokens processed in this step */
+  int skipped;          /* fp16: 1 when the gradients overflowed and nothing was updated */
+  float loss_scale;     /* fp16: the loss scale after this step's update; 1 otherwise */
 } zt_step_result;
 
 typedef struct zt_trainer zt_trainer;
 
 /* Exactly the bytes zt_trainer_open would allocate on the backend for this config (params,
- * grads, AdamW m and v, activations of one micro-batch with tc->ckpt_every), computed without
+ * grads, AdamW m and v, the bf16/fp16 compute copy, activations of one micro-batch in
+ * tc->precision with tc->ckpt_every), computed without
  * allocating: the
  * daemon refuses a job that cannot fit with this number. Measured for the CPU backend (its
  * attention keeps (B, NH, T, T) probabilities); SIZE_MAX for a configuration that does not pass
@@ -59,7 +69,10 @@ int zt_trainer_open(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *
 void zt_trainer_close(zt_trainer *t);
 
 const zt_model *zt_trainer_model(const zt_trainer *t);
-int zt_trainer_step_count(const zt_trainer *t);   /* optimizer steps completed */
+/* Steps completed (each one a call of zt_trainer_step that returned 0; with fp16 this includes
+ * skipped steps, which still advance the learning-rate schedule, as a scheduler stepped every
+ * iteration does in PyTorch, but not AdamW's own step count). */
+int zt_trainer_step_count(const zt_trainer *t);
 /* Bytes the trainer holds on the backend (params, grads, optimizer state, activations). */
 size_t zt_trainer_backend_bytes(const zt_trainer *t);
 
@@ -70,12 +83,15 @@ int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *ex
 /* Tokens one micro-batch needs: B * (T + 1) (inputs plus the next-token targets). */
 size_t zt_trainer_micro_tokens(const zt_trainer *t);
 /* Runs one optimizer step over grad_accum micro-batches; tokens holds grad_accum micro-batches
- * back to back, each B rows of T+1 tokens. Token ids outside [0, vocab) give -EINVAL. */
+ * back to back, each B rows of T+1 tokens. Token ids outside [0, vocab) give -EINVAL. Gradients
+ * with inf/nan give -ERANGE and change nothing, except in fp16, where the step is skipped as
+ * GradScaler skips it (res->skipped, the loss scale halved) and 0 is returned. */
 int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                     size_t errlen);
 
 /* Checkpoint directory: model.safetensors (parameters under the documented names),
- * optimizer.safetensors (AdamW m and v, same names), trainer.json (step, schedule, seeds).
+ * optimizer.safetensors (AdamW m and v, same names), trainer.json (step, AdamW's step, the fp16
+ * loss scaler's state, the configuration).
  * Written into a temp directory, fsynced, then renamed into place. */
 int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen);
 /* Restores parameters, optimizer state and step; continues bit-identically. */

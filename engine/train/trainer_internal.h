@@ -2,6 +2,7 @@
 #ifndef ZT_TRAIN_TRAINER_INTERNAL_H
 #define ZT_TRAIN_TRAINER_INTERNAL_H
 
+#include "engine/train/loss_scale.h"
 #include "engine/train/trainer.h"
 
 struct zt_trainer {
@@ -9,9 +10,12 @@ struct zt_trainer {
   zt_train_cfg tc;
   zt_backend be;
   float *params, *grads, *m, *v;  /* backend buffers in the flat layout */
+  void *params_lp;                /* the bf16/fp16 compute copy; NULL in fp32 */
   zt_acts *acts;
   int32_t *h_tok, *h_tgt;         /* host staging for one micro-batch's inputs and targets */
-  int step;                       /* optimizer steps completed (AdamW's t of the last step) */
+  int step;                       /* steps completed, skipped ones included */
+  int adam_step;                  /* AdamW's t of the last update (== step unless fp16 skipped) */
+  zt_loss_scaler scaler;          /* fp16 only */
 };
 
 #endif

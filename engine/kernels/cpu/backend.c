@@ -39,10 +39,13 @@ static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
-static int cpu_sync(void *ctx) { return 0; }
+/* The one failure the CPU ops can have: a typed op that could not allocate its temporaries. */
+static int cpu_sync(void *ctx) { return ((const zt__cpu_ctx *)ctx)->err; }
 
-/* The CPU backend has no asynchronous failures. */
-static const char *cpu_error_text(void *ctx) { return ""; }
+static const char *cpu_error_text(void *ctx) {
+  return ((const zt__cpu_ctx *)ctx)->err ? "out of host memory for a bf16/fp16 op's temporaries"
+                                         : "";
+}
 
 static const zt_ops cpu_ops = {
     .name = "cpu",
@@ -72,6 +75,25 @@ static const zt_ops cpu_ops = {
     .sum_squares = zt__cpu_sum_squares,
     .scale = zt__cpu_scale,
     .adamw = zt__cpu_adamw,
+    .cast = zt__cpu_cast,
+    .adamw_dt = zt__cpu_adamw_dt,
+    .set_allow_tf32 = zt__cpu_set_allow_tf32,
+    .embedding_fwd_dt = zt__cpu_embedding_fwd_dt,
+    .embedding_bwd_dt = zt__cpu_embedding_bwd_dt,
+    .matmul_fwd_dt = zt__cpu_matmul_fwd_dt,
+    .matmul_bwd_dt = zt__cpu_matmul_bwd_dt,
+    .layernorm_fwd_dt = zt__cpu_layernorm_fwd_dt,
+    .layernorm_bwd_dt = zt__cpu_layernorm_bwd_dt,
+    .attention_saved_bytes_dt = zt__cpu_attention_saved_bytes_dt,
+    .attention_fwd_dt = zt__cpu_attention_fwd_dt,
+    .attention_bwd_dt = zt__cpu_attention_bwd_dt,
+    .gelu_fwd_dt = zt__cpu_gelu_fwd_dt,
+    .gelu_bwd_dt = zt__cpu_gelu_bwd_dt,
+    .relu_fwd_dt = zt__cpu_relu_fwd_dt,
+    .relu_bwd_dt = zt__cpu_relu_bwd_dt,
+    .add_dt = zt__cpu_add_dt,
+    .crossentropy_fwd_bwd_dt = zt__cpu_crossentropy_fwd_bwd_dt,
+    .crossentropy_fwd_dt = zt__cpu_crossentropy_fwd_dt,
 };
 
 int zt_backend_cpu_open(zt_backend *be, int n_threads) {
@@ -85,6 +107,7 @@ int zt_backend_cpu_open(zt_backend *be, int n_threads) {
 #else
   ctx->n_threads = 1; /* built without OpenMP: every op runs on the calling thread */
 #endif
+  ctx->err = 0;
   be->ops = &cpu_ops;
   be->ctx = ctx;
   return 0;

@@ -4,7 +4,7 @@
 // the CPU reference's.
 #include <math.h>
 
-#include "engine/kernels/cuda/cuda.h"
+#include "engine/kernels/cuda/lowp.cuh"
 
 namespace {
 struct adamw_scalars {
@@ -12,8 +12,16 @@ struct adamw_scalars {
 };
 } // namespace
 
+// The compute copy written in the same pass (ops.h adamw_dt); a void pointer: none.
+static __device__ __forceinline__ void store_copy(void *, size_t, float) {}
+template <class L> static __device__ __forceinline__ void store_copy(L *p_lp, size_t i, float v) {
+  p_lp[i] = zt__st<L>(v);
+}
+
+// L: the type of the compute copy, void for none.
+template <class L>
 static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                    adamw_scalars s) {
+                                    adamw_scalars s, L *p_lp) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i] * s.grad_scale;
@@ -21,15 +29,18 @@ static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v
     float mi = s.w1 < 0.5f ? m[i] + s.w1 * (gi - m[i]) : gi - (gi - m[i]) * s.one_minus_w1;
     float vi = v[i] * s.beta2 + s.w2 * gi * gi;
     float denom = sqrtf(vi) / s.bc2_sqrt + s.eps;
-    p[i] = pi + s.neg_step_size * mi / denom;
+    float pn = pi + s.neg_step_size * mi / denom;
+    p[i] = pn;
     m[i] = mi;
     v[i] = vi;
+    store_copy(p_lp, i, pn);
   }
 }
 
-extern "C" void zt__cuda_adamw(void *vctx, float *p, const float *g, float *m, float *v,
-                               size_t n, float lr, float beta1, float beta2, float eps,
-                               float weight_decay, int step, float grad_scale) {
+template <class L>
+static void adamw_t(void *vctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int step,
+                    float grad_scale, L *p_lp) {
   zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
   if (ctx->err || n == 0)
     return;
@@ -43,7 +54,28 @@ extern "C" void zt__cuda_adamw(void *vctx, float *p, const float *g, float *m, f
   s.neg_step_size = (float)(-((double)lr / (1.0 - pow(beta1, step))));
   s.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
   s.grad_scale = grad_scale;
-  adamw_kernel<<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0, ctx->stream>>>(
-      p, g, m, v, n, s);
+  adamw_kernel<L><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0, ctx->stream>>>(
+      p, g, m, v, n, s, p_lp);
   zt__cuda_check_rt(ctx, cudaGetLastError(), "adamw_kernel", __FILE__, __LINE__);
+}
+
+extern "C" void zt__cuda_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
+                               float lr, float beta1, float beta2, float eps, float weight_decay,
+                               int step, float grad_scale) {
+  adamw_t<void>(ctx, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale,
+                nullptr);
+}
+
+extern "C" void zt__cuda_adamw_dt(void *ctx, float *p, const float *g, float *m, float *v,
+                                  size_t n, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, int step, float grad_scale, void *p_lp,
+                                  zt_dtype lp_t) {
+  if (lp_t == ZT_BF16)
+    adamw_t<__nv_bfloat16>(ctx, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step,
+                           grad_scale, (__nv_bfloat16 *)p_lp);
+  else if (lp_t == ZT_F16)
+    adamw_t<__half>(ctx, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale,
+                    (__half *)p_lp);
+  else
+    zt__cuda_adamw(ctx, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
 }

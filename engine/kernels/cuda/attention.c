@@ -11,7 +11,7 @@
  *
  * Row-major S (T,T) with S[i][j] = q_i . k_j is, read column-major, X(j,i) = k_j . q_i, i.e.
  * X = op_T(cm(K^T)) * cm(Q^T) where cm(K^T) (hs,T) is the k rows with leading dimension 3C;
- * every product below is derived the same way. */
+ * every product below is derived the same way. The typed entries (bf16/fp16) are at the end. */
 #include <math.h>
 
 #include "engine/kernels/cuda/cuda.h"
@@ -117,6 +117,145 @@ void zt__cuda_attention_bwd(void *vctx, float *dqkv, const float *dout, const fl
     /* dK += dS^T Q: cm(dK^T) (hs,T) += cm(Q^T) (hs,T) * op_T(cm(dS^T)) */
     if (gemm_heads(ctx, CUBLAS_OP_N, CUBLAS_OP_T, g.hs, T, T, 1.0f, q, g.C3, g.hs, ds, T, g.tt,
                    1.0f, dk, g.C3, g.hs, NH) < 0)
+      goto out;
+  }
+out:
+  return;
+}
+
+/* ---- typed entries (bf16/fp16 q, k, v, out and their gradients) ------------------------------
+ * The same products on cublasGemmStridedBatchedEx with fp32 accumulation. Per batch element the
+ * scores S go to an fp32 scratch, the softmax runs there in fp32, and P is stored rounded to dt
+ * (the saved probabilities, half the bytes of fp32) for P v and the backward. The backward's dP
+ * and dS are fp32 in the same scratch; dS is rounded to dt (a second scratch) for the two
+ * products that read it. saved = P (B,NH,T,T) in dt | S/dS (NH,T,T) fp32 | dS (NH,T,T) in dt,
+ * each part 256-byte aligned. */
+typedef struct lp_saved {
+  size_t s_off, ds_off, bytes;
+} lp_saved;
+
+static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+static lp_saved lp_layout(int B, int T, int NH, size_t es) {
+  size_t tt = (size_t)T * T;
+  lp_saved l;
+  l.s_off = align256((size_t)B * NH * tt * es);
+  l.ds_off = l.s_off + align256((size_t)NH * tt * sizeof(float));
+  l.bytes = l.ds_off + (size_t)NH * tt * es;
+  return l;
+}
+
+size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH) {
+  if (dt == ZT_F32)
+    return zt__cuda_attention_saved_bytes(B, T, C, NH);
+  if (B <= 0 || T <= 0 || NH <= 0)
+    return 0;
+  return lp_layout(B, T, NH, zt_dtype_size(dt)).bytes;
+}
+
+static cudaDataType cuda_type(zt_dtype dt) {
+  return dt == ZT_BF16 ? CUDA_R_16BF : dt == ZT_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* gemm_heads with each operand's type given. */
+static int gemm_heads_ex(zt__cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb, int m,
+                         int n, int k, float alpha, const void *a, zt_dtype at, int lda,
+                         long long sa, const void *b, zt_dtype bt, int ldb, long long sb,
+                         float beta, void *c, zt_dtype ct, int ldc, long long sc, int NH) {
+  return zt__cuda_check_blas(
+      ctx,
+      cublasGemmStridedBatchedEx(ctx->cublas, ta, tb, m, n, k, &alpha, a, cuda_type(at), lda, sa,
+                                 b, cuda_type(bt), ldb, sb, &beta, c, cuda_type(ct), ldc, sc, NH,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
+}
+
+void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, const void *qkv,
+                               int B, int T, int C, int NH, int causal) {
+  zt__cuda_ctx *ctx = vctx;
+  size_t es = zt_dtype_size(dt);
+  lp_saved lay;
+  float *s32;
+  geom g;
+  if (dt == ZT_F32) {
+    zt__cuda_attention_fwd(vctx, out, saved, qkv, B, T, C, NH, causal);
+    return;
+  }
+  if (ctx->err)
+    return;
+  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
+  if (B == 0 || T == 0)
+    return;
+  g = geometry(T, C, NH);
+  lay = lp_layout(B, T, NH, es);
+  s32 = (float *)((char *)saved + lay.s_off);
+  for (int b = 0; b < B; b++) {
+    const char *q = (const char *)qkv + (size_t)b * T * g.C3 * es, *k = q + (size_t)C * es;
+    const char *v = q + 2 * (size_t)C * es;
+    char *p = (char *)saved + (size_t)b * NH * g.tt * es;
+    /* S = scale * q k^T into the fp32 scratch, its softmax there, then P rounded to dt */
+    if (gemm_heads_ex(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, g.scale, k, dt, g.C3, g.hs, q,
+                      dt, g.C3, g.hs, 0.0f, s32, ZT_F32, T, g.tt, NH) < 0)
+      goto out;
+    if (zt__cuda_softmax_rows(ctx, s32, (size_t)NH * T, T, causal) < 0)
+      goto out;
+    zt__cuda_cast(ctx, p, dt, s32, ZT_F32, (size_t)NH * g.tt);
+    /* O = P v */
+    if (gemm_heads_ex(ctx, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, v, dt, g.C3, g.hs, p, dt,
+                      T, g.tt, 0.0f, (char *)out + (size_t)b * T * C * es, dt, C, g.hs, NH) < 0)
+      goto out;
+  }
+out:
+  return;
+}
+
+void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *dout,
+                               const void *qkv, const void *saved, int B, int T, int C, int NH,
+                               int causal) {
+  zt__cuda_ctx *ctx = vctx;
+  size_t es = zt_dtype_size(dt);
+  lp_saved lay;
+  float *s32;
+  char *ds;
+  geom g;
+  if (dt == ZT_F32) {
+    zt__cuda_attention_bwd(vctx, dqkv, dout, qkv, saved, B, T, C, NH, causal);
+    return;
+  }
+  if (ctx->err)
+    return;
+  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
+  if (B == 0 || T == 0)
+    return;
+  g = geometry(T, C, NH);
+  lay = lp_layout(B, T, NH, es);
+  /* the scratch parts of saved (see above); P itself is only read */
+  s32 = (float *)((char *)saved + lay.s_off);
+  ds = (char *)saved + lay.ds_off;
+  for (int b = 0; b < B; b++) {
+    const char *q = (const char *)qkv + (size_t)b * T * g.C3 * es, *k = q + (size_t)C * es;
+    const char *v = q + 2 * (size_t)C * es;
+    char *dq = (char *)dqkv + (size_t)b * T * g.C3 * es, *dk = dq + (size_t)C * es;
+    char *dv = dq + 2 * (size_t)C * es;
+    const char *dob = (const char *)dout + (size_t)b * T * C * es;
+    const char *p = (const char *)saved + (size_t)b * NH * g.tt * es;
+    /* dV += P^T dO */
+    if (gemm_heads_ex(ctx, CUBLAS_OP_N, CUBLAS_OP_T, g.hs, T, T, 1.0f, dob, dt, C, g.hs, p, dt, T,
+                      g.tt, 1.0f, dv, dt, g.C3, g.hs, NH) < 0)
+      goto out;
+    /* dP = dO V^T (fp32), dS = P * (dP - rowsum(P * dP)) * scale, then dS rounded to dt */
+    if (gemm_heads_ex(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, 1.0f, v, dt, g.C3, g.hs, dob, dt,
+                      C, g.hs, 0.0f, s32, ZT_F32, T, g.tt, NH) < 0)
+      goto out;
+    if (zt__cuda_softmax_bwd_rows_dt(ctx, dt, s32, p, (size_t)NH * T, T, causal, g.scale) < 0)
+      goto out;
+    zt__cuda_cast(ctx, ds, dt, s32, ZT_F32, (size_t)NH * g.tt);
+    /* dQ += dS K;  dK += dS^T Q */
+    if (gemm_heads_ex(ctx, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, k, dt, g.C3, g.hs, ds, dt,
+                      T, g.tt, 1.0f, dq, dt, g.C3, g.hs, NH) < 0)
+      goto out;
+    if (gemm_heads_ex(ctx, CUBLAS_OP_N, CUBLAS_OP_T, g.hs, T, T, 1.0f, q, dt, g.C3, g.hs, ds, dt,
+                      T, g.tt, 1.0f, dk, dt, g.C3, g.hs, NH) < 0)
       goto out;
   }
 out:

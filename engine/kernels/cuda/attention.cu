@@ -3,6 +3,7 @@
 // any T works. The order of operations follows the CPU reference; the sums are warp trees.
 #include <math.h>
 
+#include "engine/kernels/cuda/lowp.cuh"
 #include "engine/kernels/cuda/reduce.cuh"
 
 #define ROWS_PER_BLOCK 8
@@ -33,7 +34,9 @@ static __global__ void softmax_rows_kernel(float *att, size_t rows, int T, int c
     p[j] = 0.0f;
 }
 
-static __global__ void softmax_bwd_rows_kernel(float *dp, const float *att, size_t rows, int T,
+// P: the probabilities' storage type (float, or the typed entries' bf16/fp16 copy of them).
+template <class P>
+static __global__ void softmax_bwd_rows_kernel(float *dp, const P *att, size_t rows, int T,
                                                int causal, float scale) {
   size_t r = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
@@ -41,14 +44,14 @@ static __global__ void softmax_bwd_rows_kernel(float *dp, const float *att, size
     return;
   int t = (int)(r % T);
   int nk = causal ? t + 1 : T;
-  const float *p = att + r * T;
+  const P *p = att + r * T;
   float *d = dp + r * T;
   float pdp = 0.0f;
   for (int j = lane; j < nk; j += 32)
-    pdp += p[j] * d[j];
+    pdp += zt__ld(p[j]) * d[j];
   pdp = zt__warp_sum(pdp);
   for (int j = lane; j < nk; j += 32)
-    d[j] = p[j] * (d[j] - pdp) * scale;
+    d[j] = zt__ld(p[j]) * (d[j] - pdp) * scale;
   for (int j = nk + lane; j < T; j += 32)
     d[j] = 0.0f;
 }
@@ -68,10 +71,18 @@ extern "C" int zt__cuda_softmax_rows(zt__cuda_ctx *ctx, float *att, size_t rows,
 
 extern "C" int zt__cuda_softmax_bwd_rows(zt__cuda_ctx *ctx, float *dp, const float *att,
                                          size_t rows, int T, int causal, float scale) {
+  return zt__cuda_softmax_bwd_rows_dt(ctx, ZT_F32, dp, att, rows, T, causal, scale);
+}
+
+extern "C" int zt__cuda_softmax_bwd_rows_dt(zt__cuda_ctx *ctx, zt_dtype att_t, float *dp,
+                                            const void *att, size_t rows, int T, int causal,
+                                            float scale) {
   if (rows == 0)
     return ctx->err;
-  softmax_bwd_rows_kernel<<<row_blocks(rows), ROWS_PER_BLOCK * 32, 0, ctx->stream>>>(
-      dp, att, rows, T, causal, scale);
+  ZT__DISPATCH(att_t, P,
+               softmax_bwd_rows_kernel<P><<<row_blocks(rows), ROWS_PER_BLOCK * 32, 0,
+                                            ctx->stream>>>(dp, (const P *)att, rows, T, causal,
+                                                           scale));
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "softmax_bwd_rows_kernel", __FILE__,
                            __LINE__);
 }

@@ -101,6 +101,20 @@ static int cuda_sync(void *vctx) {
   return ctx->err;
 }
 
+/* CUBLAS_TF32_TENSOR_OP_MATH lets cublasSgemm (and the strided-batched products of attention)
+ * round fp32 inputs to TF32 on tensor cores, as torch.backends.cuda.matmul.allow_tf32; the
+ * bf16/fp16 products use tensor cores in either mode. */
+static int cuda_set_allow_tf32(void *vctx, int allow) {
+  zt__cuda_ctx *ctx = vctx;
+  if (ctx->err)
+    return ctx->err;
+  ZT__CUBLAS(ctx, cublasSetMathMode(ctx->cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                       : CUBLAS_DEFAULT_MATH));
+  ctx->allow_tf32 = allow != 0;
+out:
+  return ctx->err;
+}
+
 static const zt_ops cuda_ops = {
     .name = "cuda",
     .alloc = cuda_alloc,
@@ -129,6 +143,25 @@ static const zt_ops cuda_ops = {
     .sum_squares = zt__cuda_sum_squares,
     .scale = zt__cuda_scale,
     .adamw = zt__cuda_adamw,
+    .cast = zt__cuda_cast,
+    .adamw_dt = zt__cuda_adamw_dt,
+    .set_allow_tf32 = cuda_set_allow_tf32,
+    .embedding_fwd_dt = zt__cuda_embedding_fwd_dt,
+    .embedding_bwd_dt = zt__cuda_embedding_bwd_dt,
+    .matmul_fwd_dt = zt__cuda_matmul_fwd_dt,
+    .matmul_bwd_dt = zt__cuda_matmul_bwd_dt,
+    .layernorm_fwd_dt = zt__cuda_layernorm_fwd_dt,
+    .layernorm_bwd_dt = zt__cuda_layernorm_bwd_dt,
+    .attention_saved_bytes_dt = zt__cuda_attention_saved_bytes_dt,
+    .attention_fwd_dt = zt__cuda_attention_fwd_dt,
+    .attention_bwd_dt = zt__cuda_attention_bwd_dt,
+    .gelu_fwd_dt = zt__cuda_gelu_fwd_dt,
+    .gelu_bwd_dt = zt__cuda_gelu_bwd_dt,
+    .relu_fwd_dt = zt__cuda_relu_fwd_dt,
+    .relu_bwd_dt = zt__cuda_relu_bwd_dt,
+    .add_dt = zt__cuda_add_dt,
+    .crossentropy_fwd_bwd_dt = zt__cuda_crossentropy_fwd_bwd_dt,
+    .crossentropy_fwd_dt = zt__cuda_crossentropy_fwd_dt,
 };
 
 static void ctx_destroy(zt__cuda_ctx *ctx) {
@@ -167,7 +200,7 @@ int zt_backend_cuda_open(zt_backend *be, int device) {
   ZT__CUBLAS(ctx, cublasCreate(&ctx->cublas));
   ZT__CUBLAS(ctx, cublasSetStream(ctx->cublas, ctx->stream));
   /* DEFAULT_MATH runs cublasSgemm in plain fp32 (TF32 needs TF32_TENSOR_OP_MATH, which the
-   * job's tf32 option will select through allow_tf32). */
+   * job's tf32 option selects through set_allow_tf32). */
   ZT__CUBLAS(ctx, cublasSetMathMode(ctx->cublas, ctx->allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                  : CUBLAS_DEFAULT_MATH));
   ZT__CU(ctx, cudaMallocHost(&ctx->pinned, ZT__CUDA_PINNED_BYTES));

@@ -36,8 +36,8 @@ typedef struct zt__cuda_ctx {
   int device;
   cudaStream_t stream;
   cublasHandle_t cublas;
-  /* Lets cuBLAS use TF32 tensor cores for fp32 matmuls (the job spec's "tf32" option); off:
-   * results are plain fp32. */
+  /* Lets cuBLAS use TF32 tensor cores for fp32 matmuls (the job spec's "tf32" option, set
+   * through the set_allow_tf32 op); off: results are plain fp32. */
   bool allow_tf32;
   void *pinned;  /* ZT__CUDA_PINNED_BYTES */
   void *scratch; /* ZT__CUDA_SCRATCH_BYTES, device */
@@ -139,6 +139,57 @@ void zt__cuda_crossentropy_fwd(void *ctx, const float *logits, const int32_t *ta
 void zt__cuda_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int step,
                     float grad_scale);
+
+/* ---- mixed precision (ops.h's typed entries); the .cu kernels are templates over the storage
+ * type (lowp.cuh) whose float instances are the fp32 ops above ---------------------------- */
+void zt__cuda_cast(void *ctx, void *dst, zt_dtype dst_t, const void *src, zt_dtype src_t,
+                   size_t n);
+void zt__cuda_adamw_dt(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay,
+                       int step, float grad_scale, void *p_lp, zt_dtype lp_t);
+void zt__cuda_embedding_fwd_dt(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
+                               const float *wte, const float *wpe, int B, int T, int C);
+void zt__cuda_embedding_bwd_dt(void *ctx, zt_dtype dt, float *dwte, float *dwpe,
+                               const void *dout, const int32_t *tok, int B, int T, int C);
+void zt__cuda_matmul_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, const void *w,
+                            const float *bias, int N, int C, int OC);
+void zt__cuda_matmul_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *dbias,
+                            const void *dout, const void *inp, const void *w, int N, int C,
+                            int OC);
+void zt__cuda_layernorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *mean, float *rstd,
+                               const void *inp, const float *w, const float *b, int N, int C);
+void zt__cuda_layernorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *db,
+                               const void *dout, const void *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
+size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH);
+void zt__cuda_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
+                               int B, int T, int C, int NH, int causal);
+void zt__cuda_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
+                               const void *qkv, const void *saved, int B, int T, int C, int NH,
+                               int causal);
+/* zt__cuda_softmax_bwd_rows with the probabilities stored as att_t */
+int zt__cuda_softmax_bwd_rows_dt(zt__cuda_ctx *ctx, zt_dtype att_t, float *dp, const void *att,
+                                 size_t rows, int T, int causal, float scale);
+void zt__cuda_gelu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
+void zt__cuda_gelu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
+                          size_t n);
+void zt__cuda_relu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
+void zt__cuda_relu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
+                          size_t n);
+void zt__cuda_add_dt(void *ctx, zt_dtype dt, void *out, const void *a, const void *b, size_t n);
+/* out (N, OC) of type dt: every row = bias rounded to dt */
+int zt__cuda_broadcast_rows_dt(zt__cuda_ctx *ctx, zt_dtype dt, void *out, const float *bias,
+                               int N, int OC);
+/* dst[c] += sum_n src[n][c] for src (N, C) of type dt, in a fixed order. */
+int zt__cuda_column_sums_add_dt(zt__cuda_ctx *ctx, zt_dtype dt, float *dst, const void *src,
+                                int N, int C);
+void zt__cuda_crossentropy_fwd_bwd_dt(void *ctx, zt_dtype dt, void *logits,
+                                      const int32_t *targets, int N, int V, int V_alloc,
+                                      int ignore_index, float dscale, double *loss_sum,
+                                      int *n_counted);
+void zt__cuda_crossentropy_fwd_dt(void *ctx, zt_dtype dt, const void *logits,
+                                  const int32_t *targets, int N, int V, int V_alloc,
+                                  int ignore_index, double *loss_sum, int *n_counted);
 
 #ifdef __cplusplus
 }

@@ -7,23 +7,27 @@
 // every dwte row receives its adds in position order, by one thread per channel: the same
 // order (and bits) as the CPU reference, with C/32 x BUCKETS warps in flight.
 // dwpe[t] += sum_b dout[b,t]: one thread per (t, c), summing over b in order.
+#include "engine/kernels/cuda/lowp.cuh"
 #include "engine/kernels/cuda/reduce.cuh"
 
 #define BUCKETS 64
 
-static __global__ void embedding_fwd_kernel(float *out, const int32_t *tok, const float *wte,
-                                            const float *wpe, size_t n, int T, int C) {
+// T: the storage type of out / dout (lowp.cuh); the tables and their gradients are fp32.
+template <class T>
+static __global__ void embedding_fwd_kernel(T *out, const int32_t *tok, const float *wte,
+                                            const float *wpe, size_t n, int T_, int C) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     size_t bt = i / C;
     int c = (int)(i % C);
     float e = wte[(size_t)tok[bt] * C + c];
-    out[i] = wpe ? e + wpe[(bt % T) * C + c] : e;
+    out[i] = zt__st<T>(wpe ? e + wpe[(bt % T_) * C + c] : e);
   }
 }
 
-static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
-                                                const int32_t *tok, size_t rows, int C) {
+template <class T>
+static __global__ void embedding_bwd_wte_kernel(float *dwte, const T *dout, const int32_t *tok,
+                                                size_t rows, int C) {
   int lane = threadIdx.x;
   int c = blockIdx.x * 32 + lane;
   unsigned bucket = blockIdx.y;
@@ -36,58 +40,83 @@ static __global__ void embedding_bwd_wte_kernel(float *dwte, const float *dout,
       mine &= mine - 1;
       int tl = __shfl_sync(ZT__FULL_MASK, t, l);
       if (c < C)
-        dwte[(size_t)tl * C + c] += dout[(base + l) * C + c];
+        dwte[(size_t)tl * C + c] += zt__ld(dout[(base + l) * C + c]);
     }
   }
 }
 
-static __global__ void embedding_bwd_wpe_kernel(float *dwpe, const float *dout, int B, int T,
+template <class T>
+static __global__ void embedding_bwd_wpe_kernel(float *dwpe, const T *dout, int B, int T_,
                                                 int C) {
-  size_t n = (size_t)T * C;
+  size_t n = (size_t)T_ * C;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float acc = 0.0f;
     for (int b = 0; b < B; b++)
-      acc += dout[(size_t)b * n + i];
+      acc += zt__ld(dout[(size_t)b * n + i]);
     dwpe[i] += acc;
   }
 }
 
-extern "C" void zt__cuda_embedding_fwd(void *vctx, float *out, const int32_t *tok,
-                                       const float *wte, const float *wpe, int B, int T, int C) {
-  zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
+template <class T>
+static void embedding_fwd_t(zt__cuda_ctx *ctx, T *out, const int32_t *tok, const float *wte,
+                            const float *wpe, int B, int T_, int C) {
   size_t n;
   if (ctx->err)
     return;
-  ZT__ARG(ctx, B >= 0 && T >= 0 && C >= 0);
-  n = (size_t)B * T * C;
+  ZT__ARG(ctx, B >= 0 && T_ >= 0 && C >= 0);
+  n = (size_t)B * T_ * C;
   if (n == 0)
     return;
-  embedding_fwd_kernel<<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0,
-                         ctx->stream>>>(out, tok, wte, wpe, n, T, C);
+  embedding_fwd_kernel<T><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0,
+                            ctx->stream>>>(out, tok, wte, wpe, n, T_, C);
   ZT__CU(ctx, cudaGetLastError());
 out:
   return;
 }
 
-extern "C" void zt__cuda_embedding_bwd(void *vctx, float *dwte, float *dwpe, const float *dout,
-                                       const int32_t *tok, int B, int T, int C) {
-  zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
+template <class T>
+static void embedding_bwd_t(zt__cuda_ctx *ctx, float *dwte, float *dwpe, const T *dout,
+                            const int32_t *tok, int B, int T_, int C) {
   size_t rows;
   if (ctx->err)
     return;
-  ZT__ARG(ctx, B >= 0 && T >= 0 && C >= 0);
-  rows = (size_t)B * T;
+  ZT__ARG(ctx, B >= 0 && T_ >= 0 && C >= 0);
+  rows = (size_t)B * T_;
   if (rows == 0 || C == 0)
     return;
-  embedding_bwd_wte_kernel<<<dim3((C + 31) / 32, BUCKETS), 32, 0, ctx->stream>>>(dwte, dout, tok,
-                                                                                 rows, C);
+  embedding_bwd_wte_kernel<T><<<dim3((C + 31) / 32, BUCKETS), 32, 0, ctx->stream>>>(dwte, dout,
+                                                                                    tok, rows, C);
   ZT__CU(ctx, cudaGetLastError());
   if (dwpe) {
-    embedding_bwd_wpe_kernel<<<zt__cuda_blocks((size_t)T * C, ZT__CUDA_THREADS),
-                               ZT__CUDA_THREADS, 0, ctx->stream>>>(dwpe, dout, B, T, C);
+    embedding_bwd_wpe_kernel<T><<<zt__cuda_blocks((size_t)T_ * C, ZT__CUDA_THREADS),
+                                  ZT__CUDA_THREADS, 0, ctx->stream>>>(dwpe, dout, B, T_, C);
     ZT__CU(ctx, cudaGetLastError());
   }
 out:
   return;
+}
+
+extern "C" void zt__cuda_embedding_fwd(void *ctx, float *out, const int32_t *tok,
+                                       const float *wte, const float *wpe, int B, int T, int C) {
+  embedding_fwd_t<float>((zt__cuda_ctx *)ctx, out, tok, wte, wpe, B, T, C);
+}
+
+extern "C" void zt__cuda_embedding_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                       const int32_t *tok, int B, int T, int C) {
+  embedding_bwd_t<float>((zt__cuda_ctx *)ctx, dwte, dwpe, dout, tok, B, T, C);
+}
+
+extern "C" void zt__cuda_embedding_fwd_dt(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
+                                          const float *wte, const float *wpe, int B, int T,
+                                          int C) {
+  ZT__DISPATCH(dt, S, embedding_fwd_t<S>((zt__cuda_ctx *)ctx, (S *)out, tok, wte, wpe, B, T, C));
+}
+
+extern "C" void zt__cuda_embedding_bwd_dt(void *ctx, zt_dtype dt, float *dwte, float *dwpe,
+                                          const void *dout, const int32_t *tok, int B, int T,
+                                          int C) {
+  ZT__DISPATCH(dt, S,
+               embedding_bwd_t<S>((zt__cuda_ctx *)ctx, dwte, dwpe, (const S *)dout, tok, B, T,
+                                  C));
 }

@@ -9,6 +9,7 @@
 // on the device; they are counted as ignored rather than read.
 #include <math.h>
 
+#include "engine/kernels/cuda/lowp.cuh"
 #include "engine/kernels/cuda/reduce.cuh"
 
 #define CE_THREADS 256
@@ -30,31 +31,33 @@ static_assert(sizeof(ce_scratch) <= ZT__CUDA_SCRATCH_BYTES, "scratch too small")
 static_assert(sizeof(ce_totals) <= ZT__CUDA_PINNED_BYTES, "pinned buffer too small");
 } // namespace
 
-// grad NULL: loss only; else grad may be logits itself.
-static __global__ void crossentropy_kernel(ce_scratch *sc, float *grad, const float *logits,
+// grad NULL: loss only; else grad may be logits itself. T: the logits' storage type
+// (lowp.cuh), float for fp32; the arithmetic is fp32/double either way.
+template <class T>
+static __global__ void crossentropy_kernel(ce_scratch *sc, T *grad, const T *logits,
                                            const int32_t *targets, int N, int V, int V_alloc,
                                            int ignore_index, float dscale) {
   double block_loss = 0.0;
   int block_count = 0;
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
-    const float *x = logits + (size_t)n * V_alloc;
-    float *g = grad ? grad + (size_t)n * V_alloc : nullptr;
+    const T *x = logits + (size_t)n * V_alloc;
+    T *g = grad ? grad + (size_t)n * V_alloc : nullptr;
     int target = targets[n];
     if (target == ignore_index || target < 0 || target >= V) {
       if (g)
         for (int j = threadIdx.x; j < V_alloc; j += blockDim.x)
-          g[j] = 0.0f;
+          g[j] = zt__st<T>(0.0f);
       continue;
     }
     // read before the first barrier, so before any thread can overwrite it (grad == logits)
-    float x_target = x[target];
+    float x_target = zt__ld(x[target]);
     float maxv = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-      maxv = fmaxf(maxv, x[j]);
+      maxv = fmaxf(maxv, zt__ld(x[j]));
     maxv = zt__block_max(maxv);
     double sum_exp = 0.0;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-      sum_exp += expf(x[j] - maxv);
+      sum_exp += expf(zt__ld(x[j]) - maxv);
     sum_exp = zt__block_sum(sum_exp);
     if (threadIdx.x == 0) {
       block_loss += maxv + log(sum_exp) - x_target;
@@ -63,13 +66,13 @@ static __global__ void crossentropy_kernel(ce_scratch *sc, float *grad, const fl
     if (g) {
       float mul = (float)(1.0 / sum_exp) * dscale;
       for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = expf(x[j] - maxv) * mul;
+        float v = expf(zt__ld(x[j]) - maxv) * mul;
         if (j == target)
           v -= dscale;
-        g[j] = v;
+        g[j] = zt__st<T>(v);
       }
       for (int j = V + threadIdx.x; j < V_alloc; j += blockDim.x)
-        g[j] = 0.0f;
+        g[j] = zt__st<T>(0.0f);
     }
   }
   if (threadIdx.x == 0) {
@@ -93,7 +96,8 @@ static __global__ void crossentropy_total_kernel(ce_scratch *sc, int nparts) {
   }
 }
 
-static void crossentropy(zt__cuda_ctx *ctx, float *grad, const float *logits,
+template <class T>
+static void crossentropy(zt__cuda_ctx *ctx, T *grad, const T *logits,
                          const int32_t *targets, int N, int V, int V_alloc, int ignore_index,
                          float dscale, double *loss_sum, int *n_counted) {
   ce_scratch *sc = (ce_scratch *)ctx->scratch;
@@ -109,8 +113,8 @@ static void crossentropy(zt__cuda_ctx *ctx, float *grad, const float *logits,
     return;
   }
   blocks = N < CE_MAX_BLOCKS ? N : CE_MAX_BLOCKS;
-  crossentropy_kernel<<<blocks, CE_THREADS, 0, ctx->stream>>>(sc, grad, logits, targets, N, V,
-                                                              V_alloc, ignore_index, dscale);
+  crossentropy_kernel<T><<<blocks, CE_THREADS, 0, ctx->stream>>>(sc, grad, logits, targets, N,
+                                                                 V, V_alloc, ignore_index, dscale);
   ZT__CU(ctx, cudaGetLastError());
   crossentropy_total_kernel<<<1, CE_THREADS, 0, ctx->stream>>>(sc, blocks);
   ZT__CU(ctx, cudaGetLastError());
@@ -126,13 +130,31 @@ out:
 extern "C" void zt__cuda_crossentropy_fwd_bwd(void *ctx, float *logits, const int32_t *targets,
                                               int N, int V, int V_alloc, int ignore_index,
                                               float dscale, double *loss_sum, int *n_counted) {
-  crossentropy((zt__cuda_ctx *)ctx, logits, logits, targets, N, V, V_alloc, ignore_index, dscale,
-               loss_sum, n_counted);
+  crossentropy<float>((zt__cuda_ctx *)ctx, logits, logits, targets, N, V, V_alloc, ignore_index,
+                      dscale, loss_sum, n_counted);
 }
 
 extern "C" void zt__cuda_crossentropy_fwd(void *ctx, const float *logits,
                                           const int32_t *targets, int N, int V, int V_alloc,
                                           int ignore_index, double *loss_sum, int *n_counted) {
-  crossentropy((zt__cuda_ctx *)ctx, nullptr, logits, targets, N, V, V_alloc, ignore_index, 0.0f,
-               loss_sum, n_counted);
+  crossentropy<float>((zt__cuda_ctx *)ctx, nullptr, logits, targets, N, V, V_alloc, ignore_index,
+                      0.0f, loss_sum, n_counted);
+}
+
+extern "C" void zt__cuda_crossentropy_fwd_bwd_dt(void *ctx, zt_dtype dt, void *logits,
+                                                 const int32_t *targets, int N, int V,
+                                                 int V_alloc, int ignore_index, float dscale,
+                                                 double *loss_sum, int *n_counted) {
+  ZT__DISPATCH(dt, T,
+               crossentropy<T>((zt__cuda_ctx *)ctx, (T *)logits, (const T *)logits, targets, N,
+                               V, V_alloc, ignore_index, dscale, loss_sum, n_counted));
+}
+
+extern "C" void zt__cuda_crossentropy_fwd_dt(void *ctx, zt_dtype dt, const void *logits,
+                                             const int32_t *targets, int N, int V, int V_alloc,
+                                             int ignore_index, double *loss_sum,
+                                             int *n_counted) {
+  ZT__DISPATCH(dt, T,
+               crossentropy<T>((zt__cuda_ctx *)ctx, (T *)nullptr, (const T *)logits, targets, N,
+                               V, V_alloc, ignore_index, 0.0f, loss_sum, n_counted));
 }

@@ -1,7 +1,7 @@
 // Elementwise ops, written as the CPU reference writes them (same operations in the same
 // order; the build turns off FMA contraction so that each one rounds as in C). tanhf differs
 // from glibc's by an ulp or so, the rest is bitwise the reference.
-#include "engine/kernels/cuda/cuda.h"
+#include "engine/kernels/cuda/lowp.cuh"
 
 #define GELU_SCALE 0.7978845608028654f
 #define GELU_CUBIC 0.044715f
@@ -10,45 +10,54 @@
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
        i += (size_t)gridDim.x * blockDim.x)
 
-static __global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
+// The activation kernels are templates over the storage type T of ops.h's typed entries
+// (lowp.cuh): fp32 arithmetic, one rounding per stored value; T = float is the fp32 op.
+template <class T> static __global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n) {
   GRID_STRIDE(i, n) {
-    float x = inp[i];
+    float x = zt__ld(inp[i]);
     float cube = GELU_CUBIC * x * x * x;
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+    out[i] = zt__st<T>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube))));
   }
 }
 
-static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout,
-                                       size_t n) {
+template <class T>
+static __global__ void gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
   GRID_STRIDE(i, n) {
-    float x = inp[i];
+    float x = zt__ld(inp[i]);
     float th = tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
     float sech2 = 1.0f - th * th;
     float local = 0.5f * (1.0f + th) +
                   0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    dinp[i] += local * dout[i];
+    dinp[i] = zt__st<T>(zt__ld(dinp[i]) + local * zt__ld(dout[i]));
   }
 }
 
-static __global__ void relu_fwd_kernel(float *out, const float *inp, size_t n) {
-  GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+template <class T> static __global__ void relu_fwd_kernel(T *out, const T *inp, size_t n) {
+  GRID_STRIDE(i, n) {
+    float x = zt__ld(inp[i]);
+    out[i] = zt__st<T>(x > 0.0f ? x : 0.0f);
+  }
 }
 
-static __global__ void relu_bwd_kernel(float *dinp, const float *inp, const float *dout,
-                                       size_t n) {
-  GRID_STRIDE(i, n) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+template <class T>
+static __global__ void relu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
+  GRID_STRIDE(i, n) {
+    dinp[i] = zt__st<T>(zt__ld(dinp[i]) + (zt__ld(inp[i]) > 0.0f ? zt__ld(dout[i]) : 0.0f));
+  }
 }
 
-static __global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
-  GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+template <class T>
+static __global__ void add_kernel(T *out, const T *a, const T *b, size_t n) {
+  GRID_STRIDE(i, n) out[i] = zt__st<T>(zt__ld(a[i]) + zt__ld(b[i]));
 }
 
 static __global__ void scale_kernel(float *x, float s, size_t n) {
   GRID_STRIDE(i, n) x[i] *= s;
 }
 
-static __global__ void broadcast_rows_kernel(float *out, const float *bias, size_t n, int OC) {
-  GRID_STRIDE(i, n) out[i] = bias[i % OC];
+template <class T>
+static __global__ void broadcast_rows_kernel(T *out, const float *bias, size_t n, int OC) {
+  GRID_STRIDE(i, n) out[i] = zt__st<T>(bias[i % OC]);
 }
 
 // The common prologue and epilogue of a pointwise launch: skip after an error or on empty
@@ -64,25 +73,25 @@ static __global__ void broadcast_rows_kernel(float *out, const float *bias, size
   } while (0)
 
 extern "C" void zt__cuda_gelu_fwd(void *ctx, float *out, const float *inp, size_t n) {
-  LAUNCH(ctx, n, gelu_fwd_kernel, out, inp, n);
+  LAUNCH(ctx, n, gelu_fwd_kernel<float>, out, inp, n);
 }
 
 extern "C" void zt__cuda_gelu_bwd(void *ctx, float *dinp, const float *inp, const float *dout,
                                   size_t n) {
-  LAUNCH(ctx, n, gelu_bwd_kernel, dinp, inp, dout, n);
+  LAUNCH(ctx, n, gelu_bwd_kernel<float>, dinp, inp, dout, n);
 }
 
 extern "C" void zt__cuda_relu_fwd(void *ctx, float *out, const float *inp, size_t n) {
-  LAUNCH(ctx, n, relu_fwd_kernel, out, inp, n);
+  LAUNCH(ctx, n, relu_fwd_kernel<float>, out, inp, n);
 }
 
 extern "C" void zt__cuda_relu_bwd(void *ctx, float *dinp, const float *inp, const float *dout,
                                   size_t n) {
-  LAUNCH(ctx, n, relu_bwd_kernel, dinp, inp, dout, n);
+  LAUNCH(ctx, n, relu_bwd_kernel<float>, dinp, inp, dout, n);
 }
 
 extern "C" void zt__cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
-  LAUNCH(ctx, n, add_kernel, out, a, b, n);
+  LAUNCH(ctx, n, add_kernel<float>, out, a, b, n);
 }
 
 extern "C" void zt__cuda_scale(void *ctx, float *x, float s, size_t n) {
@@ -91,11 +100,90 @@ extern "C" void zt__cuda_scale(void *ctx, float *x, float s, size_t n) {
 
 extern "C" int zt__cuda_broadcast_rows(zt__cuda_ctx *ctx, float *out, const float *bias, int N,
                                        int OC) {
+  return zt__cuda_broadcast_rows_dt(ctx, ZT_F32, out, bias, N, OC);
+}
+
+extern "C" int zt__cuda_broadcast_rows_dt(zt__cuda_ctx *ctx, zt_dtype dt, void *out,
+                                          const float *bias, int N, int OC) {
   size_t n = (size_t)N * OC;
   if (n == 0)
     return ctx->err;
-  broadcast_rows_kernel<<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0,
-                          ctx->stream>>>(out, bias, n, OC);
+  ZT__DISPATCH(dt, T,
+               broadcast_rows_kernel<T><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS,
+                                          0, ctx->stream>>>((T *)out, bias, n, OC));
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "broadcast_rows_kernel", __FILE__,
                            __LINE__);
+}
+
+// ---- typed entries ---------------------------------------------------------------------------
+
+template <class T> static void gelu_fwd_t(void *ctx, void *out, const void *inp, size_t n) {
+  LAUNCH(ctx, n, gelu_fwd_kernel<T>, (T *)out, (const T *)inp, n);
+}
+
+template <class T>
+static void gelu_bwd_t(void *ctx, void *dinp, const void *inp, const void *dout, size_t n) {
+  LAUNCH(ctx, n, gelu_bwd_kernel<T>, (T *)dinp, (const T *)inp, (const T *)dout, n);
+}
+
+template <class T> static void relu_fwd_t(void *ctx, void *out, const void *inp, size_t n) {
+  LAUNCH(ctx, n, relu_fwd_kernel<T>, (T *)out, (const T *)inp, n);
+}
+
+template <class T>
+static void relu_bwd_t(void *ctx, void *dinp, const void *inp, const void *dout, size_t n) {
+  LAUNCH(ctx, n, relu_bwd_kernel<T>, (T *)dinp, (const T *)inp, (const T *)dout, n);
+}
+
+template <class T>
+static void add_t(void *ctx, void *out, const void *a, const void *b, size_t n) {
+  LAUNCH(ctx, n, add_kernel<T>, (T *)out, (const T *)a, (const T *)b, n);
+}
+
+extern "C" void zt__cuda_gelu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp,
+                                     size_t n) {
+  ZT__DISPATCH(dt, T, gelu_fwd_t<T>(ctx, out, inp, n));
+}
+
+extern "C" void zt__cuda_gelu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp,
+                                     const void *dout, size_t n) {
+  ZT__DISPATCH(dt, T, gelu_bwd_t<T>(ctx, dinp, inp, dout, n));
+}
+
+extern "C" void zt__cuda_relu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp,
+                                     size_t n) {
+  ZT__DISPATCH(dt, T, relu_fwd_t<T>(ctx, out, inp, n));
+}
+
+extern "C" void zt__cuda_relu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp,
+                                     const void *dout, size_t n) {
+  ZT__DISPATCH(dt, T, relu_bwd_t<T>(ctx, dinp, inp, dout, n));
+}
+
+extern "C" void zt__cuda_add_dt(void *ctx, zt_dtype dt, void *out, const void *a, const void *b,
+                                size_t n) {
+  ZT__DISPATCH(dt, T, add_t<T>(ctx, out, a, b, n));
+}
+
+template <class D, class S> static __global__ void cast_kernel(D *dst, const S *src, size_t n) {
+  GRID_STRIDE(i, n) dst[i] = zt__st<D>(zt__ld(src[i]));
+}
+
+template <class D, class S> static void cast_t(void *ctx, D *dst, const S *src, size_t n) {
+  zt__cuda_ctx *c = (zt__cuda_ctx *)ctx;
+  if (c->err || n == 0)
+    return;
+  cast_kernel<D, S><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0, c->stream>>>(
+      dst, src, n);
+  zt__cuda_check_rt(c, cudaGetLastError(), "cast_kernel", __FILE__, __LINE__);
+}
+
+template <class D> static void cast_from(void *ctx, D *dst, const void *src, zt_dtype st,
+                                         size_t n) {
+  ZT__DISPATCH(st, S, cast_t<D, S>(ctx, dst, (const S *)src, n));
+}
+
+extern "C" void zt__cuda_cast(void *ctx, void *dst, zt_dtype dst_t, const void *src,
+                              zt_dtype src_t, size_t n) {
+  ZT__DISPATCH(dst_t, D, cast_from<D>(ctx, (D *)dst, src, src_t, n));
 }

@@ -2,6 +2,7 @@
 // and the column sums of the bias gradient.
 #include <math.h>
 
+#include "engine/kernels/cuda/lowp.cuh"
 #include "engine/kernels/cuda/reduce.cuh"
 
 #define SUMSQ_MAX_BLOCKS 1024
@@ -57,18 +58,26 @@ out:
 }
 
 namespace {
-struct column_of {
-  const float *src;
+template <class T> struct column_of {
+  const T *src;
   int C;
   __device__ void operator()(int n, int c, float acc[1]) const {
-    acc[0] += src[(size_t)n * C + c];
+    acc[0] += zt__ld(src[(size_t)n * C + c]);
   }
 };
 } // namespace
 
 extern "C" int zt__cuda_column_sums_add(zt__cuda_ctx *ctx, float *dst, const float *src, int N,
                                         int C) {
+  return zt__cuda_column_sums_add_dt(ctx, ZT_F32, dst, src, N, C);
+}
+
+extern "C" int zt__cuda_column_sums_add_dt(zt__cuda_ctx *ctx, zt_dtype dt, float *dst,
+                                           const void *src, int N, int C) {
+  int rc = 0;
   if (N <= 0 || C <= 0)
     return ctx->err;
-  return zt__colsum_add<1>(ctx, dst, nullptr, column_of{src, C}, N, C);
+  ZT__DISPATCH(dt, T,
+               rc = zt__colsum_add<1>(ctx, dst, nullptr, column_of<T>{(const T *)src, C}, N, C));
+  return rc;
 }

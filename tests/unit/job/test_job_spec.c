@@ -76,7 +76,12 @@ static const bad_case k_bad[] = {
   {"train.micro_batch", "-2", -EINVAL, "train.micro_batch"},
   {"train.grad_accum", "0", -EINVAL, "train.grad_accum"},
   {"train.precision", "\"bf16\"", -EINVAL,
-   "train.precision 'bf16': this version of zt trains in fp32 only"},
+   "train.precision \"bf16\" needs the cuda backend; this daemon runs the cpu backend"},
+  {"train.precision", "\"fp16\"", -EINVAL,
+   "train.precision \"fp16\" needs the cuda backend; this daemon runs the cpu backend"},
+  {"train.tf32", "true", -EINVAL,
+   "train.tf32 needs the cuda backend; this daemon runs the cpu backend"},
+  {"train.tf32", "1", -EINVAL, "train.tf32 must be true or false"},
   {"train.precision", "\"fp8\"", -EINVAL, "train.precision"},
   {"train.optimizer.name", "\"sgd\"", -EINVAL, "train.optimizer.name"},
   {"train.optimizer.lr", "0", -EINVAL, "train.optimizer.lr"},
@@ -171,6 +176,29 @@ int main(void) {
     CHECK(bytes == zt_trainer_estimate_bytes(&s.model, &s.train));
     json_decref(spec);
   }
+  /* bf16/fp16/tf32 pass where the backend is cuda (without a GPU the memory is not checked),
+   * with the trainer's estimate for that precision. */
+  for (int k = 0; k < 3; k++) {
+    static const char *const prec[] = {"bf16", "fp16", "fp32"};
+    json_t *spec = base_spec();
+    set_path(spec, "train.precision", json_string(prec[k]));
+    set_path(spec, "train.tf32", json_boolean(k == 2));
+    zt_job_spec s;
+    size_t bytes;
+    CHECK(zt__job_spec_parse(spec, &s, err, sizeof err) == 0);
+    CHECK(s.train.precision == (k == 0 ? ZT_BF16 : k == 1 ? ZT_F16 : ZT_F32));
+    CHECK(s.train.tf32 == (k == 2));
+    zt_jobs_config cuda = {.backend = "cuda"};
+    CHECK(zt__job_spec_check_resources(&s, &cuda, &bytes, err, sizeof err) == 0);
+    CHECK(bytes == zt_trainer_estimate_bytes(&s.model, &s.train));
+    /* the spec written back parses to the same precision */
+    json_t *back = zt__job_spec_to_json(&s);
+    zt_job_spec s2;
+    CHECK(back && zt__job_spec_parse(back, &s2, err, sizeof err) == 0);
+    CHECK(s2.train.precision == s.train.precision && s2.train.tf32 == s.train.tf32);
+    json_decref(back);
+    json_decref(spec);
+  }
 
   /* Nothing was written and no id was used by the refusals. */
   json_t *st = zt_jobs_status(jobs);
@@ -193,6 +221,7 @@ int main(void) {
   json_t *train = json_object_get(s, "train");
   CHECK(json_integer_value(json_object_get(train, "grad_accum")) == 1);
   CHECK(strcmp(json_string_value(json_object_get(train, "precision")), "fp32") == 0);
+  CHECK(json_is_false(json_object_get(train, "tf32")));
   CHECK(json_integer_value(json_object_get(train, "seed")) == 0);
   CHECK(json_real_value(json_object_get(train, "grad_clip")) == 0.0);
   json_t *opt = json_object_get(train, "optimizer");

@@ -235,12 +235,13 @@ static int test_overfit(void) {
   return MC_EXPECT(r.loss < 0.05, "loss %.4f after %d steps", r.loss, r.step);
 }
 
-/* The daemon's admission number is what the trainer then holds. */
-static int test_estimate(zt_arch arch) {
+/* The daemon's admission number is what the trainer then holds, in every precision. */
+static int test_estimate(zt_arch arch, zt_dtype precision) {
   char err[256];
   int fails = 0;
   zt_model_cfg mc = mc_tiny(arch);
   zt_train_cfg tc = mc_train(3, 2);
+  tc.precision = precision;
   zt_backend be = mc_backend();
   zt_trainer *t;
   if (zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err) < 0) {
@@ -249,7 +250,8 @@ static int test_estimate(zt_arch arch) {
   }
   size_t est = zt_trainer_estimate_bytes(&mc, &tc), held = zt_trainer_backend_bytes(t);
   fails += MC_EXPECT(est == held && held > 4 * 4 * zt_model_num_params(zt_trainer_model(t)),
-                     "%s: estimate %zu, trainer holds %zu", zt_arch_name(arch), est, held);
+                     "%s %s: estimate %zu, trainer holds %zu", zt_arch_name(arch),
+                     zt_dtype_name(precision), est, held);
   mc.n_heads = 3;
   fails += MC_EXPECT(zt_trainer_estimate_bytes(&mc, &tc) == SIZE_MAX, "invalid config estimated");
   zt_trainer_close(t);
@@ -259,7 +261,8 @@ static int test_estimate(zt_arch arch) {
 
 int main(void) {
   int fails = test_schedule();
-  fails += test_estimate(ZT_ARCH_GPT) + test_estimate(ZT_ARCH_ENCODER);
+  for (int p = ZT_F32; p <= ZT_F16; p++)
+    fails += test_estimate(ZT_ARCH_GPT, (zt_dtype)p) + test_estimate(ZT_ARCH_ENCODER, (zt_dtype)p);
   fails += test_adamw_step();
   fails += test_accumulation(ZT_ARCH_GPT);
   fails += test_accumulation(ZT_ARCH_ENCODER);

@@ -1,0 +1,404 @@
+/* The CUDA backend's typed ops (bf16 and fp16 activations, ops.h) against the CPU reference's
+ * typed ops on the same bits, plus cast, adamw_dt and the TF32 switch. Prints one line per
+ * comparison with the worst errors. Exits 77 without a GPU.
+ *
+ * Tolerances. Both backends widen the same dt inputs, compute in fp32 and round each stored
+ * output once; they differ in fp32 summation order and a few device math functions, and the
+ * CUDA side has by design a few extra roundings: the matmul bias is preset in dt (rounded once
+ * more), attention rounds P and dS to dt before the products that read them. So a dt output
+ * may land one or two dt ulps away, and where values cancel the error is relative to the
+ * tensor's scale: |got - want| <= A u max|want| + R u |want|, u the unit roundoff of dt
+ * (2^-8 bf16, 2^-11 fp16): A = 4, R = 4 for single products; A = 16, R = 8 for attention's
+ * backward (dS rounded, then two products). fp32 outputs computed from the same dt inputs
+ * (weight gradients, layernorm statistics, the loss) only differ by fp32 summation order:
+ * 1e-5 relative to the scale. The AdamW update and the casts are bitwise. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "engine/kernels/cuda/cuda_backend.h"
+#include "engine/kernels/ops.h"
+#include "tests/unit/kernels/kcheck.h"
+
+static zt_backend cpu, gpu;
+static int failures;
+static kc_rng rng;
+
+/* ---- buffers: the host copy the CPU works on, the device copy the GPU works on -------------- */
+
+#define MAX_DEV 64
+static void *dev_ptrs[MAX_DEV];
+static int n_dev;
+
+static void *dev_alloc(size_t bytes) {
+  void *p = gpu.ops->alloc(gpu.ctx, bytes);
+  if (!p || n_dev == MAX_DEV) {
+    fprintf(stderr, "device allocation of %zu bytes failed\n", bytes);
+    exit(1);
+  }
+  dev_ptrs[n_dev++] = p;
+  return p;
+}
+
+/* Frees every device buffer (each test section ends with it). */
+static void dev_free_all(void) {
+  while (n_dev > 0) gpu.ops->free(gpu.ctx, dev_ptrs[--n_dev]);
+}
+
+/* A tensor of n values of type t: host bytes h, device bytes d. */
+typedef struct tb {
+  void *h, *d;
+  size_t n;
+  zt_dtype t;
+} tb;
+
+static float get(const tb *b, size_t i) {
+  if (b->t == ZT_F32) return ((const float *)b->h)[i];
+  uint16_t x = ((const uint16_t *)b->h)[i];
+  return b->t == ZT_BF16 ? zt_bf16_to_f32(x) : zt_f16_to_f32(x);
+}
+
+static tb make(zt_dtype t, size_t n, float lo, float hi) {
+  tb b = {calloc(n ? n : 1, zt_dtype_size(t)), dev_alloc(n * zt_dtype_size(t)), n, t};
+  if (!b.h) exit(1);
+  for (size_t i = 0; i < n; i++) {
+    float x = lo == hi ? lo : kc_uniform(&rng, lo, hi);
+    if (t == ZT_F32) ((float *)b.h)[i] = x;
+    else ((uint16_t *)b.h)[i] = t == ZT_BF16 ? zt_f32_to_bf16(x) : zt_f32_to_f16(x);
+  }
+  gpu.ops->to_device(gpu.ctx, b.d, b.h, n * zt_dtype_size(t));
+  return b;
+}
+
+/* The device copy against the host copy: the GPU's result against the CPU's. */
+static void check(const char *what, const tb *b, double a_scale, double r) {
+  size_t es = zt_dtype_size(b->t);
+  tb got = {malloc(b->n * es + 1), NULL, b->n, b->t};
+  gpu.ops->to_host(gpu.ctx, got.h, b->d, b->n * es);
+  double maxw = 0, max_abs = 0, worst = 0;
+  for (size_t i = 0; i < b->n; i++) maxw = fmax(maxw, fabs(get(b, i)));
+  double atol = a_scale * maxw;
+  size_t bad = b->n, nbad = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    double g = get(&got, i), w = get(b, i), err = fabs(g - w);
+    if (!(err <= atol + r * fabs(w))) {
+      if (nbad++ == 0) bad = i;
+    }
+    max_abs = fmax(max_abs, err);
+    if (atol + r * fabs(w) > 0) worst = fmax(worst, err / (atol + r * fabs(w)));
+  }
+  printf("%-48s %s n=%-7zu max|want| %.3e  max abs err %.3e  worst %.2f of tolerance  %s\n",
+         what, zt_dtype_name(b->t), b->n, maxw, max_abs, worst, nbad ? "FAIL" : "ok");
+  if (nbad) {
+    fprintf(stderr, "FAIL %s (%s): %zu of %zu elements out of tolerance (atol %.3g = %.3g x "
+            "max|want|, rtol %.3g); first [%zu]: gpu %.9g, cpu %.9g\n", what,
+            zt_dtype_name(b->t), nbad, b->n, atol, a_scale, r, bad, (double)get(&got, bad),
+            (double)get(b, bad));
+    failures++;
+  }
+  free(got.h);
+}
+
+static void check_bits(const char *what, const tb *b) {
+  size_t bytes = b->n * zt_dtype_size(b->t);
+  void *got = malloc(bytes + 1);
+  gpu.ops->to_host(gpu.ctx, got, b->d, bytes);
+  int same = memcmp(got, b->h, bytes) == 0;
+  printf("%-48s %s n=%-7zu %s\n", what, zt_dtype_name(b->t), b->n,
+         same ? "bitwise equal" : "DIFFERENT (FAIL)");
+  if (!same) {
+    for (size_t i = 0; i < b->n; i++) {
+      tb g = {got, NULL, b->n, b->t};
+      if (memcmp((char *)got + i * zt_dtype_size(b->t), (char *)b->h + i * zt_dtype_size(b->t),
+                 zt_dtype_size(b->t))) {
+        fprintf(stderr, "FAIL %s: first difference [%zu]: gpu %.9g, cpu %.9g\n", what, i,
+                (double)get(&g, i), (double)get(b, i));
+        break;
+      }
+    }
+    failures++;
+  }
+  free(got);
+}
+
+static void free_all(tb *const *list, size_t n) {
+  for (size_t i = 0; i < n; i++) free(list[i]->h);
+  dev_free_all();
+}
+
+static double u_of(zt_dtype dt) { return dt == ZT_BF16 ? 0x1p-8 : 0x1p-11; }
+
+#define F32_SCALE 1e-5
+
+/* ---- the ops -------------------------------------------------------------------------------- */
+
+static void test_matmul(zt_dtype dt, int N, int C, int OC) {
+  double u = u_of(dt);
+  char what[96];
+  tb inp = make(dt, (size_t)N * C, -1, 1), w = make(dt, (size_t)OC * C, -1, 1);
+  tb bias = make(ZT_F32, OC, -1, 1), out = make(dt, (size_t)N * OC, 0, 0);
+  for (int with_bias = 0; with_bias < 2; with_bias++) {
+    cpu.ops->matmul_fwd_dt(cpu.ctx, dt, out.h, inp.h, w.h, with_bias ? bias.h : NULL, N, C, OC);
+    gpu.ops->matmul_fwd_dt(gpu.ctx, dt, out.d, inp.d, w.d, with_bias ? bias.d : NULL, N, C, OC);
+    snprintf(what, sizeof what, "matmul_fwd N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    check(what, &out, 4 * u, 4 * u);
+  }
+  tb dout = make(dt, (size_t)N * OC, -1, 1), dinp = make(dt, (size_t)N * C, -1, 1);
+  tb dw = make(ZT_F32, (size_t)OC * C, -1, 1), db = make(ZT_F32, OC, -1, 1);
+  cpu.ops->matmul_bwd_dt(cpu.ctx, dt, dinp.h, dw.h, db.h, dout.h, inp.h, w.h, N, C, OC);
+  gpu.ops->matmul_bwd_dt(gpu.ctx, dt, dinp.d, dw.d, db.d, dout.d, inp.d, w.d, N, C, OC);
+  snprintf(what, sizeof what, "matmul_bwd dinp N=%d C=%d OC=%d", N, C, OC);
+  check(what, &dinp, 4 * u, 4 * u);
+  snprintf(what, sizeof what, "matmul_bwd dw (fp32) N=%d C=%d OC=%d", N, C, OC);
+  check(what, &dw, F32_SCALE, F32_SCALE);
+  check("matmul_bwd dbias (fp32)", &db, F32_SCALE, F32_SCALE);
+  /* dinp NULL (the first layer's input needs no gradient) */
+  cpu.ops->matmul_bwd_dt(cpu.ctx, dt, NULL, dw.h, NULL, dout.h, inp.h, w.h, N, C, OC);
+  gpu.ops->matmul_bwd_dt(gpu.ctx, dt, NULL, dw.d, NULL, dout.d, inp.d, w.d, N, C, OC);
+  check("matmul_bwd dw, no dinp/dbias (fp32)", &dw, F32_SCALE, F32_SCALE);
+  tb *all[] = {&inp, &w, &bias, &out, &dout, &dinp, &dw, &db};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+static void test_layernorm(zt_dtype dt, int N, int C) {
+  double u = u_of(dt);
+  tb inp = make(dt, (size_t)N * C, -2, 3), w = make(ZT_F32, C, 0.5f, 1.5f);
+  tb b = make(ZT_F32, C, -1, 1), out = make(dt, (size_t)N * C, 0, 0);
+  tb mean = make(ZT_F32, N, 0, 0), rstd = make(ZT_F32, N, 0, 0);
+  cpu.ops->layernorm_fwd_dt(cpu.ctx, dt, out.h, mean.h, rstd.h, inp.h, w.h, b.h, N, C);
+  gpu.ops->layernorm_fwd_dt(gpu.ctx, dt, out.d, mean.d, rstd.d, inp.d, w.d, b.d, N, C);
+  check("layernorm_fwd out", &out, 4 * u, 4 * u);
+  check("layernorm_fwd mean (fp32)", &mean, F32_SCALE, F32_SCALE);
+  check("layernorm_fwd rstd (fp32)", &rstd, F32_SCALE, F32_SCALE);
+  tb dout = make(dt, (size_t)N * C, -1, 1), dinp = make(dt, (size_t)N * C, -1, 1);
+  tb dw = make(ZT_F32, C, -1, 1), db = make(ZT_F32, C, -1, 1);
+  /* both sides from the CPU's statistics, so the backward is compared alone */
+  gpu.ops->to_device(gpu.ctx, mean.d, mean.h, (size_t)N * 4);
+  gpu.ops->to_device(gpu.ctx, rstd.d, rstd.h, (size_t)N * 4);
+  cpu.ops->layernorm_bwd_dt(cpu.ctx, dt, dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h,
+                            N, C);
+  gpu.ops->layernorm_bwd_dt(gpu.ctx, dt, dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d,
+                            N, C);
+  check("layernorm_bwd dinp", &dinp, 4 * u, 4 * u);
+  check("layernorm_bwd dw (fp32)", &dw, F32_SCALE, F32_SCALE);
+  check("layernorm_bwd db (fp32)", &db, F32_SCALE, F32_SCALE);
+  tb *all[] = {&inp, &w, &b, &out, &mean, &rstd, &dout, &dinp, &dw, &db};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+static void test_attention(zt_dtype dt, int B, int T, int C, int NH, int causal) {
+  double u = u_of(dt);
+  char what[96];
+  size_t n = (size_t)B * T * C;
+  tb qkv = make(dt, 3 * n, -1, 1), out = make(dt, n, 0, 0);
+  void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
+  void *saved_d = dev_alloc(gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
+  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, C, NH, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, C, NH, causal);
+  snprintf(what, sizeof what, "attention_fwd B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
+           causal);
+  check(what, &out, 4 * u, 4 * u);
+  tb dout = make(dt, n, -1, 1), dqkv = make(dt, 3 * n, -1, 1);
+  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dqkv.h, dout.h, qkv.h, saved_h, B, T, C, NH, causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dqkv.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
+  snprintf(what, sizeof what, "attention_bwd B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
+           causal);
+  check(what, &dqkv, 16 * u, 8 * u);
+  free(saved_h);
+  tb *all[] = {&qkv, &out, &dout, &dqkv};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+static void test_pointwise(zt_dtype dt, size_t n) {
+  double u = u_of(dt);
+  tb a = make(dt, n, -4, 4), b = make(dt, n, -4, 4), d = make(dt, n, -1, 1);
+  tb out = make(dt, n, 0, 0), acc = make(dt, n, -1, 1);
+  cpu.ops->gelu_fwd_dt(cpu.ctx, dt, out.h, a.h, n);
+  gpu.ops->gelu_fwd_dt(gpu.ctx, dt, out.d, a.d, n);
+  check("gelu_fwd", &out, 4 * u, 4 * u);
+  cpu.ops->relu_fwd_dt(cpu.ctx, dt, out.h, a.h, n);
+  gpu.ops->relu_fwd_dt(gpu.ctx, dt, out.d, a.d, n);
+  check_bits("relu_fwd", &out);
+  cpu.ops->add_dt(cpu.ctx, dt, out.h, a.h, b.h, n);
+  gpu.ops->add_dt(gpu.ctx, dt, out.d, a.d, b.d, n);
+  check_bits("add", &out);
+  cpu.ops->gelu_bwd_dt(cpu.ctx, dt, acc.h, a.h, d.h, n);
+  gpu.ops->gelu_bwd_dt(gpu.ctx, dt, acc.d, a.d, d.d, n);
+  check("gelu_bwd (adds into dinp)", &acc, 4 * u, 4 * u);
+  /* from the same start on both sides */
+  gpu.ops->to_device(gpu.ctx, acc.d, acc.h, n * 2);
+  cpu.ops->relu_bwd_dt(cpu.ctx, dt, acc.h, a.h, d.h, n);
+  gpu.ops->relu_bwd_dt(gpu.ctx, dt, acc.d, a.d, d.d, n);
+  check_bits("relu_bwd (adds into dinp)", &acc);
+  tb *all[] = {&a, &b, &d, &out, &acc};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+static void test_embedding(zt_dtype dt, int B, int T, int C, int V) {
+  size_t rows = (size_t)B * T;
+  int32_t *tok = malloc(rows * sizeof *tok);
+  for (size_t i = 0; i < rows; i++) tok[i] = kc_int(&rng, V);
+  int32_t *dtok = dev_alloc(rows * sizeof *tok);
+  gpu.ops->to_device(gpu.ctx, dtok, tok, rows * sizeof *tok);
+  tb wte = make(ZT_F32, (size_t)V * C, -1, 1), wpe = make(ZT_F32, (size_t)T * C, -1, 1);
+  tb out = make(dt, rows * C, 0, 0);
+  cpu.ops->embedding_fwd_dt(cpu.ctx, dt, out.h, tok, wte.h, wpe.h, B, T, C);
+  gpu.ops->embedding_fwd_dt(gpu.ctx, dt, out.d, dtok, wte.d, wpe.d, B, T, C);
+  check_bits("embedding_fwd", &out);
+  tb dout = make(dt, rows * C, -1, 1);
+  tb dwte = make(ZT_F32, (size_t)V * C, -1, 1), dwpe = make(ZT_F32, (size_t)T * C, -1, 1);
+  cpu.ops->embedding_bwd_dt(cpu.ctx, dt, dwte.h, dwpe.h, dout.h, tok, B, T, C);
+  gpu.ops->embedding_bwd_dt(gpu.ctx, dt, dwte.d, dwpe.d, dout.d, dtok, B, T, C);
+  check("embedding_bwd dwte (fp32)", &dwte, 1e-6, 1e-6);
+  check("embedding_bwd dwpe (fp32)", &dwpe, 1e-6, 1e-6);
+  free(tok);
+  tb *all[] = {&wte, &wpe, &out, &dout, &dwte, &dwpe};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+static void test_crossentropy(zt_dtype dt, int N, int V, int V_alloc) {
+  double u = u_of(dt);
+  int32_t *tgt = malloc((size_t)N * sizeof *tgt);
+  for (int i = 0; i < N; i++) tgt[i] = i % 7 == 3 ? -1 : kc_int(&rng, V);
+  int32_t *dtgt = dev_alloc((size_t)N * sizeof *tgt);
+  gpu.ops->to_device(gpu.ctx, dtgt, tgt, (size_t)N * sizeof *tgt);
+  tb logits = make(dt, (size_t)N * V_alloc, -6, 6);
+  double lc, lg, fc, fg;
+  int cc, cg, nc, ng;
+  cpu.ops->crossentropy_fwd_dt(cpu.ctx, dt, logits.h, tgt, N, V, V_alloc, -1, &fc, &nc);
+  gpu.ops->crossentropy_fwd_dt(gpu.ctx, dt, logits.d, dtgt, N, V, V_alloc, -1, &fg, &ng);
+  /* the fp16 loss scale makes dlogits large: what the trainer hands it */
+  float dscale = dt == ZT_F16 ? 65536.0f / N : 1.0f / N;
+  cpu.ops->crossentropy_fwd_bwd_dt(cpu.ctx, dt, logits.h, tgt, N, V, V_alloc, -1, dscale, &lc, &cc);
+  gpu.ops->crossentropy_fwd_bwd_dt(gpu.ctx, dt, logits.d, dtgt, N, V, V_alloc, -1, dscale, &lg,
+                                   &cg);
+  char what[96];
+  snprintf(what, sizeof what, "crossentropy N=%d V=%d dlogits", N, V);
+  check(what, &logits, 4 * u, 4 * u);
+  int ok = cc == cg && nc == ng && cc == nc && fabs(lg - lc) <= 1e-5 * fabs(lc) &&
+           fabs(fg - fc) <= 1e-5 * fabs(fc) && lc == fc;
+  printf("%-48s %s loss cpu %.9g gpu %.9g (fwd only %.9g), counted %d/%d  %s\n",
+         "crossentropy loss", zt_dtype_name(dt), lc, lg, fg, cc, cg, ok ? "ok" : "FAIL");
+  if (!ok) {
+    fprintf(stderr, "FAIL crossentropy loss (%s): cpu %.17g/%d, gpu %.17g/%d, gpu fwd only "
+            "%.17g/%d (relative tolerance 1e-5)\n", zt_dtype_name(dt), lc, cc, lg, cg, fg, ng);
+    failures++;
+  }
+  free(tgt);
+  tb *all[] = {&logits};
+  free_all(all, 1);
+}
+
+static void test_cast_adamw(zt_dtype dt, size_t n) {
+  tb p32 = make(ZT_F32, n, -2, 2), lp = make(dt, n, 0, 0), back = make(ZT_F32, n, 0, 0);
+  /* a few values where rounding matters: ties, fp16 subnormals, overflow, inf, -0 */
+  float special[] = {1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, 65520.0f, 65519.0f, 0x1p-25f,
+                     0x1.8p-24f, 3.4e38f, INFINITY, -INFINITY, -0.0f};
+  for (size_t i = 0; i < sizeof special / sizeof *special && i < n; i++)
+    ((float *)p32.h)[i] = special[i];
+  gpu.ops->to_device(gpu.ctx, p32.d, p32.h, n * 4);
+  cpu.ops->cast(cpu.ctx, lp.h, dt, p32.h, ZT_F32, n);
+  gpu.ops->cast(gpu.ctx, lp.d, dt, p32.d, ZT_F32, n);
+  check_bits("cast fp32 -> dt (ties, subnormals, inf)", &lp);
+  cpu.ops->cast(cpu.ctx, back.h, ZT_F32, lp.h, dt, n);
+  gpu.ops->cast(gpu.ctx, back.d, ZT_F32, lp.d, dt, n);
+  check_bits("cast dt -> fp32", &back);
+  tb g = make(ZT_F32, n, -1, 1), m = make(ZT_F32, n, -0.1f, 0.1f), v = make(ZT_F32, n, 0, 0.01f);
+  tb p = make(ZT_F32, n, -1, 1);
+  for (int t = 1; t <= 3; t++) {
+    cpu.ops->adamw_dt(cpu.ctx, p.h, g.h, m.h, v.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f,
+                      lp.h, dt);
+    gpu.ops->adamw_dt(gpu.ctx, p.d, g.d, m.d, v.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f,
+                      lp.d, dt);
+  }
+  check_bits("adamw_dt p (3 steps)", &p);
+  check_bits("adamw_dt m", &m);
+  check_bits("adamw_dt v", &v);
+  check_bits("adamw_dt compute copy", &lp);
+  tb *all[] = {&p32, &lp, &back, &g, &m, &v, &p};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+/* tf32 changes fp32 matmul results (a little), and switching back restores the exact ones. */
+static void test_tf32(void) {
+  int N = 256, C = 512, OC = 256;
+  tb inp = make(ZT_F32, (size_t)N * C, -1, 1), w = make(ZT_F32, (size_t)OC * C, -1, 1);
+  tb out = make(ZT_F32, (size_t)N * OC, 0, 0);
+  float *plain = malloc((size_t)N * OC * 4), *tf = malloc((size_t)N * OC * 4);
+  float *again = malloc((size_t)N * OC * 4);
+  int rc = gpu.ops->set_allow_tf32(gpu.ctx, 0);
+  gpu.ops->matmul_fwd(gpu.ctx, out.d, inp.d, w.d, NULL, N, C, OC);
+  gpu.ops->to_host(gpu.ctx, plain, out.d, (size_t)N * OC * 4);
+  rc |= gpu.ops->set_allow_tf32(gpu.ctx, 1);
+  gpu.ops->matmul_fwd(gpu.ctx, out.d, inp.d, w.d, NULL, N, C, OC);
+  gpu.ops->to_host(gpu.ctx, tf, out.d, (size_t)N * OC * 4);
+  rc |= gpu.ops->set_allow_tf32(gpu.ctx, 0);
+  gpu.ops->matmul_fwd(gpu.ctx, out.d, inp.d, w.d, NULL, N, C, OC);
+  gpu.ops->to_host(gpu.ctx, again, out.d, (size_t)N * OC * 4);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < (size_t)N * OC; i++) {
+    worst = fmax(worst, fabs((double)tf[i] - plain[i]));
+    scale = fmax(scale, fabs(plain[i]));
+  }
+  /* TF32 keeps 10 mantissa bits of each input: errors ~ 2^-11 sqrt(C) |x||w| */
+  int ok = rc == 0 && memcmp(plain, again, (size_t)N * OC * 4) == 0 && worst > 0 &&
+           worst <= 2e-2 * scale;
+  printf("%-48s tf32 max abs diff %.3e (max|out| %.3e), differs: %s, off again restores fp32: "
+         "%s  %s\n", "set_allow_tf32 on a 256x512x256 matmul", worst, scale,
+         worst > 0 ? "yes" : "no", memcmp(plain, again, (size_t)N * OC * 4) ? "no" : "yes",
+         ok ? "ok" : "FAIL");
+  if (!ok) {
+    fprintf(stderr, "FAIL tf32: rc %d, max diff %.3g (want in (0, %.3g]); fp32 restored: %d\n",
+            rc, worst, 2e-2 * scale, memcmp(plain, again, (size_t)N * OC * 4) == 0);
+    failures++;
+  }
+  free(plain), free(tf), free(again);
+  tb *all[] = {&inp, &w, &out};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+int main(void) {
+  int count = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  if (zt_backend_cuda_open(&gpu, 0) < 0 || zt_backend_cpu_open(&cpu, 0) < 0) {
+    fprintf(stderr, "cannot open the backends\n");
+    return 1;
+  }
+  kc_seed(&rng, 20261130);
+  zt_dtype dts[2] = {ZT_BF16, ZT_F16};
+  for (int k = 0; k < 2; k++) {
+    zt_dtype dt = dts[k];
+    test_matmul(dt, 111, 48, 67);
+    test_matmul(dt, 512, 256, 768);
+    test_layernorm(dt, 111, 48);
+    test_layernorm(dt, 512, 768);
+    for (int causal = 0; causal < 2; causal++) {
+      test_attention(dt, 3, 37, 48, 3, causal);
+      test_attention(dt, 2, 200, 256, 4, causal);
+    }
+    test_pointwise(dt, 111 * 48 + 5);
+    test_pointwise(dt, (size_t)1 << 20);
+    test_embedding(dt, 3, 37, 48, 67);
+    test_crossentropy(dt, 111, 67, 72);
+    test_crossentropy(dt, 64, 50257, 50304);
+    test_cast_adamw(dt, 10007);
+  }
+  test_tf32();
+  int rc = gpu.ops->sync(gpu.ctx);
+  if (rc < 0) {
+    fprintf(stderr, "FAIL: backend error %d: %s\n", rc, gpu.ops->error_text(gpu.ctx));
+    failures++;
+  }
+  zt_backend_cuda_close(&gpu);
+  zt_backend_cpu_close(&cpu);
+  printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}
