@@ -7,8 +7,10 @@ measured side by side in one run on the GPU machine.
 
 Precisions are compared like with like: fp32 (TF32 off on both sides), tf32 (zt "tf32": true
 against torch.backends.cuda.matmul.allow_tf32), bf16 (zt "precision": "bf16" against
-torch.autocast(bfloat16) with fp32 master weights). AdamW on both sides (torch: foreach, the
-default), the models of tools/parity/pytorch_parity.py (the same tensor layout as zt). Each run
+torch.autocast(bfloat16) with fp32 master weights). AdamW on both sides (torch:
+fused=True, its fastest), the models of tools/parity/pytorch_parity.py (the same tensor
+layout as zt) with GPT attention through F.scaled_dot_product_attention (the encoder's
+nn.MultiheadAttention uses it already). Each run
 does WARMUP + STEPS steps; the mean of the timed steps is reported, with tokens/s, TFLOPS by
 6*N*tokens (+ attention) and peak device memory. Ratio = zt time / PyTorch time.
 """
@@ -24,7 +26,22 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+import pytorch_parity  # noqa: E402
 from pytorch_parity import GPT, Encoder  # noqa: E402
+
+
+def _sdpa_attention(self, x):
+    """The parity model's causal attention through F.scaled_dot_product_attention (flash), so
+    the baseline is PyTorch eager at its best, not the materialised softmax the parity run uses."""
+    B, T, C = x.shape
+    hs = C // self.nh
+    q, k, v = self.c_attn(x).split(C, dim=2)
+    q, k, v = (t.view(B, T, self.nh, hs).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+pytorch_parity.Attention.forward = _sdpa_attention
 
 CONFIGS = {
     # The model people write when they first meet OOM (issue 4's first benchmark).
@@ -57,7 +74,7 @@ def torch_step_time(cfg, batches, precision):
     model = (GPT if cfg["arch"] == "gpt" else Encoder)(**kw).to(dev)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.02)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     rows = torch.from_numpy(batches).to(dev).long()
     torch.cuda.reset_peak_memory_stats()
     times = []
