@@ -30,7 +30,8 @@ const char *zt_job_state_name(zt_job_state s);
 
 /* An event for the watchers of one job, e.g. {"event": "step", "job": "j000001", ...}; the
  * callee must not keep the reference. Kinds: "state" (any state change, with "error" on
- * failure), "step" (step, steps, loss, lr, grad_norm, tokens_per_s, eta_s, memory),
+ * failure), "step" (step, steps, loss, lr, grad_norm, tokens_per_s, eta_s, memory, skipped,
+ * loss_scale),
  * "checkpoint" (step, path), "end" (the final state; the last event of a job). */
 typedef void (*zt_jobs_event_cb)(void *user, const char *job, json_t *event);
 
