@@ -28,48 +28,6 @@ static inline int zt__cpu_threads(void *ctx) { return ((const zt__cpu_ctx *)ctx)
   ZT__PRAGMA(omp parallel for schedule(static) num_threads(nt) if(cond))
 #else
 #define ZT__PARALLEL_FOR(nt, cond)
-/* lowp.c: mixed precision (see ops.h) */
-void zt__cpu_cast(void *ctx, void *dst, zt_dtype dst_t, const void *src, zt_dtype src_t,
-                  size_t n);
-void zt__cpu_adamw_dt(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      int step, float grad_scale, void *p_lp, zt_dtype lp_t);
-int zt__cpu_set_allow_tf32(void *ctx, int allow);
-void zt__cpu_embedding_fwd_dt(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
-                              const float *wte, const float *wpe, int B, int T, int C);
-void zt__cpu_embedding_bwd_dt(void *ctx, zt_dtype dt, float *dwte, float *dwpe, const void *dout,
-                              const int32_t *tok, int B, int T, int C);
-void zt__cpu_matmul_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, const void *w,
-                           const float *bias, int N, int C, int OC);
-void zt__cpu_matmul_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *dbias,
-                           const void *dout, const void *inp, const void *w, int N, int C,
-                           int OC);
-void zt__cpu_layernorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *mean, float *rstd,
-                              const void *inp, const float *w, const float *b, int N, int C);
-void zt__cpu_layernorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *db,
-                              const void *dout, const void *inp, const float *w,
-                              const float *mean, const float *rstd, int N, int C);
-size_t zt__cpu_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH);
-void zt__cpu_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                              int B, int T, int C, int NH, int causal);
-void zt__cpu_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                              const void *qkv, const void *saved, int B, int T, int C, int NH,
-                              int causal);
-void zt__cpu_gelu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
-void zt__cpu_gelu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
-                         size_t n);
-void zt__cpu_relu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
-void zt__cpu_relu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
-                         size_t n);
-void zt__cpu_add_dt(void *ctx, zt_dtype dt, void *out, const void *a, const void *b, size_t n);
-void zt__cpu_crossentropy_fwd_bwd_dt(void *ctx, zt_dtype dt, void *logits,
-                                     const int32_t *targets, int N, int V, int V_alloc,
-                                     int ignore_index, float dscale, double *loss_sum,
-                                     int *n_counted);
-void zt__cpu_crossentropy_fwd_dt(void *ctx, zt_dtype dt, const void *logits,
-                                 const int32_t *targets, int N, int V, int V_alloc,
-                                 int ignore_index, double *loss_sum, int *n_counted);
-
 #endif
 
 /* Below this many elements a pointwise op runs on the calling thread: waking the team costs
