@@ -121,6 +121,10 @@ static int64_t cpu_grad_accumulate(zt_copy_engine *base, float *host, const floa
   return submit((cpu_engine *)base, ZT_COPY_D2H, OP_ACCUMULATE, host, dev, n * sizeof(float));
 }
 
+static int64_t cpu_d2h(zt_copy_engine *base, void *host, const void *dev, size_t bytes) {
+  return submit((cpu_engine *)base, ZT_COPY_D2H, OP_COPY, host, dev, bytes);
+}
+
 static int cpu_query(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
   cpu_engine *e = (cpu_engine *)base;
   pthread_mutex_lock(&e->mu);
@@ -159,6 +163,7 @@ static const zt_copy_ops cpu_ops = {
     .h2d = cpu_h2d,
     .zero = cpu_zero,
     .grad_accumulate = cpu_grad_accumulate,
+    .d2h = cpu_d2h,
     .query = cpu_query,
     .wait = cpu_wait,
     .close = cpu_close,

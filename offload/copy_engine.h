@@ -5,7 +5,9 @@
  * when its queue has finished every operation up to its ticket.
  *
  * Gradient write-back accumulates (host[i] += device[i] in fp32, element by element in index
- * order), so micro-batches sum on the host in a fixed order whatever the timing.
+ * order), so micro-batches sum on the host in a fixed order whatever the timing; or it stores
+ * (host = device) when the device buffer already holds the running sum, which keeps the order of
+ * additions that of a run without offload.
  *
  * The CPU backend's engine (below) runs each queue on its own worker thread with memcpy, so
  * overlap is real there too. A CUDA engine implements the same ops with cudaMemcpyAsync on two
@@ -30,6 +32,7 @@ typedef struct zt_copy_ops {
   int64_t (*h2d)(zt_copy_engine *e, void *dev, const void *host, size_t bytes);          /* H2D */
   int64_t (*zero)(zt_copy_engine *e, void *dev, size_t bytes);                           /* H2D */
   int64_t (*grad_accumulate)(zt_copy_engine *e, float *host, const float *dev, size_t n); /* D2H */
+  int64_t (*d2h)(zt_copy_engine *e, void *host, const void *dev, size_t bytes);          /* D2H */
   int (*query)(zt_copy_engine *e, zt_copy_queue q, int64_t ticket);
   int (*wait)(zt_copy_engine *e, zt_copy_queue q, int64_t ticket);
   void (*close)(zt_copy_engine *e);

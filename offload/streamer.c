@@ -72,12 +72,17 @@ static size_t largest_sum(size_t *v, int n, int k) {
   return sum;
 }
 
+/* The arena footprint of a device allocation of `bytes`: a whole slot in slot mode. */
+static size_t dev_footprint(const zt_streamer_cfg *cfg, size_t bytes) {
+  return zt_dev_arena_footprint(cfg->slot_bytes ? cfg->slot_bytes : bytes);
+}
+
 /* The parameter part of the minimum. */
 static size_t min_param_bytes(const zt_streamer_cfg *cfg) {
   int held = cfg->max_acquired ? cfg->max_acquired : 1;
   size_t *v = malloc((size_t)cfg->n_units * sizeof *v);
   if (!v) return SIZE_MAX;
-  for (int i = 0; i < cfg->n_units; i++) v[i] = zt_dev_arena_footprint(cfg->units[i].param_bytes);
+  for (int i = 0; i < cfg->n_units; i++) v[i] = dev_footprint(cfg, cfg->units[i].param_bytes);
   size_t params = largest_sum(v, cfg->n_units, held + cfg->prefetch_depth);
   free(v);
   return params;
@@ -94,7 +99,7 @@ size_t zt_streamer_min_device_bytes(const zt_streamer_cfg *cfg) {
     return SIZE_MAX;
   }
   for (int i = 0; i < cfg->n_units; i++)
-    v[i] = cfg->units[i].grad_floats ? zt_dev_arena_footprint(cfg->units[i].grad_floats * sizeof(float)) : 0;
+    v[i] = cfg->units[i].grad_floats ? dev_footprint(cfg, cfg->units[i].grad_floats * sizeof(float)) : 0;
   size_t grads = largest_sum(v, cfg->n_units, held);
   free(v);
   return params + grads;
@@ -129,7 +134,7 @@ static int submit_h2d(zt_streamer *s, int i, const void *src) {
 static void drop_params(zt_streamer *s, unit_state *x) {
   if (x->dev) {
     zt_dev_arena_free(s->cfg.dev, x->dev);
-    s->param_used -= zt_dev_arena_footprint(x->u.param_bytes);
+    s->param_used -= dev_footprint(&s->cfg, x->u.param_bytes);
   }
   x->dev = NULL;
   free_slot(s, x);
@@ -221,10 +226,12 @@ static int oldest_writeback(const zt_streamer *s) {
 
 /* is_param: the allocation is a parameter copy, which must also stay within param_budget. */
 static int make_room(zt_streamer *s, size_t bytes, int is_param, int for_prefetch, void **out) {
-  size_t fp = zt_dev_arena_footprint(bytes);
+  size_t fp = dev_footprint(&s->cfg, bytes);
   for (;;) {
     int over = is_param && s->cfg.param_budget && s->param_used + fp > s->cfg.param_budget;
-    int rc = over ? -ENOMEM : zt_dev_arena_alloc(s->cfg.dev, bytes, out);
+    int rc = over ? -ENOMEM
+                  : zt_dev_arena_alloc(s->cfg.dev, s->cfg.slot_bytes ? s->cfg.slot_bytes : bytes,
+                                       out);
     if (rc != -ENOMEM) {
       if (rc < 0) return fail(s, rc, "streamer: %s", zt_dev_arena_error(s->cfg.dev));
       if (is_param) s->param_used += fp;
@@ -328,6 +335,8 @@ static int check_cfg(const zt_streamer_cfg *c, char *err, size_t errlen) {
     if (!u->host_params && !c->nvme) BAD("streamer: unit %d lives on NVMe but no store is given", i);
     if (!u->host_params && !c->host) BAD("streamer: unit %d lives on NVMe but no host arena is given for staging", i);
     if (u->grad_floats && !u->host_grads) BAD("streamer: unit %d has gradients but no host gradient buffer", i);
+    if (c->slot_bytes && (u->param_bytes > c->slot_bytes || u->grad_floats * sizeof(float) > c->slot_bytes))
+      BAD("streamer: unit %d does not fit a slot of %zu bytes", i, c->slot_bytes);
   }
   return 0;
 #undef BAD
@@ -467,10 +476,13 @@ int zt_streamer_acquire(zt_streamer *s, int unit, unsigned flags, void **params,
     void *g = NULL;
     rc = make_room(s, x->u.grad_floats * sizeof(float), 0, 0, &g);
     if (rc < 0) goto out;
-    int64_t t = s->cfg.copy->ops->zero(s->cfg.copy, g, x->u.grad_floats * sizeof(float));
+    size_t gb = x->u.grad_floats * sizeof(float);
+    int64_t t = flags & ZT_STREAM_GRADS_RESUME
+                    ? s->cfg.copy->ops->h2d(s->cfg.copy, g, x->u.host_grads, gb)
+                    : s->cfg.copy->ops->zero(s->cfg.copy, g, gb);
     if (t < 0) {
       zt_dev_arena_free(s->cfg.dev, g);
-      rc = fail(s, (int)t, "streamer: queueing the zeroing of unit %d's gradients failed", unit);
+      rc = fail(s, (int)t, "streamer: queueing the start of unit %d's gradients failed", unit);
       goto out;
     }
     x->grad = g;
@@ -507,7 +519,11 @@ int zt_streamer_release(zt_streamer *s, int unit, unsigned flags) {
   x->last_use = ++s->tick;
   if (x->holds == 0 && x->grad) {
     if (flags & ZT_STREAM_DIRTY) {
-      int64_t t = s->cfg.copy->ops->grad_accumulate(s->cfg.copy, x->u.host_grads, x->grad, x->u.grad_floats);
+      int64_t t = flags & ZT_STREAM_STORE
+                      ? s->cfg.copy->ops->d2h(s->cfg.copy, x->u.host_grads, x->grad,
+                                              x->u.grad_floats * sizeof(float))
+                      : s->cfg.copy->ops->grad_accumulate(s->cfg.copy, x->u.host_grads, x->grad,
+                                                          x->u.grad_floats);
       if (t < 0) {
         rc = fail(s, (int)t, "streamer: queueing the gradient write-back of unit %d failed", unit);
         zt_dev_arena_free(s->cfg.dev, x->grad);

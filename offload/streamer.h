@@ -54,6 +54,10 @@ typedef struct zt_streamer_cfg {
   size_t param_budget;         /* the most arena bytes (footprints) parameter copies take
                                   together, so gradient buffers keep the rest and the transfers
                                   are the plan's (offload/planner.h); 0: only the arena limits */
+  size_t slot_bytes;           /* > 0: every device allocation (parameter copy or gradient
+                                  buffer) takes this many bytes, at least the largest unit's, so
+                                  the arena is a pool of equal slots that cannot fragment: the
+                                  minimum below then always suffices. 0: exact sizes */
 } zt_streamer_cfg;
 
 typedef struct zt_streamer_stats {
@@ -74,7 +78,8 @@ typedef struct zt_streamer_stats {
 typedef struct zt_streamer zt_streamer;
 
 /* The smallest device budget the streamer accepts: the (max_acquired + prefetch_depth) largest
- * parameter footprints plus the max_acquired largest gradient footprints (arena footprints), so
+ * parameter footprints plus the max_acquired largest gradient footprints (arena footprints; a
+ * slot each in slot mode), so
  * any walk with at most max_acquired units held and prefetch_depth in flight finds room when the
  * units are of equal size. Units of mixed sizes can still fragment the arena; that shows as
  * -ENOMEM with the numbers, never as an overrun. SIZE_MAX for an invalid cfg. */
@@ -94,6 +99,10 @@ void zt_streamer_close(zt_streamer *s);
 int zt_streamer_prefetch(zt_streamer *s, int unit);
 
 #define ZT_STREAM_GRADS 1u /* acquire: also a zeroed device gradient buffer (grad_floats fp32) */
+/* acquire, with ZT_STREAM_GRADS: the buffer starts as a copy of the unit's host gradients instead
+ * of zeros. With ZT_STREAM_STORE on release, micro-batches then add up on the device in the order
+ * a run without offload adds them, so the sums are bitwise that run's. */
+#define ZT_STREAM_GRADS_RESUME 2u
 
 /* Holds the unit on the device and blocks until its parameters are there (fetching them if no
  * prefetch did), *params pointing at them. With ZT_STREAM_GRADS, *grads gets a zeroed gradient
@@ -102,10 +111,11 @@ int zt_streamer_prefetch(zt_streamer *s, int unit);
 int zt_streamer_acquire(zt_streamer *s, int unit, unsigned flags, void **params, float **grads);
 
 #define ZT_STREAM_DIRTY 1u /* release: accumulate the gradient buffer into the host gradients */
+#define ZT_STREAM_STORE 2u /* release, with ZT_STREAM_DIRTY: the buffer replaces the host gradients */
 
 /* Drops one hold. A gradient buffer held by the unit goes with it: with ZT_STREAM_DIRTY it is
  * first accumulated into host_grads (asynchronously; see zt_streamer_wait_grads), otherwise it
- * is discarded. The parameters stay on the device until evicted. */
+ * is discarded; with ZT_STREAM_DIRTY | ZT_STREAM_STORE it is copied over them. The parameters stay on the device until evicted. */
 int zt_streamer_release(zt_streamer *s, int unit, unsigned flags);
 
 /* Blocks until every gradient write-back of the unit (unit < 0: of all units) has landed in its

@@ -13,7 +13,7 @@ ninja -C build >/dev/null
 work=build/quickstart
 mkdir -p "$work"
 sock="$work/ztd.sock"
-./build/engine/ztd --socket "$sock" --state-dir "$work/state" --log-level warn &
+./build/engine/server/ztd --socket "$sock" --state-dir "$work/state" --log-level warn &
 ztd_pid=$!
 trap 'kill -TERM $ztd_pid 2>/dev/null; wait $ztd_pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done

@@ -7,12 +7,14 @@
 #include <time.h>
 
 #include "engine/train/cfg_json.h"
+#include "engine/train/offload_json.h"
 #include "engine/train/trainer.h"
 #include "engine/kernels/backend.h"
 
 static const char usage[] =
     "usage: ztrain --spec SPEC.json --batches FILE [--backend cpu|cuda] [--threads N]\n"
     "              [--device N] [--ckpt-every K] [--init X.safetensors] [--save DIR] [--json]\n"
+    "              [--offload]\n"
     "\n"
     "SPEC.json holds a \"model\" and a \"train\" object (other top-level keys are ignored):\n"
     "  model: arch (\"gpt\" | \"encoder\"), vocab, seq_len, d_model, n_heads, n_layers,\n"
@@ -28,6 +30,10 @@ static const char usage[] =
     "--ckpt-every K overrides train.activation_checkpointing.every.\n"
     "--init overrides model.init_path (safetensors, HF GPT-2 / PyTorch names).\n"
     "--save DIR writes a checkpoint after the last step.\n"
+    "An \"offload\" object in SPEC.json (params, grads, optimizer: \"gpu\" | \"host\" | \"nvme\" |\n"
+    "  \"auto\"; gpu_budget: bytes or \"512MiB\"; prefetch; nvme_dir; docs/spec.md) runs the\n"
+    "  offloaded step (cpu backend, fp32); --offload runs it with the defaults when the spec has\n"
+    "  none. The JSON output then has an \"offload\" object with the tiers' bytes.\n"
     "Prints one line per step, or with --json one object {\"losses\": [...], ...} on stdout;\n"
     "  step_ms and tokens_per_s are means over the steps after the first (the warm-up).\n";
 
@@ -79,11 +85,12 @@ out:
 
 int main(int argc, char **argv) {
   const char *spec = NULL, *batches = NULL, *backend = "cpu", *init = NULL, *save = NULL;
-  int json = 0, threads = 0, device = -1, ckpt_every = -1, rc = 0;
+  int json = 0, offload = 0, threads = 0, device = -1, ckpt_every = -1, rc = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0, took = 0;  /* took: the option consumed v */
     if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--offload")) offload = 1;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage, stdout);
       return 0;
@@ -119,7 +126,12 @@ int main(int argc, char **argv) {
   int32_t *tok = NULL;
   size_t n_tok = 0;
   double *losses = NULL;
-  if ((rc = zt_spec_load(spec, &mc, &tc, err, sizeof err)) < 0) goto fail;
+  zt_offload_cfg oc;
+  int has_offload = 0;
+  if ((rc = zt_spec_load(spec, &mc, &tc, err, sizeof err)) < 0 ||
+      (rc = zt_offload_spec_load(spec, &oc, &has_offload, err, sizeof err)) < 0)
+    goto fail;
+  offload |= has_offload;
   if (ckpt_every >= 0) tc.ckpt_every = ckpt_every;
   if (init) {
     if (strlen(init) >= sizeof mc.init_path) {
@@ -132,7 +144,9 @@ int main(int argc, char **argv) {
   if ((rc = read_file(batches, &tok, &n_tok, err, sizeof err)) < 0) goto fail;
   if ((rc = zt_backend_open(&be, backend, device < 0 ? 0 : device, threads, err, sizeof err)) < 0)
     goto fail;
-  if ((rc = zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err)) < 0) goto fail;
+  rc = offload ? zt_trainer_open_offload(&t, &mc, &tc, &oc, &be, err, sizeof err)
+               : zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err);
+  if (rc < 0) goto fail;
   size_t per_step = zt_trainer_micro_tokens(t) * (size_t)tc.grad_accum;
   if (n_tok < per_step * (size_t)tc.steps) {
     snprintf(err, sizeof err, "%s holds %zu tokens; %d steps need %zu", batches, n_tok, tc.steps,
@@ -180,7 +194,16 @@ int main(int argc, char **argv) {
            tc.tf32 ? "true" : "false", skipped, zt_trainer_backend_bytes(t), secs, step_ms,
            tok_s);
     for (int s = 0; s < tc.steps; s++) printf("%s%.9g", s ? ", " : "", losses[s]);
-    printf("]}\n");
+    printf("]");
+    zt_offload_stats os;
+    if (offload && zt_trainer_offload_stats(t, &os) == 0)
+      printf(", \"offload\": {\"device_budget\": %zu, \"act_bytes\": %zu, \"arena_budget\": %zu, "
+             "\"arena_peak\": %zu, \"host_bytes\": %zu, \"fetches\": %llu, \"evictions\": %llu, "
+             "\"nvme_bytes_read\": %llu, \"nvme_bytes_written\": %llu}", os.device_budget,
+             os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
+             (unsigned long long)os.fetches, (unsigned long long)os.evictions,
+             (unsigned long long)os.nvme_bytes_read, (unsigned long long)os.nvme_bytes_written);
+    printf("}\n");
   } else {
     printf("%d steps in %.3f s on %s; after the first: %.3f ms/step, %.1f tokens/s\n", tc.steps,
            secs, be.ops->name, step_ms, tok_s);

@@ -52,11 +52,13 @@ static char *parent_of(const char *path) {
   return p;
 }
 
+/* A host copy of a backend buffer; with a step path, only the host buffer (its read_state
+ * fills it). */
 static int host_copy(zt_trainer *t, const float *src, float **dst) {
   size_t n = zt_model_num_params(t->model);
   *dst = malloc(n * sizeof(float));
   if (!*dst) return -ENOMEM;
-  t->be.ops->to_host(t->be.ctx, *dst, src, n * sizeof(float));
+  if (!t->path) t->be.ops->to_host(t->be.ctx, *dst, src, n * sizeof(float));
   return 0;
 }
 
@@ -87,6 +89,10 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
       host_copy(t, t->v, &v) < 0) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", dir);
+    goto out;
+  }
+  if (t->path && (rc = t->path->read_state(t, p, m, v)) < 0) {
+    snprintf(err, errlen, "%s: reading the offloaded state failed: %s", dir, strerror(-rc));
     goto out;
   }
   /* a leftover from a crash mid-save is incomplete by construction */
@@ -225,10 +231,14 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   sprintf(file, "%s/optimizer.safetensors", dir);
   if ((rc = zt_model_load_states(t->model, file, os, 2, 1, err, errlen)) < 0) goto out;
   const zt_ops *o = t->be.ops;
-  o->to_device(t->be.ctx, t->params, p, n * sizeof(float));
-  o->to_device(t->be.ctx, t->m, m, n * sizeof(float));
-  o->to_device(t->be.ctx, t->v, v, n * sizeof(float));
-  if (t->params_lp) o->cast(t->be.ctx, t->params_lp, t->tc.precision, t->params, ZT_F32, n);
+  if (t->path) {
+    if ((rc = t->path->write_state(t, p, m, v, err, errlen)) < 0) goto out;
+  } else {
+    o->to_device(t->be.ctx, t->params, p, n * sizeof(float));
+    o->to_device(t->be.ctx, t->m, m, n * sizeof(float));
+    o->to_device(t->be.ctx, t->v, v, n * sizeof(float));
+    if (t->params_lp) o->cast(t->be.ctx, t->params_lp, t->tc.precision, t->params, ZT_F32, n);
+  }
   if ((rc = o->sync(t->be.ctx)) < 0) {
     snprintf(err, errlen, "backend %s failed restoring %s (%d)", o->name, dir, rc);
     goto out;
@@ -257,6 +267,12 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
   if (host_copy(t, t->params, &p) < 0) {
     snprintf(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
+  }
+  if (t->path && (rc = t->path->read_state(t, p, NULL, NULL)) < 0) {
+    snprintf(err, errlen, "%s: reading the offloaded parameters failed: %s", path,
+             strerror(-rc));
+    free(p);
+    return rc;
   }
   zt_model_state ms = {"", p};
   rc = zt_model_save_states(t->model, path, &ms, 1, 0, NULL, err, errlen);

@@ -90,6 +90,7 @@ float zt_train_lr(const zt_train_cfg *c, int step) {
 void zt_trainer_close(zt_trainer *t) {
   if (!t) return;
   const zt_ops *o = t->be.ops;
+  if (t->path) t->path->close(t);
   float *bufs[] = {t->params, t->grads, t->m, t->v};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) o->free(t->be.ctx, bufs[i]);
@@ -154,12 +155,7 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
     snprintf(err, errlen, "out of memory");
     goto out;
   }
-  if (mc->init_path[0]) {
-    zt_model_state s = {"", host};
-    if ((rc = zt_model_load_states(t->model, mc->init_path, &s, 1, 0, err, errlen)) < 0) goto out;
-  } else {
-    zt_model_init_params(t->model, host);
-  }
+  if ((rc = zt__trainer_init_params(t->model, host, err, errlen)) < 0) goto out;
   be->ops->to_device(be->ctx, t->params, host, n * sizeof(float));
   if (t->params_lp) be->ops->cast(be->ctx, t->params_lp, tc->precision, t->params, ZT_F32, n);
   be->ops->zero(be->ctx, t->grads, n * sizeof(float));
@@ -176,6 +172,16 @@ out:
   free(host);
   zt_trainer_close(t);
   return rc;
+}
+
+int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t errlen) {
+  const zt_model_cfg *mc = zt_model_cfg_of(m);
+  if (!mc->init_path[0]) {
+    zt_model_init_params(m, host);
+    return 0;
+  }
+  zt_model_state s = {"", host};
+  return zt_model_load_states(m, mc->init_path, &s, 1, 0, err, errlen);
 }
 
 /* params, grads, m, v in fp32, and the compute copy in bf16/fp16 */
@@ -204,6 +210,7 @@ const zt_model *zt_trainer_model(const zt_trainer *t) { return t->model; }
 int zt_trainer_step_count(const zt_trainer *t) { return t->step; }
 
 size_t zt_trainer_backend_bytes(const zt_trainer *t) {
+  if (t->path) return t->path->backend_bytes(t);
   return master_bytes(zt_model_num_params(t->model), t->tc.precision) + zt_acts_bytes(t->acts);
 }
 
@@ -213,7 +220,7 @@ size_t zt_trainer_micro_tokens(const zt_trainer *t) {
 
 /* Every token of the step is checked before any work, so a bad batch leaves the trainer as it
  * was. -1 is padding: never a target; as an input it reads embedding row 0. */
-static int check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen) {
+int zt__trainer_check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen) {
   int T = zt_model_cfg_of(t->model)->seq_len, V = zt_model_cfg_of(t->model)->vocab;
   size_t rows = (size_t)t->tc.grad_accum * (size_t)t->tc.micro_batch;
   for (size_t r = 0; r < rows; r++)
@@ -252,8 +259,27 @@ static void adamw_all(zt_trainer *t, float lr, int step, float grad_scale) {
   }
 }
 
+int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k) {
+  const zt_ops *o = t->be.ops;
+  int T = zt_model_cfg_of(t->model)->seq_len, B = t->tc.micro_batch, N = B * T;
+  const int32_t *mb = tokens + (size_t)k * zt_trainer_micro_tokens(t);
+  int counted = 0;
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < T; j++) {
+      int32_t x = mb[(size_t)b * (T + 1) + j], y = mb[(size_t)b * (T + 1) + j + 1];
+      t->h_tok[b * T + j] = x < 0 ? 0 : x;
+      t->h_tgt[b * T + j] = y;
+      counted += y >= 0;
+    }
+  if (!counted) return 0;
+  o->to_device(t->be.ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
+  o->to_device(t->be.ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
+  return counted;
+}
+
 int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                     size_t errlen) {
+  if (t->path) return t->path->step(t, tokens, res, err, errlen);
   const zt_ops *o = t->be.ops;
   void *ctx = t->be.ctx;
   const zt_model_cfg *mc = zt_model_cfg_of(t->model);
@@ -263,25 +289,15 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   const void *params_lp = t->params_lp ? t->params_lp : t->params;
   /* fp16 scales the loss gradient; 1 (which changes no bit) otherwise */
   float loss_scale = dt == ZT_F16 ? t->scaler.scale : 1.0f;
-  int rc = check_tokens(t, tokens, err, errlen);
+  int rc = zt__trainer_check_tokens(t, tokens, err, errlen);
   if (rc < 0) return rc;
   o->zero(ctx, t->grads, n * sizeof(float));
   double loss = 0;
   int counted_micros = 0;
   for (int k = 0; k < ga; k++) {
-    const int32_t *mb = tokens + (size_t)k * zt_trainer_micro_tokens(t);
-    int counted = 0;
-    for (int b = 0; b < B; b++)
-      for (int j = 0; j < T; j++) {
-        int32_t x = mb[(size_t)b * (T + 1) + j], y = mb[(size_t)b * (T + 1) + j + 1];
-        t->h_tok[b * T + j] = x < 0 ? 0 : x;
-        t->h_tgt[b * T + j] = y;
-        counted += y >= 0;
-      }
+    int counted = zt__trainer_stage_micro(t, tokens, k);
     /* A micro-batch of padding alone has no loss and contributes no gradient. */
     if (!counted) continue;
-    o->to_device(ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
-    o->to_device(ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
     zt_model_forward_dt(t->model, t->acts, t->params, params_lp);
     double loss_sum = 0;
     int n_counted = 0;
@@ -357,6 +373,7 @@ int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *ex
   size_t bytes = zt_model_num_params(t->model) * sizeof(float);
   int rc = o->sync(t->be.ctx);
   if (rc < 0) return rc;
+  if (t->path) return t->path->read_state(t, params, exp_avg, exp_avg_sq);
   if (params) o->to_host(t->be.ctx, params, t->params, bytes);
   if (exp_avg) o->to_host(t->be.ctx, exp_avg, t->m, bytes);
   if (exp_avg_sq) o->to_host(t->be.ctx, exp_avg_sq, t->v, bytes);

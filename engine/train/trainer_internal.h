@@ -5,6 +5,22 @@
 #include "engine/train/loss_scale.h"
 #include "engine/train/trainer.h"
 
+/* A step path other than the all-on-the-backend one (the offloaded step, built on offload/ and
+ * linked only by programs that use it, engine/train/offload.h). Checkpoints and
+ * zt_trainer_get_state reach a path's state through read_state / write_state. */
+typedef struct zt__train_path {
+  int (*step)(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+              size_t errlen);
+  /* The state in the flat layout, copied out (any pointer may be NULL) or in (a checkpoint
+   * loaded), wherever the path keeps it. */
+  int (*read_state)(zt_trainer *t, float *params, float *m, float *v);
+  int (*write_state)(zt_trainer *t, const float *params, const float *m, const float *v,
+                     char *err, size_t errlen);
+  size_t (*backend_bytes)(const zt_trainer *t);
+  /* frees the path's state and the buffers it owns (params, grads, m, v) */
+  void (*close)(zt_trainer *t);
+} zt__train_path;
+
 struct zt_trainer {
   zt_model *model;
   zt_train_cfg tc;
@@ -16,6 +32,16 @@ struct zt_trainer {
   int step;                       /* steps completed, skipped ones included */
   int adam_step;                  /* AdamW's t of the last update (== step unless fp16 skipped) */
   zt_loss_scaler scaler;          /* fp16 only */
+  const zt__train_path *path;     /* NULL: the step runs on the backend alone */
+  void *path_state;
 };
+
+/* Shared by the step paths. */
+int zt__trainer_check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen);
+/* The initial parameters (cfg->init_path, or the seeded init) into a host flat buffer. */
+int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t errlen);
+/* Stages micro-batch k of the step's tokens into the acts; returns the tokens counted as
+ * targets (0: a micro-batch of padding alone, nothing staged). */
+int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k);
 
 #endif

@@ -1,8 +1,9 @@
 /* The unit streamer on the CPU copy engine: a forward and a backward walk under a budget that
  * holds three units, checked byte for byte and transfer for transfer; gradient accumulation over
- * micro-batches; refusal of a budget too small; prefetch hiding a slow link; NVMe homes going
+ * micro-batches; gradient buffers resumed from and stored over the host's; slot mode; refusal of a budget too small; prefetch hiding a slow link; NVMe homes going
  * through the store (run with the argument "nvme"; skipped where io_uring is forbidden). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,88 @@ static void test_refusal(void) {
     OT_CHECK(st.device_peak <= 3 * (size_t)P, "peak %zu", st.device_peak);
   }
   rig_close(&r);
+}
+
+/* ZT_STREAM_GRADS_RESUME starts the buffer from the host gradients; ZT_STREAM_STORE writes it
+ * over them (a -0.0 stays -0.0, which an accumulation into +0.0 would not keep). */
+static void test_resume_store(void) {
+  rig r;
+  char err[256] = "";
+  int rc = rig_open(&r, 3 * (size_t)P, 1, 0, err, sizeof err);
+  OT_CHECK(rc == 0, "open: %d %s", rc, err);
+  if (rc == 0) {
+    size_t n = P / sizeof(float);
+    for (size_t k = 0; k < n; k++) r.host_grads[2][k] = grad_value(2, k, 0);
+    void *p;
+    float *g;
+    rc = zt_streamer_acquire(r.s, 2, ZT_STREAM_GRADS | ZT_STREAM_GRADS_RESUME, &p, &g);
+    OT_CHECK(rc == 0, "acquire resume: %d", rc);
+    int same = 1;
+    for (size_t k = 0; rc == 0 && k < n; k++) same &= g[k] == grad_value(2, k, 0);
+    OT_CHECK(same, "the resumed buffer is not the host gradients");
+    for (size_t k = 0; rc == 0 && k < n; k++) g[k] += 1.5f;
+    if (rc == 0) g[0] = -0.0f;
+    zt_streamer_release(r.s, 2, ZT_STREAM_DIRTY | ZT_STREAM_STORE);
+    zt_streamer_wait_grads(r.s, 2);
+    int stored = signbit(r.host_grads[2][0]) && r.host_grads[2][0] == 0.0f;
+    for (size_t k = 1; k < n; k++) stored &= r.host_grads[2][k] == grad_value(2, k, 0) + 1.5f;
+    OT_CHECK(stored, "the host gradients are not the stored buffer");
+    rc = zt_streamer_acquire(r.s, 2, ZT_STREAM_GRADS, &p, &g);
+    int zero = rc == 0;
+    for (size_t k = 0; rc == 0 && k < n; k++) zero &= g[k] == 0.0f && !signbit(g[k]);
+    OT_CHECK(zero, "without resume the buffer is not zeroed");
+    if (rc == 0) zt_streamer_release(r.s, 2, 0);
+  }
+  rig_close(&r);
+}
+
+/* Slot mode: every device allocation takes a whole slot, the minimum counts slots, and a unit
+ * larger than the slot is refused. */
+static void test_slots(void) {
+  char err[256] = "";
+  size_t sizes[3] = {4096, 512, 3000};
+  float *grads[3];
+  uint8_t *params[3];
+  zt_stream_unit units[3];
+  for (int i = 0; i < 3; i++) {
+    params[i] = calloc(sizes[i], 1);
+    grads[i] = calloc(sizes[i] / sizeof(float), sizeof(float));
+    units[i] = (zt_stream_unit){.param_bytes = sizes[i], .host_params = params[i],
+                                .grad_floats = sizes[i] / sizeof(float), .host_grads = grads[i]};
+  }
+  zt_dev_arena *dev = NULL;
+  zt_copy_engine *copy = NULL;
+  zt_streamer *s = NULL;
+  size_t slot = 4096, fp = zt_dev_arena_footprint(slot);
+  zt_streamer_cfg cfg = {.n_units = 3, .units = units, .prefetch_depth = 1, .slot_bytes = slot};
+  OT_CHECK(zt_streamer_min_device_bytes(&cfg) == 3 * fp, "minimum %zu, want 3 slots",
+           zt_streamer_min_device_bytes(&cfg));
+  int rc = zt_dev_arena_open(&dev, 3 * fp, NULL, err, sizeof err);
+  if (rc == 0) rc = zt_copy_cpu_open(&copy, 0);
+  OT_CHECK(rc == 0, "rig: %d %s", rc, err);
+  cfg.dev = dev;
+  cfg.copy = copy;
+  cfg.slot_bytes = 2048;
+  OT_CHECK(zt_streamer_open(&s, &cfg, err, sizeof err) == -EINVAL && strstr(err, "slot"),
+           "a unit larger than the slot: %s", err);
+  cfg.slot_bytes = slot;
+  rc = zt_streamer_open(&s, &cfg, err, sizeof err);
+  OT_CHECK(rc == 0, "open: %d %s", rc, err);
+  void *p;
+  float *g;
+  if (rc == 0 && (rc = zt_streamer_acquire(s, 1, ZT_STREAM_GRADS, &p, &g)) == 0) {
+    zt_dev_arena_stats a;
+    zt_dev_arena_get_stats(dev, &a);
+    OT_CHECK(a.used == 2 * fp, "a 512-byte unit and its gradients take %zu bytes", a.used);
+    zt_streamer_release(s, 1, 0);
+  }
+  zt_streamer_close(s);
+  zt_copy_close(copy);
+  zt_dev_arena_close(dev);
+  for (int i = 0; i < 3; i++) {
+    free(params[i]);
+    free(grads[i]);
+  }
 }
 
 /* A link that needs 2 ms per unit and 8 ms of compute per unit: without prefetch every acquire
@@ -453,6 +536,8 @@ int main(int argc, char **argv) {
   }
   test_walks();
   test_refusal();
+  test_resume_store();
+  test_slots();
   test_overlap();
   test_random();
   if (ot_failures) fprintf(stderr, "%d failures\n", ot_failures);

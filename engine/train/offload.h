@@ -1,0 +1,90 @@
+/* The offloaded step (ZeRO-Offload, DESIGN.md "Memory: tiers, shards, the plan"): fp32 master
+ * parameters, AdamW m and v and the fp32 gradients live in the pinned host arena; the device
+ * holds the activations of one micro-batch and, in a budgeted device arena, the parameter copies
+ * of the units in flight and their gradient buffers. Each micro-batch walks the units through
+ * the streamer (offload/streamer.h): forward 0..U-1 prefetching `prefetch` units ahead, backward
+ * U-1..0 with each unit's gradients going to the host as soon as its backward is done, and the
+ * CPU AdamW of a unit (offload/cpu_adam.h, on a worker pool) submitted as soon as its gradients
+ * of the last micro-batch are on the host, while the device computes the next unit.
+ *
+ * The math is that of zt_trainer_step without offload, bit for bit: micro-batches add up in the
+ * device gradient buffer, which starts as the host's running sum (ZT_STREAM_GRADS_RESUME), so
+ * every gradient sees the same additions in the same order; the norm is the backend's
+ * sum_squares over the same flat buffer; cpu_adam is bitwise the backend's adamw.
+ *
+ * Clipping needs the global norm before any update, so with train.grad_clip > 0 the updates wait
+ * for the whole backward; without it they overlap the backward. A gradient with inf/nan is then
+ * found unit by unit: the step fails with -ERANGE as without offload, but the units updated
+ * before it stay updated, so the trainer refuses further steps (-EIO) until a checkpoint is
+ * loaded.
+ *
+ * optimizer nvme: masters, m and v live in one file per unit and kind under nvme_dir
+ * (offload/nvme_store.h); a unit's three are read ahead into host staging while the unit before
+ * it is updated, and written back behind its update. The host keeps the gradients, the staging
+ * and, unless params is nvme too, a copy of the parameters to stream from. params nvme: the
+ * units are streamed from their master files (fp32 compute: the parameters are the masters), so
+ * it needs optimizer nvme.
+ *
+ * Scope today: the CPU backend, precision fp32; params gpu (every unit resident), host (streamed
+ * within gpu_budget) or nvme; grads on the host; optimizer on the host or nvme. Other placements
+ * are refused with a message naming the field. */
+#ifndef ZT_TRAIN_OFFLOAD_H
+#define ZT_TRAIN_OFFLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/train/trainer.h"
+
+/* A placement of one kind ("gpu" | "host" | "nvme" | "auto" in the spec). */
+typedef enum zt_offload_place {
+  ZT_PLACE_AUTO = 0,
+  ZT_PLACE_GPU = 1,
+  ZT_PLACE_HOST = 2,
+  ZT_PLACE_NVME = 3,
+} zt_offload_place;
+
+typedef struct zt_offload_cfg {
+  zt_offload_place params;    /* home of the compute parameters between uses; auto: host when
+                                 gpu_budget is set, else gpu */
+  zt_offload_place grads;     /* fp32 gradients of the step; auto: host */
+  zt_offload_place optimizer; /* fp32 masters, AdamW m and v; auto: host */
+  size_t gpu_budget;          /* device bytes for activations + the arena; 0: what every unit
+                                 resident needs */
+  int prefetch;               /* units fetched ahead of the one computing, [0, 16] */
+  char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new
+                                 directory in it (zt-offload.XXXXXX, removed when it closes);
+                                 required with an nvme placement */
+} zt_offload_cfg;
+
+void zt_offload_cfg_defaults(zt_offload_cfg *c);
+const char *zt_offload_place_name(zt_offload_place p);
+/* "gpu" | "host" | "nvme" | "auto"; -EINVAL otherwise. */
+int zt_offload_place_parse(const char *s, zt_offload_place *out);
+/* 0, or -EINVAL / -ENOTSUP with a message naming the field ("offload.params: nvme needs
+ * offload.optimizer nvme"). */
+int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen);
+
+/* zt_trainer_open for an offloaded step. -ENOMEM with the numbers when gpu_budget cannot hold
+ * the activations plus the streamer's minimum; -ENOTSUP for a backend other than cpu or a
+ * precision other than fp32. Every other trainer call works as without offload (checkpoints
+ * included, interchangeable with those of a run without offload). */
+int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                            const zt_offload_cfg *oc, const zt_backend *be, char *err,
+                            size_t errlen);
+
+typedef struct zt_offload_stats {
+  size_t device_budget;  /* gpu_budget as resolved: activations + arena */
+  size_t act_bytes;      /* activations of one micro-batch (backend memory) */
+  size_t arena_budget;   /* the device arena: parameter copies and gradient buffers */
+  size_t arena_peak;     /* the arena's highest use so far */
+  size_t host_bytes;     /* the host arena: gradients, and masters, m, v or their staging */
+  uint64_t fetches, evictions, grad_writebacks, bytes_h2d, bytes_d2h;
+  uint64_t nvme_bytes_read, nvme_bytes_written; /* the NVMe tier's traffic (store counters) */
+  uint64_t adam_units;   /* unit updates run on the CPU pool */
+  uint64_t adam_overlapped; /* of those, submitted before the backward had finished */
+} zt_offload_stats;
+
+/* -EINVAL for a trainer without offload. */
+int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out);
+
+#endif

@@ -1,0 +1,834 @@
+/* The offloaded step (engine/train/offload.h): the trainer's state in the host arena, the units
+ * walked through the streamer, AdamW per unit on the CPU pool. */
+#include "engine/train/offload.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/train/trainer_internal.h"
+#include "offload/copy_engine.h"
+#include "offload/cpu_adam.h"
+#include "offload/cpu_pool.h"
+#include "offload/device_arena.h"
+#include "offload/host_arena.h"
+#include "offload/nvme_store.h"
+#include "offload/streamer.h"
+
+#define PREFETCH_MAX 16
+/* AdamW worker threads. One keeps the update of a unit running beside the backend's own threads
+ * on the runner's backward; unpinned, since the backend's threads take the cores they find. A
+ * tunable for engine/tunables.h once the daemon runs this step. */
+#define ADAM_THREADS 1
+
+/* A run of consecutive tensors of one unit sharing a decay flag: one AdamW task. */
+typedef struct adam_run {
+  size_t offset, n;
+  int decay;
+  int submitted; /* in this step, not waited for yet */
+} adam_run;
+
+/* optimizer nvme: the staging of one unit's master, m and v, moving through
+ * FREE -> READING -> UPDATING -> WRITING -> FREE */
+typedef enum set_state { SET_FREE, SET_READING, SET_UPDATING, SET_WRITING } set_state;
+typedef struct opt_set {
+  float *buf[3];
+  int unit;
+  set_state st;
+  int req[3];
+} opt_set;
+
+enum { K_MASTER, K_M, K_V, KINDS };
+
+typedef struct off_state {
+  zt_offload_cfg oc;
+  zt_host_arena *host;
+  zt_nvme_store *nvme; /* optimizer nvme */
+  int *ext;            /* the file of unit u's kind k: ext[KINDS * u + k] */
+  char nvme_dir[ZT_PATH_MAX + 32]; /* this trainer's directory under oc.nvme_dir, "" none */
+  opt_set sets[2];     /* unit u uses sets[u & 1]: one updated while the next is read ahead */
+  zt_dev_arena *dev;
+  zt_copy_engine *copy;
+  zt_cpu_pool *pool;
+  zt_streamer *st;
+  int nu;
+  int head;            /* the unit that also reads the embedding unit (gpt head), or -1 */
+  float *embed_grads;  /* the embedding unit's gradient buffer, held from the head to unit 0 */
+  adam_run *runs;
+  zt_cpu_adam_task *tasks; /* one per run */
+  int *first_run;      /* runs of unit u: [first_run[u], first_run[u + 1]) */
+  size_t act_bytes, arena_budget, host_bytes;
+  char *updated;       /* per unit: its update of this step has started */
+  uint64_t adam_units, adam_overlapped;
+  int broken;          /* a failed step left part of the parameters updated */
+} off_state;
+
+void zt_offload_cfg_defaults(zt_offload_cfg *c) {
+  memset(c, 0, sizeof *c);
+  c->params = ZT_PLACE_AUTO;
+  c->grads = ZT_PLACE_AUTO;
+  c->optimizer = ZT_PLACE_AUTO;
+  c->prefetch = 1;
+}
+
+static const char *const place_names[] = {"auto", "gpu", "host", "nvme"};
+
+const char *zt_offload_place_name(zt_offload_place p) {
+  return p >= ZT_PLACE_AUTO && p <= ZT_PLACE_NVME ? place_names[p] : "?";
+}
+
+int zt_offload_place_parse(const char *s, zt_offload_place *out) {
+  for (int i = 0; i <= ZT_PLACE_NVME; i++)
+    if (!strcmp(s, place_names[i])) {
+      *out = (zt_offload_place)i;
+      return 0;
+    }
+  return -EINVAL;
+}
+
+int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
+  const struct {
+    const char *field;
+    zt_offload_place v;
+  } kinds[] = {{"params", c->params}, {"grads", c->grads}, {"optimizer", c->optimizer}};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (kinds[i].v < ZT_PLACE_AUTO || kinds[i].v > ZT_PLACE_NVME) {
+      snprintf(err, errlen, "offload.%s must be gpu, host, nvme or auto", kinds[i].field);
+      return -EINVAL;
+    }
+  if (c->grads == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.grads: nvme is not supported (gradients are accumulated on "
+             "the host)");
+    return -ENOTSUP;
+  }
+  if (c->params == ZT_PLACE_NVME && c->optimizer != ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.params: nvme needs offload.optimizer nvme (with fp32 "
+             "compute the parameters are the masters, read from their files)");
+    return -ENOTSUP;
+  }
+  if ((c->params == ZT_PLACE_NVME || c->optimizer == ZT_PLACE_NVME) && !c->nvme_dir[0]) {
+    snprintf(err, errlen, "offload.nvme_dir is required with an nvme placement");
+    return -EINVAL;
+  }
+  if (c->grads == ZT_PLACE_GPU || c->optimizer == ZT_PLACE_GPU) {
+    snprintf(err, errlen, "offload.%s: gpu keeps the optimizer on the device, which is the run "
+             "without offload; leave the offload object out for it",
+             c->grads == ZT_PLACE_GPU ? "grads" : "optimizer");
+    return -ENOTSUP;
+  }
+  if (c->prefetch < 0 || c->prefetch > PREFETCH_MAX) {
+    snprintf(err, errlen, "offload.prefetch must be in [0, %d] (got %d)", PREFETCH_MAX,
+             c->prefetch);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* ---- the step -------------------------------------------------------------------------------- */
+
+static int stream_fail(zt_trainer *t, int rc, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  snprintf(err, errlen, "offload step %d: %s", t->step + 1, zt_streamer_error(s->st));
+  return rc;
+}
+
+/* Prefetches are advisory: -EAGAIN (no room without waiting) leaves the fetch to the acquire. */
+static int prefetch_from(off_state *s, int u, int dir) {
+  for (int d = 1; d <= s->oc.prefetch; d++) {
+    int v = u + d * dir;
+    if (v < 0 || v >= s->nu) break;
+    int rc = zt_streamer_prefetch(s->st, v);
+    if (rc < 0 && rc != -EAGAIN) return rc;
+  }
+  return 0;
+}
+
+static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  for (int u = 0; u < s->nu; u++) {
+    void *p = NULL, *e = NULL;
+    int rc = zt_streamer_acquire(s->st, u, 0, &p, NULL);
+    if (rc == 0 && u == s->head && (rc = zt_streamer_acquire(s->st, 0, 0, &e, NULL)) < 0) {
+      zt_streamer_release(s->st, u, 0);
+      p = NULL;
+    }
+    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0)
+      zt_model_unit_forward(t->model, t->acts, u, p, e);
+    if (e) zt_streamer_release(s->st, 0, 0);
+    if (p) zt_streamer_release(s->st, u, 0);
+    if (rc < 0) return stream_fail(t, rc, err, errlen);
+  }
+  return 0;
+}
+
+static void wait_unit_runs(off_state *s, int u) {
+  for (int r = s->first_run[u]; r < s->first_run[u + 1]; r++)
+    if (s->runs[r].submitted) {
+      zt_cpu_adam_wait(s->pool, &s->tasks[r]);
+      s->runs[r].submitted = 0;
+    }
+}
+
+/* p, m, v: the unit's masters and moments (in the flat host buffers or a staging set) */
+static int submit_unit_adam(zt_trainer *t, int u, float *p, float *m, float *v,
+                            const zt_adam_hparams *hp) {
+  off_state *s = t->path_state;
+  size_t base = zt_model_unit(t->model, u)->offset;
+  for (int r = s->first_run[u]; r < s->first_run[u + 1]; r++) {
+    adam_run *a = &s->runs[r];
+    zt_cpu_adam_task *k = &s->tasks[r];
+    size_t d = a->offset - base;
+    k->p = p + d;
+    k->g = t->grads + a->offset;
+    k->m = m + d;
+    k->v = v + d;
+    k->p_bf16 = NULL;
+    k->n = a->n;
+    k->h = *hp;
+    k->h.weight_decay = a->decay ? hp->weight_decay : 0.0f;
+    k->isa = ZT_CPU_ISA_AUTO;
+    int rc = zt_cpu_adam_submit(s->pool, k);
+    if (rc < 0) return rc;
+    a->submitted = 1;
+  }
+  s->adam_units++;
+  return 0;
+}
+
+/* ---- optimizer state on NVMe ----------------------------------------------------------------- */
+
+/* Starts the reads (write 0) or writes of the set's unit; on a failure waits for those started. */
+static int set_io(zt_trainer *t, opt_set *x, int write) {
+  off_state *s = t->path_state;
+  size_t bytes = zt_model_unit(t->model, x->unit)->numel * sizeof(float);
+  for (int k = 0; k < KINDS; k++) {
+    int ext = s->ext[KINDS * x->unit + k];
+    int rc = write ? zt_nvme_write(s->nvme, ext, 0, x->buf[k], bytes)
+                   : zt_nvme_read(s->nvme, ext, 0, x->buf[k], bytes);
+    if (rc < 0) {
+      while (k-- > 0) zt_nvme_wait(s->nvme, x->req[k]);
+      return rc;
+    }
+    x->req[k] = rc;
+  }
+  return 0;
+}
+
+static int set_wait(off_state *s, opt_set *x) {
+  int rc = 0;
+  for (int k = 0; k < KINDS; k++) {
+    int r = zt_nvme_wait(s->nvme, x->req[k]);
+    if (r < 0 && rc == 0) rc = r;
+  }
+  return rc;
+}
+
+/* Back to FREE: a read finished, an update waited for and written behind, a write landed. */
+static int set_retire(zt_trainer *t, opt_set *x) {
+  off_state *s = t->path_state;
+  int rc = 0;
+  if (x->st == SET_READING) rc = set_wait(s, x);
+  if (x->st == SET_UPDATING) {
+    wait_unit_runs(s, x->unit);
+    const zt_unit_info *ui = zt_model_unit(t->model, x->unit);
+    /* the host copy the streamer fetches from, when the parameters live on the host */
+    if (t->params) memcpy(t->params + ui->offset, x->buf[K_MASTER], ui->numel * sizeof(float));
+    if ((rc = set_io(t, x, 1)) == 0) x->st = SET_WRITING;
+  }
+  if (x->st == SET_WRITING) rc = set_wait(s, x);
+  x->st = SET_FREE;
+  x->unit = -1;
+  return rc;
+}
+
+/* Starts reading unit u's master, m and v into its set, unless they are there or coming. */
+static int opt_read(zt_trainer *t, int u) {
+  off_state *s = t->path_state;
+  opt_set *x = &s->sets[u & 1];
+  if (x->unit == u) return 0;
+  int rc = set_retire(t, x);
+  if (rc < 0) return rc;
+  x->unit = u;
+  if ((rc = set_io(t, x, 0)) < 0) {
+    x->unit = -1;
+    return rc;
+  }
+  x->st = SET_READING;
+  return 0;
+}
+
+/* Starts unit u's AdamW: in place on the host tier; on NVMe from its set once read, then reads
+ * the next unit's state ahead (the update of u and the write-behind of u + 1 run meanwhile). */
+static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
+  off_state *s = t->path_state;
+  s->updated[u] = 1;
+  if (!s->nvme) {
+    size_t o = zt_model_unit(t->model, u)->offset;
+    return submit_unit_adam(t, u, t->params + o, t->m + o, t->v + o, hp);
+  }
+  opt_set *x = &s->sets[u & 1];
+  int rc = opt_read(t, u);
+  if (rc == 0 && x->st == SET_READING && (rc = set_wait(s, x)) < 0) {
+    x->st = SET_FREE;
+    x->unit = -1;
+  }
+  if (rc < 0) return rc;
+  x->st = SET_UPDATING;
+  if ((rc = submit_unit_adam(t, u, x->buf[K_MASTER], x->buf[K_M], x->buf[K_V], hp)) < 0)
+    return rc;
+  return u > 0 ? opt_read(t, u - 1) : 0;
+}
+
+/* Every update started has finished and, on NVMe, been written back. */
+static int finish_updates(zt_trainer *t) {
+  off_state *s = t->path_state;
+  int rc = 0;
+  for (int u = 0; u < s->nu; u++) wait_unit_runs(s, u);
+  for (int i = 0; s->nvme && i < 2; i++) {
+    int r = set_retire(t, &s->sets[i]);
+    if (r < 0 && rc == 0) rc = r;
+  }
+  return rc;
+}
+
+/* With overlap, each unit's update starts as soon as its gradients are final; a unit whose
+ * gradients are not finite stops the updates (*bad_unit gets it). */
+typedef struct overlap {
+  int on;
+  const zt_adam_hparams *hp;
+  int bad_unit, updated;
+} overlap;
+
+static int unit_done(zt_trainer *t, int u, overlap *ov) {
+  off_state *s = t->path_state;
+  if (!ov->on || ov->bad_unit >= 0) return 0;
+  int rc = zt_streamer_wait_grads(s->st, u);
+  if (rc < 0) return rc;
+  const zt_unit_info *ui = zt_model_unit(t->model, u);
+  int nonfinite = 0;
+  t->be.ops->sum_squares(t->be.ctx, t->grads + ui->offset, ui->numel, &nonfinite);
+  if (nonfinite) {
+    ov->bad_unit = u;
+    return 0;
+  }
+  if ((rc = update_unit(t, u, ov->hp)) < 0) return rc;
+  ov->updated++;
+  s->adam_overlapped++;
+  return 0;
+}
+
+/* first: the first counted micro-batch of the step, whose gradient buffers start at zero; later
+ * ones continue the host's running sum. */
+static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  unsigned gflags = ZT_STREAM_GRADS | (first ? 0u : ZT_STREAM_GRADS_RESUME);
+  for (int u = s->nu - 1; u >= 0; u--) {
+    void *p = NULL, *e = NULL;
+    float *g = NULL, *eg = NULL;
+    int companion_of_head = u == 0 && s->head >= 0; /* unit 0 holds its buffer since the head */
+    int rc = companion_of_head ? zt_streamer_acquire(s->st, u, 0, &p, NULL)
+                               : zt_streamer_acquire(s->st, u, gflags, &p, &g);
+    if (rc == 0 && companion_of_head) g = s->embed_grads;
+    if (rc == 0 && u == s->head) {
+      if ((rc = zt_streamer_acquire(s->st, 0, gflags, &e, &eg)) < 0) {
+        zt_streamer_release(s->st, u, 0);
+        p = NULL;
+      }
+      s->embed_grads = eg;
+    }
+    if (rc == 0 && (rc = prefetch_from(s, u, -1)) == 0)
+      zt_model_unit_backward(t->model, t->acts, u, p, g, e, eg);
+    /* a failed step's gradients are dropped, not written back */
+    unsigned rflags = rc == 0 ? ZT_STREAM_DIRTY | ZT_STREAM_STORE : 0;
+    if (p) zt_streamer_release(s->st, u, rflags);
+    if (s->embed_grads && (companion_of_head || rc < 0)) {
+      zt_streamer_release(s->st, 0, rflags);
+      s->embed_grads = NULL;
+    }
+    if (rc < 0) return stream_fail(t, rc, err, errlen);
+    if ((rc = unit_done(t, u, ov)) < 0) {
+      snprintf(err, errlen, "offload step %d: unit %s: %s", t->step + 1,
+               zt_model_unit(t->model, u)->name, zt_streamer_error(s->st));
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static int last_counted_micro(const zt_trainer *t, const int32_t *tokens) {
+  int T = zt_model_cfg_of(t->model)->seq_len, last = -1;
+  size_t mt = zt_trainer_micro_tokens(t);
+  for (int k = 0; k < t->tc.grad_accum; k++)
+    for (int b = 0; b < t->tc.micro_batch && last < k; b++)
+      for (int j = 1; j <= T; j++)
+        if (tokens[(size_t)k * mt + (size_t)b * (T + 1) + j] >= 0) {
+          last = k;
+          break;
+        }
+  return last;
+}
+
+static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                    size_t errlen) {
+  off_state *s = t->path_state;
+  const zt_ops *o = t->be.ops;
+  const zt_model_cfg *mc = zt_model_cfg_of(t->model);
+  const zt_train_cfg *c = &t->tc;
+  int N = c->micro_batch * mc->seq_len, step = t->step + 1, adam_step = t->adam_step + 1;
+  size_t n = zt_model_num_params(t->model);
+  if (s->broken) {
+    snprintf(err, errlen, "step %d: an earlier step failed after updating part of the "
+             "parameters; load a checkpoint to continue", step);
+    return -EIO;
+  }
+  int rc = zt__trainer_check_tokens(t, tokens, err, errlen);
+  if (rc < 0) return rc;
+  float lr = zt_train_lr(c, step);
+  zt_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                        .weight_decay = c->weight_decay, .step = adam_step, .grad_scale = 1.0f};
+  int last = last_counted_micro(t, tokens);
+  memset(s->updated, 0, (size_t)s->nu);
+  overlap ov = {.on = 0, .hp = &hp, .bad_unit = -1};
+  double loss = 0;
+  int counted_micros = 0;
+  for (int k = 0; k < c->grad_accum; k++) {
+    int counted = zt__trainer_stage_micro(t, tokens, k);
+    if (!counted) continue;
+    if ((rc = walk_forward(t, err, errlen)) < 0) goto out;
+    double loss_sum = 0;
+    int n_counted = 0;
+    o->crossentropy_fwd_bwd_dt(t->be.ctx, ZT_F32, zt_acts_logits(t->acts),
+                               zt_acts_targets(t->acts), N, mc->vocab, mc->vocab, -1,
+                               (float)(1.0 / ((double)counted * c->grad_accum)), &loss_sum,
+                               &n_counted);
+    ov.on = k == last && c->grad_clip == 0;
+    if ((rc = walk_backward(t, counted_micros == 0, &ov, err, errlen)) < 0) goto out;
+    loss += loss_sum / n_counted;
+    counted_micros++;
+  }
+  if ((rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
+    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    goto out;
+  }
+  /* nothing counted: the gradients of an all-on-device step are the zeros it started from */
+  if (!counted_micros) memset(t->grads, 0, n * sizeof(float));
+  int nonfinite = 0;
+  double norm = sqrt(o->sum_squares(t->be.ctx, t->grads, n, &nonfinite));
+  if (nonfinite) {
+    finish_updates(t);
+    rc = -ERANGE;
+    if (ov.updated) {
+      s->broken = 1;
+      snprintf(err, errlen, "step %d: the gradient of unit %s has inf or nan values (loss %g); "
+               "%d unit(s) after it in the backward were updated already", step,
+               zt_model_unit(t->model, ov.bad_unit >= 0 ? ov.bad_unit : 0)->name,
+               counted_micros ? loss / counted_micros : 0.0, ov.updated);
+    } else {
+      snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
+               "left unchanged", step, counted_micros ? loss / counted_micros : 0.0);
+    }
+    goto out;
+  }
+  if (c->grad_clip > 0) {
+    double coef = c->grad_clip / (norm + 1e-6);
+    if (coef < 1.0) hp.grad_scale = (float)coef;
+  }
+  /* the units the overlap did not reach (all of them with clipping or without a counted
+   * micro-batch), in the backward's order */
+  for (int u = s->nu - 1; u >= 0 && rc == 0; u--)
+    if (!s->updated[u]) rc = update_unit(t, u, &hp);
+  int frc = finish_updates(t);
+  if (rc == 0) rc = frc;
+  if (rc < 0) {
+    s->broken = 1;
+    snprintf(err, errlen, "step %d: the AdamW update failed: %s", step,
+             s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
+                                                         : strerror(-rc));
+    goto out;
+  }
+  /* the masters changed: every device copy is stale */
+  if ((rc = zt_streamer_invalidate(s->st, -1)) < 0) {
+    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    goto out;
+  }
+  if ((rc = o->sync(t->be.ctx)) < 0) {
+    snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
+             o->error_text(t->be.ctx));
+    goto out;
+  }
+  t->step = step;
+  t->adam_step = adam_step;
+  if (res)
+    *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
+                            .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
+                            .skipped = 0, .loss_scale = 1.0f};
+out:
+  if (rc < 0) {
+    finish_updates(t);
+    /* updates that overlapped the backward stay: the state is no step's */
+    for (int u = 0; u < s->nu; u++) s->broken |= s->updated[u];
+    zt_streamer_invalidate(s->st, -1);
+  }
+  return rc;
+}
+
+/* ---- the path -------------------------------------------------------------------------------- */
+
+static int off_read_state(zt_trainer *t, float *params, float *m, float *v) {
+  off_state *s = t->path_state;
+  float *out[KINDS] = {params, m, v};
+  if (!s->nvme) {
+    const float *flat[KINDS] = {t->params, t->m, t->v};
+    for (int k = 0; k < KINDS; k++)
+      if (out[k]) memcpy(out[k], flat[k], zt_model_num_params(t->model) * sizeof(float));
+    return 0;
+  }
+  int rc = finish_updates(t);
+  opt_set *x = &s->sets[0];
+  for (int u = 0; u < s->nu && rc == 0; u++) {
+    const zt_unit_info *ui = zt_model_unit(t->model, u);
+    x->unit = u;
+    if ((rc = set_io(t, x, 0)) < 0 || (rc = set_wait(s, x)) < 0) break;
+    for (int k = 0; k < KINDS; k++)
+      if (out[k]) memcpy(out[k] + ui->offset, x->buf[k], ui->numel * sizeof(float));
+  }
+  x->unit = -1;
+  return rc;
+}
+
+static int off_write_state(zt_trainer *t, const float *params, const float *m, const float *v,
+                           char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  size_t n = zt_model_num_params(t->model);
+  const float *in[KINDS] = {params, m, v};
+  int rc = 0;
+  if (!s->nvme) {
+    float *flat[KINDS] = {t->params, t->m, t->v};
+    for (int k = 0; k < KINDS; k++) memcpy(flat[k], in[k], n * sizeof(float));
+  } else {
+    if (t->params) memcpy(t->params, params, n * sizeof(float));
+    rc = finish_updates(t);
+    opt_set *x = &s->sets[0];
+    for (int u = 0; u < s->nu && rc == 0; u++) {
+      const zt_unit_info *ui = zt_model_unit(t->model, u);
+      x->unit = u;
+      for (int k = 0; k < KINDS; k++)
+        memcpy(x->buf[k], in[k] + ui->offset, ui->numel * sizeof(float));
+      if ((rc = set_io(t, x, 1)) == 0) rc = set_wait(s, x);
+    }
+    x->unit = -1;
+    if (rc < 0) {
+      snprintf(err, errlen, "offload: writing the optimizer state failed: %s",
+               zt_nvme_store_error(s->nvme));
+      return rc;
+    }
+  }
+  if (s->st && (rc = zt_streamer_invalidate(s->st, -1)) < 0) {
+    snprintf(err, errlen, "offload: %s", zt_streamer_error(s->st));
+    return rc;
+  }
+  s->broken = 0;
+  return 0;
+}
+
+static size_t off_backend_bytes(const zt_trainer *t) {
+  const off_state *s = t->path_state;
+  return s->act_bytes + s->arena_budget;
+}
+
+static void off_close(zt_trainer *t) {
+  off_state *s = t->path_state;
+  if (!s) return;
+  zt_streamer_close(s->st);
+  zt_cpu_pool_close(s->pool);
+  zt_copy_close(s->copy);
+  zt_dev_arena_close(s->dev);
+  zt_nvme_store_close(s->nvme); /* its files with it */
+  if (s->nvme_dir[0]) rmdir(s->nvme_dir);
+  zt_host_arena_close(s->host); /* params, grads, m, v and the staging with it */
+  t->params = t->grads = t->m = t->v = NULL;
+  free(s->ext);
+  free(s->updated);
+  free(s->runs);
+  free(s->tasks);
+  free(s->first_run);
+  free(s);
+  t->path_state = NULL;
+}
+
+static const zt__train_path offload_path = {
+    .step = off_step,
+    .read_state = off_read_state,
+    .write_state = off_write_state,
+    .backend_bytes = off_backend_bytes,
+    .close = off_close,
+};
+
+static int build_runs(const zt_model *m, off_state *s) {
+  int nt = zt_model_num_tensors(m);
+  s->runs = calloc((size_t)nt, sizeof *s->runs);
+  s->tasks = calloc((size_t)nt, sizeof *s->tasks);
+  s->first_run = calloc((size_t)s->nu + 1, sizeof *s->first_run);
+  if (!s->runs || !s->tasks || !s->first_run) return -ENOMEM;
+  int r = 0;
+  for (int i = 0; i < nt; i++) {
+    const zt_tensor_info *ti = zt_model_tensor(m, i);
+    adam_run *prev = r ? &s->runs[r - 1] : NULL;
+    if (prev && prev->decay == ti->decay && zt_model_tensor(m, i - 1)->unit == ti->unit &&
+        prev->offset + prev->n == ti->offset) {
+      prev->n += ti->numel;
+      continue;
+    }
+    s->runs[r++] = (adam_run){.offset = ti->offset, .n = ti->numel, .decay = ti->decay};
+  }
+  /* tensors are in layout order, units contiguous: runs of unit u follow those of u - 1 */
+  for (int u = 0, k = 0; u <= s->nu; u++) {
+    while (k < r && u < s->nu && s->runs[k].offset < zt_model_unit(m, u)->offset) k++;
+    s->first_run[u] = u < s->nu ? k : r;
+  }
+  return 0;
+}
+
+/* Every unit's parameters, the gradient buffers held and one write-back in flight, in slots. */
+static const char *const kind_names[KINDS] = {"master", "exp_avg", "exp_avg_sq"};
+
+/* The store under nvme_dir, a file per unit and kind, written with the initial state. */
+static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  size_t n = zt_model_num_params(t->model);
+  float *init = malloc(n * sizeof(float)), *zeros = calloc(n, sizeof(float));
+  int rc = init && zeros && (s->ext = malloc((size_t)s->nu * KINDS * sizeof *s->ext)) ? 0 : -ENOMEM;
+  if (rc < 0) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  /* a directory of its own, so that trainers can share nvme_dir */
+  snprintf(s->nvme_dir, sizeof s->nvme_dir, "%s/zt-offload.XXXXXX", s->oc.nvme_dir);
+  if (strlen(s->oc.nvme_dir) + 20 >= sizeof s->nvme_dir || !mkdtemp(s->nvme_dir)) {
+    rc = strlen(s->oc.nvme_dir) + 20 >= sizeof s->nvme_dir ? -ENAMETOOLONG : -errno;
+    snprintf(err, errlen, "offload.nvme_dir: %s: %s", s->oc.nvme_dir, strerror(-rc));
+    s->nvme_dir[0] = 0;
+    goto out;
+  }
+  if ((rc = zt_nvme_store_open(&s->nvme, s->nvme_dir, NULL, err, errlen)) < 0) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, errlen, "offload.nvme_dir: %s", why);
+    goto out;
+  }
+  for (int u = 0; u < s->nu; u++)
+    for (int k = 0; k < KINDS; k++) {
+      char name[64];
+      const zt_unit_info *ui = zt_model_unit(t->model, u);
+      snprintf(name, sizeof name, "%s.%s", ui->name, kind_names[k]);
+      if ((rc = zt_nvme_store_alloc(s->nvme, name, ui->numel * sizeof(float))) < 0) {
+        snprintf(err, errlen, "offload.nvme_dir: %s", zt_nvme_store_error(s->nvme));
+        goto out;
+      }
+      s->ext[KINDS * u + k] = rc;
+    }
+  if ((rc = zt__trainer_init_params(t->model, init, err, errlen)) < 0) goto out;
+  rc = off_write_state(t, init, zeros, zeros, err, errlen);
+out:
+  free(init);
+  free(zeros);
+  return rc;
+}
+
+static size_t all_resident_bytes(int nu, int held, size_t slot) {
+  return (size_t)(nu + held + 1) * zt_dev_arena_footprint(slot);
+}
+
+int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                            const zt_offload_cfg *oc, const zt_backend *be, char *err,
+                            size_t errlen) {
+  int rc;
+  zt_stream_unit *units = NULL;
+  *out = NULL;
+  if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
+      (rc = zt_offload_cfg_check(oc, err, errlen)) < 0)
+    return rc;
+  if (strcmp(be->ops->name, "cpu") != 0) {
+    snprintf(err, errlen, "offload: runs on the cpu backend only for now (not %s)",
+             be->ops->name);
+    return -ENOTSUP;
+  }
+  if (tc->precision != ZT_F32) {
+    snprintf(err, errlen, "offload: train.precision must be fp32 for now (got %s)",
+             zt_dtype_name(tc->precision));
+    return -ENOTSUP;
+  }
+  zt_trainer *t = calloc(1, sizeof *t);
+  off_state *s = calloc(1, sizeof *s);
+  if (!t || !s) {
+    free(t);
+    free(s);
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  t->tc = *tc;
+  t->be = *be;
+  t->path = &offload_path;
+  t->path_state = s;
+  s->oc = *oc;
+  s->head = -1;
+  zt_loss_scaler_init(&t->scaler);
+  if ((rc = be->ops->set_allow_tf32(be->ctx, tc->tf32)) < 0) {
+    snprintf(err, errlen, "train.tf32: the %s backend has no TF32 mode", be->ops->name);
+    goto out;
+  }
+  if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
+  size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
+  s->nu = zt_model_num_units(t->model);
+  if (mc->arch == ZT_ARCH_GPT) s->head = s->nu - 1;
+  if ((rc = zt_acts_open(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every, err,
+                         errlen)) < 0)
+    goto out;
+  s->act_bytes = zt_acts_bytes(t->acts);
+  t->h_tok = malloc(N * sizeof *t->h_tok);
+  t->h_tgt = malloc(N * sizeof *t->h_tgt);
+  units = calloc((size_t)s->nu, sizeof *units);
+  if (!t->h_tok || !t->h_tgt || !units || (rc = build_runs(t->model, s)) < 0) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  s->updated = calloc((size_t)s->nu, 1);
+  if (!s->updated) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
+  int held = s->head >= 0 ? 2 : 1;
+  size_t largest = 0;
+  for (int u = 0; u < s->nu; u++)
+    if (zt_model_unit(t->model, u)->numel * sizeof(float) > largest)
+      largest = zt_model_unit(t->model, u)->numel * sizeof(float);
+  /* host tier: gradients; masters, m and v (optimizer host) or the two staging sets of one unit
+   * each (optimizer nvme) plus the parameters to stream from unless they live on NVMe too, and
+   * then the streamer's staging */
+  size_t flat = zt_host_arena_footprint(n * sizeof(float));
+  s->host_bytes = !opt_nvme ? 4 * flat
+                            : flat + (params_nvme ? 0 : flat) +
+                                  2 * KINDS * zt_host_arena_footprint(largest) +
+                                  (params_nvme ? (size_t)(held + oc->prefetch) *
+                                                     zt_host_arena_footprint(largest)
+                                               : 0);
+  if ((rc = zt_host_arena_open(&s->host, s->host_bytes, NULL)) < 0) {
+    snprintf(err, errlen, "offload: opening the host arena failed (%d)", rc);
+    goto out;
+  }
+  float **bufs[] = {&t->grads, &t->params, &t->m, &t->v};
+  size_t nbufs = !opt_nvme ? 4 : params_nvme ? 1 : 2;
+  for (size_t i = 0; i < nbufs; i++) {
+    if ((rc = zt_host_arena_alloc(s->host, n * sizeof(float), (void **)bufs[i])) < 0) {
+      snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
+      goto out;
+    }
+    memset(*bufs[i], 0, n * sizeof(float));
+  }
+  if (!opt_nvme) {
+    if ((rc = zt__trainer_init_params(t->model, t->params, err, errlen)) < 0) goto out;
+  } else {
+    for (int i = 0; i < 2; i++) {
+      s->sets[i].unit = -1;
+      for (int k = 0; k < KINDS; k++)
+        if ((rc = zt_host_arena_alloc(s->host, largest, (void **)&s->sets[i].buf[k])) < 0) {
+          snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
+          goto out;
+        }
+    }
+    if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
+  }
+  /* fp32 compute: the device copy of a unit is its masters, fetched from the host copy or from
+   * their file */
+  for (int u = 0; u < s->nu; u++) {
+    const zt_unit_info *ui = zt_model_unit(t->model, u);
+    units[u] = (zt_stream_unit){.param_bytes = ui->numel * sizeof(float),
+                                .host_params = params_nvme ? NULL : t->params + ui->offset,
+                                .nvme_ext = params_nvme ? s->ext[KINDS * u + K_MASTER] : 0,
+                                .grad_floats = ui->numel,
+                                .host_grads = t->grads + ui->offset};
+  }
+  /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
+   * arena from fragmenting, so the budget that opens is the budget that runs. */
+  size_t slot = 0;
+  for (int u = 0; u < s->nu; u++)
+    if (units[u].param_bytes > slot) slot = units[u].param_bytes;
+  zt_streamer_cfg sc = {.n_units = s->nu, .units = units, .host = s->host, .nvme = s->nvme,
+                        .prefetch_depth = oc->prefetch, .max_acquired = held,
+                        .slot_bytes = slot};
+  size_t need = zt_streamer_min_device_bytes(&sc);
+  size_t resident = all_resident_bytes(s->nu, sc.max_acquired, slot);
+  if (need == SIZE_MAX) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  zt_offload_place params = oc->params != ZT_PLACE_AUTO ? oc->params
+                            : oc->gpu_budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+  if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
+    s->arena_budget = resident;
+    if (oc->gpu_budget && s->act_bytes + resident > oc->gpu_budget) {
+      rc = -ENOMEM;
+      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
+               "(activations %zu + parameters and gradient buffers %zu); offload.gpu_budget is "
+               "%zu (params host streams the units)", s->act_bytes + resident, s->act_bytes,
+               resident, oc->gpu_budget);
+      goto out;
+    }
+  } else {
+    if (oc->gpu_budget < s->act_bytes + need) {
+      rc = -ENOMEM;
+      snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
+               "(activations %zu + %d unit(s) held and %d prefetched with their gradients %zu)",
+               oc->gpu_budget, s->act_bytes + need, s->act_bytes, sc.max_acquired,
+               oc->prefetch, need);
+      goto out;
+    }
+    s->arena_budget = oc->gpu_budget - s->act_bytes;
+    if (s->arena_budget > resident) s->arena_budget = resident;
+  }
+  if ((rc = zt_dev_arena_open(&s->dev, s->arena_budget, NULL, err, errlen)) < 0) goto out;
+  if ((rc = zt_copy_cpu_open(&s->copy, 0)) < 0 || (rc = zt_cpu_pool_open(&s->pool, ADAM_THREADS, 0)) < 0) {
+    snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed (%d)", rc);
+    goto out;
+  }
+  sc.dev = s->dev;
+  sc.copy = s->copy;
+  if ((rc = zt_streamer_open(&s->st, &sc, err, errlen)) < 0) goto out;
+  *out = t;
+  t = NULL;
+out:
+  free(units);
+  zt_trainer_close(t);
+  return rc;
+}
+
+int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
+  if (t->path != &offload_path) return -EINVAL;
+  const off_state *s = t->path_state;
+  zt_streamer_stats ss;
+  zt_streamer_get_stats(s->st, &ss);
+  zt_nvme_stats ns = {0};
+  if (s->nvme) zt_nvme_store_get_stats(s->nvme, &ns);
+  *out = (zt_offload_stats){.device_budget = s->act_bytes + s->arena_budget,
+                            .act_bytes = s->act_bytes,
+                            .arena_budget = s->arena_budget,
+                            .arena_peak = ss.device_peak,
+                            .host_bytes = s->host_bytes,
+                            .nvme_bytes_read = ns.bytes_read,
+                            .nvme_bytes_written = ns.bytes_written,
+                            .fetches = ss.fetches,
+                            .evictions = ss.evictions,
+                            .grad_writebacks = ss.grad_writebacks,
+                            .bytes_h2d = ss.bytes_h2d,
+                            .bytes_d2h = ss.bytes_d2h,
+                            .adam_units = s->adam_units,
+                            .adam_overlapped = s->adam_overlapped};
+  return 0;
+}
