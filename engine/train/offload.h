@@ -72,6 +72,13 @@ int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_tra
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen);
 
+/* The bytes zt_trainer_open_offload would take, computed the same way without allocating:
+ * host_bytes for the host arena, device_bytes for the activations plus the device arena. The
+ * same refusals (-EINVAL, -ENOMEM with the numbers) as the open. */
+int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                        const zt_ops *ops, size_t *host_bytes, size_t *device_bytes, char *err,
+                        size_t errlen);
+
 typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + arena */
   size_t act_bytes;      /* activations of one micro-batch (backend memory) */

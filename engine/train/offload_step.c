@@ -642,6 +642,97 @@ static size_t all_resident_bytes(int nu, int held, size_t slot) {
   return (size_t)(nu + held + 1) * zt_dev_arena_footprint(slot);
 }
 
+/* Every size the offloaded trainer takes, from the layout and the activation bytes alone: the
+ * one computation behind zt_trainer_open_offload and zt_offload_estimate, so what the daemon
+ * admits is what the trainer allocates. */
+typedef struct off_sizes {
+  size_t host;         /* the host arena */
+  size_t arena;        /* the device arena */
+  size_t slot;         /* one unit's device slot */
+  size_t largest;      /* the largest unit, bytes */
+  int held;            /* units acquired at once */
+} off_sizes;
+
+static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, size_t act_bytes,
+                        off_sizes *z, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m);
+  size_t n = zt_model_num_params(m);
+  int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
+  *z = (off_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1};
+  zt_stream_unit *units = calloc((size_t)nu, sizeof *units);
+  if (!units) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  for (int u = 0; u < nu; u++) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    units[u] = (zt_stream_unit){.param_bytes = ui->numel * sizeof(float), .grad_floats = ui->numel};
+    if (units[u].param_bytes > z->largest) z->largest = units[u].param_bytes;
+  }
+  /* host tier: gradients; masters, m and v (optimizer host) or the two staging sets of one unit
+   * each (optimizer nvme) plus the parameters to stream from unless they live on NVMe too, and
+   * then the streamer's staging */
+  size_t flat = zt_host_arena_footprint(n * sizeof(float));
+  z->host = !opt_nvme ? 4 * flat
+                      : flat + (params_nvme ? 0 : flat) +
+                            2 * KINDS * zt_host_arena_footprint(z->largest) +
+                            (params_nvme ? (size_t)(z->held + oc->prefetch) *
+                                               zt_host_arena_footprint(z->largest)
+                                         : 0);
+  /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
+   * arena from fragmenting, so the budget that opens is the budget that runs. */
+  z->slot = z->largest;
+  zt_streamer_cfg sc = {.n_units = nu, .units = units, .prefetch_depth = oc->prefetch,
+                        .max_acquired = z->held, .slot_bytes = z->slot};
+  size_t need = zt_streamer_min_device_bytes(&sc);
+  free(units);
+  if (need == SIZE_MAX) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  size_t resident = all_resident_bytes(nu, z->held, z->slot);
+  zt_offload_place params = oc->params != ZT_PLACE_AUTO ? oc->params
+                            : oc->gpu_budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+  if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
+    z->arena = resident;
+    if (oc->gpu_budget && act_bytes + resident > oc->gpu_budget) {
+      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
+               "(activations %zu + parameters and gradient buffers %zu); offload.gpu_budget is "
+               "%zu (params host streams the units)", act_bytes + resident, act_bytes,
+               resident, oc->gpu_budget);
+      return -ENOMEM;
+    }
+  } else {
+    if (oc->gpu_budget < act_bytes + need) {
+      snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
+               "(activations %zu + %d unit(s) held and %d prefetched with their gradients %zu)",
+               oc->gpu_budget, act_bytes + need, act_bytes, z->held, oc->prefetch, need);
+      return -ENOMEM;
+    }
+    z->arena = oc->gpu_budget - act_bytes;
+    if (z->arena > resident) z->arena = resident;
+  }
+  return 0;
+}
+
+int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                        const zt_ops *ops, size_t *host_bytes, size_t *device_bytes, char *err,
+                        size_t errlen) {
+  zt_model *m = NULL;
+  off_sizes z;
+  int rc;
+  if ((rc = zt_offload_cfg_check(oc, err, errlen)) < 0 ||
+      (rc = zt_model_create(&m, mc, err, errlen)) < 0)
+    return rc;
+  size_t act = zt_acts_size(m, ops, tc->micro_batch, tc->ckpt_every);
+  rc = off_sizes_of(m, oc, act, &z, err, errlen);
+  zt_model_destroy(m);
+  if (rc < 0) return rc;
+  *host_bytes = z.host;
+  *device_bytes = act + z.arena;
+  return 0;
+}
+
 int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen) {
@@ -703,21 +794,11 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     goto out;
   }
   int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
-  int held = s->head >= 0 ? 2 : 1;
-  size_t largest = 0;
-  for (int u = 0; u < s->nu; u++)
-    if (zt_model_unit(t->model, u)->numel * sizeof(float) > largest)
-      largest = zt_model_unit(t->model, u)->numel * sizeof(float);
-  /* host tier: gradients; masters, m and v (optimizer host) or the two staging sets of one unit
-   * each (optimizer nvme) plus the parameters to stream from unless they live on NVMe too, and
-   * then the streamer's staging */
-  size_t flat = zt_host_arena_footprint(n * sizeof(float));
-  s->host_bytes = !opt_nvme ? 4 * flat
-                            : flat + (params_nvme ? 0 : flat) +
-                                  2 * KINDS * zt_host_arena_footprint(largest) +
-                                  (params_nvme ? (size_t)(held + oc->prefetch) *
-                                                     zt_host_arena_footprint(largest)
-                                               : 0);
+  off_sizes z;
+  if ((rc = off_sizes_of(t->model, oc, s->act_bytes, &z, err, errlen)) < 0) goto out;
+  int held = z.held;
+  size_t largest = z.largest;
+  s->host_bytes = z.host;
   if ((rc = zt_host_arena_open(&s->host, s->host_bytes, NULL)) < 0) {
     snprintf(err, errlen, "offload: opening the host arena failed (%d)", rc);
     goto out;
@@ -754,45 +835,10 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
                                 .grad_floats = ui->numel,
                                 .host_grads = t->grads + ui->offset};
   }
-  /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
-   * arena from fragmenting, so the budget that opens is the budget that runs. */
-  size_t slot = 0;
-  for (int u = 0; u < s->nu; u++)
-    if (units[u].param_bytes > slot) slot = units[u].param_bytes;
   zt_streamer_cfg sc = {.n_units = s->nu, .units = units, .host = s->host, .nvme = s->nvme,
                         .prefetch_depth = oc->prefetch, .max_acquired = held,
-                        .slot_bytes = slot};
-  size_t need = zt_streamer_min_device_bytes(&sc);
-  size_t resident = all_resident_bytes(s->nu, sc.max_acquired, slot);
-  if (need == SIZE_MAX) {
-    rc = -ENOMEM;
-    snprintf(err, errlen, "out of memory");
-    goto out;
-  }
-  zt_offload_place params = oc->params != ZT_PLACE_AUTO ? oc->params
-                            : oc->gpu_budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
-  if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
-    s->arena_budget = resident;
-    if (oc->gpu_budget && s->act_bytes + resident > oc->gpu_budget) {
-      rc = -ENOMEM;
-      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
-               "(activations %zu + parameters and gradient buffers %zu); offload.gpu_budget is "
-               "%zu (params host streams the units)", s->act_bytes + resident, s->act_bytes,
-               resident, oc->gpu_budget);
-      goto out;
-    }
-  } else {
-    if (oc->gpu_budget < s->act_bytes + need) {
-      rc = -ENOMEM;
-      snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
-               "(activations %zu + %d unit(s) held and %d prefetched with their gradients %zu)",
-               oc->gpu_budget, s->act_bytes + need, s->act_bytes, sc.max_acquired,
-               oc->prefetch, need);
-      goto out;
-    }
-    s->arena_budget = oc->gpu_budget - s->act_bytes;
-    if (s->arena_budget > resident) s->arena_budget = resident;
-  }
+                        .slot_bytes = z.slot};
+  s->arena_budget = z.arena;
   if ((rc = zt_dev_arena_open(&s->dev, s->arena_budget, NULL, err, errlen)) < 0) goto out;
   if ((rc = zt_copy_cpu_open(&s->copy, 0)) < 0 || (rc = zt_cpu_pool_open(&s->pool, ADAM_THREADS, 0)) < 0) {
     snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed (%d)", rc);

@@ -159,6 +159,13 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                      st.device_budget, "%s: arena peak %zu over its budget %zu", what,
                      st.arena_peak, st.arena_budget);
   fails += MC_EXPECT(zt_trainer_backend_bytes(b) == st.device_budget, "%s: backend bytes", what);
+  /* What the daemon admits at submit is exactly what the trainer took. */
+  size_t est_host = 0, est_dev = 0;
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, be.ops, &est_host, &est_dev, err,
+                                         sizeof err) == 0, "%s: estimate: %s", what, err);
+  fails += MC_EXPECT(est_host == st.host_bytes && est_dev == st.act_bytes + st.arena_budget,
+                     "%s: estimate host %zu device %zu, trainer host %zu device %zu", what,
+                     est_host, est_dev, st.host_bytes, st.act_bytes + st.arena_budget);
   fails += MC_EXPECT(st.adam_units == (uint64_t)STEPS * nu, "%s: %llu unit updates", what,
                      (unsigned long long)st.adam_units);
   fails += MC_EXPECT(st.grad_writebacks > 0 && st.bytes_d2h > 0, "%s: no write-backs", what);
