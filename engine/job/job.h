@@ -59,6 +59,7 @@ typedef struct zt__job {
   int has_ckpt;
   int ckpt_step;
   size_t backend_bytes;
+  json_t *memory;                /* the last step event's memory object (per-tier bytes), under mu */
   zt__stop stop;
   uint64_t ckpt_requested;    /* generation of the newest checkpoint request */
   uint64_t ckpt_taken;        /* generation the newest checkpoint answered */

@@ -316,6 +316,7 @@ static void on_async(uv_async_t *h) {
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
 static void job_free(zt__job *job) {
+  json_decref(job->memory);
   while (job->pushes) {
     zt__pending_push *p = job->pushes;
     job->pushes = p->next;
@@ -581,7 +582,23 @@ int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX],
     snprintf(err, errlen, "the daemon is shutting down");
     return -ESHUTDOWN;
   }
-  if ((rc = zt__job_spec_parse(spec_in, &spec, err, errlen)) < 0) return rc;
+  /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
+   * names a directory; the stored spec records the one used. */
+  json_t *filled = NULL;
+  const json_t *off = json_is_object(spec_in) ? json_object_get(spec_in, "offload") : NULL;
+  if (jobs->cfg.nvme_dir && json_is_object(off) && !json_object_get(off, "nvme_dir")) {
+    filled = json_deep_copy(spec_in);
+    if (!filled) {
+      snprintf(err, errlen, "out of memory");
+      return -ENOMEM;
+    }
+    json_object_set_new(json_object_get(filled, "offload"), "nvme_dir",
+                        json_string(jobs->cfg.nvme_dir));
+    spec_in = filled;
+  }
+  rc = zt__job_spec_parse(spec_in, &spec, err, errlen);
+  json_decref(filled);
+  if (rc < 0) return rc;
   if ((rc = zt__job_spec_check_resources(&spec, &jobs->cfg, &bytes, err, errlen)) < 0)
     return rc;
   char new_id[ZT_JOB_ID_MAX];
@@ -660,6 +677,9 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
       time_or_null(job->ended), "checkpoint_step",
       job->has_ckpt ? json_integer(job->ckpt_step) : json_null(), "memory", "backend",
       jobs->cfg.backend, "backend_bytes", (json_int_t)(job->state == ZT_JOB_RUNNING ? job->backend_bytes : 0));
+  /* A running job reports what its last step measured, per tier when it is offloaded. */
+  if (j && job->state == ZT_JOB_RUNNING && job->memory)
+    json_object_set(j, "memory", job->memory);
   /* "error" only on a failed job, as in the "end" event. */
   if (j && job->error[0]) json_object_set_new(j, "error", json_string(job->error));
   pthread_mutex_unlock(&jobs->mu);

@@ -43,6 +43,8 @@ typedef struct zt_jobs_config {
   int device;                   /* the GPU jobs train on (cuda) */
   uint64_t host_mem_limit;      /* 0 = no limit; a cpu job whose backend bytes exceed it is refused */
   uint64_t gpu_mem_limit;       /* 0 = the device's memory; a cuda job above it is refused */
+  const char *nvme_dir;         /* --nvme-dir: an offloaded job's NVMe tier unless its spec
+                                   names one; NULL = none */
   uint32_t batch_queue_depth;   /* micro-batches a stream job buffers before credit stops */
   zt_jobs_event_cb on_event;
   void *user;

@@ -115,8 +115,11 @@ static int open_job(runner *r, const zt_backend *be) {
   if (s->source == ZT_DATA_FILE &&
       (rc = zt__token_file_open(&r->tokens, s->data_path, 1, r->err, sizeof r->err)) < 0)
     return rc;
-  if ((rc = zt_trainer_open(&r->trainer, &s->model, &s->train, be, r->err, sizeof r->err)) < 0)
-    return rc;
+  rc = s->has_offload ? zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &s->offload,
+                                                 be, r->err, sizeof r->err)
+                      : zt_trainer_open(&r->trainer, &s->model, &s->train, be, r->err,
+                                        sizeof r->err);
+  if (rc < 0) return rc;
   int newest = zt__store_newest_checkpoint(job->dir);
   if (newest > 0) {
     char path[ZT__JOB_DIR_MAX + 64];
@@ -188,7 +191,23 @@ static int train_step(runner *r, double run_start, int run_first_step) {
   json_object_set_new(ev, "loss_scale", json_real(res.loss_scale));
   json_object_set_new(ev, "tokens_per_s", json_real(tokens_per_s));
   json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
-  json_object_set_new(ev, "memory", memory_json(job->jobs->cfg.backend, backend_bytes));
+  json_t *mem = memory_json(job->jobs->cfg.backend, backend_bytes);
+  zt_offload_stats os;
+  if (mem && s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0)
+    json_object_set_new(mem, "offload", json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "device_budget",
+        (json_int_t)os.device_budget, "arena_budget", (json_int_t)os.arena_budget, "arena_peak",
+        (json_int_t)os.arena_peak, "host_bytes", (json_int_t)os.host_bytes, "bytes_h2d",
+        (json_int_t)os.bytes_h2d, "bytes_d2h", (json_int_t)os.bytes_d2h, "nvme_bytes_read",
+        (json_int_t)os.nvme_bytes_read, "nvme_bytes_written", (json_int_t)os.nvme_bytes_written,
+        "adam_overlapped", (json_int_t)os.adam_overlapped));
+  if (mem) {
+    pthread_mutex_lock(&job->jobs->mu);
+    json_decref(job->memory);
+    job->memory = json_deep_copy(mem);
+    pthread_mutex_unlock(&job->jobs->mu);
+  }
+  json_object_set_new(ev, "memory", mem);
   zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "engine/job/data.h"
 #include "engine/kernels/backend.h"
+#include "engine/train/offload_json.h"
 
 /* Bounds on each dimension. They are far above anything that fits a machine: their job is to
  * keep the arithmetic of the memory estimate finite, so the memory check can answer with numbers
@@ -23,7 +24,8 @@
 #define KEEP_MAX 1000
 #define LR_MAX 10.0
 
-static const char *const k_top[] = {"name", "model", "train", "data", "checkpoint", NULL};
+static const char *const k_top[] = {"name",       "model",   "train", "data",
+                                    "checkpoint", "offload", NULL};
 static const char *const k_model[] = {"arch",     "vocab", "seq_len", "d_model", "n_heads",
                                       "n_layers", "d_ff",  "init",    NULL};
 static const char *const k_init[] = {"seed", "safetensors", NULL};
@@ -371,6 +373,12 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
   if ((rc = get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
       (rc = parse_data(data, s, err, errlen)) < 0)
     return rc;
+  const json_t *off;
+  if ((rc = get_object(j, "", "offload", 0, &off, err, errlen)) < 0) return rc;
+  if (off) {
+    s->has_offload = 1;
+    if ((rc = zt_offload_cfg_from_json(off, &s->offload, err, errlen)) < 0) return rc;
+  }
   s->ckpt_every = 0;
   s->ckpt_keep = 2;
   if ((rc = get_object(j, "", "checkpoint", 0, &ckpt, err, errlen)) < 0) return rc;
@@ -408,6 +416,52 @@ static double rough_bytes(const zt_model_cfg *m, const zt_train_cfg *t) {
   double params = V * C + T * C + L * (4.0 * C * C + 2.0 * C * F + 16.0 * C);
   double acts = B * T * (L * (16.0 * C + 2.0 * F + (double)m->n_heads * T) + 2.0 * V);
   return 16.0 * params + 8.0 * acts;
+}
+
+/* The host's memory for the cpu backend: the operator's limit, else the machine's RAM. */
+static double host_limit(const zt_jobs_config *cfg, const char **what) {
+  if (cfg->host_mem_limit) {
+    *what = "host limit";
+    return (double)cfg->host_mem_limit;
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  *what = "this machine has";
+  return pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
+}
+
+/* An offloaded job: the trainer's own sizing (zt_offload_estimate) refuses a gpu_budget too
+ * small with the numbers; the host tier plus the device side (host memory too, on the cpu
+ * backend) must fit the host. */
+static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, size_t *backend_bytes,
+                         char *err, size_t errlen) {
+  if (strcmp(cfg->backend, "cpu") != 0) {
+    snprintf(err, errlen, "offload: runs on the cpu backend only for now (this daemon runs %s)",
+             cfg->backend);
+    return -ENOTSUP;
+  }
+  zt_backend be;
+  int rc = zt_backend_cpu_open(&be, 1);
+  if (rc < 0) {
+    snprintf(err, errlen, "cpu backend: %s", strerror(-rc));
+    return rc;
+  }
+  size_t host = 0, device = 0;
+  rc = zt_offload_estimate(&s->model, &s->train, &s->offload, be.ops, &host, &device, err, errlen);
+  zt_backend_cpu_close(&be);
+  if (rc < 0) return rc;
+  const char *what;
+  double limit = host_limit(cfg, &what);
+  if (limit > 0 && (double)host + (double)device > limit) {
+    char a[32], b[32], c[32];
+    zt__format_bytes(a, sizeof a, (double)host + (double)device);
+    zt__format_bytes(b, sizeof b, (double)host);
+    zt__format_bytes(c, sizeof c, limit);
+    snprintf(err, errlen, "job needs %s on the cpu backend (offload host tier %s); %s %s", a, b,
+             what, c);
+    return -ENOMEM;
+  }
+  *backend_bytes = device;
+  return 0;
 }
 
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
@@ -455,6 +509,7 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   }
   double limit;
   const char *what;
+  if (s->has_offload) return check_offload(s, cfg, backend_bytes, err, errlen);
   if (strcmp(cfg->backend, "cuda") == 0) {
     zt_device_info dev[ZT_MAX_DEVICES];
     int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES);
@@ -464,13 +519,8 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
       limit = (double)cfg->gpu_mem_limit;
       what = "GPU limit";
     }
-  } else if (cfg->host_mem_limit) {
-    limit = (double)cfg->host_mem_limit;
-    what = "host limit";
   } else {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    limit = pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
-    what = "this machine has";
+    limit = host_limit(cfg, &what);
   }
   double need = rough_bytes(&s->model, &s->train);
   if (need < 0x1p56) need = (double)zt_trainer_estimate_bytes(&s->model, &s->train);
@@ -493,7 +543,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   json_t *data = s->source == ZT_DATA_FILE
                      ? json_pack("{s:s, s:s}", "source", "file", "path", s->data_path)
                      : json_pack("{s:s}", "source", "stream");
-  return json_pack(
+  json_t *out = json_pack(
       "{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}, "
       "s:{s:i, s:i, s:i, s:s, s:b, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, "
       "s:I, s:{s:i}}, "
@@ -512,4 +562,14 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
       "activation_checkpointing", "every", t->ckpt_every,
       "data", data,
       "checkpoint", "every", s->ckpt_every, "keep", s->ckpt_keep);
+  if (out && s->has_offload) {
+    const zt_offload_cfg *o = &s->offload;
+    json_t *off = json_pack("{s:s, s:s, s:s, s:I, s:i}", "params", zt_offload_place_name(o->params),
+                            "grads", zt_offload_place_name(o->grads), "optimizer",
+                            zt_offload_place_name(o->optimizer), "gpu_budget",
+                            (json_int_t)o->gpu_budget, "prefetch", o->prefetch);
+    if (off && o->nvme_dir[0]) json_object_set_new(off, "nvme_dir", json_string(o->nvme_dir));
+    json_object_set_new(out, "offload", off);
+  }
+  return out;
 }

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include "engine/job/jobs.h"
 #include "engine/model/model.h"
+#include "engine/train/offload.h"
 #include "engine/train/trainer.h"
 
 #define ZT_JOB_NAME_MAX 64
@@ -25,6 +26,8 @@ typedef struct zt_job_spec {
   char data_path[ZT_PATH_MAX];   /* file source: absolute path of the token file */
   int ckpt_every;                /* 0 = only at the end and on shutdown */
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
+  int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload.h) */
+  zt_offload_cfg offload;
 } zt_job_spec;
 
 /* Structure, types, ranges and the model/train constraints; fills defaults. 0 or -EINVAL with a

@@ -232,6 +232,7 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
       .device = cfg->n_gpus > 0 ? cfg->gpus[0] : 0,
       .host_mem_limit = cfg->host_mem_limit,
       .gpu_mem_limit = cfg->gpu_mem_limit,
+      .nvme_dir = cfg->nvme_dir,
       .batch_queue_depth = ZT_TUNE_BATCH_QUEUE_DEPTH,
       .on_event = zt__watch_on_event,
       .user = &srv,

@@ -3,8 +3,41 @@
 # `ztctl submit --data`; a watcher and a submitter work at once; cancel (queued and running).
 . "$(dirname "$0")/lib.sh"
 
-start_ztd
+mkdir -p "$ZT_TMP/nvme"
+start_ztd --nvme-dir "$ZT_TMP/nvme"
 make_tokens "$ZT_TMP/gpl.zt"
+
+# Offload through the daemon: a budget too small is refused at submit with the numbers; at the
+# smallest budget that fits, params and optimizer state live on NVMe (ztd's --nvme-dir), units
+# stream through the budget, and the losses are bitwise those of the same job without offload.
+spec "$ZT_TMP/ref.json" "$ZT_TMP/gpl.zt" 20
+spec "$ZT_TMP/tiny-budget.json" "$ZT_TMP/gpl.zt" 20 \
+  '"offload": {"params": "nvme", "optimizer": "nvme", "gpu_budget": 1000, "prefetch": 1}'
+out=$(ztctl submit "$ZT_TMP/tiny-budget.json" 2>&1) && fail "a 1000-byte gpu_budget was accepted"
+case "$out" in *ENOMEM*"streaming needs at least"*) ;; *) fail "budget refusal: $out" ;; esac
+need=$(printf '%s' "$out" | sed -n 's/.*streaming needs at least \([0-9]*\).*/\1/p')
+spec "$ZT_TMP/off.json" "$ZT_TMP/gpl.zt" 20 \
+  "\"offload\": {\"params\": \"nvme\", \"optimizer\": \"nvme\", \"gpu_budget\": $need, \"prefetch\": 1}"
+ref=$(submit "$ZT_TMP/ref.json")
+events=$(ztctl --json submit "$ZT_TMP/off.json" --watch) || fail "offloaded job: $events"
+off=$(printf '%s\n' "$events" | head -n 1 | json_get job)
+wait_state "$ref" done
+# Step events report the tiers: the arena within its budget, NVMe traffic.
+printf '%s\n' "$events" | python3 -c '
+import json, sys
+steps = [e for e in map(json.loads, sys.stdin) if e.get("event") == "step"]
+o = steps[-1]["memory"]["offload"]
+assert len(steps) == 20 and o["arena_peak"] <= o["arena_budget"], o
+assert o["nvme_bytes_read"] > 0 and o["nvme_bytes_written"] > 0 and o["bytes_h2d"] > 0, o' ||
+  fail "offload step events: $events"
+python3 - "$(ztctl --json show "$ref")" "$(ztctl --json show "$off")" <<'PY' || fail "offloaded losses differ"
+import json, sys
+ref, off = (json.loads(a) for a in sys.argv[1:3])
+assert ref["losses"] == off["losses"] and len(ref["losses"]) == 20, (ref["losses"], off["losses"])
+assert off["spec"]["offload"]["nvme_dir"], off["spec"]
+print("offload: 20 losses bitwise equal to the job without offload")
+PY
+[ -z "$(ls -A "$ZT_TMP/nvme")" ] || fail "the offloaded job left files in --nvme-dir: $(ls "$ZT_TMP/nvme")"
 
 # A file job learns.
 spec "$ZT_TMP/file.json" "$ZT_TMP/gpl.zt" 40
