@@ -23,10 +23,11 @@ run() { # name command...
 }
 run cuda_ops "$b/tests/gpu/test_cuda_ops"
 run cuda_lowp "$b/tests/gpu/test_cuda_lowp"
+run cuda_flash "$b/tests/gpu/test_cuda_flash"
 run cuda_train "$b/tests/gpu/test_cuda_train"
 run cuda_mixed "$b/tests/gpu/test_cuda_mixed"
 run model_parity_cuda "$b/tests/gpu/test_parity_cuda" tests/data/parity cuda
-export ZTD=$b/engine/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
+export ZTD=$b/engine/server/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
 for t in train restart bad_input; do run "integration_$t" bash "tests/integration/$t.sh"; done
 python3 tools/bench/gpu_step_bench.py --ztrain "$b/tools/ztrain" --json "$out/bench.json" \
   2>&1 | tee "$out/bench.log"

@@ -104,6 +104,26 @@ int main(void) {
     printf("attention_bwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
   }
+  /* bf16: the flash kernels (flash_attention.cu), inputs rounded from the fp32 ones */
+  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, C, NH);
+  void *qkv16 = op->alloc(ctx, n3 * 2), *dqkv16 = op->alloc(ctx, n3 * 2);
+  void *out16 = op->alloc(ctx, (size_t)N * C * 2), *dout16 = op->alloc(ctx, (size_t)N * C * 2);
+  void *saved16 = op->alloc(ctx, saved16_bytes);
+  if (!qkv16 || !dqkv16 || !out16 || !dout16 || !saved16)
+    return 1;
+  op->cast(ctx, qkv16, ZT_BF16, qkv, ZT_F32, n3);
+  op->cast(ctx, dqkv16, ZT_BF16, qkv, ZT_F32, n3);
+  op->cast(ctx, dout16, ZT_BF16, x, ZT_F32, (size_t)N * C);
+  for (int causal = 0; causal < 2; causal++) {
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, C, NH, causal));
+    printf("attention_fwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B,
+           T, C, NH, causal, t * 1e3, saved16_bytes / 1048576.0);
+    BEST_OF(10, t,
+            op->attention_bwd_dt(ctx, ZT_BF16, dqkv16, dout16, qkv16, saved16, B, T, C, NH,
+                                 causal));
+    printf("attention_bwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
+           t * 1e3);
+  }
 
   float *mean = dev_floats(N), *rstd = dev_floats(N), *lnw = dev_floats(C);
   BEST_OF(10, t, op->layernorm_fwd(ctx, y, mean, rstd, x, lnw, lnw, N, C));

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "engine/kernels/cuda/cuda.h"
+#include "engine/kernels/cuda/flash_attention.h"
 
 size_t zt__cuda_attention_saved_bytes(int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0 || NH <= 0)
@@ -124,6 +125,13 @@ out:
 }
 
 /* ---- typed entries (bf16/fp16 q, k, v, out and their gradients) ------------------------------
+ * Where zt__cuda_flash_supported says so (head sizes 32, 64, 128: GPT-2's 64 among them) the
+ * entries run the fused kernels of flash_attention.cu, which keep no (T,T) matrix; the choice
+ * depends only on (dt, B, C, NH), so saved_bytes, forward and backward always agree on it.
+ * fp32 stays on the cuBLAS path above: without bf16/fp16 tensor-core fragments a SIMT flash
+ * kernel would lose to cuBLAS's SGEMM, and fp32 runs are the accuracy baseline, not the fast
+ * path. The other head sizes run the cuBLAS path below.
+ *
  * The same products on cublasGemmStridedBatchedEx with fp32 accumulation. Per batch element the
  * scores S go to an fp32 scratch, the softmax runs there in fp32, and P is stored rounded to dt
  * (the saved probabilities, half the bytes of fp32) for P v and the backward. The backward's dP
@@ -150,6 +158,8 @@ size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int N
     return zt__cuda_attention_saved_bytes(B, T, C, NH);
   if (B <= 0 || T <= 0 || NH <= 0)
     return 0;
+  if (zt__cuda_flash_supported(dt, B, C, NH))
+    return zt__cuda_flash_saved_bytes(dt, B, T, C, NH);
   return lp_layout(B, T, NH, zt_dtype_size(dt)).bytes;
 }
 
@@ -186,6 +196,10 @@ void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, 
   ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
   if (B == 0 || T == 0)
     return;
+  if (zt__cuda_flash_supported(dt, B, C, NH)) {
+    zt__cuda_flash_fwd(ctx, dt, out, saved, qkv, B, T, C, NH, causal);
+    return;
+  }
   g = geometry(T, C, NH);
   lay = lp_layout(B, T, NH, es);
   s32 = (float *)((char *)saved + lay.s_off);
@@ -227,6 +241,10 @@ void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *
   ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
   if (B == 0 || T == 0)
     return;
+  if (zt__cuda_flash_supported(dt, B, C, NH)) {
+    zt__cuda_flash_bwd(ctx, dt, dqkv, dout, qkv, saved, B, T, C, NH, causal);
+    return;
+  }
   g = geometry(T, C, NH);
   lay = lp_layout(B, T, NH, es);
   /* the scratch parts of saved (see above); P itself is only read */
