@@ -46,6 +46,30 @@ else
   case "$out" in *ENOTSUP*"cpu backend only"*) ;; *) fail "offload refusal on $backend: $out" ;; esac
 fi
 
+# Precisions: on cuda, bf16 and fp16 jobs learn, with activation checkpointing on and off; on
+# cpu they are refused at submit, naming the field.
+for prec in bf16 fp16; do
+  for every in 0 1; do
+    spec "$ZT_TMP/$prec-$every.json" "$ZT_TMP/gpl.zt" 40
+    python3 - "$ZT_TMP/$prec-$every.json" "$prec" "$every" <<'PY'
+import json, sys
+path, prec, every = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = json.load(open(path))
+s["train"]["precision"] = prec
+s["train"]["activation_checkpointing"] = {"every": every}
+json.dump(s, open(path, "w"))
+PY
+    if [ "$backend" = cuda ]; then
+      pjob=$(submit "$ZT_TMP/$prec-$every.json")
+      wait_state "$pjob" done
+      check_learned "$pjob"
+    else
+      out=$(ztctl submit "$ZT_TMP/$prec-$every.json" 2>&1) && fail "$prec accepted on $backend"
+      case "$out" in *train.precision*) ;; *) fail "$prec refusal on $backend: $out" ;; esac
+    fi
+  done
+done
+
 # A file job learns.
 spec "$ZT_TMP/file.json" "$ZT_TMP/gpl.zt" 40
 job=$(submit "$ZT_TMP/file.json")
