@@ -523,7 +523,9 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     limit = host_limit(cfg, &what);
   }
   double need = rough_bytes(&s->model, &s->train);
-  if (need < 0x1p56) need = (double)zt_trainer_estimate_bytes(&s->model, &s->train);
+  if (need < 0x1p56)
+    need = (double)zt_trainer_estimate_bytes(&s->model, &s->train,
+                                             zt_backend_ops_of(cfg->backend));
   if (limit > 0 && need > limit) {
     char a[32], b[32];
     zt__format_bytes(a, sizeof a, need);

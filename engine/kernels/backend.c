@@ -26,6 +26,14 @@ int zt_backend_cuda_devices(zt_device_info *out, int max) {
 #endif
 }
 
+const zt_ops *zt_backend_ops_of(const char *kind) {
+  if (strcmp(kind, "cpu") == 0) return zt_backend_cpu_ops();
+#ifdef ZT_HAVE_CUDA
+  if (strcmp(kind, "cuda") == 0) return zt_backend_cuda_ops();
+#endif
+  return NULL;
+}
+
 int zt_backend_open(zt_backend *be, const char *kind, int device, int cpu_threads, char *err,
                     size_t errlen) {
   int rc;

@@ -25,6 +25,10 @@ int zt_backend_have_cuda(void);
  * a device. Never fails: a broken driver reads as no device, with the reason logged once. */
 int zt_backend_cuda_devices(zt_device_info *out, int max);
 
+/* The op table of backend `kind` without opening it (NULL for an unknown kind or a backend this
+ * build lacks): its context-free entries size a job the way that backend will allocate it. */
+const zt_ops *zt_backend_ops_of(const char *kind);
+
 /* kind "cpu" (cpu_threads, 0 = all cores) or "cuda" (device). 0, or -errno with a message. */
 int zt_backend_open(zt_backend *be, const char *kind, int device, int cpu_threads, char *err,
                     size_t errlen);

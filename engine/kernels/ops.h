@@ -175,6 +175,9 @@ typedef struct zt_backend {
 
 /* The CPU reference backend (always available). */
 int zt_backend_cpu_open(zt_backend *be, int n_threads);
+/* Its op table alone, for the context-free entries (attention_saved_bytes_dt): sizing a job
+ * without opening a backend. */
+const zt_ops *zt_backend_cpu_ops(void);
 void zt_backend_cpu_close(zt_backend *be);
 
 #endif

@@ -189,19 +189,17 @@ static size_t master_bytes(size_t n, zt_dtype precision) {
   return 4 * n * sizeof(float) + (precision != ZT_F32 ? n * zt_dtype_size(precision) : 0);
 }
 
-size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc) {
+size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                 const zt_ops *ops) {
   char err[256];
   zt_model *m = NULL;
-  zt_backend be = {0};
   size_t bytes = SIZE_MAX;
-  if (zt_train_cfg_check(tc, err, sizeof err) < 0 || zt_model_create(&m, mc, err, sizeof err) < 0)
+  if (!ops || zt_train_cfg_check(tc, err, sizeof err) < 0 ||
+      zt_model_create(&m, mc, err, sizeof err) < 0)
     goto out;
-  /* the op table answers attention_saved_bytes; opening the CPU backend allocates no buffers */
-  if (zt_backend_cpu_open(&be, 1) < 0) goto out;
-  size_t acts = zt_acts_size_dt(m, be.ops, tc->micro_batch, tc->ckpt_every, tc->precision);
+  size_t acts = zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
   if (acts) bytes = master_bytes(zt_model_num_params(m), tc->precision) + acts;
 out:
-  if (be.ops) zt_backend_cpu_close(&be);
   zt_model_destroy(m);
   return bytes;
 }

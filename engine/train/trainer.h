@@ -53,14 +53,15 @@ typedef struct zt_step_result {
 
 typedef struct zt_trainer zt_trainer;
 
-/* Exactly the bytes zt_trainer_open would allocate on the backend for this config (params,
- * grads, AdamW m and v, the bf16/fp16 compute copy, activations of one micro-batch in
- * tc->precision with tc->ckpt_every), computed without
- * allocating: the
- * daemon refuses a job that cannot fit with this number. Measured for the CPU backend (its
- * attention keeps (B, NH, T, T) probabilities); SIZE_MAX for a configuration that does not pass
- * zt_model_cfg_check / zt_train_cfg_check. */
-size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc);
+/* Exactly the bytes zt_trainer_open would allocate on a backend with op table `ops` for this
+ * config (params, grads, AdamW m and v, the bf16/fp16 compute copy, activations of one
+ * micro-batch in tc->precision with tc->ckpt_every), computed without allocating: the daemon
+ * refuses a job that cannot fit with this number. `ops` sizes the attention's saved state, which
+ * differs by backend (the CPU keeps (B, NH, T, T) probabilities, CUDA's flash path a few rows);
+ * zt_backend_ops_of() gives a table without opening the backend. SIZE_MAX for a configuration
+ * that does not pass zt_model_cfg_check / zt_train_cfg_check. */
+size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                 const zt_ops *ops);
 
 /* Allocates everything the step needs on the backend (nothing is allocated per step) and
  * initialises the parameters (seed or cfg->init_path). */

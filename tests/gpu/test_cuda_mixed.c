@@ -64,6 +64,11 @@ static int train(const zt_backend *be, zt_arch arch, zt_dtype precision, int tf3
   }
   r->n = zt_model_num_params(zt_trainer_model(t));
   r->backend_bytes = zt_trainer_backend_bytes(t);
+  /* What the daemon admits is what this backend allocates (flash attention's rows included). */
+  fails += MC_EXPECT(zt_trainer_estimate_bytes(&mc, &tc, be->ops) == r->backend_bytes,
+                     "%s %s: estimate %zu bytes, trainer holds %zu", zt_arch_name(arch),
+                     zt_dtype_name(precision), zt_trainer_estimate_bytes(&mc, &tc, be->ops),
+                     r->backend_bytes);
   size_t per_step = zt_trainer_micro_tokens(t) * (size_t)tc.grad_accum;
   for (int s = 0; s < STEPS; s++) {
     zt_step_result res;

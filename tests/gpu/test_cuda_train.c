@@ -56,6 +56,11 @@ static int train(const zt_backend *be, zt_arch arch, int ckpt_every, const int32
   size_t n = r->n = zt_model_num_params(zt_trainer_model(t));
   size_t per_step = zt_trainer_micro_tokens(t) * (size_t)tc.grad_accum;
   r->backend_bytes = zt_trainer_backend_bytes(t);
+  /* What the daemon admits is what this backend allocates. */
+  fails += MC_EXPECT(zt_trainer_estimate_bytes(&mc, &tc, be->ops) == r->backend_bytes,
+                     "%s on %s: estimate %zu bytes, trainer holds %zu", zt_arch_name(arch),
+                     be->ops->name, zt_trainer_estimate_bytes(&mc, &tc, be->ops),
+                     r->backend_bytes);
   for (int s = 0; s < STEPS; s++) {
     zt_step_result res;
     if (zt_trainer_step(t, tok + per_step * (size_t)s, &res, err, sizeof err) < 0) {

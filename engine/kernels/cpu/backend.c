@@ -96,6 +96,8 @@ static const zt_ops cpu_ops = {
     .crossentropy_fwd_dt = zt__cpu_crossentropy_fwd_dt,
 };
 
+const zt_ops *zt_backend_cpu_ops(void) { return &cpu_ops; }
+
 int zt_backend_cpu_open(zt_backend *be, int n_threads) {
   if (!be || n_threads < 0)
     return -EINVAL;

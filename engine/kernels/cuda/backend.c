@@ -178,6 +178,8 @@ static void ctx_destroy(zt__cuda_ctx *ctx) {
   free(ctx);
 }
 
+const zt_ops *zt_backend_cuda_ops(void) { return &cuda_ops; }
+
 int zt_backend_cuda_open(zt_backend *be, int device) {
   int rc = 0, count = 0;
   zt__cuda_ctx *ctx = NULL;

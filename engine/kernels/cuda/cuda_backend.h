@@ -17,6 +17,8 @@ extern "C" {
  * the device current first). After any failed CUDA/cuBLAS call the context is poisoned: every
  * later op is skipped and sync() returns the first error; close it. */
 int zt_backend_cuda_open(zt_backend *be, int device);
+/* The op table alone (no device touched), for the context-free sizing entries. */
+const zt_ops *zt_backend_cuda_ops(void);
 void zt_backend_cuda_close(zt_backend *be);
 
 /* Describes up to max CUDA devices; returns how many there are (0 when the driver finds none

@@ -178,7 +178,7 @@ static int test_memory(zt_arch arch) {
       zt_backend_cpu_close(&be);
       return 1;
     }
-    est[every] = zt_trainer_estimate_bytes(&mc, &tc);
+    est[every] = zt_trainer_estimate_bytes(&mc, &tc, zt_backend_cpu_ops());
     internals = block_internals(&mc, zt_model_d_ff(zt_trainer_model(t)));
     fails += MC_EXPECT(est[every] == zt_trainer_backend_bytes(t),
                        "%s every=%d: estimate %zu, trainer holds %zu", zt_arch_name(arch), every,

@@ -248,12 +248,14 @@ static int test_estimate(zt_arch arch, zt_dtype precision) {
     fprintf(stderr, "FAIL open: %s\n", err);
     return 1;
   }
-  size_t est = zt_trainer_estimate_bytes(&mc, &tc), held = zt_trainer_backend_bytes(t);
+  size_t est = zt_trainer_estimate_bytes(&mc, &tc, zt_backend_cpu_ops());
+  size_t held = zt_trainer_backend_bytes(t);
   fails += MC_EXPECT(est == held && held > 4 * 4 * zt_model_num_params(zt_trainer_model(t)),
                      "%s %s: estimate %zu, trainer holds %zu", zt_arch_name(arch),
                      zt_dtype_name(precision), est, held);
   mc.n_heads = 3;
-  fails += MC_EXPECT(zt_trainer_estimate_bytes(&mc, &tc) == SIZE_MAX, "invalid config estimated");
+  fails += MC_EXPECT(zt_trainer_estimate_bytes(&mc, &tc, zt_backend_cpu_ops()) == SIZE_MAX,
+                     "invalid config estimated");
   zt_trainer_close(t);
   zt_backend_cpu_close(&be);
   return fails;
