@@ -2,10 +2,12 @@
 # On the GPU machine, from the repository root with build-gpu/ (tools/gpu_build.sh) present:
 # the gpu suite, the integration suite against a ztd that picks the cuda backend, and the step
 # benchmark against PyTorch. Prints every result; exits non-zero if a test failed.
-# Usage: tools/gpu_run.sh [OUTDIR]   (OUTDIR receives the logs and the benchmark JSON)
+# Usage: tools/gpu_run.sh [OUTDIR] [--tests-only]   (OUTDIR receives the logs and the
+# benchmark JSON; --tests-only skips the benchmarks)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/zt-gpu}
+tests_only=${2:-}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
@@ -29,9 +31,11 @@ run cuda_mixed "$b/tests/gpu/test_cuda_mixed"
 run model_parity_cuda "$b/tests/gpu/test_parity_cuda" tests/data/parity cuda
 export ZTD=$b/engine/server/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
 for t in train restart bad_input; do run "integration_$t" bash "tests/integration/$t.sh"; done
+if [ "$tests_only" != --tests-only ]; then
 python3 tools/bench/gpu_step_bench.py --ztrain "$b/tools/ztrain" --json "$out/bench.json" \
   2>&1 | tee "$out/bench.log"
 python3 tools/bench/cpu_adam_vs_torch.py --bench "$b/tests/unit/offload/bench_cpu_adam" \
   2>&1 | tee "$out/cpu_adam.log"
+fi
 echo "gpu_run: $fails failed"
 exit $((fails > 0))
