@@ -21,6 +21,7 @@
   X(hello, HELLO, "first request: protocol version check and (TCP) token")                     \
   X(status, STATUS, "daemon version, backend, devices, memory per tier, queue")                \
   X(submit, SUBMIT, "validate a job spec and queue the job; replies with its id")              \
+  X(plan, PLAN, "size a job spec without queueing it: bytes per tier, or the refusal")         \
   X(jobs, JOBS, "list every job the daemon knows, newest last")                                \
   X(show, SHOW, "one job: spec, state, progress, memory, loss history")                        \
   X(batch, BATCH, "push one micro-batch of tokens into a stream job (blocks on credit)")       \

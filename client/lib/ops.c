@@ -156,31 +156,43 @@ static int submit_packed(zt_client *c, zt_out *o, uint32_t id, char job_id[ZT_CL
   return rc;
 }
 
-int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CLIENT_JOB_ID_MAX]) {
+/* Packs a JSON spec text as a request's "spec" field; 0 or the client's failure. */
+static int pack_spec(zt_client *c, zt_out *o, const char *spec_json) {
   json_error_t jerr;
+  json_t *spec = json_loads(spec_json, 0, &jerr);
+  int rc = 0;
+  if (!spec)
+    return zt__client_fail(c, -EINVAL, "spec is not valid JSON: %s (line %d, column %d)",
+                           jerr.text, jerr.line, jerr.column);
+  if (!json_is_object(spec)) rc = zt__client_fail(c, -EINVAL, "spec must be a JSON object");
+  zt_out_str(o, "spec");
+  if (!rc && zt_proto_pack_json(&o->pk, spec) < 0)
+    rc = zt__client_fail(c, -ENOMEM, "out of memory packing the spec");
+  json_decref(spec);
+  return rc;
+}
+
+int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CLIENT_JOB_ID_MAX]) {
   zt_out o;
   zt_out_init(&o);
-  int rc = 0;
-  json_t *spec = json_loads(spec_json, 0, &jerr);
-  if (!spec) {
-    rc = zt__client_fail(c, -EINVAL, "spec is not valid JSON: %s (line %d, column %d)", jerr.text,
-                         jerr.line, jerr.column);
-    goto out;
-  }
-  if (!json_is_object(spec)) {
-    rc = zt__client_fail(c, -EINVAL, "spec must be a JSON object");
-    goto out;
-  }
   uint32_t id = zt__client_begin(c, &o, "submit", 1);
-  zt_out_str(&o, "spec");
-  if (zt_proto_pack_json(&o.pk, spec) < 0) {
-    rc = zt__client_fail(c, -ENOMEM, "out of memory packing the spec");
-    goto out;
-  }
-  rc = submit_packed(c, &o, id, job_id);
-out:
-  json_decref(spec);
+  int rc = pack_spec(c, &o, spec_json);
+  if (!rc) rc = submit_packed(c, &o, id, job_id);
   zt_out_close(&o);
+  return rc;
+}
+
+int zt_client_plan_json(zt_client *c, const char *spec_json, char **json_out) {
+  zt_out o;
+  zt_msg reply;
+  zt_out_init(&o);
+  uint32_t id = zt__client_begin(c, &o, "plan", 1);
+  int rc = pack_spec(c, &o, spec_json);
+  if (!rc) rc = zt__client_call(c, &o, id, &reply);
+  zt_out_close(&o);
+  if (rc < 0) return rc;
+  rc = zt__client_to_json(c, reply.root, json_out);
+  zt_msg_close(&reply);
   return rc;
 }
 

@@ -16,6 +16,8 @@ static const ztctl_cmd g_cmds[] = {
      "  --wait       wait for the job to end; exit 1 unless it is done\n"
      "  --watch      like --wait, drawing progress\n",
      ztctl_cmd_submit},
+    {"plan", "SPEC.json", "size a job without submitting it: bytes per tier, or why it cannot fit",
+     NULL, ztctl_cmd_plan},
     {"jobs", "", "list the daemon's jobs", NULL, ztctl_cmd_jobs},
     {"show", "JOB", "one job: state, progress, memory, spec (--json adds every loss)", NULL,
      ztctl_cmd_show},

@@ -240,3 +240,57 @@ out:
   json_decref(spec);
   return rc;
 }
+
+/* The daemon's sizing of a spec, without queueing it. */
+int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
+  if (argc != 1 || (argv[0][0] == '-' && argv[0][1] != '\0'))
+    return ztctl_usage_error("plan", "plan takes one SPEC.json");
+  int rc = ZTCTL_FAILED;
+  char *text = NULL, *reply = NULL;
+  zt_client *c = NULL;
+  json_t *plan = NULL;
+  json_error_t jerr;
+  json_t *spec = json_load_file(argv[0], 0, &jerr);
+  if (!spec) {
+    rc = ztctl_fail_msg("EINVAL", "%s: %s (line %d, column %d)", argv[0], jerr.text, jerr.line,
+                        jerr.column);
+    goto out;
+  }
+  if (resolve_data_path(spec) < 0 || !(text = json_dumps(spec, JSON_COMPACT))) {
+    rc = ztctl_fail_msg("ENOMEM", "cannot prepare the spec");
+    goto out;
+  }
+  if (!(c = ztctl_connect(o))) goto out;
+  if (zt_client_plan_json(c, text, &reply) < 0) {
+    rc = ztctl_fail(c);
+    goto out;
+  }
+  rc = ZTCTL_OK;
+  if (o->json) {
+    printf("%s\n", reply);
+    goto out;
+  }
+  if (!(plan = json_loads(reply, 0, &jerr))) {
+    rc = ztctl_fail_msg("EPROTO", "reply is not JSON: %s", jerr.text);
+    goto out;
+  }
+  char need[32], host[32], dev[32];
+  const json_t *off = json_object_get(plan, "offload");
+  ztctl_fmt_bytes(need, sizeof need, json_number_value(json_object_get(plan, "backend_bytes")));
+  printf("fits: %s, %.2f M parameters, %s on the %s backend\n",
+         json_string_value(json_object_get(plan, "arch")),
+         json_number_value(json_object_get(plan, "params")) / 1e6, need,
+         json_string_value(json_object_get(plan, "backend")));
+  if (off) {
+    ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(off, "host_bytes")));
+    ztctl_fmt_bytes(dev, sizeof dev, json_number_value(json_object_get(off, "device_bytes")));
+    printf("offload: host tier %s, device %s (activations and the units in flight)\n", host, dev);
+  }
+out:
+  json_decref(plan);
+  json_decref(spec);
+  free(reply);
+  free(text);
+  zt_client_close(c);
+  return rc;
+}

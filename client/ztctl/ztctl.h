@@ -56,6 +56,7 @@ int ztctl_watch_job(const ztctl_opts *o, zt_client *c, const char *job, bool liv
 
 int ztctl_cmd_status(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_jobs(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_show(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_watch(const ztctl_opts *o, int argc, char **argv);

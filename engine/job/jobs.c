@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "engine/job/job.h"
 #include "engine/job/store.h"
+#include "engine/kernels/backend.h"
 #include "engine/log.h"
 
 /* The CPU is one device set: one job trains at a time. */
@@ -572,16 +573,10 @@ json_t *zt_jobs_status(zt_jobs *jobs) {
                    (json_int_t)jobs->cfg.host_mem_limit);
 }
 
-int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX], char *err,
-                   size_t errlen) {
-  zt_job_spec spec;
-  zt__job *job = NULL;
-  size_t bytes;
-  int rc, made_dir = 0;
-  if (jobs->shutting_down) {
-    snprintf(err, errlen, "the daemon is shutting down");
-    return -ESHUTDOWN;
-  }
+/* What submit and plan share: the operator's defaults filled in, the spec validated and sized
+ * against this daemon's backend and limits. */
+static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, size_t *bytes,
+                 char *err, size_t errlen) {
   /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
    * names a directory; the stored spec records the one used. */
   json_t *filled = NULL;
@@ -596,11 +591,47 @@ int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX],
                         json_string(jobs->cfg.nvme_dir));
     spec_in = filled;
   }
-  rc = zt__job_spec_parse(spec_in, &spec, err, errlen);
+  int rc = zt__job_spec_parse(spec_in, spec, err, errlen);
   json_decref(filled);
   if (rc < 0) return rc;
-  if ((rc = zt__job_spec_check_resources(&spec, &jobs->cfg, &bytes, err, errlen)) < 0)
-    return rc;
+  return zt__job_spec_check_resources(spec, &jobs->cfg, bytes, err, errlen);
+}
+
+json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, size_t errlen) {
+  zt_job_spec spec;
+  size_t bytes = 0;
+  zt_model *m = NULL;
+  if ((*rc = admit(jobs, spec_in, &spec, &bytes, err, errlen)) < 0 ||
+      (*rc = zt_model_create(&m, &spec.model, err, errlen)) < 0)
+    return NULL;
+  json_t *j = json_pack("{s:s, s:s, s:I, s:I}", "backend", jobs->cfg.backend, "arch",
+                        zt_arch_name(spec.model.arch), "params",
+                        (json_int_t)zt_model_num_params(m), "backend_bytes", (json_int_t)bytes);
+  zt_model_destroy(m);
+  size_t host = 0, device = 0;
+  if (j && spec.has_offload &&
+      zt_offload_estimate(&spec.model, &spec.train, &spec.offload,
+                          zt_backend_ops_of(jobs->cfg.backend), &host, &device, err, errlen) == 0)
+    json_object_set_new(j, "offload", json_pack("{s:I, s:I}", "host_bytes", (json_int_t)host,
+                                                "device_bytes", (json_int_t)device));
+  if (!j) {
+    *rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+  }
+  return j;
+}
+
+int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX], char *err,
+                   size_t errlen) {
+  zt_job_spec spec;
+  zt__job *job = NULL;
+  size_t bytes;
+  int rc, made_dir = 0;
+  if (jobs->shutting_down) {
+    snprintf(err, errlen, "the daemon is shutting down");
+    return -ESHUTDOWN;
+  }
+  if ((rc = admit(jobs, spec_in, &spec, &bytes, err, errlen)) < 0) return rc;
   char new_id[ZT_JOB_ID_MAX];
   snprintf(new_id, sizeof new_id, "j%06ld", jobs->next_id);
   if ((rc = job_new(jobs, new_id, &spec, &job)) < 0) {

@@ -67,6 +67,10 @@ json_t *zt_jobs_status(zt_jobs *jobs);
 /* Validates the spec (every field; the error names it), writes jobs/<id>/ and queues the job. */
 int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
                    size_t errlen);
+/* The same validation and sizing as submit, without queueing: {"backend", "arch", "params",
+ * "backend_bytes"[, "offload": {"host_bytes", "device_bytes"}]}, or NULL with *rc and the
+ * refusal submit would give (ENOMEM with the numbers when it cannot fit). */
+json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen);
 /* {"jobs": [ {job, name, state, arch, step, steps, loss, created}, ... ]} */
 json_t *zt_jobs_list(zt_jobs *jobs);
 /* {job, name, state, arch, spec (normalised), step, steps, loss, tokens_per_s, created, started,

@@ -193,7 +193,8 @@ out:
   return reply_owned(c, req->id, r, err);
 }
 
-static int handle_submit(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+/* The spec of a submit or plan request: {spec: map} or {spec_json: str}, as a new reference. */
+static int request_spec(const zt_request *req, json_t **out, zt_proto_error *err) {
   json_t *spec = NULL;
   const msgpack_object *map = NULL;
   const char *text = NULL;
@@ -216,6 +217,14 @@ static int handle_submit(zt_conn *c, const zt_request *req, zt_proto_error *err)
     spec = zt_proto_to_json(map, err);
     if (!spec) return err->code < 0 ? err->code : -EINVAL;
   }
+  *out = spec;
+  return 0;
+}
+
+static int handle_submit(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  json_t *spec = NULL;
+  int rc = request_spec(req, &spec, err);
+  if (rc < 0) return rc;
   char id[ZT_JOB_ID_MAX] = "";
   char msg[256] = "";
   rc = zt_jobs_submit(c->srv->jobs, spec, id, msg, sizeof msg);
@@ -223,6 +232,17 @@ static int handle_submit(zt_conn *c, const zt_request *req, zt_proto_error *err)
   if (rc < 0) return job_error(err, rc, msg);
   ZT_LOGI("server", "job %s submitted", id);
   return reply_owned(c, req->id, json_pack("{s:s}", "job", id), err);
+}
+
+static int handle_plan(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  json_t *spec = NULL;
+  int rc = request_spec(req, &spec, err);
+  if (rc < 0) return rc;
+  char msg[256] = "";
+  json_t *plan = zt_jobs_plan(c->srv->jobs, spec, &rc, msg, sizeof msg);
+  json_decref(spec);
+  if (!plan) return job_error(err, rc, msg);
+  return reply_owned(c, req->id, plan, err);
 }
 
 static int handle_jobs(zt_conn *c, const zt_request *req, zt_proto_error *err) {

@@ -21,6 +21,17 @@ case "$out" in *ENOMEM*"streaming needs at least"*) ;; *) fail "budget refusal: 
 need=$(printf '%s' "$out" | sed -n 's/.*streaming needs at least \([0-9]*\).*/\1/p')
 spec "$ZT_TMP/off.json" "$ZT_TMP/gpl.zt" 20 \
   "\"offload\": {\"params\": \"nvme\", \"optimizer\": \"nvme\", \"gpu_budget\": $need, \"prefetch\": 1}"
+# plan sizes without queueing: the same refusal, and for the job that fits its tiers.
+out=$(ztctl plan "$ZT_TMP/tiny-budget.json" 2>&1) && fail "plan accepted a 1000-byte gpu_budget"
+case "$out" in *ENOMEM*"streaming needs at least $need"*) ;; *) fail "plan refusal: $out" ;; esac
+ztctl --json plan "$ZT_TMP/off.json" | python3 -c '
+import json, sys
+p = json.loads(sys.stdin.read())
+assert p["backend"] == "cpu" and p["params"] > 0, p
+assert p["offload"]["device_bytes"] == p["backend_bytes"] == int(sys.argv[1]), p
+assert p["offload"]["host_bytes"] > 0, p' "$need" || fail "plan of the offloaded job: $(ztctl --json plan "$ZT_TMP/off.json")"
+[ "$(ztctl --json jobs | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" = 0 ] ||
+  fail "plan queued a job"
 ref=$(submit "$ZT_TMP/ref.json")
 events=$(ztctl --json submit "$ZT_TMP/off.json" --watch) || fail "offloaded job: $events"
 off=$(printf '%s\n' "$events" | head -n 1 | json_get job)
