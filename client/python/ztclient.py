@@ -45,6 +45,7 @@ def _load():
         "zt_client_status": (I, [P, OUT]),
         "zt_client_submit_json": (I, [P, S, ctypes.c_char_p]),
         "zt_client_jobs": (I, [P, OUT]),
+        "zt_client_plan_json": (I, [P, S, OUT]),
         "zt_client_show": (I, [P, S, OUT]),
         "zt_client_push_batch": (I, [P, S, P, Z]),
         "zt_client_watch": (I, [P, S, P, P]),
@@ -163,6 +164,11 @@ class Client:
         job = ctypes.create_string_buffer(_JOB_ID_MAX)
         self._check(_library().zt_client_submit_json(self._h, text.encode(), job))
         return job.value.decode()
+
+    def plan(self, spec):
+        """spec: a dict or JSON text. Sizes the job as submit would, without queueing it."""
+        text = spec if isinstance(spec, str) else json.dumps(spec)
+        return self._json_call(_library().zt_client_plan_json, text.encode())
 
     def jobs(self):
         return self._json_call(_library().zt_client_jobs)["jobs"]
