@@ -24,6 +24,7 @@
 
 #include "engine/kernels/cuda/cuda_backend.h"
 #include "engine/kernels/ops.h"
+#include "tests/gpu/twin.h"
 #include "tests/unit/kernels/kcheck.h"
 
 static zt_backend cpu, gpu;
@@ -37,14 +38,6 @@ typedef struct tb {
   zt_dtype t;
 } tb;
 
-static void *dev_alloc(size_t bytes) {
-  void *p = gpu.ops->alloc(gpu.ctx, bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "device allocation of %zu bytes failed\n", bytes);
-    exit(1);
-  }
-  return p;
-}
 
 static float value(zt_dtype t, const void *base, size_t i) {
   if (t == ZT_F32) return ((const float *)base)[i];
@@ -54,7 +47,7 @@ static float value(zt_dtype t, const void *base, size_t i) {
 
 /* Values uniform in [lo, hi] (all lo when lo == hi), the same bits on both sides. */
 static tb make(zt_dtype t, size_t n, float lo, float hi) {
-  tb b = {calloc(n ? n : 1, zt_dtype_size(t)), dev_alloc(n * zt_dtype_size(t)), n, t};
+  tb b = {calloc(n ? n : 1, zt_dtype_size(t)), twin_dev_alloc(&gpu, n * zt_dtype_size(t)), n, t};
   if (!b.h) exit(1);
   for (size_t i = 0; i < n; i++) {
     float x = lo == hi ? lo : kc_uniform(&rng, lo, hi);
@@ -65,10 +58,8 @@ static tb make(zt_dtype t, size_t n, float lo, float hi) {
   return b;
 }
 
-static void drop(tb *b) {
-  free(b->h);
-  gpu.ops->free(gpu.ctx, b->d);
-}
+/* The host copy; the device copies go with the section's twin_dev_free_all. */
+static void drop(tb *b) { free(b->h); }
 
 static void *download(const tb *b) {
   size_t bytes = b->n * zt_dtype_size(b->t);
@@ -136,7 +127,7 @@ static void test_shape(zt_dtype dt, int B, int T, int C, int NH, int causal) {
   tb qkv = make(dt, 3 * n, -1, 1), out = make(dt, n, 0, 0), out2 = make(dt, n, 0, 0);
   tb dout = make(dt, n, -1, 1);
   void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
-  void *saved_d = dev_alloc(gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
+  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
   if (!saved_h) exit(1);
 
   cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, C, NH, causal);
@@ -164,9 +155,9 @@ static void test_shape(zt_dtype dt, int B, int T, int C, int NH, int causal) {
   same_bits(what, &dadd, &dadd2);
 
   free(saved_h);
-  gpu.ops->free(gpu.ctx, saved_d);
   tb *all[] = {&qkv, &out, &out2, &dout, &dz, &dadd, &dadd2};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) drop(all[i]);
+  twin_dev_free_all(&gpu);
 }
 
 /* qkv and dout at an address 2 bytes off 16-byte alignment take the element-wise tile loads;
@@ -176,8 +167,8 @@ static void test_unaligned(zt_dtype dt, int B, int T, int C, int NH, int causal)
   tb qkv = make(dt, 3 * n, -1, 1), dout = make(dt, n, -1, 1);
   tb out = make(dt, n, 0, 0), out_u = make(dt, n, 0, 0);
   tb d = make(dt, 3 * n, 0, 0), d_u = make(dt, 3 * n, 0, 0);
-  char *qkv_u = dev_alloc(3 * n * es + 16), *dout_u = dev_alloc(n * es + 16);
-  void *saved = dev_alloc(gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
+  char *qkv_u = twin_dev_alloc(&gpu, 3 * n * es + 16), *dout_u = twin_dev_alloc(&gpu, n * es + 16);
+  void *saved = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
   char what[128];
   gpu.ops->to_device(gpu.ctx, qkv_u + 2, qkv.h, 3 * n * es);
   gpu.ops->to_device(gpu.ctx, dout_u + 2, dout.h, n * es);
@@ -190,11 +181,9 @@ static void test_unaligned(zt_dtype dt, int B, int T, int C, int NH, int causal)
   same_bits(what, &out, &out_u);
   snprintf(what, sizeof what, "bwd unaligned = aligned B=%d T=%d hs=%d", B, T, C / NH);
   same_bits(what, &d, &d_u);
-  gpu.ops->free(gpu.ctx, qkv_u);
-  gpu.ops->free(gpu.ctx, dout_u);
-  gpu.ops->free(gpu.ctx, saved);
   tb *all[] = {&qkv, &dout, &out, &out_u, &d, &d_u};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) drop(all[i]);
+  twin_dev_free_all(&gpu);
 }
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -224,16 +213,8 @@ static void test_saved_bytes(void) {
 }
 
 int main(void) {
-  int count = 0;
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  if (zt_backend_cuda_open(&gpu, 0) < 0 || zt_backend_cpu_open(&cpu, 0) < 0) {
-    fprintf(stderr, "cannot open the backends\n");
-    return 1;
-  }
+  int rc = twin_open(&cpu, &gpu);
+  if (rc) return rc;
   kc_seed(&rng, 20261130);
   test_saved_bytes();
   const zt_dtype dts[3] = {ZT_F32, ZT_BF16, ZT_F16};
@@ -250,13 +231,12 @@ int main(void) {
   test_shape(ZT_F16, 2, 77, 192, 2, 0);
   test_unaligned(ZT_BF16, 2, 200, 256, 4, 1);
   test_unaligned(ZT_F16, 1, 37, 96, 3, 0);
-  int rc = gpu.ops->sync(gpu.ctx);
+  rc = gpu.ops->sync(gpu.ctx);
   if (rc < 0) {
     fprintf(stderr, "FAIL: backend error %d: %s\n", rc, gpu.ops->error_text(gpu.ctx));
     failures++;
   }
-  zt_backend_cuda_close(&gpu);
-  zt_backend_cpu_close(&cpu);
+  twin_close(&cpu, &gpu);
   printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }

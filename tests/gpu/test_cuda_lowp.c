@@ -22,6 +22,7 @@
 
 #include "engine/kernels/cuda/cuda_backend.h"
 #include "engine/kernels/ops.h"
+#include "tests/gpu/twin.h"
 #include "tests/unit/kernels/kcheck.h"
 
 static zt_backend cpu, gpu;
@@ -30,24 +31,6 @@ static kc_rng rng;
 
 /* ---- buffers: the host copy the CPU works on, the device copy the GPU works on -------------- */
 
-#define MAX_DEV 64
-static void *dev_ptrs[MAX_DEV];
-static int n_dev;
-
-static void *dev_alloc(size_t bytes) {
-  void *p = gpu.ops->alloc(gpu.ctx, bytes);
-  if (!p || n_dev == MAX_DEV) {
-    fprintf(stderr, "device allocation of %zu bytes failed\n", bytes);
-    exit(1);
-  }
-  dev_ptrs[n_dev++] = p;
-  return p;
-}
-
-/* Frees every device buffer (each test section ends with it). */
-static void dev_free_all(void) {
-  while (n_dev > 0) gpu.ops->free(gpu.ctx, dev_ptrs[--n_dev]);
-}
 
 /* A tensor of n values of type t: host bytes h, device bytes d. */
 typedef struct tb {
@@ -63,7 +46,7 @@ static float get(const tb *b, size_t i) {
 }
 
 static tb make(zt_dtype t, size_t n, float lo, float hi) {
-  tb b = {calloc(n ? n : 1, zt_dtype_size(t)), dev_alloc(n * zt_dtype_size(t)), n, t};
+  tb b = {calloc(n ? n : 1, zt_dtype_size(t)), twin_dev_alloc(&gpu, n * zt_dtype_size(t)), n, t};
   if (!b.h) exit(1);
   for (size_t i = 0; i < n; i++) {
     float x = lo == hi ? lo : kc_uniform(&rng, lo, hi);
@@ -127,7 +110,7 @@ static void check_bits(const char *what, const tb *b) {
 
 static void free_all(tb *const *list, size_t n) {
   for (size_t i = 0; i < n; i++) free(list[i]->h);
-  dev_free_all();
+  twin_dev_free_all(&gpu);
 }
 
 static double u_of(zt_dtype dt) { return dt == ZT_BF16 ? 0x1p-8 : 0x1p-11; }
@@ -196,7 +179,7 @@ static void test_attention(zt_dtype dt, int B, int T, int C, int NH, int causal)
   size_t n = (size_t)B * T * C;
   tb qkv = make(dt, 3 * n, -1, 1), out = make(dt, n, 0, 0);
   void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
-  void *saved_d = dev_alloc(gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
+  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
   cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, C, NH, causal);
   gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, C, NH, causal);
   snprintf(what, sizeof what, "attention_fwd B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
@@ -242,7 +225,7 @@ static void test_embedding(zt_dtype dt, int B, int T, int C, int V) {
   size_t rows = (size_t)B * T;
   int32_t *tok = malloc(rows * sizeof *tok);
   for (size_t i = 0; i < rows; i++) tok[i] = kc_int(&rng, V);
-  int32_t *dtok = dev_alloc(rows * sizeof *tok);
+  int32_t *dtok = twin_dev_alloc(&gpu, rows * sizeof *tok);
   gpu.ops->to_device(gpu.ctx, dtok, tok, rows * sizeof *tok);
   tb wte = make(ZT_F32, (size_t)V * C, -1, 1), wpe = make(ZT_F32, (size_t)T * C, -1, 1);
   tb out = make(dt, rows * C, 0, 0);
@@ -264,7 +247,7 @@ static void test_crossentropy(zt_dtype dt, int N, int V, int V_alloc) {
   double u = u_of(dt);
   int32_t *tgt = malloc((size_t)N * sizeof *tgt);
   for (int i = 0; i < N; i++) tgt[i] = i % 7 == 3 ? -1 : kc_int(&rng, V);
-  int32_t *dtgt = dev_alloc((size_t)N * sizeof *tgt);
+  int32_t *dtgt = twin_dev_alloc(&gpu, (size_t)N * sizeof *tgt);
   gpu.ops->to_device(gpu.ctx, dtgt, tgt, (size_t)N * sizeof *tgt);
   tb logits = make(dt, (size_t)N * V_alloc, -6, 6);
   double lc, lg, fc, fg;
@@ -362,16 +345,8 @@ static void test_tf32(void) {
 }
 
 int main(void) {
-  int count = 0;
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  if (zt_backend_cuda_open(&gpu, 0) < 0 || zt_backend_cpu_open(&cpu, 0) < 0) {
-    fprintf(stderr, "cannot open the backends\n");
-    return 1;
-  }
+  int rc = twin_open(&cpu, &gpu);
+  if (rc) return rc;
   kc_seed(&rng, 20261130);
   zt_dtype dts[2] = {ZT_BF16, ZT_F16};
   for (int k = 0; k < 2; k++) {
@@ -392,13 +367,12 @@ int main(void) {
     test_cast_adamw(dt, 10007);
   }
   test_tf32();
-  int rc = gpu.ops->sync(gpu.ctx);
+  rc = gpu.ops->sync(gpu.ctx);
   if (rc < 0) {
     fprintf(stderr, "FAIL: backend error %d: %s\n", rc, gpu.ops->error_text(gpu.ctx));
     failures++;
   }
-  zt_backend_cuda_close(&gpu);
-  zt_backend_cpu_close(&cpu);
+  twin_close(&cpu, &gpu);
   printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }

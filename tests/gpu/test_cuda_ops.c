@@ -13,6 +13,7 @@
 
 #include "engine/kernels/cuda/cuda_backend.h"
 #include "engine/kernels/ops.h"
+#include "tests/gpu/twin.h"
 #include "tests/unit/kernels/kcheck.h"
 
 static zt_backend cpu, gpu;
@@ -20,24 +21,6 @@ static int failures;
 
 /* ---- buffers: a host copy the CPU backend works on, a device copy the CUDA backend works on */
 
-#define MAX_DEV 256
-static void *dev_ptrs[MAX_DEV];
-static int n_dev;
-
-static void *dev_alloc(size_t bytes) {
-  void *p = gpu.ops->alloc(gpu.ctx, bytes);
-  if (!p || n_dev == MAX_DEV) {
-    fprintf(stderr, "device allocation of %zu bytes failed\n", bytes);
-    exit(1);
-  }
-  dev_ptrs[n_dev++] = p;
-  return p;
-}
-
-static void dev_free_all(void) {
-  while (n_dev > 0)
-    gpu.ops->free(gpu.ctx, dev_ptrs[--n_dev]);
-}
 
 typedef struct buf {
   float *h, *d;
@@ -45,7 +28,7 @@ typedef struct buf {
 } buf;
 
 static buf upload(const float *h, size_t n) {
-  buf b = {kc_copy(h, n), dev_alloc(n * sizeof(float)), n};
+  buf b = {kc_copy(h, n), twin_dev_alloc(&gpu, n * sizeof(float)), n};
   gpu.ops->to_device(gpu.ctx, b.d, b.h, n * sizeof(float));
   return b;
 }
@@ -65,7 +48,7 @@ static buf zero_buf(size_t n) {
 }
 
 static int32_t *upload_tokens(const int32_t *h, size_t n) {
-  int32_t *d = dev_alloc(n * sizeof(int32_t));
+  int32_t *d = twin_dev_alloc(&gpu, n * sizeof(int32_t));
   gpu.ops->to_device(gpu.ctx, d, h, n * sizeof(int32_t));
   return d;
 }
@@ -269,7 +252,7 @@ static void test_attention(kc_rng *r, int B, int T, int C, int NH, int causal) {
   buf qkv = random_buf(r, nqkv, -1, 1), out = zero_buf(nout);
   float *saved_h = kc_floats(cpu.ops->attention_saved_bytes(B, T, C, NH) / sizeof(float));
   size_t gbytes = gpu.ops->attention_saved_bytes(B, T, C, NH);
-  float *saved_d = dev_alloc(gbytes);
+  float *saved_d = twin_dev_alloc(&gpu, gbytes);
   char what[128];
 
   cpu.ops->attention_fwd(cpu.ctx, out.h, saved_h, qkv.h, B, T, C, NH, causal);
@@ -460,19 +443,8 @@ static void test_sticky_error(void) {
 }
 
 int main(void) {
-  int count = 0;
-  setvbuf(stdout, NULL, _IOLBF, 0); /* keep the table in order with the backend's log lines */
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  int rc = zt_backend_cuda_open(&gpu, 0);
-  if (rc < 0) {
-    fprintf(stderr, "zt_backend_cuda_open: %d\n", rc);
-    return 1;
-  }
-  if (zt_backend_cpu_open(&cpu, 0) < 0)
-    return 1;
+  int rc = twin_open(&cpu, &gpu);
+  if (rc) return rc;
   kc_rng r;
   kc_seed(&r, 20240611);
 
@@ -505,9 +477,7 @@ int main(void) {
   }
   test_sticky_error();
 
-  dev_free_all();
-  zt_backend_cuda_close(&gpu);
-  zt_backend_cpu_close(&cpu);
+  twin_close(&cpu, &gpu);
   printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }
