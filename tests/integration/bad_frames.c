@@ -225,6 +225,26 @@ int main(int argc, char **argv) {
   msgpack_pack_array(&o.pk, 0);
   send_out(fd, &o);
   expect_error(fd, 7, "EINVAL", "job", "job as an array");
+  /* The spec of submit and plan: of the wrong type, missing, not JSON. */
+  static const char *const spec_ops[] = {"submit", "plan"};
+  for (int k = 0; k < 2; k++) {
+    zt_out_init(&o);
+    msgpack_pack_map(&o.pk, 3);
+    zt_out_kv_u64(&o, "id", 20 + k);
+    zt_out_kv_str(&o, "op", spec_ops[k]);
+    zt_out_kv_u64(&o, "spec", 5);
+    send_out(fd, &o);
+    expect_error(fd, 20 + (uint32_t)k, "EINVAL", "spec", "spec of the wrong type");
+    req_simple(fd, 22 + (uint32_t)k, spec_ops[k]);
+    expect_error(fd, 22 + (uint32_t)k, "EINVAL", "spec", "spec missing");
+    zt_out_init(&o);
+    msgpack_pack_map(&o.pk, 3);
+    zt_out_kv_u64(&o, "id", 24 + k);
+    zt_out_kv_str(&o, "op", spec_ops[k]);
+    zt_out_kv_str(&o, "spec_json", "{\"model\": ");
+    send_out(fd, &o);
+    expect_error(fd, 24 + (uint32_t)k, "EINVAL", "spec_json", "spec_json not JSON");
+  }
   /* Unknown op, missing id, missing op. */
   req_simple(fd, 8, "frobnicate");
   expect_error(fd, 8, "ENOTSUP", "frobnicate", "unknown op");

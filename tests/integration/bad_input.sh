@@ -35,6 +35,8 @@ exec(sys.argv[3])
 json.dump(s, open(sys.argv[2], "w"))
 PY
   expect_fail 1 "$3" "$ZTCTL" --socket "$SOCK" submit "$ZT_TMP/bad-$1.json"
+  # plan validates exactly as submit does
+  expect_fail 1 "$3" "$ZTCTL" --socket "$SOCK" plan "$ZT_TMP/bad-$1.json"
 }
 bad_spec zero-dmodel 's["model"]["d_model"] = 0' d_model
 bad_spec negative-layers 's["model"]["n_layers"] = -2' n_layers
@@ -43,6 +45,7 @@ bad_spec huge-steps 's["train"]["steps"] = 10**15' steps
 bad_spec heads 's["model"]["n_heads"] = 3' n_heads
 bad_spec string-dim 's["model"]["seq_len"] = "16"' seq_len
 bad_spec no-data 's["data"]["path"] = sys.argv[1] + ".missing"' missing
+bad_spec offload-place 's["offload"] = {"params": "tape"}' offload.params
 printf '{"model": ' >"$ZT_TMP/truncated.json"
 expect_fail 1 "" "$ZTCTL" --socket "$SOCK" submit "$ZT_TMP/truncated.json"
 
