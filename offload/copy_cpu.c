@@ -166,6 +166,7 @@ static const zt_copy_ops cpu_ops = {
     .d2h = cpu_d2h,
     .query = cpu_query,
     .wait = cpu_wait,
+    .compute_wait = cpu_wait, /* the CPU backend computes on the caller's thread */
     .close = cpu_close,
 };
 

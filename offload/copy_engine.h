@@ -10,9 +10,10 @@
  * additions that of a run without offload.
  *
  * The CPU backend's engine (below) runs each queue on its own worker thread with memcpy, so
- * overlap is real there too. A CUDA engine implements the same ops with cudaMemcpyAsync on two
- * copy streams and an event per ticket. The submitting side (the streamer) belongs to one
- * thread; the engine may use threads of its own. */
+ * overlap is real there too. The CUDA engine implements the same ops with cudaMemcpyAsync on two
+ * copy streams and an event per ticket, each operation ordered after the compute queued before
+ * it (offload/copy_cuda.c). The submitting side (the streamer) belongs to one thread; the engine
+ * may use threads of its own. */
 #ifndef ZT_OFFLOAD_COPY_ENGINE_H
 #define ZT_OFFLOAD_COPY_ENGINE_H
 
@@ -31,10 +32,14 @@ typedef struct zt_copy_ops {
   const char *name;
   int64_t (*h2d)(zt_copy_engine *e, void *dev, const void *host, size_t bytes);          /* H2D */
   int64_t (*zero)(zt_copy_engine *e, void *dev, size_t bytes);                           /* H2D */
+  /* NULL where the engine cannot add on the host in queue order (cuda) */
   int64_t (*grad_accumulate)(zt_copy_engine *e, float *host, const float *dev, size_t n); /* D2H */
   int64_t (*d2h)(zt_copy_engine *e, void *host, const void *dev, size_t bytes);          /* D2H */
   int (*query)(zt_copy_engine *e, zt_copy_queue q, int64_t ticket);
   int (*wait)(zt_copy_engine *e, zt_copy_queue q, int64_t ticket);
+  /* The backend's compute, from what is queued next, waits for the ticket: on the GPU without
+   * blocking the host (cuda); by waiting where the compute runs on the calling thread (cpu). */
+  int (*compute_wait)(zt_copy_engine *e, zt_copy_queue q, int64_t ticket);
   void (*close)(zt_copy_engine *e);
 } zt_copy_ops;
 
@@ -47,6 +52,10 @@ struct zt_copy_engine {
  * emulating a PCIe link so that the scheduler's overlap can be measured (and tested) without a
  * GPU; 0 copies at memory speed. */
 int zt_copy_cpu_open(zt_copy_engine **out, double link_bytes_per_s);
+
+/* The CUDA engine on `device`, ordered against compute_stream (a cudaStream_t, from
+ * zt_backend_stream). -ENOTSUP in a build without CUDA, -EIO when CUDA fails (logged). */
+int zt_copy_cuda_open(zt_copy_engine **out, int device, void *compute_stream);
 
 static inline void zt_copy_close(zt_copy_engine *e) {
   if (e) e->ops->close(e);

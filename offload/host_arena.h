@@ -27,6 +27,8 @@ typedef struct zt_host_mem_ops {
 
 /* mmap + mlock */
 extern const zt_host_mem_ops zt_host_mem_cpu;
+/* mmap + cudaHostRegister (offload/copy_cuda.c); NULL in a build without CUDA */
+const zt_host_mem_ops *zt_host_mem_cuda(void);
 
 typedef struct zt_host_arena_stats {
   size_t limit;          /* the budget */

@@ -115,18 +115,38 @@ static int copy_wait(zt_streamer *s, zt_copy_queue q, int64_t ticket) {
   return 0;
 }
 
+static int compute_wait(zt_streamer *s, zt_copy_queue q, int64_t ticket) {
+  uint64_t t0 = now_ns();
+  int rc = s->cfg.copy->ops->compute_wait(s->cfg.copy, q, ticket);
+  s->st.wait_ns += now_ns() - t0;
+  if (rc < 0) return fail(s, rc, "streamer: copy engine (%s) failed: %s", s->cfg.copy->ops->name, strerror(-rc));
+  return 0;
+}
+
 static void free_slot(zt_streamer *s, unit_state *x) {
   if (x->slot >= 0) s->slot_owner[x->slot] = -1;
   x->slot = -1;
 }
 
+/* src: the unit's home bytes, or NULL for its pieces */
 static int submit_h2d(zt_streamer *s, int i, const void *src) {
   unit_state *x = &s->u[i];
-  int64_t t = s->cfg.copy->ops->h2d(s->cfg.copy, x->dev, src, x->u.param_bytes);
+  const zt_copy_ops *o = s->cfg.copy->ops;
+  int64_t t = -EINVAL;
+  size_t bytes = 0;
+  if (src) {
+    t = o->h2d(s->cfg.copy, x->dev, src, x->u.param_bytes);
+    bytes = x->u.param_bytes;
+  }
+  for (int k = 0; !src && k < x->u.n_pieces; k++) {
+    const zt_stream_piece *pc = &x->u.pieces[k];
+    if ((t = o->h2d(s->cfg.copy, (char *)x->dev + pc->dev_offset, pc->host, pc->bytes)) < 0) break;
+    bytes += pc->bytes;
+  }
   if (t < 0) return fail(s, (int)t, "streamer: queueing the copy of unit %d failed: %s", i, strerror((int)-t));
-  x->ticket = t;
+  x->ticket = t; /* the queue is in order: the last piece's ticket covers them all */
   x->st = P_COPYING;
-  s->st.bytes_h2d += x->u.param_bytes;
+  s->st.bytes_h2d += bytes;
   return 0;
 }
 
@@ -158,7 +178,10 @@ static int finish_read(zt_streamer *s, int i) {
   return rc;
 }
 
-/* Blocks until the unit's parameters are on the device. *stalled: 1 if it had to wait. */
+/* The unit's parameters are on the device for whatever compute is queued next: the compute
+ * waits for their copy (copy_ops.compute_wait: on the GPU, the host does not block). A copy
+ * from an NVMe staging buffer is waited for on the host, which frees the buffer. *stalled: 1 if
+ * the copy or read had not finished. */
 static int land(zt_streamer *s, int i, int *stalled) {
   unit_state *x = &s->u[i];
   int rc = 0;
@@ -172,7 +195,8 @@ static int land(zt_streamer *s, int i, int *stalled) {
     int done = s->cfg.copy->ops->query(s->cfg.copy, ZT_COPY_H2D, x->ticket);
     if (done == 0) {
       *stalled = 1;
-      rc = copy_wait(s, ZT_COPY_H2D, x->ticket);
+      rc = x->slot >= 0 ? copy_wait(s, ZT_COPY_H2D, x->ticket)
+                        : compute_wait(s, ZT_COPY_H2D, x->ticket);
     } else if (done < 0) {
       rc = fail(s, done, "streamer: copy engine (%s) failed: %s", s->cfg.copy->ops->name, strerror(-done));
     }
@@ -287,7 +311,7 @@ static int start_fetch(zt_streamer *s, int i, int for_prefetch) {
     return rc;
   }
   s->st.fetches++;
-  if (x->u.host_params) {
+  if (x->u.host_params || x->u.n_pieces) {
     rc = submit_h2d(s, i, x->u.host_params);
     if (rc < 0) drop_params(s, x);
     return rc;
@@ -332,8 +356,16 @@ static int check_cfg(const zt_streamer_cfg *c, char *err, size_t errlen) {
   for (int i = 0; i < c->n_units; i++) {
     const zt_stream_unit *u = &c->units[i];
     if (u->param_bytes == 0) BAD("streamer: unit %d has no parameter bytes", i);
-    if (!u->host_params && !c->nvme) BAD("streamer: unit %d lives on NVMe but no store is given", i);
-    if (!u->host_params && !c->host) BAD("streamer: unit %d lives on NVMe but no host arena is given for staging", i);
+    if (u->n_pieces < 0 || (u->n_pieces && (u->host_params || !u->pieces)))
+      BAD("streamer: unit %d: pieces need a piece list and no host_params", i);
+    for (int k = 0; k < u->n_pieces; k++)
+      if (!u->pieces[k].host || !u->pieces[k].bytes ||
+          u->pieces[k].dev_offset + u->pieces[k].bytes > u->param_bytes)
+        BAD("streamer: unit %d: piece %d is empty or outside the unit's %zu bytes", i, k,
+            u->param_bytes);
+    int nvme_home = !u->host_params && !u->n_pieces;
+    if (nvme_home && !c->nvme) BAD("streamer: unit %d lives on NVMe but no store is given", i);
+    if (nvme_home && !c->host) BAD("streamer: unit %d lives on NVMe but no host arena is given for staging", i);
     if (u->grad_floats && !u->host_grads) BAD("streamer: unit %d has gradients but no host gradient buffer", i);
     if (c->slot_bytes && (u->param_bytes > c->slot_bytes || u->grad_floats * sizeof(float) > c->slot_bytes))
       BAD("streamer: unit %d does not fit a slot of %zu bytes", i, c->slot_bytes);
@@ -381,7 +413,8 @@ int zt_streamer_open(zt_streamer **out, const zt_streamer_cfg *cfg, char *err, s
   size_t stage_bytes = 0;
   for (int i = 0; s->u && i < s->n; i++) {
     s->u[i] = (unit_state){.u = cfg->units[i], .slot = -1};
-    if (!cfg->units[i].host_params && cfg->units[i].param_bytes > stage_bytes)
+    if (!cfg->units[i].host_params && !cfg->units[i].n_pieces &&
+        cfg->units[i].param_bytes > stage_bytes)
       stage_bytes = cfg->units[i].param_bytes;
   }
   s->cfg.units = NULL; /* the copy in s->u is the one used */
@@ -493,7 +526,7 @@ int zt_streamer_acquire(zt_streamer *s, int unit, unsigned flags, void **params,
   if (rc < 0) goto out;
   s->st.stalls += (uint64_t)stalled;
   if (want_grads) {
-    rc = copy_wait(s, ZT_COPY_H2D, x->zero_ticket);
+    rc = compute_wait(s, ZT_COPY_H2D, x->zero_ticket);
     if (rc < 0) goto out;
     *grads = x->grad;
   }
@@ -518,7 +551,12 @@ int zt_streamer_release(zt_streamer *s, int unit, unsigned flags) {
   x->holds--;
   x->last_use = ++s->tick;
   if (x->holds == 0 && x->grad) {
-    if (flags & ZT_STREAM_DIRTY) {
+    if ((flags & ZT_STREAM_DIRTY) && !(flags & ZT_STREAM_STORE) &&
+        !s->cfg.copy->ops->grad_accumulate) {
+      rc = fail(s, -ENOTSUP, "streamer: the %s copy engine cannot accumulate on the host; "
+                "release with ZT_STREAM_STORE", s->cfg.copy->ops->name);
+      zt_dev_arena_free(s->cfg.dev, x->grad);
+    } else if (flags & ZT_STREAM_DIRTY) {
       int64_t t = flags & ZT_STREAM_STORE
                       ? s->cfg.copy->ops->d2h(s->cfg.copy, x->u.host_grads, x->grad,
                                               x->u.grad_floats * sizeof(float))

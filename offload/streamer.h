@@ -32,9 +32,21 @@
 #include "offload/host_arena.h"
 #include "offload/nvme_store.h"
 
+/* One host range copied into a unit's device copy, at dev_offset. */
+typedef struct zt_stream_piece {
+  size_t dev_offset;
+  const void *host;
+  size_t bytes;
+} zt_stream_piece;
+
 typedef struct zt_stream_unit {
   size_t param_bytes;      /* the device copy of the unit's compute-precision parameters (> 0) */
-  const void *host_params; /* home in host memory, param_bytes long; NULL: home on NVMe */
+  const void *host_params; /* home in host memory, param_bytes long; NULL: home on NVMe or in
+                              pieces */
+  /* n_pieces > 0: the home is these host ranges instead (a mixed-precision unit whose ops read
+   * the fp32 copy of some tensors and the compute copy of others: only those bytes move) */
+  int n_pieces;
+  const zt_stream_piece *pieces; /* not copied at open: must outlive the streamer */
   int nvme_ext;            /* home extent when host_params is NULL, read at nvme_offset (the
                               store's alignment rules apply) */
   uint64_t nvme_offset;

@@ -68,3 +68,19 @@ void zt_backend_close(zt_backend *be) {
 #endif
   zt_backend_cpu_close(be);
 }
+
+int zt_backend_device(const zt_backend *be) {
+#ifdef ZT_HAVE_CUDA
+  if (be->ops && strcmp(be->ops->name, "cuda") == 0) return zt_backend_cuda_device(be);
+#endif
+  (void)be;
+  return -1;
+}
+
+void *zt_backend_stream(const zt_backend *be) {
+#ifdef ZT_HAVE_CUDA
+  if (be->ops && strcmp(be->ops->name, "cuda") == 0) return zt_backend_cuda_stream(be);
+#endif
+  (void)be;
+  return NULL;
+}

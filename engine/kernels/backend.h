@@ -34,4 +34,10 @@ int zt_backend_open(zt_backend *be, const char *kind, int device, int cpu_thread
                     size_t errlen);
 void zt_backend_close(zt_backend *be);
 
+/* The device a cuda backend runs on and its compute stream (a cudaStream_t), so that a copy
+ * engine can order its copies against the compute (offload/copy_engine.h); -1 and NULL for the
+ * CPU. */
+int zt_backend_device(const zt_backend *be);
+void *zt_backend_stream(const zt_backend *be);
+
 #endif

@@ -81,6 +81,8 @@ static inline int zt__acts_recomputed(const zt_acts *a, int layer) {
 int zt__model_begin_unit(zt_model *m, const char *name);
 int zt__model_add_tensor(zt_model *m, const char *name, int ndim, int64_t s0, int64_t s1,
                          int transposed, int decay, zt__init_kind init);
+/* Overrides the reads of the tensor added last (model.h, zt_tensor_info.reads). */
+void zt__model_set_reads(zt_model *m, unsigned reads);
 
 /* The k-th tensor of unit u inside that unit's parameter block p. */
 static inline float *zt__unit_tensor(const zt_model *m, const float *p, int u, int k) {

@@ -29,6 +29,7 @@ static int layout(zt_model *m) {
   if (zt__model_begin_unit(m, "embed") < 0 ||
       zt__model_add_tensor(m, "embedding.weight", 2, V, C, 0, 1, ZT__INIT_NORMAL) < 0)
     return -1;
+  zt__model_set_reads(m, ZT_READS_F32);
   for (int i = 0; i < m->cfg.n_layers; i++) {
     static const struct {
       const char *name;

@@ -27,10 +27,13 @@ typedef struct gpt_acts {
 static int layout(zt_model *m) {
   int64_t V = m->cfg.vocab, T = m->cfg.seq_len, C = m->cfg.d_model, F = m->d_ff;
   char n[96];
+  /* wte: looked up in fp32 by the embedding, and the head's matmul weight (tied) */
   if (zt__model_begin_unit(m, "embed") < 0 ||
-      zt__model_add_tensor(m, "wte.weight", 2, V, C, 0, 1, ZT__INIT_NORMAL) < 0 ||
-      zt__model_add_tensor(m, "wpe.weight", 2, T, C, 0, 1, ZT__INIT_NORMAL) < 0)
+      zt__model_add_tensor(m, "wte.weight", 2, V, C, 0, 1, ZT__INIT_NORMAL) < 0)
     return -1;
+  zt__model_set_reads(m, ZT_READS_F32 | ZT_READS_LP);
+  if (zt__model_add_tensor(m, "wpe.weight", 2, T, C, 0, 1, ZT__INIT_NORMAL) < 0) return -1;
+  zt__model_set_reads(m, ZT_READS_F32);
   for (int i = 0; i < m->cfg.n_layers; i++) {
     static const struct {
       const char *name;

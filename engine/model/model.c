@@ -129,12 +129,17 @@ int zt__model_add_tensor(zt_model *m, const char *name, int ndim, int64_t s0, in
   t->offset = m->nparams;
   t->unit = m->nu - 1;
   t->decay = decay;
+  /* 2-D tensors are matmul weights, read through the compute copy; an arch marks the
+   * exceptions (embedding tables) with zt__model_set_reads */
+  t->reads = ndim == 2 ? ZT_READS_LP : ZT_READS_F32;
   m->init[m->nt] = init;
   m->nt++;
   m->nparams += t->numel;
   m->u[m->nu - 1].numel += t->numel;
   return 0;
 }
+
+void zt__model_set_reads(zt_model *m, unsigned reads) { m->t[m->nt - 1].reads = reads; }
 
 int zt_model_create(zt_model **out, const zt_model_cfg *cfg, char *err, size_t errlen) {
   *out = NULL;

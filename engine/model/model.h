@@ -38,7 +38,13 @@ typedef struct zt_tensor_info {
   size_t numel;
   int unit;             /* owning unit */
   int decay;            /* 1 if AdamW weight decay applies (matrices/embeddings, not biases/norms) */
+  unsigned reads;       /* which copies the unit's ops read with mixed precision: ZT_READS_F32
+                           (the fp32 parameters), ZT_READS_LP (the compute copy), or both */
 } zt_tensor_info;
+
+/* zt_tensor_info.reads: an offloaded step moves only the copies a tensor's ops read. */
+#define ZT_READS_F32 1u
+#define ZT_READS_LP 2u
 
 typedef struct zt_unit_info {
   char name[32];        /* "embed", "block.3", "head" */

@@ -25,9 +25,21 @@
  * units are streamed from their master files (fp32 compute: the parameters are the masters), so
  * it needs optimizer nvme.
  *
- * Scope today: the CPU backend, precision fp32; params gpu (every unit resident), host (streamed
- * within gpu_budget) or nvme; grads on the host; optimizer on the host or nvme. Other placements
- * are refused with a message naming the field. */
+ * On the GPU (the cuda backend) the same walk runs asynchronously: the copy engine's streams
+ * are ordered against the compute stream by events (offload/copy_cuda.c), the host tier is
+ * page-locked, the AdamW pool takes every core, and a unit's gradients are taken up on the host
+ * two units behind the backward, so the runner never waits for the last compute it queued. The
+ * norm and the inf/nan check read the host gradients on a CPU backend of the path's own.
+ *
+ * bf16 compute: the host keeps a bf16 copy of the parameters that the AdamW rewrites in the same
+ * pass (offload/cpu_adam.h). A unit's device copy is its fp32 block followed by its bf16 block,
+ * but only the bytes its ops read move (zt_tensor_info.reads): the matmul weights in bf16,
+ * biases, norms and embeddings in fp32; about 2 bytes a parameter per fetch.
+ *
+ * Scope today: the cpu and cuda backends, precision fp32 or bf16 (fp16 would need a fp16
+ * write-out in the CPU AdamW); params gpu (every unit resident), host (streamed within
+ * gpu_budget) or nvme (fp32 only: the files hold the masters); grads on the host; optimizer on
+ * the host or nvme. Other placements are refused with a message naming the field. */
 #ifndef ZT_TRAIN_OFFLOAD_H
 #define ZT_TRAIN_OFFLOAD_H
 
@@ -65,9 +77,9 @@ int zt_offload_place_parse(const char *s, zt_offload_place *out);
 int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen);
 
 /* zt_trainer_open for an offloaded step. -ENOMEM with the numbers when gpu_budget cannot hold
- * the activations plus the streamer's minimum; -ENOTSUP for a backend other than cpu or a
- * precision other than fp32. Every other trainer call works as without offload (checkpoints
- * included, interchangeable with those of a run without offload). */
+ * the activations plus the streamer's minimum; -ENOTSUP for a backend other than cpu or cuda,
+ * or fp16. Every other trainer call works as without offload (checkpoints included,
+ * interchangeable with those of a run without offload). */
 int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen);
@@ -85,6 +97,7 @@ typedef struct zt_offload_stats {
   size_t arena_budget;   /* the device arena: parameter copies and gradient buffers */
   size_t arena_peak;     /* the arena's highest use so far */
   size_t host_bytes;     /* the host arena: gradients, and masters, m, v or their staging */
+  size_t host_used, host_pinned; /* of it, allocated, and of that page-locked */
   uint64_t fetches, evictions, grad_writebacks, bytes_h2d, bytes_d2h;
   uint64_t nvme_bytes_read, nvme_bytes_written; /* the NVMe tier's traffic (store counters) */
   uint64_t adam_units;   /* unit updates run on the CPU pool */

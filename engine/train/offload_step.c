@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/kernels/backend.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
@@ -19,10 +20,12 @@
 #include "offload/streamer.h"
 
 #define PREFETCH_MAX 16
-/* AdamW worker threads. One keeps the update of a unit running beside the backend's own threads
- * on the runner's backward; unpinned, since the backend's threads take the cores they find. A
- * tunable for engine/tunables.h once the daemon runs this step. */
-#define ADAM_THREADS 1
+/* walk_backward: how many units behind the backward each unit's gradients are taken up */
+#define UNIT_DONE_LAG 2
+/* AdamW worker threads. On the CPU backend one keeps the update of a unit running beside the
+ * backend's own threads on the runner's backward, unpinned, since the backend's threads take the
+ * cores they find. Beside a GPU the update is the host's main work: a thread per core, pinned. */
+#define ADAM_THREADS_BESIDE_CPU 1
 
 /* A run of consecutive tensors of one unit sharing a decay flag: one AdamW task. */
 typedef struct adam_run {
@@ -45,6 +48,14 @@ enum { K_MASTER, K_M, K_V, KINDS };
 
 typedef struct off_state {
   zt_offload_cfg oc;
+  zt_dtype dt;         /* the compute precision: fp32, or bf16 with a host compute copy */
+  uint16_t *lp;        /* bf16: the host compute copy, flat layout, rewritten by the AdamW */
+  zt_stream_piece *pieces; /* bf16: what each unit's device copy is made of: unit u's are */
+  int *first_piece;        /* pieces[first_piece[u] .. first_piece[u + 1]) */
+  zt_backend hbe;      /* math on host buffers (norm, casts): the trainer's backend on the CPU,
+                          a CPU backend of its own beside a GPU */
+  int own_hbe;
+  zt_dev_mem_ops dev_mem; /* the device arena's block from the backend (cuda) */
   zt_host_arena *host;
   zt_nvme_store *nvme; /* optimizer nvme */
   int *ext;            /* the file of unit u's kind k: ext[KINDS * u + k] */
@@ -146,6 +157,14 @@ static int prefetch_from(off_state *s, int u, int dir) {
   return 0;
 }
 
+/* The compute copy inside a unit's device copy: the fp32 parameters themselves, or (bf16) the
+ * bf16 block after them (zt_offload_unit_bytes). */
+static const void *lp_of(const zt_trainer *t, int u, const void *p) {
+  const off_state *s = t->path_state;
+  if (!p || s->dt == ZT_F32) return p;
+  return (const char *)p + zt_model_unit(t->model, u)->numel * sizeof(float);
+}
+
 static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
   off_state *s = t->path_state;
   for (int u = 0; u < s->nu; u++) {
@@ -156,7 +175,7 @@ static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
       p = NULL;
     }
     if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0)
-      zt_model_unit_forward(t->model, t->acts, u, p, e);
+      zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
     if (e) zt_streamer_release(s->st, 0, 0);
     if (p) zt_streamer_release(s->st, u, 0);
     if (rc < 0) return stream_fail(t, rc, err, errlen);
@@ -185,7 +204,7 @@ static int submit_unit_adam(zt_trainer *t, int u, float *p, float *m, float *v,
     k->g = t->grads + a->offset;
     k->m = m + d;
     k->v = v + d;
-    k->p_bf16 = NULL;
+    k->p_bf16 = s->lp ? s->lp + a->offset : NULL;
     k->n = a->n;
     k->h = *hp;
     k->h.weight_decay = a->decay ? hp->weight_decay : 0.0f;
@@ -309,7 +328,7 @@ static int unit_done(zt_trainer *t, int u, overlap *ov) {
   if (rc < 0) return rc;
   const zt_unit_info *ui = zt_model_unit(t->model, u);
   int nonfinite = 0;
-  t->be.ops->sum_squares(t->be.ctx, t->grads + ui->offset, ui->numel, &nonfinite);
+  s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + ui->offset, ui->numel, &nonfinite);
   if (nonfinite) {
     ov->bad_unit = u;
     return 0;
@@ -325,6 +344,7 @@ static int unit_done(zt_trainer *t, int u, overlap *ov) {
 static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_t errlen) {
   off_state *s = t->path_state;
   unsigned gflags = ZT_STREAM_GRADS | (first ? 0u : ZT_STREAM_GRADS_RESUME);
+  int done = s->nu - 1; /* the next unit to hand to unit_done */
   for (int u = s->nu - 1; u >= 0; u--) {
     void *p = NULL, *e = NULL;
     float *g = NULL, *eg = NULL;
@@ -340,7 +360,8 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
       s->embed_grads = eg;
     }
     if (rc == 0 && (rc = prefetch_from(s, u, -1)) == 0)
-      zt_model_unit_backward(t->model, t->acts, u, p, g, e, eg);
+      zt_model_unit_backward_dt(t->model, t->acts, u, p, lp_of(t, u, p), g, e, lp_of(t, 0, e),
+                                eg);
     /* a failed step's gradients are dropped, not written back */
     unsigned rflags = rc == 0 ? ZT_STREAM_DIRTY | ZT_STREAM_STORE : 0;
     if (p) zt_streamer_release(s->st, u, rflags);
@@ -349,11 +370,15 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
       s->embed_grads = NULL;
     }
     if (rc < 0) return stream_fail(t, rc, err, errlen);
-    if ((rc = unit_done(t, u, ov)) < 0) {
-      snprintf(err, errlen, "offload step %d: unit %s: %s", t->step + 1,
-               zt_model_unit(t->model, u)->name, zt_streamer_error(s->st));
-      return rc;
-    }
+    /* A unit is done (its gradients read on the host) UNIT_DONE_LAG units behind the one just
+     * queued, so that on a GPU the runner never waits for a write-back whose backward is the
+     * last compute queued: the device always has the next unit's work. */
+    for (; done > u + UNIT_DONE_LAG || (u == 0 && done >= 0); done--)
+      if ((rc = unit_done(t, done, ov)) < 0) {
+        snprintf(err, errlen, "offload step %d: unit %s: %s", t->step + 1,
+                 zt_model_unit(t->model, done)->name, zt_streamer_error(s->st));
+        return rc;
+      }
   }
   return 0;
 }
@@ -400,7 +425,7 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     if ((rc = walk_forward(t, err, errlen)) < 0) goto out;
     double loss_sum = 0;
     int n_counted = 0;
-    o->crossentropy_fwd_bwd_dt(t->be.ctx, ZT_F32, zt_acts_logits(t->acts),
+    o->crossentropy_fwd_bwd_dt(t->be.ctx, s->dt, zt_acts_logits(t->acts),
                                zt_acts_targets(t->acts), N, mc->vocab, mc->vocab, -1,
                                (float)(1.0 / ((double)counted * c->grad_accum)), &loss_sum,
                                &n_counted);
@@ -416,7 +441,7 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   /* nothing counted: the gradients of an all-on-device step are the zeros it started from */
   if (!counted_micros) memset(t->grads, 0, n * sizeof(float));
   int nonfinite = 0;
-  double norm = sqrt(o->sum_squares(t->be.ctx, t->grads, n, &nonfinite));
+  double norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, t->grads, n, &nonfinite));
   if (nonfinite) {
     finish_updates(t);
     rc = -ERANGE;
@@ -526,6 +551,8 @@ static int off_write_state(zt_trainer *t, const float *params, const float *m, c
       return rc;
     }
   }
+  /* the compute copy follows the masters */
+  if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, params, ZT_F32, n);
   if (s->st && (rc = zt_streamer_invalidate(s->st, -1)) < 0) {
     snprintf(err, errlen, "offload: %s", zt_streamer_error(s->st));
     return rc;
@@ -555,6 +582,9 @@ static void off_close(zt_trainer *t) {
   free(s->runs);
   free(s->tasks);
   free(s->first_run);
+  free(s->pieces);
+  free(s->first_piece);
+  if (s->own_hbe) zt_backend_close(&s->hbe);
   free(s);
   t->path_state = NULL;
 }
@@ -590,6 +620,61 @@ static int build_runs(const zt_model *m, off_state *s) {
     s->first_run[u] = u < s->nu ? k : r;
   }
   return 0;
+}
+
+/* bf16: each unit's pieces, runs of consecutive tensors read in the same copy (masters or
+ * compute copy), placed at the tensors' offsets in the unit's fp32 block or bf16 block. */
+static int build_pieces(zt_trainer *t) {
+  off_state *s = t->path_state;
+  const zt_model *m = t->model;
+  int nt = zt_model_num_tensors(m);
+  s->pieces = calloc(2 * (size_t)nt, sizeof *s->pieces);
+  s->first_piece = calloc((size_t)s->nu + 1, sizeof *s->first_piece);
+  if (!s->pieces || !s->first_piece) return -ENOMEM;
+  int np = 0;
+  for (int u = 0, i = 0; u < s->nu; u++) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    s->first_piece[u] = np;
+    for (; i < nt && zt_model_tensor(m, i)->unit == u; i++) {
+      const zt_tensor_info *ti = zt_model_tensor(m, i);
+      size_t in_unit = ti->offset - ui->offset;
+      for (unsigned kind = ZT_READS_F32; kind <= ZT_READS_LP; kind <<= 1) {
+        if (!(ti->reads & kind)) continue;
+        int lp = kind == ZT_READS_LP;
+        size_t es = lp ? zt_dtype_size(s->dt) : sizeof(float);
+        zt_stream_piece pc = {
+            .dev_offset = (lp ? ui->numel * sizeof(float) : 0) + in_unit * es,
+            .host = lp ? (const void *)(s->lp + ti->offset) : (const void *)(t->params + ti->offset),
+            .bytes = ti->numel * es};
+        /* the pieces of a unit are not sorted by kind: extend any that ends where this begins */
+        int merged = 0;
+        for (int k = s->first_piece[u]; k < np && !merged; k++) {
+          zt_stream_piece *q = &s->pieces[k];
+          if (q->dev_offset + q->bytes == pc.dev_offset &&
+              (const char *)q->host + q->bytes == (const char *)pc.host) {
+            q->bytes += pc.bytes;
+            merged = 1;
+          }
+        }
+        if (!merged) s->pieces[np++] = pc;
+      }
+    }
+  }
+  s->first_piece[s->nu] = np;
+  return 0;
+}
+
+/* The device arena's block from the backend (cudaMalloc, 256-byte aligned). */
+static int dev_block_alloc(void *ctx, size_t bytes, void **out) {
+  zt_backend *be = ctx;
+  *out = be->ops->alloc(be->ctx, bytes);
+  return *out ? 0 : -ENOMEM;
+}
+
+static void dev_block_free(void *ctx, void *p, size_t bytes) {
+  zt_backend *be = ctx;
+  (void)bytes;
+  be->ops->free(be->ctx, p);
 }
 
 /* Every unit's parameters, the gradient buffers held and one write-back in flight, in slots. */
@@ -649,12 +734,21 @@ typedef struct off_sizes {
   size_t host;         /* the host arena */
   size_t arena;        /* the device arena */
   size_t slot;         /* one unit's device slot */
-  size_t largest;      /* the largest unit, bytes */
+  size_t largest;      /* the largest unit's device copy, bytes */
+  size_t largest_f32;  /* the largest unit's fp32 parameters (an NVMe staging set) */
   int held;            /* units acquired at once */
 } off_sizes;
 
-static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, size_t act_bytes,
-                        off_sizes *z, char *err, size_t errlen) {
+/* A unit's device copy: its fp32 parameters, then (bf16) its bf16 compute copy. Only the bytes
+ * its ops read are copied in (zt_tensor_info.reads), but both blocks are laid out whole so that
+ * the model addresses them with the flat layout's offsets. */
+static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
+  size_t numel = zt_model_unit(m, u)->numel;
+  return numel * sizeof(float) + (dt == ZT_F32 ? 0 : numel * zt_dtype_size(dt));
+}
+
+static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt,
+                        size_t act_bytes, off_sizes *z, char *err, size_t errlen) {
   int nu = zt_model_num_units(m);
   size_t n = zt_model_num_params(m);
   int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
@@ -666,8 +760,10 @@ static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, size_t act_
   }
   for (int u = 0; u < nu; u++) {
     const zt_unit_info *ui = zt_model_unit(m, u);
-    units[u] = (zt_stream_unit){.param_bytes = ui->numel * sizeof(float), .grad_floats = ui->numel};
+    units[u] = (zt_stream_unit){.param_bytes = unit_param_bytes(m, u, dt),
+                                .grad_floats = ui->numel};
     if (units[u].param_bytes > z->largest) z->largest = units[u].param_bytes;
+    if (ui->numel * sizeof(float) > z->largest_f32) z->largest_f32 = ui->numel * sizeof(float);
   }
   /* host tier: gradients; masters, m and v (optimizer host) or the two staging sets of one unit
    * each (optimizer nvme) plus the parameters to stream from unless they live on NVMe too, and
@@ -675,10 +771,12 @@ static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, size_t act_
   size_t flat = zt_host_arena_footprint(n * sizeof(float));
   z->host = !opt_nvme ? 4 * flat
                       : flat + (params_nvme ? 0 : flat) +
-                            2 * KINDS * zt_host_arena_footprint(z->largest) +
+                            2 * KINDS * zt_host_arena_footprint(z->largest_f32) +
                             (params_nvme ? (size_t)(z->held + oc->prefetch) *
                                                zt_host_arena_footprint(z->largest)
                                          : 0);
+  /* bf16: the compute copy the units stream from */
+  if (dt != ZT_F32) z->host += zt_host_arena_footprint(n * zt_dtype_size(dt));
   /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
    * arena from fragmenting, so the budget that opens is the budget that runs. */
   z->slot = z->largest;
@@ -715,6 +813,26 @@ static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, size_t act_
   return 0;
 }
 
+/* What the offloaded step runs on today: the cpu and cuda backends, fp32 or bf16 compute. */
+static int off_supported(const char *backend, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                         char *err, size_t errlen) {
+  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+    snprintf(err, errlen, "offload: runs on the cpu and cuda backends (not %s)", backend);
+    return -ENOTSUP;
+  }
+  if (tc->precision == ZT_F16) {
+    snprintf(err, errlen, "offload: train.precision fp16 is not supported with offload (the "
+             "CPU AdamW writes a bf16 compute copy); use bf16 or fp32");
+    return -ENOTSUP;
+  }
+  if (tc->precision != ZT_F32 && oc->params == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.params: nvme streams the fp32 masters, so it needs "
+             "train.precision fp32 (got %s); use params host", zt_dtype_name(tc->precision));
+    return -ENOTSUP;
+  }
+  return 0;
+}
+
 int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                         const zt_ops *ops, size_t *host_bytes, size_t *device_bytes, char *err,
                         size_t errlen) {
@@ -724,8 +842,9 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
   if ((rc = zt_offload_cfg_check(oc, err, errlen)) < 0 ||
       (rc = zt_model_create(&m, mc, err, errlen)) < 0)
     return rc;
-  size_t act = zt_acts_size(m, ops, tc->micro_batch, tc->ckpt_every);
-  rc = off_sizes_of(m, oc, act, &z, err, errlen);
+  size_t act = zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
+  rc = off_supported(ops->name, tc, oc, err, errlen);
+  if (rc == 0) rc = off_sizes_of(m, oc, tc->precision, act, &z, err, errlen);
   zt_model_destroy(m);
   if (rc < 0) return rc;
   *host_bytes = z.host;
@@ -742,16 +861,8 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
       (rc = zt_offload_cfg_check(oc, err, errlen)) < 0)
     return rc;
-  if (strcmp(be->ops->name, "cpu") != 0) {
-    snprintf(err, errlen, "offload: runs on the cpu backend only for now (not %s)",
-             be->ops->name);
-    return -ENOTSUP;
-  }
-  if (tc->precision != ZT_F32) {
-    snprintf(err, errlen, "offload: train.precision must be fp32 for now (got %s)",
-             zt_dtype_name(tc->precision));
-    return -ENOTSUP;
-  }
+  if ((rc = off_supported(be->ops->name, tc, oc, err, errlen)) < 0) return rc;
+  int on_gpu = strcmp(be->ops->name, "cuda") == 0;
   zt_trainer *t = calloc(1, sizeof *t);
   off_state *s = calloc(1, sizeof *s);
   if (!t || !s) {
@@ -765,7 +876,19 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   t->path = &offload_path;
   t->path_state = s;
   s->oc = *oc;
+  s->dt = tc->precision;
   s->head = -1;
+  s->hbe = *be;
+  if (on_gpu) {
+    /* the host tier's own math (the norm over the host gradients, the bf16 casts of a loaded
+     * state) on every core */
+    if ((rc = zt_backend_cpu_open(&s->hbe, 0)) < 0) {
+      snprintf(err, errlen, "offload: opening a cpu backend for the host tier failed (%d)", rc);
+      s->hbe = *be;
+      goto out;
+    }
+    s->own_hbe = 1;
+  }
   zt_loss_scaler_init(&t->scaler);
   if ((rc = be->ops->set_allow_tf32(be->ctx, tc->tf32)) < 0) {
     snprintf(err, errlen, "train.tf32: the %s backend has no TF32 mode", be->ops->name);
@@ -775,8 +898,8 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   s->nu = zt_model_num_units(t->model);
   if (mc->arch == ZT_ARCH_GPT) s->head = s->nu - 1;
-  if ((rc = zt_acts_open(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every, err,
-                         errlen)) < 0)
+  if ((rc = zt_acts_open_dt(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every,
+                            tc->precision, err, errlen)) < 0)
     goto out;
   s->act_bytes = zt_acts_bytes(t->acts);
   t->h_tok = malloc(N * sizeof *t->h_tok);
@@ -795,11 +918,10 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   }
   int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
   off_sizes z;
-  if ((rc = off_sizes_of(t->model, oc, s->act_bytes, &z, err, errlen)) < 0) goto out;
+  if ((rc = off_sizes_of(t->model, oc, s->dt, s->act_bytes, &z, err, errlen)) < 0) goto out;
   int held = z.held;
-  size_t largest = z.largest;
   s->host_bytes = z.host;
-  if ((rc = zt_host_arena_open(&s->host, s->host_bytes, NULL)) < 0) {
+  if ((rc = zt_host_arena_open(&s->host, s->host_bytes, on_gpu ? zt_host_mem_cuda() : NULL)) < 0) {
     snprintf(err, errlen, "offload: opening the host arena failed (%d)", rc);
     goto out;
   }
@@ -812,13 +934,19 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     }
     memset(*bufs[i], 0, n * sizeof(float));
   }
+  if (s->dt != ZT_F32 &&
+      (rc = zt_host_arena_alloc(s->host, n * zt_dtype_size(s->dt), (void **)&s->lp)) < 0) {
+    snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
+    goto out;
+  }
   if (!opt_nvme) {
     if ((rc = zt__trainer_init_params(t->model, t->params, err, errlen)) < 0) goto out;
+    if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, t->params, ZT_F32, n);
   } else {
     for (int i = 0; i < 2; i++) {
       s->sets[i].unit = -1;
       for (int k = 0; k < KINDS; k++)
-        if ((rc = zt_host_arena_alloc(s->host, largest, (void **)&s->sets[i].buf[k])) < 0) {
+        if ((rc = zt_host_arena_alloc(s->host, z.largest_f32, (void **)&s->sets[i].buf[k])) < 0) {
           snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
           goto out;
         }
@@ -826,22 +954,43 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
   }
   /* fp32 compute: the device copy of a unit is its masters, fetched from the host copy or from
-   * their file */
+   * their file; bf16: the pieces its ops read, from the masters and the compute copy */
+  if (s->dt != ZT_F32 && (rc = build_pieces(t)) < 0) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
   for (int u = 0; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
-    units[u] = (zt_stream_unit){.param_bytes = ui->numel * sizeof(float),
-                                .host_params = params_nvme ? NULL : t->params + ui->offset,
-                                .nvme_ext = params_nvme ? s->ext[KINDS * u + K_MASTER] : 0,
+    units[u] = (zt_stream_unit){.param_bytes = unit_param_bytes(t->model, u, s->dt),
                                 .grad_floats = ui->numel,
                                 .host_grads = t->grads + ui->offset};
+    if (s->dt != ZT_F32) {
+      units[u].pieces = s->pieces + s->first_piece[u];
+      units[u].n_pieces = s->first_piece[u + 1] - s->first_piece[u];
+    } else if (params_nvme) {
+      units[u].nvme_ext = s->ext[KINDS * u + K_MASTER];
+    } else {
+      units[u].host_params = t->params + ui->offset;
+    }
   }
   zt_streamer_cfg sc = {.n_units = s->nu, .units = units, .host = s->host, .nvme = s->nvme,
                         .prefetch_depth = oc->prefetch, .max_acquired = held,
                         .slot_bytes = z.slot};
   s->arena_budget = z.arena;
-  if ((rc = zt_dev_arena_open(&s->dev, s->arena_budget, NULL, err, errlen)) < 0) goto out;
-  if ((rc = zt_copy_cpu_open(&s->copy, 0)) < 0 || (rc = zt_cpu_pool_open(&s->pool, ADAM_THREADS, 0)) < 0) {
-    snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed (%d)", rc);
+  s->dev_mem = (zt_dev_mem_ops){.name = be->ops->name, .alloc = dev_block_alloc,
+                                 .free = dev_block_free, .ctx = &t->be};
+  if ((rc = zt_dev_arena_open(&s->dev, s->arena_budget, on_gpu ? &s->dev_mem : NULL, err,
+                              errlen)) < 0)
+    goto out;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  rc = on_gpu ? zt_copy_cuda_open(&s->copy, zt_backend_device(be), zt_backend_stream(be))
+              : zt_copy_cpu_open(&s->copy, 0);
+  if (rc == 0)
+    rc = on_gpu ? zt_cpu_pool_open(&s->pool, cores > 0 ? (int)cores : 1, 1)
+                : zt_cpu_pool_open(&s->pool, ADAM_THREADS_BESIDE_CPU, 0);
+  if (rc < 0) {
+    snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed: %s",
+             strerror(-rc));
     goto out;
   }
   sc.dev = s->dev;
@@ -862,11 +1011,15 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
   zt_streamer_get_stats(s->st, &ss);
   zt_nvme_stats ns = {0};
   if (s->nvme) zt_nvme_store_get_stats(s->nvme, &ns);
+  zt_host_arena_stats hs;
+  zt_host_arena_get_stats(s->host, &hs);
   *out = (zt_offload_stats){.device_budget = s->act_bytes + s->arena_budget,
                             .act_bytes = s->act_bytes,
                             .arena_budget = s->arena_budget,
                             .arena_peak = ss.device_peak,
                             .host_bytes = s->host_bytes,
+                            .host_used = hs.used,
+                            .host_pinned = hs.pinned_bytes,
                             .nvme_bytes_read = ns.bytes_read,
                             .nvme_bytes_written = ns.bytes_written,
                             .fetches = ss.fetches,

@@ -229,3 +229,7 @@ void zt_backend_cuda_close(zt_backend *be) {
   be->ops = NULL;
 }
 
+
+int zt_backend_cuda_device(const zt_backend *be) { return ((zt__cuda_ctx *)be->ctx)->device; }
+
+void *zt_backend_cuda_stream(const zt_backend *be) { return ((zt__cuda_ctx *)be->ctx)->stream; }

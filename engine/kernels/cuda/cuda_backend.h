@@ -20,6 +20,9 @@ int zt_backend_cuda_open(zt_backend *be, int device);
 /* The op table alone (no device touched), for the context-free sizing entries. */
 const zt_ops *zt_backend_cuda_ops(void);
 void zt_backend_cuda_close(zt_backend *be);
+/* The context's device and stream (a cudaStream_t). */
+int zt_backend_cuda_device(const zt_backend *be);
+void *zt_backend_cuda_stream(const zt_backend *be);
 
 /* Describes up to max CUDA devices; returns how many there are (0 when the driver finds none
  * or fails: the reason is logged once). */

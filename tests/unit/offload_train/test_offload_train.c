@@ -3,7 +3,8 @@
  * the smallest device budget that opens (parameters streamed, evictions counted, the arena's
  * peak within its budget); with and without clipping (updates after the backward or overlapping
  * it), activation checkpointing, a micro-batch of padding alone; resume from a checkpoint of an
- * offloaded job; placements and budgets that cannot work are refused naming the field. With
+ * offloaded job; bf16 compute (fp32 and bf16 pieces streamed); placements and budgets that
+ * cannot work are refused naming the field. With
  * the argument "nvme": the same with the optimizer state, then the parameters too, on NVMe
  * (the store's counters show the traffic). */
 #include <errno.h>
@@ -300,9 +301,14 @@ static int check_refusals(void) {
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
                      strstr(err, "offload.params gpu"), "resident in a tiny budget: %s", err);
   zt_offload_cfg_defaults(&oc);
-  tc.precision = ZT_BF16;
+  tc.precision = ZT_F16;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
-                     strstr(err, "train.precision"), "bf16: %s", err);
+                     strstr(err, "train.precision fp16"), "fp16: %s", err);
+  tc.precision = ZT_BF16;
+  oc.params = oc.optimizer = ZT_PLACE_NVME;
+  snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
+  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
+                     strstr(err, "offload.params: nvme"), "bf16 params nvme: %s", err);
   fails += MC_EXPECT(t == NULL, "a refused open returned a trainer");
   return fails;
 }
@@ -429,6 +435,10 @@ int main(int argc, char **argv) {
       oc.prefetch = 2;
       fails += check_case(archs[i], "params and optimizer nvme, streamed", train_cfg(0, 1), oc,
                           1);
+      zt_train_cfg bf = train_cfg(0, 0);
+      bf.precision = ZT_BF16;
+      oc.params = ZT_PLACE_HOST;
+      fails += check_case(archs[i], "bf16, optimizer nvme, streamed", bf, oc, 1);
       fails += check_resume(archs[i], oc, tmp);
       continue;
     }
@@ -441,6 +451,14 @@ int main(int argc, char **argv) {
     fails += check_case(archs[i], "streamed, overlapped, checkpointed", train_cfg(0, 1), oc, 1);
     oc.prefetch = 1;
     fails += check_resume(archs[i], oc, tmp);
+    /* bf16: the units carry the fp32 parameters their ops read and the bf16 copy the AdamW
+     * writes; still bitwise the run without offload */
+    zt_train_cfg bf = train_cfg(0, 0);
+    bf.precision = ZT_BF16;
+    fails += check_case(archs[i], "bf16, resident, overlapped", bf, oc, 0);
+    bf = train_cfg(0.5f, 1);
+    bf.precision = ZT_BF16;
+    fails += check_case(archs[i], "bf16, streamed, clipped, checkpointed", bf, oc, 1);
   }
   mc_rmtree(tmp);
   zt_backend_cpu_close(&g_be);
