@@ -25,6 +25,7 @@ typedef struct queue {
   copy_op ring[RING];
   int64_t submitted, completed; /* tickets: op k (1-based) is done when completed >= k */
   int stop;
+  uint64_t busy_ns;
 } queue;
 
 typedef struct cpu_engine {
@@ -33,6 +34,7 @@ typedef struct cpu_engine {
   pthread_cond_t cv; /* any change of submitted/completed/stop */
   double rate;
   queue q[ZT_COPY_QUEUES];
+  uint64_t compute_t0, compute_ns; /* the caller's, unlocked */
 } cpu_engine;
 
 static uint64_t now_ns(void) {
@@ -89,7 +91,9 @@ static void *worker(void *p) {
     uint64_t t0 = now_ns();
     run_op(&op);
     pace(e->rate, op.bytes, t0);
+    uint64_t spent = now_ns() - t0;
     pthread_mutex_lock(&e->mu);
+    q->busy_ns += spent;
     q->completed++;
     pthread_cond_broadcast(&e->cv);
   }
@@ -145,6 +149,21 @@ static int cpu_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
   return 0;
 }
 
+static int cpu_compute_mark(zt_copy_engine *base, int end) {
+  cpu_engine *e = (cpu_engine *)base;
+  if (!end) e->compute_t0 = now_ns();
+  else e->compute_ns += now_ns() - e->compute_t0;
+  return 0;
+}
+
+static void cpu_busy(zt_copy_engine *base, zt_copy_busy *out) {
+  cpu_engine *e = (cpu_engine *)base;
+  pthread_mutex_lock(&e->mu);
+  for (int i = 0; i < ZT_COPY_QUEUES; i++) out->queue_ns[i] = e->q[i].busy_ns;
+  pthread_mutex_unlock(&e->mu);
+  out->compute_ns = e->compute_ns;
+}
+
 static void cpu_close(zt_copy_engine *base) {
   cpu_engine *e = (cpu_engine *)base;
   pthread_mutex_lock(&e->mu);
@@ -167,6 +186,8 @@ static const zt_copy_ops cpu_ops = {
     .query = cpu_query,
     .wait = cpu_wait,
     .compute_wait = cpu_wait, /* the CPU backend computes on the caller's thread */
+    .compute_mark = cpu_compute_mark,
+    .busy = cpu_busy,
     .close = cpu_close,
 };
 

@@ -20,13 +20,16 @@
 #include "engine/log.h"
 #include "offload/host_arena.h"
 
-/* Tickets in flight per queue before submitting waits for the oldest. */
+/* Tickets in flight per queue before submitting waits for the oldest; compute spans likewise. */
 #define RING 512
 
+/* Ticket k's events are ev[k % RING] (its end) and start[k % RING] (recorded once its queue
+ * has waited for the compute, so end - start is the copy's own time) while k > accounted. */
 typedef struct queue {
   cudaStream_t stream;
-  cudaEvent_t ev[RING];      /* ticket k's event is ev[k % RING] while k > completed */
-  int64_t submitted, completed;
+  cudaEvent_t ev[RING], start[RING];
+  int64_t submitted, completed, accounted;
+  uint64_t busy_ns;
 } queue;
 
 typedef struct cuda_engine {
@@ -35,6 +38,10 @@ typedef struct cuda_engine {
   cudaStream_t compute;
   cudaEvent_t compute_ev;    /* re-recorded at each submit: a wait captures the record it sees */
   queue q[ZT_COPY_QUEUES];
+  cudaEvent_t span[RING][2]; /* compute span k: span[k % RING] while k > spans_accounted */
+  int64_t spans, spans_accounted;
+  int span_open;             /* the last span has its start only */
+  uint64_t compute_ns;
 } cuda_engine;
 
 static int check(cudaError_t e, const char *what) {
@@ -43,13 +50,33 @@ static int check(cudaError_t e, const char *what) {
   return -EIO;
 }
 
-/* Frees ring slot of ticket `submitted + 1` by waiting for the ticket RING before it. */
+static uint64_t elapsed_ns(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return (uint64_t)((double)ms * 1e6);
+}
+
+/* Adds the time of finished tickets up to `upto` (waiting for them when wait). */
+static int account(queue *q, int64_t upto, int wait) {
+  while (q->accounted < upto) {
+    int64_t k = q->accounted + 1;
+    cudaEvent_t end = q->ev[k % RING];
+    cudaError_t r = wait ? cudaEventSynchronize(end) : cudaEventQuery(end);
+    if (r == cudaErrorNotReady) return 0;
+    if (check(r, "waiting for a copy") < 0) return -EIO;
+    q->busy_ns += elapsed_ns(q->start[k % RING], end);
+    q->accounted = k;
+    if (q->completed < k) q->completed = k;
+  }
+  return 0;
+}
+
+/* Frees ring slot of ticket `submitted + 1`: the ticket RING before it must be done and counted. */
 static int make_slot(queue *q) {
-  int64_t old = q->submitted + 1 - RING;
-  if (old <= q->completed) return 0;
-  int rc = check(cudaEventSynchronize(q->ev[old % RING]), "waiting for an old copy");
-  if (rc == 0) q->completed = old;
-  return rc;
+  return account(q, q->submitted + 1 - RING, 1);
 }
 
 /* Orders the queue after the compute queued so far; returns 0 or -EIO. */
@@ -57,6 +84,8 @@ static int begin(cuda_engine *e, queue *q) {
   int rc = make_slot(q);
   if (rc == 0) rc = check(cudaEventRecord(e->compute_ev, e->compute), "recording the compute");
   if (rc == 0) rc = check(cudaStreamWaitEvent(q->stream, e->compute_ev, 0), "ordering a copy");
+  if (rc == 0)
+    rc = check(cudaEventRecord(q->start[(q->submitted + 1) % RING], q->stream), "timing a copy");
   return rc;
 }
 
@@ -119,16 +148,56 @@ static int cu_compute_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticke
                "ordering the compute after a copy");
 }
 
+/* Adds the compute spans finished up to `upto` (waiting for them when wait). */
+static int account_spans(cuda_engine *e, int64_t upto, int wait) {
+  while (e->spans_accounted < upto) {
+    cudaEvent_t *sp = e->span[(e->spans_accounted + 1) % RING];
+    cudaError_t r = wait ? cudaEventSynchronize(sp[1]) : cudaEventQuery(sp[1]);
+    if (r == cudaErrorNotReady) return 0;
+    if (check(r, "waiting for the compute") < 0) return -EIO;
+    e->compute_ns += elapsed_ns(sp[0], sp[1]);
+    e->spans_accounted++;
+  }
+  return 0;
+}
+
+static int cu_compute_mark(zt_copy_engine *base, int end) {
+  cuda_engine *e = (cuda_engine *)base;
+  if (!end) {
+    int rc = account_spans(e, e->spans + 1 - RING, 1);
+    if (rc < 0) return rc;
+    e->spans++;
+  }
+  e->span_open = !end;
+  return check(cudaEventRecord(e->span[e->spans % RING][end ? 1 : 0], e->compute),
+               "timing the compute");
+}
+
+static void cu_busy(zt_copy_engine *base, zt_copy_busy *out) {
+  cuda_engine *e = (cuda_engine *)base;
+  for (int i = 0; i < ZT_COPY_QUEUES; i++) {
+    account(&e->q[i], e->q[i].submitted, 0);
+    out->queue_ns[i] = e->q[i].busy_ns;
+  }
+  account_spans(e, e->spans - e->span_open, 0);
+  out->compute_ns = e->compute_ns;
+}
+
 static void cu_close(zt_copy_engine *base) {
   cuda_engine *e = (cuda_engine *)base;
   cudaSetDevice(e->device);
   for (int i = 0; i < ZT_COPY_QUEUES; i++) {
     queue *q = &e->q[i];
     if (q->stream) cudaStreamSynchronize(q->stream);
-    for (int k = 0; k < RING; k++)
+    for (int k = 0; k < RING; k++) {
       if (q->ev[k]) cudaEventDestroy(q->ev[k]);
+      if (q->start[k]) cudaEventDestroy(q->start[k]);
+    }
     if (q->stream) cudaStreamDestroy(q->stream);
   }
+  for (int k = 0; k < RING; k++)
+    for (int j = 0; j < 2; j++)
+      if (e->span[k][j]) cudaEventDestroy(e->span[k][j]);
   if (e->compute_ev) cudaEventDestroy(e->compute_ev);
   free(e);
 }
@@ -142,6 +211,8 @@ static const zt_copy_ops cuda_ops = {
     .query = cu_query,
     .wait = cu_wait,
     .compute_wait = cu_compute_wait,
+    .compute_mark = cu_compute_mark,
+    .busy = cu_busy,
     .close = cu_close,
 };
 
@@ -158,10 +229,14 @@ int zt_copy_cuda_open(zt_copy_engine **out, int device, void *compute_stream) {
   for (int i = 0; rc == 0 && i < ZT_COPY_QUEUES; i++) {
     rc = check(cudaStreamCreateWithFlags(&e->q[i].stream, cudaStreamNonBlocking),
                "cudaStreamCreate");
-    for (int k = 0; rc == 0 && k < RING; k++)
-      rc = check(cudaEventCreateWithFlags(&e->q[i].ev[k], cudaEventDisableTiming),
-                 "cudaEventCreate");
+    for (int k = 0; rc == 0 && k < RING; k++) {
+      rc = check(cudaEventCreate(&e->q[i].ev[k]), "cudaEventCreate");
+      if (rc == 0) rc = check(cudaEventCreate(&e->q[i].start[k]), "cudaEventCreate");
+    }
   }
+  for (int k = 0; rc == 0 && k < RING; k++)
+    for (int j = 0; rc == 0 && j < 2; j++)
+      rc = check(cudaEventCreate(&e->span[k][j]), "cudaEventCreate");
   if (rc < 0) {
     cu_close(&e->base);
     return rc;

@@ -25,6 +25,14 @@ typedef enum zt_copy_queue { ZT_COPY_H2D = 0, ZT_COPY_D2H = 1 } zt_copy_queue;
 
 typedef struct zt_copy_engine zt_copy_engine;
 
+/* Time each resource spent busy, summed over finished work since the engine opened: each
+ * queue's operations, and the device compute the caller bracketed with compute_mark. For the
+ * offloaded step's timeline (which resource bounds the step). */
+typedef struct zt_copy_busy {
+  uint64_t queue_ns[ZT_COPY_QUEUES];
+  uint64_t compute_ns;
+} zt_copy_busy;
+
 /* Submitting calls return the ticket (>= 1) or -errno; query returns 1 when the ticket is done,
  * 0 when not yet, -errno when an operation of that queue failed; wait blocks until done and
  * returns 0 or -errno. close waits for everything queued, then frees the engine. */
@@ -40,6 +48,10 @@ typedef struct zt_copy_ops {
   /* The backend's compute, from what is queued next, waits for the ticket: on the GPU without
    * blocking the host (cuda); by waiting where the compute runs on the calling thread (cpu). */
   int (*compute_wait)(zt_copy_engine *e, zt_copy_queue q, int64_t ticket);
+  /* Brackets device compute to be timed: end 0 before it is queued, 1 after (cuda: events on
+   * the compute stream; cpu: the caller's wall time between the two). */
+  int (*compute_mark)(zt_copy_engine *e, int end);
+  void (*busy)(zt_copy_engine *e, zt_copy_busy *out);
   void (*close)(zt_copy_engine *e);
 } zt_copy_ops;
 

@@ -28,12 +28,15 @@ run cuda_lowp "$b/tests/gpu/test_cuda_lowp"
 run cuda_flash "$b/tests/gpu/test_cuda_flash"
 run cuda_train "$b/tests/gpu/test_cuda_train"
 run cuda_mixed "$b/tests/gpu/test_cuda_mixed"
+run cuda_offload "$b/tests/gpu/test_cuda_offload"
 run model_parity_cuda "$b/tests/gpu/test_parity_cuda" tests/data/parity cuda
 export ZTD=$b/engine/server/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
 for t in train restart bad_input; do run "integration_$t" bash "tests/integration/$t.sh"; done
 if [ "$tests_only" != --tests-only ]; then
 python3 tools/bench/gpu_step_bench.py --ztrain "$b/tools/ztrain" --json "$out/bench.json" \
   2>&1 | tee "$out/bench.log"
+python3 tools/bench/offload_bench.py --ztrain "$b/tools/ztrain" --json "$out/offload.json" \
+  2>&1 | tee "$out/offload.log"
 python3 tools/bench/cpu_adam_vs_torch.py --bench "$b/tests/unit/offload/bench_cpu_adam" \
   2>&1 | tee "$out/cpu_adam.log"
 fi

@@ -31,9 +31,10 @@ static const char usage[] =
     "--init overrides model.init_path (safetensors, HF GPT-2 / PyTorch names).\n"
     "--save DIR writes a checkpoint after the last step.\n"
     "An \"offload\" object in SPEC.json (params, grads, optimizer: \"gpu\" | \"host\" | \"nvme\" |\n"
-    "  \"auto\"; gpu_budget: bytes or \"512MiB\"; prefetch; nvme_dir; docs/spec.md) runs the\n"
-    "  offloaded step (cpu backend, fp32); --offload runs it with the defaults when the spec has\n"
-    "  none. The JSON output then has an \"offload\" object with the tiers' bytes.\n"
+    "  \"auto\"; gpu_budget: bytes or \"512MiB\"; prefetch; gpu_units; nvme_dir; docs/spec.md)\n"
+    "  runs the offloaded step (cpu or cuda backend, fp32 or bf16); --offload runs it with the\n"
+    "  defaults when the spec has none. The JSON output then has an \"offload\" object with the\n"
+    "  tiers' bytes and the timeline (seconds each resource was busy over all steps).\n"
     "Prints one line per step, or with --json one object {\"losses\": [...], ...} on stdout;\n"
     "  step_ms and tokens_per_s are means over the steps after the first (the warm-up).\n";
 
@@ -198,11 +199,19 @@ int main(int argc, char **argv) {
     zt_offload_stats os;
     if (offload && zt_trainer_offload_stats(t, &os) == 0)
       printf(", \"offload\": {\"device_budget\": %zu, \"act_bytes\": %zu, \"arena_budget\": %zu, "
-             "\"arena_peak\": %zu, \"host_bytes\": %zu, \"fetches\": %llu, \"evictions\": %llu, "
-             "\"nvme_bytes_read\": %llu, \"nvme_bytes_written\": %llu}", os.device_budget,
-             os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
-             (unsigned long long)os.fetches, (unsigned long long)os.evictions,
-             (unsigned long long)os.nvme_bytes_read, (unsigned long long)os.nvme_bytes_written);
+             "\"arena_peak\": %zu, \"host_bytes\": %zu, \"gpu_units\": %d, "
+             "\"gpu_unit_bytes\": %zu, \"fetches\": %llu, \"evictions\": %llu, "
+             "\"bytes_h2d\": %llu, \"bytes_d2h\": %llu, "
+             "\"nvme_bytes_read\": %llu, \"nvme_bytes_written\": %llu, "
+             "\"timeline\": {\"step\": %.4f, \"compute\": %.4f, \"h2d\": %.4f, \"d2h\": %.4f, "
+             "\"adam\": %.4f, \"adam_threads\": %d, \"nvme\": %.4f}}",
+             os.device_budget, os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
+             os.gpu_units, os.gpu_unit_bytes, (unsigned long long)os.fetches,
+             (unsigned long long)os.evictions, (unsigned long long)os.bytes_h2d,
+             (unsigned long long)os.bytes_d2h, (unsigned long long)os.nvme_bytes_read,
+             (unsigned long long)os.nvme_bytes_written, os.step_ns / 1e9, os.compute_ns / 1e9,
+             os.h2d_ns / 1e9, os.d2h_ns / 1e9, os.adam_ns / 1e9, os.adam_threads,
+             os.nvme_ns / 1e9);
     printf("}\n");
   } else {
     printf("%d steps in %.3f s on %s; after the first: %.3f ms/step, %.1f tokens/s\n", tc.steps,

@@ -63,6 +63,10 @@ typedef struct zt_offload_cfg {
   size_t gpu_budget;          /* device bytes for activations + the arena; 0: what every unit
                                  resident needs */
   int prefetch;               /* units fetched ahead of the one computing, [0, 16] */
+  int gpu_units;              /* the first gpu_units units keep masters, m, v, gradients and
+                                 compute copy on the device, updated there; -1 (default): with
+                                 optimizer auto and a gpu_budget, as many as the budget holds,
+                                 else none */
   char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new
                                  directory in it (zt-offload.XXXXXX, removed when it closes);
                                  required with an nvme placement */
@@ -94,6 +98,9 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
 typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + arena */
   size_t act_bytes;      /* activations of one micro-batch (backend memory) */
+  int gpu_units;         /* leading units with their optimizer on the device */
+  size_t gpu_unit_bytes; /* their device buffers */
+  uint64_t gpu_unit_updates; /* unit updates run by the backend's AdamW */
   size_t arena_budget;   /* the device arena: parameter copies and gradient buffers */
   size_t arena_peak;     /* the arena's highest use so far */
   size_t host_bytes;     /* the host arena: gradients, and masters, m, v or their staging */
@@ -102,6 +109,12 @@ typedef struct zt_offload_stats {
   uint64_t nvme_bytes_read, nvme_bytes_written; /* the NVMe tier's traffic (store counters) */
   uint64_t adam_units;   /* unit updates run on the CPU pool */
   uint64_t adam_overlapped; /* of those, submitted before the backward had finished */
+  /* The timeline, cumulative over the steps: each resource's busy time against the steps'
+   * wall time tells which one bounds the step. compute: the device's unit forwards, backwards,
+   * losses and device AdamW; h2d / d2h: the copy queues; adam: the CPU pool's threads, summed
+   * (divide by adam_threads); nvme: time with an I/O in flight. */
+  uint64_t step_ns, compute_ns, h2d_ns, d2h_ns, adam_ns, nvme_ns;
+  int adam_threads;
 } zt_offload_stats;
 
 /* -EINVAL for a trainer without offload. */

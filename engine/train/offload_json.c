@@ -1,7 +1,8 @@
 /* The "offload" object of a spec file (engine/train/offload.h, docs/spec.md):
  * {"params": "gpu|host|nvme|auto", "grads": "host|auto", "optimizer": "host|nvme|auto",
- *  "gpu_budget": SIZE, "prefetch": N, "nvme_dir": "/abs/dir"}; SIZE is an integer of bytes or
- * a string "<number> <unit>" with unit B, KiB, MiB, GiB or TiB ("512MiB", "1.5 GiB"). */
+ *  "gpu_budget": SIZE, "prefetch": N, "gpu_units": N, "nvme_dir": "/abs/dir"}; SIZE is an
+ * integer of bytes or a string "<number> <unit>" with unit B, KiB, MiB, GiB or TiB ("512MiB",
+ * "1.5 GiB"). */
 #include "engine/train/offload_json.h"
 
 #include <errno.h>
@@ -64,6 +65,12 @@ int zt_offload_cfg_from_json(const json_t *o, zt_offload_cfg *c, char *err, size
         return -EINVAL;
       }
       c->prefetch = (int)json_integer_value(v);
+    } else if (!strcmp(key, "gpu_units")) {
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20) {
+        snprintf(err, errlen, "offload.gpu_units must be an integer >= 0");
+        return -EINVAL;
+      }
+      c->gpu_units = (int)json_integer_value(v);
     } else if (!strcmp(key, "nvme_dir")) {
       const char *d = json_is_string(v) ? json_string_value(v) : NULL;
       if (!d || d[0] != '/' || strlen(d) >= sizeof c->nvme_dir) {

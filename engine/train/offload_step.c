@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
@@ -56,6 +57,19 @@ typedef struct off_state {
                           a CPU backend of its own beside a GPU */
   int own_hbe;
   zt_dev_mem_ops dev_mem; /* the device arena's block from the backend (cuda) */
+  /* Units 0..ng-1 keep their optimizer on the device (zt_offload_cfg.gpu_units): masters, m, v,
+   * the compute copy and the gradients in backend buffers over their ng_floats parameters,
+   * updated by the backend's AdamW after the backward; the streamer handles units ng.. only
+   * (its unit i is unit ng + i). On the cpu backend the device buffers are the host tier's. */
+  int ng;
+  size_t ng_floats;
+  float *d_master, *d_m, *d_v, *d_grad;
+  void *d_lp;
+  int d_alias;
+  size_t dev_unit_bytes;
+  uint64_t gpu_unit_updates;
+  uint64_t step_ns;    /* wall time of the steps that succeeded */
+  int adam_threads;
   zt_host_arena *host;
   zt_nvme_store *nvme; /* optimizer nvme */
   int *ext;            /* the file of unit u's kind k: ext[KINDS * u + k] */
@@ -83,6 +97,7 @@ void zt_offload_cfg_defaults(zt_offload_cfg *c) {
   c->grads = ZT_PLACE_AUTO;
   c->optimizer = ZT_PLACE_AUTO;
   c->prefetch = 1;
+  c->gpu_units = -1;
 }
 
 static const char *const place_names[] = {"auto", "gpu", "host", "nvme"};
@@ -130,6 +145,10 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
              c->grads == ZT_PLACE_GPU ? "grads" : "optimizer");
     return -ENOTSUP;
   }
+  if (c->gpu_units < -1) {
+    snprintf(err, errlen, "offload.gpu_units must be >= 0 (got %d)", c->gpu_units);
+    return -EINVAL;
+  }
   if (c->prefetch < 0 || c->prefetch > PREFETCH_MAX) {
     snprintf(err, errlen, "offload.prefetch must be in [0, %d] (got %d)", PREFETCH_MAX,
              c->prefetch);
@@ -139,6 +158,12 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
 }
 
 /* ---- the step -------------------------------------------------------------------------------- */
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static int stream_fail(zt_trainer *t, int rc, char *err, size_t errlen) {
   off_state *s = t->path_state;
@@ -150,34 +175,56 @@ static int stream_fail(zt_trainer *t, int rc, char *err, size_t errlen) {
 static int prefetch_from(off_state *s, int u, int dir) {
   for (int d = 1; d <= s->oc.prefetch; d++) {
     int v = u + d * dir;
-    if (v < 0 || v >= s->nu) break;
-    int rc = zt_streamer_prefetch(s->st, v);
+    if (v < s->ng || v >= s->nu) break;
+    int rc = zt_streamer_prefetch(s->st, v - s->ng);
     if (rc < 0 && rc != -EAGAIN) return rc;
   }
   return 0;
 }
 
-/* The compute copy inside a unit's device copy: the fp32 parameters themselves, or (bf16) the
- * bf16 block after them (zt_offload_unit_bytes). */
+/* Unit u's parameters on the device for compute (and with ZT_STREAM_GRADS its gradient
+ * buffer): the device-resident buffers of a unit below ng, else through the streamer. */
+static int unit_get(zt_trainer *t, int u, unsigned flags, void **p, float **g) {
+  off_state *s = t->path_state;
+  if (u >= s->ng) return zt_streamer_acquire(s->st, u - s->ng, flags, p, g);
+  size_t off = zt_model_unit(t->model, u)->offset;
+  *p = s->d_master + off;
+  if (flags & ZT_STREAM_GRADS) *g = s->d_grad + off;
+  return 0;
+}
+
+static void unit_put(zt_trainer *t, int u, unsigned flags) {
+  off_state *s = t->path_state;
+  if (u >= s->ng) zt_streamer_release(s->st, u - s->ng, flags);
+}
+
+/* The compute copy of unit u whose parameters unit_get gave as p: the fp32 parameters
+ * themselves, the device-resident copy, or (bf16, streamed) the bf16 block after the fp32 one
+ * in the unit's device copy (unit_param_bytes). */
 static const void *lp_of(const zt_trainer *t, int u, const void *p) {
   const off_state *s = t->path_state;
   if (!p || s->dt == ZT_F32) return p;
-  return (const char *)p + zt_model_unit(t->model, u)->numel * sizeof(float);
+  const zt_unit_info *ui = zt_model_unit(t->model, u);
+  if (u < s->ng) return (const char *)s->d_lp + ui->offset * zt_dtype_size(s->dt);
+  return (const char *)p + ui->numel * sizeof(float);
 }
 
 static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
   off_state *s = t->path_state;
   for (int u = 0; u < s->nu; u++) {
     void *p = NULL, *e = NULL;
-    int rc = zt_streamer_acquire(s->st, u, 0, &p, NULL);
-    if (rc == 0 && u == s->head && (rc = zt_streamer_acquire(s->st, 0, 0, &e, NULL)) < 0) {
-      zt_streamer_release(s->st, u, 0);
+    int rc = unit_get(t, u, 0, &p, NULL);
+    if (rc == 0 && u == s->head && (rc = unit_get(t, 0, 0, &e, NULL)) < 0) {
+      unit_put(t, u, 0);
       p = NULL;
     }
-    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0)
+    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
+      s->copy->ops->compute_mark(s->copy, 0);
       zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
-    if (e) zt_streamer_release(s->st, 0, 0);
-    if (p) zt_streamer_release(s->st, u, 0);
+      s->copy->ops->compute_mark(s->copy, 1);
+    }
+    if (e) unit_put(t, 0, 0);
+    if (p) unit_put(t, u, 0);
     if (rc < 0) return stream_fail(t, rc, err, errlen);
   }
   return 0;
@@ -284,6 +331,22 @@ static int opt_read(zt_trainer *t, int u) {
 static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   off_state *s = t->path_state;
   s->updated[u] = 1;
+  if (u < s->ng) {
+    /* on the device, queued behind the backward; the bf16 copy rewritten in the same pass */
+    const zt_ops *o = t->be.ops;
+    size_t es = zt_dtype_size(s->dt);
+    s->copy->ops->compute_mark(s->copy, 0);
+    for (int r = s->first_run[u]; r < s->first_run[u + 1]; r++) {
+      const adam_run *a = &s->runs[r];
+      o->adamw_dt(t->be.ctx, s->d_master + a->offset, s->d_grad + a->offset, s->d_m + a->offset,
+                  s->d_v + a->offset, a->n, hp->lr, hp->beta1, hp->beta2, hp->eps,
+                  a->decay ? hp->weight_decay : 0.0f, hp->step, hp->grad_scale,
+                  s->d_lp ? (char *)s->d_lp + a->offset * es : NULL, s->dt);
+    }
+    s->copy->ops->compute_mark(s->copy, 1);
+    s->gpu_unit_updates++;
+    return 0;
+  }
   if (!s->nvme) {
     size_t o = zt_model_unit(t->model, u)->offset;
     return submit_unit_adam(t, u, t->params + o, t->m + o, t->v + o, hp);
@@ -298,7 +361,7 @@ static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   x->st = SET_UPDATING;
   if ((rc = submit_unit_adam(t, u, x->buf[K_MASTER], x->buf[K_M], x->buf[K_V], hp)) < 0)
     return rc;
-  return u > 0 ? opt_read(t, u - 1) : 0;
+  return u > s->ng ? opt_read(t, u - 1) : 0;
 }
 
 /* Every update started has finished and, on NVMe, been written back. */
@@ -323,8 +386,8 @@ typedef struct overlap {
 
 static int unit_done(zt_trainer *t, int u, overlap *ov) {
   off_state *s = t->path_state;
-  if (!ov->on || ov->bad_unit >= 0) return 0;
-  int rc = zt_streamer_wait_grads(s->st, u);
+  if (!ov->on || ov->bad_unit >= 0 || u < s->ng) return 0;
+  int rc = zt_streamer_wait_grads(s->st, u - s->ng);
   if (rc < 0) return rc;
   const zt_unit_info *ui = zt_model_unit(t->model, u);
   int nonfinite = 0;
@@ -349,24 +412,26 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
     void *p = NULL, *e = NULL;
     float *g = NULL, *eg = NULL;
     int companion_of_head = u == 0 && s->head >= 0; /* unit 0 holds its buffer since the head */
-    int rc = companion_of_head ? zt_streamer_acquire(s->st, u, 0, &p, NULL)
-                               : zt_streamer_acquire(s->st, u, gflags, &p, &g);
+    int rc = companion_of_head ? unit_get(t, u, 0, &p, NULL) : unit_get(t, u, gflags, &p, &g);
     if (rc == 0 && companion_of_head) g = s->embed_grads;
     if (rc == 0 && u == s->head) {
-      if ((rc = zt_streamer_acquire(s->st, 0, gflags, &e, &eg)) < 0) {
-        zt_streamer_release(s->st, u, 0);
+      if ((rc = unit_get(t, 0, gflags, &e, &eg)) < 0) {
+        unit_put(t, u, 0);
         p = NULL;
       }
       s->embed_grads = eg;
     }
-    if (rc == 0 && (rc = prefetch_from(s, u, -1)) == 0)
+    if (rc == 0 && (rc = prefetch_from(s, u, -1)) == 0) {
+      s->copy->ops->compute_mark(s->copy, 0);
       zt_model_unit_backward_dt(t->model, t->acts, u, p, lp_of(t, u, p), g, e, lp_of(t, 0, e),
                                 eg);
+      s->copy->ops->compute_mark(s->copy, 1);
+    }
     /* a failed step's gradients are dropped, not written back */
     unsigned rflags = rc == 0 ? ZT_STREAM_DIRTY | ZT_STREAM_STORE : 0;
-    if (p) zt_streamer_release(s->st, u, rflags);
+    if (p) unit_put(t, u, rflags);
     if (s->embed_grads && (companion_of_head || rc < 0)) {
-      zt_streamer_release(s->st, 0, rflags);
+      unit_put(t, 0, rflags);
       s->embed_grads = NULL;
     }
     if (rc < 0) return stream_fail(t, rc, err, errlen);
@@ -411,11 +476,14 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   }
   int rc = zt__trainer_check_tokens(t, tokens, err, errlen);
   if (rc < 0) return rc;
+  uint64_t t0 = now_ns();
   float lr = zt_train_lr(c, step);
   zt_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
                         .weight_decay = c->weight_decay, .step = adam_step, .grad_scale = 1.0f};
   int last = last_counted_micro(t, tokens);
   memset(s->updated, 0, (size_t)s->nu);
+  /* the device-resident units accumulate every micro-batch in place, as without offload */
+  if (s->ng) o->zero(t->be.ctx, s->d_grad, s->ng_floats * sizeof(float));
   overlap ov = {.on = 0, .hp = &hp, .bad_unit = -1};
   double loss = 0;
   int counted_micros = 0;
@@ -425,10 +493,12 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     if ((rc = walk_forward(t, err, errlen)) < 0) goto out;
     double loss_sum = 0;
     int n_counted = 0;
+    s->copy->ops->compute_mark(s->copy, 0);
     o->crossentropy_fwd_bwd_dt(t->be.ctx, s->dt, zt_acts_logits(t->acts),
                                zt_acts_targets(t->acts), N, mc->vocab, mc->vocab, -1,
                                (float)(1.0 / ((double)counted * c->grad_accum)), &loss_sum,
                                &n_counted);
+    s->copy->ops->compute_mark(s->copy, 1);
     ov.on = k == last && c->grad_clip == 0;
     if ((rc = walk_backward(t, counted_micros == 0, &ov, err, errlen)) < 0) goto out;
     loss += loss_sum / n_counted;
@@ -441,7 +511,16 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   /* nothing counted: the gradients of an all-on-device step are the zeros it started from */
   if (!counted_micros) memset(t->grads, 0, n * sizeof(float));
   int nonfinite = 0;
-  double norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, t->grads, n, &nonfinite));
+  double norm;
+  if (s->d_alias || !s->ng) {
+    norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, t->grads, n, &nonfinite));
+  } else {
+    int dev_nonfinite = 0;
+    double dev = o->sum_squares(t->be.ctx, s->d_grad, s->ng_floats, &dev_nonfinite);
+    norm = sqrt(dev + s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + s->ng_floats,
+                                              n - s->ng_floats, &nonfinite));
+    nonfinite |= dev_nonfinite;
+  }
   if (nonfinite) {
     finish_updates(t);
     rc = -ERANGE;
@@ -486,6 +565,7 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   }
   t->step = step;
   t->adam_step = adam_step;
+  s->step_ns += now_ns() - t0;
   if (res)
     *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
                             .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
@@ -502,6 +582,27 @@ out:
 
 /* ---- the path -------------------------------------------------------------------------------- */
 
+/* The device-resident units' state, the first ng_floats of the flat layout (nothing to do
+ * where the device buffers are the host's). */
+static int read_device_units(zt_trainer *t, float *out[KINDS]) {
+  off_state *s = t->path_state;
+  if (!s->ng || s->d_alias) return 0;
+  const float *dev[KINDS] = {s->d_master, s->d_m, s->d_v};
+  for (int k = 0; k < KINDS; k++)
+    if (out[k]) t->be.ops->to_host(t->be.ctx, out[k], dev[k], s->ng_floats * sizeof(float));
+  return t->be.ops->sync(t->be.ctx);
+}
+
+static int write_device_units(zt_trainer *t, const float *in[KINDS]) {
+  off_state *s = t->path_state;
+  if (!s->ng || s->d_alias) return 0;
+  float *dev[KINDS] = {s->d_master, s->d_m, s->d_v};
+  for (int k = 0; k < KINDS; k++)
+    t->be.ops->to_device(t->be.ctx, dev[k], in[k], s->ng_floats * sizeof(float));
+  if (s->d_lp) t->be.ops->cast(t->be.ctx, s->d_lp, s->dt, s->d_master, ZT_F32, s->ng_floats);
+  return t->be.ops->sync(t->be.ctx);
+}
+
 static int off_read_state(zt_trainer *t, float *params, float *m, float *v) {
   off_state *s = t->path_state;
   float *out[KINDS] = {params, m, v};
@@ -509,11 +610,11 @@ static int off_read_state(zt_trainer *t, float *params, float *m, float *v) {
     const float *flat[KINDS] = {t->params, t->m, t->v};
     for (int k = 0; k < KINDS; k++)
       if (out[k]) memcpy(out[k], flat[k], zt_model_num_params(t->model) * sizeof(float));
-    return 0;
+    return read_device_units(t, out);
   }
   int rc = finish_updates(t);
   opt_set *x = &s->sets[0];
-  for (int u = 0; u < s->nu && rc == 0; u++) {
+  for (int u = s->ng; u < s->nu && rc == 0; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
     x->unit = u;
     if ((rc = set_io(t, x, 0)) < 0 || (rc = set_wait(s, x)) < 0) break;
@@ -521,7 +622,7 @@ static int off_read_state(zt_trainer *t, float *params, float *m, float *v) {
       if (out[k]) memcpy(out[k] + ui->offset, x->buf[k], ui->numel * sizeof(float));
   }
   x->unit = -1;
-  return rc;
+  return rc < 0 ? rc : read_device_units(t, out);
 }
 
 static int off_write_state(zt_trainer *t, const float *params, const float *m, const float *v,
@@ -537,7 +638,7 @@ static int off_write_state(zt_trainer *t, const float *params, const float *m, c
     if (t->params) memcpy(t->params, params, n * sizeof(float));
     rc = finish_updates(t);
     opt_set *x = &s->sets[0];
-    for (int u = 0; u < s->nu && rc == 0; u++) {
+    for (int u = s->ng; u < s->nu && rc == 0; u++) {
       const zt_unit_info *ui = zt_model_unit(t->model, u);
       x->unit = u;
       for (int k = 0; k < KINDS; k++)
@@ -551,6 +652,11 @@ static int off_write_state(zt_trainer *t, const float *params, const float *m, c
       return rc;
     }
   }
+  if ((rc = write_device_units(t, in)) < 0) {
+    snprintf(err, errlen, "offload: writing the device-resident units failed: %s",
+             t->be.ops->error_text(t->be.ctx));
+    return rc;
+  }
   /* the compute copy follows the masters */
   if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, params, ZT_F32, n);
   if (s->st && (rc = zt_streamer_invalidate(s->st, -1)) < 0) {
@@ -563,7 +669,7 @@ static int off_write_state(zt_trainer *t, const float *params, const float *m, c
 
 static size_t off_backend_bytes(const zt_trainer *t) {
   const off_state *s = t->path_state;
-  return s->act_bytes + s->arena_budget;
+  return s->act_bytes + s->dev_unit_bytes + s->arena_budget;
 }
 
 static void off_close(zt_trainer *t) {
@@ -584,6 +690,11 @@ static void off_close(zt_trainer *t) {
   free(s->first_run);
   free(s->pieces);
   free(s->first_piece);
+  if (!s->d_alias) {
+    void *dev[] = {s->d_master, s->d_m, s->d_v, s->d_grad, s->d_lp};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+      if (dev[i]) t->be.ops->free(t->be.ctx, dev[i]);
+  }
   if (s->own_hbe) zt_backend_close(&s->hbe);
   free(s);
   t->path_state = NULL;
@@ -664,6 +775,33 @@ static int build_pieces(zt_trainer *t) {
   return 0;
 }
 
+/* The device-resident units' buffers: backend memory, or with alias (the cpu backend with the
+ * optimizer on the host) the host tier's flat buffers themselves, which makes the norm and the
+ * state reads those of the run without offload. */
+static int open_device_units(zt_trainer *t, int alias) {
+  off_state *s = t->path_state;
+  if (!s->ng) return 0;
+  s->d_alias = alias;
+  if (alias) {
+    s->d_master = t->params;
+    s->d_m = t->m;
+    s->d_v = t->v;
+    s->d_grad = t->grads;
+    s->d_lp = s->lp;
+    return 0;
+  }
+  size_t bytes = s->ng_floats * sizeof(float);
+  float **f[] = {&s->d_master, &s->d_m, &s->d_v, &s->d_grad};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (!(*f[i] = t->be.ops->alloc(t->be.ctx, bytes))) return -ENOMEM;
+  if (s->dt != ZT_F32 &&
+      !(s->d_lp = t->be.ops->alloc(t->be.ctx, s->ng_floats * zt_dtype_size(s->dt))))
+    return -ENOMEM;
+  t->be.ops->zero(t->be.ctx, s->d_m, bytes);
+  t->be.ops->zero(t->be.ctx, s->d_v, bytes);
+  return 0;
+}
+
 /* The device arena's block from the backend (cudaMalloc, 256-byte aligned). */
 static int dev_block_alloc(void *ctx, size_t bytes, void **out) {
   zt_backend *be = ctx;
@@ -704,7 +842,7 @@ static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
     snprintf(err, errlen, "offload.nvme_dir: %s", why);
     goto out;
   }
-  for (int u = 0; u < s->nu; u++)
+  for (int u = s->ng; u < s->nu; u++)
     for (int k = 0; k < KINDS; k++) {
       char name[64];
       const zt_unit_info *ui = zt_model_unit(t->model, u);
@@ -737,6 +875,8 @@ typedef struct off_sizes {
   size_t largest;      /* the largest unit's device copy, bytes */
   size_t largest_f32;  /* the largest unit's fp32 parameters (an NVMe staging set) */
   int held;            /* units acquired at once */
+  int ng;              /* leading units with their optimizer on the device */
+  size_t dev_units;    /* their device bytes */
 } off_sizes;
 
 /* A unit's device copy: its fp32 parameters, then (bf16) its bf16 compute copy. Only the bytes
@@ -747,22 +887,34 @@ static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
   return numel * sizeof(float) + (dt == ZT_F32 ? 0 : numel * zt_dtype_size(dt));
 }
 
-static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt,
-                        size_t act_bytes, off_sizes *z, char *err, size_t errlen) {
-  int nu = zt_model_num_units(m);
+/* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
+ * fp32 and (bf16) the compute copy, each one backend buffer over their parameters. */
+static size_t dev_unit_bytes(const zt_model *m, int ng, zt_dtype dt) {
+  if (!ng) return 0;
+  size_t f = zt_model_unit(m, ng)->offset;
+  return 4 * zt_dev_arena_footprint(f * sizeof(float)) +
+         (dt == ZT_F32 ? 0 : zt_dev_arena_footprint(f * zt_dtype_size(dt)));
+}
+
+/* The sizes with units 0..ng-1 on the device and the rest streamed; -ENOMEM (err says why,
+ * with the numbers) when they do not fit gpu_budget. */
+static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, size_t act_bytes,
+                     int ng, off_sizes *z, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), ns = nu - ng;
   size_t n = zt_model_num_params(m);
   int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
-  *z = (off_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1};
-  zt_stream_unit *units = calloc((size_t)nu, sizeof *units);
+  *z = (off_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1, .ng = ng,
+                   .dev_units = dev_unit_bytes(m, ng, dt)};
+  zt_stream_unit *units = calloc((size_t)ns, sizeof *units);
   if (!units) {
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  for (int u = 0; u < nu; u++) {
-    const zt_unit_info *ui = zt_model_unit(m, u);
-    units[u] = (zt_stream_unit){.param_bytes = unit_param_bytes(m, u, dt),
+  for (int i = 0; i < ns; i++) {
+    const zt_unit_info *ui = zt_model_unit(m, ng + i);
+    units[i] = (zt_stream_unit){.param_bytes = unit_param_bytes(m, ng + i, dt),
                                 .grad_floats = ui->numel};
-    if (units[u].param_bytes > z->largest) z->largest = units[u].param_bytes;
+    if (units[i].param_bytes > z->largest) z->largest = units[i].param_bytes;
     if (ui->numel * sizeof(float) > z->largest_f32) z->largest_f32 = ui->numel * sizeof(float);
   }
   /* host tier: gradients; masters, m and v (optimizer host) or the two staging sets of one unit
@@ -780,7 +932,7 @@ static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt
   /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
    * arena from fragmenting, so the budget that opens is the budget that runs. */
   z->slot = z->largest;
-  zt_streamer_cfg sc = {.n_units = nu, .units = units, .prefetch_depth = oc->prefetch,
+  zt_streamer_cfg sc = {.n_units = ns, .units = units, .prefetch_depth = oc->prefetch,
                         .max_acquired = z->held, .slot_bytes = z->slot};
   size_t need = zt_streamer_min_device_bytes(&sc);
   free(units);
@@ -788,29 +940,53 @@ static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  size_t resident = all_resident_bytes(nu, z->held, z->slot);
+  size_t resident = all_resident_bytes(ns, z->held, z->slot), fixed = act_bytes + z->dev_units;
   zt_offload_place params = oc->params != ZT_PLACE_AUTO ? oc->params
                             : oc->gpu_budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
   if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
     z->arena = resident;
-    if (oc->gpu_budget && act_bytes + resident > oc->gpu_budget) {
+    if (oc->gpu_budget && fixed + resident > oc->gpu_budget) {
       snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
-               "(activations %zu + parameters and gradient buffers %zu); offload.gpu_budget is "
-               "%zu (params host streams the units)", act_bytes + resident, act_bytes,
-               resident, oc->gpu_budget);
+               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
+               "parameters and gradient buffers %zu); offload.gpu_budget is %zu (params host "
+               "streams the units)", fixed + resident, act_bytes, ng, z->dev_units, resident,
+               oc->gpu_budget);
       return -ENOMEM;
     }
   } else {
-    if (oc->gpu_budget < act_bytes + need) {
+    if (oc->gpu_budget < fixed + need) {
       snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
-               "(activations %zu + %d unit(s) held and %d prefetched with their gradients %zu)",
-               oc->gpu_budget, act_bytes + need, act_bytes, z->held, oc->prefetch, need);
+               "(activations %zu + %d unit(s) with their optimizer on the device %zu + %d "
+               "unit(s) held and %d prefetched with their gradients %zu)", oc->gpu_budget,
+               fixed + need, act_bytes, ng, z->dev_units, z->held, oc->prefetch, need);
       return -ENOMEM;
     }
-    z->arena = oc->gpu_budget - act_bytes;
+    z->arena = oc->gpu_budget - fixed;
     if (z->arena > resident) z->arena = resident;
   }
   return 0;
+}
+
+/* The units whose optimizer lives on the device: offload.gpu_units as given, or with
+ * optimizer auto and a gpu_budget as many leading units as the budget holds beside what
+ * streaming the others needs (their AdamW then costs the host nothing; the leading ones,
+ * because their gradients are the last the backward makes, leaving the CPU no time to overlap
+ * their update). At least one unit is always streamed. */
+static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt,
+                        size_t act_bytes, off_sizes *z, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m);
+  if (oc->gpu_units >= nu) {
+    snprintf(err, errlen, "offload.gpu_units is %d; the model has %d units and at least one "
+             "must be streamed (leave the offload object out to keep everything on the device)",
+             oc->gpu_units, nu);
+    return -EINVAL;
+  }
+  if (oc->gpu_units >= 0) return sizes_for(m, oc, dt, act_bytes, oc->gpu_units, z, err, errlen);
+  if (oc->optimizer != ZT_PLACE_AUTO || !oc->gpu_budget)
+    return sizes_for(m, oc, dt, act_bytes, 0, z, err, errlen);
+  for (int ng = nu - 1; ng > 0; ng--)
+    if (sizes_for(m, oc, dt, act_bytes, ng, z, err, errlen) == 0) return 0;
+  return sizes_for(m, oc, dt, act_bytes, 0, z, err, errlen);
 }
 
 /* What the offloaded step runs on today: the cpu and cuda backends, fp32 or bf16 compute. */
@@ -848,7 +1024,7 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
   zt_model_destroy(m);
   if (rc < 0) return rc;
   *host_bytes = z.host;
-  *device_bytes = act + z.arena;
+  *device_bytes = act + z.dev_units + z.arena;
   return 0;
 }
 
@@ -939,9 +1115,23 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
     goto out;
   }
+  s->ng = z.ng;
+  s->ng_floats = s->ng ? zt_model_unit(t->model, s->ng)->offset : 0;
+  s->dev_unit_bytes = z.dev_units;
+  if ((rc = open_device_units(t, !on_gpu && !opt_nvme)) < 0) {
+    snprintf(err, errlen, "offload: allocating %zu device bytes for %d unit(s) with their "
+             "optimizer on the device failed", z.dev_units, s->ng);
+    goto out;
+  }
   if (!opt_nvme) {
     if ((rc = zt__trainer_init_params(t->model, t->params, err, errlen)) < 0) goto out;
     if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, t->params, ZT_F32, n);
+    const float *init[KINDS] = {t->params, t->m, t->v};
+    if ((rc = write_device_units(t, init)) < 0) {
+      snprintf(err, errlen, "offload: initialising the device-resident units failed: %s",
+               be->ops->error_text(be->ctx));
+      goto out;
+    }
   } else {
     for (int i = 0; i < 2; i++) {
       s->sets[i].unit = -1;
@@ -959,21 +1149,23 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     snprintf(err, errlen, "out of memory");
     goto out;
   }
-  for (int u = 0; u < s->nu; u++) {
+  /* the streamer's unit i is unit ng + i */
+  for (int u = s->ng; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
-    units[u] = (zt_stream_unit){.param_bytes = unit_param_bytes(t->model, u, s->dt),
-                                .grad_floats = ui->numel,
-                                .host_grads = t->grads + ui->offset};
+    zt_stream_unit *x = &units[u - s->ng];
+    *x = (zt_stream_unit){.param_bytes = unit_param_bytes(t->model, u, s->dt),
+                          .grad_floats = ui->numel,
+                          .host_grads = t->grads + ui->offset};
     if (s->dt != ZT_F32) {
-      units[u].pieces = s->pieces + s->first_piece[u];
-      units[u].n_pieces = s->first_piece[u + 1] - s->first_piece[u];
+      x->pieces = s->pieces + s->first_piece[u];
+      x->n_pieces = s->first_piece[u + 1] - s->first_piece[u];
     } else if (params_nvme) {
-      units[u].nvme_ext = s->ext[KINDS * u + K_MASTER];
+      x->nvme_ext = s->ext[KINDS * u + K_MASTER];
     } else {
-      units[u].host_params = t->params + ui->offset;
+      x->host_params = t->params + ui->offset;
     }
   }
-  zt_streamer_cfg sc = {.n_units = s->nu, .units = units, .host = s->host, .nvme = s->nvme,
+  zt_streamer_cfg sc = {.n_units = s->nu - s->ng, .units = units, .host = s->host, .nvme = s->nvme,
                         .prefetch_depth = oc->prefetch, .max_acquired = held,
                         .slot_bytes = z.slot};
   s->arena_budget = z.arena;
@@ -983,11 +1175,11 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
                               errlen)) < 0)
     goto out;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  s->adam_threads = on_gpu ? (cores > 0 ? (int)cores : 1) : ADAM_THREADS_BESIDE_CPU;
   rc = on_gpu ? zt_copy_cuda_open(&s->copy, zt_backend_device(be), zt_backend_stream(be))
               : zt_copy_cpu_open(&s->copy, 0);
   if (rc == 0)
-    rc = on_gpu ? zt_cpu_pool_open(&s->pool, cores > 0 ? (int)cores : 1, 1)
-                : zt_cpu_pool_open(&s->pool, ADAM_THREADS_BESIDE_CPU, 0);
+    rc = zt_cpu_pool_open(&s->pool, s->adam_threads, on_gpu);
   if (rc < 0) {
     snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed: %s",
              strerror(-rc));
@@ -1013,7 +1205,21 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
   if (s->nvme) zt_nvme_store_get_stats(s->nvme, &ns);
   zt_host_arena_stats hs;
   zt_host_arena_get_stats(s->host, &hs);
-  *out = (zt_offload_stats){.device_budget = s->act_bytes + s->arena_budget,
+  zt_copy_busy cb = {0};
+  s->copy->ops->busy(s->copy, &cb);
+  zt_cpu_pool_stats ps;
+  zt_cpu_pool_get_stats(s->pool, &ps);
+  *out = (zt_offload_stats){.device_budget = s->act_bytes + s->dev_unit_bytes + s->arena_budget,
+                            .gpu_units = s->ng,
+                            .gpu_unit_bytes = s->dev_unit_bytes,
+                            .gpu_unit_updates = s->gpu_unit_updates,
+                            .step_ns = s->step_ns,
+                            .compute_ns = cb.compute_ns,
+                            .h2d_ns = cb.queue_ns[ZT_COPY_H2D],
+                            .d2h_ns = cb.queue_ns[ZT_COPY_D2H],
+                            .adam_ns = ps.busy_ns,
+                            .adam_threads = s->adam_threads,
+                            .nvme_ns = ns.busy_ns,
                             .act_bytes = s->act_bytes,
                             .arena_budget = s->arena_budget,
                             .arena_peak = ss.device_peak,

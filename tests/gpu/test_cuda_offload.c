@@ -1,7 +1,7 @@
 /* The offloaded step on the cuda backend against the cuda run without offload, for both archs in
  * fp32 and bf16 (V 256, T 64, C 128, NH 4, L 4, B 4, grad_accum 2, clipping on and off), with
  * every unit resident, streamed from the host within the smallest budget that opens, and with
- * the optimizer state on NVMe: per-step losses within TOL_F32 / TOL_BF16 relative (the AdamW
+ * the optimizer state on NVMe, and with the first two units' optimizer on the device: per-step losses within TOL_F32 / TOL_BF16 relative (the AdamW
  * runs on the CPU there, on the GPU here: the same formula, rounded differently); the arena's
  * peak within its budget; the host tier page-locked and within its size; and the bytes copied
  * to the device exactly the pieces the units' ops read (bf16: 2 bytes a matmul weight). Exits
@@ -70,8 +70,9 @@ static uint64_t piece_bytes(const zt_model_cfg *mc, zt_dtype dt) {
   return sum;
 }
 
-typedef enum placement { RESIDENT, STREAMED, OPT_NVME } placement;
-static const char *const placement_names[] = {"resident", "streamed", "optimizer nvme"};
+typedef enum placement { RESIDENT, STREAMED, OPT_NVME, DEVICE_UNITS } placement;
+static const char *const placement_names[] = {"resident", "streamed", "optimizer nvme",
+                                              "2 device units, streamed"};
 
 static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, placement pl,
                  const char *tmp) {
@@ -88,13 +89,14 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   mc_tokens(&seed, tok, STEPS * per, mc.vocab);
   zt_offload_cfg oc;
   zt_offload_cfg_defaults(&oc);
-  oc.prefetch = 2;
+  oc.prefetch = pl == DEVICE_UNITS ? 0 : 2; /* four streamed units must still evict */
   if (pl == OPT_NVME) {
     oc.optimizer = ZT_PLACE_NVME;
     snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "%s", tmp);
   }
   zt_trainer *a = NULL, *b = NULL;
   double ref[STEPS], off[STEPS];
+  if (pl == DEVICE_UNITS) oc.gpu_units = 2;
   if (pl != RESIDENT) {
     /* the smallest budget that opens, found by the estimate (no allocation) */
     size_t host = 0, dev = 0, lo = 1, hi;
@@ -138,6 +140,10 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   } else {
     fails += MC_EXPECT(st.evictions > 0, "%s: nothing evicted: not streamed", what);
   }
+  fails += MC_EXPECT(st.gpu_units == (pl == DEVICE_UNITS ? 2 : 0) &&
+                     st.gpu_unit_updates == (uint64_t)STEPS * st.gpu_units,
+                     "%s: %d device units, %llu updates", what, st.gpu_units,
+                     (unsigned long long)st.gpu_unit_updates);
   printf("%-40s max loss difference %.3g, h2d %llu, d2h %llu bytes, arena peak %zu of %zu\n",
          what, worst, (unsigned long long)st.bytes_h2d, (unsigned long long)st.bytes_d2h,
          st.arena_peak, st.arena_budget);
@@ -172,6 +178,7 @@ int main(void) {
       fails += check(&gpu, archs[i], dts[d], 0, RESIDENT, tmp);
       fails += check(&gpu, archs[i], dts[d], 1.0f, STREAMED, tmp);
       if (have_uring) fails += check(&gpu, archs[i], dts[d], 0, OPT_NVME, tmp);
+      fails += check(&gpu, archs[i], dts[d], 1.0f, DEVICE_UNITS, tmp);
     }
   if (!have_uring) printf("optimizer nvme cases skipped: io_uring unavailable (%s)\n", err);
   zt_backend_cuda_close(&gpu);

@@ -155,7 +155,13 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   fails += MC_EXPECT(zt_trainer_offload_stats(a, &st) == -EINVAL, "%s: stats of a trainer "
                      "without offload", what);
   zt_trainer_offload_stats(b, &st);
-  int nu = zt_model_num_units(zt_trainer_model(b));
+  /* units with their optimizer on the device are neither streamed nor updated by the CPU */
+  int nu = zt_model_num_units(zt_trainer_model(b)) - st.gpu_units;
+  if (oc.gpu_units >= 0)
+    fails += MC_EXPECT(st.gpu_units == oc.gpu_units, "%s: %d units on the device, asked %d",
+                       what, st.gpu_units, oc.gpu_units);
+  fails += MC_EXPECT(st.gpu_unit_updates == (uint64_t)STEPS * st.gpu_units, "%s: %llu device "
+                     "unit updates", what, (unsigned long long)st.gpu_unit_updates);
   fails += MC_EXPECT(st.arena_peak <= st.arena_budget && st.act_bytes + st.arena_peak <=
                      st.device_budget, "%s: arena peak %zu over its budget %zu", what,
                      st.arena_peak, st.arena_budget);
@@ -164,12 +170,23 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   size_t est_host = 0, est_dev = 0;
   fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, be.ops, &est_host, &est_dev, err,
                                          sizeof err) == 0, "%s: estimate: %s", what, err);
-  fails += MC_EXPECT(est_host == st.host_bytes && est_dev == st.act_bytes + st.arena_budget,
+  fails += MC_EXPECT(est_host == st.host_bytes && est_dev == st.device_budget &&
+                     st.device_budget == st.act_bytes + st.gpu_unit_bytes + st.arena_budget,
                      "%s: estimate host %zu device %zu, trainer host %zu device %zu", what,
-                     est_host, est_dev, st.host_bytes, st.act_bytes + st.arena_budget);
+                     est_host, est_dev, st.host_bytes, st.device_budget);
   fails += MC_EXPECT(st.adam_units == (uint64_t)STEPS * nu, "%s: %llu unit updates", what,
                      (unsigned long long)st.adam_units);
   fails += MC_EXPECT(st.grad_writebacks > 0 && st.bytes_d2h > 0, "%s: no write-backs", what);
+  /* the timeline: every resource that worked shows busy time, none more than the steps took
+   * (the pool's threads each) */
+  fails += MC_EXPECT(st.step_ns > 0 && st.compute_ns > 0 && st.compute_ns <= st.step_ns &&
+                     st.h2d_ns > 0 && st.d2h_ns > 0 && st.adam_ns > 0 &&
+                     st.adam_ns <= st.step_ns * (uint64_t)st.adam_threads &&
+                     (oc.optimizer == ZT_PLACE_NVME) == (st.nvme_ns > 0),
+                     "%s: timeline step %llu compute %llu h2d %llu d2h %llu adam %llu nvme %llu ns",
+                     what, (unsigned long long)st.step_ns, (unsigned long long)st.compute_ns,
+                     (unsigned long long)st.h2d_ns, (unsigned long long)st.d2h_ns,
+                     (unsigned long long)st.adam_ns, (unsigned long long)st.nvme_ns);
   if (tc.grad_clip > 0)
     fails += MC_EXPECT(st.adam_overlapped == 0, "%s: updates overlapped though clipping needs "
                        "the norm first", what);
@@ -199,6 +216,37 @@ out:
   zt_trainer_close(a);
   zt_trainer_close(b);
   free(tok);
+  return fails;
+}
+
+/* optimizer auto under a budget: as many leading units on the device as fit beside the
+ * streaming of the others; more budget, more units; bitwise the run without offload. */
+static int check_auto_units(zt_arch arch) {
+  int fails = 0;
+  char err[512];
+  zt_model_cfg mc = model_cfg(arch);
+  zt_train_cfg tc = train_cfg(0, 0);
+  zt_offload_cfg oc;
+  zt_offload_cfg_defaults(&oc);
+  oc.gpu_budget = min_budget(&mc, &tc, oc, &g_be);
+  int prev = -1;
+  for (int k = 0; k < 3; k++) {
+    zt_trainer *t = NULL;
+    zt_offload_stats st;
+    if (MC_EXPECT(open_off(&t, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "%s", err))
+      return fails + 1;
+    zt_trainer_offload_stats(t, &st);
+    zt_trainer_close(t);
+    fails += MC_EXPECT(st.device_budget <= oc.gpu_budget && st.gpu_units >= prev, "%s auto: "
+                       "budget %zu: %d device units, %zu bytes", zt_arch_name(arch),
+                       oc.gpu_budget, st.gpu_units, st.device_budget);
+    prev = st.gpu_units;
+    oc.gpu_budget *= 2;
+  }
+  fails += MC_EXPECT(prev > 0, "%s auto: no unit on the device at 4x the minimum budget",
+                     zt_arch_name(arch));
+  oc.params = ZT_PLACE_GPU; /* the others resident: every fetch counted once a step */
+  fails += check_case(arch, "optimizer auto, units on the device", tc, oc, 0);
   return fails;
 }
 
@@ -439,6 +487,11 @@ int main(int argc, char **argv) {
       bf.precision = ZT_BF16;
       oc.params = ZT_PLACE_HOST;
       fails += check_case(archs[i], "bf16, optimizer nvme, streamed", bf, oc, 1);
+      /* two units' optimizer in device buffers (not aliased to the host's here), the rest on
+       * NVMe; no clipping: the norm is summed in two parts */
+      oc.gpu_units = 2;
+      fails += check_case(archs[i], "optimizer nvme, 2 device units", train_cfg(0, 0), oc, 0);
+      oc.gpu_units = -1;
       fails += check_resume(archs[i], oc, tmp);
       continue;
     }
@@ -459,6 +512,14 @@ int main(int argc, char **argv) {
     bf = train_cfg(0.5f, 1);
     bf.precision = ZT_BF16;
     fails += check_case(archs[i], "bf16, streamed, clipped, checkpointed", bf, oc, 1);
+    /* the first units' optimizer on the device, the others' on the host */
+    oc.gpu_units = 2;
+    oc.prefetch = 0; /* the four streamed units' smallest arena must then evict */
+    fails += check_case(archs[i], "2 device units, streamed, clipped", train_cfg(0.5f, 0), oc, 1);
+    oc.prefetch = 1;
+    fails += check_case(archs[i], "bf16, 2 device units, resident", bf, oc, 0);
+    oc.gpu_units = -1;
+    fails += check_auto_units(archs[i]);
   }
   mc_rmtree(tmp);
   zt_backend_cpu_close(&g_be);

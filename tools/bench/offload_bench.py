@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""zt's offloaded step against PyTorch FSDP2 with CPU offload at its best, side by side in one run
+on the GPU machine (issue #5's benchmark).
+
+    python3 tools/bench/offload_bench.py --ztrain build-gpu/tools/ztrain [--json OUT.json]
+        [--runs gpt2-1.5b:host:auto,gpt2-124m:gpu:host] [--budget-gib 24] [--steps 6]
+
+Both sides train the same GPT-2 (tools/parity/pytorch_parity.py's model, SDPA attention) on the
+same batches, bf16 compute with fp32 master weights, AdamW on the CPU, activation checkpointing
+every block:
+- zt: ztrain --backend cuda with "offload": {"params": PARAMS, "optimizer": OPTIMIZER,
+  "gpu_budget": BUDGET}; a run is MODEL:PARAMS:OPTIMIZER (params gpu: every unit's compute
+  copy resident, host: streamed; optimizer host: every update on the CPU, auto: the leading
+  units that fit the budget updated on the GPU).
+- FSDP2: fully_shard per block and on the root with CPUOffloadPolicy(pin_memory=True),
+  MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torch.optim.AdamW(fused=True) on
+  the CPU-resident params, torch.utils.checkpoint per block; one rank.
+Reported per side: mean step time after WARMUP steps, tokens/s, TFLOPS by 6*N*tokens, peak
+device memory (zt: its device budget as taken, activations + device units + arena; torch:
+max_memory_allocated), the ratio FSDP2 time / zt time (the speed-up), and zt's timeline: the
+fraction of the step each resource was busy (compute, H2D, D2H, the CPU AdamW pool per thread,
+NVMe) and the link rates its copies reached.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+import pytorch_parity  # noqa: E402
+from pytorch_parity import GPT  # noqa: E402
+
+
+def _sdpa_attention(self, x):
+    B, T, C = x.shape
+    hs = C // self.nh
+    q, k, v = self.c_attn(x).split(C, dim=2)
+    q, k, v = (t.view(B, T, self.nh, hs).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+pytorch_parity.Attention.forward = _sdpa_attention
+
+CONFIGS = {
+    "gpt2-124m": dict(arch="gpt", vocab=50304, seq_len=1024, d_model=768, n_heads=12,
+                      n_layers=12, d_ff=0, B=8),
+    "gpt2-1.5b": dict(arch="gpt", vocab=50304, seq_len=1024, d_model=1600, n_heads=25,
+                      n_layers=48, d_ff=0, B=8),
+}
+WARMUP = 2
+
+
+def _checkpointed_forward(self, idx):
+    """GPT.forward with each block recomputed in backward; a method, so that FSDP2's root
+    hooks (which unshard wte, wpe and ln_f) run around it."""
+    pos = torch.arange(idx.shape[1], device=idx.device)
+    x = self.wte(idx) + self.wpe(pos)
+    for b in self.h:
+        x = checkpoint(b, x, use_reentrant=False)
+    return self.ln_f(x) @ self.wte.weight.t()
+
+
+GPT.forward = _checkpointed_forward
+
+
+def fsdp2_step_time(cfg, batches, steps):
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+    torch.cuda.set_device(0)
+    kw = {k: cfg[k] for k in ("vocab", "seq_len", "d_model", "n_heads", "n_layers", "d_ff")}
+    model = GPT(**kw)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    off = CPUOffloadPolicy(pin_memory=True)
+    for b in model.h:
+        fully_shard(b, mp_policy=mp, offload_policy=off)
+    fully_shard(model, mp_policy=mp, offload_policy=off)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    rows = torch.from_numpy(batches).long()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for s in range(steps):
+        x, y = rows[s, :, :-1].cuda(), rows[s, :, 1:].cuda()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, cfg["vocab"]).float(), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if s >= WARMUP:
+            times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated()
+    params = sum(p.numel() for p in model.parameters())
+    del model, opt
+    torch.cuda.empty_cache()
+    return sum(times) / len(times), peak, params
+
+
+def zt_step_time(cfg, batches, ztrain, params, optimizer, budget, steps):
+    with tempfile.TemporaryDirectory() as d:
+        spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
+                                                "n_layers", "d_ff")},
+                "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": 1,
+                          "lr": 1e-4, "precision": "bf16",
+                          "activation_checkpointing": {"every": 1}},
+                "offload": {"params": params, "optimizer": optimizer, "gpu_budget": budget,
+                            "prefetch": 2}}
+        with open(os.path.join(d, "spec.json"), "w") as f:
+            json.dump(spec, f)
+        batches.astype("<i4").tofile(os.path.join(d, "batches.bin"))
+        p = subprocess.run([ztrain, "--spec", os.path.join(d, "spec.json"), "--batches",
+                            os.path.join(d, "batches.bin"), "--backend", "cuda", "--json"],
+                           capture_output=True, text=True)
+        if p.returncode:
+            raise RuntimeError(p.stderr.strip()[-800:])
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--runs", default="gpt2-1.5b:host:host,gpt2-1.5b:host:auto,"
+                                      "gpt2-124m:host:auto")
+    ap.add_argument("--budget-gib", type=float, default=24)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--no-torch", action="store_true")
+    args = ap.parse_args()
+    budget = int(args.budget_gib * (1 << 30))
+    rng = np.random.default_rng(0)
+    results, torch_done = [], {}
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, {os.cpu_count()} cpus; "
+          f"gpu_budget {args.budget_gib} GiB")
+    for run in args.runs.split(","):
+        name, params, optimizer = run.split(":")
+        placement = f"params {params}, optimizer {optimizer}"
+        cfg = CONFIGS[name]
+        tokens = cfg["B"] * cfg["seq_len"]
+        batches = rng.integers(0, cfg["vocab"], size=(args.steps, cfg["B"], cfg["seq_len"] + 1),
+                               dtype=np.int32)
+        try:
+            z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, budget, args.steps)
+        except RuntimeError as e:
+            print(f"{name} zt params {placement}: FAILED: {e}", flush=True)
+            continue
+        n = z["params"]
+        zs = z["step_ms"] / 1e3
+        row = dict(model=name, placement=placement, params=n, zt_s=zs,
+                   zt_tok_s=tokens / zs, zt_tflops=6 * n * tokens / zs / 1e12,
+                   zt_device_bytes=z["offload"]["device_budget"], zt_offload=z["offload"],
+                   zt_losses=z["losses"])
+        o, tl = z["offload"], z["offload"]["timeline"]
+        busy = {k: tl[k] / tl["step"] for k in ("compute", "h2d", "d2h", "nvme")}
+        busy["adam"] = tl["adam"] / tl["step"] / tl["adam_threads"]
+        row["timeline"] = busy
+        row["h2d_gb_s"] = o["bytes_h2d"] / tl["h2d"] / 1e9 if tl["h2d"] else 0
+        row["d2h_gb_s"] = o["bytes_d2h"] / tl["d2h"] / 1e9 if tl["d2h"] else 0
+        print(f"{name} zt ({placement}): {zs * 1e3:.1f} ms/step, {tokens / zs:.0f} tok/s, "
+              f"{6 * n * tokens / zs / 1e12:.1f} TFLOPS, device {z['offload']['device_budget'] / 2**30:.2f} GiB "
+              f"(arena peak {z['offload']['arena_peak'] / 2**30:.2f} of {z['offload']['arena_budget'] / 2**30:.2f}), "
+              f"host {z['offload']['host_bytes'] / 2**30:.2f} GiB, {o['gpu_units']} units' optimizer "
+              f"on the GPU ({o['gpu_unit_bytes'] / 2**30:.2f} GiB)", flush=True)
+        print("    busy: " + ", ".join(f"{k} {v:.0%}" for k, v in busy.items()) +
+              f"; H2D {row['h2d_gb_s']:.1f} GB/s, D2H {row['d2h_gb_s']:.1f} GB/s while copying",
+              flush=True)
+        if not args.no_torch:
+            if name not in torch_done:
+                try:
+                    torch_done[name] = fsdp2_step_time(cfg, batches, args.steps)
+                except RuntimeError as e:
+                    print(f"{name} FSDP2: FAILED: {str(e)[-500:]}", flush=True)
+                    torch_done[name] = None
+            if torch_done[name]:
+                ts, peak, _ = torch_done[name]
+                row.update(fsdp2_s=ts, fsdp2_tok_s=tokens / ts, fsdp2_peak=peak,
+                           speedup=ts / zs)
+                print(f"{name} FSDP2: {ts * 1e3:.1f} ms/step, {tokens / ts:.0f} tok/s, "
+                      f"{6 * n * tokens / ts / 1e12:.1f} TFLOPS, peak {peak / 2**30:.2f} GiB; "
+                      f"zt speed-up {ts / zs:.2f}x", flush=True)
+        results.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
