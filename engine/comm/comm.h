@@ -1,0 +1,74 @@
+/* The communicator: the collectives of data-parallel training behind one table of function
+ * pointers, like the op interface (engine/kernels/ops.h). It is shaped after NCCL, the
+ * implementation that matters (engine/comm/nccl.c); engine/comm/cpu.c runs W ranks as threads
+ * of one process, so that the partitioning logic built on it is tested without GPUs.
+ *
+ * Conventions (both implementations):
+ * - One zt_comm per rank, used by that rank's thread only. Every rank calls the same
+ *   collectives in the same order with the same sizes (a rank that cannot must abort).
+ * - Buffers are backend memory of the rank's backend (device memory for NCCL, host memory for
+ *   the CPU backend). stream is the rank backend's stream (a cudaStream_t for NCCL; ignored by
+ *   the CPU group, whose collectives are done when they return): the collective is ordered
+ *   with the backend's ops on that stream, so the caller synchronises the backend before it
+ *   reads a result on the host.
+ * - Calls return 0 or a negative errno; error_text gives the reason ("" while none).
+ * - Sums are fp32. The CPU group adds in rank order, so every rank gets the same bits; NCCL
+ *   adds in the order of its algorithm (a ring or a tree).
+ * - In place: all_reduce with send == recv; reduce_scatter with recv == send + rank * count;
+ *   all_gather with send == recv + rank * bytes; broadcast with send == recv. Other overlaps
+ *   between send and recv are not allowed. */
+#ifndef ZT_COMM_COMM_H
+#define ZT_COMM_COMM_H
+
+#include <stddef.h>
+
+typedef struct zt_comm_ops {
+  const char *name; /* "cpu" | "nccl" */
+  int (*rank)(void *ctx);
+  int (*world)(void *ctx);
+  /* recv[i] = sum over ranks of send[i], i < count */
+  int (*all_reduce)(void *ctx, const float *send, float *recv, size_t count, void *stream);
+  /* send holds world chunks of count floats; rank r gets the sum over ranks of chunk r */
+  int (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t count, void *stream);
+  /* recv holds world chunks of `bytes`: chunk r is rank r's send */
+  int (*all_gather)(void *ctx, const void *send, void *recv, size_t bytes, void *stream);
+  /* every rank's recv gets root's send (root's recv too) */
+  int (*broadcast)(void *ctx, const void *send, void *recv, size_t bytes, int root,
+                   void *stream);
+  /* returns when every rank has called it (NCCL: once the stream's work before it is done) */
+  int (*barrier)(void *ctx, void *stream);
+  /* Gives up on the group: collectives in progress or called later on any rank return
+   * -ECANCELED (CPU) or fail (NCCL: ncclCommAbort), so that no rank waits forever for one that
+   * failed. Called by the rank's own thread, between collectives (the CPU group's waiting
+   * ranks may still read a rank's buffers inside one). The communicator still has to be
+   * closed. */
+  void (*abort)(void *ctx);
+  const char *(*error_text)(void *ctx);
+} zt_comm_ops;
+
+/* A rank's communicator: its table and context (the zt_backend pattern). */
+typedef struct zt_comm {
+  const zt_comm_ops *ops;
+  void *ctx;
+} zt_comm;
+
+/* ---- the CPU group ------------------------------------------------------------------------- */
+/* W ranks as threads of one process: each collective posts the rank's buffers in the group,
+ * meets the others at a barrier (a mutex and a condition variable, so the posts happen before
+ * the reads), computes its part reading the others' buffers, and meets them again before it
+ * returns, so no buffer is reused while another rank reads it. Ranks whose calls do not match
+ * (another collective, size or root) all get -EINVAL naming both. */
+typedef struct zt_comm_cpu_group zt_comm_cpu_group;
+
+/* world in [1, ZT_COMM_CPU_MAX_WORLD]; -EINVAL / -ENOMEM. */
+#define ZT_COMM_CPU_MAX_WORLD 1024
+int zt_comm_cpu_group_open(zt_comm_cpu_group **g, int world);
+/* After every rank's communicator is closed. NULL is a no-op. */
+void zt_comm_cpu_group_close(zt_comm_cpu_group *g);
+/* Rank `rank`'s communicator in the group; -EINVAL for a rank out of range or taken. */
+int zt_comm_cpu_open(zt_comm *c, zt_comm_cpu_group *g, int rank);
+void zt_comm_cpu_close(zt_comm *c);
+
+/* The NCCL communicator is in engine/comm/comm_nccl.h (with the cuda feature and NCCL). */
+
+#endif

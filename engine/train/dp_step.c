@@ -1,0 +1,801 @@
+/* The data-parallel step (engine/train/dp.h): the rank threads, the per-stage buffers, the
+ * step's walk over the units with its collectives, and the gather/scatter between the shards
+ * and the flat layout. */
+#include "engine/train/dp.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels/backend.h"
+#include "engine/train/trainer_internal.h"
+#include "offload/shard.h"
+
+/* Chunks are multiples of 8 elements: 16 bytes of bf16, 32 of fp32, so that every chunk a
+ * collective reads or writes starts 16-byte aligned in either type. */
+#define DP_ALIGN 8
+
+/* A rank's record in the exchange after the backward: its sum of squares and non-finite flag,
+ * then for each of its micro-batches the mean loss and whether it counted. */
+#define X_SUMSQ 0
+#define X_NONFINITE 1
+#define X_MICRO 2
+
+/* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
+typedef struct adam_seg {
+  int unit;
+  size_t off, n; /* within the rank's chunk of the unit */
+  int decay;
+} adam_seg;
+
+typedef enum dp_cmd { CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_CLOSE } dp_cmd;
+
+struct dp_state;
+
+typedef struct dp_rank_state {
+  struct dp_state *s;
+  int r;
+  /* the rank as a trainer of its own for the shared helpers (zt__trainer_stage_micro): the
+   * model (shared, read only), the config, its backend, activations and host staging */
+  zt_trainer view;
+  zt_comm comm;
+  void *stream;
+  pthread_t thread;
+  /* backend memory; see dp.h for what each stage keeps */
+  float *params;            /* stages 1-2: the padded layout; 3: the packed shard */
+  void *params_lp;          /* the bf16 compute copy, same layout; NULL in fp32 */
+  float *grads;             /* stage 1: the padded layout; 2-3: the packed shard */
+  float *m, *v;             /* the packed shard */
+  float *gunit, *gembed;    /* 2-3: a unit's gradients (padded); gpt: the embedding's */
+  float *gscratch;          /* 2-3: a reduce-scattered chunk of a later micro-batch */
+  float *pslot[2];          /* 3: gathered units */
+  void *lpslot[2];
+  float *pembed;            /* 3, gpt: the gathered embedding */
+  void *lpembed;
+  double *xchg;             /* W exchange records */
+  double *h_xchg;           /* host copy of them */
+  int slot_unit[2];         /* 3: the unit in each slot, -1 none */
+  int embed_gathered;
+  adam_seg *segs;
+  int nsegs;
+  size_t bytes;             /* backend bytes held */
+  int rc;
+  char err[256];
+  /* the step's results, the same on every rank */
+  double loss, norm;
+} dp_rank_state;
+
+typedef struct dp_state {
+  zt_dp_cfg dc;
+  zt_shard_table *tab;
+  int nu;
+  int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
+  size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
+  size_t rec;               /* doubles per exchange record */
+  dp_rank_state *ranks;
+  int n_threads;            /* rank threads started */
+  pthread_mutex_t mu;
+  pthread_cond_t cmd_cv, done_cv;
+  dp_cmd cmd;
+  uint64_t gen;
+  int done;
+  /* the command's arguments */
+  const int32_t *tokens;
+  float lr;
+  int adam_step;
+  float *out[3];            /* CMD_READ: params, m, v (any NULL) */
+  const float *in[3];       /* CMD_WRITE */
+  int broken;               /* a rank failed mid-step and aborted the communicators */
+} dp_state;
+
+static int rank_fail(dp_rank_state *k, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rank_fail(dp_rank_state *k, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = snprintf(k->err, sizeof k->err, "rank %d: ", k->r);
+  vsnprintf(k->err + n, sizeof k->err - (size_t)n, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static int comm_fail(dp_rank_state *k, int rc, const char *what) {
+  return rank_fail(k, rc, "%s: %s", what, k->comm.ops->error_text(k->comm.ctx));
+}
+
+/* ---- open and close (on the rank's thread) ------------------------------------------------ */
+
+static void *rank_alloc(dp_rank_state *k, size_t bytes, int *rc) {
+  if (*rc < 0) return NULL;
+  const zt_backend *be = &k->view.be;
+  void *p = be->ops->alloc(be->ctx, bytes);
+  if (!p) {
+    *rc = rank_fail(k, -ENOMEM, "backend %s: cannot allocate %zu bytes (%zu held)",
+                    be->ops->name, bytes, k->bytes);
+    return NULL;
+  }
+  be->ops->zero(be->ctx, p, bytes);
+  k->bytes += bytes;
+  return p;
+}
+
+/* The AdamW calls of rank k: its chunk of each unit cut where the decay flag changes. */
+static int build_segs(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_model *m = k->view.model;
+  int nt = zt_model_num_tensors(m);
+  k->segs = calloc((size_t)nt, sizeof *k->segs);
+  if (!k->segs) return -ENOMEM;
+  for (int i = 0; i < nt; i++) {
+    const zt_tensor_info *ti = zt_model_tensor(m, i);
+    const zt_shard *sh = zt_shard_at(s->tab, ti->unit, k->r);
+    size_t t0 = ti->offset - zt_model_unit(m, ti->unit)->offset, t1 = t0 + ti->numel;
+    size_t lo = t0 > sh->unit_off ? t0 : sh->unit_off;
+    size_t hi = t1 < sh->unit_off + sh->count ? t1 : sh->unit_off + sh->count;
+    if (lo >= hi) continue;
+    adam_seg *prev = k->nsegs ? &k->segs[k->nsegs - 1] : NULL;
+    if (prev && prev->unit == ti->unit && prev->decay == ti->decay &&
+        prev->off + prev->n == lo - sh->unit_off) {
+      prev->n += hi - lo;
+      continue;
+    }
+    k->segs[k->nsegs++] =
+        (adam_seg){.unit = ti->unit, .off = lo - sh->unit_off, .n = hi - lo, .decay = ti->decay};
+  }
+  return 0;
+}
+
+static int rank_open(dp_rank_state *k) {
+  dp_state *s = k->s;
+  const zt_train_cfg *tc = &k->view.tc;
+  const zt_backend *be = &k->view.be;
+  const zt_model_cfg *mc = zt_model_cfg_of(k->view.model);
+  const zt_shard_table *tab = s->tab;
+  size_t ds = zt_dtype_size(tc->precision), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
+  int stage = s->dc.zero_stage, rc = be->ops->set_allow_tf32(be->ctx, tc->tf32);
+  if (rc < 0)
+    return rank_fail(k, rc, "train.tf32: the %s backend cannot set this matmul mode",
+                     be->ops->name);
+  char why[200];
+  rc = zt_acts_open_dt(&k->view.acts, k->view.model, be, tc->micro_batch, tc->ckpt_every,
+                       tc->precision, why, sizeof why);
+  if (rc < 0) return rank_fail(k, rc, "%s", why);
+  k->bytes += zt_acts_bytes(k->view.acts);
+  k->view.h_tok = malloc(N * sizeof *k->view.h_tok);
+  k->view.h_tgt = malloc(N * sizeof *k->view.h_tgt);
+  k->h_xchg = malloc((size_t)s->dc.world * s->rec * sizeof *k->h_xchg);
+  if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || build_segs(k) < 0)
+    return rank_fail(k, -ENOMEM, "out of host memory");
+  size_t pn = stage == 3 ? tab->packed_total : tab->padded_total;
+  size_t gn = stage == 1 ? tab->padded_total : tab->packed_total;
+  k->params = rank_alloc(k, pn * sizeof(float), &rc);
+  if (tc->precision != ZT_F32) k->params_lp = rank_alloc(k, pn * ds, &rc);
+  k->grads = rank_alloc(k, gn * sizeof(float), &rc);
+  k->m = rank_alloc(k, tab->packed_total * sizeof(float), &rc);
+  k->v = rank_alloc(k, tab->packed_total * sizeof(float), &rc);
+  k->xchg = rank_alloc(k, (size_t)s->dc.world * s->rec * sizeof(double), &rc);
+  if (stage >= 2) {
+    k->gunit = rank_alloc(k, s->slot_floats * sizeof(float), &rc);
+    if (s->tied)
+      k->gembed = rank_alloc(k, tab->chunk[0] * (size_t)s->dc.world * sizeof(float), &rc);
+    k->gscratch = rank_alloc(k, tab->max_chunk * sizeof(float), &rc);
+  }
+  if (stage == 3) {
+    for (int i = 0; i < 2; i++) {
+      k->pslot[i] = rank_alloc(k, s->slot_floats * sizeof(float), &rc);
+      if (tc->precision != ZT_F32) k->lpslot[i] = rank_alloc(k, s->slot_floats * ds, &rc);
+    }
+    if (s->tied) {
+      size_t e = tab->chunk[0] * (size_t)s->dc.world;
+      k->pembed = rank_alloc(k, e * sizeof(float), &rc);
+      if (tc->precision != ZT_F32) k->lpembed = rank_alloc(k, e * ds, &rc);
+    }
+  }
+  if (rc == 0 && (rc = be->ops->sync(be->ctx)) < 0)
+    rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+  return rc;
+}
+
+static void rank_close(dp_rank_state *k) {
+  const zt_backend *be = &k->view.be;
+  void *bufs[] = {k->params,   k->params_lp, k->grads,     k->m,      k->v,
+                  k->xchg,     k->gunit,     k->gembed,    k->gscratch,
+                  k->pslot[0], k->pslot[1],  k->lpslot[0], k->lpslot[1],
+                  k->pembed,   k->lpembed};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) be->ops->free(be->ctx, bufs[i]);
+  zt_acts_close(k->view.acts);
+  free(k->view.h_tok);
+  free(k->view.h_tgt);
+  free(k->h_xchg);
+  free(k->segs);
+}
+
+/* ---- the flat layout <-> the rank's buffers ----------------------------------------------- */
+
+/* Where rank k keeps unit u's parameters of its chunk sh (stage 3: the shard; else the padded
+ * copy) */
+static size_t param_at(const dp_rank_state *k, const zt_shard *sh) {
+  return k->s->dc.zero_stage == 3 ? sh->packed_off : sh->padded_off;
+}
+
+static size_t grad_at(const dp_rank_state *k, const zt_shard *sh) {
+  return k->s->dc.zero_stage == 1 ? sh->padded_off : sh->packed_off;
+}
+
+/* Each rank copies out its own chunks: the ranks' chunks cover the flat layout once. */
+static int rank_read(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  const float *src[3] = {k->params, k->m, k->v};
+  for (int u = 0; u < s->nu; u++) {
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    size_t at[3] = {param_at(k, sh), sh->packed_off, sh->packed_off};
+    for (int i = 0; i < 3; i++)
+      if (s->out[i] && sh->count)
+        be->ops->to_host(be->ctx, s->out[i] + sh->flat_off, src[i] + at[i],
+                         sh->count * sizeof(float));
+  }
+  int rc = be->ops->sync(be->ctx);
+  return rc < 0 ? rank_fail(k, rc, "backend %s: %s", be->ops->name,
+                            be->ops->error_text(be->ctx))
+                : 0;
+}
+
+/* Stages 1-2 take every unit's parameters (the padding stays zero), stage 3 its chunks. */
+static int rank_write(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  const zt_model *m = k->view.model;
+  int stage = s->dc.zero_stage;
+  for (int u = 0; u < s->nu; u++) {
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    if (stage < 3) {
+      const zt_unit_info *ui = zt_model_unit(m, u);
+      be->ops->to_device(be->ctx, k->params + s->tab->padded_unit[u], s->in[0] + ui->offset,
+                         ui->numel * sizeof(float));
+    } else if (sh->count) {
+      be->ops->to_device(be->ctx, k->params + sh->packed_off, s->in[0] + sh->flat_off,
+                         sh->count * sizeof(float));
+    }
+    if (sh->count) {
+      be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + sh->flat_off,
+                         sh->count * sizeof(float));
+      be->ops->to_device(be->ctx, k->v + sh->packed_off, s->in[2] + sh->flat_off,
+                         sh->count * sizeof(float));
+    }
+  }
+  if (k->params_lp)
+    be->ops->cast(be->ctx, k->params_lp, k->view.tc.precision, k->params, ZT_F32,
+                  stage == 3 ? s->tab->packed_total : s->tab->padded_total);
+  int rc = be->ops->sync(be->ctx);
+  return rc < 0 ? rank_fail(k, rc, "backend %s: %s", be->ops->name,
+                            be->ops->error_text(be->ctx))
+                : 0;
+}
+
+/* ---- the step (on every rank's thread at once) -------------------------------------------- */
+
+static void *lp_of(const dp_rank_state *k, void *base, size_t elem) {
+  return (char *)base + elem * zt_dtype_size(k->view.tc.precision);
+}
+
+/* Stage 3: unit u's parameters gathered into p (and the compute copy into lp). */
+static int gather_unit(dp_rank_state *k, int u, float *p, void *lp) {
+  const zt_shard *sh = zt_shard_at(k->s->tab, u, k->r);
+  size_t c = k->s->tab->chunk[u];
+  const zt_comm_ops *co = k->comm.ops;
+  int rc = co->all_gather(k->comm.ctx, k->params + sh->packed_off, p, c * sizeof(float),
+                          k->stream);
+  if (rc == 0 && lp)
+    rc = co->all_gather(k->comm.ctx, lp_of(k, k->params_lp, sh->packed_off), lp,
+                        c * zt_dtype_size(k->view.tc.precision), k->stream);
+  return rc < 0 ? comm_fail(k, rc, "gathering parameters") : 0;
+}
+
+/* Unit u's parameters (fp32 and the compute copy; in fp32 the same) for its forward or
+ * backward; stage 3 gathers them unless a slot holds them. */
+static int unit_params(dp_rank_state *k, int u, const float **p, const void **lp) {
+  const dp_state *s = k->s;
+  if (s->dc.zero_stage < 3) {
+    size_t at = s->tab->padded_unit[u];
+    *p = k->params + at;
+    *lp = k->params_lp ? lp_of(k, k->params_lp, at) : (const void *)*p;
+    return 0;
+  }
+  float *fp;
+  void *l;
+  if (s->tied && u == 0) {
+    fp = k->pembed;
+    l = k->lpembed;
+    if (!k->embed_gathered) {
+      int rc = gather_unit(k, u, fp, l);
+      if (rc < 0) return rc;
+      k->embed_gathered = 1;
+    }
+  } else {
+    int slot = u & 1;
+    fp = k->pslot[slot];
+    l = k->lpslot[slot];
+    if (k->slot_unit[slot] != u) {
+      k->slot_unit[slot] = -1;
+      int rc = gather_unit(k, u, fp, l);
+      if (rc < 0) return rc;
+      k->slot_unit[slot] = u;
+    }
+  }
+  *p = fp;
+  *lp = l ? (const void *)l : (const void *)fp;
+  return 0;
+}
+
+/* Stage 3: the next unit's gather issued before this one computes. */
+static int prefetch(dp_rank_state *k, int u) {
+  const float *p;
+  const void *lp;
+  if (k->s->dc.zero_stage < 3 || u < 0 || u >= k->s->nu) return 0;
+  return unit_params(k, u, &p, &lp);
+}
+
+/* The gradient buffer unit u's backward adds into. */
+static float *unit_grads(dp_rank_state *k, int u) {
+  const dp_state *s = k->s;
+  if (s->dc.zero_stage == 1) return k->grads + s->tab->padded_unit[u];
+  return s->tied && u == 0 ? k->gembed : k->gunit;
+}
+
+/* Unit u's gradients of micro-batch j are done: stage 1 all-reduces them after the last
+ * micro-batch; stages 2-3 reduce-scatter them into the shard (the first micro-batch writes it,
+ * later ones add). */
+static int unit_grads_done(dp_rank_state *k, int u, int j) {
+  const dp_state *s = k->s;
+  const zt_comm_ops *co = k->comm.ops;
+  const zt_backend *be = &k->view.be;
+  size_t c = s->tab->chunk[u], W = (size_t)s->dc.world;
+  float *g = unit_grads(k, u);
+  int rc = 0;
+  if (s->dc.zero_stage == 1) {
+    if (j == k->view.tc.grad_accum - 1)
+      rc = co->all_reduce(k->comm.ctx, g, g, c * W, k->stream);
+  } else {
+    float *shard = k->grads + zt_shard_at(s->tab, u, k->r)->packed_off;
+    rc = co->reduce_scatter(k->comm.ctx, g, j == 0 ? shard : k->gscratch, c, k->stream);
+    if (rc == 0 && j > 0) be->ops->add(be->ctx, shard, shard, k->gscratch, c);
+  }
+  return rc < 0 ? comm_fail(k, rc, "reducing gradients") : 0;
+}
+
+/* Micro-batch j of this rank: forward, loss, backward, the gradients reduced unit by unit. The
+ * collectives run whether the micro-batch counted or not. */
+static int rank_micro(dp_rank_state *k, int j, double *rec) {
+  const dp_state *s = k->s;
+  const zt_model *m = k->view.model;
+  const zt_model_cfg *mc = zt_model_cfg_of(m);
+  const zt_backend *be = &k->view.be;
+  zt_acts *a = k->view.acts;
+  int G = k->view.tc.grad_accum, W = s->dc.world, stage = s->dc.zero_stage;
+  int N = k->view.tc.micro_batch * mc->seq_len;
+  zt_dtype dt = k->view.tc.precision;
+  int counted = zt__trainer_stage_micro(&k->view, s->tokens, k->r * G + j);
+  const float *p, *e = NULL;
+  const void *lp, *elp = NULL;
+  int rc;
+  for (int u = 0; u < s->nu; u++) {
+    if ((rc = unit_params(k, u, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
+    if (u == 0 && s->tied) { /* only the gpt head reads another unit's parameters */
+      e = p;
+      elp = lp;
+    }
+    if (counted) zt_model_unit_forward_dt(m, a, u, p, lp, e, elp);
+  }
+  if (counted) {
+    double loss_sum = 0;
+    int n_counted = 0;
+    be->ops->crossentropy_fwd_bwd_dt(be->ctx, dt, zt_acts_logits(a), zt_acts_targets(a), N,
+                                     mc->vocab, mc->vocab, -1,
+                                     (float)(1.0 / ((double)counted * W * G)), &loss_sum,
+                                     &n_counted);
+    rec[X_MICRO + 2 * j] = loss_sum / n_counted;
+    rec[X_MICRO + 2 * j + 1] = 1;
+  }
+  if (stage >= 2 && s->tied)
+    be->ops->zero(be->ctx, k->gembed, s->tab->chunk[0] * (size_t)W * sizeof(float));
+  for (int u = s->nu - 1; u >= 0; u--) {
+    if ((rc = unit_params(k, u, &p, &lp)) < 0 || (rc = prefetch(k, u - 1)) < 0) return rc;
+    float *g = unit_grads(k, u);
+    if (stage >= 2 && g == k->gunit)
+      be->ops->zero(be->ctx, g, s->tab->chunk[u] * (size_t)W * sizeof(float));
+    if (counted)
+      zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp, s->tied ? unit_grads(k, 0) : NULL);
+    if ((rc = unit_grads_done(k, u, j)) < 0) return rc;
+  }
+  return 0;
+}
+
+/* The step's scalars from every rank's record, added in rank and micro-batch order (the loss
+ * then is the sum a single trainer makes). */
+static int exchange(dp_rank_state *k, double *rec, int *nonfinite) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  size_t R = s->rec, bytes = R * sizeof(double);
+  be->ops->to_device(be->ctx, k->xchg + (size_t)k->r * R, rec, bytes);
+  int rc = k->comm.ops->all_gather(k->comm.ctx, k->xchg + (size_t)k->r * R, k->xchg, bytes,
+                                   k->stream);
+  if (rc < 0) return comm_fail(k, rc, "exchanging the loss and the norm");
+  be->ops->to_host(be->ctx, k->h_xchg, k->xchg, (size_t)s->dc.world * bytes);
+  if ((rc = be->ops->sync(be->ctx)) < 0)
+    return rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+  double sumsq = 0, loss = 0;
+  int micros = 0;
+  *nonfinite = 0;
+  for (int r = 0; r < s->dc.world; r++) {
+    const double *x = k->h_xchg + (size_t)r * R;
+    sumsq += x[X_SUMSQ];
+    *nonfinite |= x[X_NONFINITE] != 0;
+    for (int j = 0; j < k->view.tc.grad_accum; j++)
+      if (x[X_MICRO + 2 * j + 1] != 0) {
+        loss += x[X_MICRO + 2 * j];
+        micros++;
+      }
+  }
+  k->loss = micros ? loss / micros : 0.0;
+  k->norm = sqrt(sumsq);
+  return 0;
+}
+
+static int rank_step(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_train_cfg *c = &k->view.tc;
+  const zt_backend *be = &k->view.be;
+  const zt_ops *o = be->ops;
+  int stage = s->dc.zero_stage, rc;
+  double *rec = k->h_xchg + (size_t)k->r * s->rec;
+  memset(rec, 0, s->rec * sizeof *rec);
+  /* the parameters changed since the last step */
+  k->slot_unit[0] = k->slot_unit[1] = -1;
+  k->embed_gathered = 0;
+  if (stage == 1) o->zero(be->ctx, k->grads, s->tab->padded_total * sizeof(float));
+  for (int j = 0; j < c->grad_accum; j++)
+    if ((rc = rank_micro(k, j, rec)) < 0) return rc;
+  /* the norm over this rank's real gradient elements */
+  for (int u = 0; u < s->nu; u++) {
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    int nf = 0;
+    if (!sh->count) continue;
+    rec[X_SUMSQ] += o->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
+    if (nf) rec[X_NONFINITE] = 1;
+  }
+  int nonfinite;
+  if ((rc = exchange(k, rec, &nonfinite)) < 0) return rc;
+  if (nonfinite) return -ERANGE; /* every rank sees it: nothing is updated anywhere */
+  float scale = 1.0f;
+  if (c->grad_clip > 0) {
+    double coef = c->grad_clip / (k->norm + 1e-6);
+    if (coef < 1.0) scale = (float)coef;
+  }
+  for (int i = 0; i < k->nsegs; i++) {
+    const adam_seg *g = &k->segs[i];
+    const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
+    size_t pa = param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
+    float wd = g->decay ? c->weight_decay : 0.0f;
+    if (k->params_lp)
+      o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
+                  k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale,
+                  lp_of(k, k->params_lp, pa), c->precision);
+    else
+      o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
+               k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
+  }
+  /* stages 1-2: every rank gets every unit's updated parameters back */
+  for (int u = 0; stage < 3 && u < s->nu; u++) {
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    size_t at = s->tab->padded_unit[u], cb = s->tab->chunk[u];
+    rc = k->comm.ops->all_gather(k->comm.ctx, k->params + sh->padded_off, k->params + at,
+                                 cb * sizeof(float), k->stream);
+    if (rc == 0 && k->params_lp)
+      rc = k->comm.ops->all_gather(k->comm.ctx, lp_of(k, k->params_lp, sh->padded_off),
+                                   lp_of(k, k->params_lp, at),
+                                   cb * zt_dtype_size(c->precision), k->stream);
+    if (rc < 0) return comm_fail(k, rc, "gathering the updated parameters");
+  }
+  if ((rc = o->sync(be->ctx)) < 0)
+    return rank_fail(k, rc, "backend %s: %s", o->name, o->error_text(be->ctx));
+  return 0;
+}
+
+/* ---- the rank threads ---------------------------------------------------------------------- */
+
+static int rank_run(dp_rank_state *k, dp_cmd cmd) {
+  switch (cmd) {
+  case CMD_OPEN: return rank_open(k);
+  case CMD_STEP: {
+    /* a rank that fails alone must not leave the others waiting in a collective; -ERANGE is
+     * every rank's verdict on the same exchanged norm */
+    int rc = rank_step(k);
+    if (rc < 0 && rc != -ERANGE) k->comm.ops->abort(k->comm.ctx);
+    return rc;
+  }
+  case CMD_READ: return rank_read(k);
+  case CMD_WRITE: return rank_write(k);
+  case CMD_CLOSE: rank_close(k); return 0;
+  }
+  return -EINVAL;
+}
+
+static void *rank_main(void *arg) {
+  dp_rank_state *k = arg;
+  dp_state *s = k->s;
+  uint64_t seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (s->gen == seen) pthread_cond_wait(&s->cmd_cv, &s->mu);
+    seen = s->gen;
+    dp_cmd cmd = s->cmd;
+    pthread_mutex_unlock(&s->mu);
+    k->err[0] = 0;
+    k->rc = rank_run(k, cmd);
+    pthread_mutex_lock(&s->mu);
+    if (++s->done == s->n_threads) pthread_cond_signal(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (cmd == CMD_CLOSE) return NULL;
+  }
+}
+
+static int failure_rank(int rc) {
+  return rc >= 0 ? 0 : rc == -ERANGE ? 1 : rc == -ECANCELED ? 2 : 3;
+}
+
+/* Runs cmd on every rank and waits for all of them. Returns a failed rank (-1: none): one whose
+ * failure is its own before one cancelled by another's, before a non-finite gradient. */
+static int dispatch(dp_state *s, dp_cmd cmd) {
+  pthread_mutex_lock(&s->mu);
+  s->cmd = cmd;
+  s->done = 0;
+  s->gen++;
+  pthread_cond_broadcast(&s->cmd_cv);
+  while (s->done < s->n_threads) pthread_cond_wait(&s->done_cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  int bad = -1;
+  for (int r = 0; r < s->n_threads; r++)
+    if (failure_rank(s->ranks[r].rc) > (bad < 0 ? 0 : failure_rank(s->ranks[bad].rc))) bad = r;
+  return bad;
+}
+
+/* ---- the path ------------------------------------------------------------------------------ */
+
+static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                   size_t errlen) {
+  dp_state *s = t->path_state;
+  int step = t->step + 1, W = s->dc.world;
+  if (s->broken) {
+    snprintf(err, errlen, "step %d: an earlier step failed on a rank and aborted the "
+             "communicators; close the trainer and open a new one (a checkpoint restores the "
+             "state)", step);
+    return -EIO;
+  }
+  /* the whole step's W * G micro-batches, checked before any rank starts */
+  zt_trainer whole = *t;
+  whole.tc.grad_accum = W * t->tc.grad_accum;
+  int rc = zt__trainer_check_tokens(&whole, tokens, err, errlen);
+  if (rc < 0) return rc;
+  s->tokens = tokens;
+  s->lr = zt_train_lr(&t->tc, step);
+  s->adam_step = t->adam_step + 1;
+  int bad = dispatch(s, CMD_STEP);
+  const dp_rank_state *k0 = &s->ranks[0];
+  if (bad >= 0 && s->ranks[bad].rc == -ERANGE) {
+    /* every rank found it in the exchange and none updated anything */
+    snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
+             "left unchanged", step, k0->loss);
+    return -ERANGE;
+  }
+  if (bad >= 0) {
+    s->broken = 1;
+    snprintf(err, errlen, "step %d: %s", step, s->ranks[bad].err);
+    return s->ranks[bad].rc;
+  }
+  t->step = step;
+  t->adam_step = s->adam_step;
+  if (res)
+    *res = (zt_step_result){.step = step, .loss = k0->loss, .grad_norm = k0->norm, .lr = s->lr,
+                            .tokens = (int64_t)t->tc.micro_batch *
+                                      zt_model_cfg_of(t->model)->seq_len * W * t->tc.grad_accum,
+                            .skipped = 0, .loss_scale = 1.0f};
+  return 0;
+}
+
+static int dp_read_state(zt_trainer *t, float *params, float *m, float *v) {
+  dp_state *s = t->path_state;
+  s->out[0] = params;
+  s->out[1] = m;
+  s->out[2] = v;
+  int bad = dispatch(s, CMD_READ);
+  return bad < 0 ? 0 : s->ranks[bad].rc;
+}
+
+static int dp_write_state(zt_trainer *t, const float *params, const float *m, const float *v,
+                          char *err, size_t errlen) {
+  dp_state *s = t->path_state;
+  s->in[0] = params;
+  s->in[1] = m;
+  s->in[2] = v;
+  int bad = dispatch(s, CMD_WRITE);
+  if (bad < 0) return 0;
+  snprintf(err, errlen, "%s", s->ranks[bad].err);
+  return s->ranks[bad].rc;
+}
+
+static size_t dp_backend_bytes(const zt_trainer *t) {
+  const dp_state *s = t->path_state;
+  size_t b = 0;
+  for (int r = 0; r < s->dc.world; r++) b += s->ranks[r].bytes;
+  return b;
+}
+
+static void dp_close(zt_trainer *t) {
+  dp_state *s = t->path_state;
+  if (!s) return;
+  if (s->n_threads) {
+    dispatch(s, CMD_CLOSE);
+    for (int r = 0; r < s->n_threads; r++) pthread_join(s->ranks[r].thread, NULL);
+  }
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cmd_cv);
+  pthread_cond_destroy(&s->done_cv);
+  zt_shard_table_free(s->tab);
+  free(s->ranks);
+  free(s);
+  t->path_state = NULL;
+}
+
+static const zt__train_path dp_path = {
+    .step = dp_step,
+    .read_state = dp_read_state,
+    .write_state = dp_write_state,
+    .backend_bytes = dp_backend_bytes,
+    .close = dp_close,
+};
+
+size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank) {
+  if (t->path != &dp_path) return 0;
+  const dp_state *s = t->path_state;
+  return rank >= 0 && rank < s->dc.world ? s->ranks[rank].bytes : 0;
+}
+
+/* ---- open ---------------------------------------------------------------------------------- */
+
+int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
+  if (c->world < 1 || c->world > ZT_DP_MAX_WORLD) {
+    snprintf(err, errlen, "dp.world must be in [1, %d] (got %d)", ZT_DP_MAX_WORLD, c->world);
+    return -EINVAL;
+  }
+  if (c->zero_stage < 1 || c->zero_stage > 3) {
+    snprintf(err, errlen, "dp.zero_stage must be 1, 2 or 3 (got %d)", c->zero_stage);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static int check_ranks(const zt_dp_cfg *dc, const zt_dp_rank *ranks, char *err,
+                       size_t errlen) {
+  for (int r = 0; r < dc->world; r++) {
+    const zt_dp_rank *k = &ranks[r];
+    if (!k->be.ops || !k->comm.ops) {
+      snprintf(err, errlen, "dp.ranks[%d]: no %s", r, k->be.ops ? "communicator" : "backend");
+      return -EINVAL;
+    }
+    int cr = k->comm.ops->rank(k->comm.ctx), cw = k->comm.ops->world(k->comm.ctx);
+    if (cr != r || cw != dc->world) {
+      snprintf(err, errlen, "dp.ranks[%d]: its communicator is rank %d of %d, not rank %d of "
+               "dp.world %d", r, cr, cw, r, dc->world);
+      return -EINVAL;
+    }
+    for (int q = 0; q < r; q++)
+      if (ranks[q].be.ctx == k->be.ctx) {
+        snprintf(err, errlen, "dp.ranks[%d]: shares its backend context with rank %d (each "
+                 "rank needs its own)", r, q);
+        return -EINVAL;
+      }
+  }
+  return 0;
+}
+
+static int build_table(zt_trainer *t, dp_state *s) {
+  const zt_model *m = t->model;
+  zt_shard_unit *units = calloc((size_t)s->nu, sizeof *units);
+  if (!units) return -ENOMEM;
+  for (int u = 0; u < s->nu; u++)
+    units[u] = (zt_shard_unit){zt_model_unit(m, u)->offset, zt_model_unit(m, u)->numel};
+  int rc = zt_shard_table_build(&s->tab, units, s->nu, s->dc.world, DP_ALIGN);
+  free(units);
+  if (rc < 0) return rc;
+  /* the units a slot or the unit gradient buffer holds: all but a tied embedding */
+  for (int u = s->tied; u < s->nu; u++) {
+    size_t f = s->tab->chunk[u] * (size_t)s->dc.world;
+    if (f > s->slot_floats) s->slot_floats = f;
+  }
+  return 0;
+}
+
+int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                       const zt_dp_cfg *dpc, const zt_dp_rank *ranks, char *err,
+                       size_t errlen) {
+  int rc;
+  float *init = NULL, *zeros = NULL;
+  *out = NULL;
+  if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
+      (rc = zt_dp_cfg_check(dpc, err, errlen)) < 0 ||
+      (rc = check_ranks(dpc, ranks, err, errlen)) < 0)
+    return rc;
+  if (tc->precision == ZT_F16) {
+    snprintf(err, errlen, "train.precision: fp16 with data parallelism is not supported (its "
+             "loss scale is not shared between ranks yet); use bf16 or fp32");
+    return -ENOTSUP;
+  }
+  zt_trainer *t = calloc(1, sizeof *t);
+  dp_state *s = calloc(1, sizeof *s);
+  if (!t || !s) {
+    free(t);
+    free(s);
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  t->tc = *tc;
+  t->be = ranks[0].be; /* what checkpoint.c synchronises; the state is reached through the path */
+  t->path = &dp_path;
+  t->path_state = s;
+  zt_loss_scaler_init(&t->scaler);
+  s->dc = *dpc;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cmd_cv, NULL);
+  pthread_cond_init(&s->done_cv, NULL);
+  if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
+  s->nu = zt_model_num_units(t->model);
+  s->tied = mc->arch == ZT_ARCH_GPT;
+  s->rec = X_MICRO + 2 * (size_t)tc->grad_accum;
+  s->ranks = calloc((size_t)dpc->world, sizeof *s->ranks);
+  size_t n = zt_model_num_params(t->model);
+  init = malloc(n * sizeof *init);
+  zeros = calloc(n, sizeof *zeros);
+  if (!s->ranks || !init || !zeros || (rc = build_table(t, s)) < 0) {
+    rc = rc < 0 ? rc : -ENOMEM;
+    snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
+    goto out;
+  }
+  for (int r = 0; r < dpc->world; r++) {
+    dp_rank_state *k = &s->ranks[r];
+    k->s = s;
+    k->r = r;
+    k->comm = ranks[r].comm;
+    k->stream = zt_backend_stream(&ranks[r].be);
+    k->view.model = t->model;
+    k->view.tc = *tc;
+    k->view.be = ranks[r].be;
+    if ((rc = -pthread_create(&k->thread, NULL, rank_main, k)) < 0) {
+      snprintf(err, errlen, "starting the thread of rank %d: %s", r, strerror(-rc));
+      goto out;
+    }
+    s->n_threads++;
+  }
+  int bad = dispatch(s, CMD_OPEN);
+  if (bad >= 0) {
+    rc = s->ranks[bad].rc;
+    snprintf(err, errlen, "%s", s->ranks[bad].err);
+    goto out;
+  }
+  if ((rc = zt__trainer_init_params(t->model, init, err, errlen)) < 0 ||
+      (rc = dp_write_state(t, init, zeros, zeros, err, errlen)) < 0)
+    goto out;
+  *out = t;
+  t = NULL;
+out:
+  free(init);
+  free(zeros);
+  zt_trainer_close(t);
+  return rc;
+}
