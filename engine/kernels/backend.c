@@ -77,6 +77,14 @@ int zt_backend_device(const zt_backend *be) {
   return -1;
 }
 
+int zt_backend_bind_thread(const zt_backend *be) {
+#ifdef ZT_HAVE_CUDA
+  if (be->ops && strcmp(be->ops->name, "cuda") == 0) return zt_backend_cuda_bind_thread(be);
+#endif
+  (void)be;
+  return 0;
+}
+
 void *zt_backend_stream(const zt_backend *be) {
 #ifdef ZT_HAVE_CUDA
   if (be->ops && strcmp(be->ops->name, "cuda") == 0) return zt_backend_cuda_stream(be);

@@ -39,5 +39,8 @@ void zt_backend_close(zt_backend *be);
  * CPU. */
 int zt_backend_device(const zt_backend *be);
 void *zt_backend_stream(const zt_backend *be);
+/* Makes the backend's device current on the calling thread, for a thread other than the one
+ * that opened it (a data-parallel rank's); 0, or -EIO (cuda, logged). A no-op on the CPU. */
+int zt_backend_bind_thread(const zt_backend *be);
 
 #endif

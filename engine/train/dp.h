@@ -38,9 +38,8 @@
  *
  * The trainer runs one thread per rank for the life of the trainer; each rank's backend
  * memory is allocated, used and freed on that thread. Precision fp32 or bf16 (fp16's loss
- * scaling is not shared between ranks yet: refused). For cuda ranks the rank thread would also
- * have to make its device current, which the op table cannot do yet: today the ranks are CPU
- * backends. */
+ * scaling is not shared between ranks yet: refused). A cuda rank's thread makes its device
+ * current (zt_backend_bind_thread) before anything else. */
 #ifndef ZT_TRAIN_DP_H
 #define ZT_TRAIN_DP_H
 

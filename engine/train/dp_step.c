@@ -531,6 +531,8 @@ static void *rank_main(void *arg) {
   dp_rank_state *k = arg;
   dp_state *s = k->s;
   uint64_t seen = 0;
+  /* a cuda rank's device, current for every command this thread runs */
+  int bound = zt_backend_bind_thread(&k->view.be);
   for (;;) {
     pthread_mutex_lock(&s->mu);
     while (s->gen == seen) pthread_cond_wait(&s->cmd_cv, &s->mu);
@@ -538,7 +540,9 @@ static void *rank_main(void *arg) {
     dp_cmd cmd = s->cmd;
     pthread_mutex_unlock(&s->mu);
     k->err[0] = 0;
-    k->rc = rank_run(k, cmd);
+    k->rc = bound < 0 && cmd != CMD_CLOSE ? bound : rank_run(k, cmd);
+    if (bound < 0 && cmd != CMD_CLOSE)
+      snprintf(k->err, sizeof k->err, "rank %d: making its device current failed", k->r);
     pthread_mutex_lock(&s->mu);
     if (++s->done == s->n_threads) pthread_cond_signal(&s->done_cv);
     pthread_mutex_unlock(&s->mu);

@@ -233,3 +233,10 @@ void zt_backend_cuda_close(zt_backend *be) {
 int zt_backend_cuda_device(const zt_backend *be) { return ((zt__cuda_ctx *)be->ctx)->device; }
 
 void *zt_backend_cuda_stream(const zt_backend *be) { return ((zt__cuda_ctx *)be->ctx)->stream; }
+
+int zt_backend_cuda_bind_thread(const zt_backend *be) {
+  zt__cuda_ctx *ctx = be->ctx;
+  cudaError_t e = cudaSetDevice(ctx->device);
+  if (e == cudaSuccess) return 0;
+  return zt__cuda_fail(ctx, -EIO, __FILE__, __LINE__, cudaGetErrorString(e));
+}

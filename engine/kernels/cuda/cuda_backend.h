@@ -23,6 +23,8 @@ void zt_backend_cuda_close(zt_backend *be);
 /* The context's device and stream (a cudaStream_t). */
 int zt_backend_cuda_device(const zt_backend *be);
 void *zt_backend_cuda_stream(const zt_backend *be);
+/* cudaSetDevice(the context's device) on the calling thread: 0 or -EIO (logged). */
+int zt_backend_cuda_bind_thread(const zt_backend *be);
 
 /* Describes up to max CUDA devices; returns how many there are (0 when the driver finds none
  * or fails: the reason is logged once). */

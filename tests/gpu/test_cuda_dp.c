@@ -1,0 +1,159 @@
+/* Data parallelism on two GPUs (engine/train/dp.h over NCCL): for both archs in fp32 and bf16,
+ * ZeRO stages 1, 2 and 3 with two ranks (micro-batch B each) against one GPU with grad_accum 2 on
+ * the same tokens, STEPS steps: per-step losses within TOL_F32 / TOL_BF16 relative (NCCL adds
+ * the two ranks' gradients where one GPU adds two micro-batches, and bf16 rounds what follows),
+ * and the first step's loss bitwise (nothing has been reduced yet). Each rank's backend bytes
+ * fall with the stage. Skips (77) with fewer than two GPUs or without NCCL. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/comm/comm_nccl.h"
+#include "engine/kernels/backend.h"
+#include "engine/train/dp.h"
+#include "tests/unit/model/mcheck.h"
+
+#define W 2
+#define STEPS 8
+#define B 4
+#define TOL_F32 1e-5
+#define TOL_BF16 5e-3
+
+static zt_comm_nccl_id g_id;
+static zt_dp_rank g_ranks[W];
+
+typedef struct opener {
+  int r, rc;
+  char err[512];
+} opener;
+
+/* ncclCommInitRank blocks until both ranks call it: one thread each. */
+static void *open_comm(void *p) {
+  opener *o = p;
+  o->rc = zt_comm_nccl_open(&g_ranks[o->r].comm, W, o->r, &g_id, o->r, o->err, sizeof o->err);
+  return NULL;
+}
+
+static zt_model_cfg model_cfg(zt_arch arch) {
+  zt_model_cfg c = {.arch = arch, .vocab = 256, .seq_len = 64, .d_model = 128, .n_heads = 4,
+                    .n_layers = 8, .d_ff = arch == ZT_ARCH_ENCODER ? 512 : 0, .init_seed = 42};
+  return c;
+}
+
+static zt_train_cfg train_cfg(zt_dtype dt, int grad_accum) {
+  zt_train_cfg c = mc_train(B, grad_accum);
+  c.steps = STEPS;
+  c.lr = 1e-3f;
+  c.weight_decay = 0.1f;
+  c.grad_clip = 1.0f;
+  c.precision = dt;
+  return c;
+}
+
+static int train(zt_trainer *t, const int32_t *tok, size_t per, double *loss, const char *what) {
+  char err[512];
+  for (int s = 0; s < STEPS; s++) {
+    zt_step_result r;
+    if (MC_EXPECT(zt_trainer_step(t, tok + per * (size_t)s, &r, err, sizeof err) == 0,
+                  "%s: step %d: %s", what, s + 1, err))
+      return 1;
+    loss[s] = r.loss;
+  }
+  return 0;
+}
+
+static int check(zt_arch arch, zt_dtype dt) {
+  char err[512], what[96];
+  int fails = 0;
+  zt_model_cfg mc = model_cfg(arch);
+  zt_train_cfg one = train_cfg(dt, W), per_rank = train_cfg(dt, 1);
+  size_t per = (size_t)W * B * (mc.seq_len + 1);
+  int32_t *tok = malloc(STEPS * per * sizeof *tok);
+  uint64_t seed = 3 + (uint64_t)arch;
+  if (!tok) return 1;
+  mc_tokens(&seed, tok, STEPS * per, mc.vocab);
+  double ref[STEPS], got[STEPS];
+  zt_trainer *a = NULL;
+  snprintf(what, sizeof what, "%s %s one GPU, grad_accum 2", zt_arch_name(arch),
+           zt_dtype_name(dt));
+  if (MC_EXPECT(zt_trainer_open(&a, &mc, &one, &g_ranks[0].be, err, sizeof err) == 0, "%s: %s",
+                what, err)) {
+    free(tok);
+    return 1;
+  }
+  fails += train(a, tok, per, ref, what);
+  zt_trainer_close(a);
+  size_t prev_bytes = SIZE_MAX;
+  for (int stage = 1; stage <= 3; stage++) {
+    zt_dp_cfg dpc = {.world = W, .zero_stage = stage};
+    zt_trainer *t = NULL;
+    snprintf(what, sizeof what, "%s %s 2 GPUs stage %d", zt_arch_name(arch), zt_dtype_name(dt),
+             stage);
+    if (MC_EXPECT(zt_trainer_open_dp(&t, &mc, &per_rank, &dpc, g_ranks, err, sizeof err) == 0,
+                  "%s: %s", what, err)) {
+      fails++;
+      continue;
+    }
+    fails += train(t, tok, per, got, what);
+    double worst = 0, tol = dt == ZT_F32 ? TOL_F32 : TOL_BF16;
+    for (int s = 0; s < STEPS; s++) {
+      double rel = fabs(got[s] - ref[s]) / fabs(ref[s]);
+      if (rel > worst) worst = rel;
+    }
+    fails += MC_EXPECT(worst <= tol, "%s: losses differ by %.3g relative (limit %g)", what,
+                       worst, tol);
+    fails += MC_EXPECT(got[0] == ref[0], "%s: first loss %.17g vs %.17g", what, got[0], ref[0]);
+    size_t bytes = zt_trainer_dp_rank_bytes(t, 0);
+    fails += MC_EXPECT(bytes < prev_bytes, "%s: rank 0 holds %zu bytes, stage %d held %zu",
+                       what, bytes, stage - 1, prev_bytes);
+    prev_bytes = bytes;
+    printf("%-28s max loss difference %.3g, rank 0 backend bytes %zu\n", what, worst, bytes);
+    zt_trainer_close(t);
+  }
+  free(tok);
+  return fails;
+}
+
+int main(void) {
+  zt_device_info dev[ZT_MAX_DEVICES];
+  if (zt_backend_cuda_devices(dev, ZT_MAX_DEVICES) < W) {
+    fprintf(stderr, "SKIP: needs %d GPUs\n", W);
+    return 77;
+  }
+  char err[512];
+  if (zt_comm_nccl_get_id(&g_id, err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL: %s\n", err);
+    return 1;
+  }
+  for (int r = 0; r < W; r++)
+    if (zt_backend_open(&g_ranks[r].be, "cuda", r, 0, err, sizeof err) < 0) {
+      fprintf(stderr, "FAIL: %s\n", err);
+      return 1;
+    }
+  pthread_t th[W];
+  opener op[W];
+  for (int r = 0; r < W; r++) {
+    op[r] = (opener){.r = r};
+    pthread_create(&th[r], NULL, open_comm, &op[r]);
+  }
+  int fails = 0;
+  for (int r = 0; r < W; r++) {
+    pthread_join(th[r], NULL);
+    fails += MC_EXPECT(op[r].rc == 0, "rank %d: %s", r, op[r].err);
+  }
+  if (!fails) {
+    zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
+    zt_dtype dts[] = {ZT_F32, ZT_BF16};
+    for (int i = 0; i < 2; i++)
+      for (int d = 0; d < 2; d++) fails += check(archs[i], dts[d]);
+  }
+  for (int r = 0; r < W; r++) {
+    if (op[r].rc == 0) zt_comm_nccl_close(&g_ranks[r].comm);
+    zt_backend_close(&g_ranks[r].be);
+  }
+  if (fails) fprintf(stderr, "%d failure(s)\n", fails);
+  return fails ? 1 : 0;
+}
