@@ -36,6 +36,14 @@
 #define ZT_TUNE_TOKEN_MIN 16
 #define ZT_TUNE_TOKEN_MAX 4096
 
+/* The offload planner's cost model (engine/train/offload_step.c), the rates it ranks plans by.
+ * Measured on the H200 machine (docs/BENCHMARKS.md); the CPU backend plans with the same rates,
+ * as the GPU it stands in for, so CI runs the plans a GPU would. */
+#define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 2.0e14  /* bf16 step, flops by 6*N*tokens + attention */
+#define ZT_TUNE_PLAN_DEVICE_FLOPS_F32 4.0e13
+#define ZT_TUNE_PLAN_CPU_ADAM_PARAMS 4.5e9   /* params/s of the CPU AdamW pool */
+#define ZT_TUNE_PLAN_LINK_BYTES 5.0e10       /* pinned copies, each way */
+
 /* GPUs --gpus may name. */
 #define ZT_TUNE_MAX_GPUS 64
 

@@ -136,9 +136,16 @@ int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t e
   if (ac) {
     static const char *const ac_keys[] = {"every", NULL};
     const char *pre = "train.activation_checkpointing";
-    if ((rc = only_keys(ac, pre, ac_keys, err, errlen)) < 0 ||
-        (rc = get_int(ac, pre, "every", &c->ckpt_every, err, errlen)) < 0)
+    json_t *every = json_object_get(ac, "every");
+    if ((rc = only_keys(ac, pre, ac_keys, err, errlen)) < 0) return rc;
+    if (json_is_string(every) && !strcmp(json_string_value(every), "auto"))
+      c->ckpt_every = ZT_CKPT_AUTO;
+    else if ((rc = get_int(ac, pre, "every", &c->ckpt_every, err, errlen)) < 0)
       return rc;
+    else if (c->ckpt_every < 0) {
+      snprintf(err, errlen, "%s.every must be an integer >= 0 or \"auto\"", pre);
+      return -EINVAL;
+    }
   }
   json_t *pr = json_object_get(o, "precision");
   if (pr && zt_dtype_parse(json_string_value(pr), &c->precision) < 0) {
@@ -167,14 +174,16 @@ int zt_train_cfg_from_json(const json_t *o, zt_train_cfg *c, char *err, size_t e
 }
 
 json_t *zt_train_cfg_to_json(const zt_train_cfg *c) {
-  return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:f, s:f, s:I, s:{s:i}, "
+  json_t *every = c->ckpt_every == ZT_CKPT_AUTO ? json_string("auto")
+                                                : json_integer(c->ckpt_every);
+  return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:f, s:f, s:I, s:{s:o}, "
                    "s:s, s:b}",
                    "steps", c->steps, "micro_batch", c->micro_batch, "grad_accum", c->grad_accum,
                    "lr", (double)c->lr, "beta1", (double)c->beta1, "beta2", (double)c->beta2,
                    "eps", (double)c->eps, "weight_decay", (double)c->weight_decay, "schedule",
                    zt_schedule_name(c->schedule), "warmup_steps", c->warmup_steps, "min_lr",
                    (double)c->min_lr, "grad_clip", (double)c->grad_clip, "seed",
-                   (json_int_t)c->seed, "activation_checkpointing", "every", c->ckpt_every,
+                   (json_int_t)c->seed, "activation_checkpointing", "every", every,
                    "precision", zt_dtype_name(c->precision), "tf32", c->tf32);
 }
 

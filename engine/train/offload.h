@@ -99,6 +99,9 @@ typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + arena */
   size_t act_bytes;      /* activations of one micro-batch (backend memory) */
   int gpu_units;         /* leading units with their optimizer on the device */
+  int ckpt_every;        /* the plan's activation checkpointing (train's, or auto's choice) */
+  zt_offload_place params; /* the plan's home of the parameters between uses */
+  double est_step_s;     /* the plan's step time by the planner's cost model */
   size_t gpu_unit_bytes; /* their device buffers */
   uint64_t gpu_unit_updates; /* unit updates run by the backend's AdamW */
   size_t arena_budget;   /* the device arena: parameter copies and gradient buffers */

@@ -12,6 +12,7 @@
 
 #include "engine/kernels/backend.h"
 #include "engine/train/trainer_internal.h"
+#include "engine/tunables.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
 #include "offload/cpu_pool.h"
@@ -69,6 +70,7 @@ typedef struct off_state {
   size_t dev_unit_bytes;
   uint64_t gpu_unit_updates;
   uint64_t step_ns;    /* wall time of the steps that succeeded */
+  double est_s;        /* the plan's step time by the cost model */
   int adam_threads;
   zt_host_arena *host;
   zt_nvme_store *nvme; /* optimizer nvme */
@@ -384,19 +386,30 @@ typedef struct overlap {
   int bad_unit, updated;
 } overlap;
 
-static int unit_done(zt_trainer *t, int u, overlap *ov) {
+/* err gets the message of a failure: the streamer's, or the update's (the NVMe store's names
+ * the file and the cause). */
+static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen) {
   off_state *s = t->path_state;
   if (!ov->on || ov->bad_unit >= 0 || u < s->ng) return 0;
-  int rc = zt_streamer_wait_grads(s->st, u - s->ng);
-  if (rc < 0) return rc;
   const zt_unit_info *ui = zt_model_unit(t->model, u);
+  int rc = zt_streamer_wait_grads(s->st, u - s->ng);
+  if (rc < 0) {
+    snprintf(err, errlen, "offload step %d: unit %s: %s", t->step + 1, ui->name,
+             zt_streamer_error(s->st));
+    return rc;
+  }
   int nonfinite = 0;
   s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + ui->offset, ui->numel, &nonfinite);
   if (nonfinite) {
     ov->bad_unit = u;
     return 0;
   }
-  if ((rc = update_unit(t, u, ov->hp)) < 0) return rc;
+  if ((rc = update_unit(t, u, ov->hp)) < 0) {
+    snprintf(err, errlen, "step %d: the AdamW update failed: %s", t->step + 1,
+             s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
+                                                         : strerror(-rc));
+    return rc;
+  }
   ov->updated++;
   s->adam_overlapped++;
   return 0;
@@ -439,11 +452,7 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
      * queued, so that on a GPU the runner never waits for a write-back whose backward is the
      * last compute queued: the device always has the next unit's work. */
     for (; done > u + UNIT_DONE_LAG || (u == 0 && done >= 0); done--)
-      if ((rc = unit_done(t, done, ov)) < 0) {
-        snprintf(err, errlen, "offload step %d: unit %s: %s", t->step + 1,
-                 zt_model_unit(t->model, done)->name, zt_streamer_error(s->st));
-        return rc;
-      }
+      if ((rc = unit_done(t, done, ov, err, errlen)) < 0) return rc;
   }
   return 0;
 }
@@ -967,26 +976,94 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
   return 0;
 }
 
-/* The units whose optimizer lives on the device: offload.gpu_units as given, or with
- * optimizer auto and a gpu_budget as many leading units as the budget holds beside what
- * streaming the others needs (their AdamW then costs the host nothing; the leading ones,
- * because their gradients are the last the backward makes, leaving the CPU no time to overlap
- * their update). At least one unit is always streamed. */
-static int off_sizes_of(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt,
-                        size_t act_bytes, off_sizes *z, char *err, size_t errlen) {
-  int nu = zt_model_num_units(m);
+/* A plan: what auto leaves open, decided, and the sizes that follow. */
+typedef struct off_plan {
+  int ckpt_every;          /* train.activation_checkpointing.every, resolved */
+  zt_offload_place params; /* offload.params, resolved */
+  size_t act_bytes;
+  off_sizes z;             /* z.ng: offload.gpu_units, resolved */
+  double est_s;            /* the cost model's step time */
+} off_plan;
+
+/* The cost model that ranks the plans that fit (tunables in engine/tunables.h): per step, the
+ * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
+ * forward), the CPU AdamW of the streamed units less the backward of the device units it hides
+ * under (nothing hides it with clipping, which needs the norm first), the copies beyond the
+ * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
+ * checkpointing against units on the device against resident parameters. */
+static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
+  const zt_model_cfg *mc = zt_model_cfg_of(m);
+  double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
+  double N = (double)tc->micro_batch * T, ga = tc->grad_accum;
+  double flops = 6 * P * N + 12 * L * tc->micro_batch * T * T * mc->d_model;
+  double micro = flops / (tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
+                                                  : ZT_TUNE_PLAN_DEVICE_FLOPS_LP);
+  double recomputed = p->ckpt_every > 0 ? ceil(L / p->ckpt_every) / L : 0;
+  double compute = ga * micro * (1 + recomputed / 3);
+  double p_dev = p->z.ng ? (double)zt_model_unit(m, p->z.ng)->offset : 0, p_cpu = P - p_dev;
+  double cpu = p_cpu / ZT_TUNE_PLAN_CPU_ADAM_PARAMS;
+  double hidden = tc->grad_clip > 0 ? 0 : micro * 2 / 3 * p_dev / P;
+  double lp = tc->precision == ZT_F32 ? 4 : zt_dtype_size(tc->precision);
+  double fetches = p->params == ZT_PLACE_GPU ? 1 : 2 * ga;
+  double h2d = p_cpu * (lp * fetches + 4 * (ga - 1)), d2h = p_cpu * 4 * ga;
+  double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
+  return compute + fmax(0, cpu - hidden) + fmax(0, copies - compute) + p_dev * 18 / 3e12;
+}
+
+/* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
+ * (activation checkpointing, params gpu or host, the units with their optimizer on the device)
+ * searched for the cheapest plan by plan_cost that fits. Without a budget auto means the plain
+ * choice: no checkpointing, every unit resident, no unit's optimizer on the device (the budget
+ * is then what that takes). At least one unit is always streamed. */
+static int off_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                       const zt_ops *ops, off_plan *best, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers, budget = oc->gpu_budget > 0;
   if (oc->gpu_units >= nu) {
     snprintf(err, errlen, "offload.gpu_units is %d; the model has %d units and at least one "
              "must be streamed (leave the offload object out to keep everything on the device)",
              oc->gpu_units, nu);
     return -EINVAL;
   }
-  if (oc->gpu_units >= 0) return sizes_for(m, oc, dt, act_bytes, oc->gpu_units, z, err, errlen);
-  if (oc->optimizer != ZT_PLACE_AUTO || !oc->gpu_budget)
-    return sizes_for(m, oc, dt, act_bytes, 0, z, err, errlen);
-  for (int ng = nu - 1; ng > 0; ng--)
-    if (sizes_for(m, oc, dt, act_bytes, ng, z, err, errlen) == 0) return 0;
-  return sizes_for(m, oc, dt, act_bytes, 0, z, err, errlen);
+  int ck_auto = tc->ckpt_every == ZT_CKPT_AUTO && budget;
+  int ck_lo = ck_auto ? 0 : tc->ckpt_every == ZT_CKPT_AUTO ? 0 : tc->ckpt_every;
+  int ck_hi = ck_auto ? L : ck_lo;
+  zt_offload_place places[2] = {oc->params, oc->params};
+  if (oc->params == ZT_PLACE_AUTO) {
+    places[0] = ZT_PLACE_GPU;
+    places[1] = budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+  }
+  int ng_hi = oc->gpu_units >= 0 ? oc->gpu_units
+              : oc->optimizer == ZT_PLACE_AUTO && budget ? nu - 1 : 0;
+  int ng_lo = oc->gpu_units >= 0 ? oc->gpu_units : 0;
+  int found = 0;
+  zt_offload_cfg c = *oc;
+  for (int ck = ck_lo; ck <= ck_hi; ck++) {
+    off_plan p = {.ckpt_every = ck,
+                  .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
+    if (!p.act_bytes) {
+      snprintf(err, errlen, "train.activation_checkpointing.every %d: cannot size the "
+               "activations", ck);
+      return -EINVAL;
+    }
+    for (int pl = 0; pl < 2; pl++) {
+      if (pl && places[1] == places[0]) break;
+      c.params = p.params = places[pl];
+      for (int ng = ng_hi; ng >= ng_lo; ng--) {
+        char why[512];
+        if (sizes_for(m, &c, tc->precision, p.act_bytes, ng, &p.z, why, sizeof why) < 0) continue;
+        p.est_s = plan_cost(m, tc, &p);
+        if (!found || p.est_s < best->est_s) *best = p;
+        found = 1;
+      }
+    }
+  }
+  if (found) return 0;
+  /* nothing fits: the refusal of the plan that needs the least device memory */
+  c.params = places[1];
+  int ck = ck_auto ? 1 : ck_lo;
+  return sizes_for(m, &c, tc->precision, zt_acts_size_dt(m, ops, tc->micro_batch, ck,
+                                                         tc->precision),
+                   ng_lo, &best->z, err, errlen);
 }
 
 /* What the offloaded step runs on today: the cpu and cuda backends, fp32 or bf16 compute. */
@@ -1013,18 +1090,17 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
                         const zt_ops *ops, size_t *host_bytes, size_t *device_bytes, char *err,
                         size_t errlen) {
   zt_model *m = NULL;
-  off_sizes z;
+  off_plan p;
   int rc;
   if ((rc = zt_offload_cfg_check(oc, err, errlen)) < 0 ||
       (rc = zt_model_create(&m, mc, err, errlen)) < 0)
     return rc;
-  size_t act = zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
   rc = off_supported(ops->name, tc, oc, err, errlen);
-  if (rc == 0) rc = off_sizes_of(m, oc, tc->precision, act, &z, err, errlen);
+  if (rc == 0) rc = off_plan_of(m, tc, oc, ops, &p, err, errlen);
   zt_model_destroy(m);
   if (rc < 0) return rc;
-  *host_bytes = z.host;
-  *device_bytes = act + z.dev_units + z.arena;
+  *host_bytes = p.z.host;
+  *device_bytes = p.act_bytes + p.z.dev_units + p.z.arena;
   return 0;
 }
 
@@ -1074,7 +1150,12 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   s->nu = zt_model_num_units(t->model);
   if (mc->arch == ZT_ARCH_GPT) s->head = s->nu - 1;
-  if ((rc = zt_acts_open_dt(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every,
+  off_plan plan;
+  if ((rc = off_plan_of(t->model, tc, oc, be->ops, &plan, err, errlen)) < 0) goto out;
+  t->tc.ckpt_every = plan.ckpt_every;
+  s->oc.params = plan.params;
+  s->est_s = plan.est_s;
+  if ((rc = zt_acts_open_dt(&t->acts, t->model, be, tc->micro_batch, plan.ckpt_every,
                             tc->precision, err, errlen)) < 0)
     goto out;
   s->act_bytes = zt_acts_bytes(t->acts);
@@ -1093,8 +1174,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     goto out;
   }
   int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
-  off_sizes z;
-  if ((rc = off_sizes_of(t->model, oc, s->dt, s->act_bytes, &z, err, errlen)) < 0) goto out;
+  off_sizes z = plan.z;
   int held = z.held;
   s->host_bytes = z.host;
   if ((rc = zt_host_arena_open(&s->host, s->host_bytes, on_gpu ? zt_host_mem_cuda() : NULL)) < 0) {
@@ -1211,6 +1291,9 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
   zt_cpu_pool_get_stats(s->pool, &ps);
   *out = (zt_offload_stats){.device_budget = s->act_bytes + s->dev_unit_bytes + s->arena_budget,
                             .gpu_units = s->ng,
+                            .ckpt_every = t->tc.ckpt_every,
+                            .params = s->oc.params,
+                            .est_step_s = s->est_s,
                             .gpu_unit_bytes = s->dev_unit_bytes,
                             .gpu_unit_updates = s->gpu_unit_updates,
                             .step_ns = s->step_ns,

@@ -55,7 +55,7 @@ int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
       (rc = range_i(err, errlen, "warmup_steps", c->warmup_steps, 0, c->steps)) < 0 ||
       (rc = range_f(err, errlen, "min_lr", c->min_lr, 0, c->lr, 0)) < 0 ||
       (rc = range_f(err, errlen, "grad_clip", c->grad_clip, 0, 1e30, 0)) < 0 ||
-      (rc = range_i(err, errlen, "activation_checkpointing.every", c->ckpt_every, 0,
+      (rc = range_i(err, errlen, "activation_checkpointing.every", c->ckpt_every, ZT_CKPT_AUTO,
                     1 << 20)) < 0)
     return rc;
   if (c->precision != ZT_F32 && c->precision != ZT_BF16 && c->precision != ZT_F16) {
@@ -144,7 +144,9 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
              zt_dtype_name(tc->precision));
     goto out;
   }
-  rc = zt_acts_open_dt(&t->acts, t->model, be, tc->micro_batch, tc->ckpt_every, tc->precision,
+  /* auto is the offload planner's; without offload it is none */
+  if (t->tc.ckpt_every == ZT_CKPT_AUTO) t->tc.ckpt_every = 0;
+  rc = zt_acts_open_dt(&t->acts, t->model, be, tc->micro_batch, t->tc.ckpt_every, tc->precision,
                        err, errlen);
   if (rc < 0) goto out;
   t->h_tok = malloc(N * sizeof *t->h_tok);
@@ -197,7 +199,8 @@ size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
   if (!ops || zt_train_cfg_check(tc, err, sizeof err) < 0 ||
       zt_model_create(&m, mc, err, sizeof err) < 0)
     goto out;
-  size_t acts = zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
+  size_t acts = zt_acts_size_dt(m, ops, tc->micro_batch,
+                                tc->ckpt_every == ZT_CKPT_AUTO ? 0 : tc->ckpt_every, tc->precision);
   if (acts) bytes = master_bytes(zt_model_num_params(m), tc->precision) + acts;
 out:
   zt_model_destroy(m);

@@ -11,6 +11,9 @@
 
 typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_schedule;
 
+/* zt_train_cfg.ckpt_every: chosen by the offload planner */
+#define ZT_CKPT_AUTO (-1)
+
 typedef struct zt_train_cfg {
   int steps;            /* optimizer steps */
   int micro_batch;      /* B */
@@ -25,7 +28,9 @@ typedef struct zt_train_cfg {
    * output and recompute their internals in backward (1 = every block). The checkpointed blocks
    * share one set of internal buffers, so the activations shrink by (their count - 1) blocks'
    * internals, for one extra forward of those blocks per micro-batch; losses and gradients are
-   * bitwise those of the run without. JSON: "activation_checkpointing": {"every": k}. */
+   * bitwise those of the run without. JSON: "activation_checkpointing": {"every": k}.
+   * ZT_CKPT_AUTO (JSON "auto"): the offloaded step's planner picks k with the rest of its plan
+   * under offload.gpu_budget (engine/train/offload.h); without offload it means none. */
   int ckpt_every;
   /* Mixed precision (JSON "precision": "fp32" | "bf16" | "fp16"): fp32 master parameters,
    * gradients and AdamW state always; with bf16/fp16 a compute copy of the parameters in that

@@ -3,18 +3,21 @@
 on the GPU machine (issue #5's benchmark).
 
     python3 tools/bench/offload_bench.py --ztrain build-gpu/tools/ztrain [--json OUT.json]
-        [--runs gpt2-1.5b:host:auto,gpt2-124m:gpu:host] [--budget-gib 24] [--steps 6]
+        [--runs gpt2-1.5b:host:host:1,gpt2-124m:auto:auto:auto,gpt2-124m:none:none:0]
+        [--budget-gib 24] [--steps 6]
 
 Both sides train the same GPT-2 (tools/parity/pytorch_parity.py's model, SDPA attention) on the
-same batches, bf16 compute with fp32 master weights, AdamW on the CPU, activation checkpointing
-every block:
+same batches, bf16 compute with fp32 master weights, AdamW:
 - zt: ztrain --backend cuda with "offload": {"params": PARAMS, "optimizer": OPTIMIZER,
-  "gpu_budget": BUDGET}; a run is MODEL:PARAMS:OPTIMIZER (params gpu: every unit's compute
-  copy resident, host: streamed; optimizer host: every update on the CPU, auto: the leading
-  units that fit the budget updated on the GPU).
+  "gpu_budget": BUDGET} and "activation_checkpointing": {"every": CKPT}; a run is
+  MODEL:PARAMS:OPTIMIZER:CKPT (params gpu: every unit's compute copy resident, host: streamed,
+  auto: the planner's choice; optimizer host: every update on the CPU, auto: the planner puts
+  the leading units that fit the budget on the GPU; CKPT an integer or auto). PARAMS none: no
+  offload object and no budget, the plain step on the GPU (the "no-budget time").
 - FSDP2: fully_shard per block and on the root with CPUOffloadPolicy(pin_memory=True),
   MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torch.optim.AdamW(fused=True) on
-  the CPU-resident params, torch.utils.checkpoint per block; one rank.
+  the CPU-resident params, torch.utils.checkpoint per block (it needs it to stay near the
+  budget at 1.5 B); one rank.
 Reported per side: mean step time after WARMUP steps, tokens/s, TFLOPS by 6*N*tokens, peak
 device memory (zt: its device budget as taken, activations + device units + arena; torch:
 max_memory_allocated), the ratio FSDP2 time / zt time (the speed-up), and zt's timeline: the
@@ -112,15 +115,17 @@ def fsdp2_step_time(cfg, batches, steps):
     return sum(times) / len(times), peak, params
 
 
-def zt_step_time(cfg, batches, ztrain, params, optimizer, budget, steps):
+def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps):
     with tempfile.TemporaryDirectory() as d:
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
                 "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": 1,
                           "lr": 1e-4, "precision": "bf16",
-                          "activation_checkpointing": {"every": 1}},
-                "offload": {"params": params, "optimizer": optimizer, "gpu_budget": budget,
-                            "prefetch": 2}}
+                          "activation_checkpointing": {"every": ckpt if ckpt == "auto"
+                                                       else int(ckpt)}}}
+        if params != "none":
+            spec["offload"] = {"params": params, "optimizer": optimizer, "gpu_budget": budget,
+                               "prefetch": 2}
         with open(os.path.join(d, "spec.json"), "w") as f:
             json.dump(spec, f)
         batches.astype("<i4").tofile(os.path.join(d, "batches.bin"))
@@ -137,8 +142,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ztrain", required=True)
     ap.add_argument("--json")
-    ap.add_argument("--runs", default="gpt2-1.5b:host:host,gpt2-1.5b:host:auto,"
-                                      "gpt2-124m:host:auto")
+    ap.add_argument("--runs", default="gpt2-1.5b:host:host:1,gpt2-1.5b:host:auto:1,"
+                                      "gpt2-1.5b:auto:auto:auto,gpt2-124m:auto:auto:auto,"
+                                      "gpt2-124m:none:none:0")
     ap.add_argument("--budget-gib", type=float, default=24)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--no-torch", action="store_true")
@@ -149,19 +155,25 @@ def main():
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, {os.cpu_count()} cpus; "
           f"gpu_budget {args.budget_gib} GiB")
     for run in args.runs.split(","):
-        name, params, optimizer = run.split(":")
-        placement = f"params {params}, optimizer {optimizer}"
+        name, params, optimizer, ckpt = run.split(":")
+        placement = f"params {params}, optimizer {optimizer}, checkpointing {ckpt}"
         cfg = CONFIGS[name]
         tokens = cfg["B"] * cfg["seq_len"]
         batches = rng.integers(0, cfg["vocab"], size=(args.steps, cfg["B"], cfg["seq_len"] + 1),
                                dtype=np.int32)
         try:
-            z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, budget, args.steps)
+            z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, ckpt, budget,
+                             args.steps)
         except RuntimeError as e:
             print(f"{name} zt params {placement}: FAILED: {e}", flush=True)
             continue
         n = z["params"]
         zs = z["step_ms"] / 1e3
+        if "offload" not in z:
+            print(f"{name} zt without offload or budget: {zs * 1e3:.1f} ms/step, "
+                  f"{tokens / zs:.0f} tok/s, device {z['backend_bytes'] / 2**30:.2f} GiB", flush=True)
+            results.append(dict(model=name, placement="none", params=n, zt_s=zs))
+            continue
         row = dict(model=name, placement=placement, params=n, zt_s=zs,
                    zt_tok_s=tokens / zs, zt_tflops=6 * n * tokens / zs / 1e12,
                    zt_device_bytes=z["offload"]["device_budget"], zt_offload=z["offload"],
@@ -176,7 +188,9 @@ def main():
               f"{6 * n * tokens / zs / 1e12:.1f} TFLOPS, device {z['offload']['device_budget'] / 2**30:.2f} GiB "
               f"(arena peak {z['offload']['arena_peak'] / 2**30:.2f} of {z['offload']['arena_budget'] / 2**30:.2f}), "
               f"host {z['offload']['host_bytes'] / 2**30:.2f} GiB, {o['gpu_units']} units' optimizer "
-              f"on the GPU ({o['gpu_unit_bytes'] / 2**30:.2f} GiB)", flush=True)
+              f"on the GPU ({o['gpu_unit_bytes'] / 2**30:.2f} GiB); plan: params {o['params']}, "
+              f"checkpointing every {o['ckpt_every']}, estimated {o['est_step_s'] * 1e3:.0f} ms",
+              flush=True)
         print("    busy: " + ", ".join(f"{k} {v:.0%}" for k, v in busy.items()) +
               f"; H2D {row['h2d_gb_s']:.1f} GB/s, D2H {row['d2h_gb_s']:.1f} GB/s while copying",
               flush=True)

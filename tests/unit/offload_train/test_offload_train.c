@@ -250,6 +250,56 @@ static int check_auto_units(zt_arch arch) {
   return fails;
 }
 
+/* activation checkpointing auto: a budget that only a checkpointed plan fits makes the planner
+ * checkpoint (and train bitwise as without offload); a roomy one makes it not. */
+static int check_auto_ckpt(zt_arch arch) {
+  int fails = 0;
+  char err[512];
+  zt_model_cfg mc = model_cfg(arch);
+  zt_train_cfg tc = train_cfg(0, 1), plain = train_cfg(0, 0);
+  zt_offload_cfg oc;
+  zt_offload_cfg_defaults(&oc);
+  size_t tight = min_budget(&mc, &tc, oc, &g_be), loose = min_budget(&mc, &plain, oc, &g_be);
+  fails += MC_EXPECT(tight < loose, "%s: checkpointing does not lower the budget (%zu, %zu)",
+                     zt_arch_name(arch), tight, loose);
+  tc.ckpt_every = ZT_CKPT_AUTO;
+  int32_t *tok = make_tokens(&mc, 17);
+  size_t per = step_tokens(&mc);
+  double ref[STEPS], off[STEPS];
+  zt_trainer *a = NULL, *b = NULL, *c = NULL;
+  zt_offload_stats st;
+  oc.gpu_budget = tight;
+  if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, &g_be, err, sizeof err) == 0, "%s", err) ||
+      MC_EXPECT(open_off(&b, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "auto at %zu: %s",
+                tight, err)) {
+    fails++;
+    goto out;
+  }
+  zt_trainer_offload_stats(b, &st);
+  fails += MC_EXPECT(st.ckpt_every > 0 && st.device_budget <= tight && st.est_step_s > 0,
+                     "%s auto at the checkpointed minimum: every %d, %zu bytes, est %g s",
+                     zt_arch_name(arch), st.ckpt_every, st.device_budget, st.est_step_s);
+  fails += run(a, tok, per, 0, STEPS, ref, "auto ckpt reference");
+  fails += run(b, tok, per, 0, STEPS, off, "auto ckpt");
+  for (int i = 0; i < STEPS; i++)
+    fails += MC_EXPECT(!memcmp(&ref[i], &off[i], sizeof ref[i]), "%s auto ckpt: step %d",
+                       zt_arch_name(arch), i + 1);
+  oc.gpu_budget = 4 * loose;
+  if (MC_EXPECT(open_off(&c, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "%s", err)) {
+    fails++;
+    goto out;
+  }
+  zt_trainer_offload_stats(c, &st);
+  fails += MC_EXPECT(st.ckpt_every == 0, "%s auto with room: checkpointing every %d",
+                     zt_arch_name(arch), st.ckpt_every);
+out:
+  zt_trainer_close(a);
+  zt_trainer_close(b);
+  zt_trainer_close(c);
+  free(tok);
+  return fails;
+}
+
 /* 5 steps offloaded, a checkpoint, a fresh offloaded trainer (which ran a step of its own) loads
  * it, 5 more: the losses and state of 10 steps without offload; a trainer without offload
  * resumes from the same checkpoint alike. */
@@ -520,6 +570,7 @@ int main(int argc, char **argv) {
     fails += check_case(archs[i], "bf16, 2 device units, resident", bf, oc, 0);
     oc.gpu_units = -1;
     fails += check_auto_units(archs[i]);
+    fails += check_auto_ckpt(archs[i]);
   }
   mc_rmtree(tmp);
   zt_backend_cpu_close(&g_be);
