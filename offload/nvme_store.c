@@ -38,6 +38,7 @@ typedef struct nvme_req {
   int ext;
   int err;           /* first error, -errno */
   int fixed;         /* index of the registered buffer holding buf, or -1 */
+  int fault;         /* ZT_FAULT_NVME picked this request: its first completion is -EIO */
   uint64_t offset;
   char *buf;
   size_t len;
@@ -77,6 +78,8 @@ struct zt_nvme_store {
   uint64_t busy_since;
   uint64_t fail_n;
   int fail_err;
+  int fault_write;      /* ZT_FAULT_NVME: the direction counted (1 write, 0 read) */
+  uint64_t fault_left;  /* requests of that direction until the faulty one; 0 disarmed */
   zt_nvme_stats stats;
   char err[512];
 };
@@ -141,6 +144,26 @@ out:
   return rc;
 }
 
+/* ZT_FAULT_NVME (nvme_store.h): "eio:read:N" or "eio:write:N", N >= 1. */
+static int parse_fault(zt_nvme_store *s, const char *v) {
+  const char *num = !strncmp(v, "eio:read:", 9)    ? v + 9
+                    : !strncmp(v, "eio:write:", 10) ? v + 10
+                                                    : NULL;
+  char *end = NULL;
+  unsigned long long n = 0;
+  if (num && *num >= '1' && *num <= '9') {
+    errno = 0;
+    n = strtoull(num, &end, 10);
+  }
+  if (!n || errno || *end)
+    return fail(s, -EINVAL, "ZT_FAULT_NVME=%s: expected eio:read:N or eio:write:N with N >= 1", v);
+  s->fault_write = v[4] == 'w';
+  s->fault_left = n;
+  zt_log(ZT_LOG_WARN, "nvme", "%s: ZT_FAULT_NVME=%s: %s request %llu will fail with EIO (fault "
+         "injection for tests)", s->dir, v, s->fault_write ? "write" : "read", n);
+  return 0;
+}
+
 int zt_nvme_store_open(zt_nvme_store **out, const char *dir, const zt_nvme_tunables *t,
                        char *err, size_t errlen) {
   zt_nvme_store *s = NULL;
@@ -178,6 +201,8 @@ int zt_nvme_store_open(zt_nvme_store **out, const char *dir, const zt_nvme_tunab
     goto out;
   }
   if (s->direct && (rc = probe_direct(s)) < 0) goto out;
+  const char *fault = getenv("ZT_FAULT_NVME");
+  if (fault && fault[0] && (rc = parse_fault(s, fault)) < 0) goto out;
   s->reqs = calloc(s->t.max_requests, sizeof *s->reqs);
   s->ios = calloc(s->t.queue_depth, sizeof *s->ios);
   if (!s->reqs || !s->ios ||
@@ -404,7 +429,12 @@ static void finish_io(zt_nvme_store *s, int ii) {
 static void complete(zt_nvme_store *s, int ii, int res) {
   nvme_io *io = &s->ios[ii];
   nvme_req *r = &s->reqs[io->req];
+  int injected = r->fault;
   if (s->fail_n && --s->fail_n == 0) res = -s->fail_err;
+  if (injected) {
+    r->fault = 0;
+    res = -EIO;
+  }
   if (res == -EAGAIN || res == -EINTR) {
     s->stats.retries++;
     prep_io(s, ii);
@@ -414,9 +444,9 @@ static void complete(zt_nvme_store *s, int ii, int res) {
   if (res < 0) {
     if (!r->err) {
       r->err = res;
-      fail(s, res, "%s: %s of %zu bytes at offset %llu failed: %s", s->ext[r->ext].path,
+      fail(s, res, "%s: %s of %zu bytes at offset %llu failed: %s%s", s->ext[r->ext].path,
            r->write ? "write" : "read", io->len, (unsigned long long)io->file_off,
-           strerror(-res));
+           strerror(-res), injected ? " (injected by ZT_FAULT_NVME)" : "");
     }
     finish_io(s, ii);
     return;
@@ -485,6 +515,7 @@ static int start(zt_nvme_store *s, int write, int ext, uint64_t offset, char *bu
                   .next_free = -1};
   r->tail_pending = r->body < len;
   r->fixed = fixed_index(s, buf, r->body);
+  r->fault = s->fault_left && s->fault_write == write && --s->fault_left == 0;
   if (write && r->tail_pending) {
     char *blk = s->bounce + (size_t)ri * ZT_NVME_ALIGN;
     memcpy(blk, buf + r->body, len - r->body);

@@ -95,4 +95,14 @@ const char *zt_nvme_extent_path(const zt_nvme_store *s, int ext);
  * -err, as if the device had failed it. n = 0 disarms. */
 void zt_nvme_store_fail_nth(zt_nvme_store *s, uint64_t n, int err);
 
+/* Fault injection from outside the process (a testing aid, e.g. for a job run by ztd): the
+ * environment variable ZT_FAULT_NVME, read by every zt_nvme_store_open, arms the store it opens.
+ *   ZT_FAULT_NVME=eio:read:N    the Nth zt_nvme_read request of the store (N >= 1, counted from
+ *   ZT_FAULT_NVME=eio:write:N   the open) or the Nth zt_nvme_write completes with -EIO
+ * The request's first I/O goes to the device and its completion is replaced by -EIO, so a
+ * faulty write may have written its bytes, as a real one may; the message names the file and
+ * says "Input/output error (injected by ZT_FAULT_NVME)". Unset or empty: no fault. Any other
+ * value fails the open with -EINVAL naming the variable, so a mistyped test cannot pass by
+ * injecting nothing. The open logs a warning when a fault is armed. */
+
 #endif

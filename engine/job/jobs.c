@@ -402,6 +402,12 @@ static int load_job(zt_jobs *jobs, const char *id) {
     goto out;
   }
   if ((rc = job_new(jobs, id, &spec, &job)) < 0) goto out;
+  /* A runner that never ended (the daemon was killed) left its NVMe files: they take the space
+   * the job needs to start again. */
+  char nvme_dir[ZT_PATH_MAX];
+  int swept = zt__store_nvme_sweep(dir, id, nvme_dir, sizeof nvme_dir, err, sizeof err);
+  if (swept < 0) ZT_LOGW("job", "%s: NVMe files of an interrupted run: %s", id, err);
+  if (swept > 0) zt__job_log(job, ZT_LOG_INFO, "removed %s, left by the interrupted run", nvme_dir);
   job->state = state;
   const json_t *v;
   if (json_is_integer(v = json_object_get(st, "step"))) job->step = (int)json_integer_value(v);
@@ -609,11 +615,15 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
                         (json_int_t)zt_model_num_params(m), "backend_bytes", (json_int_t)bytes);
   zt_model_destroy(m);
   size_t host = 0, device = 0;
+  uint64_t nvme = 0;
   if (j && spec.has_offload &&
       zt_offload_estimate(&spec.model, &spec.train, &spec.offload,
-                          zt_backend_ops_of(jobs->cfg.backend), &host, &device, err, errlen) == 0)
-    json_object_set_new(j, "offload", json_pack("{s:I, s:I}", "host_bytes", (json_int_t)host,
-                                                "device_bytes", (json_int_t)device));
+                          zt_backend_ops_of(jobs->cfg.backend), &host, &device, err, errlen) == 0 &&
+      zt__job_spec_nvme_bytes(&spec, &nvme, err, errlen) == 0)
+    json_object_set_new(j, "offload", json_pack("{s:I, s:I, s:I}", "host_bytes",
+                                                (json_int_t)host, "device_bytes",
+                                                (json_int_t)device, "nvme_bytes",
+                                                (json_int_t)nvme));
   if (!j) {
     *rc = -ENOMEM;
     snprintf(err, errlen, "out of memory");

@@ -68,8 +68,9 @@ json_t *zt_jobs_status(zt_jobs *jobs);
 int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
                    size_t errlen);
 /* The same validation and sizing as submit, without queueing: {"backend", "arch", "params",
- * "backend_bytes"[, "offload": {"host_bytes", "device_bytes"}]}, or NULL with *rc and the
- * refusal submit would give (ENOMEM with the numbers when it cannot fit). */
+ * "backend_bytes"[, "offload": {"host_bytes", "device_bytes", "nvme_bytes"}]}, or NULL with *rc
+ * and the refusal submit would give (ENOMEM with the numbers when it cannot fit, ENOSPC when
+ * its NVMe files do not fit offload.nvme_dir). */
 json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen);
 /* {"jobs": [ {job, name, state, arch, step, steps, loss, created}, ... ]} */
 json_t *zt_jobs_list(zt_jobs *jobs);

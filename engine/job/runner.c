@@ -1,6 +1,7 @@
 /* The step loop of one job, on its own thread: backend, trainer, data, losses.log, checkpoints.
  * Everything the loop thread must see goes through zt__jobs_post. */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ typedef struct runner {
   int32_t *batch;         /* grad_accum micro-batches, back to back */
   int have;               /* stream: micro-batches of the next step already in batch */
   FILE *losses;
+  char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */
   char err[ZT__ERR_MAX];
 } runner;
 
@@ -108,18 +110,64 @@ static int take_micro_batch(runner *r, int32_t *dst) {
   return got;
 }
 
+/* optimizer nvme: the trainer keeps its files in a directory of the job's own,
+ * <nvme_dir>/ztd-<id>.XXXXXX, recorded in the job's directory until the runner removes it, so
+ * that a daemon killed mid-job finds and removes the files when it restarts (load_job). */
+static int make_nvme_dir(runner *r, zt_offload_cfg *oc) {
+  zt__job *job = r->job;
+  int rc;
+  if ((size_t)snprintf(r->nvme_dir, sizeof r->nvme_dir, "%s/ztd-%s.XXXXXX", oc->nvme_dir,
+                       job->id) >= sizeof r->nvme_dir) {
+    r->nvme_dir[0] = 0;
+    snprintf(r->err, sizeof r->err, "offload.nvme_dir: %.1500s: %s", oc->nvme_dir,
+             strerror(ENAMETOOLONG));
+    return -ENAMETOOLONG;
+  }
+  if (!mkdtemp(r->nvme_dir)) {
+    rc = -errno;
+    r->nvme_dir[0] = 0;
+    snprintf(r->err, sizeof r->err, "offload.nvme_dir: %.1500s: %s", oc->nvme_dir, strerror(-rc));
+    return rc;
+  }
+  if ((rc = zt__store_nvme_record(job->dir, r->nvme_dir, r->err, sizeof r->err)) < 0) return rc;
+  snprintf(oc->nvme_dir, sizeof oc->nvme_dir, "%s", r->nvme_dir);
+  return 0;
+}
+
+/* A full disk (or a file size limit) while the trainer reserves its files: the numbers for the
+ * whole tier, after the trainer's message naming the file that did not fit. */
+static void explain_nvme_space(runner *r, int rc) {
+  const zt_job_spec *s = &r->job->spec;
+  uint64_t need;
+  char why[ZT__ERR_MAX], bytes[32];
+  if ((rc != -ENOSPC && rc != -EFBIG && rc != -EDQUOT) ||
+      zt__job_spec_nvme_bytes(s, &need, why, sizeof why) < 0)
+    return;
+  zt__format_bytes(bytes, sizeof bytes, (double)need);
+  snprintf(why, sizeof why, "%s", r->err);
+  /* cut to fit: the trainer's message first, then the directory */
+  snprintf(r->err, sizeof r->err, "%.1400s (the job's NVMe tier needs %s, %" PRIu64 " bytes, in "
+           "offload.nvme_dir %.500s)", why, bytes, need, s->offload.nvme_dir);
+}
+
 static int open_job(runner *r, const zt_backend *be) {
   zt__job *job = r->job;
   const zt_job_spec *s = &job->spec;
+  zt_offload_cfg oc = s->offload;
   int rc;
   if (s->source == ZT_DATA_FILE &&
       (rc = zt__token_file_open(&r->tokens, s->data_path, 1, r->err, sizeof r->err)) < 0)
     return rc;
-  rc = s->has_offload ? zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &s->offload,
-                                                 be, r->err, sizeof r->err)
+  if (s->has_offload && oc.optimizer == ZT_PLACE_NVME && (rc = make_nvme_dir(r, &oc)) < 0)
+    return rc;
+  rc = s->has_offload ? zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &oc, be,
+                                                 r->err, sizeof r->err)
                       : zt_trainer_open(&r->trainer, &s->model, &s->train, be, r->err,
                                         sizeof r->err);
-  if (rc < 0) return rc;
+  if (rc < 0) {
+    if (r->nvme_dir[0]) explain_nvme_space(r, rc);
+    return rc;
+  }
   int newest = zt__store_newest_checkpoint(job->dir);
   if (newest > 0) {
     char path[ZT__JOB_DIR_MAX + 64];
@@ -286,7 +334,13 @@ out:
   if (r.losses) fclose(r.losses);
   free(r.batch);
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
-  if (r.trainer) zt_trainer_close(r.trainer);
+  if (r.trainer) zt_trainer_close(r.trainer); /* its NVMe files with it */
+  if (r.nvme_dir[0]) {
+    int nrc = zt__store_remove_tree(r.nvme_dir);
+    if (nrc < 0 || (nrc = zt__store_nvme_forget(job->dir)) < 0)
+      zt__job_log(job, ZT_LOG_WARN, "removing its NVMe directory %s: %s", r.nvme_dir,
+                  strerror(-nrc));
+  }
   if (be_open) zt_backend_close(&be);
   zt__token_file_close(&r.tokens);
   pthread_mutex_lock(mu);

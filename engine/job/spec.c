@@ -5,10 +5,13 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include "engine/job/data.h"
 #include "engine/kernels/backend.h"
 #include "engine/train/offload_json.h"
+#include "offload/nvme_store.h"
 
 /* Bounds on each dimension. They are far above anything that fits a machine: their job is to
  * keep the arithmetic of the memory estimate finite, so the memory check can answer with numbers
@@ -429,6 +432,53 @@ static double host_limit(const zt_jobs_config *cfg, const char **what) {
   return pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
 }
 
+int zt__job_spec_nvme_bytes(const zt_job_spec *s, uint64_t *bytes, char *err, size_t errlen) {
+  zt_model *m = NULL;
+  int rc;
+  *bytes = 0;
+  if (!s->has_offload || s->offload.optimizer != ZT_PLACE_NVME) return 0;
+  if ((rc = zt_model_create(&m, &s->model, err, errlen)) < 0) return rc;
+  /* The trainer's layout (engine/train/offload.h): master, exp_avg and exp_avg_sq of each
+   * streamed unit (all but the leading gpu_units, whose optimizer is on the device) in a file of
+   * its own, fp32, reserved in whole ZT_NVME_ALIGN blocks. params nvme streams from the master
+   * files: no more files. */
+  int first = s->offload.gpu_units > 0 ? s->offload.gpu_units : 0;
+  for (int u = first; u < zt_model_num_units(m); u++) {
+    uint64_t file = zt_model_unit(m, u)->numel * sizeof(float);
+    *bytes += 3 * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
+  }
+  zt_model_destroy(m);
+  return 0;
+}
+
+/* The NVMe files are reserved in full when the job starts (zt_nvme_store_alloc): a directory
+ * without room for all of them is refused here, at submit and again at the start, with the
+ * numbers, rather than by the first file that does not fit. Space taken by others meanwhile
+ * still fails the start, naming that file. */
+static int check_nvme_space(const char *dir, uint64_t need, char *err, size_t errlen) {
+  struct stat st;
+  struct statvfs v;
+  int rc = 0;
+  if (stat(dir, &st) < 0 || statvfs(dir, &v) < 0)
+    rc = -errno;
+  else if (!S_ISDIR(st.st_mode))
+    rc = -ENOTDIR;
+  if (rc < 0) {
+    snprintf(err, errlen, "offload.nvme_dir: %s: %s", dir, strerror(-rc));
+    return rc;
+  }
+  uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+  if (avail < need) {
+    char a[32], b[32];
+    zt__format_bytes(a, sizeof a, (double)need);
+    zt__format_bytes(b, sizeof b, (double)avail);
+    snprintf(err, errlen, "offload.nvme_dir: %s has %s free (%" PRIu64 " bytes); the job's NVMe "
+             "tier needs %s (%" PRIu64 " bytes)", dir, b, avail, a, need);
+    return -ENOSPC;
+  }
+  return 0;
+}
+
 /* An offloaded job: the trainer's own sizing (zt_offload_estimate) refuses a gpu_budget too
  * small with the numbers; the host tier plus the device side (host memory too, on the cpu
  * backend) must fit the host. */
@@ -460,6 +510,9 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, size_t
              what, c);
     return -ENOMEM;
   }
+  uint64_t nvme = 0;
+  if ((rc = zt__job_spec_nvme_bytes(s, &nvme, err, errlen)) < 0) return rc;
+  if (nvme && (rc = check_nvme_space(s->offload.nvme_dir, nvme, err, errlen)) < 0) return rc;
   *backend_bytes = device;
   return 0;
 }

@@ -146,6 +146,58 @@ int zt__store_remove_tree(const char *path) {
   return rc;
 }
 
+int zt__store_nvme_record(const char *job_dir, const char *nvme_dir, char *err, size_t errlen) {
+  json_t *j = json_pack("{s:s}", "dir", nvme_dir);
+  if (!j) {
+    snprintf(err, errlen, "%s/nvme.json: out of memory", job_dir);
+    return -ENOMEM;
+  }
+  int rc = zt__store_write_json(job_dir, "nvme.json", j, err, errlen);
+  json_decref(j);
+  return rc;
+}
+
+int zt__store_nvme_forget(const char *job_dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/nvme.json", job_dir);
+  return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+int zt__store_nvme_sweep(const char *job_dir, const char *id, char *dir_out, size_t dir_outlen,
+                         char *err, size_t errlen) {
+  char path[4096], prefix[64];
+  int rc = 0, keep = 0;
+  snprintf(path, sizeof path, "%s/nvme.json", job_dir);
+  if (access(path, F_OK) != 0) {
+    if (errno == ENOENT) return 0;
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -errno;
+  }
+  json_t *j = zt__store_read_json(job_dir, "nvme.json", err, errlen);
+  const char *dir = json_string_value(json_object_get(j, "dir"));
+  const char *base = dir ? strrchr(dir, '/') : NULL;
+  /* Only a name the runner makes (ztd-<id>.XXXXXX): a record pointing elsewhere is not
+   * trusted with a recursive delete. */
+  int n = snprintf(prefix, sizeof prefix, "ztd-%s.", id);
+  if (!base || strncmp(base + 1, prefix, (size_t)n) != 0 || strlen(base + 1) != (size_t)n + 6) {
+    if (j) snprintf(err, errlen, "%s: no job NVMe directory (ztd-%s.XXXXXX) in it", path, id);
+    rc = -EINVAL;
+  } else if ((rc = zt__store_remove_tree(dir)) < 0) {
+    snprintf(err, errlen, "%s: %s", dir, strerror(-rc));
+    keep = 1; /* tried again at the next start */
+  } else {
+    snprintf(dir_out, dir_outlen, "%s", dir);
+    rc = 1;
+  }
+  json_decref(j);
+  /* A record that cannot be acted on is dropped too: it would fail the same way every start. */
+  if (!keep && unlink(path) < 0 && rc >= 0) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+  }
+  return rc;
+}
+
 void zt__store_checkpoint_path(char *out, size_t outlen, const char *job_dir, int step) {
   snprintf(out, outlen, "%s/checkpoints/step-%08d", job_dir, step);
 }

@@ -20,6 +20,19 @@ int zt__store_fsync_dir(const char *dir);
 /* rm -r; 0 when already absent. */
 int zt__store_remove_tree(const char *path);
 
+/* job_dir/nvme.json, {"dir": path}: the directory an offloaded job's runner made under
+ * offload.nvme_dir (ztd-<id>.XXXXXX) for its trainer's NVMe files, recorded while the runner
+ * runs so that the files of a daemon killed mid-job can be found. Record (replaced atomically),
+ * forget (0 when already absent). */
+int zt__store_nvme_record(const char *job_dir, const char *nvme_dir, char *err, size_t errlen);
+int zt__store_nvme_forget(const char *job_dir);
+/* What a runner that never ended left: removes the recorded directory with everything in it,
+ * when it is named as a runner of job `id` names it, then the record. 1 with dir_out set when a
+ * directory was removed, 0 when there was no record, -errno with err (the record is dropped
+ * unless the directory could not be removed). */
+int zt__store_nvme_sweep(const char *job_dir, const char *id, char *dir_out, size_t dir_outlen,
+                         char *err, size_t errlen);
+
 /* job_dir/checkpoints/step-NNNNNNNN */
 void zt__store_checkpoint_path(char *out, size_t outlen, const char *job_dir, int step);
 /* Steps of the complete checkpoints (the step-NNNNNNNN directories), ascending; *steps is

@@ -208,6 +208,9 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
   uv_loop_t loop;
   zt_server srv = {.loop = &loop, .cfg = cfg};
   bool loop_ok = false;
+  /* A write past RLIMIT_FSIZE (a checkpoint, a job's NVMe file) must fail that job with EFBIG,
+   * not kill the daemon with every job in it. */
+  signal(SIGXFSZ, SIG_IGN);
   int rc = state_dir_prepare(cfg->state_dir, err, errlen);
   if (rc < 0) goto out;
   rc = socket_claim(cfg->socket_path, err, errlen);

@@ -91,6 +91,32 @@ wait_state() {
   fail "job $1 is $s after ${3:-120} s, expected $2"
 }
 
+# wait_status JOB REGEX [SECONDS]: polls the job's status.json (rewritten at each state change
+# and checkpoint) until a line matches; fails when ztd dies meanwhile.
+wait_status() {
+  local i
+  for i in $(seq 1 $((${3:-120} * 20))); do
+    grep -Eq "$2" "$STATE/jobs/$1/status.json" && return 0
+    if ! kill -0 "$ZTD_PID" 2>/dev/null; then
+      local rc=0
+      wait "$ZTD_PID" || rc=$?
+      ZTD_PID=
+      fail "ztd died (exit status $rc) while job $1 ran"
+    fi
+    sleep 0.05
+  done
+  fail "job $1: no '$2' in its status.json: $(cat "$STATE/jobs/$1/status.json")"
+}
+# wait_end JOB STATE [SECONDS]: waits for the job to end and checks it ended in STATE.
+wait_end() {
+  wait_status "$1" '"state": "(done|failed|cancelled)"' "${3:-120}"
+  grep -q "\"state\": \"$2\"" "$STATE/jobs/$1/status.json" ||
+    fail "job $1 ended otherwise than $2: $(cat "$STATE/jobs/$1/status.json")"
+}
+# new_job SPEC: submits it and prints the id, as submit does but without a JSON parser per call
+# (call it as `job=$(new_job SPEC) || exit 1`).
+new_job() { ztctl submit "$1" || fail "submit $1"; }
+
 # wait_step JOB N: polls until the job has completed at least N steps (while running).
 wait_step() {
   local i s

@@ -2,7 +2,7 @@
  * many requests in flight, ranges and unaligned tails, registered buffers, buffered mode,
  * counters, and every error path (bad ranges, EBUSY, EEXIST, EFBIG from RLIMIT_FSIZE with the
  * short write before it, ENOSPC on a small tmpfs where one can be mounted, injected EIO and
- * EAGAIN). Each I/O error's message must name the file. */
+ * EAGAIN, ZT_FAULT_NVME). Each I/O error's message must name the file. */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -253,6 +253,66 @@ static void test_injected(void) {
   free(b);
 }
 
+/* ZT_FAULT_NVME: the Nth request of one direction fails with EIO naming the file and the
+ * injection, the other direction and the requests around it do not; bad values fail the open. */
+static void test_env_fault(void) {
+  static const char *const bad[] = {"eio:read:0",  "eio:read:",      "eio:write:-1",
+                                    "eio:write:2x", "eio:reads:1",    "enospc:write:1",
+                                    "eio:write:99999999999999999999"};
+  unsigned char *b = abuf(8192);
+  char err[512];
+  fill(b, 4, 0, 8192);
+  for (int dir = 0; dir < 2; dir++) {
+    setenv("ZT_FAULT_NVME", dir ? "eio:write:3" : "eio:read:2", 1);
+    zt_nvme_store *s = open_store(tmpdir, NULL);
+    int e = zt_nvme_store_alloc(s, "envfault", 8192);
+    int rc[4];
+    /* a direction's request count starts at the open: 4 of the faulty kind, the other kind
+     * between them */
+    for (int i = 0; i < 4; i++) {
+      int q = dir ? zt_nvme_write(s, e, 0, b, 8192) : zt_nvme_read(s, e, 0, b, 8192);
+      rc[i] = q < 0 ? q : zt_nvme_wait(s, q);
+      if (rc[i] == -EIO) {
+        OT_CHECK(strstr(zt_nvme_store_error(s), zt_nvme_extent_path(s, e)) &&
+                     strstr(zt_nvme_store_error(s), "Input/output error") &&
+                     strstr(zt_nvme_store_error(s), "ZT_FAULT_NVME"),
+                 "injected EIO message: %s", zt_nvme_store_error(s));
+        printf("env fault: %s\n", zt_nvme_store_error(s));
+      }
+      q = dir ? zt_nvme_read(s, e, 0, b, 8192) : zt_nvme_write(s, e, 0, b, 8192);
+      OT_CHECK(q >= 0 && zt_nvme_wait(s, q) == 0, "the other direction failed: %s",
+               zt_nvme_store_error(s));
+    }
+    int want = dir ? 2 : 1;
+    for (int i = 0; i < 4; i++)
+      OT_CHECK(rc[i] == (i == want ? -EIO : 0), "%s request %d: %d, want %d",
+               dir ? "write" : "read", i + 1, rc[i], i == want ? -EIO : 0);
+    zt_nvme_stats st;
+    zt_nvme_store_get_stats(s, &st);
+    OT_CHECK(st.errors == 1, "errors %llu", (unsigned long long)st.errors);
+    zt_nvme_store_close(s);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    zt_nvme_store *s = NULL;
+    setenv("ZT_FAULT_NVME", bad[i], 1);
+    int rc = zt_nvme_store_open(&s, tmpdir, NULL, err, sizeof err);
+    OT_CHECK(rc == -EINVAL && !s && strstr(err, "ZT_FAULT_NVME") && strstr(err, bad[i]),
+             "ZT_FAULT_NVME=%s: open gave %d: %s", bad[i], rc, err);
+    zt_nvme_store_close(s);
+  }
+  setenv("ZT_FAULT_NVME", "", 1); /* empty: no fault */
+  zt_nvme_store *s = open_store(tmpdir, NULL);
+  int e = zt_nvme_store_alloc(s, "envnone", 8192);
+  for (int i = 0; i < 3; i++) {
+    int q = zt_nvme_write(s, e, 0, b, 8192);
+    OT_CHECK(q >= 0 && zt_nvme_wait(s, q) == 0, "write with ZT_FAULT_NVME empty: %s",
+             zt_nvme_store_error(s));
+  }
+  zt_nvme_store_close(s);
+  unsetenv("ZT_FAULT_NVME");
+  free(b);
+}
+
 /* RLIMIT_FSIZE: an extent past the limit fails at alloc (fallocate: EFBIG); a write crossing
  * the limit into an extent made before it is cut short by the kernel, resubmitted, then fails
  * with EFBIG. SIGXFSZ is ignored so the error comes back as a return value. */
@@ -342,6 +402,7 @@ static void test_enospc(void) {
 }
 
 int main(void) {
+  unsetenv("ZT_FAULT_NVME"); /* the faults here are the test's own */
   const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   setvbuf(stdout, NULL, _IOLBF, 0); /* test_enospc forks: nothing may sit in the buffer */
   snprintf(tmpdir, sizeof tmpdir, "%s/zt-nvme-XXXXXX", base);
@@ -354,6 +415,7 @@ int main(void) {
   test_registered();
   test_busy();
   test_injected();
+  test_env_fault();
   test_fsize();
   test_enospc();
   OT_CHECK(rmdir(tmpdir) == 0, "%s not empty after every store closed: %s", tmpdir, strerror(errno));
