@@ -282,9 +282,25 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
          json_number_value(json_object_get(plan, "params")) / 1e6, need,
          json_string_value(json_object_get(plan, "backend")));
   if (off) {
+    char act[32], units[32], arena[32], nvme[32];
     ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(off, "host_bytes")));
     ztctl_fmt_bytes(dev, sizeof dev, json_number_value(json_object_get(off, "device_bytes")));
-    printf("offload: host tier %s, device %s (activations and the units in flight)\n", host, dev);
+    ztctl_fmt_bytes(act, sizeof act, json_number_value(json_object_get(off, "act_bytes")));
+    ztctl_fmt_bytes(units, sizeof units,
+                    json_number_value(json_object_get(off, "gpu_unit_bytes")));
+    ztctl_fmt_bytes(arena, sizeof arena, json_number_value(json_object_get(off, "arena_bytes")));
+    ztctl_fmt_bytes(nvme, sizeof nvme, json_number_value(json_object_get(off, "nvme_bytes")));
+    int every = (int)json_integer_value(json_object_get(off, "ckpt_every"));
+    char ckpt[32] = "none";
+    if (every) snprintf(ckpt, sizeof ckpt, "every %d block(s)", every);
+    printf("offload: device %s = activations %s + %d of %d units with their optimizer on the "
+           "device %s + streaming arena %s\n", dev, act,
+           (int)json_integer_value(json_object_get(off, "gpu_units")),
+           (int)json_integer_value(json_object_get(off, "units")), units, arena);
+    printf("offload: host tier %s, NVMe files %s; parameters between uses on the %s; "
+           "activation checkpointing %s; estimated %.3f s/step\n", host, nvme,
+           json_string_value(json_object_get(off, "params")), ckpt,
+           json_number_value(json_object_get(off, "est_step_s")));
   }
 out:
   json_decref(plan);

@@ -614,16 +614,19 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
                         zt_arch_name(spec.model.arch), "params",
                         (json_int_t)zt_model_num_params(m), "backend_bytes", (json_int_t)bytes);
   zt_model_destroy(m);
-  size_t host = 0, device = 0;
-  uint64_t nvme = 0;
+  zt_offload_plan p;
   if (j && spec.has_offload &&
       zt_offload_estimate(&spec.model, &spec.train, &spec.offload,
-                          zt_backend_ops_of(jobs->cfg.backend), &host, &device, err, errlen) == 0 &&
-      zt__job_spec_nvme_bytes(&spec, &nvme, err, errlen) == 0)
-    json_object_set_new(j, "offload", json_pack("{s:I, s:I, s:I}", "host_bytes",
-                                                (json_int_t)host, "device_bytes",
-                                                (json_int_t)device, "nvme_bytes",
-                                                (json_int_t)nvme));
+                          zt_backend_ops_of(jobs->cfg.backend), &p, err, errlen) == 0)
+    json_object_set_new(
+        j, "offload",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:s, s:f}", "host_bytes",
+                  (json_int_t)p.host_bytes, "device_bytes", (json_int_t)p.device_bytes,
+                  "nvme_bytes", (json_int_t)p.nvme_bytes, "act_bytes", (json_int_t)p.act_bytes,
+                  "gpu_unit_bytes", (json_int_t)p.gpu_unit_bytes, "arena_bytes",
+                  (json_int_t)p.arena_bytes, "units", p.units, "gpu_units", p.gpu_units,
+                  "ckpt_every", p.ckpt_every, "params", zt_offload_place_name(p.params),
+                  "est_step_s", p.est_step_s));
   if (!j) {
     *rc = -ENOMEM;
     snprintf(err, errlen, "out of memory");

@@ -21,6 +21,7 @@ typedef struct runner {
   int have;               /* stream: micro-batches of the next step already in batch */
   FILE *losses;
   char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */
+  zt_offload_stats last;      /* offloaded: the stats after the previous step (the timeline) */
   char err[ZT__ERR_MAX];
 } runner;
 
@@ -136,18 +137,34 @@ static int make_nvme_dir(runner *r, zt_offload_cfg *oc) {
 
 /* A full disk (or a file size limit) while the trainer reserves its files: the numbers for the
  * whole tier, after the trainer's message naming the file that did not fit. */
-static void explain_nvme_space(runner *r, int rc) {
+static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
   const zt_job_spec *s = &r->job->spec;
-  uint64_t need;
+  zt_offload_plan plan;
   char why[ZT__ERR_MAX], bytes[32];
   if ((rc != -ENOSPC && rc != -EFBIG && rc != -EDQUOT) ||
-      zt__job_spec_nvme_bytes(s, &need, why, sizeof why) < 0)
+      zt_offload_estimate(&s->model, &s->train, &s->offload, ops, &plan, why, sizeof why) < 0)
     return;
+  uint64_t need = plan.nvme_bytes;
   zt__format_bytes(bytes, sizeof bytes, (double)need);
   snprintf(why, sizeof why, "%s", r->err);
   /* cut to fit: the trainer's message first, then the directory */
   snprintf(r->err, sizeof r->err, "%.1400s (the job's NVMe tier needs %s, %" PRIu64 " bytes, in "
            "offload.nvme_dir %.500s)", why, bytes, need, s->offload.nvme_dir);
+}
+
+/* The step just done, from the stats before and after it: the fraction of its wall time each
+ * resource was busy (the AdamW pool's per thread), as zt_offload_stats times them. NULL when no
+ * time passed (a resumed job's first report). */
+static json_t *timeline_json(const zt_offload_stats *a, const zt_offload_stats *b) {
+  double wall = (double)(b->step_ns - a->step_ns);
+  if (wall <= 0) return NULL;
+  int threads = b->adam_threads > 0 ? b->adam_threads : 1;
+  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "step_s", wall / 1e9, "compute",
+                   (double)(b->compute_ns - a->compute_ns) / wall, "h2d",
+                   (double)(b->h2d_ns - a->h2d_ns) / wall, "d2h",
+                   (double)(b->d2h_ns - a->d2h_ns) / wall, "optimizer",
+                   (double)(b->adam_ns - a->adam_ns) / wall / threads, "nvme",
+                   (double)(b->nvme_ns - a->nvme_ns) / wall);
 }
 
 static int open_job(runner *r, const zt_backend *be) {
@@ -165,7 +182,7 @@ static int open_job(runner *r, const zt_backend *be) {
                       : zt_trainer_open(&r->trainer, &s->model, &s->train, be, r->err,
                                         sizeof r->err);
   if (rc < 0) {
-    if (r->nvme_dir[0]) explain_nvme_space(r, rc);
+    if (r->nvme_dir[0]) explain_nvme_space(r, rc, be->ops);
     return rc;
   }
   int newest = zt__store_newest_checkpoint(job->dir);
@@ -241,14 +258,22 @@ static int train_step(runner *r, double run_start, int run_first_step) {
   json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
   json_t *mem = memory_json(job->jobs->cfg.backend, backend_bytes);
   zt_offload_stats os;
-  if (mem && s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0)
-    json_object_set_new(mem, "offload", json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "device_budget",
+  if (mem && s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0) {
+    json_t *o = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:s}", "device_budget",
         (json_int_t)os.device_budget, "arena_budget", (json_int_t)os.arena_budget, "arena_peak",
-        (json_int_t)os.arena_peak, "host_bytes", (json_int_t)os.host_bytes, "bytes_h2d",
-        (json_int_t)os.bytes_h2d, "bytes_d2h", (json_int_t)os.bytes_d2h, "nvme_bytes_read",
-        (json_int_t)os.nvme_bytes_read, "nvme_bytes_written", (json_int_t)os.nvme_bytes_written,
-        "adam_overlapped", (json_int_t)os.adam_overlapped));
+        (json_int_t)os.arena_peak, "host_bytes", (json_int_t)os.host_bytes, "host_pinned",
+        (json_int_t)os.host_pinned, "bytes_h2d", (json_int_t)os.bytes_h2d, "bytes_d2h",
+        (json_int_t)os.bytes_d2h, "nvme_bytes_read", (json_int_t)os.nvme_bytes_read,
+        "nvme_bytes_written", (json_int_t)os.nvme_bytes_written, "adam_overlapped",
+        (json_int_t)os.adam_overlapped, "gpu_units", os.gpu_units, "ckpt_every", os.ckpt_every,
+        "params", zt_offload_place_name(os.params));
+    json_t *tl = timeline_json(&r->last, &os);
+    if (o && tl) json_object_set_new(o, "timeline", tl);
+    else json_decref(tl);
+    r->last = os;
+    json_object_set_new(mem, "offload", o);
+  }
   if (mem) {
     pthread_mutex_lock(&job->jobs->mu);
     json_decref(job->memory);

@@ -318,9 +318,14 @@ static int parse_train(const json_t *t, zt_train_cfg *c, char *err, size_t errle
   if ((rc = get_object(t, "train", "activation_checkpointing", 0, &act, err, errlen)) < 0)
     return rc;
   if (act) {
-    if ((rc = check_keys(act, "train.activation_checkpointing", k_act_ckpt, err, errlen)) < 0 ||
-        (rc = get_int32(act, "train.activation_checkpointing", "every", 0, 0, 1048576, 0,
-                        &c->ckpt_every, err, errlen)) < 0)
+    const json_t *every = json_object_get(act, "every");
+    if ((rc = check_keys(act, "train.activation_checkpointing", k_act_ckpt, err, errlen)) < 0)
+      return rc;
+    /* "auto": the offload planner's choice (engine/train/trainer.h) */
+    if (json_is_string(every) && !strcmp(json_string_value(every), "auto"))
+      c->ckpt_every = ZT_CKPT_AUTO;
+    else if ((rc = get_int32(act, "train.activation_checkpointing", "every", 0, 0, 1048576, 0,
+                             &c->ckpt_every, err, errlen)) < 0)
       return rc;
   }
   int64_t seed;
@@ -432,25 +437,6 @@ static double host_limit(const zt_jobs_config *cfg, const char **what) {
   return pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
 }
 
-int zt__job_spec_nvme_bytes(const zt_job_spec *s, uint64_t *bytes, char *err, size_t errlen) {
-  zt_model *m = NULL;
-  int rc;
-  *bytes = 0;
-  if (!s->has_offload || s->offload.optimizer != ZT_PLACE_NVME) return 0;
-  if ((rc = zt_model_create(&m, &s->model, err, errlen)) < 0) return rc;
-  /* The trainer's layout (engine/train/offload.h): master, exp_avg and exp_avg_sq of each
-   * streamed unit (all but the leading gpu_units, whose optimizer is on the device) in a file of
-   * its own, fp32, reserved in whole ZT_NVME_ALIGN blocks. params nvme streams from the master
-   * files: no more files. */
-  int first = s->offload.gpu_units > 0 ? s->offload.gpu_units : 0;
-  for (int u = first; u < zt_model_num_units(m); u++) {
-    uint64_t file = zt_model_unit(m, u)->numel * sizeof(float);
-    *bytes += 3 * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
-  }
-  zt_model_destroy(m);
-  return 0;
-}
-
 /* The NVMe files are reserved in full when the job starts (zt_nvme_store_alloc): a directory
  * without room for all of them is refused here, at submit and again at the start, with the
  * numbers, rather than by the first file that does not fit. Space taken by others meanwhile
@@ -479,41 +465,55 @@ static int check_nvme_space(const char *dir, uint64_t need, char *err, size_t er
   return 0;
 }
 
-/* An offloaded job: the trainer's own sizing (zt_offload_estimate) refuses a gpu_budget too
- * small with the numbers; the host tier plus the device side (host memory too, on the cpu
- * backend) must fit the host. */
+/* The device the daemon trains on: its memory (or --gpu-mem-limit) for cuda, the host's
+ * limit for the cpu backend. */
+static double device_limit(const zt_jobs_config *cfg, const char **what) {
+  if (strcmp(cfg->backend, "cuda") != 0) return host_limit(cfg, what);
+  zt_device_info dev[ZT_MAX_DEVICES];
+  int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES);
+  double limit = cfg->device < n && cfg->device < ZT_MAX_DEVICES
+                     ? (double)dev[cfg->device].mem_total : 0.0;
+  *what = "the GPU has";
+  if (cfg->gpu_mem_limit && (double)cfg->gpu_mem_limit < limit) {
+    limit = (double)cfg->gpu_mem_limit;
+    *what = "GPU limit";
+  }
+  return limit;
+}
+
+static int too_big(double need, double limit, const char *what, const char *part,
+                   const zt_jobs_config *cfg, char *err, size_t errlen) {
+  if (limit <= 0 || need <= limit) return 0;
+  char a[32], b[32];
+  zt__format_bytes(a, sizeof a, need);
+  zt__format_bytes(b, sizeof b, limit);
+  snprintf(err, errlen, "job needs %s %s on the %s backend; %s %s", a, part, cfg->backend, what,
+           b);
+  return -ENOMEM;
+}
+
+/* An offloaded job: the trainer's own plan (zt_offload_estimate) refuses a gpu_budget too small
+ * with the numbers; its device side must fit the device, its host tier the host (with the
+ * device side too on the cpu backend, whose device is host memory), its files nvme_dir. */
 static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, size_t *backend_bytes,
                          char *err, size_t errlen) {
-  if (strcmp(cfg->backend, "cpu") != 0) {
-    snprintf(err, errlen, "offload: runs on the cpu backend only for now (this daemon runs %s)",
-             cfg->backend);
-    return -ENOTSUP;
-  }
-  zt_backend be;
-  int rc = zt_backend_cpu_open(&be, 1);
-  if (rc < 0) {
-    snprintf(err, errlen, "cpu backend: %s", strerror(-rc));
-    return rc;
-  }
-  size_t host = 0, device = 0;
-  rc = zt_offload_estimate(&s->model, &s->train, &s->offload, be.ops, &host, &device, err, errlen);
-  zt_backend_cpu_close(&be);
+  zt_offload_plan plan;
+  int rc = zt_offload_estimate(&s->model, &s->train, &s->offload,
+                               zt_backend_ops_of(cfg->backend), &plan, err, errlen);
   if (rc < 0) return rc;
   const char *what;
-  double limit = host_limit(cfg, &what);
-  if (limit > 0 && (double)host + (double)device > limit) {
-    char a[32], b[32], c[32];
-    zt__format_bytes(a, sizeof a, (double)host + (double)device);
-    zt__format_bytes(b, sizeof b, (double)host);
-    zt__format_bytes(c, sizeof c, limit);
-    snprintf(err, errlen, "job needs %s on the cpu backend (offload host tier %s); %s %s", a, b,
-             what, c);
-    return -ENOMEM;
-  }
-  uint64_t nvme = 0;
-  if ((rc = zt__job_spec_nvme_bytes(s, &nvme, err, errlen)) < 0) return rc;
-  if (nvme && (rc = check_nvme_space(s->offload.nvme_dir, nvme, err, errlen)) < 0) return rc;
-  *backend_bytes = device;
+  int on_cpu = strcmp(cfg->backend, "cpu") == 0;
+  double host = (double)plan.host_bytes + (on_cpu ? (double)plan.device_bytes : 0);
+  if ((rc = too_big(host, host_limit(cfg, &what), what, "of host memory (offload host tier)",
+                    cfg, err, errlen)) < 0)
+    return rc;
+  if (!on_cpu && (rc = too_big((double)plan.device_bytes, device_limit(cfg, &what), what,
+                               "of device memory (offload device side)", cfg, err, errlen)) < 0)
+    return rc;
+  if (plan.nvme_bytes &&
+      (rc = check_nvme_space(s->offload.nvme_dir, plan.nvme_bytes, err, errlen)) < 0)
+    return rc;
+  *backend_bytes = plan.device_bytes;
   return 0;
 }
 
@@ -560,21 +560,9 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
              cfg->backend);
     return -EINVAL;
   }
-  double limit;
   const char *what;
   if (s->has_offload) return check_offload(s, cfg, backend_bytes, err, errlen);
-  if (strcmp(cfg->backend, "cuda") == 0) {
-    zt_device_info dev[ZT_MAX_DEVICES];
-    int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES);
-    limit = cfg->device < n && cfg->device < ZT_MAX_DEVICES ? (double)dev[cfg->device].mem_total : 0.0;
-    what = "the GPU has";
-    if (cfg->gpu_mem_limit && (double)cfg->gpu_mem_limit < limit) {
-      limit = (double)cfg->gpu_mem_limit;
-      what = "GPU limit";
-    }
-  } else {
-    limit = host_limit(cfg, &what);
-  }
+  double limit = device_limit(cfg, &what);
   double need = rough_bytes(&s->model, &s->train);
   if (need < 0x1p56)
     need = (double)zt_trainer_estimate_bytes(&s->model, &s->train,
@@ -601,7 +589,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   json_t *out = json_pack(
       "{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}, "
       "s:{s:i, s:i, s:i, s:s, s:b, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, "
-      "s:I, s:{s:i}}, "
+      "s:I, s:{s:o}}, "
       "s:o, s:{s:i, s:i}}",
       "name", s->name,
       "model", "arch", zt_arch_name(m->arch), "vocab", m->vocab, "seq_len", m->seq_len,
@@ -614,7 +602,8 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
       "schedule", "name", t->schedule == ZT_SCHED_COSINE ? "cosine" : "constant",
       "warmup_steps", t->warmup_steps, "min_lr", (double)t->min_lr,
       "grad_clip", (double)t->grad_clip, "seed", (json_int_t)t->seed,
-      "activation_checkpointing", "every", t->ckpt_every,
+      "activation_checkpointing", "every",
+      t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every),
       "data", data,
       "checkpoint", "every", s->ckpt_every, "keep", s->ckpt_keep);
   if (out && s->has_offload) {
@@ -624,6 +613,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
                             zt_offload_place_name(o->optimizer), "gpu_budget",
                             (json_int_t)o->gpu_budget, "prefetch", o->prefetch);
     if (off && o->nvme_dir[0]) json_object_set_new(off, "nvme_dir", json_string(o->nvme_dir));
+    if (off && o->gpu_units >= 0) json_object_set_new(off, "gpu_units", json_integer(o->gpu_units));
     json_object_set_new(out, "offload", off);
   }
   return out;

@@ -40,9 +40,6 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
  * (-ENOSPC). *backend_bytes gets the estimate. 0 or -errno with the path or the numbers. */
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  size_t *backend_bytes, char *err, size_t errlen);
-/* The bytes an offloaded job's NVMe files take (optimizer nvme; 0 for any other job), as its
- * trainer reserves them when it opens: 0, or -errno with a message for a bad model. */
-int zt__job_spec_nvme_bytes(const zt_job_spec *s, uint64_t *bytes, char *err, size_t errlen);
 /* The normalised spec (every default written out): what jobs/<id>/spec.json holds. */
 json_t *zt__job_spec_to_json(const zt_job_spec *s);
 

@@ -88,12 +88,24 @@ int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_tra
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen);
 
-/* The bytes zt_trainer_open_offload would take, computed the same way without allocating:
- * host_bytes for the host arena, device_bytes for the activations plus the device arena. The
- * same refusals (-EINVAL, -ENOMEM with the numbers) as the open. */
+/* An offloaded job as zt_trainer_open_offload will run it, decided the same way (the auto
+ * choices included) without allocating. */
+typedef struct zt_offload_plan {
+  size_t host_bytes;       /* the host arena */
+  size_t device_bytes;     /* act_bytes + gpu_unit_bytes + arena_bytes */
+  uint64_t nvme_bytes;     /* the NVMe files, in the store's whole blocks */
+  size_t act_bytes;        /* activations of one micro-batch */
+  size_t gpu_unit_bytes;   /* the units whose optimizer lives on the device */
+  size_t arena_bytes;      /* the streamer's arena: parameter copies and gradient buffers */
+  int units, gpu_units;    /* the model's units; the leading ones with the optimizer on device */
+  int ckpt_every;          /* activation checkpointing as resolved */
+  zt_offload_place params; /* the parameters' home between uses, as resolved */
+  double est_step_s;       /* the cost model's step time (engine/tunables.h's rates) */
+} zt_offload_plan;
+
+/* The plan; the same refusals (-EINVAL, -ENOTSUP, -ENOMEM with the numbers) as the open. */
 int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                        const zt_ops *ops, size_t *host_bytes, size_t *device_bytes, char *err,
-                        size_t errlen);
+                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen);
 
 typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + arena */

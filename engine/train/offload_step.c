@@ -824,8 +824,18 @@ static void dev_block_free(void *ctx, void *p, size_t bytes) {
   be->ops->free(be->ctx, p);
 }
 
-/* Every unit's parameters, the gradient buffers held and one write-back in flight, in slots. */
 static const char *const kind_names[KINDS] = {"master", "exp_avg", "exp_avg_sq"};
+
+/* optimizer nvme: the files open_nvme reserves, a master, exp_avg and exp_avg_sq per streamed
+ * unit, each in the store's whole blocks. */
+static uint64_t nvme_file_bytes(const zt_model *m, int ng) {
+  uint64_t sum = 0;
+  for (int u = ng; u < zt_model_num_units(m); u++) {
+    uint64_t file = zt_model_unit(m, u)->numel * sizeof(float);
+    sum += KINDS * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
+  }
+  return sum;
+}
 
 /* The store under nvme_dir, a file per unit and kind, written with the initial state. */
 static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
@@ -870,6 +880,7 @@ out:
   return rc;
 }
 
+/* Every unit's parameters, the gradient buffers held and one write-back in flight, in slots. */
 static size_t all_resident_bytes(int nu, int held, size_t slot) {
   return (size_t)(nu + held + 1) * zt_dev_arena_footprint(slot);
 }
@@ -1087,8 +1098,7 @@ static int off_supported(const char *backend, const zt_train_cfg *tc, const zt_o
 }
 
 int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                        const zt_ops *ops, size_t *host_bytes, size_t *device_bytes, char *err,
-                        size_t errlen) {
+                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen) {
   zt_model *m = NULL;
   off_plan p;
   int rc;
@@ -1097,11 +1107,22 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
     return rc;
   rc = off_supported(ops->name, tc, oc, err, errlen);
   if (rc == 0) rc = off_plan_of(m, tc, oc, ops, &p, err, errlen);
+  if (rc == 0) {
+    *out = (zt_offload_plan){.host_bytes = p.z.host,
+                             .device_bytes = p.act_bytes + p.z.dev_units + p.z.arena,
+                             .nvme_bytes = oc->optimizer == ZT_PLACE_NVME
+                                               ? nvme_file_bytes(m, p.z.ng) : 0,
+                             .act_bytes = p.act_bytes,
+                             .gpu_unit_bytes = p.z.dev_units,
+                             .arena_bytes = p.z.arena,
+                             .units = zt_model_num_units(m),
+                             .gpu_units = p.z.ng,
+                             .ckpt_every = p.ckpt_every,
+                             .params = p.params,
+                             .est_step_s = p.est_s};
+  }
   zt_model_destroy(m);
-  if (rc < 0) return rc;
-  *host_bytes = p.z.host;
-  *device_bytes = p.act_bytes + p.z.dev_units + p.z.arena;
-  return 0;
+  return rc;
 }
 
 int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,

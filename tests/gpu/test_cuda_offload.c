@@ -99,13 +99,15 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   if (pl == DEVICE_UNITS) oc.gpu_units = 2;
   if (pl != RESIDENT) {
     /* the smallest budget that opens, found by the estimate (no allocation) */
-    size_t host = 0, dev = 0, lo = 1, hi;
+    zt_offload_plan plan;
+    size_t lo = 1, hi;
     oc.params = ZT_PLACE_GPU;
-    zt_offload_estimate(&mc, &tc, &oc, gpu->ops, &host, &hi, err, sizeof err);
+    zt_offload_estimate(&mc, &tc, &oc, gpu->ops, &plan, err, sizeof err);
+    hi = plan.device_bytes;
     oc.params = ZT_PLACE_HOST;
     while (hi - lo > 1) {
       oc.gpu_budget = lo + (hi - lo) / 2;
-      if (zt_offload_estimate(&mc, &tc, &oc, gpu->ops, &host, &dev, err, sizeof err) == 0)
+      if (zt_offload_estimate(&mc, &tc, &oc, gpu->ops, &plan, err, sizeof err) == 0)
         hi = oc.gpu_budget;
       else
         lo = oc.gpu_budget;

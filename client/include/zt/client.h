@@ -39,7 +39,8 @@ int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CL
 int zt_client_submit_msgpack(zt_client *c, const void *spec, size_t len,
                              char job_id[ZT_CLIENT_JOB_ID_MAX]);
 /* Validates and sizes a spec (JSON text) as submit would, without queueing it: json_out gets
- * {"backend", "arch", "params", "backend_bytes"[, "offload": {"host_bytes", "device_bytes"}]};
+ * {"backend", "arch", "params", "backend_bytes"[, "offload": {"host_bytes", "device_bytes",
+ * "nvme_bytes", ... the plan: docs/protocol.md}]};
  * a job that cannot fit fails with the daemon's ENOMEM and its numbers. */
 int zt_client_plan_json(zt_client *c, const char *spec_json, char **json_out);
 /* {"jobs": [...]} */

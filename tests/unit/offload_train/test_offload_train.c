@@ -167,9 +167,18 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                      st.arena_peak, st.arena_budget);
   fails += MC_EXPECT(zt_trainer_backend_bytes(b) == st.device_budget, "%s: backend bytes", what);
   /* What the daemon admits at submit is exactly what the trainer took. */
-  size_t est_host = 0, est_dev = 0;
-  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, be.ops, &est_host, &est_dev, err,
-                                         sizeof err) == 0, "%s: estimate: %s", what, err);
+  zt_offload_plan plan;
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, be.ops, &plan, err, sizeof err) == 0,
+                     "%s: estimate: %s", what, err);
+  size_t est_host = plan.host_bytes, est_dev = plan.device_bytes;
+  fails += MC_EXPECT(plan.gpu_units == st.gpu_units && plan.ckpt_every == st.ckpt_every &&
+                     plan.params == st.params && plan.est_step_s == st.est_step_s &&
+                     plan.act_bytes == st.act_bytes && plan.arena_bytes == st.arena_budget &&
+                     plan.gpu_unit_bytes == st.gpu_unit_bytes,
+                     "%s: the plan is not what the trainer runs", what);
+  if (oc.optimizer == ZT_PLACE_NVME)
+    fails += MC_EXPECT(plan.nvme_bytes > 0,
+                       "%s: plan nvme %llu bytes", what, (unsigned long long)plan.nvme_bytes);
   fails += MC_EXPECT(est_host == st.host_bytes && est_dev == st.device_budget &&
                      st.device_budget == st.act_bytes + st.gpu_unit_bytes + st.arena_budget,
                      "%s: estimate host %zu device %zu, trainer host %zu device %zu", what,
