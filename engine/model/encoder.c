@@ -7,8 +7,11 @@
 
 #include "engine/model/arch.h"
 
-enum { ENC_IN_W, ENC_IN_B, ENC_OUT_W, ENC_OUT_B, ENC_L1_W, ENC_L1_B, ENC_L2_W, ENC_L2_B,
-       ENC_N1_W, ENC_N1_B, ENC_N2_W, ENC_N2_B };
+/* A layer's tensors in layout order: vectors first, then matrices (as gpt.c's blocks). */
+enum { ENC_IN_B, ENC_OUT_B, ENC_L1_B, ENC_L2_B, ENC_N1_W, ENC_N1_B, ENC_N2_W, ENC_N2_B,
+       ENC_IN_W, ENC_OUT_W, ENC_L1_W, ENC_L2_W };
+/* The head's: the bias, then the decoder matrix. */
+enum { HEAD_B, HEAD_W };
 
 /* Activations (void *) are stored in the acts' type; the layernorm statistics are fp32. */
 typedef struct enc_layer {
@@ -36,18 +39,18 @@ static int layout(zt_model *m) {
       int ndim, s0, s1, decay;  /* s0/s1: 0 = C, -1 = F, k > 0: k * C */
       zt__init_kind init;
     } b[] = {
-        {"self_attn.in_proj_weight", 2, 3, 0, 1, ZT__INIT_NORMAL},
         {"self_attn.in_proj_bias", 1, 3, 0, 0, ZT__INIT_ZEROS},
-        {"self_attn.out_proj.weight", 2, 0, 0, 1, ZT__INIT_RESID},
         {"self_attn.out_proj.bias", 1, 0, 0, 0, ZT__INIT_ZEROS},
-        {"linear1.weight", 2, -1, 0, 1, ZT__INIT_NORMAL},
         {"linear1.bias", 1, -1, 0, 0, ZT__INIT_ZEROS},
-        {"linear2.weight", 2, 0, -1, 1, ZT__INIT_RESID},
         {"linear2.bias", 1, 0, 0, 0, ZT__INIT_ZEROS},
         {"norm1.weight", 1, 0, 0, 0, ZT__INIT_ONES},
         {"norm1.bias", 1, 0, 0, 0, ZT__INIT_ZEROS},
         {"norm2.weight", 1, 0, 0, 0, ZT__INIT_ONES},
         {"norm2.bias", 1, 0, 0, 0, ZT__INIT_ZEROS},
+        {"self_attn.in_proj_weight", 2, 3, 0, 1, ZT__INIT_NORMAL},
+        {"self_attn.out_proj.weight", 2, 0, 0, 1, ZT__INIT_RESID},
+        {"linear1.weight", 2, -1, 0, 1, ZT__INIT_NORMAL},
+        {"linear2.weight", 2, 0, -1, 1, ZT__INIT_RESID},
     };
     snprintf(n, sizeof n, "block.%d", i);
     if (zt__model_begin_unit(m, n) < 0) return -1;
@@ -59,8 +62,8 @@ static int layout(zt_model *m) {
     }
   }
   if (zt__model_begin_unit(m, "head") < 0 ||
-      zt__model_add_tensor(m, "decoder.weight", 2, V, C, 0, 1, ZT__INIT_NORMAL) < 0 ||
-      zt__model_add_tensor(m, "decoder.bias", 1, V, 0, 0, 0, ZT__INIT_ZEROS) < 0)
+      zt__model_add_tensor(m, "decoder.bias", 1, V, 0, 0, 0, ZT__INIT_ZEROS) < 0 ||
+      zt__model_add_tensor(m, "decoder.weight", 2, V, C, 0, 1, ZT__INIT_NORMAL) < 0)
     return -1;
   return 0;
 }
@@ -127,8 +130,9 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
     return;
   }
   if (u == L + 1) {
-    o->matmul_fwd_dt(ctx, dt, a->logits, e->l[L - 1].h2, zt__unit_tensor_dt(m, p_lp, dt, u, 0),
-                     zt__unit_tensor(m, p, u, 1), N, C, m->cfg.vocab);
+    o->matmul_fwd_dt(ctx, dt, a->logits, e->l[L - 1].h2,
+                     zt__unit_tensor_dt(m, p_lp, dt, u, HEAD_W), zt__unit_tensor(m, p, u, HEAD_B),
+                     N, C, m->cfg.vocab);
     return;
   }
   int i = u - 1;
@@ -169,9 +173,9 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   }
   if (u == L + 1) {
     o->zero(ctx, e->dres, NC * es);
-    o->matmul_bwd_dt(ctx, dt, e->dres, zt__unit_tensor(m, gr, u, 0), zt__unit_tensor(m, gr, u, 1),
-                     a->logits, e->l[L - 1].h2, zt__unit_tensor_dt(m, p_lp, dt, u, 0), N, C,
-                     m->cfg.vocab);
+    o->matmul_bwd_dt(ctx, dt, e->dres, zt__unit_tensor(m, gr, u, HEAD_W),
+                     zt__unit_tensor(m, gr, u, HEAD_B), a->logits, e->l[L - 1].h2,
+                     zt__unit_tensor_dt(m, p_lp, dt, u, HEAD_W), N, C, m->cfg.vocab);
     return;
   }
   int i = u - 1;

@@ -6,8 +6,12 @@
 
 #include "engine/model/arch.h"
 
-enum { BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B, BLK_LN2_W, BLK_LN2_B,
-       BLK_FC_W, BLK_FC_B, BLK_FCP_W, BLK_FCP_B };
+/* A block's tensors in layout order: the vectors first, then the matrices, so that the fp32
+ * tensors and the compute-copy tensors of a block are each one run of the flat layout (an
+ * offloaded step moves a block in two copies, into a device copy little larger than the
+ * compute copy). The seeded init draws in this order; only the matrices draw. */
+enum { BLK_LN1_W, BLK_LN1_B, BLK_QKV_B, BLK_PROJ_B, BLK_LN2_W, BLK_LN2_B, BLK_FC_B, BLK_FCP_B,
+       BLK_QKV_W, BLK_PROJ_W, BLK_FC_W, BLK_FCP_W };
 
 /* Activations (void *) are stored in the acts' type; the layernorm statistics are fp32. */
 typedef struct gpt_layer {
@@ -42,16 +46,16 @@ static int layout(zt_model *m) {
     } b[] = {
         {"ln_1.weight", 1, 0, 0, 0, 0, ZT__INIT_ONES},
         {"ln_1.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
-        {"attn.c_attn.weight", 2, 0, 3, 1, 1, ZT__INIT_NORMAL},
         {"attn.c_attn.bias", 1, 3, 0, 0, 0, ZT__INIT_ZEROS},
-        {"attn.c_proj.weight", 2, 0, 0, 1, 1, ZT__INIT_RESID},
         {"attn.c_proj.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
         {"ln_2.weight", 1, 0, 0, 0, 0, ZT__INIT_ONES},
         {"ln_2.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
-        {"mlp.c_fc.weight", 2, 0, -1, 1, 1, ZT__INIT_NORMAL},
         {"mlp.c_fc.bias", 1, -1, 0, 0, 0, ZT__INIT_ZEROS},
-        {"mlp.c_proj.weight", 2, -1, 0, 1, 1, ZT__INIT_RESID},
         {"mlp.c_proj.bias", 1, 0, 0, 0, 0, ZT__INIT_ZEROS},
+        {"attn.c_attn.weight", 2, 0, 3, 1, 1, ZT__INIT_NORMAL},
+        {"attn.c_proj.weight", 2, 0, 0, 1, 1, ZT__INIT_RESID},
+        {"mlp.c_fc.weight", 2, 0, -1, 1, 1, ZT__INIT_NORMAL},
+        {"mlp.c_proj.weight", 2, -1, 0, 1, 1, ZT__INIT_RESID},
     };
     snprintf(n, sizeof n, "block.%d", i);
     if (zt__model_begin_unit(m, n) < 0) return -1;

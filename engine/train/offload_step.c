@@ -54,6 +54,7 @@ typedef struct off_state {
   uint16_t *lp;        /* bf16: the host compute copy, flat layout, rewritten by the AdamW */
   zt_stream_piece *pieces; /* bf16: what each unit's device copy is made of: unit u's are */
   int *first_piece;        /* pieces[first_piece[u] .. first_piece[u + 1]) */
+  size_t *lp_offset;       /* bf16: per unit, its compute-copy block in its device copy */
   zt_backend hbe;      /* math on host buffers (norm, casts): the trainer's backend on the CPU,
                           a CPU backend of its own beside a GPU */
   int own_hbe;
@@ -201,14 +202,14 @@ static void unit_put(zt_trainer *t, int u, unsigned flags) {
 }
 
 /* The compute copy of unit u whose parameters unit_get gave as p: the fp32 parameters
- * themselves, the device-resident copy, or (bf16, streamed) the bf16 block after the fp32 one
- * in the unit's device copy (unit_param_bytes). */
+ * themselves, the device-resident copy, or (bf16, streamed) the compute-copy block of the unit's
+ * device copy (unit_layout_of). */
 static const void *lp_of(const zt_trainer *t, int u, const void *p) {
   const off_state *s = t->path_state;
   if (!p || s->dt == ZT_F32) return p;
   const zt_unit_info *ui = zt_model_unit(t->model, u);
   if (u < s->ng) return (const char *)s->d_lp + ui->offset * zt_dtype_size(s->dt);
-  return (const char *)p + ui->numel * sizeof(float);
+  return (const char *)p + s->lp_offset[u];
 }
 
 static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
@@ -699,6 +700,7 @@ static void off_close(zt_trainer *t) {
   free(s->first_run);
   free(s->pieces);
   free(s->first_piece);
+  free(s->lp_offset);
   if (!s->d_alias) {
     void *dev[] = {s->d_master, s->d_m, s->d_v, s->d_grad, s->d_lp};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
@@ -742,6 +744,40 @@ static int build_runs(const zt_model *m, off_state *s) {
   return 0;
 }
 
+/* A unit's device copy (bf16): the model addresses a tensor's fp32 copy at p + 4 * its offset
+ * in the unit and its compute copy at p_lp + 2 * that offset, so the copy holds the fp32
+ * tensors it reads at those places from p, and the compute-copy block from p_lp = p + lp_offset,
+ * far enough on that no compute-copy tensor overlaps an fp32 one (256-aligned). The layouts put
+ * a block's vectors before its matrices, so this is little more than the compute copy: fp32
+ * vectors, then the bf16 matrices. Only the bytes the ops read are copied in
+ * (zt_tensor_info.reads). fp32 compute: the unit's fp32 parameters, lp_offset 0. */
+typedef struct unit_layout {
+  size_t lp_offset, bytes;
+} unit_layout;
+
+static unit_layout unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
+  const zt_unit_info *ui = zt_model_unit(m, u);
+  if (dt == ZT_F32) return (unit_layout){0, ui->numel * sizeof(float)};
+  size_t es = zt_dtype_size(dt), f32_end = 0, lp_begin = SIZE_MAX, lp_end = 0;
+  for (int i = 0; i < zt_model_num_tensors(m); i++) {
+    const zt_tensor_info *ti = zt_model_tensor(m, i);
+    if (ti->unit != u) continue;
+    size_t a = ti->offset - ui->offset, b = a + ti->numel;
+    if ((ti->reads & ZT_READS_F32) && b * sizeof(float) > f32_end) f32_end = b * sizeof(float);
+    if ((ti->reads & ZT_READS_LP) && a * es < lp_begin) lp_begin = a * es;
+    if ((ti->reads & ZT_READS_LP) && b * es > lp_end) lp_end = b * es;
+  }
+  if (lp_begin == SIZE_MAX) return (unit_layout){0, f32_end};
+  size_t gap = f32_end > lp_begin ? f32_end - lp_begin : 0;
+  size_t lp_offset = (gap + ZT_DEV_ARENA_ALIGN - 1) / ZT_DEV_ARENA_ALIGN * ZT_DEV_ARENA_ALIGN;
+  size_t bytes = lp_offset + lp_end > f32_end ? lp_offset + lp_end : f32_end;
+  return (unit_layout){lp_offset, bytes};
+}
+
+static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
+  return unit_layout_of(m, u, dt).bytes;
+}
+
 /* bf16: each unit's pieces, runs of consecutive tensors read in the same copy (masters or
  * compute copy), placed at the tensors' offsets in the unit's fp32 block or bf16 block. */
 static int build_pieces(zt_trainer *t) {
@@ -750,7 +786,9 @@ static int build_pieces(zt_trainer *t) {
   int nt = zt_model_num_tensors(m);
   s->pieces = calloc(2 * (size_t)nt, sizeof *s->pieces);
   s->first_piece = calloc((size_t)s->nu + 1, sizeof *s->first_piece);
-  if (!s->pieces || !s->first_piece) return -ENOMEM;
+  s->lp_offset = calloc((size_t)s->nu, sizeof *s->lp_offset);
+  if (!s->pieces || !s->first_piece || !s->lp_offset) return -ENOMEM;
+  for (int u = 0; u < s->nu; u++) s->lp_offset[u] = unit_layout_of(m, u, s->dt).lp_offset;
   int np = 0;
   for (int u = 0, i = 0; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(m, u);
@@ -763,7 +801,7 @@ static int build_pieces(zt_trainer *t) {
         int lp = kind == ZT_READS_LP;
         size_t es = lp ? zt_dtype_size(s->dt) : sizeof(float);
         zt_stream_piece pc = {
-            .dev_offset = (lp ? ui->numel * sizeof(float) : 0) + in_unit * es,
+            .dev_offset = (lp ? s->lp_offset[u] : 0) + in_unit * es,
             .host = lp ? (const void *)(s->lp + ti->offset) : (const void *)(t->params + ti->offset),
             .bytes = ti->numel * es};
         /* the pieces of a unit are not sorted by kind: extend any that ends where this begins */
@@ -899,13 +937,6 @@ typedef struct off_sizes {
   size_t dev_units;    /* their device bytes */
 } off_sizes;
 
-/* A unit's device copy: its fp32 parameters, then (bf16) its bf16 compute copy. Only the bytes
- * its ops read are copied in (zt_tensor_info.reads), but both blocks are laid out whole so that
- * the model addresses them with the flat layout's offsets. */
-static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
-  size_t numel = zt_model_unit(m, u)->numel;
-  return numel * sizeof(float) + (dt == ZT_F32 ? 0 : numel * zt_dtype_size(dt));
-}
 
 /* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
  * fp32 and (bf16) the compute copy, each one backend buffer over their parameters. */
@@ -950,8 +981,9 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
   /* bf16: the compute copy the units stream from */
   if (dt != ZT_F32) z->host += zt_host_arena_footprint(n * zt_dtype_size(dt));
   /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
-   * arena from fragmenting, so the budget that opens is the budget that runs. */
-  z->slot = z->largest;
+   * arena from fragmenting, so the budget that opens is the budget that runs. A slot holds a
+   * device copy or a gradient buffer (fp32, larger than a bf16 device copy). */
+  z->slot = z->largest > z->largest_f32 ? z->largest : z->largest_f32;
   zt_streamer_cfg sc = {.n_units = ns, .units = units, .prefetch_depth = oc->prefetch,
                         .max_acquired = z->held, .slot_bytes = z->slot};
   size_t need = zt_streamer_min_device_bytes(&sc);
