@@ -41,10 +41,19 @@
  * as the GPU it stands in for, so CI runs the plans a GPU would. */
 #define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 2.0e14  /* bf16 step, flops by 6*N*tokens + attention */
 #define ZT_TUNE_PLAN_DEVICE_FLOPS_F32 4.0e13
-#define ZT_TUNE_PLAN_CPU_ADAM_PARAMS 4.5e9   /* params/s of the CPU AdamW pool */
+/* params/s of the CPU AdamW pool while the step's copies share the host's memory (4.9e9 alone,
+ * 2.2e9 to 3e9 measured inside offloaded steps) */
+#define ZT_TUNE_PLAN_CPU_ADAM_PARAMS 2.5e9
+/* bytes/s the runner reads gradients at for their sum of squares (norm, inf/nan check) */
+#define ZT_TUNE_PLAN_HOST_SUMSQ_BYTES 2.0e10
 #define ZT_TUNE_PLAN_LINK_BYTES 5.0e10       /* pinned copies, each way */
 
-/* GPUs --gpus may name. */
+/* GPUs --gpus may name, and simulated ranks --cpu-ranks may give the cpu backend. */
 #define ZT_TUNE_MAX_GPUS 64
+
+/* --cpu-ranks: the cpu daemon's simulated ranks (its device set: a job's parallel.gpus takes
+ * that many, each a CPU backend of --cpu-threads / ranks threads). One keeps a job on all the
+ * cores and jobs one at a time, as on a machine with one device. */
+#define ZT_TUNE_CPU_RANKS_DEFAULT 1
 
 #endif

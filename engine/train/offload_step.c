@@ -385,6 +385,8 @@ typedef struct overlap {
   int on;
   const zt_adam_hparams *hp;
   int bad_unit, updated;
+  double sumsq;  /* the units' sums of squares, added in the backward's order */
+  int summed;    /* units summed */
 } overlap;
 
 /* err gets the message of a failure: the streamer's, or the update's (the NVMe store's names
@@ -400,7 +402,8 @@ static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen
     return rc;
   }
   int nonfinite = 0;
-  s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + ui->offset, ui->numel, &nonfinite);
+  ov->sumsq += s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + ui->offset, ui->numel, &nonfinite);
+  ov->summed++;
   if (nonfinite) {
     ov->bad_unit = u;
     return 0;
@@ -522,14 +525,20 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   if (!counted_micros) memset(t->grads, 0, n * sizeof(float));
   int nonfinite = 0;
   double norm;
-  if (s->d_alias || !s->ng) {
+  if (!s->own_hbe && (s->d_alias || !s->ng)) {
+    /* the CPU backend: the norm of the run without offload, over the same flat buffer */
     norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, t->grads, n, &nonfinite));
   } else {
+    /* beside a GPU: the device units' sum there, the streamed units' from the overlap's
+     * per-unit sums when it reached them all (each gradient read once on the host) */
     int dev_nonfinite = 0;
-    double dev = o->sum_squares(t->be.ctx, s->d_grad, s->ng_floats, &dev_nonfinite);
-    norm = sqrt(dev + s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + s->ng_floats,
-                                              n - s->ng_floats, &nonfinite));
-    nonfinite |= dev_nonfinite;
+    double dev = s->ng ? o->sum_squares(t->be.ctx, s->d_grad, s->ng_floats, &dev_nonfinite) : 0;
+    double host = ov.summed == s->nu - s->ng && counted_micros
+                      ? ov.sumsq
+                      : s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + s->ng_floats,
+                                                n - s->ng_floats, &nonfinite);
+    norm = sqrt(dev + host);
+    nonfinite |= dev_nonfinite || ov.bad_unit >= 0;
   }
   if (nonfinite) {
     finish_updates(t);
@@ -1030,10 +1039,12 @@ typedef struct off_plan {
 
 /* The cost model that ranks the plans that fit (tunables in engine/tunables.h): per step, the
  * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
- * forward), the CPU AdamW of the streamed units less the backward of the device units it hides
- * under (nothing hides it with clipping, which needs the norm first), the copies beyond the
- * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
- * checkpointing against units on the device against resident parameters. */
+ * forward), the host's work on the streamed units (their sum of squares on the runner and their
+ * AdamW on the pool) less the backward of the device units it hides under (nothing hides it
+ * with clipping, which needs the norm first; the last streamed unit's update never is), the
+ * copies beyond the compute, and the device AdamW at HBM speed. Coarse, but it orders the
+ * choices that matter: checkpointing against units on the device against resident
+ * parameters. */
 static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
@@ -1044,13 +1055,15 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
   double recomputed = p->ckpt_every > 0 ? ceil(L / p->ckpt_every) / L : 0;
   double compute = ga * micro * (1 + recomputed / 3);
   double p_dev = p->z.ng ? (double)zt_model_unit(m, p->z.ng)->offset : 0, p_cpu = P - p_dev;
-  double cpu = p_cpu / ZT_TUNE_PLAN_CPU_ADAM_PARAMS;
+  double per_param = 1 / ZT_TUNE_PLAN_CPU_ADAM_PARAMS + 4 / ZT_TUNE_PLAN_HOST_SUMSQ_BYTES;
+  double cpu = p_cpu * per_param;
+  double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
   double hidden = tc->grad_clip > 0 ? 0 : micro * 2 / 3 * p_dev / P;
   double lp = tc->precision == ZT_F32 ? 4 : zt_dtype_size(tc->precision);
   double fetches = p->params == ZT_PLACE_GPU ? 1 : 2 * ga;
   double h2d = p_cpu * (lp * fetches + 4 * (ga - 1)), d2h = p_cpu * 4 * ga;
   double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
-  return compute + fmax(0, cpu - hidden) + fmax(0, copies - compute) + p_dev * 18 / 3e12;
+  return compute + fmax(last, cpu - hidden) + fmax(0, copies - compute) + p_dev * 18 / 3e12;
 }
 
 /* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
