@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root with build-gpu/ (tools/gpu_build.sh) present:
-# the gpu suite, the integration suite against a ztd that picks the cuda backend, and the step
-# benchmark against PyTorch. Prints every result; exits non-zero if a test failed.
+# the gpu suite, the integration suite against a ztd that picks the cuda backend, and the
+# benchmarks (the step against PyTorch, the CPU AdamW, the NVMe tier, the copy engine). Prints
+# every result; exits non-zero if a test failed.
 # Usage: tools/gpu_run.sh [OUTDIR] [--tests-only]   (OUTDIR receives the logs and the
 # benchmark JSON; --tests-only skips the benchmarks)
 set -uo pipefail
@@ -41,6 +42,14 @@ python3 tools/bench/offload_bench.py --ztrain "$b/tools/ztrain" --json "$out/off
   2>&1 | tee "$out/offload.log"
 python3 tools/bench/cpu_adam_vs_torch.py --bench "$b/tests/unit/offload/bench_cpu_adam" \
   2>&1 | tee "$out/cpu_adam.log"
+# The NVMe store against a raw io_uring O_DIRECT loop on the machine's disk (the build
+# directory unless ZT_BENCH_NVME_DIR says otherwise; the bench prints the filesystem and removes
+# its files): 3 GiB, each side three times, 36 GiB of I/O in all. Exits 77 where io_uring is
+# refused.
+timeout 300 "$b/tests/unit/offload/bench_nvme" "${ZT_BENCH_NVME_DIR:-$b}" --size 3G --reps 3 \
+  2>&1 | tee "$out/nvme.log"
+# The CUDA copy engine against pinned cudaMemcpyAsync, each way and both at once.
+"$b/tests/gpu/bench_copy" 2>&1 | tee "$out/copy.log"
 fi
 echo "gpu_run: $fails failed"
 exit $((fails > 0))
