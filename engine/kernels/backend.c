@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/kernels/mem.h"
+
 #ifdef ZT_HAVE_CUDA
 #include "engine/kernels/cuda/cuda_backend.h"
 #endif
@@ -91,4 +93,30 @@ void *zt_backend_stream(const zt_backend *be) {
 #endif
   (void)be;
   return NULL;
+}
+
+static zt__mem *mem_of(const zt_backend *be) {
+  if (!be || !be->ops || !be->ctx) return NULL;
+#ifdef ZT_HAVE_CUDA
+  if (strcmp(be->ops->name, "cuda") == 0) return zt__cuda_mem(be->ctx);
+#endif
+  if (strcmp(be->ops->name, "cpu") == 0) return zt__cpu_mem(be->ctx);
+  return NULL;
+}
+
+int zt_backend_mem_stats(const zt_backend *be, zt_backend_mem *out) {
+  zt__mem *m = mem_of(be);
+  if (!m) return -EINVAL;
+  zt__mem_stats(m, out);
+  return 0;
+}
+
+int zt_backend_reserve(const zt_backend *be, size_t bytes) {
+  zt__mem *m = mem_of(be);
+  return m ? zt__mem_reserve(m, bytes) : -EINVAL;
+}
+
+void zt_backend_reserve_end(const zt_backend *be) {
+  zt__mem *m = mem_of(be);
+  if (m) zt__mem_reserve_end(m);
 }

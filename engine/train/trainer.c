@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kernels/backend.h"
+
 void zt_train_cfg_defaults(zt_train_cfg *c) {
   memset(c, 0, sizeof *c);
   c->steps = 1;
@@ -104,7 +106,7 @@ void zt_trainer_close(zt_trainer *t) {
 
 int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
                     const zt_backend *be, char *err, size_t errlen) {
-  int rc = 0;
+  int rc = 0, reserved = 0;
   float *host = NULL;
   *out = NULL;
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0) return rc;
@@ -125,6 +127,15 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
     goto out;
   }
   if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
+  /* The buffers below come from one block of their exact sum: one cudaMalloc per job. A size
+   * the estimate refuses (SIZE_MAX) is left to the opens below to explain. */
+  size_t need = zt_trainer_estimate_bytes(mc, tc, be->ops);
+  if (need != SIZE_MAX && (rc = zt_backend_reserve(be, need)) < 0) {
+    snprintf(err, errlen, "backend %s: cannot reserve %zu bytes for the job's buffers",
+             be->ops->name, need);
+    goto out;
+  }
+  reserved = need != SIZE_MAX;
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   float **bufs[] = {&t->params, &t->grads, &t->m, &t->v};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -171,6 +182,7 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
   *out = t;
   t = NULL;
 out:
+  if (reserved) zt_backend_reserve_end(be);
   free(host);
   zt_trainer_close(t);
   return rc;

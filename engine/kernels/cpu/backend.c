@@ -9,12 +9,22 @@
 #endif
 
 #include "engine/kernels/cpu/cpu.h"
+#include "engine/kernels/mem.h"
 
 /* A cache line, so that no two threads' output rows share one at a buffer's start and vector
  * loads are aligned. */
 #define ZT__CPU_ALIGN 64
 
-static void *cpu_alloc(void *ctx, size_t bytes) {
+/* The context: what the ops see (cpu.h) first, so that their ctx is this, and the accounting of
+ * alloc/free, which only this file and backend.c use. */
+typedef struct cpu_backend {
+  zt__cpu_ctx ops_ctx;
+  zt__mem mem;
+} cpu_backend;
+
+zt__mem *zt__cpu_mem(void *ctx) { return &((cpu_backend *)ctx)->mem; }
+
+static void *raw_alloc(void *ctx, size_t bytes) {
   /* Rounded up so that a size that is not a multiple of the alignment (and 0) is still valid. */
   if (bytes > SIZE_MAX - ZT__CPU_ALIGN)
     return NULL;
@@ -27,7 +37,11 @@ static void *cpu_alloc(void *ctx, size_t bytes) {
   return p;
 }
 
-static void cpu_free(void *ctx, void *p) { free(p); }
+static void raw_free(void *ctx, void *p) { free(p); }
+
+static void *cpu_alloc(void *ctx, size_t bytes) { return zt__mem_alloc(zt__cpu_mem(ctx), bytes); }
+
+static void cpu_free(void *ctx, void *p) { zt__mem_free(zt__cpu_mem(ctx), p); }
 
 static void cpu_zero(void *ctx, void *p, size_t bytes) {
   if (bytes)
@@ -101,9 +115,15 @@ const zt_ops *zt_backend_cpu_ops(void) { return &cpu_ops; }
 int zt_backend_cpu_open(zt_backend *be, int n_threads) {
   if (!be || n_threads < 0)
     return -EINVAL;
-  zt__cpu_ctx *ctx = malloc(sizeof(*ctx));
-  if (!ctx)
+  cpu_backend *cb = malloc(sizeof(*cb));
+  if (!cb)
     return -ENOMEM;
+  int rc = zt__mem_init(&cb->mem, &(zt__mem_raw){.alloc = raw_alloc, .free = raw_free});
+  if (rc < 0) {
+    free(cb);
+    return rc;
+  }
+  zt__cpu_ctx *ctx = &cb->ops_ctx;
 #ifdef _OPENMP
   ctx->n_threads = n_threads ? n_threads : omp_get_num_procs();
 #else
@@ -116,8 +136,9 @@ int zt_backend_cpu_open(zt_backend *be, int n_threads) {
 }
 
 void zt_backend_cpu_close(zt_backend *be) {
-  if (!be)
+  if (!be || !be->ctx)
     return;
+  zt__mem_destroy(zt__cpu_mem(be->ctx));
   free(be->ctx);
   be->ctx = NULL;
   be->ops = NULL;

@@ -7,7 +7,17 @@
 
 #include "engine/kernels/cuda/cuda.h"
 #include "engine/kernels/cuda/cuda_backend.h"
+#include "engine/kernels/mem.h"
 #include "engine/log.h"
+
+/* The context: what the ops see (cuda.h) first, so that their ctx is this, and the accounting
+ * of alloc/free, which only this file and backend.h's calls use. */
+typedef struct cuda_backend {
+  zt__cuda_ctx ops_ctx;
+  zt__mem mem;
+} cuda_backend;
+
+zt__mem *zt__cuda_mem(void *ctx) { return &((cuda_backend *)ctx)->mem; }
 
 int zt__cuda_fail(zt__cuda_ctx *ctx, int code, const char *file, int line, const char *what) {
   zt_log(ZT_LOG_ERROR, "cuda", "%s:%d: %s", file, line, what);
@@ -40,11 +50,8 @@ int zt__cuda_check_blas(zt__cuda_ctx *ctx, cublasStatus_t s, const char *what, c
 
 /* A failed cudaMalloc returns NULL to the caller (who reports it) without poisoning the
  * context: running out of memory at job start is an answer, not a broken device. */
-static void *cuda_alloc(void *vctx, size_t bytes) {
-  zt__cuda_ctx *ctx = vctx;
+static void *raw_alloc(void *vctx, size_t bytes) {
   void *p = NULL;
-  if (ctx->err)
-    return NULL;
   cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
   if (e != cudaSuccess) {
     (void)cudaGetLastError(); /* clear it, so that the next launch check does not see it */
@@ -54,11 +61,17 @@ static void *cuda_alloc(void *vctx, size_t bytes) {
   return p;
 }
 
-static void cuda_free(void *vctx, void *p) {
-  zt__cuda_ctx *ctx = vctx;
-  if (p)
-    zt__cuda_check_rt(ctx, cudaFree(p), "cudaFree", __FILE__, __LINE__);
+static void raw_free(void *vctx, void *p) {
+  zt__cuda_check_rt(vctx, cudaFree(p), "cudaFree", __FILE__, __LINE__);
 }
+
+/* From the reserved block while one is open (zt_backend_reserve), else one cudaMalloc. */
+static void *cuda_alloc(void *vctx, size_t bytes) {
+  zt__cuda_ctx *ctx = vctx;
+  return ctx->err ? NULL : zt__mem_alloc(zt__cuda_mem(ctx), bytes);
+}
+
+static void cuda_free(void *vctx, void *p) { zt__mem_free(zt__cuda_mem(vctx), p); }
 
 static void cuda_zero(void *vctx, void *p, size_t bytes) {
   zt__cuda_ctx *ctx = vctx;
@@ -166,6 +179,7 @@ static const zt_ops cuda_ops = {
 
 static void ctx_destroy(zt__cuda_ctx *ctx) {
   /* Teardown errors are logged only: there is nothing left to tell. */
+  zt__mem_destroy(zt__cuda_mem(ctx));
   if (ctx->scratch)
     zt__cuda_check_rt(ctx, cudaFree(ctx->scratch), "cudaFree(scratch)", __FILE__, __LINE__);
   if (ctx->pinned)
@@ -192,9 +206,15 @@ int zt_backend_cuda_open(zt_backend *be, int device) {
            e == cudaSuccess ? count : 0, cudaGetErrorString(e));
     return -ENODEV;
   }
-  ctx = calloc(1, sizeof(*ctx));
-  if (!ctx)
+  cuda_backend *cb = calloc(1, sizeof(*cb));
+  if (!cb)
     return -ENOMEM;
+  if ((rc = zt__mem_init(&cb->mem, &(zt__mem_raw){.alloc = raw_alloc, .free = raw_free,
+                                                  .ctx = cb, .carve = 1})) < 0) {
+    free(cb);
+    return rc;
+  }
+  ctx = &cb->ops_ctx;
   ctx->device = device;
   ZT__CU(ctx, cudaSetDevice(device));
   /* Non-blocking: the legacy default stream must not serialise us with other threads' work. */
@@ -207,6 +227,8 @@ int zt_backend_cuda_open(zt_backend *be, int device) {
                                                                  : CUBLAS_DEFAULT_MATH));
   ZT__CU(ctx, cudaMallocHost(&ctx->pinned, ZT__CUDA_PINNED_BYTES));
   ZT__CU(ctx, cudaMalloc(&ctx->scratch, ZT__CUDA_SCRATCH_BYTES));
+  cb->mem.st.own_device = ZT__CUDA_SCRATCH_BYTES;
+  cb->mem.st.host_pinned = ZT__CUDA_PINNED_BYTES;
   be->ops = &cuda_ops;
   be->ctx = ctx;
 out:

@@ -25,6 +25,9 @@ int zt_backend_cuda_device(const zt_backend *be);
 void *zt_backend_cuda_stream(const zt_backend *be);
 /* cudaSetDevice(the context's device) on the calling thread: 0 or -EIO (logged). */
 int zt_backend_cuda_bind_thread(const zt_backend *be);
+/* The accounting of a context's alloc/free (engine/kernels/mem.h), for backend.h's memory
+ * calls. */
+struct zt__mem *zt__cuda_mem(void *ctx);
 
 /* Describes up to max CUDA devices; returns how many there are (0 when the driver finds none
  * or fails: the reason is logged once). */
