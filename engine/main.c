@@ -30,7 +30,9 @@ static const char usage_text[] =
     "                         else /tmp/zt-$UID/ztd.sock)\n"
     "  --state-dir DIR        jobs, checkpoints, logs (default $XDG_DATA_HOME/zt or ~/.local/share/zt)\n"
     "  --backend B            auto | cpu | cuda (auto: cuda when a GPU is found, else cpu)\n"
-    "  --gpus LIST            GPU indices, e.g. 0,1 (for the offload engine)\n"
+    "  --gpus LIST            GPUs jobs are scheduled on, e.g. 0,1 (cuda; default 0)\n"
+    "  --cpu-ranks N          simulated ranks of the cpu backend, its GPUs for jobs'\n"
+    "                         parallel.gpus; each gets --cpu-threads / N threads (default 1)\n"
     "  --gpu-mem-limit SIZE   GPU memory budget per device, e.g. 24GiB\n"
     "  --host-mem-limit SIZE  host memory budget for all jobs, e.g. 64GiB (default: no limit)\n"
     "  --nvme-dir DIR         directory for NVMe-resident state\n"
@@ -190,7 +192,8 @@ static int default_state_dir(char *buf, size_t len) {
 
 enum {
   OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
-  OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
+  OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_CPU_RANKS, OPT_LOG_LEVEL, OPT_HELP,
+  OPT_VERSION,
 };
 
 int main(int argc, char **argv) {
@@ -206,6 +209,7 @@ int main(int argc, char **argv) {
       {"token-file", required_argument, NULL, OPT_TOKEN},
       {"max-frame", required_argument, NULL, OPT_MAX_FRAME},
       {"cpu-threads", required_argument, NULL, OPT_CPU_THREADS},
+      {"cpu-ranks", required_argument, NULL, OPT_CPU_RANKS},
       {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
       {"help", no_argument, NULL, OPT_HELP},
       {"version", no_argument, NULL, OPT_VERSION},
@@ -272,6 +276,12 @@ int main(int argc, char **argv) {
                            optarg);
       cfg.cpu_threads = (int)n;
       break;
+    case OPT_CPU_RANKS:
+      if (parse_int(optarg, 1, ZT_TUNE_MAX_GPUS, &n) < 0)
+        return usage_error("--cpu-ranks %s: expected a count from 1 to %d", optarg,
+                           ZT_TUNE_MAX_GPUS);
+      cfg.cpu_ranks = (int)n;
+      break;
     case OPT_LOG_LEVEL: {
       zt_log_level lvl;
       if (zt_log_parse_level(optarg, &lvl) < 0)
@@ -309,8 +319,8 @@ int main(int argc, char **argv) {
       return usage_error("no default state dir (HOME unset); use --state-dir");
     cfg.state_dir = state_buf;
   }
-  /* auto: the GPU when this build has CUDA and the driver shows one, else the CPU. Jobs train on
-   * the first GPU of --gpus (0 by default). */
+  /* auto: the GPU when this build has CUDA and the driver shows one, else the CPU. Jobs are
+   * scheduled on the GPUs of --gpus (0 by default), or on the cpu backend's simulated ranks. */
   int n_dev = zt_backend_cuda_devices(NULL, 0);
   if (!strcmp(backend, "cuda") && !zt_backend_have_cuda()) {
     fprintf(stderr, "ztd: --backend cuda: this build of zt has no CUDA support\n");
@@ -321,6 +331,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   cfg.backend = !strcmp(backend, "auto") ? (n_dev > 0 ? "cuda" : "cpu") : backend;
+  if (!strcmp(cfg.backend, "cpu") && cfg.n_gpus > 0) {
+    /* a usage error when asked for; otherwise what this machine lacks */
+    fprintf(stderr, "ztd: --gpus: the cpu backend has no GPUs (%s); its jobs run parallel.gpus "
+            "as simulated ranks, up to --cpu-ranks\n",
+            !strcmp(backend, "cpu") ? "--backend cpu" : "no CUDA device found");
+    return !strcmp(backend, "cpu") ? 2 : 1;
+  }
+  if (!strcmp(cfg.backend, "cuda") && cfg.cpu_ranks > 0) {
+    fprintf(stderr, "ztd: --cpu-ranks: the cuda backend's ranks are its GPUs; use --gpus\n");
+    return 2;
+  }
+  if (!strcmp(cfg.backend, "cpu") && cfg.cpu_ranks == 0) cfg.cpu_ranks = ZT_TUNE_CPU_RANKS_DEFAULT;
   for (int i = 0; i < cfg.n_gpus; i++) {
     if (!strcmp(cfg.backend, "cuda") && cfg.gpus[i] >= n_dev) {
       fprintf(stderr, "ztd: --gpus: GPU %d does not exist (%d found)\n", cfg.gpus[i], n_dev);

@@ -30,11 +30,14 @@ run cuda_flash "$b/tests/gpu/test_cuda_flash"
 run cuda_train "$b/tests/gpu/test_cuda_train"
 run cuda_mixed "$b/tests/gpu/test_cuda_mixed"
 run cuda_offload "$b/tests/gpu/test_cuda_offload"
+run cuda_mem "$b/tests/gpu/test_cuda_mem"
 run comm_nccl "$b/tests/gpu/test_comm_nccl"
 run cuda_dp "$b/tests/gpu/test_cuda_dp"
 run model_parity_cuda "$b/tests/gpu/test_parity_cuda" tests/data/parity cuda
 export ZTD=$b/engine/server/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
-for t in train restart bad_input; do run "integration_$t" bash "tests/integration/$t.sh"; done
+for t in train restart bad_input memory offload_eio offload_resume parallel_gpu; do
+  run "integration_$t" bash "tests/integration/$t.sh"
+done
 if [ "$tests_only" != --tests-only ]; then
 python3 tools/bench/gpu_step_bench.py --ztrain "$b/tools/ztrain" --json "$out/bench.json" \
   2>&1 | tee "$out/bench.log"

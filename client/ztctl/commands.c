@@ -127,7 +127,40 @@ static void show_status(const json_t *j, const char *job) {
   const char *nvme = json_string_value(json_object_get(mem, "nvme_dir"));
   printf("\nmemory: %s in use by jobs on %s; limits: host %s, gpu %s; nvme dir %s\n", used,
          str_or_dash(mem, "backend"), host, gpu, nvme ? nvme : "none");
-  printf("jobs: %lld running, %lld queued, %lld in all\n",
+  /* per device of the job set: now, the highest any job reached, and the driver's view */
+  json_array_foreach(json_object_get(mem, "devices"), i, d) {
+    char alloc[32], peak[32], res[32], total[32], free_b[32];
+    ztctl_fmt_bytes(alloc, sizeof alloc, num(d, "allocated"));
+    ztctl_fmt_bytes(peak, sizeof peak, num(d, "peak"));
+    ztctl_fmt_bytes(res, sizeof res, num(d, "reserved"));
+    int cuda = !strcmp(str_or_dash(d, "kind"), "cuda");
+    printf("  %s %lld: %s allocated by jobs, peak %s, reserved %s", cuda ? "cuda" : "cpu rank",
+           (long long)json_integer_value(json_object_get(d, "device")), alloc, peak, res);
+    if (json_is_number(json_object_get(d, "total"))) {
+      ztctl_fmt_bytes(total, sizeof total, num(d, "total"));
+      ztctl_fmt_bytes(free_b, sizeof free_b, num(d, "free"));
+      printf("; %s total, %s free", total, free_b);
+    }
+    printf("\n");
+  }
+  const json_t *h = json_object_get(mem, "host");
+  if (json_is_object(h)) {
+    char pinned[32], alloc[32], limit[32];
+    ztctl_fmt_bytes(pinned, sizeof pinned, num(h, "pinned"));
+    ztctl_fmt_bytes(alloc, sizeof alloc, num(h, "allocated"));
+    ztctl_fmt_bytes(limit, sizeof limit, num(h, "limit"));
+    printf("  host: %s pinned by jobs, %s allocated by cpu jobs, limit %s\n", pinned, alloc, limit);
+  }
+  /* the device set jobs are scheduled on, with the job holding each (cpu: simulated ranks) */
+  printf("%s:", strcmp(str_or_dash(j, "backend"), "cuda") ? "ranks" : "gpus");
+  sep = " ";
+  json_array_foreach(json_object_get(j, "gpus"), i, d) {
+    const char *holder = json_string_value(json_object_get(d, "job"));
+    printf("%s%lld %s", sep, (long long)json_integer_value(json_object_get(d, "index")),
+           holder ? holder : "free");
+    sep = ", ";
+  }
+  printf("\njobs: %lld running, %lld queued, %lld in all\n",
          (long long)json_integer_value(json_object_get(queue, "running")),
          (long long)json_integer_value(json_object_get(queue, "queued")),
          (long long)json_integer_value(json_object_get(j, "jobs")));
@@ -183,7 +216,23 @@ static void show_job(const json_t *j, const char *job) {
   }
   json_object_del(copy, "losses");
   json_object_del(copy, "spec");
+  json_t *mem = json_incref(json_object_get(copy, "memory"));
+  json_object_del(copy, "memory");
   ztctl_print_flat(stdout, copy, "");
+  if (mem) {
+    char line[256], planned[32];
+    ztctl_fmt_job_memory(line, sizeof line, mem, ZTCTL_MEM_FIGURES);
+    ztctl_fmt_bytes(planned, sizeof planned, num(mem, "backend_bytes"));
+    /* the plan's bytes only while the job holds them */
+    printf("memory: %s on the %s backend%s%s\n", line, str_or_dash(mem, "backend"),
+           num(mem, "backend_bytes") > 0 ? ", planned " : "",
+           num(mem, "backend_bytes") > 0 ? planned : "");
+    ztctl_fmt_job_memory(line, sizeof line, mem, ZTCTL_MEM_TIERS);
+    if (line[0]) printf("offload: %s\n", line);
+    ztctl_fmt_job_memory(line, sizeof line, mem, ZTCTL_MEM_TIMELINE);
+    if (line[0]) printf("timeline of the last step: %s\n", line);
+    json_decref(mem);
+  }
   if (spec_text) printf("spec: %s\n", spec_text);
   free(spec_text);
   json_decref(copy);

@@ -74,18 +74,51 @@ void ztctl_fmt_rate(char *buf, size_t cap, double per_s) {
     snprintf(buf, cap, "%.0f", per_s);
 }
 
-double ztctl_memory_bytes(const json_t *mem) {
-  if (json_is_number(mem)) return json_number_value(mem);
-  if (!json_is_object(mem)) return -1;
-  double sum = 0;
-  const char *k;
-  json_t *v;
-  bool any = false;
-  json_object_foreach((json_t *)mem, k, v) {
-    if (json_is_number(v)) {
-      sum += json_number_value(v);
-      any = true;
-    }
+/* -1 when absent, so that a figure the daemon did not send prints as "-" */
+static double field(const json_t *o, const char *key) {
+  const json_t *v = json_object_get(o, key);
+  return json_is_number(v) ? json_number_value(v) : -1;
+}
+
+static void fmt_figure(char *buf, size_t cap, double bytes) {
+  if (bytes >= 0) ztctl_fmt_bytes(buf, cap, bytes);
+  else snprintf(buf, cap, "-");
+}
+
+void ztctl_fmt_job_memory(char *buf, size_t cap, const json_t *mem, ztctl_mem_part part) {
+  char a[32], b[32], c[32], d[32];
+  const json_t *off = json_object_get(mem, "offload");
+  const json_t *tl = json_object_get(off, "timeline");
+  buf[0] = 0;
+  switch (part) {
+  case ZTCTL_MEM_FIGURES:
+    fmt_figure(a, sizeof a, field(mem, "allocated"));
+    fmt_figure(b, sizeof b, field(mem, "peak"));
+    fmt_figure(c, sizeof c, field(mem, "reserved"));
+    fmt_figure(d, sizeof d, field(mem, "host_pinned"));
+    snprintf(buf, cap, "%s allocated, peak %s, reserved %s, host pinned %s", a, b, c, d);
+    break;
+  case ZTCTL_MEM_BRIEF:
+    fmt_figure(a, sizeof a, field(mem, "allocated"));
+    fmt_figure(b, sizeof b, field(mem, "peak"));
+    fmt_figure(c, sizeof c, field(mem, "reserved"));
+    snprintf(buf, cap, "%s (peak %s, reserved %s)", a, b, c);
+    break;
+  case ZTCTL_MEM_TIERS:
+    if (!json_is_object(off)) break;
+    fmt_figure(a, sizeof a, field(off, "device_budget"));
+    fmt_figure(b, sizeof b, field(off, "host_bytes"));
+    fmt_figure(c, sizeof c, field(off, "host_pinned"));
+    fmt_figure(d, sizeof d, field(off, "nvme_bytes"));
+    snprintf(buf, cap, "device %s, host %s (%s pinned), nvme %s", a, b, c, d);
+    break;
+  case ZTCTL_MEM_TIMELINE:
+    if (!json_is_object(tl)) break;
+    snprintf(buf, cap, "%s %.0f%% h2d %.0f%% d2h %.0f%% cpu-adam %.0f%% nvme %.0f%%",
+             strcmp(json_string_value(json_object_get(mem, "backend")) ?: "", "cuda") == 0
+                 ? "gpu" : "compute",
+             100 * field(tl, "compute"), 100 * field(tl, "h2d"), 100 * field(tl, "d2h"),
+             100 * field(tl, "optimizer"), 100 * field(tl, "nvme"));
+    break;
   }
-  return any ? sum : -1;
 }

@@ -135,11 +135,13 @@ static int batch_shape(zt_client *c, const char *job, const json_t *file_spec, f
   f->seq_len = spec_uint(dspec, file_spec, "model", "seq_len", 0);
   uint64_t steps = spec_uint(dspec, file_spec, "train", "steps", 0);
   uint64_t accum = spec_uint(dspec, file_spec, "train", "grad_accum", 1);
+  /* a step of a job on several ranks takes grad_accum micro-batches for each */
+  uint64_t ranks = spec_uint(dspec, file_spec, "parallel", "gpus", 1);
   json_decref(shown);
   if (!f->micro_batch || !f->seq_len || !steps)
     return ztctl_fail_msg("EINVAL", "job %s: the spec lacks train.micro_batch, model.seq_len or "
                           "train.steps, needed to stream --data", job);
-  f->batches = steps * accum;
+  f->batches = steps * accum * ranks;
   return ZTCTL_OK;
 }
 
@@ -281,6 +283,15 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
          json_string_value(json_object_get(plan, "arch")),
          json_number_value(json_object_get(plan, "params")) / 1e6, need,
          json_string_value(json_object_get(plan, "backend")));
+  const json_t *par = json_object_get(plan, "parallel");
+  if (json_integer_value(json_object_get(par, "gpus")) > 1) {
+    char rank[32];
+    ztctl_fmt_bytes(rank, sizeof rank,
+                    json_number_value(json_array_get(json_object_get(par, "rank_bytes"), 0)));
+    printf("parallel: %lld ranks, ZeRO stage %lld, %s on each\n",
+           (long long)json_integer_value(json_object_get(par, "gpus")),
+           (long long)json_integer_value(json_object_get(par, "zero_stage")), rank);
+  }
   if (off) {
     char act[32], units[32], arena[32], nvme[32];
     ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(off, "host_bytes")));

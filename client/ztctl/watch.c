@@ -37,23 +37,24 @@ static void end_line(watch_state *w) {
   w->line_open = false;
 }
 
+/* An offloaded job's line goes on with its tiers and its step's timeline. */
 static void step_line(const json_t *ev, char *buf, size_t cap) {
-  char rate[32], eta[32], mem[32];
+  char rate[32], eta[32], mem[128], tiers[160], timeline[160];
+  const json_t *m = json_object_get(ev, "memory");
   ztctl_fmt_rate(rate, sizeof rate, num(ev, "tokens_per_s", 0));
   ztctl_fmt_duration(eta, sizeof eta, num(ev, "eta_s", -1));
-  double mb = ztctl_memory_bytes(json_object_get(ev, "memory"));
-  if (mb >= 0)
-    ztctl_fmt_bytes(mem, sizeof mem, mb);
-  else
-    snprintf(mem, sizeof mem, "-");
+  ztctl_fmt_job_memory(mem, sizeof mem, m, ZTCTL_MEM_BRIEF);
+  ztctl_fmt_job_memory(tiers, sizeof tiers, m, ZTCTL_MEM_TIERS);
+  ztctl_fmt_job_memory(timeline, sizeof timeline, m, ZTCTL_MEM_TIMELINE);
   const json_t *l = json_object_get(ev, "loss");
   char loss[32];
   if (json_is_number(l))
     snprintf(loss, sizeof loss, "%.4f", json_number_value(l));
   else
     snprintf(loss, sizeof loss, "nan");
-  snprintf(buf, cap, "step %lld/%lld  loss %s  %s tok/s  ETA %s  mem %s",
-           (long long)num(ev, "step", 0), (long long)num(ev, "steps", 0), loss, rate, eta, mem);
+  snprintf(buf, cap, "step %lld/%lld  loss %s  %s tok/s  ETA %s  mem %s%s%s%s%s",
+           (long long)num(ev, "step", 0), (long long)num(ev, "steps", 0), loss, rate, eta, mem,
+           tiers[0] ? "  " : "", tiers, timeline[0] ? "  " : "", timeline);
 }
 
 static int on_event(const char *event_json, void *user) {
@@ -80,7 +81,7 @@ static int on_event(const char *event_json, void *user) {
       fflush(stdout);
     }
   } else if (w->live) {
-    char line[256];
+    char line[640];
     double t = now_s();
     if (strcmp(kind, "step") == 0) {
       step_line(ev, line, sizeof line);

@@ -47,8 +47,18 @@ void ztctl_print_flat(FILE *f, const json_t *j, const char *prefix);
 void ztctl_fmt_bytes(char *buf, size_t cap, double bytes);
 void ztctl_fmt_duration(char *buf, size_t cap, double seconds);
 void ztctl_fmt_rate(char *buf, size_t cap, double per_s);
-/* A memory figure from a reply: a byte count, or a map of them (summed). -1 when absent. */
-double ztctl_memory_bytes(const json_t *mem);
+/* A job's memory object (step events, show) as text: its figures ("1.0 MiB allocated, peak
+ * 1.0 MiB, reserved 1.0 MiB, host pinned 0 B"), or briefly ("1.0 MiB (peak 1.0 MiB, reserved
+ * 1.0 MiB)"); an offloaded job's tiers as its plan sized them ("device ..., host ... (...
+ * pinned), nvme ..."); its last step's timeline as busy percentages ("gpu 83% h2d 5% d2h 5%
+ * cpu-adam 21% nvme 0%"). The last two are "" for a job without them. */
+typedef enum ztctl_mem_part {
+  ZTCTL_MEM_FIGURES,
+  ZTCTL_MEM_BRIEF,
+  ZTCTL_MEM_TIERS,
+  ZTCTL_MEM_TIMELINE,
+} ztctl_mem_part;
+void ztctl_fmt_job_memory(char *buf, size_t cap, const json_t *mem, ztctl_mem_part part);
 
 /* Watches job on c, drawing progress; live = redraw a line per step event (on a TTY), else
  * only the summary. Returns ZTCTL_OK when the job ends "done", else ZTCTL_FAILED. */

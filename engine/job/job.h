@@ -47,6 +47,10 @@ typedef struct zt__job {
   zt_job_spec spec;
   json_t *spec_json;          /* the normalised spec, as in spec.json */
   size_t micro_tokens;        /* B * (T + 1) */
+  /* The devices (zt__jobs_devices' numbers) the job holds from its start until the loop joins
+   * its runner: set by the loop thread before the runner starts, read by the runner. */
+  int held[ZT_JOBS_MAX_GPUS];
+  int n_held;
 
   /* guarded by jobs->mu */
   zt_job_state state;
@@ -71,6 +75,8 @@ typedef struct zt__job {
   zt__ckpt_request *ckpt_requests;
   pthread_t thread;
   int has_thread;
+  zt__job_needs needs;        /* measured when the job reached the head of the queue */
+  int has_needs;
 } zt__job;
 
 typedef enum zt__msg_kind {
@@ -103,6 +109,9 @@ struct zt_jobs {
   int n_all, cap_all;
   zt__job **queue;            /* FIFO of queued jobs */
   int n_queue;
+  int n_dev;                  /* the device set (zt__jobs_devices) */
+  int dev[ZT_JOBS_MAX_GPUS];
+  zt__job *holder[ZT_JOBS_MAX_GPUS]; /* the running job holding dev[i], NULL when free */
   long next_id;
   int running;
   int shutting_down;

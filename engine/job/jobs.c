@@ -17,8 +17,6 @@
 #include "engine/kernels/backend.h"
 #include "engine/log.h"
 
-/* The CPU is one device set: one job trains at a time. */
-#define MAX_RUNNING 1
 /* Largest chunk zt_jobs_export_chunk reads in one call (a frame must hold it). */
 #define EXPORT_CHUNK_MAX (16u << 20)
 
@@ -229,34 +227,86 @@ static void fail_job(zt_jobs *jobs, zt__job *job, const char *error) {
   fail_pending(job, -EINVAL, msg);
 }
 
-/* Starts queued jobs while a device set is free. The machine is checked again here because a
- * job queued before a restart was validated by another daemon (its files may be gone). */
+static int free_devices(const zt_jobs *jobs) {
+  int n = 0;
+  for (int i = 0; i < jobs->n_dev; i++) n += !jobs->holder[i];
+  return n;
+}
+
+/* The host memory the running jobs take. */
+static double host_in_use(const zt_jobs *jobs) {
+  double b = 0;
+  for (int i = 0; i < jobs->n_all; i++)
+    if (jobs->all[i]->has_thread) b += (double)jobs->all[i]->needs.host_bytes;
+  return b;
+}
+
+static void release_devices(zt_jobs *jobs, zt__job *job) {
+  for (int i = 0; i < jobs->n_dev; i++)
+    if (jobs->holder[i] == job) jobs->holder[i] = NULL;
+  job->n_held = 0;
+}
+
+/* "GPUs 0,1", "GPU 2", "ranks 0,1" (the cpu backend's are simulated) */
+static void held_text(const zt_jobs *jobs, const zt__job *job, char *out, size_t outlen) {
+  int cuda = strcmp(jobs->cfg.backend, "cuda") == 0;
+  size_t n = (size_t)snprintf(out, outlen, "%s%s ", cuda ? "GPU" : "rank",
+                              job->n_held > 1 ? "s" : "");
+  for (int i = 0; i < job->n_held && n < outlen; i++)
+    n += (size_t)snprintf(out + n, outlen - n, "%s%d", i ? "," : "", job->held[i]);
+}
+
+/* Starts queued jobs in FIFO order. The head starts when parallel.gpus devices are free (it
+ * takes the first free ones) and its host memory fits beside the running jobs'; nothing
+ * overtakes a head that waits, so narrow jobs cannot starve a wide one (they queue behind it
+ * instead of filling the devices it waits for). The machine is checked again here because a
+ * job queued before a restart was validated by another daemon (its files may be gone, the
+ * daemon may own fewer devices). */
 static void maybe_start(zt_jobs *jobs) {
-  while (!jobs->shutting_down && jobs->running < MAX_RUNNING && jobs->n_queue > 0) {
+  while (!jobs->shutting_down && jobs->n_queue > 0) {
     zt__job *job = jobs->queue[0];
-    memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
     char err[ZT__ERR_MAX];
-    size_t bytes;
-    int rc = zt__job_spec_check_resources(&job->spec, &jobs->cfg, &bytes, err, sizeof err);
-    if (rc < 0) {
-      fail_job(jobs, job, err);
-      continue;
+    int rc;
+    /* a job wider than the device set is failed by the check rather than waiting forever */
+    if (job->spec.gpus <= jobs->n_dev && free_devices(jobs) < job->spec.gpus) return;
+    if (!job->has_needs) {
+      rc = zt__job_spec_check_resources(&job->spec, &jobs->cfg, &job->needs, err, sizeof err);
+      if (rc < 0) {
+        memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
+        fail_job(jobs, job, err);
+        continue;
+      }
+      job->has_needs = 1;
+    }
+    /* alone it fits (admission checked that); beside others it waits for them */
+    const char *what;
+    double cap = zt__jobs_host_limit(&jobs->cfg, &what);
+    if (jobs->running > 0 && cap > 0 && host_in_use(jobs) + (double)job->needs.host_bytes > cap)
+      return;
+    memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
+    for (int i = 0; i < jobs->n_dev && job->n_held < job->spec.gpus; i++) {
+      if (jobs->holder[i]) continue;
+      jobs->holder[i] = job;
+      job->held[job->n_held++] = jobs->dev[i];
     }
     pthread_mutex_lock(&jobs->mu);
     job->state = ZT_JOB_RUNNING;
     if (!job->started) job->started = zt__now();
-    job->backend_bytes = bytes;
+    job->backend_bytes = job->needs.backend_bytes;
     job->stop = ZT__STOP_NONE;
     pthread_mutex_unlock(&jobs->mu);
     rc = -pthread_create(&job->thread, NULL, zt__runner_main, job);
     if (rc < 0) {
+      release_devices(jobs, job);
       snprintf(err, sizeof err, "cannot start the runner thread: %s", strerror(-rc));
       fail_job(jobs, job, err);
       continue;
     }
     job->has_thread = 1;
     jobs->running++;
-    zt__job_log(job, ZT_LOG_INFO, "running on the %s backend", jobs->cfg.backend);
+    char held[ZT_JOBS_MAX_GPUS * 4 + 16];
+    held_text(jobs, job, held, sizeof held);
+    zt__job_log(job, ZT_LOG_INFO, "running on the %s backend (%s)", jobs->cfg.backend, held);
     json_t *ev = zt__job_event(job, "state");
     json_object_set_new(ev, "state", json_string("running"));
     emit(jobs, job, ev);
@@ -294,6 +344,7 @@ static void on_async(uv_async_t *h) {
       pthread_join(job->thread, NULL);
       job->has_thread = 0;
       jobs->running--;
+      release_devices(jobs, job);
       zt_job_state s = state_of(job);
       char msg[ZT__ERR_MAX];
       if (is_terminal(s)) {
@@ -504,6 +555,12 @@ int zt_jobs_open(zt_jobs **out, const zt_jobs_config *cfg, char *err, size_t err
     snprintf(err, errlen, "state dir is missing or longer than %d bytes", ZT__STATE_DIR_MAX - 1);
     return -EINVAL;
   }
+  if (cfg->n_gpus < 0 || cfg->n_gpus > ZT_JOBS_MAX_GPUS || cfg->cpu_ranks < 0 ||
+      cfg->cpu_ranks > ZT_JOBS_MAX_GPUS) {
+    snprintf(err, errlen, "a daemon schedules at most %d GPUs or simulated ranks",
+             ZT_JOBS_MAX_GPUS);
+    return -EINVAL;
+  }
   zt_jobs *jobs = calloc(1, sizeof *jobs);
   if (!jobs) return -ENOMEM;
   jobs->cfg = *cfg;
@@ -512,6 +569,7 @@ int zt_jobs_open(zt_jobs **out, const zt_jobs_config *cfg, char *err, size_t err
   snprintf(jobs->state_dir, sizeof jobs->state_dir, "%s", cfg->state_dir);
   jobs->cfg.state_dir = jobs->state_dir;
   jobs->cfg.backend = strcmp(cfg->backend, "cuda") == 0 ? "cuda" : "cpu";
+  jobs->n_dev = zt__jobs_devices(&jobs->cfg, jobs->dev);
   pthread_mutex_init(&jobs->mu, NULL);
   if ((rc = zt__store_open(jobs->state_dir, &jobs->lock_fd, err, errlen)) < 0) goto out;
   jobs->async = malloc(sizeof *jobs->async);
@@ -567,21 +625,108 @@ void zt_jobs_close(zt_jobs *jobs) {
   free(jobs);
 }
 
+static json_int_t mem_int(const json_t *o, const char *key) {
+  return json_integer_value(json_object_get(o, key));
+}
+
+/* The daemon's memory figures from what the runners published (job->memory, under mu): per
+ * device of the set, what running jobs have allocated and reserved on it now and the highest
+ * any job's allocations there reached since the daemon started (a device holds one job at a
+ * time), with the driver's total and free on cuda; on the host, what running jobs pin, their
+ * allocations on the cpu backend (host memory) and the limit jobs are admitted against. */
+static int add_memory_figures(zt_jobs *jobs, json_t *mem) {
+  int cuda = strcmp(jobs->cfg.backend, "cuda") == 0, n_info = 0;
+  zt_device_info info[ZT_MAX_DEVICES];
+  if (cuda) n_info = zt_backend_cuda_devices(info, ZT_MAX_DEVICES);
+  json_int_t alloc[ZT_JOBS_MAX_GPUS] = {0}, peak[ZT_JOBS_MAX_GPUS] = {0},
+             reserved[ZT_JOBS_MAX_GPUS] = {0}, pinned = 0, host_alloc = 0;
+  pthread_mutex_lock(&jobs->mu);
+  for (int i = 0; i < jobs->n_all; i++) {
+    const json_t *m = jobs->all[i]->memory;
+    int running = jobs->all[i]->state == ZT_JOB_RUNNING;
+    if (!m) continue;
+    if (running) pinned += mem_int(m, "host_pinned");
+    if (running && !cuda) host_alloc += mem_int(m, "allocated");
+    size_t k;
+    const json_t *d;
+    json_array_foreach(json_object_get(m, "devices"), k, d) {
+      for (int j = 0; j < jobs->n_dev; j++) {
+        if (jobs->dev[j] != mem_int(d, "device")) continue;
+        if (running) alloc[j] += mem_int(d, "allocated");
+        if (running) reserved[j] += mem_int(d, "reserved");
+        if (mem_int(d, "peak") > peak[j]) peak[j] = mem_int(d, "peak");
+      }
+    }
+  }
+  pthread_mutex_unlock(&jobs->mu);
+  json_t *devs = json_array();
+  for (int j = 0; devs && j < jobs->n_dev; j++) {
+    json_t *d = json_pack("{s:i, s:s, s:I, s:I, s:I}", "device", jobs->dev[j], "kind",
+                          cuda ? "cuda" : "cpu", "allocated", alloc[j], "peak", peak[j],
+                          "reserved", reserved[j]);
+    if (d && cuda && jobs->dev[j] < n_info && jobs->dev[j] < ZT_MAX_DEVICES) {
+      json_object_set_new(d, "total", json_integer((json_int_t)info[jobs->dev[j]].mem_total));
+      json_object_set_new(d, "free", json_integer((json_int_t)info[jobs->dev[j]].mem_free));
+    }
+    if (json_array_append_new(devs, d) < 0) {
+      json_decref(devs);
+      devs = NULL;
+    }
+  }
+  const char *what;
+  json_t *host = json_pack("{s:I, s:I, s:I}", "pinned", pinned, "allocated", host_alloc, "limit",
+                           (json_int_t)zt__jobs_host_limit(&jobs->cfg, &what));
+  if (!devs || !host) {
+    json_decref(devs);
+    json_decref(host);
+    return -ENOMEM;
+  }
+  /* both calls run: each takes its reference */
+  return json_object_set_new(mem, "devices", devs) | json_object_set_new(mem, "host", host)
+             ? -ENOMEM : 0;
+}
+
 json_t *zt_jobs_status(zt_jobs *jobs) {
   size_t bytes = 0;
   pthread_mutex_lock(&jobs->mu);
   for (int i = 0; i < jobs->n_all; i++)
     if (jobs->all[i]->state == ZT_JOB_RUNNING) bytes += jobs->all[i]->backend_bytes;
   pthread_mutex_unlock(&jobs->mu);
-  return json_pack("{s:i, s:i, s:i, s:{s:s, s:I, s:I}}", "queued", jobs->n_queue, "running",
-                   jobs->running, "jobs", jobs->n_all, "memory", "backend",
-                   jobs->cfg.backend, "backend_bytes", (json_int_t)bytes, "host_mem_limit",
-                   (json_int_t)jobs->cfg.host_mem_limit);
+  json_t *gpus = json_array();
+  for (int i = 0; gpus && i < jobs->n_dev; i++) {
+    const zt__job *h = jobs->holder[i];
+    if (json_array_append_new(gpus, json_pack("{s:i, s:o}", "index", jobs->dev[i], "job",
+                                              h ? json_string(h->id) : json_null())) < 0) {
+      json_decref(gpus);
+      gpus = NULL;
+    }
+  }
+  if (!gpus) return NULL;
+  json_t *st = json_pack("{s:i, s:i, s:i, s:{s:s, s:I, s:I}, s:o}", "queued", jobs->n_queue,
+                         "running", jobs->running, "jobs", jobs->n_all, "memory", "backend",
+                         jobs->cfg.backend, "backend_bytes", (json_int_t)bytes, "host_mem_limit",
+                         (json_int_t)jobs->cfg.host_mem_limit, "gpus", gpus);
+  if (st && add_memory_figures(jobs, json_object_get(st, "memory")) < 0) {
+    json_decref(st);
+    return NULL;
+  }
+  return st;
+}
+
+/* The devices a running job holds, [] otherwise. */
+static json_t *held_json(const zt__job *job) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < job->n_held; i++)
+    if (json_array_append_new(a, json_integer(job->held[i])) < 0) {
+      json_decref(a);
+      return NULL;
+    }
+  return a;
 }
 
 /* What submit and plan share: the operator's defaults filled in, the spec validated and sized
  * against this daemon's backend and limits. */
-static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, size_t *bytes,
+static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__job_needs *needs,
                  char *err, size_t errlen) {
   /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
    * names a directory; the stored spec records the one used. */
@@ -600,19 +745,30 @@ static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, size_t
   int rc = zt__job_spec_parse(spec_in, spec, err, errlen);
   json_decref(filled);
   if (rc < 0) return rc;
-  return zt__job_spec_check_resources(spec, &jobs->cfg, bytes, err, errlen);
+  /* the stored spec records the count, so that a restart resumes the same split of the data */
+  if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
+  return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
 }
 
 json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, size_t errlen) {
   zt_job_spec spec;
-  size_t bytes = 0;
+  zt__job_needs needs = {0};
   zt_model *m = NULL;
-  if ((*rc = admit(jobs, spec_in, &spec, &bytes, err, errlen)) < 0 ||
+  if ((*rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0 ||
       (*rc = zt_model_create(&m, &spec.model, err, errlen)) < 0)
     return NULL;
-  json_t *j = json_pack("{s:s, s:s, s:I, s:I}", "backend", jobs->cfg.backend, "arch",
-                        zt_arch_name(spec.model.arch), "params",
-                        (json_int_t)zt_model_num_params(m), "backend_bytes", (json_int_t)bytes);
+  json_t *ranks = json_array();
+  for (int i = 0; ranks && i < spec.gpus; i++)
+    if (json_array_append_new(ranks, json_integer((json_int_t)needs.rank_bytes)) < 0) {
+      json_decref(ranks);
+      ranks = NULL;
+    }
+  json_t *j = ranks ? json_pack("{s:s, s:s, s:I, s:I, s:{s:i, s:i, s:o}}", "backend",
+                                jobs->cfg.backend, "arch", zt_arch_name(spec.model.arch),
+                                "params", (json_int_t)zt_model_num_params(m), "backend_bytes",
+                                (json_int_t)needs.backend_bytes, "parallel", "gpus", spec.gpus,
+                                "zero_stage", spec.zero_stage, "rank_bytes", ranks)
+                    : NULL;
   zt_model_destroy(m);
   zt_offload_plan p;
   if (j && spec.has_offload &&
@@ -638,13 +794,13 @@ int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX],
                    size_t errlen) {
   zt_job_spec spec;
   zt__job *job = NULL;
-  size_t bytes;
+  zt__job_needs needs;
   int rc, made_dir = 0;
   if (jobs->shutting_down) {
     snprintf(err, errlen, "the daemon is shutting down");
     return -ESHUTDOWN;
   }
-  if ((rc = admit(jobs, spec_in, &spec, &bytes, err, errlen)) < 0) return rc;
+  if ((rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0) return rc;
   char new_id[ZT_JOB_ID_MAX];
   snprintf(new_id, sizeof new_id, "j%06ld", jobs->next_id);
   if ((rc = job_new(jobs, new_id, &spec, &job)) < 0) {
@@ -693,11 +849,11 @@ json_t *zt_jobs_list(zt_jobs *jobs) {
   for (int i = 0; i < jobs->n_all; i++) {
     zt__job *job = jobs->all[i];
     json_array_append_new(
-        arr, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o}", "job", job->id, "name",
+        arr, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:o}", "job", job->id, "name",
                        job->spec.name, "state", zt_job_state_name(job->state), "arch",
                        zt_arch_name(job->spec.model.arch), "step", job->step, "steps",
                        job->spec.train.steps, "loss", loss_or_null(job), "created",
-                       time_or_null(job->created)));
+                       time_or_null(job->created), "gpus", held_json(job)));
   }
   pthread_mutex_unlock(&jobs->mu);
   return json_pack("{s:o}", "jobs", arr);
@@ -721,11 +877,12 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
       time_or_null(job->ended), "checkpoint_step",
       job->has_ckpt ? json_integer(job->ckpt_step) : json_null(), "memory", "backend",
       jobs->cfg.backend, "backend_bytes", (json_int_t)(job->state == ZT_JOB_RUNNING ? job->backend_bytes : 0));
-  /* A running job reports what its last step measured, per tier when it is offloaded. */
-  if (j && job->state == ZT_JOB_RUNNING && job->memory)
-    json_object_set(j, "memory", job->memory);
+  /* What its runner last measured (per tier when it is offloaded): a running job's allocations;
+   * an ended one's, 0 unless it leaked, with its peaks. */
+  if (j && job->memory) json_object_set(j, "memory", job->memory);
   /* "error" only on a failed job, as in the "end" event. */
   if (j && job->error[0]) json_object_set_new(j, "error", json_string(job->error));
+  if (j) json_object_set_new(j, "gpus", held_json(job));
   pthread_mutex_unlock(&jobs->mu);
   if (!j) {
     *rc = -ENOMEM;
@@ -779,6 +936,8 @@ int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
   char msg[ZT__ERR_MAX];
   snprintf(msg, sizeof msg, "job %s is cancelled", id);
   fail_pending(job, -EINVAL, msg);
+  /* it may have been the head that the others waited behind */
+  maybe_start(jobs);
   return rc;
 }
 

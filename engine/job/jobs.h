@@ -17,6 +17,8 @@
 #include <uv.h>
 
 #define ZT_JOB_ID_MAX 64
+/* The most devices a daemon schedules jobs on (engine/train/dp.h's ZT_DP_MAX_WORLD). */
+#define ZT_JOBS_MAX_GPUS 64
 
 typedef enum zt_job_state {
   ZT_JOB_QUEUED = 1,
@@ -39,8 +41,13 @@ typedef struct zt_jobs_config {
   uv_loop_t *loop;
   const char *state_dir;        /* jobs/<id>/ live under it; must be writable */
   const char *backend;          /* "cpu" or "cuda" (engine/kernels/backend.h) */
-  int cpu_threads;              /* 0 = all cores */
-  int device;                   /* the GPU jobs train on (cuda) */
+  int cpu_threads;              /* 0 = all cores, split between the cpu_ranks */
+  /* The device set jobs are scheduled on, a rank per device (a job takes parallel.gpus of them,
+   * FIFO): on cuda the GPUs the daemon owns (n_gpus 0: GPU 0 alone); on cpu cpu_ranks
+   * simulated ranks (0: one), each a CPU backend of cpu_threads / cpu_ranks threads. */
+  int gpus[ZT_JOBS_MAX_GPUS];
+  int n_gpus;
+  int cpu_ranks;
   uint64_t host_mem_limit;      /* 0 = no limit; a cpu job whose backend bytes exceed it is refused */
   uint64_t gpu_mem_limit;       /* 0 = the device's memory; a cuda job above it is refused */
   const char *nvme_dir;         /* --nvme-dir: an offloaded job's NVMe tier unless its spec
@@ -61,21 +68,25 @@ int zt_jobs_open(zt_jobs **jobs, const zt_jobs_config *cfg, char *err, size_t er
  * afterwards to finish closing the registry's uv_async handle. */
 void zt_jobs_close(zt_jobs *jobs);
 
-/* {"queued": n, "running": n, "jobs": n, "memory": {...}} for the status reply. */
+/* {"queued": n, "running": n, "jobs": n, "memory": {...}, "gpus": [{"index", "job"}, ...]} for
+ * the status reply: "gpus" is the device set, each with the job holding it (null: free). */
 json_t *zt_jobs_status(zt_jobs *jobs);
 
 /* Validates the spec (every field; the error names it), writes jobs/<id>/ and queues the job. */
 int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
                    size_t errlen);
 /* The same validation and sizing as submit, without queueing: {"backend", "arch", "params",
- * "backend_bytes"[, "offload": {"host_bytes", "device_bytes", "nvme_bytes"}]}, or NULL with *rc
+ * "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes": [per rank]}[, "offload":
+ * {"host_bytes", "device_bytes", "nvme_bytes", ...}]}, or NULL with *rc
  * and the refusal submit would give (ENOMEM with the numbers when it cannot fit, ENOSPC when
  * its NVMe files do not fit offload.nvme_dir). */
 json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen);
-/* {"jobs": [ {job, name, state, arch, step, steps, loss, created}, ... ]} */
+/* {"jobs": [ {job, name, state, arch, step, steps, loss, created, gpus}, ... ]}; gpus: the
+ * devices a running job holds ([] otherwise). */
 json_t *zt_jobs_list(zt_jobs *jobs);
 /* {job, name, state, arch, spec (normalised), step, steps, loss, tokens_per_s, created, started,
- * ended, checkpoint_step, memory: {backend, backend_bytes}, losses: [loss of step 1, 2, ...],
+ * ended, checkpoint_step, gpus (as in the list), memory: {backend, backend_bytes},
+ * losses: [loss of step 1, 2, ...],
  * error (failed jobs only)}; NULL + -ENOENT if unknown. */
 json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen);
 /* Terminal states answer -EINVAL ("job j000003 is already done"). */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "engine/job/data.h"
 #include "engine/kernels/backend.h"
+#include "engine/train/dp.h"
 #include "engine/train/offload_json.h"
 #include "offload/nvme_store.h"
 
@@ -27,8 +28,8 @@
 #define KEEP_MAX 1000
 #define LR_MAX 10.0
 
-static const char *const k_top[] = {"name",       "model",   "train", "data",
-                                    "checkpoint", "offload", NULL};
+static const char *const k_top[] = {"name",       "model",   "train",    "data",
+                                    "checkpoint", "offload", "parallel", NULL};
 static const char *const k_model[] = {"arch",     "vocab", "seq_len", "d_model", "n_heads",
                                       "n_layers", "d_ff",  "init",    NULL};
 static const char *const k_init[] = {"seed", "safetensors", NULL};
@@ -42,6 +43,7 @@ static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
 static const char *const k_data_file[] = {"source", "path", NULL};
 static const char *const k_data_stream[] = {"source", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
+static const char *const k_parallel[] = {"gpus", "zero_stage", NULL};
 
 static void field(char *out, size_t n, const char *path, const char *key) {
   if (path[0])
@@ -352,6 +354,33 @@ static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen)
   return -EINVAL;
 }
 
+/* "parallel": {"gpus": N | "all", "zero_stage": 1 | 2 | 3}; "all" is resolved by admission,
+ * which knows the daemon's devices. */
+static int parse_parallel(const json_t *p, zt_job_spec *s, char *err, size_t errlen) {
+  int rc;
+  s->gpus = 1;
+  s->zero_stage = 1;
+  if (!p) return 0;
+  if ((rc = check_keys(p, "parallel", k_parallel, err, errlen)) < 0) return rc;
+  const json_t *g = json_object_get(p, "gpus");
+  if (json_is_string(g) && strcmp(json_string_value(g), "all") == 0) {
+    s->gpus = ZT_JOB_GPUS_ALL;
+  } else if (g && (!json_is_integer(g) || json_integer_value(g) < 1)) {
+    snprintf(err, errlen, "parallel.gpus must be a positive integer or \"all\"");
+    return -EINVAL;
+  } else if ((rc = get_int32(p, "parallel", "gpus", 0, 1, ZT_DP_MAX_WORLD, 1, &s->gpus, err,
+                             errlen)) < 0) {
+    return rc;
+  }
+  const json_t *z = json_object_get(p, "zero_stage");
+  if (z && (!json_is_integer(z) || json_integer_value(z) < 1 || json_integer_value(z) > 3)) {
+    snprintf(err, errlen, "parallel.zero_stage must be 1, 2 or 3");
+    return -EINVAL;
+  }
+  if (z) s->zero_stage = (int)json_integer_value(z);
+  return 0;
+}
+
 int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen) {
   int rc;
   const json_t *model, *train, *data, *ckpt;
@@ -387,6 +416,10 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
     s->has_offload = 1;
     if ((rc = zt_offload_cfg_from_json(off, &s->offload, err, errlen)) < 0) return rc;
   }
+  const json_t *par;
+  if ((rc = get_object(j, "", "parallel", 0, &par, err, errlen)) < 0 ||
+      (rc = parse_parallel(par, s, err, errlen)) < 0)
+    return rc;
   s->ckpt_every = 0;
   s->ckpt_keep = 2;
   if ((rc = get_object(j, "", "checkpoint", 0, &ckpt, err, errlen)) < 0) return rc;
@@ -426,8 +459,7 @@ static double rough_bytes(const zt_model_cfg *m, const zt_train_cfg *t) {
   return 16.0 * params + 8.0 * acts;
 }
 
-/* The host's memory for the cpu backend: the operator's limit, else the machine's RAM. */
-static double host_limit(const zt_jobs_config *cfg, const char **what) {
+double zt__jobs_host_limit(const zt_jobs_config *cfg, const char **what) {
   if (cfg->host_mem_limit) {
     *what = "host limit";
     return (double)cfg->host_mem_limit;
@@ -465,15 +497,40 @@ static int check_nvme_space(const char *dir, uint64_t need, char *err, size_t er
   return 0;
 }
 
-/* The device the daemon trains on: its memory (or --gpu-mem-limit) for cuda, the host's
- * limit for the cpu backend. */
+int zt__jobs_devices(const zt_jobs_config *cfg, int *ids) {
+  int cuda = strcmp(cfg->backend, "cuda") == 0;
+  int n = cuda ? (cfg->n_gpus > 0 ? cfg->n_gpus : 1) : (cfg->cpu_ranks > 0 ? cfg->cpu_ranks : 1);
+  if (n > ZT_JOBS_MAX_GPUS) n = ZT_JOBS_MAX_GPUS;
+  for (int i = 0; ids && i < n; i++) ids[i] = !cuda ? i : cfg->n_gpus > 0 ? cfg->gpus[i] : 0;
+  return n;
+}
+
+int zt__jobs_rank_threads(const zt_jobs_config *cfg) {
+  if (cfg->cpu_ranks <= 1) return cfg->cpu_threads;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int total = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)(cores > 0 ? cores : 1);
+  return total / cfg->cpu_ranks > 0 ? total / cfg->cpu_ranks : 1;
+}
+
+zt_train_cfg zt__job_rank_train_cfg(const zt_job_spec *s) {
+  zt_train_cfg tc = s->train;
+  if (tc.ckpt_every == ZT_CKPT_AUTO) tc.ckpt_every = 0;
+  return tc;
+}
+
+/* A device the daemon trains on: the smallest of its GPUs' memory (or --gpu-mem-limit) for
+ * cuda, since a job may get any of them; the host's limit for the cpu backend. */
 static double device_limit(const zt_jobs_config *cfg, const char **what) {
-  if (strcmp(cfg->backend, "cuda") != 0) return host_limit(cfg, what);
+  if (strcmp(cfg->backend, "cuda") != 0) return zt__jobs_host_limit(cfg, what);
   zt_device_info dev[ZT_MAX_DEVICES];
-  int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES);
-  double limit = cfg->device < n && cfg->device < ZT_MAX_DEVICES
-                     ? (double)dev[cfg->device].mem_total : 0.0;
-  *what = "the GPU has";
+  int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES), ids[ZT_JOBS_MAX_GPUS];
+  int owned = zt__jobs_devices(cfg, ids);
+  double limit = 0.0;
+  for (int i = 0; i < owned; i++)
+    if (ids[i] < n && ids[i] < ZT_MAX_DEVICES &&
+        (limit == 0.0 || (double)dev[ids[i]].mem_total < limit))
+      limit = (double)dev[ids[i]].mem_total;
+  *what = owned > 1 ? "its smallest GPU has" : "the GPU has";
   if (cfg->gpu_mem_limit && (double)cfg->gpu_mem_limit < limit) {
     limit = (double)cfg->gpu_mem_limit;
     *what = "GPU limit";
@@ -495,7 +552,7 @@ static int too_big(double need, double limit, const char *what, const char *part
 /* An offloaded job: the trainer's own plan (zt_offload_estimate) refuses a gpu_budget too small
  * with the numbers; its device side must fit the device, its host tier the host (with the
  * device side too on the cpu backend, whose device is host memory), its files nvme_dir. */
-static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, size_t *backend_bytes,
+static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__job_needs *needs,
                          char *err, size_t errlen) {
   zt_offload_plan plan;
   int rc = zt_offload_estimate(&s->model, &s->train, &s->offload,
@@ -504,8 +561,8 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, size_t
   const char *what;
   int on_cpu = strcmp(cfg->backend, "cpu") == 0;
   double host = (double)plan.host_bytes + (on_cpu ? (double)plan.device_bytes : 0);
-  if ((rc = too_big(host, host_limit(cfg, &what), what, "of host memory (offload host tier)",
-                    cfg, err, errlen)) < 0)
+  if ((rc = too_big(host, zt__jobs_host_limit(cfg, &what), what,
+                    "of host memory (offload host tier)", cfg, err, errlen)) < 0)
     return rc;
   if (!on_cpu && (rc = too_big((double)plan.device_bytes, device_limit(cfg, &what), what,
                                "of device memory (offload device side)", cfg, err, errlen)) < 0)
@@ -513,12 +570,43 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, size_t
   if (plan.nvme_bytes &&
       (rc = check_nvme_space(s->offload.nvme_dir, plan.nvme_bytes, err, errlen)) < 0)
     return rc;
-  *backend_bytes = plan.device_bytes;
+  needs->backend_bytes = needs->rank_bytes = plan.device_bytes;
+  needs->host_bytes = (size_t)host;
+  return 0;
+}
+
+/* parallel.gpus against the daemon's device set, and what several ranks cannot do yet. */
+static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char *err,
+                          size_t errlen) {
+  int owned = zt__jobs_devices(cfg, NULL), cuda = strcmp(cfg->backend, "cuda") == 0;
+  if (s->gpus > owned) {
+    snprintf(err, errlen, "parallel.gpus %d is more than the %d %s%s %s (ztd %s)", s->gpus,
+             owned, cuda ? "GPU" : "simulated rank", owned == 1 ? "" : "s",
+             cuda ? "this daemon owns" : "of this cpu daemon", cuda ? "--gpus" : "--cpu-ranks");
+    return -EINVAL;
+  }
+  if (s->gpus == 1) return 0;
+  if (s->has_offload) {
+    snprintf(err, errlen, "offload with parallel.gpus %d is not supported yet: an offloaded job "
+             "runs on one GPU (parallel.gpus 1)", s->gpus);
+    return -ENOTSUP;
+  }
+  if (s->train.precision == ZT_F16) {
+    snprintf(err, errlen, "train.precision \"fp16\" with parallel.gpus %d is not supported (the "
+             "loss scale is not shared between ranks yet); use bf16 or fp32", s->gpus);
+    return -ENOTSUP;
+  }
+#ifndef ZT_HAVE_NCCL
+  if (cuda) {
+    snprintf(err, errlen, "parallel.gpus %d needs NCCL, which this build of ztd lacks", s->gpus);
+    return -ENOTSUP;
+  }
+#endif
   return 0;
 }
 
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
-                                 size_t *backend_bytes, char *err, size_t errlen) {
+                                 zt__job_needs *needs, char *err, size_t errlen) {
   int rc;
   if (s->model.init_path[0]) {
     int fd = open(s->model.init_path, O_RDONLY | O_CLOEXEC);
@@ -560,21 +648,41 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
              cfg->backend);
     return -EINVAL;
   }
+  if ((rc = check_parallel(s, cfg, err, errlen)) < 0) return rc;
   const char *what;
-  if (s->has_offload) return check_offload(s, cfg, backend_bytes, err, errlen);
+  if (s->has_offload) return check_offload(s, cfg, needs, err, errlen);
   double limit = device_limit(cfg, &what);
+  const zt_ops *ops = zt_backend_ops_of(cfg->backend);
+  int W = s->gpus, on_cpu = strcmp(cfg->backend, "cuda") != 0;
+  /* per rank; the whole model's rough count guards the estimate's arithmetic */
   double need = rough_bytes(&s->model, &s->train);
-  if (need < 0x1p56)
-    need = (double)zt_trainer_estimate_bytes(&s->model, &s->train,
-                                             zt_backend_ops_of(cfg->backend));
-  if (limit > 0 && need > limit) {
-    char a[32], b[32];
-    zt__format_bytes(a, sizeof a, need);
+  if (need < 0x1p56 && W == 1) {
+    need = (double)zt_trainer_estimate_bytes(&s->model, &s->train, ops);
+  } else if (need < 0x1p56) {
+    zt_train_cfg tc = zt__job_rank_train_cfg(s);
+    zt_dp_cfg dpc = {.world = W, .zero_stage = s->zero_stage};
+    need = (double)zt_dp_estimate_rank_bytes(&s->model, &tc, &dpc, ops);
+  }
+  /* the cpu backend's ranks all live in host memory */
+  double on_device = on_cpu ? need * W : need;
+  if (limit > 0 && on_device > limit) {
+    char a[32], b[32], r[32];
+    zt__format_bytes(a, sizeof a, on_device);
     zt__format_bytes(b, sizeof b, limit);
-    snprintf(err, errlen, "job needs %s on the %s backend; %s %s", a, cfg->backend, what, b);
+    zt__format_bytes(r, sizeof r, need);
+    if (W == 1)
+      snprintf(err, errlen, "job needs %s on the %s backend; %s %s", a, cfg->backend, what, b);
+    else if (on_cpu)
+      snprintf(err, errlen, "job needs %s on the cpu backend (%d ranks of %s: parallel.gpus "
+               "%d, zero_stage %d); %s %s", a, W, r, W, s->zero_stage, what, b);
+    else
+      snprintf(err, errlen, "job needs %s per GPU on the cuda backend (parallel.gpus %d, "
+               "zero_stage %d); %s %s", a, W, s->zero_stage, what, b);
     return -ENOMEM;
   }
-  *backend_bytes = (size_t)need;
+  needs->rank_bytes = (size_t)need;
+  needs->backend_bytes = (size_t)need * (size_t)W;
+  needs->host_bytes = on_cpu ? needs->backend_bytes : 0;
   return 0;
 }
 
@@ -606,6 +714,9 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
       t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every),
       "data", data,
       "checkpoint", "every", s->ckpt_every, "keep", s->ckpt_keep);
+  if (out)
+    json_object_set_new(out, "parallel", json_pack("{s:i, s:i}", "gpus", s->gpus, "zero_stage",
+                                                   s->zero_stage));
   if (out && s->has_offload) {
     const zt_offload_cfg *o = &s->offload;
     json_t *off = json_pack("{s:s, s:s, s:s, s:I, s:i}", "params", zt_offload_place_name(o->params),

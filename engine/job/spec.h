@@ -15,6 +15,8 @@
 #include "engine/train/trainer.h"
 
 #define ZT_JOB_NAME_MAX 64
+/* zt_job_spec.gpus of "parallel": {"gpus": "all"} until admission makes it the daemon's count */
+#define ZT_JOB_GPUS_ALL (-1)
 
 typedef enum zt_data_source { ZT_DATA_FILE = 1, ZT_DATA_STREAM = 2 } zt_data_source;
 
@@ -28,20 +30,47 @@ typedef struct zt_job_spec {
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
   int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload.h) */
   zt_offload_cfg offload;
+  int gpus;                      /* parallel.gpus: ranks, one per device (engine/train/dp.h) */
+  int zero_stage;                /* parallel.zero_stage: 1, 2 or 3 (no effect with one rank) */
 } zt_job_spec;
+
+/* What a job takes from the machine while it runs. */
+typedef struct zt__job_needs {
+  size_t backend_bytes;          /* on the backend, every rank together */
+  size_t rank_bytes;             /* on each rank's device (all ranks hold the same) */
+  size_t host_bytes;             /* host memory, counted with the other running jobs' against
+                                    the host limit (cpu: the backend's; cuda: an offload host
+                                    tier) */
+} zt__job_needs;
 
 /* Structure, types, ranges and the model/train constraints; fills defaults. 0 or -EINVAL with a
  * message naming the field. */
 int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen);
 /* What the machine must provide: the init and data files (the token file's header, vocab and
- * length) and the memory: the trainer's estimate against, on the cpu backend, host_mem_limit or
- * physical RAM when the limit is 0; on the cuda backend, the device's memory or gpu_mem_limit
- * when smaller; an offloaded job's NVMe files against the free space of offload.nvme_dir
- * (-ENOSPC). *backend_bytes gets the estimate. 0 or -errno with the path or the numbers. */
+ * length), parallel.gpus devices of the daemon's set (zt__jobs_devices; s->gpus resolved, not
+ * ZT_JOB_GPUS_ALL) and the memory: the trainer's estimate (per rank with several) against, on
+ * the cpu backend, host_mem_limit or physical RAM when the limit is 0 (all ranks together); on
+ * the cuda backend, each device's memory (the smallest the daemon owns) or gpu_mem_limit when
+ * smaller; an offloaded job's NVMe files against the free space of offload.nvme_dir
+ * (-ENOSPC). *needs gets the estimates. 0 or -errno with the path or the numbers. */
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
-                                 size_t *backend_bytes, char *err, size_t errlen);
+                                 zt__job_needs *needs, char *err, size_t errlen);
 /* The normalised spec (every default written out): what jobs/<id>/spec.json holds. */
 json_t *zt__job_spec_to_json(const zt_job_spec *s);
+
+/* The daemon's device set, a rank per device: on cuda the GPUs it owns (cfg->n_gpus 0: GPU 0),
+ * on cpu cfg->cpu_ranks simulated ranks numbered from 0 (0: one). Returns the count; ids (when
+ * not NULL, ZT_JOBS_MAX_GPUS entries) gets the device numbers. */
+int zt__jobs_devices(const zt_jobs_config *cfg, int *ids);
+/* CPU threads of one rank's backend on the cpu backend: cpu_threads (0 = all cores) split
+ * evenly between the simulated ranks, at least 1; cpu_threads itself with one rank. */
+int zt__jobs_rank_threads(const zt_jobs_config *cfg);
+/* The host memory every running job together may take: host_mem_limit, else physical RAM
+ * (*what names which, for messages). */
+double zt__jobs_host_limit(const zt_jobs_config *cfg, const char **what);
+/* The training configuration each rank of a parallel job runs ("auto" activation
+ * checkpointing, the offload planner's, means none without offload). */
+zt_train_cfg zt__job_rank_train_cfg(const zt_job_spec *s);
 
 /* "1.21 TiB", "24 GiB", "512 B" */
 void zt__format_bytes(char *out, size_t outlen, double bytes);

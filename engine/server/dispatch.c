@@ -173,23 +173,19 @@ static json_t *devices_json(const zt_server_config *cfg) {
 static int handle_status(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   const zt_server_config *cfg = c->srv->cfg;
   json_t *js = zt_jobs_status(c->srv->jobs);
-  json_t *gpus = json_array();
   json_t *r = NULL;
-  if (!js || !gpus) goto out;
-  for (int i = 0; i < cfg->n_gpus; i++)
-    if (json_array_append_new(gpus, json_integer(cfg->gpus[i]))) goto out;
+  if (!js) goto out;
   json_t *mem = status_memory(cfg, json_object_get(js, "memory"));
   if (!mem) goto out;
   json_t *devices = devices_json(cfg);
   if (!devices) goto out;
   r = json_pack("{s:i, s:s, s:s, s:o, s:O, s:o, s:{s:O*, s:O*}, s:O*}",
                 "version", ZT_PROTO_VERSION, "server", "ztd " ZT_VERSION, "backend", cfg->backend,
-                "devices", devices, "gpus", gpus,
+                "devices", devices, "gpus", json_object_get(js, "gpus"),
                 "memory", mem, "queue", "queued", json_object_get(js, "queued"), "running",
                 json_object_get(js, "running"), "jobs", json_object_get(js, "jobs"));
 out:
   json_decref(js);
-  json_decref(gpus);
   return reply_owned(c, req->id, r, err);
 }
 

@@ -14,6 +14,8 @@
 #include "engine/log.h"
 #include "engine/server/server.h"
 
+_Static_assert(ZT_TUNE_MAX_GPUS == ZT_JOBS_MAX_GPUS, "--gpus fills zt_jobs_config.gpus");
+
 static void server_maybe_finish(zt_server *srv) {
   if (srv->stopping && srv->jobs_stopped && !srv->conns) uv_stop(srv->loop);
 }
@@ -232,7 +234,8 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
       .state_dir = cfg->state_dir,
       .backend = cfg->backend,
       .cpu_threads = cfg->cpu_threads,
-      .device = cfg->n_gpus > 0 ? cfg->gpus[0] : 0,
+      .n_gpus = cfg->n_gpus,
+      .cpu_ranks = cfg->cpu_ranks,
       .host_mem_limit = cfg->host_mem_limit,
       .gpu_mem_limit = cfg->gpu_mem_limit,
       .nvme_dir = cfg->nvme_dir,
@@ -240,6 +243,7 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
       .on_event = zt__watch_on_event,
       .user = &srv,
   };
+  memcpy(jc.gpus, cfg->gpus, sizeof jc.gpus);
   rc = zt_jobs_open(&srv.jobs, &jc, err, errlen);
   if (rc < 0) goto out;
   if ((rc = uv_timer_init(&loop, &srv.flush_timer)) < 0 ||

@@ -19,8 +19,9 @@ typedef struct zt_server_config {
   const char *socket_path;
   const char *state_dir;
   const char *backend;          /* the backend jobs train on ("cpu") */
-  int gpus[ZT_TUNE_MAX_GPUS];   /* --gpus, reported in status for the offload work to come */
+  int gpus[ZT_TUNE_MAX_GPUS];   /* --gpus: the GPUs jobs are scheduled on (cuda; none: GPU 0) */
   int n_gpus;
+  int cpu_ranks;                /* --cpu-ranks: simulated ranks of the cpu backend */
   uint64_t gpu_mem_limit;       /* 0 = none given */
   uint64_t host_mem_limit;      /* 0 = no limit */
   const char *nvme_dir;         /* NULL = none */

@@ -75,6 +75,13 @@ int zt_trainer_open_dp(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cf
                        const zt_dp_cfg *dpc, const zt_dp_rank *ranks, char *err,
                        size_t errlen);
 
+/* The backend bytes every rank of zt_trainer_open_dp with this configuration holds (the ranks
+ * hold the same), computed without opening anything, for admission: equal to
+ * zt_trainer_dp_rank_bytes after the open on backends with op table `ops`
+ * (zt_backend_ops_of). SIZE_MAX for a configuration the open refuses. */
+size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                 const zt_dp_cfg *dpc, const zt_ops *ops);
+
 /* Backend bytes rank `rank` holds (zt_trainer_backend_bytes is the sum over the ranks); 0 for a
  * rank out of range or a trainer without data parallelism. */
 size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank);

@@ -201,6 +201,23 @@ static int rank_open(dp_rank_state *k) {
   return rc;
 }
 
+/* The backend bytes rank_open allocates besides the activations, from the same layout: what
+ * zt_dp_estimate_rank_bytes adds up without opening (tests compare the two). */
+static size_t rank_buffer_bytes(const dp_state *s, const zt_train_cfg *tc) {
+  const zt_shard_table *tab = s->tab;
+  size_t f = sizeof(float), W = (size_t)s->dc.world;
+  size_t lp = tc->precision != ZT_F32 ? zt_dtype_size(tc->precision) : 0;
+  int stage = s->dc.zero_stage;
+  size_t pn = stage == 3 ? tab->packed_total : tab->padded_total;
+  size_t gn = stage == 1 ? tab->padded_total : tab->packed_total;
+  size_t b = pn * (f + lp) + gn * f + 2 * tab->packed_total * f + W * s->rec * sizeof(double);
+  if (stage >= 2)
+    b += s->slot_floats * f + (s->tied ? tab->chunk[0] * W * f : 0) + tab->max_chunk * f;
+  if (stage == 3)
+    b += 2 * s->slot_floats * (f + lp) + (s->tied ? tab->chunk[0] * W * (f + lp) : 0);
+  return b;
+}
+
 static void rank_close(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   void *bufs[] = {k->params,   k->params_lp, k->grads,     k->m,      k->v,
@@ -724,6 +741,28 @@ static int build_table(zt_trainer *t, dp_state *s) {
     if (f > s->slot_floats) s->slot_floats = f;
   }
   return 0;
+}
+
+size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                 const zt_dp_cfg *dpc, const zt_ops *ops) {
+  char err[256];
+  size_t bytes = SIZE_MAX;
+  zt_trainer t = {0};
+  dp_state s = {.dc = *dpc};
+  if (!ops || zt_train_cfg_check(tc, err, sizeof err) < 0 ||
+      zt_dp_cfg_check(dpc, err, sizeof err) < 0 || tc->precision == ZT_F16 ||
+      zt_model_create(&t.model, mc, err, sizeof err) < 0)
+    return SIZE_MAX;
+  s.nu = zt_model_num_units(t.model);
+  s.tied = mc->arch == ZT_ARCH_GPT;
+  s.rec = X_MICRO + 2 * (size_t)tc->grad_accum;
+  if (build_table(&t, &s) == 0) {
+    size_t acts = zt_acts_size_dt(t.model, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
+    if (acts) bytes = acts + rank_buffer_bytes(&s, tc);
+  }
+  zt_shard_table_free(s.tab);
+  zt_model_destroy(t.model);
+  return bytes;
 }
 
 int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,

@@ -68,6 +68,9 @@ expect_fail 2 "--max-frame" "$ZTD" --max-frame 1KiB
 expect_fail 2 "--gpu-mem-limit" "$ZTD" --gpu-mem-limit 24XB
 expect_fail 2 "--host-mem-limit" "$ZTD" --host-mem-limit -5
 expect_fail 2 "--gpus" "$ZTD" --gpus 0,0
+expect_fail 2 "the cpu backend has no GPUs" "$ZTD" --backend cpu --gpus 0
+expect_fail 2 "--cpu-ranks" "$ZTD" --cpu-ranks 0
+expect_fail 2 "--cpu-ranks" "$ZTD" --cpu-ranks 65
 expect_fail 2 "--cpu-threads" "$ZTD" --cpu-threads many
 expect_fail 2 "--log-level" "$ZTD" --log-level loud
 expect_fail 2 "--backend" "$ZTD" --backend tpu

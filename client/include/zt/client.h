@@ -32,20 +32,24 @@ void zt_client_interrupt(zt_client *c);
 const char *zt_client_error_code(const zt_client *c);
 const char *zt_client_error_message(const zt_client *c);
 
-/* The daemon's status reply as JSON: version, backend, devices, memory per tier, queue. */
+/* The daemon's status reply as JSON: version, backend, devices, memory (per device: allocated by
+ * jobs, peak, reserved, the driver's total and free; the host: pinned, limit), gpus (the
+ * devices jobs are scheduled on, each with the job holding it), queue. */
 int zt_client_status(zt_client *c, char **json_out);
 /* Submit a job spec (JSON text, or a msgpack-encoded map); job_id receives the new id. */
 int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CLIENT_JOB_ID_MAX]);
 int zt_client_submit_msgpack(zt_client *c, const void *spec, size_t len,
                              char job_id[ZT_CLIENT_JOB_ID_MAX]);
 /* Validates and sizes a spec (JSON text) as submit would, without queueing it: json_out gets
- * {"backend", "arch", "params", "backend_bytes"[, "offload": {"host_bytes", "device_bytes",
- * "nvme_bytes", ... the plan: docs/protocol.md}]};
+ * {"backend", "arch", "params", "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes":
+ * [per rank]}[, "offload": {"host_bytes", "device_bytes", "nvme_bytes", ... the plan:
+ * docs/protocol.md}]};
  * a job that cannot fit fails with the daemon's ENOMEM and its numbers. */
 int zt_client_plan_json(zt_client *c, const char *spec_json, char **json_out);
 /* {"jobs": [...]} */
 int zt_client_jobs(zt_client *c, char **json_out);
-/* One job, including "losses": [...] (the per-step loss history). */
+/* One job, including "losses": [...] (the per-step loss history) and "memory" (allocated, peak,
+ * reserved, host_pinned, per device; offloaded: its tiers and timeline: docs/protocol.md). */
 int zt_client_show(zt_client *c, const char *job, char **json_out);
 /* Pushes one micro-batch (micro_batch * (seq_len + 1) tokens) into a stream job. Blocks until the
  * daemon has room for it (credit), so a fast producer cannot grow the daemon's memory. */

@@ -167,14 +167,15 @@ int main(void) {
   {
     json_t *spec = base_spec();
     zt_job_spec s;
-    size_t bytes;
+    zt__job_needs bytes;
     CHECK(zt__job_spec_parse(spec, &s, err, sizeof err) == 0);
     zt_jobs_config limited = {.backend = "cpu", .host_mem_limit = 1000};
     zt_jobs_config unlimited = {.backend = "cpu"};
     CHECK(zt__job_spec_check_resources(&s, &limited, &bytes, err, sizeof err) == -ENOMEM);
     CHECK(strstr(err, "job needs ") && strstr(err, "on the cpu backend; host limit 1000 B"));
     CHECK(zt__job_spec_check_resources(&s, &unlimited, &bytes, err, sizeof err) == 0);
-    CHECK(bytes == zt_trainer_estimate_bytes(&s.model, &s.train, zt_backend_cpu_ops()));
+    CHECK(bytes.backend_bytes ==
+          zt_trainer_estimate_bytes(&s.model, &s.train, zt_backend_cpu_ops()));
     json_decref(spec);
   }
   /* bf16/fp16/tf32 pass where the backend is cuda (without a GPU the memory is not checked),
@@ -185,7 +186,7 @@ int main(void) {
     set_path(spec, "train.precision", json_string(prec[k]));
     set_path(spec, "train.tf32", json_boolean(k == 2));
     zt_job_spec s;
-    size_t bytes;
+    zt__job_needs bytes;
     CHECK(zt__job_spec_parse(spec, &s, err, sizeof err) == 0);
     CHECK(s.train.precision == (k == 0 ? ZT_BF16 : k == 1 ? ZT_F16 : ZT_F32));
     CHECK(s.train.tf32 == (k == 2));
@@ -194,7 +195,8 @@ int main(void) {
     /* sized by the cuda backend's own table (its attention saves far less than the CPU's);
      * a daemon only runs cuda in builds that have it */
     if (zt_backend_have_cuda())
-      CHECK(bytes == zt_trainer_estimate_bytes(&s.model, &s.train, zt_backend_ops_of("cuda")));
+      CHECK(bytes.backend_bytes ==
+            zt_trainer_estimate_bytes(&s.model, &s.train, zt_backend_ops_of("cuda")));
     /* the spec written back parses to the same precision */
     json_t *back = zt__job_spec_to_json(&s);
     zt_job_spec s2;
