@@ -12,7 +12,9 @@
 . "$(dirname "$0")/lib.sh"
 
 mkdir -p "$ZT_TMP/nvme"
-start_ztd --nvme-dir "$ZT_TMP/nvme"
+# the cpu backend everywhere: the figures asserted are the cpu backend's (tests/gpu/test_cuda_mem.c
+# checks the cuda backend's)
+start_ztd --backend cpu --nvme-dir "$ZT_TMP/nvme"
 make_tokens "$ZT_TMP/gpl.zt"
 
 # Nothing ran yet: a device with nothing allocated, the host with a limit.

@@ -38,9 +38,9 @@ json.dump(ref, open("%s/ref-%s.json" % (d, kind), "w"))
 s["offload"] = json.loads(off)
 json.dump(s, open("%s/%s.json" % (d, kind), "w"))
 PY
-  ZT_FAULT_NVME="eio:$kind:$N" start_ztd --nvme-dir "$NVME"
-  backend=$(ztctl --json status | json_get backend)
-  [ "$backend" = cpu ] || { echo "SKIP: the offloaded step runs on the cpu backend (ztd runs $backend)"; exit 77; }
+  # the cpu backend everywhere: the fault counts assume its I/O pattern (the step's NVMe traffic
+  # is the same on cuda; tests/gpu covers the GPU side of offload)
+  ZT_FAULT_NVME="eio:$kind:$N" start_ztd --backend cpu --nvme-dir "$NVME"
   job=$(new_job "$ZT_TMP/$kind.json") || exit 1
   wait_end "$job" failed
   err=$(ztctl --json show "$job" | json_get error)
