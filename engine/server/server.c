@@ -113,8 +113,8 @@ static int socket_claim(const char *path, char *err, size_t errlen) {
     return -ENAMETOOLONG;
   }
   memcpy(sa.sun_path, path, strlen(path) + 1);
-  char parent[PATH_MAX];
-  snprintf(parent, sizeof parent, "%s", path);
+  char parent[sizeof sa.sun_path];
+  memcpy(parent, path, strlen(path) + 1); /* shorter than sun_path: checked above */
   char *slash = strrchr(parent, '/');
   if (slash && slash != parent) {
     *slash = '\0';

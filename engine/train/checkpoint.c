@@ -91,8 +91,10 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: out of memory", dir);
     goto out;
   }
-  if (t->path && (rc = t->path->read_state(t, p, m, v)) < 0) {
-    snprintf(err, errlen, "%s: reading the offloaded state failed: %s", dir, strerror(-rc));
+  char why[512] = "";
+  if (t->path && (rc = t->path->read_state(t, p, m, v, why, sizeof why)) < 0) {
+    snprintf(err, errlen, "%s: reading the offloaded state failed: %s", dir,
+             why[0] ? why : strerror(-rc));
     goto out;
   }
   /* a leftover from a crash mid-save is incomplete by construction */
@@ -268,9 +270,10 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
     snprintf(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
   }
-  if (t->path && (rc = t->path->read_state(t, p, NULL, NULL)) < 0) {
+  char why[512] = "";
+  if (t->path && (rc = t->path->read_state(t, p, NULL, NULL, why, sizeof why)) < 0) {
     snprintf(err, errlen, "%s: reading the offloaded parameters failed: %s", path,
-             strerror(-rc));
+             why[0] ? why : strerror(-rc));
     free(p);
     return rc;
   }

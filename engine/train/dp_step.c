@@ -630,13 +630,16 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
   return 0;
 }
 
-static int dp_read_state(zt_trainer *t, float *params, float *m, float *v) {
+static int dp_read_state(zt_trainer *t, float *params, float *m, float *v, char *err,
+                         size_t errlen) {
   dp_state *s = t->path_state;
   s->out[0] = params;
   s->out[1] = m;
   s->out[2] = v;
   int bad = dispatch(s, CMD_READ);
-  return bad < 0 ? 0 : s->ranks[bad].rc;
+  if (bad < 0) return 0;
+  snprintf(err, errlen, "%s", s->ranks[bad].err);
+  return s->ranks[bad].rc;
 }
 
 static int dp_write_state(zt_trainer *t, const float *params, const float *m, const float *v,

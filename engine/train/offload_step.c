@@ -622,26 +622,36 @@ static int write_device_units(zt_trainer *t, const float *in[KINDS]) {
   return t->be.ops->sync(t->be.ctx);
 }
 
-static int off_read_state(zt_trainer *t, float *params, float *m, float *v) {
+/* err: the NVMe store's message (it names the file) or the backend's. */
+static int off_read_state(zt_trainer *t, float *params, float *m, float *v, char *err,
+                          size_t errlen) {
   off_state *s = t->path_state;
   float *out[KINDS] = {params, m, v};
+  int rc = 0;
   if (!s->nvme) {
     const float *flat[KINDS] = {t->params, t->m, t->v};
     for (int k = 0; k < KINDS; k++)
       if (out[k]) memcpy(out[k], flat[k], zt_model_num_params(t->model) * sizeof(float));
-    return read_device_units(t, out);
+  } else {
+    rc = finish_updates(t);
+    opt_set *x = &s->sets[0];
+    for (int u = s->ng; u < s->nu && rc == 0; u++) {
+      const zt_unit_info *ui = zt_model_unit(t->model, u);
+      x->unit = u;
+      if ((rc = set_io(t, x, 0)) < 0 || (rc = set_wait(s, x)) < 0) break;
+      for (int k = 0; k < KINDS; k++)
+        if (out[k]) memcpy(out[k] + ui->offset, x->buf[k], ui->numel * sizeof(float));
+    }
+    x->unit = -1;
+    if (rc < 0) {
+      snprintf(err, errlen, "%s", zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
+                                                                  : strerror(-rc));
+      return rc;
+    }
   }
-  int rc = finish_updates(t);
-  opt_set *x = &s->sets[0];
-  for (int u = s->ng; u < s->nu && rc == 0; u++) {
-    const zt_unit_info *ui = zt_model_unit(t->model, u);
-    x->unit = u;
-    if ((rc = set_io(t, x, 0)) < 0 || (rc = set_wait(s, x)) < 0) break;
-    for (int k = 0; k < KINDS; k++)
-      if (out[k]) memcpy(out[k] + ui->offset, x->buf[k], ui->numel * sizeof(float));
-  }
-  x->unit = -1;
-  return rc < 0 ? rc : read_device_units(t, out);
+  if ((rc = read_device_units(t, out)) < 0)
+    snprintf(err, errlen, "the device-resident units: %s", t->be.ops->error_text(t->be.ctx));
+  return rc;
 }
 
 static int off_write_state(zt_trainer *t, const float *params, const float *m, const float *v,

@@ -386,7 +386,8 @@ int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *ex
   size_t bytes = zt_model_num_params(t->model) * sizeof(float);
   int rc = o->sync(t->be.ctx);
   if (rc < 0) return rc;
-  if (t->path) return t->path->read_state(t, params, exp_avg, exp_avg_sq);
+  char why[512];
+  if (t->path) return t->path->read_state(t, params, exp_avg, exp_avg_sq, why, sizeof why);
   if (params) o->to_host(t->be.ctx, params, t->params, bytes);
   if (exp_avg) o->to_host(t->be.ctx, exp_avg, t->m, bytes);
   if (exp_avg_sq) o->to_host(t->be.ctx, exp_avg_sq, t->v, bytes);

@@ -13,7 +13,7 @@ typedef struct zt__train_path {
               size_t errlen);
   /* The state in the flat layout, copied out (any pointer may be NULL) or in (a checkpoint
    * loaded), wherever the path keeps it. */
-  int (*read_state)(zt_trainer *t, float *params, float *m, float *v);
+  int (*read_state)(zt_trainer *t, float *params, float *m, float *v, char *err, size_t errlen);
   int (*write_state)(zt_trainer *t, const float *params, const float *m, const float *v,
                      char *err, size_t errlen);
   size_t (*backend_bytes)(const zt_trainer *t);

@@ -309,6 +309,32 @@ out:
   return fails;
 }
 
+/* A checkpoint whose read of the NVMe state fails (the store's first read, injected) is refused
+ * with the file and the cause, and the trainer still saves once the fault is gone. */
+static int check_ckpt_read_fault(zt_offload_cfg oc, const char *tmp) {
+  int fails = 0;
+  char err[1024], dir[600];
+  zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = train_cfg(0, 0);
+  zt_trainer *t = NULL;
+  oc.optimizer = ZT_PLACE_NVME;
+  oc.params = ZT_PLACE_HOST;
+  oc.gpu_units = -1;
+  snprintf(dir, sizeof dir, "%s/fault-ckpt", tmp);
+  setenv("ZT_FAULT_NVME", "eio:read:1", 1);
+  int rc = open_off(&t, &mc, &tc, &oc, &g_be, err, sizeof err);
+  unsetenv("ZT_FAULT_NVME");
+  if (MC_EXPECT(rc == 0, "open with a read fault armed: %s", err)) return 1;
+  rc = zt_trainer_save(t, dir, err, sizeof err);
+  fails += MC_EXPECT(rc == -EIO && strstr(err, "reading the offloaded state failed") &&
+                     strstr(err, ".master") && strstr(err, "Input/output error"),
+                     "checkpoint read fault: rc %d, '%s'", rc, err);
+  fails += MC_EXPECT(zt_trainer_save(t, dir, err, sizeof err) == 0, "save after the fault: %s",
+                     err);
+  zt_trainer_close(t);
+  return fails;
+}
+
 /* 5 steps offloaded, a checkpoint, a fresh offloaded trainer (which ran a step of its own) loads
  * it, 5 more: the losses and state of 10 steps without offload; a trainer without offload
  * resumes from the same checkpoint alike. */
@@ -552,6 +578,7 @@ int main(int argc, char **argv) {
       fails += check_case(archs[i], "optimizer nvme, 2 device units", train_cfg(0, 0), oc, 0);
       oc.gpu_units = -1;
       fails += check_resume(archs[i], oc, tmp);
+      if (i == 0) fails += check_ckpt_read_fault(oc, tmp);
       continue;
     }
     oc.prefetch = 1;
