@@ -115,11 +115,11 @@ def fsdp2_step_time(cfg, batches, steps):
     return sum(times) / len(times), peak, params
 
 
-def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps):
+def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, grad_accum):
     with tempfile.TemporaryDirectory() as d:
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
-                "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": 1,
+                "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": grad_accum,
                           "lr": 1e-4, "precision": "bf16",
                           "activation_checkpointing": {"every": ckpt if ckpt == "auto"
                                                        else int(ckpt)}}}
@@ -148,7 +148,11 @@ def main():
     ap.add_argument("--budget-gib", type=float, default=24)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--grad-accum", type=int, default=1,
+                    help="zt only (the FSDP2 baseline runs without accumulation: use --no-torch)")
     args = ap.parse_args()
+    if args.grad_accum > 1 and not args.no_torch:
+        ap.error("--grad-accum > 1 needs --no-torch (the FSDP2 baseline does not accumulate)")
     budget = int(args.budget_gib * (1 << 30))
     rng = np.random.default_rng(0)
     results, torch_done = [], {}
@@ -158,12 +162,13 @@ def main():
         name, params, optimizer, ckpt = run.split(":")
         placement = f"params {params}, optimizer {optimizer}, checkpointing {ckpt}"
         cfg = CONFIGS[name]
-        tokens = cfg["B"] * cfg["seq_len"]
-        batches = rng.integers(0, cfg["vocab"], size=(args.steps, cfg["B"], cfg["seq_len"] + 1),
+        tokens = cfg["B"] * cfg["seq_len"] * args.grad_accum
+        batches = rng.integers(0, cfg["vocab"],
+                               size=(args.steps * args.grad_accum, cfg["B"], cfg["seq_len"] + 1),
                                dtype=np.int32)
         try:
             z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, ckpt, budget,
-                             args.steps)
+                             args.steps, args.grad_accum)
         except RuntimeError as e:
             print(f"{name} zt params {placement}: FAILED: {e}", flush=True)
             continue
