@@ -60,7 +60,9 @@ typedef struct zt_comm {
  * (another collective, size or root) all get -EINVAL naming both. */
 typedef struct zt_comm_cpu_group zt_comm_cpu_group;
 
-/* world in [1, ZT_COMM_CPU_MAX_WORLD]; -EINVAL / -ENOMEM. */
+/* world in [1, ZT_COMM_CPU_MAX_WORLD]; -EINVAL / -ENOMEM. The environment variable
+ * ZT_FAULT_COMM=RANK:N (a testing aid) makes rank RANK's Nth collective of every group fail with
+ * -EIO and a message saying so; a malformed value fails the open with -EINVAL (logged). */
 #define ZT_COMM_CPU_MAX_WORLD 1024
 int zt_comm_cpu_group_open(zt_comm_cpu_group **g, int world);
 /* After every rank's communicator is closed. NULL is a no-op. */

@@ -11,15 +11,22 @@
  * - reduce_scatter: rank r sums chunk r over the ranks into its recv.
  * - all_gather / broadcast: rank r copies into its own recv.
  * The posts are checked against rank 0's after the first meeting, by every rank alike, so a
- * mismatch (a partitioning bug) is an error on every rank rather than a hang or garbage. */
+ * mismatch (a partitioning bug) is an error on every rank rather than a hang or garbage.
+ *
+ * For tests of what a failing rank does to a job (comm.h, ZT_FAULT_COMM), a group can make one
+ * rank's Nth collective fail with EIO before it posts, as a lost GPU or a NCCL error would:
+ * the others wait in the collective until the failing rank's owner aborts the group. */
 #include "engine/comm/comm.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/log.h"
 
 typedef enum op_kind {
   OP_ALL_REDUCE,
@@ -44,6 +51,7 @@ typedef struct cpu_ctx {
   zt_comm_cpu_group *g;
   int rank;
   int open;
+  uint64_t calls; /* collectives called */
   char err[256];
 } cpu_ctx;
 
@@ -54,6 +62,8 @@ struct zt_comm_cpu_group {
   int arrived;
   uint64_t gen; /* meetings completed */
   int aborted;
+  int fault_rank;       /* ZT_FAULT_COMM: this rank's fault_call-th collective fails; -1 none */
+  uint64_t fault_call;
   post *posts;  /* one slot per rank */
   cpu_ctx *ctx; /* one per rank */
 };
@@ -123,6 +133,11 @@ static int collective(void *ctx, op_kind op, const void *send, void *recv, size_
   cpu_ctx *c = ctx;
   zt_comm_cpu_group *g = c->g;
   int W = g->world, r = c->rank;
+  if (++c->calls == g->fault_call && r == g->fault_rank) {
+    snprintf(c->err, sizeof c->err, "rank %d: %s failed: Input/output error (injected by "
+             "ZT_FAULT_COMM)", r, op_names[op]);
+    return -EIO;
+  }
   g->posts[r] = (post){.op = op, .send = send, .recv = recv, .size = size, .root = root};
   int rc = meet(c);
   if (rc < 0) return rc;
@@ -233,6 +248,24 @@ int zt_comm_cpu_group_open(zt_comm_cpu_group **out, int world) {
     free(g->ctx);
     free(g);
     return -ENOMEM;
+  }
+  g->fault_rank = -1;
+  const char *f = getenv("ZT_FAULT_COMM");
+  if (f && f[0]) {
+    int rank, used = 0;
+    uint64_t call;
+    if (sscanf(f, "%d:%" SCNu64 "%n", &rank, &call, &used) != 2 || f[used] || rank < 0 ||
+        call < 1) {
+      ZT_LOGE("comm", "ZT_FAULT_COMM=%s: expected RANK:N (rank RANK's Nth collective fails)", f);
+      free(g->posts);
+      free(g->ctx);
+      free(g);
+      return -EINVAL;
+    }
+    g->fault_rank = rank;
+    g->fault_call = call;
+    ZT_LOGW("comm", "ZT_FAULT_COMM=%s: rank %d's collective %" PRIu64 " will fail with EIO "
+            "(fault injection for tests)", f, rank, call);
   }
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv, NULL);
