@@ -161,3 +161,19 @@ spec() {
  "data": $data, "checkpoint": {"every": 10, "keep": 2}${4:+, $4}}
 JSON
 }
+
+# pspec OUT STEPS GRAD_ACCUM PARALLEL [SOURCE]: the tiny spec above with grad_accum and, when
+# PARALLEL (a JSON object) is not empty, that "parallel" member; SOURCE defaults to the token
+# file $ZT_TMP/gpl.zt.
+pspec() {
+  spec "$1" "${5:-$ZT_TMP/gpl.zt}" "$2"
+  python3 - "$@" <<'PY'
+import json, sys
+path, steps, accum, par = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+s = json.load(open(path))
+s["train"]["grad_accum"] = accum
+if par:
+    s["parallel"] = json.loads(par)
+json.dump(s, open(path, "w"))
+PY
+}

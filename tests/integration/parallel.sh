@@ -22,19 +22,6 @@ wait_lines() {
   fail "job $1 did not reach step $2"
 }
 
-# pspec OUT STEPS GRAD_ACCUM PARALLEL: the tiny spec of lib.sh with those members.
-pspec() {
-  spec "$1" "$ZT_TMP/gpl.zt" "$2"
-  python3 - "$@" <<'PY'
-import json, sys
-path, steps, accum, par = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-s = json.load(open(path))
-s["train"]["grad_accum"] = accum
-if par:
-    s["parallel"] = json.loads(par)
-json.dump(s, open(path, "w"))
-PY
-}
 
 # Refusals, at submit and plan alike.
 pspec "$ZT_TMP/wide.json" 30 1 '{"gpus": 5}'

@@ -8,14 +8,8 @@
 
 ZT_FAULT_COMM=1:40 start_ztd --cpu-ranks 2
 make_tokens "$ZT_TMP/gpl.zt"
-spec "$ZT_TMP/two.json" "$ZT_TMP/gpl.zt" 30
+pspec "$ZT_TMP/two.json" 30 1 '{"gpus": 2, "zero_stage": 2}'
 spec "$ZT_TMP/one.json" "$ZT_TMP/gpl.zt" 10
-python3 - "$ZT_TMP/two.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-s["parallel"] = {"gpus": 2, "zero_stage": 2}
-json.dump(s, open(sys.argv[1], "w"))
-PY
 a=$(new_job "$ZT_TMP/two.json") || exit 1
 b=$(new_job "$ZT_TMP/two.json") || exit 1
 wait_end "$a" failed 120

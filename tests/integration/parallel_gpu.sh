@@ -16,19 +16,6 @@ start_ztd --backend cuda --gpus 0,1
 [ "$(ztctl --json status | json_get backend)" = cuda ] || fail "ztd is not on the cuda backend"
 make_tokens "$ZT_TMP/gpl.zt"
 
-# pspec OUT STEPS GRAD_ACCUM PARALLEL [SOURCE]: the tiny spec of lib.sh with those members.
-pspec() {
-  spec "$1" "${5:-$ZT_TMP/gpl.zt}" "$2"
-  python3 - "$@" <<'PY'
-import json, sys
-path, steps, accum, par = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-s = json.load(open(path))
-s["train"]["grad_accum"] = accum
-if par:
-    s["parallel"] = json.loads(par)
-json.dump(s, open(path, "w"))
-PY
-}
 
 pspec "$ZT_TMP/wide.json" 20 1 '{"gpus": 3}'
 out=$(ztctl submit "$ZT_TMP/wide.json" 2>&1) && fail "3 GPUs accepted on a 2-GPU daemon"

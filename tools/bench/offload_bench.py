@@ -38,21 +38,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
-import pytorch_parity  # noqa: E402
-from pytorch_parity import GPT  # noqa: E402
-
-
-def _sdpa_attention(self, x):
-    B, T, C = x.shape
-    hs = C // self.nh
-    q, k, v = self.c_attn(x).split(C, dim=2)
-    q, k, v = (t.view(B, T, self.nh, hs).transpose(1, 2) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-
-pytorch_parity.Attention.forward = _sdpa_attention
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import GPT  # noqa: E402  (GPT attention through SDPA)
 
 CONFIGS = {
     "gpt2-124m": dict(arch="gpt", vocab=50304, seq_len=1024, d_model=768, n_heads=12,
