@@ -32,6 +32,11 @@ assert o["device_bytes"] == p["backend_bytes"] == int(sys.argv[1]), p
 assert o["host_bytes"] > 0 and o["nvme_bytes"] > 0 and o["units"] > o["gpu_units"] == 0, p
 assert o["device_bytes"] == o["act_bytes"] + o["gpu_unit_bytes"] + o["arena_bytes"], p
 assert o["params"] == "nvme" and o["ckpt_every"] == 0 and o["est_step_s"] > 0, p' "$need" "$backend" || fail "plan of the offloaded job: $(ztctl --json plan "$ZT_TMP/off.json")"
+# the human form says the same: the device side by part, the tiers, the plan's choices
+ztctl plan "$ZT_TMP/off.json" | grep -q "^offload: device .* = activations .* + 0 of [0-9]* units with their optimizer on the device .* + streaming arena" ||
+  fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"
+ztctl plan "$ZT_TMP/off.json" | grep -q "parameters between uses on the nvme; activation checkpointing none; estimated .* s/step" ||
+  fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"
 [ "$(ztctl --json jobs | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" = 0 ] ||
   fail "plan queued a job"
 ref=$(submit "$ZT_TMP/ref.json")
