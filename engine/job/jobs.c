@@ -724,6 +724,22 @@ static json_t *held_json(const zt__job *job) {
   return a;
 }
 
+/* "activation_checkpointing": {"every": "auto"} without offload: the least recompute that fits
+ * the device (the offload planner decides it with its plan otherwise). No checkpointing first,
+ * then the fewest blocks recomputed (every L blocks recomputes 1, every L-1 2, ... every 1 all
+ * L); the job is refused with the numbers of every block recomputed when even that does not
+ * fit. The stored spec records the choice, so a restart runs the same. */
+static int resolve_auto_ckpt(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *err,
+                             size_t errlen) {
+  int L = spec->model.n_layers, rc = 0;
+  for (int i = 0; i <= L; i++) {
+    spec->train.ckpt_every = i == 0 ? 0 : L + 1 - i;
+    rc = zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
+    if (rc != -ENOMEM) return rc;
+  }
+  return rc;
+}
+
 /* What submit and plan share: the operator's defaults filled in, the spec validated and sized
  * against this daemon's backend and limits. */
 static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__job_needs *needs,
@@ -747,6 +763,8 @@ static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__jo
   if (rc < 0) return rc;
   /* the stored spec records the count, so that a restart resumes the same split of the data */
   if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
+  if (!spec->has_offload && spec->train.ckpt_every == ZT_CKPT_AUTO)
+    return resolve_auto_ckpt(jobs, spec, needs, err, errlen);
   return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
 }
 
