@@ -85,7 +85,8 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size
  * devices a running job holds ([] otherwise). */
 json_t *zt_jobs_list(zt_jobs *jobs);
 /* {job, name, state, arch, spec (normalised), step, steps, loss, tokens_per_s, created, started,
- * ended, checkpoint_step, gpus (as in the list), memory: {backend, backend_bytes},
+ * ended, checkpoint_step, gpus (as in the list), memory: {backend, backend_bytes, allocated,
+ * peak, reserved, host_pinned, ...; offload: {...}} (docs/protocol.md),
  * losses: [loss of step 1, 2, ...],
  * error (failed jobs only)}; NULL + -ENOENT if unknown. */
 json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen);
