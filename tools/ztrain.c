@@ -6,6 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
+#include "engine/job/spec.h"
 #include "engine/train/cfg_json.h"
 #include "engine/train/offload_json.h"
 #include "engine/train/trainer.h"
@@ -16,7 +19,9 @@ static const char usage[] =
     "              [--device N] [--ckpt-every K] [--init X.safetensors] [--save DIR] [--json]\n"
     "              [--offload]\n"
     "\n"
-    "SPEC.json holds a \"model\" and a \"train\" object (other top-level keys are ignored):\n"
+    "SPEC.json is a ztd job spec (docs/spec.md; recognised by its \"data\", which ztrain\n"
+    "ignores: the tokens come from FILE) or the trainer's flat config, a \"model\" and a\n"
+    "\"train\" object (other top-level keys are ignored):\n"
     "  model: arch (\"gpt\" | \"encoder\"), vocab, seq_len, d_model, n_heads, n_layers,\n"
     "         d_ff (0 = arch default: gpt 4*d_model, encoder 2048), init_seed, init_path\n"
     "  train: steps, micro_batch, grad_accum, lr, beta1, beta2, eps, weight_decay,\n"
@@ -84,6 +89,32 @@ out:
   return rc;
 }
 
+/* SPEC.json is a ztd job spec (it has "data") or the trainer's flat config
+ * (engine/train/cfg_json.h, the parity data's format). */
+static int load_spec(const char *path, zt_model_cfg *mc, zt_train_cfg *tc, zt_offload_cfg *oc,
+                     int *has_offload, char *err, size_t errlen) {
+  json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+  int job_spec = j && json_object_get(j, "data");
+  json_decref(j);
+  if (!job_spec) {
+    int rc = zt_spec_load(path, mc, tc, err, errlen);
+    return rc < 0 ? rc : zt_offload_spec_load(path, oc, has_offload, err, errlen);
+  }
+  zt_job_spec s;
+  int rc = zt_job_spec_load(path, &s, err, errlen);
+  if (rc < 0) return rc;
+  if (s.gpus != 1) {
+    snprintf(err, errlen, "%s: parallel.gpus %d: ztrain runs one rank (submit it to ztd)", path,
+             s.gpus);
+    return -ENOTSUP;
+  }
+  *mc = s.model;
+  *tc = s.train;
+  *oc = s.offload;
+  *has_offload = s.has_offload;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *spec = NULL, *batches = NULL, *backend = "cpu", *init = NULL, *save = NULL;
   int json = 0, offload = 0, threads = 0, device = -1, ckpt_every = -1, rc = 0;
@@ -129,9 +160,8 @@ int main(int argc, char **argv) {
   double *losses = NULL;
   zt_offload_cfg oc;
   int has_offload = 0;
-  if ((rc = zt_spec_load(spec, &mc, &tc, err, sizeof err)) < 0 ||
-      (rc = zt_offload_spec_load(spec, &oc, &has_offload, err, sizeof err)) < 0)
-    goto fail;
+  zt_offload_cfg_defaults(&oc);
+  if ((rc = load_spec(spec, &mc, &tc, &oc, &has_offload, err, sizeof err)) < 0) goto fail;
   offload |= has_offload;
   if (ckpt_every >= 0) tc.ckpt_every = ckpt_every;
   if (init) {

@@ -729,3 +729,15 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   }
   return out;
 }
+
+int zt_job_spec_load(const char *path, zt_job_spec *s, char *err, size_t errlen) {
+  json_error_t je;
+  json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (!j) {
+    snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text);
+    return -EINVAL;
+  }
+  int rc = zt__job_spec_parse(j, s, err, errlen);
+  json_decref(j);
+  return rc;
+}

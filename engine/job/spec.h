@@ -46,6 +46,10 @@ typedef struct zt__job_needs {
 /* Structure, types, ranges and the model/train constraints; fills defaults. 0 or -EINVAL with a
  * message naming the field. */
 int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen);
+/* A job spec file parsed as submit parses it (the structure, not the machine's resources), for
+ * programs that run a job's recipe without the daemon (tools/ztrain). 0 or -errno with the file
+ * or the field named. */
+int zt_job_spec_load(const char *path, zt_job_spec *s, char *err, size_t errlen);
 /* What the machine must provide: the init and data files (the token file's header, vocab and
  * length), parallel.gpus devices of the daemon's set (zt__jobs_devices; s->gpus resolved, not
  * ZT_JOB_GPUS_ALL) and the memory: the trainer's estimate (per rank with several) against, on
