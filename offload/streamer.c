@@ -520,6 +520,7 @@ int zt_streamer_acquire(zt_streamer *s, int unit, unsigned flags, void **params,
     }
     x->grad = g;
     x->zero_ticket = t;
+    if (flags & ZT_STREAM_GRADS_RESUME) s->st.bytes_h2d += gb;
   }
   int stalled;
   rc = land(s, unit, &stalled);

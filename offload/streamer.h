@@ -80,7 +80,8 @@ typedef struct zt_streamer_stats {
   uint64_t wait_ns;         /* time blocked on the copy engine or the store, all calls */
   uint64_t evictions;       /* parameter copies dropped to make room */
   uint64_t grad_writebacks; /* gradient buffers accumulated into the host */
-  uint64_t bytes_h2d;       /* parameter bytes copied to the device */
+  uint64_t bytes_h2d;       /* bytes copied to the device: parameters, and running gradient
+                               sums a ZT_STREAM_GRADS_RESUME acquire starts from */
   uint64_t bytes_d2h;       /* gradient bytes copied back */
   uint64_t nvme_reads;      /* parameter reads from NVMe homes */
   uint64_t nvme_bytes;

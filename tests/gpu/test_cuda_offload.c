@@ -136,7 +136,8 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
                      "%s: host tier %zu bytes used, %zu pinned, size %zu", what, st.host_used,
                      st.host_pinned, st.host_bytes);
   if (pl == RESIDENT) {
-    uint64_t want = STEPS * piece_bytes(&mc, dt);
+    /* the pieces once a step, and from the second micro-batch on each unit's running sum */
+    uint64_t want = STEPS * (piece_bytes(&mc, dt) + (GA - 1) * piece_bytes(&mc, ZT_F32));
     fails += MC_EXPECT(st.bytes_h2d == want, "%s: %llu bytes to the device, the pieces are %llu",
                        what, (unsigned long long)st.bytes_h2d, (unsigned long long)want);
   } else {
