@@ -29,17 +29,28 @@
  * are ordered against the compute stream by events (offload/copy_cuda.c), the host tier is
  * page-locked, the AdamW pool takes every core, and a unit's gradients are taken up on the host
  * two units behind the backward, so the runner never waits for the last compute it queued. The
- * norm and the inf/nan check read the host gradients on a CPU backend of the path's own.
+ * inf/nan check and the streamed units' part of the norm are summed on the host as each unit is
+ * taken up (a CPU backend of the path's own), so each gradient is read there once.
+ *
+ * Device units (gpu_units): the leading units may keep masters, m, v, gradients and the compute
+ * copy on the device, accumulate there and be updated by the backend's AdamW after the backward;
+ * the streamer then handles the others only. The leading ones, because their gradients are the
+ * last the backward makes, leaving the CPU least time to hide their update.
  *
  * bf16 compute: the host keeps a bf16 copy of the parameters that the AdamW rewrites in the same
- * pass (offload/cpu_adam.h). A unit's device copy is its fp32 block followed by its bf16 block,
- * but only the bytes its ops read move (zt_tensor_info.reads): the matmul weights in bf16,
- * biases, norms and embeddings in fp32; about 2 bytes a parameter per fetch.
+ * pass (offload/cpu_adam.h). Only the bytes a unit's ops read move (zt_tensor_info.reads): the
+ * matmul weights in bf16, biases, norms and embeddings in fp32. The layouts put a block's
+ * vectors before its matrices, so a unit moves in two copies, about 2 bytes a parameter.
+ *
+ * The plan (zt_offload_estimate, the same computation as the open): with a gpu_budget, what the
+ * spec leaves to auto (activation checkpointing, params gpu or host, the device units) is
+ * searched for the cheapest plan that fits by a cost model whose rates are in engine/tunables.h.
  *
  * Scope today: the cpu and cuda backends, precision fp32 or bf16 (fp16 would need a fp16
  * write-out in the CPU AdamW); params gpu (every unit resident), host (streamed within
  * gpu_budget) or nvme (fp32 only: the files hold the masters); grads on the host; optimizer on
- * the host or nvme. Other placements are refused with a message naming the field. */
+ * the device for the leading units, on the host or nvme for the rest. Other placements are
+ * refused with a message naming the field. */
 #ifndef ZT_TRAIN_OFFLOAD_H
 #define ZT_TRAIN_OFFLOAD_H
 
@@ -56,10 +67,12 @@ typedef enum zt_offload_place {
 } zt_offload_place;
 
 typedef struct zt_offload_cfg {
-  zt_offload_place params;    /* home of the compute parameters between uses; auto: host when
-                                 gpu_budget is set, else gpu */
+  zt_offload_place params;    /* home of the compute parameters between uses; auto: with a
+                                 gpu_budget the planner's choice of gpu or host, else gpu */
   zt_offload_place grads;     /* fp32 gradients of the step; auto: host */
-  zt_offload_place optimizer; /* fp32 masters, AdamW m and v; auto: host */
+  zt_offload_place optimizer; /* fp32 masters, AdamW m and v; auto: with a gpu_budget the
+                                 leading units the plan fits on the device (gpu_units), the
+                                 rest on the host; else host */
   size_t gpu_budget;          /* device bytes for activations + the arena; 0: what every unit
                                  resident needs */
   int prefetch;               /* units fetched ahead of the one computing, [0, 16] */
