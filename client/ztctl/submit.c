@@ -312,6 +312,12 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
            "activation checkpointing %s; estimated %.3f s/step\n", host, nvme,
            json_string_value(json_object_get(off, "params")), ckpt,
            json_number_value(json_object_get(off, "est_step_s")));
+    char h2d[32], d2h[32], io[32];
+    ztctl_fmt_bytes(h2d, sizeof h2d, json_number_value(json_object_get(off, "h2d_bytes")));
+    ztctl_fmt_bytes(d2h, sizeof d2h, json_number_value(json_object_get(off, "d2h_bytes")));
+    ztctl_fmt_bytes(io, sizeof io, json_number_value(json_object_get(off, "nvme_step_bytes")));
+    printf("offload: expected per step: %s to the device, %s to the host, %s of NVMe I/O\n",
+           h2d, d2h, io);
   }
 out:
   json_decref(plan);

@@ -114,6 +114,10 @@ typedef struct zt_offload_plan {
   int ckpt_every;          /* activation checkpointing as resolved */
   zt_offload_place params; /* the parameters' home between uses, as resolved */
   double est_step_s;       /* the cost model's step time (engine/tunables.h's rates) */
+  /* the transfers a step is expected to make: parameters and running gradient sums to the
+   * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
+   * NVMe reads plus writes */
+  uint64_t h2d_bytes, d2h_bytes, nvme_step_bytes;
 } zt_offload_plan;
 
 /* The plan; the same refusals (-EINVAL, -ENOTSUP, -ENOMEM with the numbers) as the open. */

@@ -797,6 +797,19 @@ static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
   return unit_layout_of(m, u, dt).bytes;
 }
 
+/* The bytes one fetch of unit u moves: its fp32 parameters, or (bf16) the copies its ops read. */
+static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
+  if (dt == ZT_F32) return zt_model_unit(m, u)->numel * sizeof(float);
+  size_t sum = 0;
+  for (int i = 0; i < zt_model_num_tensors(m); i++) {
+    const zt_tensor_info *ti = zt_model_tensor(m, i);
+    if (ti->unit != u) continue;
+    if (ti->reads & ZT_READS_F32) sum += ti->numel * sizeof(float);
+    if (ti->reads & ZT_READS_LP) sum += ti->numel * zt_dtype_size(dt);
+  }
+  return sum;
+}
+
 /* bf16: each unit's pieces, runs of consecutive tensors read in the same copy (masters or
  * compute copy), placed at the tensors' offsets in the unit's fp32 block or bf16 block. */
 static int build_pieces(zt_trainer *t) {
@@ -954,6 +967,7 @@ typedef struct off_sizes {
   int held;            /* units acquired at once */
   int ng;              /* leading units with their optimizer on the device */
   size_t dev_units;    /* their device bytes */
+  int all_resident;    /* the arena holds every streamed unit: each is fetched once a step */
 } off_sizes;
 
 
@@ -1035,6 +1049,7 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
     z->arena = oc->gpu_budget - fixed;
     if (z->arena > resident) z->arena = resident;
   }
+  z->all_resident = z->arena >= resident;
   return 0;
 }
 
@@ -1055,6 +1070,22 @@ typedef struct off_plan {
  * copies beyond the compute, and the device AdamW at HBM speed. Coarse, but it orders the
  * choices that matter: checkpointing against units on the device against resident
  * parameters. */
+/* The copies a step of the plan is expected to make: each streamed unit's device copy fetched
+ * once a step when the arena holds them all, else in each forward and backward (the streamer
+ * keeps what fits, so this is the most); from the second micro-batch on its running gradient
+ * sum copied back; its gradients to the host every micro-batch. */
+static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_plan *p,
+                           double *h2d, double *d2h) {
+  double ga = tc->grad_accum, fetch = 0, grads = 0;
+  for (int u = p->z.ng; u < zt_model_num_units(m); u++) {
+    fetch += (double)unit_fetch_bytes(m, u, tc->precision);
+    grads += (double)zt_model_unit(m, u)->numel * sizeof(float);
+  }
+  double fetches = p->params == ZT_PLACE_GPU || p->z.all_resident ? 1 : 2 * ga;
+  *h2d = fetch * fetches + grads * (ga - 1);
+  *d2h = grads * ga;
+}
+
 static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
@@ -1069,9 +1100,8 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
   double cpu = p_cpu * per_param;
   double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
   double hidden = tc->grad_clip > 0 ? 0 : micro * 2 / 3 * p_dev / P;
-  double lp = tc->precision == ZT_F32 ? 4 : zt_dtype_size(tc->precision);
-  double fetches = p->params == ZT_PLACE_GPU ? 1 : 2 * ga;
-  double h2d = p_cpu * (lp * fetches + 4 * (ga - 1)), d2h = p_cpu * 4 * ga;
+  double h2d, d2h;
+  plan_transfers(m, tc, p, &h2d, &d2h);
   double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
   return compute + fmax(last, cpu - hidden) + fmax(0, copies - compute) + p_dev * 18 / 3e12;
 }
@@ -1175,6 +1205,12 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
                              .ckpt_every = p.ckpt_every,
                              .params = p.params,
                              .est_step_s = p.est_s};
+    double h2d, d2h;
+    plan_transfers(m, tc, &p, &h2d, &d2h);
+    out->h2d_bytes = (uint64_t)h2d;
+    out->d2h_bytes = (uint64_t)d2h;
+    /* optimizer nvme: every streamed unit's master, m and v read and written once a step */
+    out->nvme_step_bytes = 2 * out->nvme_bytes;
   }
   zt_model_destroy(m);
   return rc;

@@ -37,6 +37,8 @@ ztctl plan "$ZT_TMP/off.json" | grep -q "^offload: device .* = activations .* + 
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"
 ztctl plan "$ZT_TMP/off.json" | grep -q "parameters between uses on the nvme; activation checkpointing none; estimated .* s/step" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"
+ztctl plan "$ZT_TMP/off.json" | grep -q "^offload: expected per step: .* to the device, .* to the host, .* of NVMe I/O" ||
+  fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"
 [ "$(ztctl --json jobs | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" = 0 ] ||
   fail "plan queued a job"
 ref=$(submit "$ZT_TMP/ref.json")

@@ -176,8 +176,15 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                      plan.act_bytes == st.act_bytes && plan.arena_bytes == st.arena_budget &&
                      plan.gpu_unit_bytes == st.gpu_unit_bytes,
                      "%s: the plan is not what the trainer runs", what);
+  /* the expected transfers bound the real ones (micro-batches of padding alone move less) */
+  fails += MC_EXPECT((uint64_t)STEPS * plan.h2d_bytes >= st.bytes_h2d &&
+                     (uint64_t)STEPS * plan.d2h_bytes >= st.bytes_d2h &&
+                     (want_streaming || st.bytes_h2d * 2 > (uint64_t)STEPS * plan.h2d_bytes),
+                     "%s: plan expects %llu/%llu bytes H2D/D2H a step, %llu/%llu over %d steps",
+                     what, (unsigned long long)plan.h2d_bytes, (unsigned long long)plan.d2h_bytes,
+                     (unsigned long long)st.bytes_h2d, (unsigned long long)st.bytes_d2h, STEPS);
   if (oc.optimizer == ZT_PLACE_NVME)
-    fails += MC_EXPECT(plan.nvme_bytes > 0,
+    fails += MC_EXPECT(plan.nvme_bytes > 0 && plan.nvme_step_bytes == 2 * plan.nvme_bytes,
                        "%s: plan nvme %llu bytes", what, (unsigned long long)plan.nvme_bytes);
   fails += MC_EXPECT(est_host == st.host_bytes && est_dev == st.device_budget &&
                      st.device_budget == st.act_bytes + st.gpu_unit_bytes + st.arena_budget,
