@@ -52,7 +52,6 @@ struct zt_model {
   zt__init_kind *init;
   int nt, tcap;
   zt_unit_info *u;
-  int *u_first;         /* index of each unit's first tensor */
   int nu, ucap;
   size_t nparams;
 };
@@ -86,13 +85,14 @@ void zt__model_set_reads(zt_model *m, unsigned reads);
 
 /* The k-th tensor of unit u inside that unit's parameter block p. */
 static inline float *zt__unit_tensor(const zt_model *m, const float *p, int u, int k) {
-  return (float *)p + (m->t[m->u_first[u] + k].offset - m->u[u].offset);
+  return (float *)p + (m->t[m->u[u].first_tensor + k].offset - m->u[u].offset);
 }
 
 /* The same tensor in a unit's parameter block of type dt (the compute copy). */
 static inline const void *zt__unit_tensor_dt(const zt_model *m, const void *p, zt_dtype dt,
                                              int u, int k) {
-  return (const char *)p + (m->t[m->u_first[u] + k].offset - m->u[u].offset) * zt_dtype_size(dt);
+  return (const char *)p + (m->t[m->u[u].first_tensor + k].offset - m->u[u].offset) *
+                           zt_dtype_size(dt);
 }
 
 #endif

@@ -92,16 +92,13 @@ int zt__model_begin_unit(zt_model *m, const char *name) {
     zt_unit_info *u = realloc(m->u, (size_t)cap * sizeof *u);
     if (!u) return -ENOMEM;
     m->u = u;
-    int *f = realloc(m->u_first, (size_t)cap * sizeof *f);
-    if (!f) return -ENOMEM;
-    m->u_first = f;
     m->ucap = cap;
   }
   zt_unit_info *u = &m->u[m->nu];
   memset(u, 0, sizeof *u);
   snprintf(u->name, sizeof u->name, "%s", name);
   u->offset = m->nparams;
-  m->u_first[m->nu] = m->nt;
+  u->first_tensor = m->nt;
   m->nu++;
   return 0;
 }
@@ -136,6 +133,7 @@ int zt__model_add_tensor(zt_model *m, const char *name, int ndim, int64_t s0, in
   m->nt++;
   m->nparams += t->numel;
   m->u[m->nu - 1].numel += t->numel;
+  m->u[m->nu - 1].n_tensors++;
   return 0;
 }
 
@@ -165,7 +163,6 @@ void zt_model_destroy(zt_model *m) {
   free(m->t);
   free(m->init);
   free(m->u);
-  free(m->u_first);
   free(m);
 }
 

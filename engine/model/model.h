@@ -50,6 +50,8 @@ typedef struct zt_unit_info {
   char name[32];        /* "embed", "block.3", "head" */
   size_t offset;        /* first float of the unit's parameters in the flat buffer */
   size_t numel;         /* the unit's parameters are contiguous */
+  int first_tensor;     /* its tensors are zt_model_tensor(first_tensor .. + n_tensors - 1) */
+  int n_tensors;
 } zt_unit_info;
 
 typedef struct zt_model zt_model;

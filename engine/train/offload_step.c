@@ -778,9 +778,8 @@ static unit_layout unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
   const zt_unit_info *ui = zt_model_unit(m, u);
   if (dt == ZT_F32) return (unit_layout){0, ui->numel * sizeof(float)};
   size_t es = zt_dtype_size(dt), f32_end = 0, lp_begin = SIZE_MAX, lp_end = 0;
-  for (int i = 0; i < zt_model_num_tensors(m); i++) {
+  for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
     const zt_tensor_info *ti = zt_model_tensor(m, i);
-    if (ti->unit != u) continue;
     size_t a = ti->offset - ui->offset, b = a + ti->numel;
     if ((ti->reads & ZT_READS_F32) && b * sizeof(float) > f32_end) f32_end = b * sizeof(float);
     if ((ti->reads & ZT_READS_LP) && a * es < lp_begin) lp_begin = a * es;
@@ -799,11 +798,11 @@ static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
 
 /* The bytes one fetch of unit u moves: its fp32 parameters, or (bf16) the copies its ops read. */
 static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
-  if (dt == ZT_F32) return zt_model_unit(m, u)->numel * sizeof(float);
+  const zt_unit_info *ui = zt_model_unit(m, u);
+  if (dt == ZT_F32) return ui->numel * sizeof(float);
   size_t sum = 0;
-  for (int i = 0; i < zt_model_num_tensors(m); i++) {
+  for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
     const zt_tensor_info *ti = zt_model_tensor(m, i);
-    if (ti->unit != u) continue;
     if (ti->reads & ZT_READS_F32) sum += ti->numel * sizeof(float);
     if (ti->reads & ZT_READS_LP) sum += ti->numel * zt_dtype_size(dt);
   }
@@ -822,10 +821,10 @@ static int build_pieces(zt_trainer *t) {
   if (!s->pieces || !s->first_piece || !s->lp_offset) return -ENOMEM;
   for (int u = 0; u < s->nu; u++) s->lp_offset[u] = unit_layout_of(m, u, s->dt).lp_offset;
   int np = 0;
-  for (int u = 0, i = 0; u < s->nu; u++) {
+  for (int u = 0; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(m, u);
     s->first_piece[u] = np;
-    for (; i < nt && zt_model_tensor(m, i)->unit == u; i++) {
+    for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
       const zt_tensor_info *ti = zt_model_tensor(m, i);
       size_t in_unit = ti->offset - ui->offset;
       for (unsigned kind = ZT_READS_F32; kind <= ZT_READS_LP; kind <<= 1) {
