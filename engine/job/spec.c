@@ -323,10 +323,14 @@ static int parse_train(const json_t *t, zt_train_cfg *c, char *err, size_t errle
     const json_t *every = json_object_get(act, "every");
     if ((rc = check_keys(act, "train.activation_checkpointing", k_act_ckpt, err, errlen)) < 0)
       return rc;
-    /* "auto": the offload planner's choice (engine/train/trainer.h) */
-    if (json_is_string(every) && !strcmp(json_string_value(every), "auto"))
+    /* "auto": the offload planner's choice, or the least recompute that fits (jobs.c) */
+    if (json_is_string(every) && !strcmp(json_string_value(every), "auto")) {
       c->ckpt_every = ZT_CKPT_AUTO;
-    else if ((rc = get_int32(act, "train.activation_checkpointing", "every", 0, 0, 1048576, 0,
+    } else if (json_is_string(every)) {
+      snprintf(err, errlen, "train.activation_checkpointing.every must be a non-negative "
+               "integer or \"auto\"");
+      return -EINVAL;
+    } else if ((rc = get_int32(act, "train.activation_checkpointing", "every", 0, 0, 1048576, 0,
                              &c->ckpt_every, err, errlen)) < 0)
       return rc;
   }

@@ -46,6 +46,13 @@ bad_spec heads 's["model"]["n_heads"] = 3' n_heads
 bad_spec string-dim 's["model"]["seq_len"] = "16"' seq_len
 bad_spec no-data 's["data"]["path"] = sys.argv[1] + ".missing"' missing
 bad_spec offload-place 's["offload"] = {"params": "tape"}' offload.params
+bad_spec gpu-units 's["offload"] = {"gpu_units": -1}' offload.gpu_units
+bad_spec gpu-units-type 's["offload"] = {"gpu_units": "2"}' offload.gpu_units
+bad_spec gpu-units-many 's["offload"] = {"gpu_units": 99}' offload.gpu_units
+bad_spec ckpt-word 's["train"]["activation_checkpointing"] = {"every": "often"}' 'integer or "auto"'
+bad_spec zero-stage 's["parallel"] = {"gpus": 1, "zero_stage": 4}' parallel.zero_stage
+bad_spec gpus-word 's["parallel"] = {"gpus": "many"}' parallel.gpus
+bad_spec parallel-key 's["parallel"] = {"ranks": 2}' parallel
 printf '{"model": ' >"$ZT_TMP/truncated.json"
 expect_fail 1 "" "$ZTCTL" --socket "$SOCK" submit "$ZT_TMP/truncated.json"
 
