@@ -487,7 +487,7 @@ static int rank_step(dp_rank_state *k) {
     rec[X_SUMSQ] += o->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
     if (nf) rec[X_NONFINITE] = 1;
   }
-  int nonfinite;
+  int nonfinite = 0;
   if ((rc = exchange(k, rec, &nonfinite)) < 0) return rc;
   if (nonfinite) return -ERANGE; /* every rank sees it: nothing is updated anywhere */
   float scale = 1.0f;
