@@ -62,6 +62,12 @@ static int host_copy(zt_trainer *t, const float *src, float **dst) {
   return 0;
 }
 
+/* The call failed before the path's state call: a path whose other parts wait in theirs tells
+ * them (trainer_internal.h). */
+static void abandon_state(zt_trainer *t) {
+  if (t->path && t->path->abandon_state) t->path->abandon_state(t);
+}
+
 static int write_json(const char *path, json_t *j, char *err, size_t errlen) {
   errno = 0;
   FILE *f = fopen(path, "w");
@@ -81,6 +87,7 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   json_t *j = NULL;
   if ((rc = t->be.ops->sync(t->be.ctx)) < 0) {
     snprintf(err, errlen, "backend %s failed before the checkpoint (%d)", t->be.ops->name, rc);
+    abandon_state(t);
     return rc;
   }
   if (asprintf(&tmp, "%s.tmp", dir) < 0) tmp = NULL;
@@ -89,6 +96,7 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
       host_copy(t, t->v, &v) < 0) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", dir);
+    abandon_state(t);
     goto out;
   }
   char why[512] = "";
@@ -189,7 +197,7 @@ static int check_model(const zt_model *m, const json_t *jm, const char *path, ch
 }
 
 int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
-  int rc = 0;
+  int rc = 0, reached = 0;
   size_t n = zt_model_num_params(t->model);
   char *file = malloc(strlen(dir) + 64);
   float *p = malloc(n * sizeof(float)), *m = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
@@ -233,6 +241,7 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   sprintf(file, "%s/optimizer.safetensors", dir);
   if ((rc = zt_model_load_states(t->model, file, os, 2, 1, err, errlen)) < 0) goto out;
   const zt_ops *o = t->be.ops;
+  reached = 1;
   if (t->path) {
     if ((rc = t->path->write_state(t, p, m, v, err, errlen)) < 0) goto out;
   } else {
@@ -251,6 +260,7 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   if (ls) t->scaler.scale = (float)json_number_value(ls);
   if (good) t->scaler.good_steps = (int)json_integer_value(good);
 out:
+  if (rc < 0 && !reached) abandon_state(t);
   json_decref(j);
   free(file);
   free(p);
@@ -264,10 +274,12 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
   int rc = t->be.ops->sync(t->be.ctx);
   if (rc < 0) {
     snprintf(err, errlen, "backend %s failed before the export (%d)", t->be.ops->name, rc);
+    abandon_state(t);
     return rc;
   }
   if (host_copy(t, t->params, &p) < 0) {
     snprintf(err, errlen, "%s: out of memory", path);
+    abandon_state(t);
     return -ENOMEM;
   }
   char why[512] = "";

@@ -36,7 +36,38 @@
  * scatters the flat layout into this trainer's shards, so checkpoints are interchangeable
  * between world sizes, stages and the trainer without data parallelism.
  *
- * The trainer runs one thread per rank for the life of the trainer; each rank's backend
+ * Parts. A trainer may run only some of the world's ranks: zt_dp_cfg.rank0 and .local make it
+ * the part that runs global ranks rank0 .. rank0 + local - 1, whose communicators span the
+ * whole world (a job over several daemons runs one part on each; the CPU group can drive two
+ * parts in one process). Every part opens with the same configuration and seed, so it computes
+ * the same initial parameters and writes its own ranks' share of them without communicating.
+ * Then every part calls the same sequence of collective calls, each with its own threads:
+ * - zt_trainer_step, with the step's whole batch (all W * G micro-batches; global rank r takes
+ *   r*G .. r*G+G-1 as above). Loss, norm, clipping and the non-finite verdict are the world's.
+ * - Step flags: zt_trainer_dp_set_flags gives the flags this part contributes to its next step;
+ *   zt_step_result.flags is the OR over every rank's contribution, so all parts learn it on the
+ *   same step and can stop or checkpoint there together. The trainer only ORs them; the
+ *   meanings below are the caller's.
+ * - State: the part holding global rank 0 reads and writes the whole state in the flat layout,
+ *   through zt_trainer_save, zt_trainer_export, zt_trainer_get_state (a gather) and
+ *   zt_trainer_load (a scatter), while every other part calls, at the same time,
+ *   zt_trainer_dp_send_state (for a gather) or zt_trainer_dp_receive_state (for a scatter).
+ *   Global rank 0 first broadcasts what the call is (a gather of which tensors, a scatter, or
+ *   that it gave up before reaching the state, e.g. a checkpoint that does not load), so a part
+ *   whose call does not match learns it instead of waiting. Per unit the ranks' chunks are
+ *   all-gathered into (a gather) or cut out of (a scatter, broadcast from rank 0) a scratch
+ *   buffer that is dead between steps, so the state calls take no memory of their own: stage 1
+ *   the unit's region of the padded gradients, stages 2-3 the unit gradient buffer (the gpt
+ *   embedding's for unit 0); the step zeroes or overwrites those before it reads them. Stages
+ *   1-2 hold every unit's parameters on every rank: a gather reads rank 0's, a scatter
+ *   broadcasts the unit straight into every rank's copy.
+ * A trainer that runs every rank (local == world, the default) does none of this: its state
+ * calls copy each rank's chunks directly and it refuses send / receive. A part without rank 0
+ * refuses zt_trainer_save, _load, _export and _get_state (-EINVAL naming the call to make
+ * instead). A failure inside a state collective is handled as inside a step: the failing rank
+ * aborts the communicators and the trainer refuses further steps and state calls (-EIO).
+ *
+ * The trainer runs one thread per (local) rank for the life of the trainer; each rank's backend
  * memory is allocated, used and freed on that thread. Precision fp32 or bf16 (fp16's loss
  * scaling is not shared between ranks yet: refused). A cuda rank's thread makes its device
  * current (zt_backend_bind_thread) before anything else. */
@@ -54,23 +85,35 @@
 typedef struct zt_dp_cfg {
   int world;      /* W ranks, [1, ZT_DP_MAX_WORLD] */
   int zero_stage; /* 1 | 2 | 3 */
+  /* This trainer is the part that runs global ranks rank0 .. rank0 + local - 1 of the world,
+   * local in [1, world - rank0]; local 0 means all of them (rank0 must then be 0). */
+  int rank0, local;
 } zt_dp_cfg;
+
+/* Step flags (zt_trainer_dp_set_flags): what they mean is the caller's convention, the trainer
+ * only ORs them over the ranks. */
+#define ZT_DP_FLAG_STOP 1u       /* some part wants every part to stop after this step */
+#define ZT_DP_FLAG_CHECKPOINT 2u /* some part wants a checkpoint of this step */
 
 /* What the caller gives each rank; the trainer uses but does not own them (close them after
  * the trainer). The collectives run on the backend's stream (zt_backend_stream). */
 typedef struct zt_dp_rank {
   zt_backend be; /* the rank's own backend context */
-  zt_comm comm;  /* rank r of world W */
+  zt_comm comm;  /* global rank rank0 + i of world W, for ranks[i] */
 } zt_dp_rank;
 
-/* 0, or -EINVAL with a message naming the field ("dp.zero_stage must be 1, 2 or 3 (got 4)"). */
+/* 0, or -EINVAL with a message naming the field ("dp.zero_stage must be 1, 2 or 3 (got 4)",
+ * "dp.local must be in [0, 3] (dp.world 4 - dp.rank0 1) (got 4)"). */
 int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen);
 
-/* zt_trainer_open for W ranks: ranks[r] for rank r. -EINVAL for a bad configuration or ranks
- * that do not match it (named), -ENOTSUP for fp16, -ENOMEM with the rank and the bytes. Every
- * other trainer call works as without data parallelism; a step whose gradients are not finite
- * returns -ERANGE on every rank and changes nothing; any other failure of a rank aborts the
- * communicators and leaves the trainer refusing steps (-EIO). */
+/* zt_trainer_open for the part's ranks (all W by default): ranks[i] for global rank
+ * rank0 + i, local entries. -EINVAL for a bad configuration or ranks that do not match it
+ * (named), -ENOTSUP for fp16, -ENOMEM with the rank and the bytes. Every other trainer call works
+ * as without data parallelism (for a part, as the header says); a step whose gradients are not
+ * finite returns -ERANGE on every rank and changes nothing, with res still filled (step is the
+ * refused step, skipped 1, the flags as on any step) so that no part loses the step's flags;
+ * any other failure of a rank aborts the communicators and leaves the trainer refusing steps
+ * (-EIO). */
 int zt_trainer_open_dp(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                        const zt_dp_cfg *dpc, const zt_dp_rank *ranks, char *err,
                        size_t errlen);
@@ -82,8 +125,25 @@ int zt_trainer_open_dp(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cf
 size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_dp_cfg *dpc, const zt_ops *ops);
 
-/* Backend bytes rank `rank` holds (zt_trainer_backend_bytes is the sum over the ranks); 0 for a
- * rank out of range or a trainer without data parallelism. */
+/* Backend bytes global rank `rank` holds (zt_trainer_backend_bytes is the sum over the part's
+ * ranks); 0 for a rank this trainer does not run or a trainer without data parallelism. */
 size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank);
+
+/* The flags this part contributes to its next zt_trainer_step that runs (replacing any set
+ * before); cleared once that step has run, whatever its result. No-op for a trainer without data
+ * parallelism (whose zt_step_result.flags are 0). */
+void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags);
+
+/* A part without global rank 0, its side of the state collectives (see the header): send_state
+ * while the rank-0 part runs zt_trainer_save, zt_trainer_export or zt_trainer_get_state;
+ * receive_state while it runs zt_trainer_load, then the trainer's step and AdamW step become
+ * `step` and `adam_step` (trainer.json's, which the caller passes on; 0 <= adam_step <= step).
+ * -EINVAL with a message on a trainer that holds rank 0 or has no data parallelism, or for a
+ * call that does not match the rank-0 part's (which then fails too: the communicators are
+ * aborted, as for -EIO); -ECANCELED when the rank-0 part's call failed before it reached the
+ * state (nothing changed on either side); -EIO and other failures as for a step. */
+int zt_trainer_dp_send_state(zt_trainer *t, char *err, size_t errlen);
+int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *err,
+                                size_t errlen);
 
 #endif

@@ -1,6 +1,6 @@
 /* The data-parallel step (engine/train/dp.h): the rank threads, the per-stage buffers, the
  * step's walk over the units with its collectives, and the gather/scatter between the shards
- * and the flat layout. */
+ * and the flat layout (direct copies when every rank is here, collectives for a part). */
 #include "engine/train/dp.h"
 
 #include <errno.h>
@@ -20,11 +20,21 @@
  * collective reads or writes starts 16-byte aligned in either type. */
 #define DP_ALIGN 8
 
-/* A rank's record in the exchange after the backward: its sum of squares and non-finite flag,
- * then for each of its micro-batches the mean loss and whether it counted. */
+/* A rank's record in the exchange after the backward: its sum of squares, non-finite flag and
+ * its part's step flags (an unsigned int: exact in a double), then for each of its
+ * micro-batches the mean loss and whether it counted. */
 #define X_SUMSQ 0
 #define X_NONFINITE 1
-#define X_MICRO 2
+#define X_FLAGS 2
+#define X_MICRO 3
+
+/* The head of a part's state call, broadcast from global rank 0 in the exchange buffer (free
+ * between steps, and at least X_MICRO + 2 doubles): what the call is and, for a gather, which
+ * of params, m, v (bits 0, 1, 2) it reads. */
+#define H_OP 0
+#define H_MASK 1
+#define H_BYTES (2 * sizeof(double))
+enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON };
 
 /* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
 typedef struct adam_seg {
@@ -33,13 +43,15 @@ typedef struct adam_seg {
   int decay;
 } adam_seg;
 
-typedef enum dp_cmd { CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_CLOSE } dp_cmd;
+/* CMD_READ / CMD_WRITE: every rank copies its own chunks (all ranks here); CMD_STATE: the
+ * collective state call of a part. */
+typedef enum dp_cmd { CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_STATE, CMD_CLOSE } dp_cmd;
 
 struct dp_state;
 
 typedef struct dp_rank_state {
   struct dp_state *s;
-  int r;
+  int r;                    /* the global rank */
   /* the rank as a trainer of its own for the shared helpers (zt__trainer_stage_micro): the
    * model (shared, read only), the config, its backend, activations and host staging */
   zt_trainer view;
@@ -65,9 +77,11 @@ typedef struct dp_rank_state {
   int nsegs;
   size_t bytes;             /* backend bytes held */
   int rc;
+  int abandoned;            /* CMD_STATE: rank 0's part gave up its call (not a failure here) */
   char err[256];
   /* the step's results, the same on every rank */
   double loss, norm;
+  unsigned flags;
 } dp_rank_state;
 
 typedef struct dp_state {
@@ -77,7 +91,8 @@ typedef struct dp_state {
   int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
   size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
   size_t rec;               /* doubles per exchange record */
-  dp_rank_state *ranks;
+  int nl;                   /* the part's ranks: global dc.rank0 .. dc.rank0 + nl - 1 */
+  dp_rank_state *ranks;     /* nl, in rank order */
   int n_threads;            /* rank threads started */
   pthread_mutex_t mu;
   pthread_cond_t cmd_cv, done_cv;
@@ -88,8 +103,10 @@ typedef struct dp_state {
   const int32_t *tokens;
   float lr;
   int adam_step;
-  float *out[3];            /* CMD_READ: params, m, v (any NULL) */
-  const float *in[3];       /* CMD_WRITE */
+  float *out[3];            /* CMD_READ, a gather: params, m, v (any NULL) */
+  const float *in[3];       /* CMD_WRITE, a scatter */
+  int op, mask;             /* CMD_STATE: this part's call (ST_*); rank 0: the gather's tensors */
+  unsigned flags;           /* this part's flags for its next step */
   int broken;               /* a rank failed mid-step and aborted the communicators */
 } dp_state;
 
@@ -106,6 +123,11 @@ static int rank_fail(dp_rank_state *k, int rc, const char *fmt, ...) {
 
 static int comm_fail(dp_rank_state *k, int rc, const char *what) {
   return rank_fail(k, rc, "%s: %s", what, k->comm.ops->error_text(k->comm.ctx));
+}
+
+static int backend_fail(dp_rank_state *k, int rc) {
+  const zt_backend *be = &k->view.be;
+  return rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
 }
 
 /* ---- open and close (on the rank's thread) ------------------------------------------------ */
@@ -245,7 +267,8 @@ static size_t grad_at(const dp_rank_state *k, const zt_shard *sh) {
   return k->s->dc.zero_stage == 1 ? sh->padded_off : sh->packed_off;
 }
 
-/* Each rank copies out its own chunks: the ranks' chunks cover the flat layout once. */
+/* Each rank copies out its own chunks: the ranks' chunks cover the flat layout once (so only
+ * with every rank here). */
 static int rank_read(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
@@ -264,7 +287,8 @@ static int rank_read(dp_rank_state *k) {
                 : 0;
 }
 
-/* Stages 1-2 take every unit's parameters (the padding stays zero), stage 3 its chunks. */
+/* Stages 1-2 take every unit's parameters (the padding stays zero), stage 3 its chunks. Needs
+ * only the rank's own share of the flat layout, so a part writes its ranks alone. */
 static int rank_write(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
@@ -435,7 +459,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
 }
 
 /* The step's scalars from every rank's record, added in rank and micro-batch order (the loss
- * then is the sum a single trainer makes). */
+ * then is the sum a single trainer makes), and the OR of the flags. */
 static int exchange(dp_rank_state *k, double *rec, int *nonfinite) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
@@ -450,10 +474,12 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite) {
   double sumsq = 0, loss = 0;
   int micros = 0;
   *nonfinite = 0;
+  k->flags = 0;
   for (int r = 0; r < s->dc.world; r++) {
     const double *x = k->h_xchg + (size_t)r * R;
     sumsq += x[X_SUMSQ];
     *nonfinite |= x[X_NONFINITE] != 0;
+    k->flags |= (unsigned)x[X_FLAGS];
     for (int j = 0; j < k->view.tc.grad_accum; j++)
       if (x[X_MICRO + 2 * j + 1] != 0) {
         loss += x[X_MICRO + 2 * j];
@@ -473,6 +499,7 @@ static int rank_step(dp_rank_state *k) {
   int stage = s->dc.zero_stage, rc;
   double *rec = k->h_xchg + (size_t)k->r * s->rec;
   memset(rec, 0, s->rec * sizeof *rec);
+  rec[X_FLAGS] = s->flags; /* every rank of the part: an OR does not count them twice */
   /* the parameters changed since the last step */
   k->slot_unit[0] = k->slot_unit[1] = -1;
   k->embed_gathered = 0;
@@ -525,6 +552,110 @@ static int rank_step(dp_rank_state *k) {
   return 0;
 }
 
+/* ---- a part's state: collectives between steps ------------------------------------------- */
+
+/* A gather: per unit and tensor, the chunks all-gathered into the scratch (stages 1-2
+ * parameters: every rank's own copy is the unit already), of which rank 0 copies the unit's
+ * real elements out. The scratch is the unit's gradient buffer (unit_grads), dead between
+ * steps: the step zeroes stage 1's padded gradients at its start and each unit's (and the
+ * embedding's) stage 2-3 buffer before the backward writes it, so it never reads what a state
+ * call left there. */
+static int state_gather(dp_rank_state *k, int mask) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  const float *src[3] = {k->params, k->m, k->v};
+  for (int u = 0; u < s->nu; u++) {
+    const zt_unit_info *ui = zt_model_unit(k->view.model, u);
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    size_t at[3] = {param_at(k, sh), sh->packed_off, sh->packed_off};
+    float *scratch = unit_grads(k, u);
+    for (int i = 0; i < 3; i++) {
+      if (!(mask & 1 << i)) continue;
+      const float *unit = scratch;
+      if (i == 0 && s->dc.zero_stage < 3) {
+        unit = k->params + s->tab->padded_unit[u];
+      } else {
+        int rc = k->comm.ops->all_gather(k->comm.ctx, src[i] + at[i], scratch,
+                                         s->tab->chunk[u] * sizeof(float), k->stream);
+        if (rc < 0) return comm_fail(k, rc, "gathering the state");
+      }
+      /* ordered before the next unit's collective overwrites the scratch (one stream) */
+      if (k->r == 0 && ui->numel)
+        be->ops->to_host(be->ctx, s->out[i] + ui->offset, unit, ui->numel * sizeof(float));
+    }
+  }
+  int rc = be->ops->sync(be->ctx);
+  return rc < 0 ? backend_fail(k, rc) : 0;
+}
+
+/* A scatter: per unit and tensor, rank 0 uploads the unit padded with zeros to the padded size,
+ * broadcasts it, and every rank copies its chunk out (a same-type cast is the backend's device
+ * copy). Stages 1-2 parameters are broadcast straight into every rank's copy of the unit. The
+ * scratch is state_gather's. */
+static int state_scatter(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  const zt_ops *o = be->ops;
+  int stage = s->dc.zero_stage;
+  for (int u = 0; u < s->nu; u++) {
+    const zt_unit_info *ui = zt_model_unit(k->view.model, u);
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    size_t c = s->tab->chunk[u], padded = c * (size_t)s->dc.world;
+    float *scratch = unit_grads(k, u);
+    float *dst[3] = {k->params + param_at(k, sh), k->m + sh->packed_off, k->v + sh->packed_off};
+    for (int i = 0; i < 3; i++) {
+      float *unit = i == 0 && stage < 3 ? k->params + s->tab->padded_unit[u] : scratch;
+      if (k->r == 0) {
+        o->to_device(be->ctx, unit, s->in[i] + ui->offset, ui->numel * sizeof(float));
+        if (padded > ui->numel)
+          o->zero(be->ctx, unit + ui->numel, (padded - ui->numel) * sizeof(float));
+      }
+      int rc = k->comm.ops->broadcast(k->comm.ctx, unit, unit, padded * sizeof(float), 0,
+                                      k->stream);
+      if (rc < 0) return comm_fail(k, rc, "scattering the state");
+      if (unit == scratch) o->cast(be->ctx, dst[i], ZT_F32, scratch + sh->unit_off, ZT_F32, c);
+    }
+  }
+  if (k->params_lp)
+    o->cast(be->ctx, k->params_lp, k->view.tc.precision, k->params, ZT_F32,
+            stage == 3 ? s->tab->packed_total : s->tab->padded_total);
+  int rc = o->sync(be->ctx);
+  return rc < 0 ? backend_fail(k, rc) : 0;
+}
+
+/* CMD_STATE on every rank of every part: rank 0 says what its part's call is, the others check
+ * that their part's matches before anything else moves. */
+static int rank_state(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  double *h = k->h_xchg;
+  k->abandoned = 0;
+  if (k->r == 0) {
+    h[H_OP] = s->op;
+    h[H_MASK] = s->mask;
+    be->ops->to_device(be->ctx, k->xchg, h, H_BYTES);
+  }
+  int rc = k->comm.ops->broadcast(k->comm.ctx, k->xchg, k->xchg, H_BYTES, 0, k->stream);
+  if (rc < 0) return comm_fail(k, rc, "broadcasting the state call");
+  be->ops->to_host(be->ctx, h, k->xchg, H_BYTES);
+  if ((rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
+  int op = (int)h[H_OP], mask = (int)h[H_MASK];
+  if (op != s->op && op == ST_ABANDON) {
+    k->abandoned = 1;
+    return rank_fail(k, -ECANCELED, "the part holding rank 0 gave up its call before the state "
+                     "collective (its zt_trainer_save, _load, _export or _get_state failed; its "
+                     "error says why): nothing was exchanged");
+  }
+  if (op != s->op)
+    return rank_fail(k, -EINVAL, "the part holding rank 0 %s while this part %s: the parts' "
+                     "calls must match (engine/train/dp.h)",
+                     op == ST_GATHER ? "reads the state (zt_trainer_save, _export or _get_state)"
+                                     : "writes the state (zt_trainer_load)",
+                     s->op == ST_GATHER ? "sends it (zt_trainer_dp_send_state)"
+                                        : "receives it (zt_trainer_dp_receive_state)");
+  return op == ST_GATHER ? state_gather(k, mask) : op == ST_SCATTER ? state_scatter(k) : 0;
+}
+
 /* ---- the rank threads ---------------------------------------------------------------------- */
 
 static int rank_run(dp_rank_state *k, dp_cmd cmd) {
@@ -539,6 +670,13 @@ static int rank_run(dp_rank_state *k, dp_cmd cmd) {
   }
   case CMD_READ: return rank_read(k);
   case CMD_WRITE: return rank_write(k);
+  case CMD_STATE: {
+    /* as a step's: a rank that fails mid-call releases the others; a call rank 0 gave up
+     * before it began is no failure of the collectives */
+    int rc = rank_state(k);
+    if (rc < 0 && !k->abandoned) k->comm.ops->abort(k->comm.ctx);
+    return rc;
+  }
   case CMD_CLOSE: rank_close(k); return 0;
   }
   return -EINVAL;
@@ -589,15 +727,42 @@ static int dispatch(dp_state *s, dp_cmd cmd) {
 
 /* ---- the path ------------------------------------------------------------------------------ */
 
+static int refuse_broken(const char *what, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s: an earlier step or state call failed on a rank and aborted the "
+           "communicators; close the trainer and open a new one (a checkpoint restores the "
+           "state)", what);
+  return -EIO;
+}
+
+/* cmd on every rank here; 0, or the failed rank's code and message */
+static int run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen) {
+  int bad = dispatch(s, cmd);
+  if (bad < 0) return 0;
+  snprintf(err, errlen, "%s", s->ranks[bad].err);
+  return s->ranks[bad].rc;
+}
+
+/* A part's collective state call (dp.h): op is this part's side of it. */
+static int state_call(dp_state *s, int op, int mask, char *err, size_t errlen) {
+  if (s->broken) return refuse_broken("the state call", err, errlen);
+  s->op = op;
+  s->mask = mask;
+  int bad = dispatch(s, CMD_STATE);
+  if (bad < 0) return 0;
+  const dp_rank_state *k = &s->ranks[bad];
+  if (!k->abandoned) s->broken = 1;
+  snprintf(err, errlen, "%s", k->err);
+  return k->rc;
+}
+
 static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                    size_t errlen) {
   dp_state *s = t->path_state;
   int step = t->step + 1, W = s->dc.world;
   if (s->broken) {
-    snprintf(err, errlen, "step %d: an earlier step failed on a rank and aborted the "
-             "communicators; close the trainer and open a new one (a checkpoint restores the "
-             "state)", step);
-    return -EIO;
+    char what[32];
+    snprintf(what, sizeof what, "step %d", step);
+    return refuse_broken(what, err, errlen);
   }
   /* the whole step's W * G micro-batches, checked before any rank starts */
   zt_trainer whole = *t;
@@ -608,11 +773,21 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
   s->lr = zt_train_lr(&t->tc, step);
   s->adam_step = t->adam_step + 1;
   int bad = dispatch(s, CMD_STEP);
+  s->flags = 0;
   const dp_rank_state *k0 = &s->ranks[0];
+  zt_step_result r = {.step = step, .loss = k0->loss, .grad_norm = k0->norm, .lr = s->lr,
+                      .tokens = (int64_t)t->tc.micro_batch * zt_model_cfg_of(t->model)->seq_len *
+                                W * t->tc.grad_accum,
+                      .skipped = 0, .loss_scale = 1.0f, .flags = k0->flags};
   if (bad >= 0 && s->ranks[bad].rc == -ERANGE) {
-    /* every rank found it in the exchange and none updated anything */
+    /* every rank found it in the exchange and none updated anything; the flags were
+     * exchanged with it, and every part must see them */
     snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
              "left unchanged", step, k0->loss);
+    if (res) {
+      *res = r;
+      res->skipped = 1;
+    }
     return -ERANGE;
   }
   if (bad >= 0) {
@@ -622,12 +797,17 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
   }
   t->step = step;
   t->adam_step = s->adam_step;
-  if (res)
-    *res = (zt_step_result){.step = step, .loss = k0->loss, .grad_norm = k0->norm, .lr = s->lr,
-                            .tokens = (int64_t)t->tc.micro_batch *
-                                      zt_model_cfg_of(t->model)->seq_len * W * t->tc.grad_accum,
-                            .skipped = 0, .loss_scale = 1.0f};
+  if (res) *res = r;
   return 0;
+}
+
+/* A part without rank 0 reaches the state through send / receive only. */
+static int refuse_part(const dp_state *s, const char *what, const char *instead, char *err,
+                       size_t errlen) {
+  snprintf(err, errlen, "%s: this data-parallel part runs ranks %d..%d of dp.world %d, not rank "
+           "0: the part holding rank 0 does it while this one calls %s", what, s->dc.rank0,
+           s->dc.rank0 + s->nl - 1, s->dc.world, instead);
+  return -EINVAL;
 }
 
 static int dp_read_state(zt_trainer *t, float *params, float *m, float *v, char *err,
@@ -636,10 +816,10 @@ static int dp_read_state(zt_trainer *t, float *params, float *m, float *v, char 
   s->out[0] = params;
   s->out[1] = m;
   s->out[2] = v;
-  int bad = dispatch(s, CMD_READ);
-  if (bad < 0) return 0;
-  snprintf(err, errlen, "%s", s->ranks[bad].err);
-  return s->ranks[bad].rc;
+  if (s->nl == s->dc.world) return run_cmd(s, CMD_READ, err, errlen);
+  if (s->dc.rank0 != 0)
+    return refuse_part(s, "reading the state", "zt_trainer_dp_send_state", err, errlen);
+  return state_call(s, ST_GATHER, (params ? 1 : 0) | (m ? 2 : 0) | (v ? 4 : 0), err, errlen);
 }
 
 static int dp_write_state(zt_trainer *t, const float *params, const float *m, const float *v,
@@ -648,16 +828,25 @@ static int dp_write_state(zt_trainer *t, const float *params, const float *m, co
   s->in[0] = params;
   s->in[1] = m;
   s->in[2] = v;
-  int bad = dispatch(s, CMD_WRITE);
-  if (bad < 0) return 0;
-  snprintf(err, errlen, "%s", s->ranks[bad].err);
-  return s->ranks[bad].rc;
+  if (s->nl == s->dc.world) return run_cmd(s, CMD_WRITE, err, errlen);
+  if (s->dc.rank0 != 0)
+    return refuse_part(s, "writing the state", "zt_trainer_dp_receive_state", err, errlen);
+  return state_call(s, ST_SCATTER, 7, err, errlen);
+}
+
+/* The rank-0 part's save / load / export failed before its state call: the other parts wait
+ * in theirs, and learn from this one that it is not coming. */
+static void dp_abandon_state(zt_trainer *t) {
+  dp_state *s = t->path_state;
+  char err[256];
+  if (s->nl < s->dc.world && s->dc.rank0 == 0 && !s->broken)
+    state_call(s, ST_ABANDON, 0, err, sizeof err);
 }
 
 static size_t dp_backend_bytes(const zt_trainer *t) {
   const dp_state *s = t->path_state;
   size_t b = 0;
-  for (int r = 0; r < s->dc.world; r++) b += s->ranks[r].bytes;
+  for (int i = 0; i < s->nl; i++) b += s->ranks[i].bytes;
   return b;
 }
 
@@ -681,6 +870,7 @@ static const zt__train_path dp_path = {
     .step = dp_step,
     .read_state = dp_read_state,
     .write_state = dp_write_state,
+    .abandon_state = dp_abandon_state,
     .backend_bytes = dp_backend_bytes,
     .close = dp_close,
 };
@@ -688,7 +878,50 @@ static const zt__train_path dp_path = {
 size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank) {
   if (t->path != &dp_path) return 0;
   const dp_state *s = t->path_state;
-  return rank >= 0 && rank < s->dc.world ? s->ranks[rank].bytes : 0;
+  int i = rank - s->dc.rank0;
+  return i >= 0 && i < s->nl ? s->ranks[i].bytes : 0;
+}
+
+void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags) {
+  if (t->path == &dp_path) ((dp_state *)t->path_state)->flags = flags;
+}
+
+/* The part for send / receive: a data-parallel one without rank 0. */
+static dp_state *other_part(zt_trainer *t, const char *call, char *err, size_t errlen) {
+  if (t->path != &dp_path) {
+    snprintf(err, errlen, "%s: not a data-parallel trainer", call);
+    return NULL;
+  }
+  dp_state *s = t->path_state;
+  if (s->dc.rank0 == 0) {
+    snprintf(err, errlen, "%s: this trainer holds rank 0 (dp.rank0 0), so it reads and writes "
+             "the state itself (zt_trainer_save, _load, _export, _get_state); sending and "
+             "receiving it are the other parts' side", call);
+    return NULL;
+  }
+  return s;
+}
+
+int zt_trainer_dp_send_state(zt_trainer *t, char *err, size_t errlen) {
+  dp_state *s = other_part(t, "zt_trainer_dp_send_state", err, errlen);
+  return s ? state_call(s, ST_GATHER, 0, err, errlen) : -EINVAL;
+}
+
+int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *err,
+                                size_t errlen) {
+  const char *call = "zt_trainer_dp_receive_state";
+  dp_state *s = other_part(t, call, err, errlen);
+  if (!s) return -EINVAL;
+  if (step < 0 || step > 1 << 30 || adam_step < 0 || adam_step > step) {
+    snprintf(err, errlen, "%s: step %d and adam_step %d must satisfy 0 <= adam_step <= step <= "
+             "%d", call, step, adam_step, 1 << 30);
+    return -EINVAL;
+  }
+  int rc = state_call(s, ST_SCATTER, 7, err, errlen);
+  if (rc < 0) return rc;
+  t->step = step;
+  t->adam_step = adam_step;
+  return 0;
 }
 
 /* ---- open ---------------------------------------------------------------------------------- */
@@ -702,27 +935,44 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
     snprintf(err, errlen, "dp.zero_stage must be 1, 2 or 3 (got %d)", c->zero_stage);
     return -EINVAL;
   }
+  if (c->rank0 < 0 || c->rank0 >= c->world) {
+    snprintf(err, errlen, "dp.rank0 must be in [0, %d] (dp.world %d) (got %d)", c->world - 1,
+             c->world, c->rank0);
+    return -EINVAL;
+  }
+  if (c->local == 0 && c->rank0 != 0) {
+    snprintf(err, errlen, "dp.rank0 must be 0 when dp.local is 0 (all ranks) (got %d)",
+             c->rank0);
+    return -EINVAL;
+  }
+  if (c->local < 0 || c->local > c->world - c->rank0) {
+    snprintf(err, errlen, "dp.local must be in [0, %d] (dp.world %d - dp.rank0 %d) (got %d)",
+             c->world - c->rank0, c->world, c->rank0, c->local);
+    return -EINVAL;
+  }
   return 0;
 }
 
-static int check_ranks(const zt_dp_cfg *dc, const zt_dp_rank *ranks, char *err,
+/* ranks[i] is global rank rank0 + i, each with a backend context of its own. */
+static int check_ranks(const zt_dp_cfg *dc, int nl, const zt_dp_rank *ranks, char *err,
                        size_t errlen) {
-  for (int r = 0; r < dc->world; r++) {
-    const zt_dp_rank *k = &ranks[r];
+  for (int i = 0; i < nl; i++) {
+    const zt_dp_rank *k = &ranks[i];
+    int r = dc->rank0 + i;
     if (!k->be.ops || !k->comm.ops) {
-      snprintf(err, errlen, "dp.ranks[%d]: no %s", r, k->be.ops ? "communicator" : "backend");
+      snprintf(err, errlen, "dp.ranks[%d]: no %s", i, k->be.ops ? "communicator" : "backend");
       return -EINVAL;
     }
     int cr = k->comm.ops->rank(k->comm.ctx), cw = k->comm.ops->world(k->comm.ctx);
     if (cr != r || cw != dc->world) {
-      snprintf(err, errlen, "dp.ranks[%d]: its communicator is rank %d of %d, not rank %d of "
-               "dp.world %d", r, cr, cw, r, dc->world);
+      snprintf(err, errlen, "dp.ranks[%d]: its communicator is rank %d of %d, not rank %d "
+               "(dp.rank0 %d + %d) of dp.world %d", i, cr, cw, r, dc->rank0, i, dc->world);
       return -EINVAL;
     }
-    for (int q = 0; q < r; q++)
+    for (int q = 0; q < i; q++)
       if (ranks[q].be.ctx == k->be.ctx) {
-        snprintf(err, errlen, "dp.ranks[%d]: shares its backend context with rank %d (each "
-                 "rank needs its own)", r, q);
+        snprintf(err, errlen, "dp.ranks[%d]: shares its backend context with dp.ranks[%d] "
+                 "(each rank needs its own)", i, q);
         return -EINVAL;
       }
   }
@@ -776,7 +1026,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   *out = NULL;
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
       (rc = zt_dp_cfg_check(dpc, err, errlen)) < 0 ||
-      (rc = check_ranks(dpc, ranks, err, errlen)) < 0)
+      (rc = check_ranks(dpc, dpc->local ? dpc->local : dpc->world, ranks, err, errlen)) < 0)
     return rc;
   if (tc->precision == ZT_F16) {
     snprintf(err, errlen, "train.precision: fp16 with data parallelism is not supported (its "
@@ -797,6 +1047,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   t->path_state = s;
   zt_loss_scaler_init(&t->scaler);
   s->dc = *dpc;
+  s->nl = dpc->local ? dpc->local : dpc->world;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cmd_cv, NULL);
   pthread_cond_init(&s->done_cv, NULL);
@@ -804,7 +1055,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   s->nu = zt_model_num_units(t->model);
   s->tied = mc->arch == ZT_ARCH_GPT;
   s->rec = X_MICRO + 2 * (size_t)tc->grad_accum;
-  s->ranks = calloc((size_t)dpc->world, sizeof *s->ranks);
+  s->ranks = calloc((size_t)s->nl, sizeof *s->ranks);
   size_t n = zt_model_num_params(t->model);
   init = malloc(n * sizeof *init);
   zeros = calloc(n, sizeof *zeros);
@@ -813,17 +1064,17 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
     goto out;
   }
-  for (int r = 0; r < dpc->world; r++) {
-    dp_rank_state *k = &s->ranks[r];
+  for (int i = 0; i < s->nl; i++) {
+    dp_rank_state *k = &s->ranks[i];
     k->s = s;
-    k->r = r;
-    k->comm = ranks[r].comm;
-    k->stream = zt_backend_stream(&ranks[r].be);
+    k->r = dpc->rank0 + i;
+    k->comm = ranks[i].comm;
+    k->stream = zt_backend_stream(&ranks[i].be);
     k->view.model = t->model;
     k->view.tc = *tc;
-    k->view.be = ranks[r].be;
+    k->view.be = ranks[i].be;
     if ((rc = -pthread_create(&k->thread, NULL, rank_main, k)) < 0) {
-      snprintf(err, errlen, "starting the thread of rank %d: %s", r, strerror(-rc));
+      snprintf(err, errlen, "starting the thread of rank %d: %s", k->r, strerror(-rc));
       goto out;
     }
     s->n_threads++;
@@ -834,8 +1085,11 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     snprintf(err, errlen, "%s", s->ranks[bad].err);
     goto out;
   }
+  /* every part computes the same init and writes its own ranks' share of it: no collective */
+  s->in[0] = init;
+  s->in[1] = s->in[2] = zeros;
   if ((rc = zt__trainer_init_params(t->model, init, err, errlen)) < 0 ||
-      (rc = dp_write_state(t, init, zeros, zeros, err, errlen)) < 0)
+      (rc = run_cmd(s, CMD_WRITE, err, errlen)) < 0)
     goto out;
   *out = t;
   t = NULL;

@@ -377,6 +377,7 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     res->tokens = (int64_t)N * ga;
     res->skipped = 0;
     res->loss_scale = dt == ZT_F16 ? t->scaler.scale : 1.0f;
+    res->flags = 0;
   }
   return 0;
 }

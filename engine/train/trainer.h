@@ -54,6 +54,8 @@ typedef struct zt_step_result {
   int64_t tokens;       /* tokens processed in this step */
   int skipped;          /* fp16: 1 when the gradients overflowed and nothing was updated */
   float loss_scale;     /* fp16: the loss scale after this step's update; 1 otherwise */
+  unsigned flags;       /* data parallelism: the OR over the world's ranks of the step flags
+                           contributed to this step (engine/train/dp.h); 0 otherwise */
 } zt_step_result;
 
 typedef struct zt_trainer zt_trainer;

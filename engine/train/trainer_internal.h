@@ -16,6 +16,10 @@ typedef struct zt__train_path {
   int (*read_state)(zt_trainer *t, float *params, float *m, float *v, char *err, size_t errlen);
   int (*write_state)(zt_trainer *t, const float *params, const float *m, const float *v,
                      char *err, size_t errlen);
+  /* A checkpoint call (save, load, export) failed before it reached read_state / write_state:
+   * a path whose state calls are collectives tells the other parts, which wait in theirs
+   * (dp.h). NULL where nothing waits. */
+  void (*abandon_state)(zt_trainer *t);
   size_t (*backend_bytes)(const zt_trainer *t);
   /* frees the path's state and the buffers it owns (params, grads, m, v) */
   void (*close)(zt_trainer *t);
