@@ -38,10 +38,12 @@ typedef struct zt_comm_ops {
   /* returns when every rank has called it (NCCL: once the stream's work before it is done) */
   int (*barrier)(void *ctx, void *stream);
   /* Gives up on the group: collectives in progress or called later on any rank return
-   * -ECANCELED (CPU) or fail (NCCL: ncclCommAbort), so that no rank waits forever for one that
-   * failed. Called by the rank's own thread, between collectives (the CPU group's waiting
-   * ranks may still read a rank's buffers inside one). The communicator still has to be
-   * closed. */
+   * -ECANCELED (CPU) or fail (NCCL: ncclCommAbort; the other ranks in this process abort too,
+   * which ends their kernels, and their next call returns -ECANCELED; ranks in other processes
+   * fail when NCCL notices or their cancel token fires, engine/comm/comm_nccl.h), so that no
+   * rank waits forever for one that failed. Called by the rank's own thread, between
+   * collectives (the CPU group's waiting ranks may still read a rank's buffers inside one). The
+   * communicator still has to be closed. */
   void (*abort)(void *ctx);
   const char *(*error_text)(void *ctx);
 } zt_comm_ops;

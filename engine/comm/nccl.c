@@ -1,7 +1,22 @@
 /* The NCCL communicator (engine/comm/comm_nccl.h): each collective is the NCCL call of the same
  * name, queued on the rank backend's stream. A failed call is logged with file and line, turned
  * into -errno, and is sticky: the ranks are out of step after it, so every later call returns
- * the first error until the communicator is closed. */
+ * the first error until the communicator is closed.
+ *
+ * NCCL facts this relies on (nccl.h 2.28; NCCL's src/init.cc, group.cc, enqueue.cc):
+ * - With blocking = 0, init, collectives and ncclCommFinalize return ncclInProgress while their
+ *   work goes on in a thread of NCCL's; ncclCommGetAsyncError reads the state (ncclInProgress,
+ *   ncclSuccess or the error; a peer's closed socket is ncclRemoteError). A call made while the
+ *   state is ncclInProgress fails ("Attempt to use communicator before the previous operation
+ *   returned ncclSuccess"), hence the poll after every call.
+ * - A failed call on a nonblocking communicator also leaves its error as the async state.
+ * - ncclCommAbort is always blocking: it raises the abort flags (host and device, so waiting
+ *   kernels, sockets and NCCL's threads give up), joins NCCL's thread of the operation in
+ *   progress, and frees the communicator (ranks of one process together, in the last one's
+ *   abort or destroy). Nothing may touch the communicator after it.
+ * - ncclCommFinalize waits for every rank of the host to finalize too (an intra-node barrier),
+ *   unless aborted; ncclCommDestroy without a finalize does that wait in the last destroy of
+ *   the process, for all its ranks at once. */
 #include "engine/comm/comm_nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -11,21 +26,118 @@
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <nccl.h>
 #pragma GCC diagnostic pop
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/log.h"
 
 _Static_assert(sizeof(zt_comm_nccl_id) == sizeof(ncclUniqueId),
                "zt_comm_nccl_id holds an ncclUniqueId");
 
+/* ---- the cancel token ----------------------------------------------------------------------- */
+/* state goes 0 (armed) -> 1 (one firer writes why) -> 2 (fired): readers see why only after the
+ * release store of 2, and nobody writes it again, so reading needs no lock. */
+struct zt_comm_nccl_cancel {
+  atomic_int state;
+  char why[200];
+};
+
+int zt_comm_nccl_cancel_create(zt_comm_nccl_cancel **c) {
+  *c = calloc(1, sizeof **c);
+  if (!*c) return -ENOMEM;
+  atomic_init(&(*c)->state, 0);
+  return 0;
+}
+
+void zt_comm_nccl_cancel_fire(zt_comm_nccl_cancel *c, const char *why) {
+  int armed = 0;
+  if (!c || !atomic_compare_exchange_strong(&c->state, &armed, 1)) return;
+  snprintf(c->why, sizeof c->why, "%s", why && why[0] ? why : "no reason given");
+  atomic_store_explicit(&c->state, 2, memory_order_release);
+}
+
+void zt_comm_nccl_cancel_free(zt_comm_nccl_cancel *c) { free(c); }
+
+static const char *cancel_why(const zt_comm_nccl_cancel *c) {
+  return c && atomic_load_explicit(&c->state, memory_order_acquire) == 2 ? c->why : NULL;
+}
+
+/* ---- the ranks of one communicator in this process ------------------------------------------ */
+/* Keyed by the id; an entry lives while a rank of it is open here. close must know whether the
+ * communicator has other ranks here (then NCCL's finalize would wait for theirs, which the same
+ * thread may close next), and every rank here must know when one of them is aborted: a rank
+ * aborted for any reason never joins another collective, so the others would wait for it
+ * forever; they abort too. */
+typedef struct local_group {
+  struct local_group *next;
+  zt_comm_nccl_id id;
+  int opened, closed;      /* under g_local_mu */
+  atomic_int aborted_rank; /* the first rank here that was aborted, -1 while none */
+} local_group;
+
+static pthread_mutex_t g_local_mu = PTHREAD_MUTEX_INITIALIZER;
+static local_group *g_local;
+
+static local_group *local_join(const zt_comm_nccl_id *id) {
+  pthread_mutex_lock(&g_local_mu);
+  local_group *g = g_local;
+  while (g && memcmp(g->id.bytes, id->bytes, sizeof id->bytes)) g = g->next;
+  if (!g && (g = calloc(1, sizeof *g))) {
+    g->id = *id;
+    atomic_init(&g->aborted_rank, -1);
+    g->next = g_local;
+    g_local = g;
+  }
+  if (g) g->opened++;
+  pthread_mutex_unlock(&g_local_mu);
+  return g;
+}
+
+static void local_leave(local_group *g) {
+  pthread_mutex_lock(&g_local_mu);
+  if (++g->closed == g->opened) {
+    local_group **p = &g_local;
+    while (*p != g) p = &(*p)->next;
+    *p = g->next;
+    free(g);
+  }
+  pthread_mutex_unlock(&g_local_mu);
+}
+
+static int local_opened(local_group *g) {
+  pthread_mutex_lock(&g_local_mu);
+  int n = g->opened;
+  pthread_mutex_unlock(&g_local_mu);
+  return n;
+}
+
+/* Read before every collective, so an atomic rather than the process-wide mutex. */
+static int local_aborted_rank(local_group *g) { return atomic_load(&g->aborted_rank); }
+
+static void local_mark_aborted(local_group *g, int rank) {
+  int none = -1;
+  atomic_compare_exchange_strong(&g->aborted_rank, &none, rank);
+}
+
+/* ---- the communicator ----------------------------------------------------------------------- */
 typedef struct nccl_ctx {
-  ncclComm_t comm;
+  ncclComm_t comm; /* NCCL frees it in the abort: dead once aborted is set */
   int rank, world, device;
-  int aborted;
-  float *one;   /* a device float for the barrier's all-reduce */
-  int err;      /* the first error as -errno, 0 while none */
+  float *one; /* a device float for the barrier's all-reduce */
+  zt_comm_nccl_cancel *cancel;
+  local_group *local;
+  /* mu: every NCCL call on comm (NCCL allows one thread at a time), and the fields below.
+   * Never held while sleeping or in cudaStreamSynchronize. */
+  pthread_mutex_t mu;
+  pthread_cond_t wake; /* the watchdog's sleep, cut short by close */
+  int aborted, stop;
+  int watching; /* the watchdog thread was started */
+  pthread_t watchdog;
+  int err; /* the first error as -errno, 0 while none */
   char err_text[256];
 } nccl_ctx;
 
@@ -40,9 +152,9 @@ static int nccl_errno(ncclResult_t r) {
   }
 }
 
-/* Records the first failure (logged with where it happened) and returns it. */
-static int fail(nccl_ctx *c, int code, const char *what, const char *why, const char *file,
-                int line) {
+/* Records the first failure (logged with where it happened) and returns it. mu held. */
+static int fail_locked(nccl_ctx *c, int code, const char *what, const char *why,
+                       const char *file, int line) {
   zt_log(ZT_LOG_ERROR, "comm", "%s:%d: rank %d: %s: %s", file, line, c->rank, what, why);
   if (!c->err) {
     c->err = code;
@@ -52,93 +164,174 @@ static int fail(nccl_ctx *c, int code, const char *what, const char *why, const 
   return c->err;
 }
 
-static int check_nccl(nccl_ctx *c, ncclResult_t r, const char *what, const char *file,
-                      int line) {
+/* ncclGetLastError's comm is unused (NCCL's docs: "can be set to NULL"), and NULL also serves
+ * before the communicator exists and after the abort freed it. mu held. */
+static int check_nccl_locked(nccl_ctx *c, ncclResult_t r, const char *what, const char *file,
+                             int line) {
   if (r == ncclSuccess) return 0;
   char why[192];
-  const char *last = c->comm ? ncclGetLastError(c->comm) : "";
+  const char *last = ncclGetLastError(NULL);
   snprintf(why, sizeof why, "%s%s%s", ncclGetErrorString(r), last && last[0] ? ": " : "",
            last ? last : "");
-  return fail(c, nccl_errno(r), what, why, file, line);
+  return fail_locked(c, nccl_errno(r), what, why, file, line);
 }
 
 static int check_cuda(nccl_ctx *c, cudaError_t e, const char *what, const char *file, int line) {
-  return e == cudaSuccess ? 0 : fail(c, -EIO, what, cudaGetErrorString(e), file, line);
+  if (e == cudaSuccess) return 0;
+  pthread_mutex_lock(&c->mu);
+  int rc = fail_locked(c, -EIO, what, cudaGetErrorString(e), file, line);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
 }
 
-#define NCCL_CALL(c, expr) check_nccl((c), (expr), #expr, __FILE__, __LINE__)
 #define CUDA_CALL(c, expr) check_cuda((c), (expr), #expr, __FILE__, __LINE__)
 
-static int usable(nccl_ctx *c) {
-  if (c->err) return c->err;
-  if (c->aborted) {
+/* The one ncclCommAbort of the communicator, whoever asks first. mu held. */
+static void abort_locked(nccl_ctx *c) {
+  if (c->aborted) return;
+  if (c->comm) {
+    ncclResult_t r = ncclCommAbort(c->comm);
+    if (r != ncclSuccess)
+      ZT_LOGE("comm", "rank %d: ncclCommAbort: %s", c->rank, ncclGetErrorString(r));
+  }
+  c->aborted = 1;
+  local_mark_aborted(c->local, c->rank);
+}
+
+/* A reason to stop that NCCL does not see: the token fired, or another rank of the
+ * communicator in this process was aborted. The reason becomes the error (unless there is one)
+ * and the communicator is aborted; returns 1. mu held. */
+static int stop_check_locked(nccl_ctx *c) {
+  if (c->aborted) return 0;
+  char why[224];
+  const char *t = cancel_why(c->cancel);
+  int other = t ? -1 : local_aborted_rank(c->local);
+  if (t)
+    snprintf(why, sizeof why, "cancelled: %s", t);
+  else if (other >= 0)
+    snprintf(why, sizeof why, "rank %d in this process was aborted", other);
+  else
+    return 0;
+  if (!c->err) {
+    c->err = -ECANCELED;
+    snprintf(c->err_text, sizeof c->err_text, "rank %d (device %d): %s", c->rank, c->device, why);
+    ZT_LOGE("comm", "%s", c->err_text);
+  }
+  abort_locked(c);
+  return 1;
+}
+
+static int usable_locked(nccl_ctx *c) {
+  stop_check_locked(c);
+  if (!c->err && c->aborted) {
     c->err = -ECANCELED;
     snprintf(c->err_text, sizeof c->err_text, "rank %d: the communicator was aborted", c->rank);
   }
   return c->err;
 }
 
+static ncclResult_t async_state_locked(nccl_ctx *c) {
+  ncclResult_t s = ncclSuccess, r = ncclCommGetAsyncError(c->comm, &s);
+  return r != ncclSuccess ? r : s;
+}
+
+static void nap(void) {
+  struct timespec t = {0, ZT_COMM_NCCL_POLL_US * 1000L};
+  nanosleep(&t, NULL);
+}
+
+/* r is what a call on the communicator returned: waits out ncclInProgress, polling the async
+ * state and the token with mu released between polls, then records the outcome. Returns 0 or
+ * the sticky error (the token's, or the watchdog's if it aborted meanwhile). mu held. */
+static int settle_locked(nccl_ctx *c, ncclResult_t r, const char *what, const char *file,
+                         int line) {
+  while (r == ncclInProgress) {
+    pthread_mutex_unlock(&c->mu);
+    nap();
+    pthread_mutex_lock(&c->mu);
+    if (c->aborted || stop_check_locked(c)) return usable_locked(c);
+    r = async_state_locked(c);
+  }
+  return check_nccl_locked(c, r, what, file, line);
+}
+
+/* One NCCL call on the communicator, unless it is unusable (usable_locked), its ncclInProgress
+ * waited out. */
+#define NCCL_RUN(c, rc, expr)                                                                    \
+  do {                                                                                           \
+    pthread_mutex_lock(&(c)->mu);                                                                \
+    (rc) = usable_locked(c);                                                                     \
+    if ((rc) == 0) (rc) = settle_locked((c), (expr), #expr, __FILE__, __LINE__);                 \
+    pthread_mutex_unlock(&(c)->mu);                                                              \
+  } while (0)
+
 static int n_rank(void *ctx) { return ((const nccl_ctx *)ctx)->rank; }
 static int n_world(void *ctx) { return ((const nccl_ctx *)ctx)->world; }
 
 static int n_all_reduce(void *ctx, const float *send, float *recv, size_t count, void *stream) {
   nccl_ctx *c = ctx;
-  int rc = usable(c);
-  if (rc == 0)
-    rc = NCCL_CALL(c, ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, c->comm,
-                                    (cudaStream_t)stream));
+  int rc;
+  NCCL_RUN(c, rc, ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, c->comm,
+                                (cudaStream_t)stream));
   return rc;
 }
 
 static int n_reduce_scatter(void *ctx, const float *send, float *recv, size_t count,
                             void *stream) {
   nccl_ctx *c = ctx;
-  int rc = usable(c);
-  if (rc == 0)
-    rc = NCCL_CALL(c, ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, c->comm,
-                                        (cudaStream_t)stream));
+  int rc;
+  NCCL_RUN(c, rc, ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, c->comm,
+                                    (cudaStream_t)stream));
   return rc;
 }
 
 static int n_all_gather(void *ctx, const void *send, void *recv, size_t bytes, void *stream) {
   nccl_ctx *c = ctx;
-  int rc = usable(c);
-  if (rc == 0)
-    rc = NCCL_CALL(c, ncclAllGather(send, recv, bytes, ncclUint8, c->comm, (cudaStream_t)stream));
+  int rc;
+  NCCL_RUN(c, rc, ncclAllGather(send, recv, bytes, ncclUint8, c->comm, (cudaStream_t)stream));
   return rc;
 }
 
 static int n_broadcast(void *ctx, const void *send, void *recv, size_t bytes, int root,
                        void *stream) {
   nccl_ctx *c = ctx;
-  int rc = usable(c);
-  if (rc == 0)
-    rc = NCCL_CALL(c, ncclBroadcast(send, recv, bytes, ncclUint8, root, c->comm,
-                                    (cudaStream_t)stream));
+  int rc;
+  NCCL_RUN(c, rc, ncclBroadcast(send, recv, bytes, ncclUint8, root, c->comm,
+                                (cudaStream_t)stream));
   return rc;
 }
 
-/* NCCL has no barrier: a one-float all-reduce that every rank waits for on the host. */
+/* NCCL has no barrier: a one-float all-reduce that every rank waits for on the host. The
+ * watchdog's abort ends the wait early, so the error is read again after it. */
 static int n_barrier(void *ctx, void *stream) {
   nccl_ctx *c = ctx;
-  int rc = usable(c);
-  if (rc == 0)
-    rc = NCCL_CALL(c, ncclAllReduce(c->one, c->one, 1, ncclFloat32, ncclSum, c->comm,
-                                    (cudaStream_t)stream));
+  int rc;
+  NCCL_RUN(c, rc, ncclAllReduce(c->one, c->one, 1, ncclFloat32, ncclSum, c->comm,
+                                (cudaStream_t)stream));
   if (rc == 0) rc = CUDA_CALL(c, cudaStreamSynchronize((cudaStream_t)stream));
+  if (rc == 0) {
+    pthread_mutex_lock(&c->mu);
+    rc = usable_locked(c);
+    pthread_mutex_unlock(&c->mu);
+  }
   return rc;
 }
 
 static void n_abort(void *ctx) {
   nccl_ctx *c = ctx;
-  if (c->aborted) return;
-  ncclResult_t r = ncclCommAbort(c->comm);
-  if (r != ncclSuccess)
-    ZT_LOGE("comm", "rank %d: ncclCommAbort: %s", c->rank, ncclGetErrorString(r));
-  c->aborted = 1;
+  pthread_mutex_lock(&c->mu);
+  abort_locked(c);
+  pthread_mutex_unlock(&c->mu);
 }
 
-static const char *n_error_text(void *ctx) { return ((const nccl_ctx *)ctx)->err_text; }
+/* The text is written once, under mu, with the error: taking mu orders this read after it. */
+static const char *n_error_text(void *ctx) {
+  nccl_ctx *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  const char *t = c->err_text;
+  pthread_mutex_unlock(&c->mu);
+  return t;
+}
 
 static const zt_comm_ops nccl_ops = {
     .name = "nccl",
@@ -152,6 +345,33 @@ static const zt_comm_ops nccl_ops = {
     .abort = n_abort,
     .error_text = n_error_text,
 };
+
+/* Until close: the token, the other ranks here, then NCCL's async state; any ends in the
+ * abort. */
+static void *watchdog_main(void *arg) {
+  nccl_ctx *c = arg;
+  pthread_mutex_lock(&c->mu);
+  while (!c->stop && !c->aborted) {
+    if (!stop_check_locked(c)) {
+      ncclResult_t s = async_state_locked(c);
+      if (s != ncclSuccess && s != ncclInProgress) {
+        check_nccl_locked(c, s, "ncclCommGetAsyncError", __FILE__, __LINE__);
+        abort_locked(c);
+      }
+    }
+    if (c->stop || c->aborted) break;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += ZT_COMM_NCCL_WATCH_MS * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+      t.tv_sec++;
+      t.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&c->wake, &c->mu, &t);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
 
 int zt_comm_nccl_get_id(zt_comm_nccl_id *id, char *err, size_t errlen) {
   if (setenv("NCCL_NVLS_ENABLE", "0", 0) < 0) {
@@ -170,8 +390,42 @@ int zt_comm_nccl_get_id(zt_comm_nccl_id *id, char *err, size_t errlen) {
   return 0;
 }
 
+/* Frees what open took; the communicator is aborted or destroyed already. */
+static void ctx_free(nccl_ctx *c) {
+  local_leave(c->local);
+  if (c->one) cudaFree(c->one);
+  pthread_cond_destroy(&c->wake);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static int ctx_new(nccl_ctx **out, int world, int rank, const zt_comm_nccl_id *id, int device,
+                   zt_comm_nccl_cancel *cancel) {
+  nccl_ctx *c = calloc(1, sizeof *c);
+  if (!c) return -ENOMEM;
+  *c = (nccl_ctx){.rank = rank, .world = world, .device = device, .cancel = cancel,
+                  .mu = PTHREAD_MUTEX_INITIALIZER};
+  pthread_condattr_t ca;
+  int rc = -pthread_condattr_init(&ca);
+  if (rc == 0) {
+    rc = -pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0) rc = -pthread_cond_init(&c->wake, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  if (rc == 0 && !(c->local = local_join(id))) {
+    pthread_cond_destroy(&c->wake);
+    rc = -ENOMEM;
+  }
+  if (rc < 0) {
+    free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
 int zt_comm_nccl_open(zt_comm *out, int world, int rank, const zt_comm_nccl_id *id, int device,
-                      char *err, size_t errlen) {
+                      zt_comm_nccl_cancel *cancel, char *err, size_t errlen) {
   out->ops = NULL;
   out->ctx = NULL;
   if (world < 1 || rank < 0 || rank >= world || device < 0) {
@@ -179,23 +433,40 @@ int zt_comm_nccl_open(zt_comm *out, int world, int rank, const zt_comm_nccl_id *
              device);
     return -EINVAL;
   }
-  nccl_ctx *c = calloc(1, sizeof *c);
-  if (!c) {
-    snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
+  nccl_ctx *c;
+  int rc = ctx_new(&c, world, rank, id, device, cancel);
+  if (rc < 0) {
+    snprintf(err, errlen, "nccl: rank %d: %s", rank, strerror(-rc));
+    return rc;
   }
-  *c = (nccl_ctx){.rank = rank, .world = world, .device = device};
-  ncclUniqueId u;
-  memcpy(u.internal, id->bytes, sizeof u.internal);
-  int rc = CUDA_CALL(c, cudaSetDevice(device));
+  pthread_mutex_lock(&c->mu);
+  rc = usable_locked(c); /* a token fired already: no device touched */
+  pthread_mutex_unlock(&c->mu);
+  if (rc == 0) rc = CUDA_CALL(c, cudaSetDevice(device));
   if (rc == 0) rc = CUDA_CALL(c, cudaMalloc((void **)&c->one, sizeof(float)));
   if (rc == 0) rc = CUDA_CALL(c, cudaMemset(c->one, 0, sizeof(float)));
-  if (rc == 0) rc = NCCL_CALL(c, ncclCommInitRank(&c->comm, world, u, rank));
+  if (rc == 0) {
+    ncclUniqueId u;
+    memcpy(u.internal, id->bytes, sizeof u.internal);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    NCCL_RUN(c, rc, ncclCommInitRankConfig(&c->comm, world, u, rank, &cfg));
+  }
+  if (rc == 0) {
+    int e = pthread_create(&c->watchdog, NULL, watchdog_main, c);
+    pthread_mutex_lock(&c->mu);
+    if (e)
+      rc = fail_locked(c, -e, "starting the watchdog thread", strerror(e), __FILE__, __LINE__);
+    c->watching = !e;
+    pthread_mutex_unlock(&c->mu);
+  }
   if (rc < 0) {
+    /* a communicator whose init failed or was cancelled is only freed by the abort */
+    pthread_mutex_lock(&c->mu);
+    abort_locked(c);
+    pthread_mutex_unlock(&c->mu);
     snprintf(err, errlen, "%s", c->err_text);
-    c->comm = NULL; /* nothing to destroy: ncclCommInitRank failed or was not called */
-    out->ctx = c;
-    zt_comm_nccl_close(out);
+    ctx_free(c);
     return rc;
   }
   out->ops = &nccl_ops;
@@ -203,16 +474,41 @@ int zt_comm_nccl_open(zt_comm *out, int world, int rank, const zt_comm_nccl_id *
   return 0;
 }
 
+/* Healthy and alone in this process: finalize (cancellable), then destroy. mu held. */
+static void finalize_locked(nccl_ctx *c) {
+  if (settle_locked(c, ncclCommFinalize(c->comm), "ncclCommFinalize", __FILE__, __LINE__) < 0) {
+    abort_locked(c);
+    return;
+  }
+  ncclResult_t r = ncclCommDestroy(c->comm);
+  if (r != ncclSuccess)
+    ZT_LOGE("comm", "rank %d: ncclCommDestroy: %s", c->rank, ncclGetErrorString(r));
+}
+
 void zt_comm_nccl_close(zt_comm *cm) {
   if (!cm || !cm->ctx) return;
   nccl_ctx *c = cm->ctx;
-  if (c->comm && !c->aborted) {
-    ncclResult_t r = ncclCommDestroy(c->comm);
-    if (r != ncclSuccess)
-      ZT_LOGE("comm", "rank %d: ncclCommDestroy: %s", c->rank, ncclGetErrorString(r));
+  if (c->watching) {
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->watchdog, NULL);
   }
-  if (c->one) cudaFree(c->one);
-  free(c);
+  pthread_mutex_lock(&c->mu);
+  if (!c->aborted) {
+    if (c->err || stop_check_locked(c)) {
+      abort_locked(c);
+    } else if (local_opened(c->local) > 1) {
+      ncclResult_t r = ncclCommDestroy(c->comm);
+      if (r != ncclSuccess)
+        ZT_LOGE("comm", "rank %d: ncclCommDestroy: %s", c->rank, ncclGetErrorString(r));
+    } else {
+      finalize_locked(c);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  ctx_free(c);
   cm->ops = NULL;
   cm->ctx = NULL;
 }

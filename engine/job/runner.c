@@ -305,7 +305,8 @@ static void *nccl_open_main(void *arg) {
   if (go > 0)
     g->rank_rc[a->rank] =
         zt_comm_nccl_open(&r->ranks[a->rank].comm, r->world, a->rank, &g->id,
-                          r->job->held[a->rank], g->rank_err[a->rank], sizeof g->rank_err[0]);
+                          r->job->held[a->rank], NULL, g->rank_err[a->rank],
+                          sizeof g->rank_err[0]);
   return NULL;
 }
 

@@ -33,7 +33,8 @@ typedef struct opener {
 /* ncclCommInitRank blocks until both ranks call it: one thread each. */
 static void *open_comm(void *p) {
   opener *o = p;
-  o->rc = zt_comm_nccl_open(&g_ranks[o->r].comm, W, o->r, &g_id, o->r, o->err, sizeof o->err);
+  o->rc = zt_comm_nccl_open(&g_ranks[o->r].comm, W, o->r, &g_id, o->r, NULL, o->err,
+                            sizeof o->err);
   return NULL;
 }
 
