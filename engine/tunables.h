@@ -32,6 +32,11 @@
 /* How long a graceful stop waits for replies to reach clients that do not read them. */
 #define ZT_TUNE_SHUTDOWN_FLUSH_MS 5000
 
+/* A job spanning daemons: how long its coordinator, having stopped, waits for its parts on the
+ * peers to end by themselves (they stop at the same step) before closing their connections,
+ * which ends them. Covers a part's last checkpoint exchange and its status writes. */
+#define ZT_TUNE_PART_END_WAIT_S 60
+
 /* Length limits of the TCP token file: shorter tokens are refused as guessable. */
 #define ZT_TUNE_TOKEN_MIN 16
 #define ZT_TUNE_TOKEN_MAX 4096

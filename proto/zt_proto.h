@@ -22,6 +22,7 @@
   X(status, STATUS, "daemon version, backend, devices, memory per tier, queue")                \
   X(submit, SUBMIT, "validate a job spec and queue the job; replies with its id")              \
   X(plan, PLAN, "size a job spec without queueing it: bytes per tier, or the refusal")         \
+  X(join, JOIN, "daemon to daemon: run a part of a job spanning daemons, started at once")     \
   X(jobs, JOBS, "list every job the daemon knows, newest last")                                \
   X(show, SHOW, "one job: spec, state, progress, memory, loss history")                        \
   X(batch, BATCH, "push one micro-batch of tokens into a stream job (blocks on credit)")       \

@@ -156,20 +156,24 @@ static int submit_packed(zt_client *c, zt_out *o, uint32_t id, char job_id[ZT_CL
   return rc;
 }
 
-/* Packs a JSON spec text as a request's "spec" field; 0 or the client's failure. */
-static int pack_spec(zt_client *c, zt_out *o, const char *spec_json) {
+/* Packs a JSON object text as the request's field `key`; 0 or the client's failure. */
+static int pack_object(zt_client *c, zt_out *o, const char *key, const char *text) {
   json_error_t jerr;
-  json_t *spec = json_loads(spec_json, 0, &jerr);
+  json_t *obj = json_loads(text, 0, &jerr);
   int rc = 0;
-  if (!spec)
-    return zt__client_fail(c, -EINVAL, "spec is not valid JSON: %s (line %d, column %d)",
+  if (!obj)
+    return zt__client_fail(c, -EINVAL, "%s is not valid JSON: %s (line %d, column %d)", key,
                            jerr.text, jerr.line, jerr.column);
-  if (!json_is_object(spec)) rc = zt__client_fail(c, -EINVAL, "spec must be a JSON object");
-  zt_out_str(o, "spec");
-  if (!rc && zt_proto_pack_json(&o->pk, spec) < 0)
-    rc = zt__client_fail(c, -ENOMEM, "out of memory packing the spec");
-  json_decref(spec);
+  if (!json_is_object(obj)) rc = zt__client_fail(c, -EINVAL, "%s must be a JSON object", key);
+  zt_out_str(o, key);
+  if (!rc && zt_proto_pack_json(&o->pk, obj) < 0)
+    rc = zt__client_fail(c, -ENOMEM, "out of memory packing the %s", key);
+  json_decref(obj);
   return rc;
+}
+
+static int pack_spec(zt_client *c, zt_out *o, const char *spec_json) {
+  return pack_object(c, o, "spec", spec_json);
 }
 
 int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CLIENT_JOB_ID_MAX]) {
@@ -177,6 +181,18 @@ int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CL
   zt_out_init(&o);
   uint32_t id = zt__client_begin(c, &o, "submit", 1);
   int rc = pack_spec(c, &o, spec_json);
+  if (!rc) rc = submit_packed(c, &o, id, job_id);
+  zt_out_close(&o);
+  return rc;
+}
+
+int zt_client_join(zt_client *c, const char *spec_json, const char *part_json,
+                   char job_id[ZT_CLIENT_JOB_ID_MAX]) {
+  zt_out o;
+  zt_out_init(&o);
+  uint32_t id = zt__client_begin(c, &o, "join", 2);
+  int rc = pack_spec(c, &o, spec_json);
+  if (!rc) rc = pack_object(c, &o, "part", part_json);
   if (!rc) rc = submit_packed(c, &o, id, job_id);
   zt_out_close(&o);
   return rc;

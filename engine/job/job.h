@@ -17,6 +17,7 @@
 #define ZT__STATE_DIR_MAX 960
 #define ZT__JOB_DIR_MAX (ZT__STATE_DIR_MAX + 128)
 #define ZT__ERR_MAX 2048
+#define ZT__PART_NAME_MAX 320
 
 /* Why a runner should leave its step loop. */
 typedef enum zt__stop {
@@ -40,6 +41,18 @@ typedef struct zt__ckpt_request {
   void *owner;
 } zt__ckpt_request;
 
+/* A job spanning daemons (parallel.peers): the coordinator (the daemon it was submitted to) runs
+ * ranks 0 .. gpus-1 and starts a part on each peer with the join request; a part is a job of the
+ * peer's own registry that runs ranks rank0 .. rank0+gpus-1 (engine/job/peers.c). */
+typedef struct zt__job_part {
+  int member;                 /* 1: this job is a part started by a coordinator's join */
+  int rank0;                  /* member: its first rank */
+  int resume_step;            /* member: the coordinator's checkpoint it starts from, 0 none */
+  char nccl_id[2 * 128 + 1];  /* member: the NCCL group's id (zt_comm_nccl_id), hex */
+  char coordinator[ZT__PART_NAME_MAX]; /* member: "host job", for messages */
+  void *owner;                /* member: the join's connection; the part ends if it closes */
+} zt__job_part;
+
 typedef struct zt__job {
   struct zt_jobs *jobs;
   char id[ZT_JOB_ID_MAX];
@@ -51,6 +64,7 @@ typedef struct zt__job {
    * its runner: set by the loop thread before the runner starts, read by the runner. */
   int held[ZT_JOBS_MAX_GPUS];
   int n_held;
+  zt__job_part part;          /* set before the runner starts, read-only after */
 
   /* guarded by jobs->mu */
   zt_job_state state;
@@ -65,6 +79,10 @@ typedef struct zt__job {
   size_t backend_bytes;
   json_t *memory;                /* the last step event's memory object (per-tier bytes), under mu */
   zt__stop stop;
+  /* a job with several ranks on cuda: the runner's NCCL cancel token (zt_comm_nccl_cancel),
+   * fired by the loop when the job must end without reaching a step boundary (its coordinator's
+   * connection closed, the daemon closes); NULL outside the runner's use of it */
+  void *interrupt;
   uint64_t ckpt_requested;    /* generation of the newest checkpoint request */
   uint64_t ckpt_taken;        /* generation the newest checkpoint answered */
   zt__batch_ring ring;        /* stream jobs */
@@ -135,5 +153,7 @@ int64_t zt__now(void);
 
 /* The runner thread (runner.c). */
 void *zt__runner_main(void *arg);
+/* Fires a running job's interrupt (above) with the reason; under jobs->mu. */
+void zt__runner_interrupt(zt__job *job, const char *why);
 
 #endif

@@ -256,6 +256,43 @@ static void held_text(const zt_jobs *jobs, const zt__job *job, char *out, size_t
     n += (size_t)snprintf(out + n, outlen - n, "%s%d", i ? "," : "", job->held[i]);
 }
 
+/* Gives the job parallel.gpus free devices (the caller checked there are) and starts its
+ * runner; a runner that cannot start fails the job. */
+static void start_job(zt_jobs *jobs, zt__job *job) {
+  char err[ZT__ERR_MAX];
+  for (int i = 0; i < jobs->n_dev && job->n_held < job->spec.gpus; i++) {
+    if (jobs->holder[i]) continue;
+    jobs->holder[i] = job;
+    job->held[job->n_held++] = jobs->dev[i];
+  }
+  pthread_mutex_lock(&jobs->mu);
+  job->state = ZT_JOB_RUNNING;
+  if (!job->started) job->started = zt__now();
+  job->backend_bytes = job->needs.backend_bytes;
+  job->stop = ZT__STOP_NONE;
+  pthread_mutex_unlock(&jobs->mu);
+  int rc = -pthread_create(&job->thread, NULL, zt__runner_main, job);
+  if (rc < 0) {
+    release_devices(jobs, job);
+    snprintf(err, sizeof err, "cannot start the runner thread: %s", strerror(-rc));
+    fail_job(jobs, job, err);
+    return;
+  }
+  job->has_thread = 1;
+  jobs->running++;
+  char held[ZT_JOBS_MAX_GPUS * 4 + 16];
+  held_text(jobs, job, held, sizeof held);
+  if (job->part.member)
+    zt__job_log(job, ZT_LOG_INFO, "running ranks %d..%d of %d for %s on the %s backend (%s)",
+                job->part.rank0, job->part.rank0 + job->spec.gpus - 1, zt__job_world(&job->spec),
+                job->part.coordinator, jobs->cfg.backend, held);
+  else
+    zt__job_log(job, ZT_LOG_INFO, "running on the %s backend (%s)", jobs->cfg.backend, held);
+  json_t *ev = zt__job_event(job, "state");
+  json_object_set_new(ev, "state", json_string("running"));
+  emit(jobs, job, ev);
+}
+
 /* Starts queued jobs in FIFO order. The head starts when parallel.gpus devices are free (it
  * takes the first free ones) and its host memory fits beside the running jobs'; nothing
  * overtakes a head that waits, so narrow jobs cannot starve a wide one (they queue behind it
@@ -284,32 +321,7 @@ static void maybe_start(zt_jobs *jobs) {
     if (jobs->running > 0 && cap > 0 && host_in_use(jobs) + (double)job->needs.host_bytes > cap)
       return;
     memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
-    for (int i = 0; i < jobs->n_dev && job->n_held < job->spec.gpus; i++) {
-      if (jobs->holder[i]) continue;
-      jobs->holder[i] = job;
-      job->held[job->n_held++] = jobs->dev[i];
-    }
-    pthread_mutex_lock(&jobs->mu);
-    job->state = ZT_JOB_RUNNING;
-    if (!job->started) job->started = zt__now();
-    job->backend_bytes = job->needs.backend_bytes;
-    job->stop = ZT__STOP_NONE;
-    pthread_mutex_unlock(&jobs->mu);
-    rc = -pthread_create(&job->thread, NULL, zt__runner_main, job);
-    if (rc < 0) {
-      release_devices(jobs, job);
-      snprintf(err, sizeof err, "cannot start the runner thread: %s", strerror(-rc));
-      fail_job(jobs, job, err);
-      continue;
-    }
-    job->has_thread = 1;
-    jobs->running++;
-    char held[ZT_JOBS_MAX_GPUS * 4 + 16];
-    held_text(jobs, job, held, sizeof held);
-    zt__job_log(job, ZT_LOG_INFO, "running on the %s backend (%s)", jobs->cfg.backend, held);
-    json_t *ev = zt__job_event(job, "state");
-    json_object_set_new(ev, "state", json_string("running"));
-    emit(jobs, job, ev);
+    start_job(jobs, job);
   }
 }
 
@@ -478,7 +490,19 @@ static int load_job(zt_jobs *jobs, const char *id) {
   if ((rc = add_job(jobs, job)) < 0) goto out;
   zt__job *added = job;
   job = NULL;
-  if (state == ZT_JOB_RUNNING && spec.source == ZT_DATA_STREAM) {
+  char why[ZT__ERR_MAX];
+  json_t *part = zt__store_read_json(dir, "part.json", why, sizeof why);
+  if (part) {
+    added->part.member = 1;
+    added->part.rank0 = (int)json_integer_value(json_object_get(part, "rank0"));
+    snprintf(added->part.coordinator, sizeof added->part.coordinator, "%s",
+             json_string_value(json_object_get(part, "coordinator")) ?: "?");
+    json_decref(part);
+  }
+  if ((state == ZT_JOB_RUNNING || state == ZT_JOB_QUEUED) && added->part.member) {
+    fail_job(jobs, added, "interrupted by daemon restart; a part runs only while its "
+             "coordinator holds it: the coordinator starts a new part when the job resumes");
+  } else if (state == ZT_JOB_RUNNING && spec.source == ZT_DATA_STREAM) {
     fail_job(jobs, added, "interrupted by daemon restart; stream data cannot be replayed");
   } else if (state == ZT_JOB_RUNNING || state == ZT_JOB_QUEUED) {
     added->state = ZT_JOB_QUEUED;
@@ -606,6 +630,8 @@ void zt_jobs_close(zt_jobs *jobs) {
     pthread_mutex_lock(&jobs->mu);
     job->stop = ZT__STOP_ABORT;
     pthread_cond_broadcast(&job->cond);
+    /* a rank waiting for another daemon's ranks would wait forever */
+    zt__runner_interrupt(job, "the daemon is closing");
     pthread_mutex_unlock(&jobs->mu);
   }
   for (int i = 0; i < jobs->n_all; i++)
@@ -860,6 +886,124 @@ out:
   return rc;
 }
 
+/* The join request's "part": {"world", "rank0", "nccl_id", "resume_step", "coordinator"}. */
+static int parse_part(const json_t *p, const zt_job_spec *spec, zt__job_part *out, char *err,
+                      size_t errlen) {
+  const json_t *w = json_object_get(p, "world"), *r0 = json_object_get(p, "rank0");
+  const json_t *rs = json_object_get(p, "resume_step");
+  const char *id = json_string_value(json_object_get(p, "nccl_id"));
+  const char *co = json_string_value(json_object_get(p, "coordinator"));
+  int W = zt__job_world(spec), G = spec->gpus;
+  if (!json_is_object(p) || !json_is_integer(w) || json_integer_value(w) != W) {
+    snprintf(err, errlen, "part.world must be the spec's %d ranks (parallel.gpus %d on each of "
+             "%d daemons)", W, G, 1 + spec->n_peers);
+    return -EINVAL;
+  }
+  json_int_t rank0 = json_is_integer(r0) ? json_integer_value(r0) : -1;
+  if (rank0 < G || rank0 % G != 0 || rank0 + G > W) {
+    snprintf(err, errlen, "part.rank0 must be a multiple of parallel.gpus %d in [%d, %d] (rank "
+             "0's GPUs are the coordinator's)", G, G, W - G);
+    return -EINVAL;
+  }
+  if (!id || strlen(id) != sizeof out->nccl_id - 1 || strspn(id, "0123456789abcdef") != strlen(id)) {
+    snprintf(err, errlen, "part.nccl_id must be %zu lowercase hex digits (the NCCL group's id)",
+             sizeof out->nccl_id - 1);
+    return -EINVAL;
+  }
+  if (!json_is_integer(rs) || json_integer_value(rs) < 0 ||
+      json_integer_value(rs) > spec->train.steps) {
+    snprintf(err, errlen, "part.resume_step must be an integer in [0, train.steps %d]",
+             spec->train.steps);
+    return -EINVAL;
+  }
+  if (!co || !co[0] || strlen(co) >= sizeof out->coordinator) {
+    snprintf(err, errlen, "part.coordinator must name the coordinator in 1 to %zu characters",
+             sizeof out->coordinator - 1);
+    return -EINVAL;
+  }
+  *out = (zt__job_part){.member = 1, .rank0 = (int)rank0, .resume_step = (int)json_integer_value(rs)};
+  memcpy(out->nccl_id, id, sizeof out->nccl_id);
+  snprintf(out->coordinator, sizeof out->coordinator, "%s", co);
+  return 0;
+}
+
+int zt_jobs_join(zt_jobs *jobs, const json_t *spec_in, const json_t *part_in, void *owner,
+                 char id[ZT_JOB_ID_MAX], char *err, size_t errlen) {
+  zt_job_spec spec;
+  zt__job_part part;
+  zt__job_needs needs;
+  zt__job *job = NULL;
+  int rc, made_dir = 0;
+  if (jobs->shutting_down) {
+    snprintf(err, errlen, "the daemon is shutting down");
+    return -ESHUTDOWN;
+  }
+  /* the request's shape first, then what this daemon can do */
+  if ((rc = zt__job_spec_parse(spec_in, &spec, err, errlen)) < 0) return rc;
+  if (spec.n_peers == 0) {
+    snprintf(err, errlen, "join: the spec has no parallel.peers: it is not a job spanning daemons");
+    return -EINVAL;
+  }
+  if ((rc = parse_part(part_in, &spec, &part, err, errlen)) < 0 ||
+      (rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0)
+    return rc;
+  /* the coordinator waits for every part: one that cannot start now is refused, not queued */
+  int free_now = free_devices(jobs);
+  if (free_now < spec.gpus) {
+    snprintf(err, errlen, "busy: %d of this daemon's %d GPUs are free, the part needs %d",
+             free_now, jobs->n_dev, spec.gpus);
+    return -EBUSY;
+  }
+  char new_id[ZT_JOB_ID_MAX];
+  snprintf(new_id, sizeof new_id, "j%06ld", jobs->next_id);
+  if ((rc = job_new(jobs, new_id, &spec, &job)) < 0) {
+    snprintf(err, errlen, "out of memory");
+    return rc;
+  }
+  job->part = part;
+  job->part.owner = owner;
+  job->needs = needs;
+  job->has_needs = 1;
+  job->state = ZT_JOB_QUEUED;
+  job->created = zt__now();
+  json_t *pj = json_pack("{s:i, s:i, s:s}", "rank0", part.rank0, "resume_step",
+                         part.resume_step, "coordinator", part.coordinator);
+  char ckdir[ZT__JOB_DIR_MAX + 16];
+  snprintf(ckdir, sizeof ckdir, "%s/checkpoints", job->dir);
+  if (!pj) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  if (mkdir(job->dir, 0755) != 0 || (made_dir = 1, mkdir(ckdir, 0755) != 0)) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", job->dir, strerror(errno));
+    goto out;
+  }
+  jobs->next_id++;
+  if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0 ||
+      (rc = zt__store_write_json(job->dir, "part.json", pj, err, errlen)) < 0 ||
+      (rc = zt__job_write_status(job, err, errlen)) < 0)
+    goto out;
+  if ((rc = add_job(jobs, job)) < 0) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
+  zt__job *added = job;
+  job = NULL;
+  zt__job_log(added, ZT_LOG_INFO, "joined %s as ranks %d..%d of %d", part.coordinator,
+              part.rank0, part.rank0 + spec.gpus - 1, zt__job_world(&spec));
+  start_job(jobs, added);
+out:
+  json_decref(pj);
+  if (job) {
+    if (made_dir) zt__store_remove_tree(job->dir);
+    job_free(job);
+  }
+  return rc;
+}
+
 static json_t *loss_or_null(const zt__job *job) {
   return job->has_loss ? json_real(job->loss) : json_null();
 }
@@ -904,6 +1048,11 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
   /* "error" only on a failed job, as in the "end" event. */
   if (j && job->error[0]) json_object_set_new(j, "error", json_string(job->error));
   if (j) json_object_set_new(j, "gpus", held_json(job));
+  if (j && job->part.member)
+    json_object_set_new(j, "part", json_pack("{s:s, s:i, s:i, s:i}", "coordinator",
+                                             job->part.coordinator, "rank0", job->part.rank0,
+                                             "ranks", job->spec.gpus, "world",
+                                             zt__job_world(&job->spec)));
   pthread_mutex_unlock(&jobs->mu);
   if (!j) {
     *rc = -ENOMEM;
@@ -1055,6 +1204,19 @@ int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void
 }
 
 void zt_jobs_forget(zt_jobs *jobs, void *owner) {
+  /* a part whose coordinator's connection closed cannot meet the other ranks again */
+  pthread_mutex_lock(&jobs->mu);
+  for (int i = 0; i < jobs->n_all; i++) {
+    zt__job *job = jobs->all[i];
+    if (!job->part.member || job->part.owner != owner) continue;
+    job->part.owner = NULL;
+    if (!job->has_thread) continue;
+    char why[ZT__PART_NAME_MAX + 64];
+    snprintf(why, sizeof why, "the connection of %s closed", job->part.coordinator);
+    if (job->stop == ZT__STOP_NONE) job->stop = ZT__STOP_CANCEL;
+    zt__runner_interrupt(job, why);
+  }
+  pthread_mutex_unlock(&jobs->mu);
   for (int i = 0; i < jobs->n_all; i++) {
     zt__job *job = jobs->all[i];
     zt__pending_push **pp = &job->pushes, *last = NULL;

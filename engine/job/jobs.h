@@ -53,6 +53,11 @@ typedef struct zt_jobs_config {
   const char *nvme_dir;         /* --nvme-dir: an offloaded job's NVMe tier unless its spec
                                    names one; NULL = none */
   uint32_t batch_queue_depth;   /* micro-batches a stream job buffers before credit stops */
+  /* A job spanning daemons (parallel.peers): the token this daemon sends its peers (its own
+   * --token-file: the daemons of such a job share one), NULL = such jobs are refused; and how
+   * the parts name this daemon in their messages ("host 10.0.0.1:7070"). */
+  const char *peer_token;
+  const char *name;
   zt_jobs_event_cb on_event;
   void *user;
 } zt_jobs_config;
@@ -75,6 +80,13 @@ json_t *zt_jobs_status(zt_jobs *jobs);
 /* Validates the spec (every field; the error names it), writes jobs/<id>/ and queues the job. */
 int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
                    size_t errlen);
+/* Daemon to daemon (the coordinator of a job spanning daemons calls it over TCP): validates the
+ * job's normalised spec and its part ({"world", "rank0", "nccl_id", "resume_step",
+ * "coordinator"}: engine/job/job.h) and starts the part now on parallel.gpus free devices
+ * (-EBUSY when they are not free: the coordinator waits for its parts, so they never queue).
+ * The part ends when zt_jobs_forget(owner) reports the connection gone. */
+int zt_jobs_join(zt_jobs *jobs, const json_t *spec, const json_t *part, void *owner,
+                 char id[ZT_JOB_ID_MAX], char *err, size_t errlen);
 /* The same validation and sizing as submit, without queueing: {"backend", "arch", "params",
  * "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes": [per rank]}[, "offload":
  * {"host_bytes", "device_bytes", "nvme_bytes", ...}]}, or NULL with *rc
@@ -107,7 +119,7 @@ int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, siz
 int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void *owner,
                        char *err, size_t errlen);
 /* A connection went away: drop its pending callbacks (its batches not yet queued are dropped;
- * the job keeps waiting for data, uncorrupted). */
+ * the job keeps waiting for data, uncorrupted); parts it joined end (failed, naming it). */
 void zt_jobs_forget(zt_jobs *jobs, void *owner);
 
 /* Reads up to `length` bytes (and at most 16 MiB) at `offset` of the job's latest exported

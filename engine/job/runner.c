@@ -14,15 +14,24 @@
 #endif
 #include "engine/kernels/backend.h"
 #include "engine/job/job.h"
+#include "engine/job/peers.h"
 #include "engine/job/store.h"
 #include "engine/log.h"
 #include "engine/train/dp.h"
+#include "engine/tunables.h"
 
 typedef struct runner {
   zt__job *job;
   zt_trainer *trainer;
-  /* a rank per device the job holds: its backend, and with several its communicator */
-  int world;
+  /* a rank per device the job holds here: its backend, and with several its communicator; the
+   * job's world spans the peers' parts too (ranks rank0 .. rank0 + local - 1 are here) */
+  int world, rank0, local;
+  int spans;              /* the job spans daemons: this is its coordinator or a part */
+#ifdef ZT_HAVE_NCCL
+  zt_comm_nccl_cancel *cancel; /* ends this daemon's NCCL waits (job->interrupt) */
+#endif
+  zt__peers *peers;       /* the coordinator's parts on its peers */
+  int resume_step;        /* the checkpoint the job starts from, 0 none */
   zt_dp_rank ranks[ZT_JOBS_MAX_GPUS];
   int n_be;                              /* backends opened, ranks 0 .. n_be-1 */
   char comm_open[ZT_JOBS_MAX_GPUS];
@@ -113,7 +122,15 @@ static int checkpoint(runner *r, uint64_t gen) {
   pthread_mutex_lock(mu);
   int fresh = !(job->has_ckpt && job->ckpt_step == step);
   pthread_mutex_unlock(mu);
-  if (fresh) {
+  if (fresh && job->part.member) {
+    /* the coordinator writes the job's checkpoint; a part sends it its ranks' state */
+    if ((rc = zt_trainer_dp_send_state(r->trainer, r->err, sizeof r->err)) < 0) goto out;
+    snprintf(path, sizeof path, "written by %.300s", job->part.coordinator);
+    pthread_mutex_lock(mu);
+    job->has_ckpt = 1;
+    job->ckpt_step = step;
+    pthread_mutex_unlock(mu);
+  } else if (fresh) {
     if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0) goto out;
     if ((rc = zt__store_prune_checkpoints(job->dir, job->spec.ckpt_keep)) < 0) {
       snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
@@ -304,10 +321,39 @@ static void *nccl_open_main(void *arg) {
   pthread_mutex_unlock(&g->mu);
   if (go > 0)
     g->rank_rc[a->rank] =
-        zt_comm_nccl_open(&r->ranks[a->rank].comm, r->world, a->rank, &g->id,
-                          r->job->held[a->rank], NULL, g->rank_err[a->rank],
+        zt_comm_nccl_open(&r->ranks[a->rank].comm, r->world, r->rank0 + a->rank, &g->id,
+                          r->job->held[a->rank], r->cancel, g->rank_err[a->rank],
                           sizeof g->rank_err[0]);
   return NULL;
+}
+
+/* A part lost by the coordinator (engine/job/peers.h): its ranks here stop waiting for it. */
+static void on_peer_lost(void *arg, const char *why) {
+  runner *r = arg;
+  zt__job_log(r->job, ZT_LOG_ERROR, "%s", why);
+  zt_comm_nccl_cancel_fire(r->cancel, why);
+}
+
+/* The NCCL group's id: a part takes the coordinator's; the coordinator makes it and, when the
+ * job spans daemons, starts the parts on its peers with it before its own ranks wait in
+ * ncclCommInitRank for theirs. */
+static int group_id(runner *r, zt_comm_nccl_id *id) {
+  const zt__job *job = r->job;
+  char hex[sizeof job->part.nccl_id];
+  if (job->part.member) {
+    for (size_t i = 0; i < sizeof id->bytes; i++) {
+      unsigned v;
+      sscanf(job->part.nccl_id + 2 * i, "%2x", &v);
+      id->bytes[i] = (char)v;
+    }
+    return 0;
+  }
+  int rc = zt_comm_nccl_get_id(id, r->err, sizeof r->err);
+  if (rc < 0 || !r->spans) return rc;
+  for (size_t i = 0; i < sizeof id->bytes; i++)
+    snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->bytes[i]);
+  return zt__peers_start(&r->peers, job, hex, r->resume_step, on_peer_lost, r, r->err,
+                         sizeof r->err);
 }
 
 static int open_nccl(runner *r) {
@@ -321,10 +367,10 @@ static int open_nccl(runner *r) {
   }
   g->r = r;
   r->comm_close = zt_comm_nccl_close;
-  if ((rc = zt_comm_nccl_get_id(&g->id, r->err, sizeof r->err)) < 0) goto out;
+  if ((rc = group_id(r, &g->id)) < 0) goto out;
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv, NULL);
-  for (; started < r->world; started++) {
+  for (; started < r->local; started++) {
     args[started] = (nccl_arg){g, started};
     g->rank_rc[started] = -ECANCELED;
     if ((rc = -pthread_create(&th[started], NULL, nccl_open_main, &args[started])) < 0) break;
@@ -341,12 +387,11 @@ static int open_nccl(runner *r) {
              strerror(-rc));
     goto out;
   }
-  for (int i = 0; i < r->world; i++) {
+  for (int i = 0; i < r->local; i++) {
     r->comm_open[i] = g->rank_rc[i] == 0;
     if (g->rank_rc[i] < 0 && rc == 0) {
       rc = g->rank_rc[i];
-      snprintf(r->err, sizeof r->err, "rank %d (GPU %d): %s", i, r->job->held[i],
-               g->rank_err[i]);
+      snprintf(r->err, sizeof r->err, "%s", g->rank_err[i]); /* names the rank and device */
     }
   }
 out:
@@ -361,12 +406,12 @@ static int open_ranks(runner *r) {
   zt__job *job = r->job;
   const zt_jobs_config *cfg = &job->jobs->cfg;
   int cuda = strcmp(cfg->backend, "cuda") == 0, threads = zt__jobs_rank_threads(cfg), rc;
-  for (; r->n_be < r->world; r->n_be++) {
+  for (; r->n_be < r->local; r->n_be++) {
     char why[ZT__ERR_MAX - 64];
     rc = zt_backend_open(&r->ranks[r->n_be].be, cfg->backend, job->held[r->n_be], threads, why,
                          sizeof why);
     if (rc < 0) {
-      if (r->world == 1) snprintf(r->err, sizeof r->err, "%s", why);
+      if (r->local == 1) snprintf(r->err, sizeof r->err, "%s", why);
       else snprintf(r->err, sizeof r->err, "rank %d (%s %d): %s", r->n_be,
                     cuda ? "GPU" : "simulated rank", job->held[r->n_be], why);
       return rc;
@@ -381,20 +426,27 @@ static int open_ranks(runner *r) {
   }
   if (cuda) {
 #ifdef ZT_HAVE_NCCL
+    if ((rc = zt_comm_nccl_cancel_create(&r->cancel)) < 0) {
+      snprintf(r->err, sizeof r->err, "out of memory");
+      return rc;
+    }
+    pthread_mutex_lock(&job->jobs->mu);
+    job->interrupt = r->cancel;
+    pthread_mutex_unlock(&job->jobs->mu);
     return open_nccl(r);
 #else
     /* refused before the start (check_parallel); the CPU group must never get device memory */
     snprintf(r->err, sizeof r->err, "parallel.gpus %d needs NCCL, which this build of ztd lacks",
-             r->world);
+             r->local);
     return -ENOTSUP;
 #endif
   }
   r->comm_close = zt_comm_cpu_close;
-  if ((rc = zt_comm_cpu_group_open(&r->group, r->world)) < 0) {
-    snprintf(r->err, sizeof r->err, "the CPU group of %d ranks: %s", r->world, strerror(-rc));
+  if ((rc = zt_comm_cpu_group_open(&r->group, r->local)) < 0) {
+    snprintf(r->err, sizeof r->err, "the CPU group of %d ranks: %s", r->local, strerror(-rc));
     return rc;
   }
-  for (int i = 0; i < r->world; i++) {
+  for (int i = 0; i < r->local; i++) {
     if ((rc = zt_comm_cpu_open(&r->ranks[i].comm, r->group, i)) < 0) {
       snprintf(r->err, sizeof r->err, "rank %d of the CPU group: %s", i, strerror(-rc));
       return rc;
@@ -406,7 +458,7 @@ static int open_ranks(runner *r) {
 
 /* After the trainer, which uses but does not own them. */
 static void close_ranks(runner *r) {
-  for (int i = 0; i < r->world; i++)
+  for (int i = 0; i < r->local; i++)
     if (r->comm_open[i]) r->comm_close(&r->ranks[i].comm);
   zt_comm_cpu_group_close(r->group);
   for (int i = 0; i < r->n_be; i++) {
@@ -429,7 +481,8 @@ static int open_job(runner *r) {
     return rc;
   if (r->world > 1) {
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
-    zt_dp_cfg dpc = {.world = r->world, .zero_stage = s->zero_stage};
+    zt_dp_cfg dpc = {.world = r->world, .zero_stage = s->zero_stage, .rank0 = r->rank0,
+                     .local = r->local};
     rc = zt_trainer_open_dp(&r->trainer, &s->model, &tc, &dpc, r->ranks, r->err, sizeof r->err);
   } else if (s->has_offload) {
     rc = zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &oc, be, r->err,
@@ -441,8 +494,14 @@ static int open_job(runner *r) {
     if (r->nvme_dir[0]) explain_nvme_space(r, rc, be->ops);
     return rc;
   }
-  int newest = zt__store_newest_checkpoint(job->dir);
-  if (newest > 0) {
+  int newest = r->resume_step;
+  if (newest > 0 && job->part.member) {
+    /* the coordinator reads its checkpoint and scatters it to every rank (dp.h) */
+    if ((rc = zt_trainer_dp_receive_state(r->trainer, newest, newest, r->err, sizeof r->err)) < 0)
+      return rc;
+    zt__job_log(job, ZT_LOG_INFO, "resumes from %s's checkpoint at step %d",
+                job->part.coordinator, newest);
+  } else if (newest > 0) {
     char path[ZT__JOB_DIR_MAX + 64];
     zt__store_checkpoint_path(path, sizeof path, job->dir, newest);
     if ((rc = zt_trainer_load(r->trainer, path, r->err, sizeof r->err)) < 0) return rc;
@@ -473,14 +532,49 @@ static int open_job(runner *r) {
   return 0;
 }
 
-/* One optimizer step with its bookkeeping. */
-static int train_step(runner *r, double run_start, int run_first_step) {
+/* A job spanning daemons stopped after `step` because a part asked (engine/train/dp.h's
+ * flags): this part's own request decides how it ends (cancelled, or stopped by its daemon's
+ * shutdown: the coordinator resumes on restart); a stop asked by another part fails the
+ * coordinator's job, naming why, and ends this part as cancelled. */
+static void stopped_together(runner *r, zt__stop own, int step, unsigned flags,
+                             zt_job_state *final, int *leave_running) {
+  zt__job *job = r->job;
+  int member = job->part.member;
+  const char *kept = flags & ZT_DP_FLAG_CHECKPOINT ? "; its checkpoint at that step is kept" : "";
+  if (own == ZT__STOP_SHUTDOWN && !member) {
+    zt__job_log(job, ZT_LOG_INFO, "stopped at step %d by the daemon's shutdown, with its parts; "
+                "resumes on restart", step);
+    *leave_running = 1;
+  } else if (own != ZT__STOP_NONE || member) {
+    zt__job_log(job, ZT_LOG_INFO, "stopped at step %d (%s)%s", step,
+                own == ZT__STOP_CANCEL ? "cancelled" : own == ZT__STOP_SHUTDOWN
+                ? "the daemon shuts down" : "another part asked", kept);
+    *final = ZT_JOB_CANCELLED;
+  } else {
+    snprintf(r->err, sizeof r->err, "stopped after step %d by a part on a peer (cancelled "
+             "there, or its daemon shut down)%s", step, kept);
+    *final = ZT_JOB_FAILED;
+  }
+}
+
+void zt__runner_interrupt(zt__job *job, const char *why) {
+#ifdef ZT_HAVE_NCCL
+  if (job->interrupt) zt_comm_nccl_cancel_fire(job->interrupt, why);
+#else
+  (void)job;
+  (void)why;
+#endif
+}
+
+/* One optimizer step with its bookkeeping; *flags gets the step's flags (dp.h). */
+static int train_step(runner *r, double run_start, int run_first_step, unsigned *flags) {
   zt__job *job = r->job;
   const zt_job_spec *s = &job->spec;
   zt_step_result res;
   double t0 = mono_seconds();
   int rc = zt_trainer_step(r->trainer, r->batch, &res, r->err, sizeof r->err);
   if (rc < 0) return rc;
+  *flags = res.flags;
   double now = mono_seconds();
   r->have = 0;
   if (fprintf(r->losses, "%d %.17g\n", res.step, res.loss) < 0 || fflush(r->losses) != 0) {
@@ -533,9 +627,13 @@ void *zt__runner_main(void *arg) {
   int rc = 0;
   zt_job_state final = ZT_JOB_FAILED;
   int leave_running = 0;
-  r.world = job->n_held;
+  r.local = job->n_held;
+  r.world = zt__job_world(s);
+  r.rank0 = job->part.member ? job->part.rank0 : 0;
+  r.spans = r.world > r.local;
   r.micros = r.world * s->train.grad_accum;
 
+  r.resume_step = job->part.member ? job->part.resume_step : zt__store_newest_checkpoint(job->dir);
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
   if ((rc = open_ranks(&r)) < 0 || (rc = open_job(&r)) < 0) goto out;
   publish_opened(&r);
@@ -554,18 +652,23 @@ void *zt__runner_main(void *arg) {
       leave_running = 1;
       goto out;
     }
-    if (stop == ZT__STOP_CANCEL) {
+    unsigned flags = 0;
+    if (r.spans) {
+      /* every part stops or checkpoints after the same step: the one whose flags ask for it */
+      if (stop != ZT__STOP_NONE) flags |= ZT_DP_FLAG_STOP;
+      if (stop == ZT__STOP_SHUTDOWN || want_ckpt) flags |= ZT_DP_FLAG_CHECKPOINT;
+    } else if (stop == ZT__STOP_CANCEL) {
       final = ZT_JOB_CANCELLED;
       goto out;
-    }
-    if (stop == ZT__STOP_SHUTDOWN) {
+    } else if (stop == ZT__STOP_SHUTDOWN) {
       if (step > 0 && (rc = checkpoint(&r, gen)) < 0) goto out;
       zt__job_log(job, ZT_LOG_INFO, "stopped at step %d by the daemon's shutdown; resumes on restart",
                   step);
       leave_running = 1;
       goto out;
+    } else if (want_ckpt && (rc = checkpoint(&r, gen)) < 0) {
+      goto out;
     }
-    if (want_ckpt && (rc = checkpoint(&r, gen)) < 0) goto out;
     if (step >= s->train.steps) break;
 
     if (s->source == ZT_DATA_FILE) {
@@ -577,13 +680,20 @@ void *zt__runner_main(void *arg) {
         r.have++;
       if (r.have < r.micros) continue;
     }
-    if ((rc = train_step(&r, run_start, run_first_step)) < 0) goto out;
+    if (r.spans) zt_trainer_dp_set_flags(r.trainer, flags);
+    if ((rc = train_step(&r, run_start, run_first_step, &flags)) < 0) goto out;
     int now_step = zt_trainer_step_count(r.trainer);
-    if (s->ckpt_every > 0 && now_step % s->ckpt_every == 0 && now_step < s->train.steps) {
+    int last = now_step >= s->train.steps; /* the final checkpoint follows the loop */
+    if (!last && ((s->ckpt_every > 0 && now_step % s->ckpt_every == 0) ||
+                  (flags & ZT_DP_FLAG_CHECKPOINT))) {
       pthread_mutex_lock(mu);
       gen = job->ckpt_requested;
       pthread_mutex_unlock(mu);
       if ((rc = checkpoint(&r, gen)) < 0) goto out;
+    }
+    if (!last && (flags & ZT_DP_FLAG_STOP)) {
+      stopped_together(&r, stop, now_step, flags, &final, &leave_running);
+      goto out;
     }
   }
   pthread_mutex_lock(mu);
@@ -593,6 +703,8 @@ void *zt__runner_main(void *arg) {
   final = ZT_JOB_DONE;
 
 out:
+  /* parts that stopped with this one end by themselves; after a failure here they are ended */
+  zt__peers_finish(r.peers, rc < 0 || final == ZT_JOB_FAILED ? 0 : ZT_TUNE_PART_END_WAIT_S);
   if (r.losses) fclose(r.losses);
   free(r.batch);
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
@@ -605,6 +717,12 @@ out:
                   strerror(-nrc));
   }
   close_ranks(&r);
+#ifdef ZT_HAVE_NCCL
+  pthread_mutex_lock(mu);
+  job->interrupt = NULL;
+  pthread_mutex_unlock(mu);
+  zt_comm_nccl_cancel_free(r.cancel);
+#endif
   zt__token_file_close(&r.tokens);
   pthread_mutex_lock(mu);
   job->backend_bytes = 0;

@@ -43,7 +43,7 @@ static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
 static const char *const k_data_file[] = {"source", "path", NULL};
 static const char *const k_data_stream[] = {"source", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
-static const char *const k_parallel[] = {"gpus", "zero_stage", NULL};
+static const char *const k_parallel[] = {"gpus", "zero_stage", "peers", NULL};
 
 static void field(char *out, size_t n, const char *path, const char *key) {
   if (path[0])
@@ -358,7 +358,38 @@ static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen)
   return -EINVAL;
 }
 
-/* "parallel": {"gpus": N | "all", "zero_stage": 1 | 2 | 3}; "all" is resolved by admission,
+/* "peers": ["host:port", ...]: where the other daemons' TCP listeners are; checked for shape
+ * here, reached when the job starts (engine/job/peers.c). */
+static int parse_peers(const json_t *a, zt_job_spec *s, char *err, size_t errlen) {
+  if (!a) return 0;
+  if (!json_is_array(a) || json_array_size(a) > ZT_JOB_MAX_PEERS) {
+    snprintf(err, errlen, "parallel.peers must be an array of at most %d \"host:port\" strings",
+             ZT_JOB_MAX_PEERS);
+    return -EINVAL;
+  }
+  for (size_t i = 0; i < json_array_size(a); i++) {
+    const char *v = json_string_value(json_array_get(a, i));
+    const char *colon = v ? strrchr(v, ':') : NULL;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon == v || !colon[1] || *end || port < 1 || port > 65535 ||
+        strlen(v) >= ZT_JOB_PEER_MAX) {
+      snprintf(err, errlen, "parallel.peers[%zu]: expected \"host:port\" (a peer ztd's --tcp "
+               "address), e.g. \"10.0.0.2:7070\"", i);
+      return -EINVAL;
+    }
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(s->peers[k], v) == 0) {
+        snprintf(err, errlen, "parallel.peers[%zu]: %s is named twice", i, v);
+        return -EINVAL;
+      }
+    snprintf(s->peers[i], sizeof s->peers[i], "%s", v);
+  }
+  s->n_peers = (int)json_array_size(a);
+  return 0;
+}
+
+/* "parallel": {"gpus": N | "all", "zero_stage": 1 | 2 | 3, "peers": [...]}; "all" is resolved by admission,
  * which knows the daemon's devices. */
 static int parse_parallel(const json_t *p, zt_job_spec *s, char *err, size_t errlen) {
   int rc;
@@ -382,6 +413,12 @@ static int parse_parallel(const json_t *p, zt_job_spec *s, char *err, size_t err
     return -EINVAL;
   }
   if (z) s->zero_stage = (int)json_integer_value(z);
+  if ((rc = parse_peers(json_object_get(p, "peers"), s, err, errlen)) < 0) return rc;
+  if (s->n_peers && s->gpus == ZT_JOB_GPUS_ALL) {
+    snprintf(err, errlen, "parallel.gpus \"all\" with parallel.peers: give the number of GPUs "
+             "each daemon runs (every daemon runs as many)");
+    return -EINVAL;
+  }
   return 0;
 }
 
@@ -579,30 +616,66 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   return 0;
 }
 
+void zt__job_ranks_text(const zt_job_spec *s, char *out, size_t outlen) {
+  if (s->n_peers)
+    snprintf(out, outlen, "%d ranks (parallel.gpus %d on each of %d daemons)", zt__job_world(s),
+             s->gpus, 1 + s->n_peers);
+  else
+    snprintf(out, outlen, "parallel.gpus %d", s->gpus);
+}
+
 /* parallel.gpus against the daemon's device set, and what several ranks cannot do yet. */
 static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char *err,
                           size_t errlen) {
   int owned = zt__jobs_devices(cfg, NULL), cuda = strcmp(cfg->backend, "cuda") == 0;
+  int W = zt__job_world(s);
   if (s->gpus > owned) {
     snprintf(err, errlen, "parallel.gpus %d is more than the %d %s%s %s (ztd %s)", s->gpus,
              owned, cuda ? "GPU" : "simulated rank", owned == 1 ? "" : "s",
              cuda ? "this daemon owns" : "of this cpu daemon", cuda ? "--gpus" : "--cpu-ranks");
     return -EINVAL;
   }
-  if (s->gpus == 1) return 0;
+  if (W > ZT_DP_MAX_WORLD) {
+    snprintf(err, errlen, "parallel: %d GPUs on each of %d daemons make %d ranks, more than %d",
+             s->gpus, 1 + s->n_peers, W, ZT_DP_MAX_WORLD);
+    return -EINVAL;
+  }
+  if (W == 1) return 0;
+  char ranks[96];
+  zt__job_ranks_text(s, ranks, sizeof ranks);
   if (s->has_offload) {
-    snprintf(err, errlen, "offload with parallel.gpus %d is not supported yet: an offloaded job "
-             "runs on one GPU (parallel.gpus 1)", s->gpus);
+    snprintf(err, errlen, "offload with %s is not supported yet: an offloaded job runs on one "
+             "GPU (parallel.gpus 1, no peers)", ranks);
     return -ENOTSUP;
   }
   if (s->train.precision == ZT_F16) {
-    snprintf(err, errlen, "train.precision \"fp16\" with parallel.gpus %d is not supported (the "
-             "loss scale is not shared between ranks yet); use bf16 or fp32", s->gpus);
+    snprintf(err, errlen, "train.precision \"fp16\" with %s is not supported (the loss scale is "
+             "not shared between ranks yet); use bf16 or fp32", ranks);
     return -ENOTSUP;
+  }
+  if (s->n_peers > 0) {
+    if (s->source != ZT_DATA_FILE) {
+      snprintf(err, errlen, "parallel.peers needs a data file (\"data\": {\"source\": \"file\"}) "
+               "at the same path on every daemon: each samples the step and trains its ranks' "
+               "micro-batches; pushed batches are not forwarded to peers");
+      return -ENOTSUP;
+    }
+    if (!cfg->peer_token) {
+      snprintf(err, errlen, "parallel.peers needs ztd started with --token-file: the "
+               "coordinator authenticates to its peers with its own token (the daemons of a job "
+               "share one token file)");
+      return -EINVAL;
+    }
+    /* the daemons' ranks meet only through NCCL: the CPU group lives inside one process */
+    if (!cuda) {
+      snprintf(err, errlen, "parallel.peers needs a cuda ztd: the ranks of a job spanning "
+               "daemons communicate through NCCL; this daemon runs the %s backend", cfg->backend);
+      return -ENOTSUP;
+    }
   }
 #ifndef ZT_HAVE_NCCL
   if (cuda) {
-    snprintf(err, errlen, "parallel.gpus %d needs NCCL, which this build of ztd lacks", s->gpus);
+    snprintf(err, errlen, "%s needs NCCL, which this build of ztd lacks", ranks);
     return -ENOTSUP;
   }
 #endif
@@ -657,7 +730,7 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   if (s->has_offload) return check_offload(s, cfg, needs, err, errlen);
   double limit = device_limit(cfg, &what);
   const zt_ops *ops = zt_backend_ops_of(cfg->backend);
-  int W = s->gpus, on_cpu = strcmp(cfg->backend, "cuda") != 0;
+  int W = zt__job_world(s), on_cpu = strcmp(cfg->backend, "cuda") != 0;
   /* per rank; the whole model's rough count guards the estimate's arithmetic */
   double need = rough_bytes(&s->model, &s->train);
   if (need < 0x1p56 && W == 1) {
@@ -670,7 +743,8 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   /* the cpu backend's ranks all live in host memory */
   double on_device = on_cpu ? need * W : need;
   if (limit > 0 && on_device > limit) {
-    char a[32], b[32], r[32];
+    char a[32], b[32], r[32], ranks[96];
+    zt__job_ranks_text(s, ranks, sizeof ranks);
     zt__format_bytes(a, sizeof a, on_device);
     zt__format_bytes(b, sizeof b, limit);
     zt__format_bytes(r, sizeof r, need);
@@ -680,8 +754,8 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
       snprintf(err, errlen, "job needs %s on the cpu backend (%d ranks of %s: parallel.gpus "
                "%d, zero_stage %d); %s %s", a, W, r, W, s->zero_stage, what, b);
     else
-      snprintf(err, errlen, "job needs %s per GPU on the cuda backend (parallel.gpus %d, "
-               "zero_stage %d); %s %s", a, W, s->zero_stage, what, b);
+      snprintf(err, errlen, "job needs %s per GPU on the cuda backend (%s, zero_stage %d); %s %s",
+               a, ranks, s->zero_stage, what, b);
     return -ENOMEM;
   }
   needs->rank_bytes = (size_t)need;
@@ -718,9 +792,14 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
       t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every),
       "data", data,
       "checkpoint", "every", s->ckpt_every, "keep", s->ckpt_keep);
-  if (out)
-    json_object_set_new(out, "parallel", json_pack("{s:i, s:i}", "gpus", s->gpus, "zero_stage",
-                                                   s->zero_stage));
+  json_t *par = out ? json_pack("{s:i, s:i}", "gpus", s->gpus, "zero_stage", s->zero_stage)
+                   : NULL;
+  json_t *peers = s->n_peers ? json_array() : NULL;
+  for (int i = 0; peers && i < s->n_peers; i++)
+    json_array_append_new(peers, json_string(s->peers[i]));
+  if (par && peers) json_object_set_new(par, "peers", peers);
+  else json_decref(peers);
+  if (out) json_object_set_new(out, "parallel", par);
   if (out && s->has_offload) {
     const zt_offload_cfg *o = &s->offload;
     json_t *off = json_pack("{s:s, s:s, s:s, s:I, s:i}", "params", zt_offload_place_name(o->params),

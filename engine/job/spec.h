@@ -17,6 +17,10 @@
 #define ZT_JOB_NAME_MAX 64
 /* zt_job_spec.gpus of "parallel": {"gpus": "all"} until admission makes it the daemon's count */
 #define ZT_JOB_GPUS_ALL (-1)
+/* parallel.peers: other ztd daemons ("host:port" of their TCP listeners) that run the job's
+ * other ranks, each with parallel.gpus GPUs */
+#define ZT_JOB_MAX_PEERS 15
+#define ZT_JOB_PEER_MAX 256
 
 typedef enum zt_data_source { ZT_DATA_FILE = 1, ZT_DATA_STREAM = 2 } zt_data_source;
 
@@ -32,7 +36,12 @@ typedef struct zt_job_spec {
   zt_offload_cfg offload;
   int gpus;                      /* parallel.gpus: ranks, one per device (engine/train/dp.h) */
   int zero_stage;                /* parallel.zero_stage: 1, 2 or 3 (no effect with one rank) */
+  int n_peers;                   /* parallel.peers: the daemons running ranks gpus * (i + 1) .. */
+  char peers[ZT_JOB_MAX_PEERS][ZT_JOB_PEER_MAX];
 } zt_job_spec;
+
+/* The job's world: parallel.gpus ranks on this daemon and as many on each peer. */
+static inline int zt__job_world(const zt_job_spec *s) { return s->gpus * (1 + s->n_peers); }
 
 /* What a job takes from the machine while it runs. */
 typedef struct zt__job_needs {
@@ -76,6 +85,8 @@ double zt__jobs_host_limit(const zt_jobs_config *cfg, const char **what);
  * checkpointing, the offload planner's, means none without offload). */
 zt_train_cfg zt__job_rank_train_cfg(const zt_job_spec *s);
 
+/* "parallel.gpus 2", or with peers "4 ranks (parallel.gpus 2 on each of 2 daemons)" */
+void zt__job_ranks_text(const zt_job_spec *s, char *out, size_t outlen);
 /* "1.21 TiB", "24 GiB", "512 B" */
 void zt__format_bytes(char *out, size_t outlen, double bytes);
 

@@ -48,6 +48,8 @@ void zt__conn_close(zt_conn *c) {
     if (srv->jobs) zt_jobs_forget(srv->jobs, c->pending);
     zt__conn_pending_drop(c, c->pending);
   }
+  /* the parts this connection joined (the connection itself is their owner) */
+  if (srv->jobs) zt_jobs_forget(srv->jobs, c);
   zt__watch_drop_conn(srv, c);
   if (c->prev) c->prev->next = c->next;
   else srv->conns = c->next;

@@ -241,6 +241,29 @@ static int handle_plan(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   return reply_owned(c, req->id, plan, err);
 }
 
+/* A coordinator's request to run a part of its job here: {spec: map, part: map}. The part
+ * belongs to this connection: it ends if the connection closes. */
+static int handle_join(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  json_t *spec = NULL, *part = NULL;
+  const msgpack_object *map = NULL;
+  int rc = request_spec(req, &spec, err);
+  if (rc < 0) return rc;
+  rc = required(zt_msg_get_map(req->body, NULL, "part", true, &map, err));
+  if (rc == 0 && !(part = zt_proto_to_json(map, err))) rc = err->code < 0 ? err->code : -EINVAL;
+  if (rc < 0) {
+    json_decref(spec);
+    return rc;
+  }
+  char id[ZT_JOB_ID_MAX] = "";
+  char msg[512] = "";
+  rc = zt_jobs_join(c->srv->jobs, spec, part, c, id, msg, sizeof msg);
+  json_decref(spec);
+  json_decref(part);
+  if (rc < 0) return job_error(err, rc, msg);
+  ZT_LOGI("server", "job %s joined as a part", id);
+  return reply_owned(c, req->id, json_pack("{s:s}", "job", id), err);
+}
+
 static int handle_jobs(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   return reply_owned(c, req->id, zt_jobs_list(c->srv->jobs), err);
 }

@@ -229,6 +229,11 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
     rc = listen_tcp(&srv, err, errlen);
     if (rc < 0) goto out;
   }
+  /* how the parts this daemon coordinates name it: the host, and the TCP address if any */
+  char name[512], host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  if (cfg->tcp_host) snprintf(name, sizeof name, "ztd on %s (%s:%d)", host, cfg->tcp_host, cfg->tcp_port);
+  else snprintf(name, sizeof name, "ztd on %s", host);
   zt_jobs_config jc = {
       .loop = &loop,
       .state_dir = cfg->state_dir,
@@ -240,6 +245,8 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
       .gpu_mem_limit = cfg->gpu_mem_limit,
       .nvme_dir = cfg->nvme_dir,
       .batch_queue_depth = ZT_TUNE_BATCH_QUEUE_DEPTH,
+      .peer_token = cfg->token,
+      .name = name,
       .on_event = zt__watch_on_event,
       .user = &srv,
   };

@@ -40,6 +40,12 @@ int zt_client_status(zt_client *c, char **json_out);
 int zt_client_submit_json(zt_client *c, const char *spec_json, char job_id[ZT_CLIENT_JOB_ID_MAX]);
 int zt_client_submit_msgpack(zt_client *c, const void *spec, size_t len,
                              char job_id[ZT_CLIENT_JOB_ID_MAX]);
+/* Daemon to daemon: asks this ztd to run a part of a job that spans daemons (the caller is the
+ * coordinator, docs/protocol.md "join"): spec is the job's normalised spec, part names the ranks
+ * and the NCCL group ({"world", "rank0", "nccl_id", "resume_step", "coordinator"}). job_id gets
+ * the part's job id here. The part ends if this connection closes while it runs. */
+int zt_client_join(zt_client *c, const char *spec_json, const char *part_json,
+                   char job_id[ZT_CLIENT_JOB_ID_MAX]);
 /* Validates and sizes a spec (JSON text) as submit would, without queueing it: json_out gets
  * {"backend", "arch", "params", "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes":
  * [per rank]}[, "offload": {"host_bytes", "device_bytes", "nvme_bytes", ... the plan:
