@@ -837,25 +837,32 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
   return j;
 }
 
-int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX], char *err,
-                   size_t errlen) {
-  zt_job_spec spec;
+/* A new job in the registry: the next id, jobs/<id>/ with its checkpoints directory, spec.json,
+ * part.json for a part, status.json ("queued"). On failure nothing is left but a consumed id
+ * (taken once its directory exists). */
+static int create_job(zt_jobs *jobs, const zt_job_spec *spec, const zt__job_part *part,
+                      zt__job **out, char *err, size_t errlen) {
   zt__job *job = NULL;
-  zt__job_needs needs;
+  json_t *pj = NULL;
   int rc, made_dir = 0;
-  if (jobs->shutting_down) {
-    snprintf(err, errlen, "the daemon is shutting down");
-    return -ESHUTDOWN;
-  }
-  if ((rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0) return rc;
   char new_id[ZT_JOB_ID_MAX];
   snprintf(new_id, sizeof new_id, "j%06ld", jobs->next_id);
-  if ((rc = job_new(jobs, new_id, &spec, &job)) < 0) {
+  if ((rc = job_new(jobs, new_id, spec, &job)) < 0) {
     snprintf(err, errlen, "out of memory");
     return rc;
   }
   job->state = ZT_JOB_QUEUED;
   job->created = zt__now();
+  if (part) {
+    job->part = *part;
+    pj = json_pack("{s:i, s:i, s:s}", "rank0", part->rank0, "resume_step", part->resume_step,
+                   "coordinator", part->coordinator);
+    if (!pj) {
+      rc = -ENOMEM;
+      snprintf(err, errlen, "out of memory");
+      goto out;
+    }
+  }
   char ckdir[ZT__JOB_DIR_MAX + 16];
   snprintf(ckdir, sizeof ckdir, "%s/checkpoints", job->dir);
   if (mkdir(job->dir, 0755) != 0 || (made_dir = 1, mkdir(ckdir, 0755) != 0)) {
@@ -866,24 +873,42 @@ int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX],
   /* The id is taken once its directory exists, even if writing it fails below. */
   jobs->next_id++;
   if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0 ||
+      (pj && (rc = zt__store_write_json(job->dir, "part.json", pj, err, errlen)) < 0) ||
       (rc = zt__job_write_status(job, err, errlen)) < 0)
     goto out;
   if ((rc = add_job(jobs, job)) < 0) {
     snprintf(err, errlen, "out of memory");
     goto out;
   }
-  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
+  *out = job;
   job = NULL;
-  enqueue(jobs, jobs->all[jobs->n_all - 1]);
-  zt__job_log(jobs->all[jobs->n_all - 1], ZT_LOG_INFO, "queued%s%s", spec.name[0] ? ": " : "",
-              spec.name);
-  maybe_start(jobs);
 out:
+  json_decref(pj);
   if (job) {
     if (made_dir) zt__store_remove_tree(job->dir);
     job_free(job);
   }
   return rc;
+}
+
+int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX], char *err,
+                   size_t errlen) {
+  zt_job_spec spec;
+  zt__job *job;
+  zt__job_needs needs;
+  int rc;
+  if (jobs->shutting_down) {
+    snprintf(err, errlen, "the daemon is shutting down");
+    return -ESHUTDOWN;
+  }
+  if ((rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0 ||
+      (rc = create_job(jobs, &spec, NULL, &job, err, errlen)) < 0)
+    return rc;
+  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
+  enqueue(jobs, job);
+  zt__job_log(job, ZT_LOG_INFO, "queued%s%s", spec.name[0] ? ": " : "", spec.name);
+  maybe_start(jobs);
+  return 0;
 }
 
 /* The join request's "part": {"world", "rank0", "nccl_id", "resume_step", "coordinator"}. */
@@ -932,8 +957,8 @@ int zt_jobs_join(zt_jobs *jobs, const json_t *spec_in, const json_t *part_in, vo
   zt_job_spec spec;
   zt__job_part part;
   zt__job_needs needs;
-  zt__job *job = NULL;
-  int rc, made_dir = 0;
+  zt__job *job;
+  int rc;
   if (jobs->shutting_down) {
     snprintf(err, errlen, "the daemon is shutting down");
     return -ESHUTDOWN;
@@ -954,54 +979,15 @@ int zt_jobs_join(zt_jobs *jobs, const json_t *spec_in, const json_t *part_in, vo
              free_now, jobs->n_dev, spec.gpus);
     return -EBUSY;
   }
-  char new_id[ZT_JOB_ID_MAX];
-  snprintf(new_id, sizeof new_id, "j%06ld", jobs->next_id);
-  if ((rc = job_new(jobs, new_id, &spec, &job)) < 0) {
-    snprintf(err, errlen, "out of memory");
-    return rc;
-  }
-  job->part = part;
-  job->part.owner = owner;
+  part.owner = owner;
+  if ((rc = create_job(jobs, &spec, &part, &job, err, errlen)) < 0) return rc;
   job->needs = needs;
   job->has_needs = 1;
-  job->state = ZT_JOB_QUEUED;
-  job->created = zt__now();
-  json_t *pj = json_pack("{s:i, s:i, s:s}", "rank0", part.rank0, "resume_step",
-                         part.resume_step, "coordinator", part.coordinator);
-  char ckdir[ZT__JOB_DIR_MAX + 16];
-  snprintf(ckdir, sizeof ckdir, "%s/checkpoints", job->dir);
-  if (!pj) {
-    rc = -ENOMEM;
-    snprintf(err, errlen, "out of memory");
-    goto out;
-  }
-  if (mkdir(job->dir, 0755) != 0 || (made_dir = 1, mkdir(ckdir, 0755) != 0)) {
-    rc = -errno;
-    snprintf(err, errlen, "%s: %s", job->dir, strerror(errno));
-    goto out;
-  }
-  jobs->next_id++;
-  if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0 ||
-      (rc = zt__store_write_json(job->dir, "part.json", pj, err, errlen)) < 0 ||
-      (rc = zt__job_write_status(job, err, errlen)) < 0)
-    goto out;
-  if ((rc = add_job(jobs, job)) < 0) {
-    snprintf(err, errlen, "out of memory");
-    goto out;
-  }
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
-  zt__job *added = job;
-  job = NULL;
-  zt__job_log(added, ZT_LOG_INFO, "joined %s as ranks %d..%d of %d", part.coordinator,
+  zt__job_log(job, ZT_LOG_INFO, "joined %s as ranks %d..%d of %d", part.coordinator,
               part.rank0, part.rank0 + spec.gpus - 1, zt__job_world(&spec));
-  start_job(jobs, added);
-out:
-  json_decref(pj);
-  if (job) {
-    if (made_dir) zt__store_remove_tree(job->dir);
-    job_free(job);
-  }
-  return rc;
+  start_job(jobs, job);
+  return 0;
 }
 
 static json_t *loss_or_null(const zt__job *job) {

@@ -4,16 +4,6 @@
 # TCP token. Afterwards ztd still answers and a job submitted before all this completes.
 . "$(dirname "$0")/lib.sh"
 
-# expect_fail WANT_RC NEEDLE CMD...: CMD exits WANT_RC and its output mentions NEEDLE.
-expect_fail() {
-  local want=$1 needle=$2 out rc=0
-  shift 2
-  out=$("$@" 2>&1) || rc=$?
-  [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want: $out"
-  case "$out" in *"$needle"*) ;; *) fail "'$*' output lacks '$needle': $out" ;; esac
-  echo "ok: $* -> $(printf '%s' "$out" | head -n 1)"
-}
-
 port=$((20000 + RANDOM % 20000))
 printf 'an-integration-test-token-0123456789\n' >"$ZT_TMP/token"
 chmod 600 "$ZT_TMP/token"

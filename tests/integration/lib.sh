@@ -59,6 +59,16 @@ stop_ztd() {
 
 ztctl() { "$ZTCTL" --socket "$SOCK" "$@"; }
 
+# expect_fail WANT_RC NEEDLE CMD...: CMD exits WANT_RC and its output mentions NEEDLE.
+expect_fail() {
+  local want=$1 needle=$2 out rc=0
+  shift 2
+  out=$("$@" 2>&1) || rc=$?
+  [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want: $out"
+  case "$out" in *"$needle"*) ;; *) fail "'$*' output lacks '$needle': $out" ;; esac
+  echo "ok: $* -> $(printf '%s' "$out" | head -n 1)"
+}
+
 # json_get FIELD: reads one JSON object on stdin and prints the field (a.b for nesting).
 json_get() {
   python3 -c '

@@ -5,14 +5,6 @@
 # and its devices are free afterwards. The two-daemon training itself is two_daemons.sh (GPUs).
 . "$(dirname "$0")/lib.sh"
 
-expect_fail() { # WANT_RC NEEDLE CMD...
-  local want=$1 needle=$2 out rc=0
-  shift 2
-  out=$("$@" 2>&1) || rc=$?
-  [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want: $out"
-  case "$out" in *"$needle"*) ;; *) fail "'$*' output lacks '$needle': $out" ;; esac
-  echo "ok: $(printf '%s' "$out" | head -n 1)"
-}
 # edit IN OUT PYTHON: a copy of the spec IN with the python statement applied to s
 edit() {
   python3 - "$1" "$2" "$3" <<'PY'
