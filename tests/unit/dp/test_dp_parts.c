@@ -23,91 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/comm/comm.h"
-#include "engine/train/dp.h"
+#include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"
 
-#define STEPS 5
 #define SAVE_AT 3
-#define B 2
-#define MAXW 4
-
-static zt_model_cfg model_cfg(zt_arch arch) {
-  zt_model_cfg mc = {.arch = arch, .vocab = 37, .seq_len = 16, .d_model = 32, .n_heads = 4,
-                     .n_layers = 2, .d_ff = arch == ZT_ARCH_ENCODER ? 64 : 0, .init_seed = 7};
-  return mc;
-}
-
-static zt_train_cfg train_cfg(int grad_accum, float clip, zt_dtype dt) {
-  zt_train_cfg tc = mc_train(B, grad_accum);
-  tc.steps = STEPS;
-  tc.warmup_steps = 2;
-  tc.schedule = ZT_SCHED_COSINE;
-  tc.min_lr = 1e-4f;
-  tc.lr = 1e-2f;
-  tc.weight_decay = 0.1f;
-  tc.grad_clip = clip;
-  tc.precision = dt;
-  return tc;
-}
-
-/* W ranks: a CPU backend of one thread each and the group's communicators. */
-typedef struct group {
-  int W;
-  zt_comm_cpu_group *g;
-  zt_dp_rank r[MAXW];
-} group;
-
-static void group_open(group *x, int W) {
-  x->W = W;
-  if (zt_comm_cpu_group_open(&x->g, W) < 0) exit(1);
-  for (int r = 0; r < W; r++)
-    if (zt_backend_cpu_open(&x->r[r].be, 1) < 0 || zt_comm_cpu_open(&x->r[r].comm, x->g, r) < 0)
-      exit(1);
-}
-
-static void group_close(group *x) {
-  for (int r = 0; r < x->W; r++) {
-    zt_comm_cpu_close(&x->r[r].comm);
-    zt_backend_cpu_close(&x->r[r].be);
-  }
-  zt_comm_cpu_group_close(x->g);
-}
-
-/* Ranks rank0 .. rank0 + local - 1 of x (local 0: all). */
-static zt_trainer *open_part(const zt_model_cfg *mc, const zt_train_cfg *tc, group *x, int stage,
-                             int rank0, int local) {
-  zt_trainer *t;
-  char err[512];
-  zt_dp_cfg dc = {.world = x->W, .zero_stage = stage, .rank0 = rank0, .local = local};
-  if (zt_trainer_open_dp(&t, mc, tc, &dc, x->r + rank0, err, sizeof err) < 0) {
-    fprintf(stderr, "dp W %d stage %d ranks %d+%d: %s\n", x->W, stage, rank0, local, err);
-    exit(1);
-  }
-  return t;
-}
-
-static zt_trainer *open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_backend *be) {
-  zt_trainer *t;
-  char err[512];
-  if (zt_trainer_open(&t, mc, tc, be, err, sizeof err) < 0) {
-    fprintf(stderr, "plain trainer: %s\n", err);
-    exit(1);
-  }
-  return t;
-}
-
-static int32_t *make_tokens(const zt_model_cfg *mc, int micros, uint64_t seed) {
-  size_t per = (size_t)B * (mc->seq_len + 1) * (size_t)micros;
-  int32_t *tok = malloc(STEPS * per * sizeof *tok);
-  if (!tok) exit(1);
-  mc_tokens(&seed, tok, STEPS * per, mc->vocab);
-  return tok;
-}
 
 typedef struct run_out {
-  double loss[STEPS], norm[STEPS];
-  unsigned flags[STEPS];
+  double loss[DPT_STEPS], norm[DPT_STEPS];
+  unsigned flags[DPT_STEPS];
 } run_out;
 
 /* One trainer call, run on this thread or another. */
@@ -260,15 +183,15 @@ typedef struct cfg {
 } cfg;
 
 static int parts(const cfg *c) {
-  zt_model_cfg mc = model_cfg(c->arch);
-  zt_train_cfg tc = train_cfg(c->G, c->clip, c->dt);
+  zt_model_cfg mc = dpt_model_cfg(c->arch);
+  zt_train_cfg tc = dpt_train_cfg(c->G, c->clip, c->dt);
   int W = c->W, G = c->G, fails = 0;
-  int32_t *tok = make_tokens(&mc, W * G, 11 + (uint64_t)W * 10 + (uint64_t)G);
-  size_t per = (size_t)W * G * B * (mc.seq_len + 1);
-  const unsigned fa[STEPS] = {0, ZT_DP_FLAG_STOP, 0, 0, 0};
-  const unsigned fb[STEPS] = {0, ZT_DP_FLAG_CHECKPOINT, 0, ZT_DP_FLAG_STOP, 0};
-  unsigned fboth[STEPS];
-  for (int i = 0; i < STEPS; i++) fboth[i] = fa[i] | fb[i];
+  int32_t *tok = dpt_tokens(&mc, W * G, 11 + (uint64_t)W * 10 + (uint64_t)G);
+  size_t per = dpt_step_tokens(&mc, W * G);
+  const unsigned fa[DPT_STEPS] = {0, ZT_DP_FLAG_STOP, 0, 0, 0};
+  const unsigned fb[DPT_STEPS] = {0, ZT_DP_FLAG_CHECKPOINT, 0, ZT_DP_FLAG_STOP, 0};
+  unsigned fboth[DPT_STEPS];
+  for (int i = 0; i < DPT_STEPS; i++) fboth[i] = fa[i] | fb[i];
   char what[200], dir_ref[600], dir_parts[600], file_a[700], file_b[700], err[512];
   snprintf(what, sizeof what, "%s stage %d W %d split %d G %d %s", zt_arch_name(c->arch),
            c->stage, W, c->split, G, zt_dtype_name(c->dt));
@@ -277,26 +200,26 @@ static int parts(const cfg *c) {
   snprintf(dir_parts, sizeof dir_parts, "%s/parts", dir);
 
   /* the one trainer of all the ranks: its run, checkpoint and export at SAVE_AT */
-  group xr;
-  group_open(&xr, W);
-  zt_trainer *tr = open_part(&mc, &tc, &xr, c->stage, 0, 0);
+  dpt_ranks xr;
+  dpt_ranks_open(&xr, W);
+  zt_trainer *tr = dpt_open_dp(&mc, &tc, &xr, c->stage, 0, 0);
   run_out ref;
   fails += run_steps(tr, tok, per, 0, SAVE_AT, fboth, &ref, what);
   fails += MC_EXPECT(zt_trainer_save(tr, dir_ref, err, sizeof err) == 0, "save: %s", err);
   snprintf(file_a, sizeof file_a, "%s/ref.safetensors", dir);
   fails += MC_EXPECT(zt_trainer_export(tr, file_a, err, sizeof err) == 0, "export: %s", err);
-  fails += run_steps(tr, tok, per, SAVE_AT, STEPS, fboth, &ref, what);
-  for (int i = 0; i < STEPS; i++)
+  fails += run_steps(tr, tok, per, SAVE_AT, DPT_STEPS, fboth, &ref, what);
+  for (int i = 0; i < DPT_STEPS; i++)
     fails += MC_EXPECT(ref.flags[i] == fboth[i], "%s: one trainer, step %d flags %u, want %u",
                        what, i + 1, ref.flags[i], fboth[i]);
   zt_trainer_close(tr);
-  group_close(&xr);
+  dpt_ranks_close(&xr);
 
   /* the parts: the same run, the checkpoint and export between steps */
-  group xp;
-  group_open(&xp, W);
-  zt_trainer *a = open_part(&mc, &tc, &xp, c->stage, 0, c->split);
-  zt_trainer *b = open_part(&mc, &tc, &xp, c->stage, c->split, W - c->split);
+  dpt_ranks xp;
+  dpt_ranks_open(&xp, W);
+  zt_trainer *a = dpt_open_dp(&mc, &tc, &xp, c->stage, 0, c->split);
+  zt_trainer *b = dpt_open_dp(&mc, &tc, &xp, c->stage, c->split, W - c->split);
   size_t bytes_b = 0;
   for (int r = c->split; r < W; r++) bytes_b += zt_trainer_dp_rank_bytes(b, r);
   fails += MC_EXPECT(bytes_b == zt_trainer_backend_bytes(b) && bytes_b > 0 &&
@@ -321,17 +244,17 @@ static int parts(const cfg *c) {
     snprintf(file_b, sizeof file_b, "%s/%s", dir_parts, files[i]);
     fails += same_file(file_a, file_b);
   }
-  fails += steps_together(a, b, tok, per, SAVE_AT, STEPS, fa, fb, &oa, &ob, what);
-  fails += same_run(&oa, &ref, 0, STEPS, "rank-0 part vs one trainer");
-  fails += same_run(&ob, &ref, 0, STEPS, "other part vs one trainer");
+  fails += steps_together(a, b, tok, per, SAVE_AT, DPT_STEPS, fa, fb, &oa, &ob, what);
+  fails += same_run(&oa, &ref, 0, DPT_STEPS, "rank-0 part vs one trainer");
+  fails += same_run(&ob, &ref, 0, DPT_STEPS, "other part vs one trainer");
   zt_trainer_close(b);
   zt_trainer_close(a);
-  group_close(&xp);
+  dpt_ranks_close(&xp);
 
   /* resumed parts: the rank-0 part loads while the other receives */
-  group_open(&xp, W);
-  a = open_part(&mc, &tc, &xp, c->stage, 0, c->split);
-  b = open_part(&mc, &tc, &xp, c->stage, c->split, W - c->split);
+  dpt_ranks_open(&xp, W);
+  a = dpt_open_dp(&mc, &tc, &xp, c->stage, 0, c->split);
+  b = dpt_open_dp(&mc, &tc, &xp, c->stage, c->split, W - c->split);
   ca = (call){.kind = DO_LOAD, .t = a, .path = dir_parts};
   cb = (call){.kind = DO_RECEIVE, .t = b, .step = SAVE_AT, .adam_step = SAVE_AT};
   together(&ca, &cb);
@@ -340,9 +263,9 @@ static int parts(const cfg *c) {
                      "%s: steps %d and %d after the load", what, zt_trainer_step_count(a),
                      zt_trainer_step_count(b));
   float *got = parts_state(a, b, &fails);
-  fails += steps_together(a, b, tok, per, SAVE_AT, STEPS, fa, fb, &oa, &ob, what);
-  fails += same_run(&oa, &ref, SAVE_AT, STEPS, "resumed rank-0 part vs one trainer");
-  fails += same_run(&ob, &ref, SAVE_AT, STEPS, "resumed other part vs one trainer");
+  fails += steps_together(a, b, tok, per, SAVE_AT, DPT_STEPS, fa, fb, &oa, &ob, what);
+  fails += same_run(&oa, &ref, SAVE_AT, DPT_STEPS, "resumed rank-0 part vs one trainer");
+  fails += same_run(&ob, &ref, SAVE_AT, DPT_STEPS, "resumed other part vs one trainer");
 
   /* the parts' checkpoint in a plain trainer and in a W 2 trainer of another stage: the state
    * the resumed parts gathered, then the losses as in the cross-world test */
@@ -351,34 +274,34 @@ static int parts(const cfg *c) {
   if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
   zt_train_cfg tcp = tc;
   tcp.grad_accum = W * G;
-  zt_trainer *tp = open_plain(&mc, &tcp, &be);
+  zt_trainer *tp = dpt_open_plain(&mc, &tcp, &be);
   fails += MC_EXPECT(zt_trainer_load(tp, dir_parts, err, sizeof err) == 0, "plain load: %s", err);
   float *want = state_of(tp);
   fails += MC_EXPECT(memcmp(got, want, bytes) == 0, "%s: the resumed parts' state is not the "
                      "plain trainer's of the same checkpoint", what);
   run_out op;
-  fails += run_steps(tp, tok, per, SAVE_AT, STEPS, NULL, &op, "plain loaded");
-  fails += close_run(&op, &ref, SAVE_AT, STEPS, c->tol, "plain loaded vs one trainer");
-  for (int i = SAVE_AT; i < STEPS; i++)
+  fails += run_steps(tp, tok, per, SAVE_AT, DPT_STEPS, NULL, &op, "plain loaded");
+  fails += close_run(&op, &ref, SAVE_AT, DPT_STEPS, c->tol, "plain loaded vs one trainer");
+  for (int i = SAVE_AT; i < DPT_STEPS; i++)
     fails += MC_EXPECT(op.flags[i] == 0, "plain trainer: step %d flags %u", i + 1, op.flags[i]);
-  group x2;
-  group_open(&x2, 2);
+  dpt_ranks x2;
+  dpt_ranks_open(&x2, 2);
   zt_train_cfg tc2 = tc;
   tc2.grad_accum = W * G / 2;
-  zt_trainer *t2 = open_part(&mc, &tc2, &x2, c->stage % 3 + 1, 0, 0);
+  zt_trainer *t2 = dpt_open_dp(&mc, &tc2, &x2, c->stage % 3 + 1, 0, 0);
   fails += MC_EXPECT(zt_trainer_load(t2, dir_parts, err, sizeof err) == 0, "W 2 load: %s", err);
   float *got2 = state_of(t2);
   fails += MC_EXPECT(memcmp(got2, want, bytes) == 0, "%s: W 2 stage %d loaded another state",
                      what, c->stage % 3 + 1);
-  fails += run_steps(t2, tok, per, SAVE_AT, STEPS, NULL, &op, "W 2 loaded");
-  fails += close_run(&op, &ref, SAVE_AT, STEPS, c->tol, "W 2 loaded vs one trainer");
+  fails += run_steps(t2, tok, per, SAVE_AT, DPT_STEPS, NULL, &op, "W 2 loaded");
+  fails += close_run(&op, &ref, SAVE_AT, DPT_STEPS, c->tol, "W 2 loaded vs one trainer");
   zt_trainer_close(t2);
-  group_close(&x2);
+  dpt_ranks_close(&x2);
   zt_trainer_close(tp);
   zt_backend_cpu_close(&be);
   zt_trainer_close(b);
   zt_trainer_close(a);
-  group_close(&xp);
+  dpt_ranks_close(&xp);
   if (fails) fprintf(stderr, "in %s\n", what);
   free(got);
   free(got2);
@@ -391,27 +314,17 @@ static int parts(const cfg *c) {
 /* A nan parameter: both parts' steps fail with -ERANGE, still reporting the step's flags (the
  * rank-0 part's STOP), which the next step no longer carries. */
 static int nonfinite_flags(void) {
-  zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
-  zt_model *m;
-  char err[512];
-  if (zt_model_create(&m, &mc, err, sizeof err) < 0) exit(1);
-  size_t n = zt_model_num_params(m);
-  float *p = malloc(n * sizeof *p);
-  if (!p) exit(1);
-  zt_model_init_params(m, p);
-  p[zt_model_unit(m, 1)->offset + 3] = NAN;
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
   const char *dir = mc_tmpdir();
-  snprintf(mc.init_path, sizeof mc.init_path, "%s/init.safetensors", dir);
-  zt_model_state st = {"", p};
-  int fails = MC_EXPECT(zt_model_save_states(m, mc.init_path, &st, 1, 0, NULL, err,
-                                             sizeof err) == 0, "save init: %s", err);
-  zt_train_cfg tc = train_cfg(1, 0, ZT_F32);
-  int32_t *tok = make_tokens(&mc, 3, 3);
-  size_t per = (size_t)3 * B * (mc.seq_len + 1);
-  group x;
-  group_open(&x, 3);
-  zt_trainer *a = open_part(&mc, &tc, &x, 2, 0, 1), *b = open_part(&mc, &tc, &x, 2, 1, 2);
-  const unsigned fa[STEPS] = {ZT_DP_FLAG_STOP, 0};
+  int fails = 0;
+  float *p = dpt_nan_init(&mc, dir, NULL, &fails);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 3, 3);
+  size_t per = dpt_step_tokens(&mc, 3);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 3);
+  zt_trainer *a = dpt_open_dp(&mc, &tc, &x, 2, 0, 1), *b = dpt_open_dp(&mc, &tc, &x, 2, 1, 2);
+  const unsigned fa[DPT_STEPS] = {ZT_DP_FLAG_STOP, 0};
   run_out oa, ob;
   call ca = {.kind = DO_STEPS, .t = a, .tok = tok, .per = per, .from = 0, .to = 1, .flags = fa,
              .out = &oa};
@@ -431,8 +344,7 @@ static int nonfinite_flags(void) {
                      "a refused step counted");
   zt_trainer_close(b);
   zt_trainer_close(a);
-  group_close(&x);
-  zt_model_destroy(m);
+  dpt_ranks_close(&x);
   mc_rmtree(dir);
   free(tok);
   free(p);
@@ -443,16 +355,16 @@ static int nonfinite_flags(void) {
  * ends with -ECANCELED and nothing changed; both step on. Then the calls mismatched (a save
  * against a receive): both fail, and both refuse the next step. */
 static int abandoned_and_mismatched(void) {
-  zt_model_cfg mc = model_cfg(ZT_ARCH_ENCODER);
-  zt_train_cfg tc = train_cfg(1, 0, ZT_F32);
-  int32_t *tok = make_tokens(&mc, 3, 8);
-  size_t per = (size_t)3 * B * (mc.seq_len + 1);
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_ENCODER);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 3, 8);
+  size_t per = dpt_step_tokens(&mc, 3);
   const char *dir = mc_tmpdir();
   char path[600];
   snprintf(path, sizeof path, "%s/none", dir);
-  group x;
-  group_open(&x, 3);
-  zt_trainer *a = open_part(&mc, &tc, &x, 3, 0, 2), *b = open_part(&mc, &tc, &x, 3, 2, 1);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 3);
+  zt_trainer *a = dpt_open_dp(&mc, &tc, &x, 3, 0, 2), *b = dpt_open_dp(&mc, &tc, &x, 3, 2, 1);
   call ca = {.kind = DO_LOAD, .t = a, .path = path};
   call cb = {.kind = DO_RECEIVE, .t = b, .step = 4, .adam_step = 4};
   together(&ca, &cb);
@@ -481,15 +393,15 @@ static int abandoned_and_mismatched(void) {
                      ca.rc, ca.err, cb.rc, cb.err);
   zt_trainer_close(b);
   zt_trainer_close(a);
-  group_close(&x);
+  dpt_ranks_close(&x);
   mc_rmtree(dir);
   free(tok);
   return fails;
 }
 
-static int refuses_cfg(int world, int rank0, int local, group *x, const char *field) {
-  zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
-  zt_train_cfg tc = train_cfg(1, 0, ZT_F32);
+static int refuses_cfg(int world, int rank0, int local, dpt_ranks *x, const char *field) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
   zt_dp_cfg dc = {.world = world, .zero_stage = 2, .rank0 = rank0, .local = local};
   zt_trainer *t = (zt_trainer *)(uintptr_t)1; /* must come back NULL */
   char err[512] = "", check[512] = "";
@@ -504,8 +416,8 @@ static int refuses_cfg(int world, int rank0, int local, group *x, const char *fi
 /* Bad rank0 / local, ranks that are not the part's, and state calls on the wrong trainer. */
 static int refusals(void) {
   int fails = 0;
-  group x;
-  group_open(&x, 3);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 3);
   fails += refuses_cfg(3, -1, 1, &x, "dp.rank0");
   fails += refuses_cfg(3, 3, 1, &x, "dp.rank0");
   fails += refuses_cfg(3, 1, 0, &x, "dp.rank0");
@@ -515,16 +427,16 @@ static int refusals(void) {
   /* ranks 0 and 1 given for a part that starts at rank 1 */
   fails += refuses_cfg(3, 1, 2, &x, "dp.ranks[0]");
 
-  zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
-  zt_train_cfg tc = train_cfg(1, 0, ZT_F32);
-  zt_trainer *a = open_part(&mc, &tc, &x, 1, 0, 1), *b = open_part(&mc, &tc, &x, 1, 1, 2);
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  zt_trainer *a = dpt_open_dp(&mc, &tc, &x, 1, 0, 1), *b = dpt_open_dp(&mc, &tc, &x, 1, 1, 2);
   zt_trainer *all;
-  group y;
-  group_open(&y, 2);
-  all = open_part(&mc, &tc, &y, 1, 0, 0);
+  dpt_ranks y;
+  dpt_ranks_open(&y, 2);
+  all = dpt_open_dp(&mc, &tc, &y, 1, 0, 0);
   zt_backend be;
   if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
-  zt_trainer *tp = open_plain(&mc, &tc, &be);
+  zt_trainer *tp = dpt_open_plain(&mc, &tc, &be);
   char err[512], path[600];
   const char *dir = mc_tmpdir();
   snprintf(path, sizeof path, "%s/plain", dir);
@@ -559,10 +471,10 @@ static int refusals(void) {
   zt_trainer_close(tp);
   zt_backend_cpu_close(&be);
   zt_trainer_close(all);
-  group_close(&y);
+  dpt_ranks_close(&y);
   zt_trainer_close(b);
   zt_trainer_close(a);
-  group_close(&x);
+  dpt_ranks_close(&x);
   mc_rmtree(dir);
   return fails;
 }

@@ -15,69 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/comm/comm.h"
-#include "engine/train/dp.h"
+#include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"
 
-#define STEPS 5
-#define B 2
-#define MAXW 4
-
-static zt_model_cfg model_cfg(zt_arch arch) {
-  zt_model_cfg mc = {.arch = arch, .vocab = 37, .seq_len = 16, .d_model = 32, .n_heads = 4,
-                     .n_layers = 2, .d_ff = arch == ZT_ARCH_ENCODER ? 64 : 0, .init_seed = 7};
-  return mc;
-}
-
-static zt_train_cfg train_cfg(int grad_accum, float clip) {
-  zt_train_cfg tc = mc_train(B, grad_accum);
-  tc.steps = STEPS;
-  tc.warmup_steps = 2;
-  tc.schedule = ZT_SCHED_COSINE;
-  tc.min_lr = 1e-4f;
-  tc.lr = 1e-2f;
-  tc.weight_decay = 0.1f;
-  tc.grad_clip = clip;
-  return tc;
-}
-
-/* The W ranks a data-parallel trainer is given: a CPU backend of one thread each and the
- * group's communicators. */
-typedef struct ranks {
-  int W;
-  zt_comm_cpu_group *g;
-  zt_dp_rank r[MAXW];
-} ranks;
-
-static void ranks_open(ranks *x, int W) {
-  x->W = W;
-  if (zt_comm_cpu_group_open(&x->g, W) < 0) exit(1);
-  for (int r = 0; r < W; r++)
-    if (zt_backend_cpu_open(&x->r[r].be, 1) < 0 || zt_comm_cpu_open(&x->r[r].comm, x->g, r) < 0)
-      exit(1);
-}
-
-static void ranks_close(ranks *x) {
-  for (int r = 0; r < x->W; r++) {
-    zt_comm_cpu_close(&x->r[r].comm);
-    zt_backend_cpu_close(&x->r[r].be);
-  }
-  zt_comm_cpu_group_close(x->g);
-}
-
-/* STEPS steps of `micros` micro-batches each; step 3's second micro-batch is padding alone
+/* DPT_STEPS steps of `micros` micro-batches each; step 3's second micro-batch is padding alone
  * (another rank's than the first when W > 1 and G = 1). */
-static int32_t *make_tokens(const zt_model_cfg *mc, int micros, uint64_t seed) {
-  size_t micro = (size_t)B * (mc->seq_len + 1), per = micro * (size_t)micros;
-  int32_t *tok = malloc(STEPS * per * sizeof *tok);
-  if (!tok) exit(1);
-  mc_tokens(&seed, tok, STEPS * per, mc->vocab);
+static int32_t *padded_tokens(const zt_model_cfg *mc, int micros, uint64_t seed) {
+  int32_t *tok = dpt_tokens(mc, micros, seed);
+  size_t micro = dpt_step_tokens(mc, 1), per = dpt_step_tokens(mc, micros);
   for (size_t i = 0; i < micro; i++) tok[2 * per + micro + i] = -1;
   return tok;
 }
 
 typedef struct run_out {
-  double loss[STEPS], norm[STEPS];
+  double loss[DPT_STEPS], norm[DPT_STEPS];
 } run_out;
 
 static int run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
@@ -113,57 +64,35 @@ static int same_losses(const run_out *a, const run_out *ref, int from, int to, d
   return fails;
 }
 
-static zt_trainer *open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_backend *be) {
-  zt_trainer *t;
-  char err[512];
-  if (zt_trainer_open(&t, mc, tc, be, err, sizeof err) < 0) {
-    fprintf(stderr, "plain trainer: %s\n", err);
-    exit(1);
-  }
-  return t;
-}
-
-static zt_trainer *open_dp(const zt_model_cfg *mc, const zt_train_cfg *tc, ranks *x, int stage) {
-  zt_trainer *t;
-  char err[512];
-  zt_dp_cfg dc = {.world = x->W, .zero_stage = stage};
-  if (zt_trainer_open_dp(&t, mc, tc, &dc, x->r, err, sizeof err) < 0) {
-    fprintf(stderr, "dp trainer W %d stage %d: %s\n", x->W, stage, err);
-    exit(1);
-  }
-  return t;
-}
-
 /* One configuration: the plain run, then every stage against it. */
 static int parity(zt_arch arch, int W, int G, float clip, zt_dtype dt, int ckpt_every,
                   const int *stages, int n_stages, double tol) {
-  zt_model_cfg mc = model_cfg(arch);
-  zt_train_cfg tc = train_cfg(W * G, clip);
-  tc.precision = dt;
+  zt_model_cfg mc = dpt_model_cfg(arch);
+  zt_train_cfg tc = dpt_train_cfg(W * G, clip, dt);
   tc.ckpt_every = ckpt_every;
-  int32_t *tok = make_tokens(&mc, W * G, 99 + (uint64_t)W * 10 + (uint64_t)G);
-  size_t per = (size_t)W * G * B * (mc.seq_len + 1);
+  int32_t *tok = padded_tokens(&mc, W * G, 99 + (uint64_t)W * 10 + (uint64_t)G);
+  size_t per = dpt_step_tokens(&mc, W * G);
   zt_backend be;
   if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
   run_out ref, got;
   int fails = 0;
-  zt_trainer *t = open_plain(&mc, &tc, &be);
-  fails += run_steps(t, tok, per, 0, STEPS, &ref, "plain");
+  zt_trainer *t = dpt_open_plain(&mc, &tc, &be);
+  fails += run_steps(t, tok, per, 0, DPT_STEPS, &ref, "plain");
   zt_trainer_close(t);
   tc.grad_accum = G;
   for (int i = 0; i < n_stages && !fails; i++) {
     char what[160];
     snprintf(what, sizeof what, "%s W %d stage %d G %d clip %g %s ckpt %d", zt_arch_name(arch),
              W, stages[i], G, (double)clip, zt_dtype_name(dt), ckpt_every);
-    ranks x;
-    ranks_open(&x, W);
-    t = open_dp(&mc, &tc, &x, stages[i]);
-    if (run_steps(t, tok, per, 0, STEPS, &got, what) == 0)
-      fails += same_losses(&got, &ref, 0, STEPS, tol, 1, what);
+    dpt_ranks x;
+    dpt_ranks_open(&x, W);
+    t = dpt_open_dp(&mc, &tc, &x, stages[i], 0, 0);
+    if (run_steps(t, tok, per, 0, DPT_STEPS, &got, what) == 0)
+      fails += same_losses(&got, &ref, 0, DPT_STEPS, tol, 1, what);
     else
       fails++;
     zt_trainer_close(t);
-    ranks_close(&x);
+    dpt_ranks_close(&x);
   }
   zt_backend_cpu_close(&be);
   free(tok);
@@ -172,15 +101,15 @@ static int parity(zt_arch arch, int W, int G, float clip, zt_dtype dt, int ckpt_
 
 /* Stage by stage, a rank holds less: L 8 so that the blocks outweigh the temporaries. */
 static int rank_bytes(zt_arch arch) {
-  zt_model_cfg mc = model_cfg(arch);
+  zt_model_cfg mc = dpt_model_cfg(arch);
   mc.n_layers = 8;
-  zt_train_cfg tc = train_cfg(1, 0);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
   size_t bytes[4] = {0};
   int fails = 0;
   for (int stage = 1; stage <= 3; stage++) {
-    ranks x;
-    ranks_open(&x, 3);
-    zt_trainer *t = open_dp(&mc, &tc, &x, stage);
+    dpt_ranks x;
+    dpt_ranks_open(&x, 3);
+    zt_trainer *t = dpt_open_dp(&mc, &tc, &x, stage, 0, 0);
     bytes[stage] = zt_trainer_dp_rank_bytes(t, 0);
     size_t sum = 0;
     for (int r = 0; r < 3; r++) sum += zt_trainer_dp_rank_bytes(t, r);
@@ -190,7 +119,7 @@ static int rank_bytes(zt_arch arch) {
     printf("%s L 8 W 3 stage %d: %zu bytes per rank\n", zt_arch_name(arch), stage,
            bytes[stage]);
     zt_trainer_close(t);
-    ranks_close(&x);
+    dpt_ranks_close(&x);
   }
   fails += MC_EXPECT(bytes[1] > bytes[2] && bytes[2] > bytes[3], "%s: per-rank bytes %zu, %zu, "
                      "%zu for stages 1, 2, 3", zt_arch_name(arch), bytes[1], bytes[2],
@@ -214,38 +143,38 @@ static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
 /* W 3 G 2 stage 3 saves after 3 steps and goes on; W 2 G 3 stage 2 and a plain trainer with
  * grad_accum 6 load the checkpoint (the same 6 micro-batches a step) and go on alike. */
 static int checkpoint(zt_arch arch) {
-  zt_model_cfg mc = model_cfg(arch);
-  zt_train_cfg tc = train_cfg(2, 1.0f);
-  int32_t *tok = make_tokens(&mc, 6, 5);
-  size_t per = (size_t)6 * B * (mc.seq_len + 1);
+  zt_model_cfg mc = dpt_model_cfg(arch);
+  zt_train_cfg tc = dpt_train_cfg(2, 1.0f, ZT_F32);
+  int32_t *tok = padded_tokens(&mc, 6, 5);
+  size_t per = dpt_step_tokens(&mc, 6);
   const char *dir = mc_tmpdir();
   char path[600], err[512];
   snprintf(path, sizeof path, "%s/ckpt", dir);
   int fails = 0;
   run_out a, b;
-  ranks x3, x2;
-  ranks_open(&x3, 3);
-  zt_trainer *t3 = open_dp(&mc, &tc, &x3, 3);
+  dpt_ranks x3, x2;
+  dpt_ranks_open(&x3, 3);
+  zt_trainer *t3 = dpt_open_dp(&mc, &tc, &x3, 3, 0, 0);
   fails += run_steps(t3, tok, per, 0, 3, &a, "W 3 stage 3");
   fails += MC_EXPECT(zt_trainer_save(t3, path, err, sizeof err) == 0, "save: %s", err);
-  fails += run_steps(t3, tok, per, 3, STEPS, &a, "W 3 stage 3 after the save");
+  fails += run_steps(t3, tok, per, 3, DPT_STEPS, &a, "W 3 stage 3 after the save");
 
   tc.grad_accum = 3;
-  ranks_open(&x2, 2);
-  zt_trainer *t2 = open_dp(&mc, &tc, &x2, 2);
+  dpt_ranks_open(&x2, 2);
+  zt_trainer *t2 = dpt_open_dp(&mc, &tc, &x2, 2, 0, 0);
   fails += MC_EXPECT(zt_trainer_load(t2, path, err, sizeof err) == 0, "W 2 load: %s", err);
   fails += MC_EXPECT(zt_trainer_step_count(t2) == 3, "W 2: step %d after the load",
                      zt_trainer_step_count(t2));
   zt_backend be;
   if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
   tc.grad_accum = 6;
-  zt_trainer *tp = open_plain(&mc, &tc, &be);
+  zt_trainer *tp = dpt_open_plain(&mc, &tc, &be);
   fails += MC_EXPECT(zt_trainer_load(tp, path, err, sizeof err) == 0, "plain load: %s", err);
   fails += same_state(t2, tp, "W 2 stage 2 and plain, both loaded");
-  fails += run_steps(t2, tok, per, 3, STEPS, &b, "W 2 stage 2 loaded");
-  fails += same_losses(&b, &a, 3, STEPS, 1e-6, 1, "W 2 stage 2 loaded vs W 3 stage 3");
-  fails += run_steps(tp, tok, per, 3, STEPS, &b, "plain loaded");
-  fails += same_losses(&b, &a, 3, STEPS, 1e-6, 1, "plain loaded vs W 3 stage 3");
+  fails += run_steps(t2, tok, per, 3, DPT_STEPS, &b, "W 2 stage 2 loaded");
+  fails += same_losses(&b, &a, 3, DPT_STEPS, 1e-6, 1, "W 2 stage 2 loaded vs W 3 stage 3");
+  fails += run_steps(tp, tok, per, 3, DPT_STEPS, &b, "plain loaded");
+  fails += same_losses(&b, &a, 3, DPT_STEPS, 1e-6, 1, "plain loaded vs W 3 stage 3");
 
   /* and back: the plain trainer's checkpoint into W 3 stage 3 */
   fails += MC_EXPECT(zt_trainer_save(tp, path, err, sizeof err) == 0, "plain save: %s", err);
@@ -254,8 +183,8 @@ static int checkpoint(zt_arch arch) {
   zt_trainer_close(tp);
   zt_trainer_close(t2);
   zt_trainer_close(t3);
-  ranks_close(&x2);
-  ranks_close(&x3);
+  dpt_ranks_close(&x2);
+  dpt_ranks_close(&x3);
   zt_backend_cpu_close(&be);
   mc_rmtree(dir);
   free(tok);
@@ -304,15 +233,15 @@ static const zt_comm_ops flaky_ops = {"flaky", fl_rank, fl_world, fl_all_reduce,
 /* Rank 1's 5th collective of the second step fails: every rank stops, the step fails with rank
  * 1's reason, and the trainer refuses the next one. */
 static int rank_failure(int stage) {
-  zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
-  zt_train_cfg tc = train_cfg(1, 0);
-  int32_t *tok = make_tokens(&mc, 3, 4);
-  size_t per = (size_t)3 * B * (mc.seq_len + 1);
-  ranks x;
-  ranks_open(&x, 3);
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = padded_tokens(&mc, 3, 4);
+  size_t per = dpt_step_tokens(&mc, 3);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 3);
   flaky f = {.inner = x.r[1].comm, .fail_at = -1};
   x.r[1].comm = (zt_comm){&flaky_ops, &f};
-  zt_trainer *t = open_dp(&mc, &tc, &x, stage);
+  zt_trainer *t = dpt_open_dp(&mc, &tc, &x, stage, 0, 0);
   run_out o;
   char err[512];
   zt_step_result r;
@@ -327,7 +256,7 @@ static int rank_failure(int stage) {
   fails += MC_EXPECT(zt_trainer_step_count(t) == 1, "stage %d: a failed step counted", stage);
   zt_trainer_close(t);
   x.r[1].comm = f.inner;
-  ranks_close(&x);
+  dpt_ranks_close(&x);
   free(tok);
   return fails;
 }
@@ -335,37 +264,31 @@ static int rank_failure(int stage) {
 /* A parameter that is nan makes every gradient nan: -ERANGE on every rank, nothing updated,
  * and the trainer still answers. */
 static int nonfinite(void) {
-  zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
-  zt_model *m;
-  char err[512];
-  if (zt_model_create(&m, &mc, err, sizeof err) < 0) exit(1);
-  size_t n = zt_model_num_params(m);
-  float *p = malloc(n * sizeof *p), *q = malloc(n * sizeof *q);
-  if (!p || !q) exit(1);
-  zt_model_init_params(m, p);
-  p[zt_model_unit(m, 1)->offset + 3] = NAN;
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
   const char *dir = mc_tmpdir();
-  snprintf(mc.init_path, sizeof mc.init_path, "%s/init.safetensors", dir);
-  zt_model_state st = {"", p};
-  int fails = MC_EXPECT(zt_model_save_states(m, mc.init_path, &st, 1, 0, NULL, err,
-                                             sizeof err) == 0, "save init: %s", err);
-  zt_train_cfg tc = train_cfg(1, 0);
-  int32_t *tok = make_tokens(&mc, 3, 3);
-  ranks x;
-  ranks_open(&x, 3);
-  zt_trainer *t = open_dp(&mc, &tc, &x, 3);
+  size_t nan_at;
+  int fails = 0;
+  float *p = dpt_nan_init(&mc, dir, &nan_at, &fails);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = padded_tokens(&mc, 3, 3);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 3);
+  zt_trainer *t = dpt_open_dp(&mc, &tc, &x, 3, 0, 0);
+  size_t n = zt_model_num_params(zt_trainer_model(t));
+  float *q = malloc(n * sizeof *q);
+  if (!q) exit(1);
+  char err[512];
   zt_step_result r;
   int rc = zt_trainer_step(t, tok, &r, err, sizeof err);
   fails += MC_EXPECT(rc == -ERANGE && strstr(err, "inf or nan"), "nan gradient: %d %s", rc, err);
   fails += MC_EXPECT(zt_trainer_step_count(t) == 0, "a refused step counted");
   rc = zt_trainer_get_state(t, q, NULL, NULL);
-  fails += MC_EXPECT(rc == 0 && isnan(q[zt_model_unit(m, 1)->offset + 3]) &&
-                     q[0] == p[0] && q[n - 1] == p[n - 1], "state after the refused step");
+  fails += MC_EXPECT(rc == 0 && isnan(q[nan_at]) && q[0] == p[0] && q[n - 1] == p[n - 1],
+                     "state after the refused step");
   rc = zt_trainer_step(t, tok, &r, err, sizeof err);
   fails += MC_EXPECT(rc == -ERANGE, "second nan step: %d %s", rc, err);
   zt_trainer_close(t);
-  ranks_close(&x);
-  zt_model_destroy(m);
+  dpt_ranks_close(&x);
   mc_rmtree(dir);
   free(tok);
   free(p);
@@ -373,10 +296,10 @@ static int nonfinite(void) {
   return fails;
 }
 
-static int refuses(const zt_dp_cfg *dc, ranks *x, zt_dtype dt, int want_rc, const char *field) {
-  zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
-  zt_train_cfg tc = train_cfg(1, 0);
-  tc.precision = dt;
+static int refuses(const zt_dp_cfg *dc, dpt_ranks *x, zt_dtype dt, int want_rc,
+                   const char *field) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, dt);
   zt_trainer *t = (zt_trainer *)(uintptr_t)1; /* must come back NULL */
   char err[512] = "";
   int rc = zt_trainer_open_dp(&t, &mc, &tc, dc, x->r, err, sizeof err);
@@ -386,8 +309,8 @@ static int refuses(const zt_dp_cfg *dc, ranks *x, zt_dtype dt, int want_rc, cons
 
 static int bad_configs(void) {
   int fails = 0;
-  ranks x, y;
-  ranks_open(&x, 3);
+  dpt_ranks x, y;
+  dpt_ranks_open(&x, 3);
   fails += refuses(&(zt_dp_cfg){.world = 0, .zero_stage = 1}, &x, ZT_F32, -EINVAL, "dp.world");
   fails += refuses(&(zt_dp_cfg){.world = -2, .zero_stage = 1}, &x, ZT_F32, -EINVAL, "dp.world");
   fails += refuses(&(zt_dp_cfg){.world = ZT_DP_MAX_WORLD + 1, .zero_stage = 2}, &x, ZT_F32,
@@ -401,7 +324,7 @@ static int bad_configs(void) {
   fails += refuses(&(zt_dp_cfg){.world = 3, .zero_stage = 1}, &x, ZT_F16, -ENOTSUP,
                    "train.precision");
   /* two ranks on one backend context */
-  ranks_open(&y, 3);
+  dpt_ranks_open(&y, 3);
   zt_backend keep = y.r[2].be;
   y.r[2].be = y.r[1].be;
   fails += refuses(&(zt_dp_cfg){.world = 3, .zero_stage = 3}, &y, ZT_F32, -EINVAL,
@@ -416,8 +339,8 @@ static int bad_configs(void) {
   c = y.r[0].comm;
   y.r[0].comm = y.r[1].comm;
   y.r[1].comm = c;
-  ranks_close(&y);
-  ranks_close(&x);
+  dpt_ranks_close(&y);
+  dpt_ranks_close(&x);
   return fails;
 }
 
