@@ -135,8 +135,11 @@ static int batch_shape(zt_client *c, const char *job, const json_t *file_spec, f
   f->seq_len = spec_uint(dspec, file_spec, "model", "seq_len", 0);
   uint64_t steps = spec_uint(dspec, file_spec, "train", "steps", 0);
   uint64_t accum = spec_uint(dspec, file_spec, "train", "grad_accum", 1);
-  /* a step of a job on several ranks takes grad_accum micro-batches for each */
-  uint64_t ranks = spec_uint(dspec, file_spec, "parallel", "gpus", 1);
+  /* a step of a job on several ranks takes grad_accum micro-batches for each: parallel.gpus
+   * on this daemon and as many on each of its peers */
+  uint64_t ranks = spec_uint(dspec, file_spec, "parallel", "gpus", 1) *
+                   (1 + json_array_size(json_object_get(json_object_get(dspec, "parallel"),
+                                                        "peers")));
   json_decref(shown);
   if (!f->micro_batch || !f->seq_len || !steps)
     return ztctl_fail_msg("EINVAL", "job %s: the spec lacks train.micro_batch, model.seq_len or "
@@ -284,13 +287,18 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
          json_number_value(json_object_get(plan, "params")) / 1e6, need,
          json_string_value(json_object_get(plan, "backend")));
   const json_t *par = json_object_get(plan, "parallel");
-  if (json_integer_value(json_object_get(par, "gpus")) > 1) {
+  long long world = json_integer_value(json_object_get(par, "world"));
+  if (world > 1) {
     char rank[32];
+    size_t peers = json_array_size(json_object_get(par, "peers"));
     ztctl_fmt_bytes(rank, sizeof rank,
                     json_number_value(json_array_get(json_object_get(par, "rank_bytes"), 0)));
-    printf("parallel: %lld ranks, ZeRO stage %lld, %s on each\n",
-           (long long)json_integer_value(json_object_get(par, "gpus")),
+    printf("parallel: %lld ranks, ZeRO stage %lld, %s on each", world,
            (long long)json_integer_value(json_object_get(par, "zero_stage")), rank);
+    if (peers)
+      printf(" (%lld here, as many on each of %zu peers)",
+             (long long)json_integer_value(json_object_get(par, "gpus")), peers);
+    printf("\n");
   }
   if (off) {
     char act[32], units[32], arena[32], nvme[32];

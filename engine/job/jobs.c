@@ -802,7 +802,7 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
       (*rc = zt_model_create(&m, &spec.model, err, errlen)) < 0)
     return NULL;
   json_t *ranks = json_array();
-  for (int i = 0; ranks && i < spec.gpus; i++)
+  for (int i = 0; ranks && i < zt__job_world(&spec); i++)
     if (json_array_append_new(ranks, json_integer((json_int_t)needs.rank_bytes)) < 0) {
       json_decref(ranks);
       ranks = NULL;
@@ -813,6 +813,14 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
                                 (json_int_t)needs.backend_bytes, "parallel", "gpus", spec.gpus,
                                 "zero_stage", spec.zero_stage, "rank_bytes", ranks)
                     : NULL;
+  json_t *par = json_object_get(j, "parallel");
+  if (par) json_object_set_new(par, "world", json_integer(zt__job_world(&spec)));
+  if (par && spec.n_peers) {
+    json_t *peers = json_array();
+    for (int i = 0; peers && i < spec.n_peers; i++)
+      json_array_append_new(peers, json_string(spec.peers[i]));
+    json_object_set_new(par, "peers", peers);
+  }
   zt_model_destroy(m);
   zt_offload_plan p;
   if (j && spec.has_offload &&

@@ -16,6 +16,7 @@ typedef struct peer {
   struct zt__peers *ps;
   const char *addr;
   zt_client *c;
+  zt_client *push;        /* stream jobs: the connection the step's micro-batches go over */
   char job[ZT_CLIENT_JOB_ID_MAX];
   pthread_t thread;
   int has_thread;
@@ -27,6 +28,7 @@ typedef struct peer {
 struct zt__peers {
   peer list[ZT_JOB_MAX_PEERS];
   int n;
+  int ranks, accum;       /* each part's ranks (parallel.gpus) and their micro-batches each */
   zt__peers_lost_cb lost;
   void *arg;
   pthread_mutex_t mu;
@@ -118,9 +120,14 @@ static int join_one(peer *p, const zt__job *job, const char *spec, int i, const 
   rc = zt_client_connect_tcp(&p->c, host, port, job->jobs->cfg.peer_token);
   if (rc == 0) rc = zt_client_join(p->c, spec, part_text, p->job);
   free(part_text);
+  zt_client *bad = p->c;
+  if (rc == 0 && s->source == ZT_DATA_STREAM) {
+    rc = zt_client_connect_tcp(&p->push, host, port, job->jobs->cfg.peer_token);
+    bad = p->push;
+  }
   if (rc < 0)
-    snprintf(err, errlen, "peer %s: %s: %s", p->addr, zt_client_error_code(p->c),
-             zt_client_error_message(p->c));
+    snprintf(err, errlen, "peer %s: %s: %s", p->addr, zt_client_error_code(bad),
+             zt_client_error_message(bad));
   return rc;
 }
 
@@ -139,6 +146,8 @@ int zt__peers_start(zt__peers **out, const zt__job *job, const char *nccl_id_hex
   }
   ps->lost = lost;
   ps->arg = arg;
+  ps->ranks = job->spec.gpus;
+  ps->accum = job->spec.train.grad_accum;
   pthread_mutex_init(&ps->mu, NULL);
   pthread_cond_init(&ps->cv, NULL);
   for (int i = 0; i < job->spec.n_peers; i++) {
@@ -168,6 +177,26 @@ int zt__peers_start(zt__peers **out, const zt__job *job, const char *nccl_id_hex
   return 0;
 }
 
+int zt__peers_push(zt__peers *ps, const int32_t *batch, size_t micro_tokens, char *err,
+                   size_t errlen) {
+  size_t per_part = (size_t)ps->ranks * (size_t)ps->accum;
+  for (int i = 0; i < ps->n; i++) {
+    peer *p = &ps->list[i];
+    /* peer i runs ranks gpus * (i + 1) ..: the coordinator's come first */
+    const int32_t *first = batch + (size_t)(i + 1) * per_part * micro_tokens;
+    for (size_t j = 0; j < per_part; j++) {
+      int rc = zt_client_push_batch(p->push, p->job, first + j * micro_tokens, micro_tokens);
+      if (rc < 0) {
+        snprintf(err, errlen, "peer %s: pushing its ranks' micro-batches to its part (job %s "
+                 "there): %s: %s", p->addr, p->job, zt_client_error_code(p->push),
+                 zt_client_error_message(p->push));
+        return rc;
+      }
+    }
+  }
+  return 0;
+}
+
 void zt__peers_finish(zt__peers *ps, int wait_s) {
   if (!ps) return;
   struct timespec until;
@@ -184,6 +213,7 @@ void zt__peers_finish(zt__peers *ps, int wait_s) {
   for (int i = 0; i < ps->n; i++) {
     if (ps->list[i].has_thread) pthread_join(ps->list[i].thread, NULL);
     zt_client_close(ps->list[i].c);
+    zt_client_close(ps->list[i].push);
   }
   pthread_mutex_destroy(&ps->mu);
   pthread_cond_destroy(&ps->cv);

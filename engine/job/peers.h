@@ -5,7 +5,12 @@
  * that drops, is reported at once so that the coordinator's ranks stop waiting for it in NCCL.
  * When the coordinator's runner ends, it waits a while for the parts to end by themselves (they
  * stop at the same step, decided together: engine/train/dp.h's step flags), then closes the
- * connections, which ends any part still running. */
+ * connections, which ends any part still running.
+ *
+ * Pushed data (a stream job): the client pushes every rank's micro-batches to the coordinator,
+ * which forwards each part its ranks' micro-batches of the step over a second connection to
+ * that peer (the part is a stream job there), before the step; a push waits for the part's
+ * credit as a client's does. */
 #ifndef ZT_JOB_PEERS_H
 #define ZT_JOB_PEERS_H
 
@@ -25,6 +30,11 @@ typedef void (*zt__peers_lost_cb)(void *arg, const char *why);
 int zt__peers_start(zt__peers **out, const zt__job *job, const char *nccl_id_hex,
                     int resume_step, zt__peers_lost_cb lost, void *arg, char *err,
                     size_t errlen);
+
+/* Stream jobs: forwards the step's micro-batches (world * grad_accum of micro_tokens tokens,
+ * back to back) of each peer's ranks to its part. 0, or -errno with err naming the peer. */
+int zt__peers_push(zt__peers *p, const int32_t *batch, size_t micro_tokens, char *err,
+                   size_t errlen);
 
 /* Waits up to wait_s seconds for every part to end, then closes the connections (ending the
  * parts still running), joins the watching threads and frees. No lost callback runs once this

@@ -32,6 +32,7 @@ typedef struct runner {
 #endif
   zt__peers *peers;       /* the coordinator's parts on its peers */
   int resume_step;        /* the checkpoint the job starts from, 0 none */
+  int together;           /* the parts stopped after the same step as this one */
   zt_dp_rank ranks[ZT_JOBS_MAX_GPUS];
   int n_be;                              /* backends opened, ranks 0 .. n_be-1 */
   char comm_open[ZT_JOBS_MAX_GPUS];
@@ -161,17 +162,18 @@ out:
 }
 
 /* Stream: waits for one micro-batch. 1 = got it; 0 = woken for a stop or a checkpoint request
- * (the batches already taken stay in r->batch for the step). */
+ * (the batches already taken stay in r->batch for the step). A job spanning daemons checkpoints
+ * after its next step (the flags), so a request does not interrupt its wait. */
 static int take_micro_batch(runner *r, int32_t *dst) {
   zt__job *job = r->job;
   pthread_mutex_t *mu = &job->jobs->mu;
   int got = 0;
   pthread_mutex_lock(mu);
   while (job->ring.count == 0 && job->stop == ZT__STOP_NONE &&
-         job->ckpt_requested == job->ckpt_taken)
+         (r->spans || job->ckpt_requested == job->ckpt_taken))
     pthread_cond_wait(&job->cond, mu);
   if (job->ring.count > 0 && job->stop == ZT__STOP_NONE &&
-      job->ckpt_requested == job->ckpt_taken) {
+      (r->spans || job->ckpt_requested == job->ckpt_taken)) {
     zt__batch_ring_take(&job->ring, dst);
     got = 1;
   }
@@ -518,7 +520,8 @@ static int open_job(runner *r) {
     snprintf(r->err, sizeof r->err, "%s: %s", path, strerror(errno));
     return rc;
   }
-  r->batch = malloc((size_t)r->micros * job->micro_tokens * sizeof(int32_t));
+  /* zeros: a part fills only its ranks' micro-batches of a pushed step */
+  r->batch = calloc((size_t)r->micros * job->micro_tokens, sizeof(int32_t));
   if (!r->batch) {
     snprintf(r->err, sizeof r->err, "out of memory for the batch buffer");
     return -ENOMEM;
@@ -540,6 +543,7 @@ static void stopped_together(runner *r, zt__stop own, int step, unsigned flags,
                              zt_job_state *final, int *leave_running) {
   zt__job *job = r->job;
   int member = job->part.member;
+  r->together = 1;
   const char *kept = flags & ZT_DP_FLAG_CHECKPOINT ? "; its checkpoint at that step is kept" : "";
   if (own == ZT__STOP_SHUTDOWN && !member) {
     zt__job_log(job, ZT_LOG_INFO, "stopped at step %d by the daemon's shutdown, with its parts; "
@@ -675,10 +679,24 @@ void *zt__runner_main(void *arg) {
       zt__token_file_sample(&r.tokens, s->train.seed, step + 1, r.micros, s->train.micro_batch,
                             s->model.seq_len, r.batch);
     } else {
-      while (r.have < r.micros &&
-             take_micro_batch(&r, r.batch + (size_t)r.have * job->micro_tokens))
+      /* a part takes its own ranks' micro-batches (the coordinator forwards them), the
+       * coordinator every rank's */
+      int G = s->train.grad_accum, first = job->part.member ? r.rank0 * G : 0;
+      int want = job->part.member ? r.local * G : r.micros;
+      while (r.have < want &&
+             take_micro_batch(&r, r.batch + (size_t)(first + r.have) * job->micro_tokens))
         r.have++;
-      if (r.have < r.micros) continue;
+      if (r.have < want && r.spans && stop != ZT__STOP_NONE) {
+        /* no part is inside a step (this one lacks its data): end here, alone */
+        zt__job_log(job, ZT_LOG_INFO, "stopped at step %d waiting for pushed data", step);
+        if (stop == ZT__STOP_SHUTDOWN && !job->part.member) leave_running = 1;
+        else final = ZT_JOB_CANCELLED;
+        goto out;
+      }
+      if (r.have < want) continue;
+      if (r.peers && (rc = zt__peers_push(r.peers, r.batch, job->micro_tokens, r.err,
+                                          sizeof r.err)) < 0)
+        goto out;
     }
     if (r.spans) zt_trainer_dp_set_flags(r.trainer, flags);
     if ((rc = train_step(&r, run_start, run_first_step, &flags)) < 0) goto out;
@@ -701,10 +719,11 @@ void *zt__runner_main(void *arg) {
   pthread_mutex_unlock(mu);
   if ((rc = checkpoint(&r, gen)) < 0) goto out;
   final = ZT_JOB_DONE;
+  r.together = 1;
 
 out:
   /* parts that stopped with this one end by themselves; after a failure here they are ended */
-  zt__peers_finish(r.peers, rc < 0 || final == ZT_JOB_FAILED ? 0 : ZT_TUNE_PART_END_WAIT_S);
+  zt__peers_finish(r.peers, r.together ? ZT_TUNE_PART_END_WAIT_S : 0);
   if (r.losses) fclose(r.losses);
   free(r.batch);
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;

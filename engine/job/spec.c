@@ -654,12 +654,6 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
     return -ENOTSUP;
   }
   if (s->n_peers > 0) {
-    if (s->source != ZT_DATA_FILE) {
-      snprintf(err, errlen, "parallel.peers needs a data file (\"data\": {\"source\": \"file\"}) "
-               "at the same path on every daemon: each samples the step and trains its ranks' "
-               "micro-batches; pushed batches are not forwarded to peers");
-      return -ENOTSUP;
-    }
     if (!cfg->peer_token) {
       snprintf(err, errlen, "parallel.peers needs ztd started with --token-file: the "
                "coordinator authenticates to its peers with its own token (the daemons of a job "
@@ -759,7 +753,7 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     return -ENOMEM;
   }
   needs->rank_bytes = (size_t)need;
-  needs->backend_bytes = (size_t)need * (size_t)W;
+  needs->backend_bytes = (size_t)need * (size_t)s->gpus; /* this daemon's ranks */
   needs->host_bytes = on_cpu ? needs->backend_bytes : 0;
   return 0;
 }

@@ -71,7 +71,7 @@ for stage, p in enumerate(plans[:3], 1):
     prev = rb[0]
 tiny, ref = plans[3:]
 assert tiny["backend_bytes"] == 2 * tiny["parallel"]["rank_bytes"][0], tiny
-assert ref["parallel"] == {"gpus": 1, "zero_stage": 1, "rank_bytes": [ref["backend_bytes"]]}, ref
+assert ref["parallel"] == {"gpus": 1, "zero_stage": 1, "world": 1, "rank_bytes": [ref["backend_bytes"]]}, ref
 print("plan: rank bytes by stage", [p["parallel"]["rank_bytes"][0] for p in plans[:3]])
 PY
 ztctl plan "$ZT_TMP/big3.json" | grep -q "parallel: 2 ranks, ZeRO stage 3, .* on each" ||

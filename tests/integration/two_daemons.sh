@@ -1,8 +1,9 @@
 #!/bin/bash
 # A job spanning two daemons on one machine, each owning one GPU, with NCCL forced onto sockets
 # (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the cross-host path): ztd A coordinates, ztd B runs
-# the part. ZeRO stages 1, 2 and 3 give the losses of one daemon with both GPUs (2 ranks: every
-# sum has two terms, so bitwise); a cancel on A stops both; a graceful stop of A checkpoints and
+# the part. ZeRO stages 1, 2 and 3, and pushed data (A forwards B its ranks' micro-batches), give
+# the losses of one daemon with both GPUs (2 ranks: every sum has two terms, so bitwise); a
+# cancel on A stops both; a graceful stop of A checkpoints and
 # the job resumes when A restarts, starting a new part on B, with the losses of the
 # uninterrupted run; a killed B fails A's job naming the peer, and A serves on. Skips (77)
 # without two GPUs.
@@ -56,7 +57,7 @@ start_b
 make_tokens "$ZT_TMP/gpl.zt"
 peer="\"peers\": [\"127.0.0.1:$port_b\"]"
 
-# the three stages across the daemons
+# the three stages across the daemons (data from a file every daemon reads)
 two=()
 for stage in 1 2 3; do
   pspec "$ZT_TMP/two$stage.json" 20 1 "{\"gpus\": 1, \"zero_stage\": $stage, $peer}"
@@ -73,6 +74,26 @@ assert s["step"] == 20, s["step"]' || fail "B's part of stage $stage"
 done
 grep -q "ranks 1..1 of 2" "$B_STATE/jobs/$part/log" || fail "part log: $(cat "$B_STATE/jobs/$part/log")"
 echo "three stages trained across two daemons"
+
+# pushed data: the coordinator takes every rank's micro-batches and forwards the part its own
+stream_job() { # SPEC: submits it with the token file pushed by ztctl, waits for done, prints the id
+  local out
+  out=$(ztctl --json submit "$1" --data "$ZT_TMP/gpl.zt" --wait) || fail "stream job $1: $out"
+  printf '%s\n' "$out" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(j, dict) and "job" in j:
+        print(j["job"]); break'
+}
+pspec "$ZT_TMP/two_stream.json" 20 1 "{\"gpus\": 1, \"zero_stage\": 2, $peer}" stream
+two_stream=$(stream_job "$ZT_TMP/two_stream.json")
+[ -n "$two_stream" ] || fail "no id of the stream job"
+wait_b_end done
+echo "pushed data trained across two daemons"
 
 # cancel on the coordinator: both stop after the same step
 pspec "$ZT_TMP/long.json" 100000 1 "{\"gpus\": 1, \"zero_stage\": 2, $peer}"
@@ -127,14 +148,18 @@ for stage in 1 2 3; do
   wait_end "$j" done 300
   one+=("$j")
 done
-for i in 0 1 2; do
-  python3 - "$ZT_TMP/state/jobs/${two[$i]}/losses.log" "$STATE/jobs/${one[$i]}/losses.log" "$((i + 1))" <<'PY' || fail "stage $((i + 1)): two daemons differ from one"
+pspec "$ZT_TMP/one_stream.json" 20 1 '{"gpus": 2, "zero_stage": 2}' stream
+one_stream=$(stream_job "$ZT_TMP/one_stream.json")
+two+=("$two_stream")
+one+=("$one_stream")
+for i in 0 1 2 3; do
+  python3 - "$ZT_TMP/state/jobs/${two[$i]}/losses.log" "$STATE/jobs/${one[$i]}/losses.log" "$((i + 1))" <<'PY' || fail "run $((i + 1)): two daemons differ from one"
 import sys
 a = [float(l.split()[1]) for l in open(sys.argv[1])]
 b = [float(l.split()[1]) for l in open(sys.argv[2])]
 assert len(a) == len(b) == 20, (len(a), len(b))
 worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print("stage %s: 20 losses of two daemons vs one daemon with both GPUs: %s" %
+print("run %s (stages 1-3, then pushed data): 20 losses of two daemons vs one daemon with both GPUs: %s" %
       (sys.argv[3], "bitwise equal" if a == b else "max relative difference %.3g" % worst))
 assert worst <= 1e-6, worst
 PY
