@@ -79,6 +79,19 @@ for k in sys.argv[1].split("."):
 print(v if not isinstance(v, (dict, list)) else json.dumps(v))' "$1"
 }
 
+# job_id_of: the job id in ztctl --json output on stdin (its first JSON object with a "job").
+job_id_of() {
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(j, dict) and "job" in j:
+        print(j["job"]); break'
+}
+
 # submit SPEC_FILE [ztctl submit args...]: prints the new job id.
 submit() {
   local out

@@ -118,15 +118,7 @@ spec "$ZT_TMP/stream.json" stream 40
 # Stream data pushed by ztctl.
 out=$(ztctl --json submit "$ZT_TMP/stream.json" --data "$ZT_TMP/gpl.zt" --wait) ||
   fail "ztctl submit --data --wait: $out"
-sjob=$(printf '%s\n' "$out" | python3 -c '
-import json, sys
-for line in sys.stdin:
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue
-    if isinstance(j, dict) and "job" in j:
-        print(j["job"]); break')
+sjob=$(printf '%s\n' "$out" | job_id_of)
 [ -n "$sjob" ] || fail "no job id in: $out"
 [ "$(state "$sjob")" = done ] || fail "stream job $sjob is not done"
 check_learned "$sjob"

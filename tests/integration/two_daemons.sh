@@ -79,15 +79,7 @@ echo "three stages trained across two daemons"
 stream_job() { # SPEC: submits it with the token file pushed by ztctl, waits for done, prints the id
   local out
   out=$(ztctl --json submit "$1" --data "$ZT_TMP/gpl.zt" --wait) || fail "stream job $1: $out"
-  printf '%s\n' "$out" | python3 -c '
-import json, sys
-for line in sys.stdin:
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue
-    if isinstance(j, dict) and "job" in j:
-        print(j["job"]); break'
+  printf '%s\n' "$out" | job_id_of
 }
 pspec "$ZT_TMP/two_stream.json" 20 1 "{\"gpus\": 1, \"zero_stage\": 2, $peer}" stream
 two_stream=$(stream_job "$ZT_TMP/two_stream.json")
