@@ -39,6 +39,9 @@
 /* How often a rank waiting on NCCL (init, a collective's ncclInProgress, close) polls it and
  * the token, and how often the watchdog looks. */
 #define ZT_COMM_NCCL_POLL_US 1000
+/* A collective's ncclInProgress (its enqueue, microseconds) is polled this many times with
+ * sched_yield before the polls sleep ZT_COMM_NCCL_POLL_US. */
+#define ZT_COMM_NCCL_SPIN_POLLS 20000
 #define ZT_COMM_NCCL_WATCH_MS 25
 
 /* The group's identity, made once (by the thread that starts the ranks) and handed to every

@@ -28,6 +28,7 @@
 #pragma GCC diagnostic pop
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,9 +246,13 @@ static void nap(void) {
  * the sticky error (the token's, or the watchdog's if it aborted meanwhile). mu held. */
 static int settle_locked(nccl_ctx *c, ncclResult_t r, const char *what, const char *file,
                          int line) {
-  while (r == ncclInProgress) {
+  /* a collective's ncclInProgress is its enqueue finishing, microseconds: a nap per call cost
+   * about 1 ms each (per-unit collectives at a tenth of NCCL's bus bandwidth), so the first
+   * polls only yield */
+  for (int polls = 0; r == ncclInProgress; polls++) {
     pthread_mutex_unlock(&c->mu);
-    nap();
+    if (polls < ZT_COMM_NCCL_SPIN_POLLS) sched_yield();
+    else nap();
     pthread_mutex_lock(&c->mu);
     if (c->aborted || stop_check_locked(c)) return usable_locked(c);
     r = async_state_locked(c);
