@@ -602,12 +602,17 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   const char *what;
   int on_cpu = strcmp(cfg->backend, "cpu") == 0;
   double host = (double)plan.host_bytes + (on_cpu ? (double)plan.device_bytes : 0);
-  if ((rc = too_big(host, zt__jobs_host_limit(cfg, &what), what,
-                    "of host memory (offload host tier)", cfg, err, errlen)) < 0)
+  /* each limit before its `what` is read: the order of a call's arguments is unspecified */
+  double limit = zt__jobs_host_limit(cfg, &what);
+  if ((rc = too_big(host, limit, what, "of host memory (offload host tier)", cfg, err,
+                    errlen)) < 0)
     return rc;
-  if (!on_cpu && (rc = too_big((double)plan.device_bytes, device_limit(cfg, &what), what,
-                               "of device memory (offload device side)", cfg, err, errlen)) < 0)
-    return rc;
+  if (!on_cpu) {
+    limit = device_limit(cfg, &what);
+    if ((rc = too_big((double)plan.device_bytes, limit, what,
+                      "of device memory (offload device side)", cfg, err, errlen)) < 0)
+      return rc;
+  }
   if (plan.nvme_bytes &&
       (rc = check_nvme_space(s->offload.nvme_dir, plan.nvme_bytes, err, errlen)) < 0)
     return rc;
