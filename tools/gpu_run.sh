@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root with build-gpu/ (tools/gpu_build.sh) present:
 # the gpu suite, the integration suite against a ztd that picks the cuda backend, and the
-# benchmarks (the step against PyTorch, the CPU AdamW, the NVMe tier, the copy engine). Prints
+# benchmarks (the step against PyTorch, the CPU AdamW, the NVMe tier, the copy engine; with two
+# GPUs the collectives and the data-parallel scaling against FSDP2). Prints
 # every result; exits non-zero if a test failed.
 # Usage: tools/gpu_run.sh [OUTDIR] [--tests-only]   (OUTDIR receives the logs and the
 # benchmark JSON; --tests-only skips the benchmarks)
@@ -53,6 +54,15 @@ timeout 300 "$b/tests/unit/offload/bench_nvme" "${ZT_BENCH_NVME_DIR:-$b}" --size
   2>&1 | tee "$out/nvme.log"
 # The CUDA copy engine against pinned cudaMemcpyAsync, each way and both at once.
 "$b/tests/gpu/bench_copy" 2>&1 | tee "$out/copy.log"
+# Several GPUs (issue 6), with two or more: ZeRO's per-unit collectives against NCCL's
+# all-reduce, then zt on two GPUs against zt on one and FSDP2 on two ranks.
+if [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ]; then
+  timeout 300 "$b/tests/gpu/bench_comm" 2>&1 | tee "$out/comm.log"
+  timeout 900 python3 tools/bench/dp_bench.py --build "$b" --json "$out/dp.json" \
+    2>&1 | tee "$out/dp.log"
+else
+  echo "SKIP bench_comm, dp_bench: they need 2 GPUs"
+fi
 fi
 echo "gpu_run: $fails failed"
 exit $((fails > 0))
