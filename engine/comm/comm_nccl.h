@@ -58,9 +58,10 @@ int zt_comm_nccl_cancel_create(zt_comm_nccl_cancel **c);
 void zt_comm_nccl_cancel_fire(zt_comm_nccl_cancel *c, const char *why);
 void zt_comm_nccl_cancel_free(zt_comm_nccl_cancel *c);
 
-/* ncclGetUniqueId. Sets NCCL_NVLS_ENABLE=0 in the environment unless it is set (NVLink SHARP
- * multicast stays off, as the GPU machines we are lent require), here because this
- * runs before any rank thread exists and before NCCL reads its environment. */
+/* ncclGetUniqueId. Before NCCL's first call in the process (here or in open, whichever comes
+ * first) the environment is prepared once: NCCL_NVLS_ENABLE=0 unless it is set (NVLink SHARP
+ * multicast stays off, as the GPU machines we are lent require), and NCCL_COMM_BLOCKING removed
+ * (logged) when it asks for blocking communicators, which could not be cancelled. */
 int zt_comm_nccl_get_id(zt_comm_nccl_id *id, char *err, size_t errlen);
 /* Rank `rank` of `world` on CUDA device `device`, called from the thread that will use it (the
  * device becomes current there). Init returns once every rank has called it, so the ranks call

@@ -378,12 +378,33 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
-int zt_comm_nccl_get_id(zt_comm_nccl_id *id, char *err, size_t errlen) {
-  if (setenv("NCCL_NVLS_ENABLE", "0", 0) < 0) {
-    int e = errno;
-    snprintf(err, errlen, "setenv NCCL_NVLS_ENABLE: %s", strerror(e));
-    return -e;
+/* NCCL reads its environment once, at its first call in the process: the ranks of a part on a
+ * peer reach NCCL through open without a get_id, so both prepare it. NVLink SHARP stays off
+ * unless set; NCCL_COMM_BLOCKING=1 would override our nonblocking config and make the waits
+ * uncancellable again, so it goes. */
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+static int g_env_errno;
+
+static void prepare_env(void) {
+  const char *blocking = getenv("NCCL_COMM_BLOCKING");
+  if (blocking && strcmp(blocking, "0") != 0) {
+    ZT_LOGW("comm", "NCCL_COMM_BLOCKING=%s ignored: zt's NCCL waits must stay cancellable",
+            blocking);
+    if (unsetenv("NCCL_COMM_BLOCKING") < 0) g_env_errno = errno;
   }
+  if (setenv("NCCL_NVLS_ENABLE", "0", 0) < 0) g_env_errno = errno;
+}
+
+static int env_ready(char *err, size_t errlen) {
+  pthread_once(&g_env_once, prepare_env);
+  if (g_env_errno)
+    snprintf(err, errlen, "preparing NCCL's environment: %s", strerror(g_env_errno));
+  return -g_env_errno;
+}
+
+int zt_comm_nccl_get_id(zt_comm_nccl_id *id, char *err, size_t errlen) {
+  int rc = env_ready(err, errlen);
+  if (rc < 0) return rc;
   ncclUniqueId u;
   ncclResult_t r = ncclGetUniqueId(&u);
   if (r != ncclSuccess) {
@@ -438,8 +459,10 @@ int zt_comm_nccl_open(zt_comm *out, int world, int rank, const zt_comm_nccl_id *
              device);
     return -EINVAL;
   }
+  int rc = env_ready(err, errlen);
+  if (rc < 0) return rc;
   nccl_ctx *c;
-  int rc = ctx_new(&c, world, rank, id, device, cancel);
+  rc = ctx_new(&c, world, rank, id, device, cancel);
   if (rc < 0) {
     snprintf(err, errlen, "nccl: rank %d: %s", rank, strerror(-rc));
     return rc;
