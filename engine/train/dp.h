@@ -67,6 +67,29 @@
  * instead). A failure inside a state collective is handled as inside a step: the failing rank
  * aborts the communicators and the trainer refuses further steps and state calls (-EIO).
  *
+ * Offload (ZeRO-Offload, and ZeRO-Infinity's parameters, per rank; zt_dp_cfg.optimizer and
+ * .params). With optimizer ZT_PLACE_HOST the units from gpu_units on keep the rank's shard of
+ * their fp32 masters, AdamW m and v and fp32 gradients in page-locked host memory (the packed
+ * layout of those units), and the leading gpu_units units keep theirs on the device as above.
+ * A host unit's gradients are reduced on the device as in its stage (stage 1: the all-reduced
+ * padded copy; 2-3: reduce-scattered into one of two chunk buffers) and copied to the host on
+ * the rank's copy engine (offload/copy_engine.h) behind the collective, while the device goes
+ * on; later micro-batches land in a host staging buffer added after the micro-batch, in the
+ * order the device adds them. After the exchange the rank's host units are updated by the CPU
+ * AdamW (offload/cpu_adam.h, a worker pool the part's ranks share; the bf16 compute copy
+ * written in the same pass) while the device units are updated by the backend, then the
+ * updated chunks go to the device before the stage's parameter all-gather. The norm is each
+ * unit's sum of squares where its gradients are, added in unit order. On the CPU backend
+ * every step is bitwise that of the trainer without offload (cpu_adam is the backend's AdamW
+ * bit for bit). The updates wait for the whole backward: the exchanged norm comes first.
+ * params ZT_PLACE_HOST (zero_stage 3 with optimizer host): the host units' parameters are not
+ * on the device between uses either. Before a host unit is all-gathered, the rank's chunk (fp32
+ * and the compute copy) is copied from the host masters into one of two device chunk buffers on
+ * the copy engine; the chunk of the unit after it in the walk is copied as soon as this one's
+ * gather is queued, so the copy of one unit overlaps the compute of another and each GPU moves
+ * only its 1/W share over its own link. The state calls read and write the host tier directly
+ * (all ranks here) or through the chunk buffers (a part).
+ *
  * The trainer runs one thread per (local) rank for the life of the trainer; each rank's backend
  * memory is allocated, used and freed on that thread. Precision fp32 or bf16 (fp16's loss
  * scaling is not shared between ranks yet: refused). A cuda rank's thread makes its device
@@ -77,6 +100,7 @@
 #include <stddef.h>
 
 #include "engine/comm/comm.h"
+#include "engine/train/offload.h"
 #include "engine/train/trainer.h"
 
 /* The most ranks one trainer runs: a rank per device of a machine (ZT_MAX_DEVICES). */
@@ -88,6 +112,12 @@ typedef struct zt_dp_cfg {
   /* This trainer is the part that runs global ranks rank0 .. rank0 + local - 1 of the world,
    * local in [1, world - rank0]; local 0 means all of them (rank0 must then be 0). */
   int rank0, local;
+  /* Offload (see the header). optimizer: ZT_PLACE_AUTO or _GPU (0: every unit's shard on the
+   * device) or _HOST (units gpu_units.. on the host); params: AUTO or GPU, or HOST with
+   * zero_stage 3 and optimizer HOST. NVMe is not supported with data parallelism yet. */
+  zt_offload_place optimizer, params;
+  int gpu_units;  /* optimizer HOST: the leading units kept on the device, [0, the model's
+                     units] */
 } zt_dp_cfg;
 
 /* Step flags (zt_trainer_dp_set_flags): what they mean is the caller's convention, the trainer
@@ -124,10 +154,19 @@ int zt_trainer_open_dp(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cf
  * (zt_backend_ops_of). SIZE_MAX for a configuration the open refuses. */
 size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_dp_cfg *dpc, const zt_ops *ops);
+/* The host bytes (page-locked, whole pages) every rank of such a trainer holds for its host
+ * units: 0 without offload; SIZE_MAX for a configuration the open refuses. */
+size_t zt_dp_estimate_host_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                 const zt_dp_cfg *dpc);
 
 /* Backend bytes global rank `rank` holds (zt_trainer_backend_bytes is the sum over the part's
  * ranks); 0 for a rank this trainer does not run or a trainer without data parallelism. */
 size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank);
+
+/* Host-tier bytes global rank `rank` holds (page-locked, whole pages): what
+ * zt_dp_estimate_host_bytes computes; 0 without offload or for a rank this trainer does not
+ * run. */
+size_t zt_trainer_dp_host_bytes(const zt_trainer *t, int rank);
 
 /* The flags this part contributes to its next zt_trainer_step that runs (replacing any set
  * before); cleared once that step has run, whatever its result. No-op for a trainer without data

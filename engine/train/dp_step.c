@@ -11,9 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/kernels/backend.h"
 #include "engine/train/trainer_internal.h"
+#include "offload/copy_engine.h"
+#include "offload/cpu_adam.h"
+#include "offload/cpu_pool.h"
+#include "offload/host_arena.h"
 #include "offload/shard.h"
 
 /* Chunks are multiples of 8 elements: 16 bytes of bf16, 32 of fp32, so that every chunk a
@@ -71,6 +76,24 @@ typedef struct dp_rank_state {
   void *lpembed;
   double *xchg;             /* W exchange records */
   double *h_xchg;           /* host copy of them */
+  /* the host tier (optimizer host, dp.h): units ng.. in the packed layout from dev_packed */
+  zt_host_arena *host;
+  zt_copy_engine *copy;
+  zt_backend hbe;           /* math on the host tier: the rank's own backend on the cpu, a cpu
+                               backend of its own beside a GPU */
+  int own_hbe;
+  float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients */
+  float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
+  uint16_t *hlp;            /* bf16: the compute copy the AdamW writes */
+  float *gout[2];           /* device chunks: a host unit's reduce-scattered gradients (stages
+                               2-3, alternating by unit) and the state calls' uploads ([0]) */
+  int64_t gout_tick[2];     /* the D2H ticket that last read each */
+  float *pchunk[2];         /* params host: a host unit's chunk staged for its gather */
+  void *lpchunk[2];
+  int chunk_unit[2];        /* the unit staged in each, -1 none */
+  int64_t chunk_tick[2], h2d_last, d2h_last; /* copy tickets; 0 none */
+  int dir;                  /* the walk: 1 forward, -1 backward */
+  zt_cpu_adam_task *tasks;  /* one per AdamW call of a host unit */
   int slot_unit[2];         /* 3: the unit in each slot, -1 none */
   int embed_gathered;
   adam_seg *segs;
@@ -93,6 +116,11 @@ typedef struct dp_state {
   size_t rec;               /* doubles per exchange record */
   int nl;                   /* the part's ranks: global dc.rank0 .. dc.rank0 + nl - 1 */
   dp_rank_state *ranks;     /* nl, in rank order */
+  /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
+   * device's packed buffers hold dev_packed elements, the host's host_n */
+  int ng, params_host;
+  size_t dev_packed, host_n;
+  zt_cpu_pool *pool;        /* the host units' AdamW, shared by the part's ranks */
   int n_threads;            /* rank threads started */
   pthread_mutex_t mu;
   pthread_cond_t cmd_cv, done_cv;
@@ -133,7 +161,7 @@ static int backend_fail(dp_rank_state *k, int rc) {
 /* ---- open and close (on the rank's thread) ------------------------------------------------ */
 
 static void *rank_alloc(dp_rank_state *k, size_t bytes, int *rc) {
-  if (*rc < 0) return NULL;
+  if (*rc < 0 || !bytes) return NULL;
   const zt_backend *be = &k->view.be;
   void *p = be->ops->alloc(be->ctx, bytes);
   if (!p) {
@@ -172,6 +200,84 @@ static int build_segs(dp_rank_state *k) {
   return 0;
 }
 
+/* Elements of the device's parameter buffer: stages 1-2 the padded layout, stage 3 the packed
+ * shard (of the device units only with params host). */
+static size_t dev_param_floats(const dp_state *s) {
+  if (s->dc.zero_stage < 3) return s->tab->padded_total;
+  return s->params_host ? s->dev_packed : s->tab->packed_total;
+}
+
+/* Stage 1's gradients are the padded layout; 2-3 the device units' packed shard. */
+static size_t dev_grad_floats(const dp_state *s) {
+  return s->dc.zero_stage == 1 ? s->tab->padded_total : s->dev_packed;
+}
+
+static int gout_count(const dp_state *s) {
+  return !s->host_n ? 0 : s->dc.zero_stage >= 2 ? 2 : 1;
+}
+
+static int has_hstage(const dp_state *s, const zt_train_cfg *tc) {
+  return s->host_n && s->dc.zero_stage >= 2 && tc->grad_accum > 1;
+}
+
+/* The host tier's arena: masters, m, v, gradients, the staging and the bf16 copy. */
+static size_t host_tier_bytes(const dp_state *s, const zt_train_cfg *tc) {
+  if (!s->host_n) return 0;
+  size_t f32 = zt_host_arena_footprint(s->host_n * sizeof(float));
+  size_t b = (4 + (size_t)has_hstage(s, tc)) * f32;
+  if (tc->precision != ZT_F32) b += zt_host_arena_footprint(s->host_n * sizeof(uint16_t));
+  return b;
+}
+
+/* A host unit's first element in the host tier. */
+static size_t host_at(const dp_state *s, const zt_shard *sh) {
+  return sh->packed_off - s->dev_packed;
+}
+
+static int on_host(const dp_state *s, int u) { return u >= s->ng; }
+
+static int host_fail(dp_rank_state *k, int rc) {
+  return rank_fail(k, rc, "host tier: %s", zt_host_arena_error(k->host));
+}
+
+/* The host tier of rank k, its copy engine and its math, on the rank's thread (a cuda rank's
+ * pages are registered with its device). */
+static int host_open(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  const zt_train_cfg *tc = &k->view.tc;
+  int on_gpu = strcmp(be->ops->name, "cuda") == 0, rc;
+  if ((rc = zt_host_arena_open(&k->host, host_tier_bytes(s, tc),
+                               on_gpu ? zt_host_mem_cuda() : NULL)) < 0)
+    return rank_fail(k, rc, "opening the host tier failed: %s", strerror(-rc));
+  float **bufs[] = {&k->hm, &k->hmom, &k->hvar, &k->hgrad, &k->hstage};
+  for (int i = 0; i < 4 + has_hstage(s, tc); i++) {
+    if ((rc = zt_host_arena_alloc(k->host, s->host_n * sizeof(float), (void **)bufs[i])) < 0)
+      return host_fail(k, rc);
+    memset(*bufs[i], 0, s->host_n * sizeof(float));
+  }
+  if (tc->precision != ZT_F32 &&
+      (rc = zt_host_arena_alloc(k->host, s->host_n * sizeof(uint16_t), (void **)&k->hlp)) < 0)
+    return host_fail(k, rc);
+  k->hbe = *be;
+  if (on_gpu) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores > s->nl ? (int)(cores / s->nl) : 1;
+    if ((rc = zt_backend_cpu_open(&k->hbe, threads)) < 0) {
+      k->hbe = *be;
+      return rank_fail(k, rc, "opening a cpu backend for the host tier failed (%d)", rc);
+    }
+    k->own_hbe = 1;
+  }
+  rc = on_gpu ? zt_copy_cuda_open(&k->copy, zt_backend_device(be), k->stream)
+              : zt_copy_cpu_open(&k->copy, 0);
+  if (rc < 0) return rank_fail(k, rc, "opening the copy engine failed: %s", strerror(-rc));
+  k->tasks = calloc((size_t)k->nsegs, sizeof *k->tasks);
+  if (!k->tasks) return rank_fail(k, -ENOMEM, "out of host memory");
+  k->chunk_unit[0] = k->chunk_unit[1] = -1;
+  return 0;
+}
+
 static int rank_open(dp_rank_state *k) {
   dp_state *s = k->s;
   const zt_train_cfg *tc = &k->view.tc;
@@ -193,14 +299,19 @@ static int rank_open(dp_rank_state *k) {
   k->h_xchg = malloc((size_t)s->dc.world * s->rec * sizeof *k->h_xchg);
   if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || build_segs(k) < 0)
     return rank_fail(k, -ENOMEM, "out of host memory");
-  size_t pn = stage == 3 ? tab->packed_total : tab->padded_total;
-  size_t gn = stage == 1 ? tab->padded_total : tab->packed_total;
+  size_t pn = dev_param_floats(s);
   k->params = rank_alloc(k, pn * sizeof(float), &rc);
   if (tc->precision != ZT_F32) k->params_lp = rank_alloc(k, pn * ds, &rc);
-  k->grads = rank_alloc(k, gn * sizeof(float), &rc);
-  k->m = rank_alloc(k, tab->packed_total * sizeof(float), &rc);
-  k->v = rank_alloc(k, tab->packed_total * sizeof(float), &rc);
+  k->grads = rank_alloc(k, dev_grad_floats(s) * sizeof(float), &rc);
+  k->m = rank_alloc(k, s->dev_packed * sizeof(float), &rc);
+  k->v = rank_alloc(k, s->dev_packed * sizeof(float), &rc);
   k->xchg = rank_alloc(k, (size_t)s->dc.world * s->rec * sizeof(double), &rc);
+  for (int i = 0; i < gout_count(s); i++)
+    k->gout[i] = rank_alloc(k, tab->max_chunk * sizeof(float), &rc);
+  for (int i = 0; s->params_host && i < 2; i++) {
+    k->pchunk[i] = rank_alloc(k, tab->max_chunk * sizeof(float), &rc);
+    if (tc->precision != ZT_F32) k->lpchunk[i] = rank_alloc(k, tab->max_chunk * ds, &rc);
+  }
   if (stage >= 2) {
     k->gunit = rank_alloc(k, s->slot_floats * sizeof(float), &rc);
     if (s->tied)
@@ -218,6 +329,7 @@ static int rank_open(dp_rank_state *k) {
       if (tc->precision != ZT_F32) k->lpembed = rank_alloc(k, e * ds, &rc);
     }
   }
+  if (rc == 0 && s->host_n) rc = host_open(k);
   if (rc == 0 && (rc = be->ops->sync(be->ctx)) < 0)
     rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
   return rc;
@@ -230,9 +342,9 @@ static size_t rank_buffer_bytes(const dp_state *s, const zt_train_cfg *tc) {
   size_t f = sizeof(float), W = (size_t)s->dc.world;
   size_t lp = tc->precision != ZT_F32 ? zt_dtype_size(tc->precision) : 0;
   int stage = s->dc.zero_stage;
-  size_t pn = stage == 3 ? tab->packed_total : tab->padded_total;
-  size_t gn = stage == 1 ? tab->padded_total : tab->packed_total;
-  size_t b = pn * (f + lp) + gn * f + 2 * tab->packed_total * f + W * s->rec * sizeof(double);
+  size_t b = dev_param_floats(s) * (f + lp) + dev_grad_floats(s) * f + 2 * s->dev_packed * f +
+             W * s->rec * sizeof(double) + (size_t)gout_count(s) * tab->max_chunk * f;
+  if (s->params_host) b += 2 * tab->max_chunk * (f + lp);
   if (stage >= 2)
     b += s->slot_floats * f + (s->tied ? tab->chunk[0] * W * f : 0) + tab->max_chunk * f;
   if (stage == 3)
@@ -242,12 +354,18 @@ static size_t rank_buffer_bytes(const dp_state *s, const zt_train_cfg *tc) {
 
 static void rank_close(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
-  void *bufs[] = {k->params,   k->params_lp, k->grads,     k->m,      k->v,
-                  k->xchg,     k->gunit,     k->gembed,    k->gscratch,
-                  k->pslot[0], k->pslot[1],  k->lpslot[0], k->lpslot[1],
-                  k->pembed,   k->lpembed};
+  /* the copies in flight read or write device buffers */
+  zt_copy_close(k->copy);
+  void *bufs[] = {k->params,     k->params_lp,  k->grads,      k->m,          k->v,
+                  k->xchg,       k->gunit,      k->gembed,     k->gscratch,   k->pslot[0],
+                  k->pslot[1],   k->lpslot[0],  k->lpslot[1],  k->pembed,     k->lpembed,
+                  k->gout[0],    k->gout[1],    k->pchunk[0],  k->pchunk[1],  k->lpchunk[0],
+                  k->lpchunk[1]};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) be->ops->free(be->ctx, bufs[i]);
+  zt_host_arena_close(k->host);
+  if (k->own_hbe) zt_backend_close(&k->hbe);
+  free(k->tasks);
   zt_acts_close(k->view.acts);
   free(k->view.h_tok);
   free(k->view.h_tgt);
@@ -272,14 +390,18 @@ static size_t grad_at(const dp_rank_state *k, const zt_shard *sh) {
 static int rank_read(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  const float *src[3] = {k->params, k->m, k->v};
+  const float *src[3] = {k->params, k->m, k->v}, *hsrc[3] = {k->hm, k->hmom, k->hvar};
   for (int u = 0; u < s->nu; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     size_t at[3] = {param_at(k, sh), sh->packed_off, sh->packed_off};
-    for (int i = 0; i < 3; i++)
-      if (s->out[i] && sh->count)
+    for (int i = 0; i < 3; i++) {
+      if (!s->out[i] || !sh->count) continue;
+      if (on_host(s, u))
+        memcpy(s->out[i] + sh->flat_off, hsrc[i] + host_at(s, sh), sh->count * sizeof(float));
+      else
         be->ops->to_host(be->ctx, s->out[i] + sh->flat_off, src[i] + at[i],
                          sh->count * sizeof(float));
+    }
   }
   int rc = be->ops->sync(be->ctx);
   return rc < 0 ? rank_fail(k, rc, "backend %s: %s", be->ops->name,
@@ -294,17 +416,22 @@ static int rank_write(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   const zt_model *m = k->view.model;
   int stage = s->dc.zero_stage;
+  float *hdst[3] = {k->hm, k->hmom, k->hvar};
   for (int u = 0; u < s->nu; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     if (stage < 3) {
       const zt_unit_info *ui = zt_model_unit(m, u);
       be->ops->to_device(be->ctx, k->params + s->tab->padded_unit[u], s->in[0] + ui->offset,
                          ui->numel * sizeof(float));
-    } else if (sh->count) {
+    } else if (sh->count && (!on_host(s, u) || !s->params_host)) {
       be->ops->to_device(be->ctx, k->params + sh->packed_off, s->in[0] + sh->flat_off,
                          sh->count * sizeof(float));
     }
-    if (sh->count) {
+    if (!sh->count) continue;
+    if (on_host(s, u)) {
+      for (int i = 0; i < 3; i++)
+        memcpy(hdst[i] + host_at(s, sh), s->in[i] + sh->flat_off, sh->count * sizeof(float));
+    } else {
       be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + sh->flat_off,
                          sh->count * sizeof(float));
       be->ops->to_device(be->ctx, k->v + sh->packed_off, s->in[2] + sh->flat_off,
@@ -313,7 +440,8 @@ static int rank_write(dp_rank_state *k) {
   }
   if (k->params_lp)
     be->ops->cast(be->ctx, k->params_lp, k->view.tc.precision, k->params, ZT_F32,
-                  stage == 3 ? s->tab->packed_total : s->tab->padded_total);
+                  dev_param_floats(s));
+  if (k->hlp) k->hbe.ops->cast(k->hbe.ctx, k->hlp, ZT_BF16, k->hm, ZT_F32, s->host_n);
   int rc = be->ops->sync(be->ctx);
   return rc < 0 ? rank_fail(k, rc, "backend %s: %s", be->ops->name,
                             be->ops->error_text(be->ctx))
@@ -326,17 +454,55 @@ static void *lp_of(const dp_rank_state *k, void *base, size_t elem) {
   return (char *)base + elem * zt_dtype_size(k->view.tc.precision);
 }
 
-/* Stage 3: unit u's parameters gathered into p (and the compute copy into lp). */
+static int copy_fail(dp_rank_state *k, int rc, const char *what) {
+  return rank_fail(k, rc < 0 ? rc : -EIO, "copy engine: %s failed (%s)", what,
+                   strerror(rc < 0 ? -rc : EIO));
+}
+
+/* params host: the copy of host unit u's chunk (fp32 and the compute copy) into chunk buffer
+ * u & 1, ordered after the compute queued so far (the gather that last read it). */
+static int stage_chunk(dp_rank_state *k, int u) {
+  const dp_state *s = k->s;
+  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  size_t c = s->tab->chunk[u], at = host_at(s, sh);
+  int b = u & 1;
+  int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->hm + at, c * sizeof(float));
+  if (t > 0 && k->hlp)
+    t = k->copy->ops->h2d(k->copy, k->lpchunk[b], k->hlp + at, c * sizeof(uint16_t));
+  if (t < 0) return copy_fail(k, (int)t, "copying a parameter chunk to the device");
+  k->chunk_unit[b] = u;
+  k->chunk_tick[b] = k->h2d_last = t;
+  return 0;
+}
+
+/* Stage 3: unit u's parameters gathered into p (and the compute copy into lp). A host unit's
+ * chunk comes from its chunk buffer, and the next unit of the walk's is copied behind it. */
 static int gather_unit(dp_rank_state *k, int u, float *p, void *lp) {
-  const zt_shard *sh = zt_shard_at(k->s->tab, u, k->r);
-  size_t c = k->s->tab->chunk[u];
+  const dp_state *s = k->s;
+  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  size_t c = s->tab->chunk[u];
   const zt_comm_ops *co = k->comm.ops;
-  int rc = co->all_gather(k->comm.ctx, k->params + sh->packed_off, p, c * sizeof(float),
-                          k->stream);
+  const float *src = k->params + sh->packed_off;
+  const void *lsrc = k->params_lp ? lp_of(k, k->params_lp, sh->packed_off) : NULL;
+  int host = s->params_host && on_host(s, u), rc;
+  if (host) {
+    int b = u & 1;
+    if (k->chunk_unit[b] != u && (rc = stage_chunk(k, u)) < 0) return rc;
+    if ((rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_H2D, k->chunk_tick[b])) < 0)
+      return copy_fail(k, rc, "ordering a gather after its chunk's copy");
+    src = k->pchunk[b];
+    lsrc = k->lpchunk[b];
+  }
+  rc = co->all_gather(k->comm.ctx, src, p, c * sizeof(float), k->stream);
   if (rc == 0 && lp)
-    rc = co->all_gather(k->comm.ctx, lp_of(k, k->params_lp, sh->packed_off), lp,
-                        c * zt_dtype_size(k->view.tc.precision), k->stream);
-  return rc < 0 ? comm_fail(k, rc, "gathering parameters") : 0;
+    rc = co->all_gather(k->comm.ctx, lsrc, lp, c * zt_dtype_size(k->view.tc.precision),
+                        k->stream);
+  if (rc < 0) return comm_fail(k, rc, "gathering parameters");
+  int next = u + k->dir;
+  if (host && next >= 0 && next < s->nu && on_host(s, next) &&
+      k->chunk_unit[next & 1] != next && !(s->tied && next == 0 && k->embed_gathered))
+    return stage_chunk(k, next);
+  return 0;
 }
 
 /* Unit u's parameters (fp32 and the compute copy; in fp32 the same) for its forward or
@@ -390,25 +556,57 @@ static float *unit_grads(dp_rank_state *k, int u) {
   return s->tied && u == 0 ? k->gembed : k->gunit;
 }
 
+/* A host unit's reduced chunk at dev goes to the host tier behind the collective: the first
+ * micro-batch's into the gradients, a later one's into the staging (added after the
+ * micro-batch). */
+static int grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
+  const dp_state *s = k->s;
+  float *h = (j == 0 ? k->hgrad : k->hstage) + host_at(s, zt_shard_at(s->tab, u, k->r));
+  int64_t t = k->copy->ops->d2h(k->copy, h, dev, s->tab->chunk[u] * sizeof(float));
+  if (t < 0) return copy_fail(k, (int)t, "copying gradients to the host");
+  k->d2h_last = t;
+  return 0;
+}
+
 /* Unit u's gradients of micro-batch j are done: stage 1 all-reduces them after the last
  * micro-batch; stages 2-3 reduce-scatter them into the shard (the first micro-batch writes it,
- * later ones add). */
+ * later ones add). A host unit's reduced chunk goes to the host. */
 static int unit_grads_done(dp_rank_state *k, int u, int j) {
   const dp_state *s = k->s;
   const zt_comm_ops *co = k->comm.ops;
   const zt_backend *be = &k->view.be;
+  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t c = s->tab->chunk[u], W = (size_t)s->dc.world;
   float *g = unit_grads(k, u);
   int rc = 0;
   if (s->dc.zero_stage == 1) {
-    if (j == k->view.tc.grad_accum - 1)
-      rc = co->all_reduce(k->comm.ctx, g, g, c * W, k->stream);
-  } else {
-    float *shard = k->grads + zt_shard_at(s->tab, u, k->r)->packed_off;
-    rc = co->reduce_scatter(k->comm.ctx, g, j == 0 ? shard : k->gscratch, c, k->stream);
-    if (rc == 0 && j > 0) be->ops->add(be->ctx, shard, shard, k->gscratch, c);
+    if (j < k->view.tc.grad_accum - 1) return 0;
+    if ((rc = co->all_reduce(k->comm.ctx, g, g, c * W, k->stream)) < 0)
+      return comm_fail(k, rc, "reducing gradients");
+    return on_host(s, u) ? grads_to_host(k, u, 0, k->grads + sh->padded_off) : 0;
   }
+  if (on_host(s, u)) {
+    /* the chunk buffer's last copy out is done before the collective rewrites it */
+    int b = u & 1;
+    if (k->gout_tick[b] &&
+        (rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_D2H, k->gout_tick[b])) < 0)
+      return copy_fail(k, rc, "ordering a reduction after a copy");
+    if ((rc = co->reduce_scatter(k->comm.ctx, g, k->gout[b], c, k->stream)) < 0)
+      return comm_fail(k, rc, "reducing gradients");
+    if ((rc = grads_to_host(k, u, j, k->gout[b])) < 0) return rc;
+    k->gout_tick[b] = k->d2h_last;
+    return 0;
+  }
+  float *shard = k->grads + sh->packed_off;
+  rc = co->reduce_scatter(k->comm.ctx, g, j == 0 ? shard : k->gscratch, c, k->stream);
+  if (rc == 0 && j > 0) be->ops->add(be->ctx, shard, shard, k->gscratch, c);
   return rc < 0 ? comm_fail(k, rc, "reducing gradients") : 0;
+}
+
+/* Every gradient copy queued has landed on the host. */
+static int wait_grads(dp_rank_state *k) {
+  int rc = k->d2h_last ? k->copy->ops->wait(k->copy, ZT_COPY_D2H, k->d2h_last) : 0;
+  return rc < 0 ? copy_fail(k, rc, "copying gradients to the host") : 0;
 }
 
 /* Micro-batch j of this rank: forward, loss, backward, the gradients reduced unit by unit. The
@@ -426,6 +624,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   const float *p, *e = NULL;
   const void *lp, *elp = NULL;
   int rc;
+  k->dir = 1;
   for (int u = 0; u < s->nu; u++) {
     if ((rc = unit_params(k, u, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
     if (u == 0 && s->tied) { /* only the gpt head reads another unit's parameters */
@@ -446,6 +645,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   }
   if (stage >= 2 && s->tied)
     be->ops->zero(be->ctx, k->gembed, s->tab->chunk[0] * (size_t)W * sizeof(float));
+  k->dir = -1;
   for (int u = s->nu - 1; u >= 0; u--) {
     if ((rc = unit_params(k, u, &p, &lp)) < 0 || (rc = prefetch(k, u - 1)) < 0) return rc;
     float *g = unit_grads(k, u);
@@ -454,6 +654,11 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
     if (counted)
       zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp, s->tied ? unit_grads(k, 0) : NULL);
     if ((rc = unit_grads_done(k, u, j)) < 0) return rc;
+  }
+  /* a later micro-batch's host gradients added as the device adds its units' */
+  if (j > 0 && k->hstage) {
+    if ((rc = wait_grads(k)) < 0) return rc;
+    k->hbe.ops->add(k->hbe.ctx, k->hgrad, k->hgrad, k->hstage, s->host_n);
   }
   return 0;
 }
@@ -491,6 +696,31 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite) {
   return 0;
 }
 
+/* The host units' updated chunks to the device's parameters (unless params host: they are
+ * copied before each gather), ordered before the all-gather on the stream. */
+static int upload_host_units(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  size_t ds = zt_dtype_size(k->view.tc.precision);
+  if (!s->host_n || s->params_host) return 0;
+  if (s->dc.zero_stage == 3) {
+    /* the host units' chunks follow the device units' in the packed layout */
+    be->ops->to_device(be->ctx, k->params + s->dev_packed, k->hm, s->host_n * sizeof(float));
+    if (k->hlp)
+      be->ops->to_device(be->ctx, lp_of(k, k->params_lp, s->dev_packed), k->hlp,
+                         s->host_n * ds);
+    return 0;
+  }
+  for (int u = s->ng; u < s->nu; u++) {
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    size_t c = s->tab->chunk[u], at = host_at(s, sh);
+    be->ops->to_device(be->ctx, k->params + sh->padded_off, k->hm + at, c * sizeof(float));
+    if (k->hlp)
+      be->ops->to_device(be->ctx, lp_of(k, k->params_lp, sh->padded_off), k->hlp + at, c * ds);
+  }
+  return 0;
+}
+
 static int rank_step(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
@@ -502,16 +732,22 @@ static int rank_step(dp_rank_state *k) {
   rec[X_FLAGS] = s->flags; /* every rank of the part: an OR does not count them twice */
   /* the parameters changed since the last step */
   k->slot_unit[0] = k->slot_unit[1] = -1;
+  k->chunk_unit[0] = k->chunk_unit[1] = -1;
   k->embed_gathered = 0;
   if (stage == 1) o->zero(be->ctx, k->grads, s->tab->padded_total * sizeof(float));
   for (int j = 0; j < c->grad_accum; j++)
     if ((rc = rank_micro(k, j, rec)) < 0) return rc;
-  /* the norm over this rank's real gradient elements */
+  if ((rc = wait_grads(k)) < 0) return rc;
+  /* the norm over this rank's real gradient elements, unit by unit wherever they are */
   for (int u = 0; u < s->nu; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     int nf = 0;
     if (!sh->count) continue;
-    rec[X_SUMSQ] += o->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
+    if (on_host(s, u))
+      rec[X_SUMSQ] += k->hbe.ops->sum_squares(k->hbe.ctx, k->hgrad + host_at(s, sh), sh->count,
+                                              &nf);
+    else
+      rec[X_SUMSQ] += o->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
     if (nf) rec[X_NONFINITE] = 1;
   }
   int nonfinite = 0;
@@ -522,8 +758,27 @@ static int rank_step(dp_rank_state *k) {
     double coef = c->grad_clip / (k->norm + 1e-6);
     if (coef < 1.0) scale = (float)coef;
   }
+  /* the host units' updates on the pool while the device runs its own; the pool's workers read
+   * host masters no copy is reading any more */
+  if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
+    return copy_fail(k, rc, "copying a parameter chunk to the device");
+  int ntasks = 0;
+  for (int i = 0; i < k->nsegs && rc == 0; i++) {
+    const adam_seg *g = &k->segs[i];
+    if (!on_host(s, g->unit)) continue;
+    size_t at = host_at(s, zt_shard_at(s->tab, g->unit, k->r)) + g->off;
+    zt_cpu_adam_task *task = &k->tasks[ntasks];
+    *task = (zt_cpu_adam_task){
+        .p = k->hm + at, .g = k->hgrad + at, .m = k->hmom + at, .v = k->hvar + at,
+        .p_bf16 = k->hlp ? k->hlp + at : NULL, .n = g->n, .isa = ZT_CPU_ISA_AUTO,
+        .h = {.lr = s->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+              .weight_decay = g->decay ? c->weight_decay : 0.0f, .step = s->adam_step,
+              .grad_scale = scale}};
+    if ((rc = zt_cpu_adam_submit(s->pool, task)) == 0) ntasks++;
+  }
   for (int i = 0; i < k->nsegs; i++) {
     const adam_seg *g = &k->segs[i];
+    if (on_host(s, g->unit)) continue;
     const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
     size_t pa = param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
     float wd = g->decay ? c->weight_decay : 0.0f;
@@ -535,6 +790,9 @@ static int rank_step(dp_rank_state *k) {
       o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
                k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
   }
+  for (int i = 0; i < ntasks; i++) zt_cpu_adam_wait(s->pool, &k->tasks[i]);
+  if (rc < 0) return rank_fail(k, rc, "the host AdamW: %s", strerror(-rc));
+  if ((rc = upload_host_units(k)) < 0) return rc;
   /* stages 1-2: every rank gets every unit's updated parameters back */
   for (int u = 0; stage < 3 && u < s->nu; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
@@ -563,11 +821,11 @@ static int rank_step(dp_rank_state *k) {
 static int state_gather(dp_rank_state *k, int mask) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  const float *src[3] = {k->params, k->m, k->v};
+  const float *src[3] = {k->params, k->m, k->v}, *hsrc[3] = {k->hm, k->hmom, k->hvar};
   for (int u = 0; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t at[3] = {param_at(k, sh), sh->packed_off, sh->packed_off};
+    size_t c = s->tab->chunk[u];
     float *scratch = unit_grads(k, u);
     for (int i = 0; i < 3; i++) {
       if (!(mask & 1 << i)) continue;
@@ -575,8 +833,14 @@ static int state_gather(dp_rank_state *k, int mask) {
       if (i == 0 && s->dc.zero_stage < 3) {
         unit = k->params + s->tab->padded_unit[u];
       } else {
-        int rc = k->comm.ops->all_gather(k->comm.ctx, src[i] + at[i], scratch,
-                                         s->tab->chunk[u] * sizeof(float), k->stream);
+        /* a host unit's chunk goes up first, ordered before the gather on the stream */
+        const float *from = i == 0 ? src[0] + param_at(k, sh) : src[i] + sh->packed_off;
+        if (on_host(s, u)) {
+          be->ops->to_device(be->ctx, k->gout[0], hsrc[i] + host_at(s, sh), c * sizeof(float));
+          from = k->gout[0];
+        }
+        int rc = k->comm.ops->all_gather(k->comm.ctx, from, scratch, c * sizeof(float),
+                                         k->stream);
         if (rc < 0) return comm_fail(k, rc, "gathering the state");
       }
       /* ordered before the next unit's collective overwrites the scratch (one stream) */
@@ -602,7 +866,19 @@ static int state_scatter(dp_rank_state *k) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     size_t c = s->tab->chunk[u], padded = c * (size_t)s->dc.world;
     float *scratch = unit_grads(k, u);
-    float *dst[3] = {k->params + param_at(k, sh), k->m + sh->packed_off, k->v + sh->packed_off};
+    int host = on_host(s, u);
+    /* where the rank keeps its chunk of each: the device, the host tier or both (a host unit's
+     * parameters are on the device too unless params host) */
+    float *dst[3] = {NULL, NULL, NULL}, *hdst[3] = {NULL, NULL, NULL};
+    if (!host || (stage == 3 && !s->params_host)) dst[0] = k->params + param_at(k, sh);
+    if (!host) {
+      dst[1] = k->m + sh->packed_off;
+      dst[2] = k->v + sh->packed_off;
+    } else {
+      hdst[0] = k->hm + host_at(s, sh);
+      hdst[1] = k->hmom + host_at(s, sh);
+      hdst[2] = k->hvar + host_at(s, sh);
+    }
     for (int i = 0; i < 3; i++) {
       float *unit = i == 0 && stage < 3 ? k->params + s->tab->padded_unit[u] : scratch;
       if (k->r == 0) {
@@ -613,12 +889,16 @@ static int state_scatter(dp_rank_state *k) {
       int rc = k->comm.ops->broadcast(k->comm.ctx, unit, unit, padded * sizeof(float), 0,
                                       k->stream);
       if (rc < 0) return comm_fail(k, rc, "scattering the state");
-      if (unit == scratch) o->cast(be->ctx, dst[i], ZT_F32, scratch + sh->unit_off, ZT_F32, c);
+      if (unit == scratch && dst[i])
+        o->cast(be->ctx, dst[i], ZT_F32, scratch + sh->unit_off, ZT_F32, c);
+      /* synchronous: the next unit's broadcast rewrites the scratch */
+      if (hdst[i]) o->to_host(be->ctx, hdst[i], unit + sh->unit_off, c * sizeof(float));
     }
   }
   if (k->params_lp)
     o->cast(be->ctx, k->params_lp, k->view.tc.precision, k->params, ZT_F32,
-            stage == 3 ? s->tab->packed_total : s->tab->padded_total);
+            dev_param_floats(s));
+  if (k->hlp) k->hbe.ops->cast(k->hbe.ctx, k->hlp, ZT_BF16, k->hm, ZT_F32, s->host_n);
   int rc = o->sync(be->ctx);
   return rc < 0 ? backend_fail(k, rc) : 0;
 }
@@ -860,6 +1140,7 @@ static void dp_close(zt_trainer *t) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cmd_cv);
   pthread_cond_destroy(&s->done_cv);
+  zt_cpu_pool_close(s->pool);
   zt_shard_table_free(s->tab);
   free(s->ranks);
   free(s);
@@ -880,6 +1161,16 @@ size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank) {
   const dp_state *s = t->path_state;
   int i = rank - s->dc.rank0;
   return i >= 0 && i < s->nl ? s->ranks[i].bytes : 0;
+}
+
+size_t zt_trainer_dp_host_bytes(const zt_trainer *t, int rank) {
+  if (t->path != &dp_path) return 0;
+  const dp_state *s = t->path_state;
+  int i = rank - s->dc.rank0;
+  if (i < 0 || i >= s->nl || !s->ranks[i].host) return 0;
+  zt_host_arena_stats st;
+  zt_host_arena_get_stats(s->ranks[i].host, &st);
+  return st.used;
 }
 
 void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags) {
@@ -950,6 +1241,51 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
              c->world - c->rank0, c->world, c->rank0, c->local);
     return -EINVAL;
   }
+  const struct {
+    const char *field;
+    zt_offload_place v;
+  } places[] = {{"optimizer", c->optimizer}, {"params", c->params}};
+  for (int i = 0; i < 2; i++) {
+    if (places[i].v == ZT_PLACE_NVME) {
+      snprintf(err, errlen, "dp.%s: nvme is not supported with data parallelism yet (gpu or "
+               "host)", places[i].field);
+      return -ENOTSUP;
+    }
+    if (places[i].v < ZT_PLACE_AUTO || places[i].v > ZT_PLACE_NVME) {
+      snprintf(err, errlen, "dp.%s must be auto, gpu or host", places[i].field);
+      return -EINVAL;
+    }
+  }
+  if (c->params == ZT_PLACE_HOST && (c->zero_stage != 3 || c->optimizer != ZT_PLACE_HOST)) {
+    snprintf(err, errlen, "dp.params: host needs zero_stage 3 (stages 1-2 keep every unit's "
+             "parameters on every device) and optimizer host (the masters the chunks are "
+             "copied from) (got zero_stage %d, optimizer %s)", c->zero_stage,
+             zt_offload_place_name(c->optimizer));
+    return -EINVAL;
+  }
+  if (c->optimizer == ZT_PLACE_HOST && c->gpu_units < 0) {
+    snprintf(err, errlen, "dp.gpu_units must be >= 0 with optimizer host (got %d)",
+             c->gpu_units);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* The units on the device and the two tiers' sizes, from the table. */
+static int place_units(dp_state *s, char *err, size_t errlen) {
+  s->ng = s->nu;
+  if (s->dc.optimizer == ZT_PLACE_HOST) {
+    if (s->dc.gpu_units > s->nu) {
+      snprintf(err, errlen, "dp.gpu_units must be in [0, %d] (the model's units) (got %d)",
+               s->nu, s->dc.gpu_units);
+      return -EINVAL;
+    }
+    s->ng = s->dc.gpu_units;
+  }
+  s->params_host = s->dc.params == ZT_PLACE_HOST && s->ng < s->nu;
+  s->dev_packed = s->ng < s->nu ? zt_shard_at(s->tab, s->ng, 0)->packed_off
+                                : s->tab->packed_total;
+  s->host_n = s->tab->packed_total - s->dev_packed;
   return 0;
 }
 
@@ -996,26 +1332,42 @@ static int build_table(zt_trainer *t, dp_state *s) {
   return 0;
 }
 
-size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
-                                 const zt_dp_cfg *dpc, const zt_ops *ops) {
+/* With ops: the device bytes of a rank (zt_dp_estimate_rank_bytes); without: its host tier. */
+static size_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_dp_cfg *dpc,
+                       const zt_ops *ops) {
   char err[256];
   size_t bytes = SIZE_MAX;
   zt_trainer t = {0};
   dp_state s = {.dc = *dpc};
-  if (!ops || zt_train_cfg_check(tc, err, sizeof err) < 0 ||
+  if (zt_train_cfg_check(tc, err, sizeof err) < 0 ||
       zt_dp_cfg_check(dpc, err, sizeof err) < 0 || tc->precision == ZT_F16 ||
       zt_model_create(&t.model, mc, err, sizeof err) < 0)
     return SIZE_MAX;
   s.nu = zt_model_num_units(t.model);
   s.tied = mc->arch == ZT_ARCH_GPT;
   s.rec = X_MICRO + 2 * (size_t)tc->grad_accum;
-  if (build_table(&t, &s) == 0) {
-    size_t acts = zt_acts_size_dt(t.model, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
-    if (acts) bytes = acts + rank_buffer_bytes(&s, tc);
+  if (build_table(&t, &s) == 0 && place_units(&s, err, sizeof err) == 0) {
+    if (!ops) {
+      bytes = host_tier_bytes(&s, tc);
+    } else {
+      size_t acts = zt_acts_size_dt(t.model, ops, tc->micro_batch, tc->ckpt_every,
+                                    tc->precision);
+      if (acts) bytes = acts + rank_buffer_bytes(&s, tc);
+    }
   }
   zt_shard_table_free(s.tab);
   zt_model_destroy(t.model);
   return bytes;
+}
+
+size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                 const zt_dp_cfg *dpc, const zt_ops *ops) {
+  return ops ? estimate(mc, tc, dpc, ops) : SIZE_MAX;
+}
+
+size_t zt_dp_estimate_host_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                 const zt_dp_cfg *dpc) {
+  return estimate(mc, tc, dpc, NULL);
 }
 
 int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
@@ -1063,6 +1415,17 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     rc = rc < 0 ? rc : -ENOMEM;
     snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
     goto out;
+  }
+  if ((rc = place_units(s, err, errlen)) < 0) goto out;
+  if (s->host_n) {
+    /* beside GPUs the host's main work: a thread per core, pinned; on the cpu backend one
+     * beside the ranks' own threads */
+    int on_gpu = strcmp(ranks[0].be.ops->name, "cuda") == 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if ((rc = zt_cpu_pool_open(&s->pool, on_gpu && cores > 0 ? (int)cores : 1, on_gpu)) < 0) {
+      snprintf(err, errlen, "starting the AdamW pool failed: %s", strerror(-rc));
+      goto out;
+    }
   }
   for (int i = 0; i < s->nl; i++) {
     dp_rank_state *k = &s->ranks[i];

@@ -65,16 +65,24 @@ zt_trainer *dpt_open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_ba
   return t;
 }
 
-zt_trainer *dpt_open_dp(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x, int stage,
-                        int rank0, int local) {
+zt_trainer *dpt_open_dp_cfg(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x,
+                            const zt_dp_cfg *dc) {
   zt_trainer *t;
   char err[512];
-  zt_dp_cfg dc = {.world = x->W, .zero_stage = stage, .rank0 = rank0, .local = local};
-  if (zt_trainer_open_dp(&t, mc, tc, &dc, x->r + rank0, err, sizeof err) < 0) {
-    fprintf(stderr, "dp W %d stage %d ranks %d+%d: %s\n", x->W, stage, rank0, local, err);
+  if (zt_trainer_open_dp(&t, mc, tc, dc, x->r + dc->rank0, err, sizeof err) < 0) {
+    fprintf(stderr, "dp W %d stage %d ranks %d+%d optimizer %s (gpu_units %d) params %s: %s\n",
+            dc->world, dc->zero_stage, dc->rank0, dc->local,
+            zt_offload_place_name(dc->optimizer), dc->gpu_units,
+            zt_offload_place_name(dc->params), err);
     exit(1);
   }
   return t;
+}
+
+zt_trainer *dpt_open_dp(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x, int stage,
+                        int rank0, int local) {
+  zt_dp_cfg dc = {.world = x->W, .zero_stage = stage, .rank0 = rank0, .local = local};
+  return dpt_open_dp_cfg(mc, tc, x, &dc);
 }
 
 float *dpt_nan_init(zt_model_cfg *mc, const char *dir, size_t *nan_at, int *fails) {

@@ -36,6 +36,9 @@ size_t dpt_step_tokens(const zt_model_cfg *mc, int micros);
 int32_t *dpt_tokens(const zt_model_cfg *mc, int micros, uint64_t seed);
 
 zt_trainer *dpt_open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_backend *be);
+/* dc's ranks of x (dc->world must be x->W). */
+zt_trainer *dpt_open_dp_cfg(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x,
+                            const zt_dp_cfg *dc);
 /* Ranks rank0 .. rank0 + local - 1 of x (local 0: all of them). */
 zt_trainer *dpt_open_dp(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x, int stage,
                         int rank0, int local);

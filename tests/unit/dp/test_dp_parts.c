@@ -3,7 +3,8 @@
  * opened one after the other on this thread (so the initial parameter write needs no
  * collective) and then driven from two threads at once, against one trainer running all W
  * ranks on the same tokens. For stages 1, 2, 3, both archs, an even and uneven split, and bf16:
- * - losses and norms bitwise those of the one trainer, on both parts;
+ * - losses and norms bitwise those of the one trainer, on both parts, also when the parts
+ *   offload (optimizer host, some or all units; params host for stage 3);
  * - step flags set on either part come back ORed in both parts' results (and in the one
  *   trainer's; a plain trainer reports 0);
  * - a checkpoint saved by the rank-0 part while the other sends its state is byte for byte the
@@ -180,7 +181,18 @@ typedef struct cfg {
   float clip;
   zt_dtype dt;
   double tol; /* cross-world losses */
+  /* the parts' offload (dp.h; the one trainer keeps everything on its devices) */
+  zt_offload_place optimizer, params;
+  int gpu_units;
 } cfg;
+
+/* The part of c's world that runs ranks rank0 .. rank0 + local - 1. */
+static zt_trainer *open_part(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x,
+                             const cfg *c, int rank0, int local) {
+  zt_dp_cfg dc = {.world = c->W, .zero_stage = c->stage, .rank0 = rank0, .local = local,
+                  .optimizer = c->optimizer, .params = c->params, .gpu_units = c->gpu_units};
+  return dpt_open_dp_cfg(mc, tc, x, &dc);
+}
 
 static int parts(const cfg *c) {
   zt_model_cfg mc = dpt_model_cfg(c->arch);
@@ -193,8 +205,9 @@ static int parts(const cfg *c) {
   unsigned fboth[DPT_STEPS];
   for (int i = 0; i < DPT_STEPS; i++) fboth[i] = fa[i] | fb[i];
   char what[200], dir_ref[600], dir_parts[600], file_a[700], file_b[700], err[512];
-  snprintf(what, sizeof what, "%s stage %d W %d split %d G %d %s", zt_arch_name(c->arch),
-           c->stage, W, c->split, G, zt_dtype_name(c->dt));
+  snprintf(what, sizeof what, "%s stage %d W %d split %d G %d %s, optimizer %s (gpu_units %d) "
+           "params %s", zt_arch_name(c->arch), c->stage, W, c->split, G, zt_dtype_name(c->dt),
+           zt_offload_place_name(c->optimizer), c->gpu_units, zt_offload_place_name(c->params));
   const char *dir = mc_tmpdir();
   snprintf(dir_ref, sizeof dir_ref, "%s/ref", dir);
   snprintf(dir_parts, sizeof dir_parts, "%s/parts", dir);
@@ -218,8 +231,8 @@ static int parts(const cfg *c) {
   /* the parts: the same run, the checkpoint and export between steps */
   dpt_ranks xp;
   dpt_ranks_open(&xp, W);
-  zt_trainer *a = dpt_open_dp(&mc, &tc, &xp, c->stage, 0, c->split);
-  zt_trainer *b = dpt_open_dp(&mc, &tc, &xp, c->stage, c->split, W - c->split);
+  zt_trainer *a = open_part(&mc, &tc, &xp, c, 0, c->split);
+  zt_trainer *b = open_part(&mc, &tc, &xp, c, c->split, W - c->split);
   size_t bytes_b = 0;
   for (int r = c->split; r < W; r++) bytes_b += zt_trainer_dp_rank_bytes(b, r);
   fails += MC_EXPECT(bytes_b == zt_trainer_backend_bytes(b) && bytes_b > 0 &&
@@ -253,8 +266,8 @@ static int parts(const cfg *c) {
 
   /* resumed parts: the rank-0 part loads while the other receives */
   dpt_ranks_open(&xp, W);
-  a = dpt_open_dp(&mc, &tc, &xp, c->stage, 0, c->split);
-  b = dpt_open_dp(&mc, &tc, &xp, c->stage, c->split, W - c->split);
+  a = open_part(&mc, &tc, &xp, c, 0, c->split);
+  b = open_part(&mc, &tc, &xp, c, c->split, W - c->split);
   ca = (call){.kind = DO_LOAD, .t = a, .path = dir_parts};
   cb = (call){.kind = DO_RECEIVE, .t = b, .step = SAVE_AT, .adam_step = SAVE_AT};
   together(&ca, &cb);
@@ -479,17 +492,26 @@ static int refusals(void) {
   return fails;
 }
 
+/* a cfg's offload fields: everything on the devices */
+#define ON_DEVICE ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0
+
 int main(void) {
   static const cfg cfgs[] = {
-      {ZT_ARCH_GPT, 1, 4, 2, 1, 0.0f, ZT_F32, 1e-6},
-      {ZT_ARCH_GPT, 2, 3, 1, 2, 0.5f, ZT_F32, 1e-6},
-      {ZT_ARCH_GPT, 3, 3, 2, 2, 0.5f, ZT_F32, 1e-6},
-      {ZT_ARCH_ENCODER, 1, 3, 2, 2, 0.5f, ZT_F32, 1e-6},
-      {ZT_ARCH_ENCODER, 2, 4, 2, 1, 0.0f, ZT_F32, 1e-6},
-      {ZT_ARCH_ENCODER, 3, 3, 1, 2, 0.5f, ZT_F32, 1e-6},
+      {ZT_ARCH_GPT, 1, 4, 2, 1, 0.0f, ZT_F32, 1e-6, ON_DEVICE},
+      {ZT_ARCH_GPT, 2, 3, 1, 2, 0.5f, ZT_F32, 1e-6, ON_DEVICE},
+      {ZT_ARCH_GPT, 3, 3, 2, 2, 0.5f, ZT_F32, 1e-6, ON_DEVICE},
+      {ZT_ARCH_ENCODER, 1, 3, 2, 2, 0.5f, ZT_F32, 1e-6, ON_DEVICE},
+      {ZT_ARCH_ENCODER, 2, 4, 2, 1, 0.0f, ZT_F32, 1e-6, ON_DEVICE},
+      {ZT_ARCH_ENCODER, 3, 3, 1, 2, 0.5f, ZT_F32, 1e-6, ON_DEVICE},
       /* bf16: a master moved by rounding can round to the neighbouring bf16 value, so the
        * cross-world losses move by more; the parts stay bitwise */
-      {ZT_ARCH_GPT, 3, 3, 1, 2, 0.0f, ZT_BF16, 1e-4},
+      {ZT_ARCH_GPT, 3, 3, 1, 2, 0.0f, ZT_BF16, 1e-4, ON_DEVICE},
+      /* offloaded parts, bitwise the one trainer whose ranks keep everything on the device;
+       * their state calls go through the host tier */
+      {ZT_ARCH_GPT, 1, 3, 2, 2, 0.5f, ZT_F32, 1e-6, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1},
+      {ZT_ARCH_ENCODER, 2, 3, 1, 2, 0.5f, ZT_F32, 1e-6, ZT_PLACE_HOST, ZT_PLACE_AUTO, 0},
+      {ZT_ARCH_GPT, 3, 3, 1, 2, 0.5f, ZT_F32, 1e-6, ZT_PLACE_HOST, ZT_PLACE_HOST, 2},
+      {ZT_ARCH_GPT, 3, 3, 2, 2, 0.0f, ZT_BF16, 1e-4, ZT_PLACE_HOST, ZT_PLACE_HOST, 0},
   };
   int fails = 0;
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) fails += parts(&cfgs[i]);

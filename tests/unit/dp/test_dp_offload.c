@@ -1,0 +1,208 @@
+/* Data parallelism with offload (engine/train/dp.h "Offload") on simulated ranks: every ZeRO
+ * stage × every placement a data-parallel job takes (optimizer on the device, on the host for
+ * all units or all but the leading ones, and for stage 3 the parameters on the host too), both
+ * archs, W 2 and 3, grad_accum 2 with clipping (the host staging and the exchanged norm), one
+ * run in bf16. Each against the same world with everything on the device:
+ * - losses, norms and the final state (params, m, v) bitwise equal;
+ * - a checkpoint saved by an offloaded trainer, loaded by a trainer of another placement, goes
+ *   on with the same losses;
+ * - each rank's device bytes fall as units move to the host, equal to zt_dp_estimate_rank_bytes,
+ *   and its host bytes equal zt_dp_estimate_host_bytes;
+ * - bad placements refused naming the field. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels/backend.h"
+#include "tests/unit/dp/dptest.h"
+#include "tests/unit/model/mcheck.h"
+
+#define SAVE_AT 2
+
+typedef struct run_out {
+  double loss[DPT_STEPS], norm[DPT_STEPS];
+} run_out;
+
+typedef struct placement {
+  zt_offload_place optimizer, params;
+  int gpu_units;
+} placement;
+
+static const placement on_device = {ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0};
+
+static void describe(char *out, size_t len, zt_arch arch, int W, int stage, zt_dtype dt,
+                     const placement *p) {
+  snprintf(out, len, "%s W %d stage %d %s, optimizer %s (gpu_units %d) params %s",
+           zt_arch_name(arch), W, stage, zt_dtype_name(dt), zt_offload_place_name(p->optimizer),
+           p->gpu_units, zt_offload_place_name(p->params));
+}
+
+static zt_dp_cfg dp_cfg(int W, int stage, const placement *p) {
+  return (zt_dp_cfg){.world = W, .zero_stage = stage, .optimizer = p->optimizer,
+                     .params = p->params, .gpu_units = p->gpu_units};
+}
+
+static int run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
+                     run_out *o, const char *what) {
+  char err[512];
+  for (int i = from; i < to; i++) {
+    zt_step_result r;
+    int rc = zt_trainer_step(t, tok + (size_t)i * per, &r, err, sizeof err);
+    if (MC_EXPECT(rc == 0, "%s: step %d: %s", what, i + 1, err)) return 1;
+    o->loss[i] = r.loss;
+    o->norm[i] = r.grad_norm;
+  }
+  return 0;
+}
+
+static int same_run(const run_out *a, const run_out *ref, int from, int to, const char *what) {
+  int fails = 0;
+  for (int i = from; i < to; i++)
+    fails += MC_EXPECT(a->loss[i] == ref->loss[i] && a->norm[i] == ref->norm[i],
+                       "%s: step %d loss %.17g norm %.17g, on the device %.17g %.17g", what,
+                       i + 1, a->loss[i], a->norm[i], ref->loss[i], ref->norm[i]);
+  return fails;
+}
+
+static float *state_of(zt_trainer *t) {
+  size_t n = zt_model_num_params(zt_trainer_model(t));
+  float *x = malloc(3 * n * sizeof *x);
+  if (!x || zt_trainer_get_state(t, x, x + n, x + 2 * n) < 0) exit(1);
+  return x;
+}
+
+/* Each rank's device and host bytes against the estimates. */
+static int bytes_match(zt_trainer *t, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                       const zt_dp_cfg *dc, const char *what) {
+  size_t dev = zt_dp_estimate_rank_bytes(mc, tc, dc, zt_backend_ops_of("cpu"));
+  size_t host = zt_dp_estimate_host_bytes(mc, tc, dc);
+  int fails = 0;
+  for (int r = 0; r < dc->world; r++)
+    fails += MC_EXPECT(zt_trainer_dp_rank_bytes(t, r) == dev &&
+                       zt_trainer_dp_host_bytes(t, r) == host,
+                       "%s: rank %d holds %zu device and %zu host bytes, estimated %zu and %zu",
+                       what, r, zt_trainer_dp_rank_bytes(t, r), zt_trainer_dp_host_bytes(t, r),
+                       dev, host);
+  return fails;
+}
+
+/* One world and stage: the on-device run, then each placement against it. */
+static int matrix(zt_arch arch, int W, int stage, zt_dtype dt) {
+  zt_model_cfg mc = dpt_model_cfg(arch);
+  zt_train_cfg tc = dpt_train_cfg(2, 0.5f, dt);
+  int32_t *tok = dpt_tokens(&mc, W * 2, 3 + (uint64_t)W);
+  size_t per = dpt_step_tokens(&mc, W * 2), n;
+  const char *dir = mc_tmpdir();
+  char what[200], path[600], err[512];
+  snprintf(path, sizeof path, "%s/ckpt", dir);
+  int fails = 0;
+  dpt_ranks x;
+  dpt_ranks_open(&x, W);
+  zt_dp_cfg dc = dp_cfg(W, stage, &on_device);
+  zt_trainer *t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
+  n = zt_model_num_params(zt_trainer_model(t));
+  int units = zt_model_num_units(zt_trainer_model(t));
+  size_t dev_bytes = zt_trainer_dp_rank_bytes(t, 0);
+  run_out ref;
+  describe(what, sizeof what, arch, W, stage, dt, &on_device);
+  fails += run_steps(t, tok, per, 0, DPT_STEPS, &ref, what);
+  float *want = state_of(t);
+  zt_trainer_close(t);
+
+  placement ps[5];
+  int np = 0;
+  ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 0};
+  ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_GPU, units / 2};
+  ps[np++] = (placement){ZT_PLACE_GPU, ZT_PLACE_GPU, 0};
+  if (stage == 3) {
+    ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0};
+    ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 1};
+  }
+  for (int i = 0; i < np; i++) {
+    describe(what, sizeof what, arch, W, stage, dt, &ps[i]);
+    dc = dp_cfg(W, stage, &ps[i]);
+    t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
+    fails += bytes_match(t, &mc, &tc, &dc, what);
+    if (ps[i].optimizer == ZT_PLACE_HOST)
+      fails += MC_EXPECT(zt_trainer_dp_rank_bytes(t, 0) < dev_bytes &&
+                         zt_trainer_dp_host_bytes(t, 0) > 0,
+                         "%s: %zu device bytes (%zu on the device alone), %zu host bytes", what,
+                         zt_trainer_dp_rank_bytes(t, 0), dev_bytes,
+                         zt_trainer_dp_host_bytes(t, 0));
+    run_out o;
+    fails += run_steps(t, tok, per, 0, SAVE_AT, &o, what);
+    fails += MC_EXPECT(zt_trainer_save(t, path, err, sizeof err) == 0, "%s: save: %s", what,
+                       err);
+    fails += run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what);
+    fails += same_run(&o, &ref, 0, DPT_STEPS, what);
+    float *got = state_of(t);
+    fails += MC_EXPECT(memcmp(got, want, 3 * n * sizeof *got) == 0,
+                       "%s: the final state is not the on-device run's", what);
+    free(got);
+    zt_trainer_close(t);
+    /* its checkpoint in the next placement (the same stage: another reduces the gradients in
+     * another order) */
+    const placement *q = &ps[(i + 1) % np];
+    dc = dp_cfg(W, stage, q);
+    t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
+    char what2[200];
+    describe(what2, sizeof what2, arch, W, stage, dt, q);
+    fails += MC_EXPECT(zt_trainer_load(t, path, err, sizeof err) == 0, "%s: load: %s", what2,
+                       err);
+    fails += run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what2);
+    fails += same_run(&o, &ref, SAVE_AT, DPT_STEPS, what2);
+    zt_trainer_close(t);
+    if (fails) fprintf(stderr, "in %s (loaded into %s)\n", what, what2);
+  }
+  free(want);
+  dpt_ranks_close(&x);
+  mc_rmtree(dir);
+  free(tok);
+  return fails;
+}
+
+static int refuses(const placement *p, int stage, int want_rc, const char *field) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 2);
+  zt_dp_cfg dc = dp_cfg(2, stage, p);
+  zt_trainer *t = (zt_trainer *)(uintptr_t)1; /* must come back NULL */
+  char err[512] = "";
+  int rc = zt_trainer_open_dp(&t, &mc, &tc, &dc, x.r, err, sizeof err);
+  dpt_ranks_close(&x);
+  size_t est = zt_dp_estimate_host_bytes(&mc, &tc, &dc);
+  return MC_EXPECT(rc == want_rc && !t && strstr(err, field) && est == SIZE_MAX,
+                   "stage %d optimizer %s params %s gpu_units %d: %d '%s' (estimate %zu), want "
+                   "%d naming %s", stage, zt_offload_place_name(p->optimizer),
+                   zt_offload_place_name(p->params), p->gpu_units, rc, err, est, want_rc, field);
+}
+
+static int bad_placements(void) {
+  int fails = 0;
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0}, 2, -EINVAL, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_GPU, ZT_PLACE_HOST, 0}, 3, -EINVAL, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0}, 1, -ENOTSUP, "dp.optimizer");
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_NVME, 0}, 3, -ENOTSUP, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, -1}, 2, -EINVAL, "dp.gpu_units");
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 99}, 2, -EINVAL, "dp.gpu_units");
+  return fails;
+}
+
+int main(void) {
+  static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
+  int fails = 0;
+  for (int a = 0; a < 2; a++)
+    for (int stage = 1; stage <= 3; stage++) fails += matrix(archs[a], 2, stage, ZT_F32);
+  fails += matrix(ZT_ARCH_GPT, 3, 3, ZT_F32);
+  fails += matrix(ZT_ARCH_ENCODER, 3, 2, ZT_BF16);
+  fails += bad_placements();
+  if (fails) {
+    fprintf(stderr, "%d failure(s)\n", fails);
+    return 1;
+  }
+  printf("dp offload: ok\n");
+  return 0;
+}
