@@ -300,7 +300,19 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
              (long long)json_integer_value(json_object_get(par, "gpus")), peers);
     printf("\n");
   }
-  if (off) {
+  if (off && world > 1) {
+    /* each rank's placement (engine/job/dp_placement.c) */
+    ztctl_fmt_bytes(host, sizeof host,
+                    json_number_value(json_object_get(off, "host_bytes_per_rank")));
+    int every = (int)json_integer_value(json_object_get(off, "ckpt_every"));
+    char ckpt[32] = "none";
+    if (every) snprintf(ckpt, sizeof ckpt, "every %d block(s)", every);
+    printf("offload: each rank keeps the optimizer of %d of %d units on its GPU and the rest's "
+           "in a host tier of %s; parameters on the %s; activation checkpointing %s\n",
+           (int)json_integer_value(json_object_get(off, "gpu_units")),
+           (int)json_integer_value(json_object_get(off, "units")), host,
+           json_string_value(json_object_get(off, "params")), ckpt);
+  } else if (off) {
     char act[32], units[32], arena[32], nvme[32];
     ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(off, "host_bytes")));
     ztctl_fmt_bytes(dev, sizeof dev, json_number_value(json_object_get(off, "device_bytes")));

@@ -789,6 +789,9 @@ static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__jo
   if (rc < 0) return rc;
   /* the stored spec records the count, so that a restart resumes the same split of the data */
   if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
+  if ((rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err,
+                                       errlen)) < 0)
+    return rc;
   if (!spec->has_offload && spec->train.ckpt_every == ZT_CKPT_AUTO)
     return resolve_auto_ckpt(jobs, spec, needs, err, errlen);
   return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
@@ -821,9 +824,23 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
       json_array_append_new(peers, json_string(spec.peers[i]));
     json_object_set_new(par, "peers", peers);
   }
+  int units = zt_model_num_units(m);
   zt_model_destroy(m);
   zt_offload_plan p;
-  if (j && spec.has_offload &&
+  if (j && spec.has_offload && zt__job_world(&spec) > 1) {
+    /* each rank's placement as resolved (engine/job/dp_placement.c) */
+    zt_train_cfg tc = zt__job_rank_train_cfg(&spec);
+    zt_dp_cfg dc = zt__job_dp_cfg(&spec, 0, 0);
+    json_object_set_new(
+        j, "offload",
+        json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I}", "optimizer",
+                  zt_offload_place_name(dc.optimizer), "params",
+                  zt_offload_place_name(dc.params), "units", units, "gpu_units",
+                  dc.optimizer == ZT_PLACE_HOST ? dc.gpu_units : units, "ckpt_every",
+                  tc.ckpt_every, "host_bytes_per_rank",
+                  (json_int_t)zt_dp_estimate_host_bytes(&spec.model, &tc, &dc),
+                  "device_bytes_per_rank", (json_int_t)needs.rank_bytes));
+  } else if (j && spec.has_offload &&
       zt_offload_estimate(&spec.model, &spec.train, &spec.offload,
                           zt_backend_ops_of(jobs->cfg.backend), &p, err, errlen) == 0)
     json_object_set_new(

@@ -66,7 +66,8 @@ static int64_t host_rss(void) {
 
 /* What the job holds now: its backends' figures (zt_backend_mem_stats) summed over its ranks
  * and per device; with offload (os) the device arena, the block the offloaded step
- * sub-allocates, counts as reserved and the pinned host tier as pinned. NULL: out of memory. */
+ * sub-allocates, counts as reserved and the pinned host tier as pinned (a parallel job's ranks'
+ * host tiers too). NULL: out of memory. */
 static json_t *memory_json(const runner *r, size_t backend_bytes, const zt_offload_stats *os) {
   uint64_t alloc = 0, peak = 0, reserved = 0, pinned = os ? os->host_pinned : 0, live = 0,
            total = 0;
@@ -87,6 +88,8 @@ static json_t *memory_json(const runner *r, size_t backend_bytes, const zt_offlo
     peak += b.peak;
     reserved += res;
     pinned += b.host_pinned;
+    /* a parallel job's offload host tier, per rank */
+    if (r->trainer && r->world > 1) pinned += zt_trainer_dp_host_bytes(r->trainer, r->rank0 + i);
     live += b.allocations;
     total += b.allocations_total;
   }
@@ -483,8 +486,7 @@ static int open_job(runner *r) {
     return rc;
   if (r->world > 1) {
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
-    zt_dp_cfg dpc = {.world = r->world, .zero_stage = s->zero_stage, .rank0 = r->rank0,
-                     .local = r->local};
+    zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
     rc = zt_trainer_open_dp(&r->trainer, &s->model, &tc, &dpc, r->ranks, r->err, sizeof r->err);
   } else if (s->has_offload) {
     rc = zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &oc, be, r->err,
@@ -727,7 +729,8 @@ out:
   if (r.losses) fclose(r.losses);
   free(r.batch);
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
-  if (r.trainer) zt_trainer_close(r.trainer); /* its NVMe files with it */
+  zt_trainer_close(r.trainer); /* its NVMe files with it */
+  r.trainer = NULL;
   publish_closed(&r);
   if (r.nvme_dir[0]) {
     int nrc = zt__store_remove_tree(r.nvme_dir);

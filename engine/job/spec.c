@@ -648,11 +648,6 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
   if (W == 1) return 0;
   char ranks[96];
   zt__job_ranks_text(s, ranks, sizeof ranks);
-  if (s->has_offload) {
-    snprintf(err, errlen, "offload with %s is not supported yet: an offloaded job runs on one "
-             "GPU (parallel.gpus 1, no peers)", ranks);
-    return -ENOTSUP;
-  }
   if (s->train.precision == ZT_F16) {
     snprintf(err, errlen, "train.precision \"fp16\" with %s is not supported (the loss scale is "
              "not shared between ranks yet); use bf16 or fp32", ranks);
@@ -726,18 +721,20 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   }
   if ((rc = check_parallel(s, cfg, err, errlen)) < 0) return rc;
   const char *what;
-  if (s->has_offload) return check_offload(s, cfg, needs, err, errlen);
+  int W = zt__job_world(s), on_cpu = strcmp(cfg->backend, "cuda") != 0;
+  if (s->has_offload && W == 1) return check_offload(s, cfg, needs, err, errlen);
   double limit = device_limit(cfg, &what);
   const zt_ops *ops = zt_backend_ops_of(cfg->backend);
-  int W = zt__job_world(s), on_cpu = strcmp(cfg->backend, "cuda") != 0;
   /* per rank; the whole model's rough count guards the estimate's arithmetic */
-  double need = rough_bytes(&s->model, &s->train);
+  double need = rough_bytes(&s->model, &s->train), host_tier = 0;
   if (need < 0x1p56 && W == 1) {
     need = (double)zt_trainer_estimate_bytes(&s->model, &s->train, ops);
   } else if (need < 0x1p56) {
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
-    zt_dp_cfg dpc = {.world = W, .zero_stage = s->zero_stage};
+    zt_dp_cfg dpc = zt__job_dp_cfg(s, 0, 0);
     need = (double)zt_dp_estimate_rank_bytes(&s->model, &tc, &dpc, ops);
+    /* this daemon's ranks' host tiers */
+    host_tier = (double)zt_dp_estimate_host_bytes(&s->model, &tc, &dpc) * s->gpus;
   }
   /* the cpu backend's ranks all live in host memory */
   double on_device = on_cpu ? need * W : need;
@@ -757,9 +754,16 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
                a, ranks, s->zero_stage, what, b);
     return -ENOMEM;
   }
+  if (host_tier > 0) {
+    double host = host_tier + (on_cpu ? on_device : 0);
+    limit = zt__jobs_host_limit(cfg, &what);
+    if ((rc = too_big(host, limit, what, "of host memory (the ranks' offload host tiers)", cfg,
+                      err, errlen)) < 0)
+      return rc;
+  }
   needs->rank_bytes = (size_t)need;
   needs->backend_bytes = (size_t)need * (size_t)s->gpus; /* this daemon's ranks */
-  needs->host_bytes = on_cpu ? needs->backend_bytes : 0;
+  needs->host_bytes = (size_t)host_tier + (on_cpu ? needs->backend_bytes : 0);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include "engine/job/jobs.h"
 #include "engine/model/model.h"
+#include "engine/train/dp.h"
 #include "engine/train/offload.h"
 #include "engine/train/trainer.h"
 
@@ -84,6 +85,18 @@ double zt__jobs_host_limit(const zt_jobs_config *cfg, const char **what);
 /* The training configuration each rank of a parallel job runs ("auto" activation
  * checkpointing, the offload planner's, means none without offload). */
 zt_train_cfg zt__job_rank_train_cfg(const zt_job_spec *s);
+
+/* A job of several ranks with an "offload" object: its placement resolved against
+ * offload.gpu_budget per GPU (what "auto" leaves open: everything on the GPU, which drops the
+ * offload object, or the most leading units' optimizer on the GPU and the rest's on the host,
+ * or for stage 3 the parameters on the host too; "activation_checkpointing" "auto": the least
+ * recompute with which a placement fits), the choice written into s. Without a budget "auto"
+ * puts the optimizer on the host. No-op for one rank or without offload. 0, or -EINVAL / -ENOTSUP naming the field, -ENOMEM with the numbers
+ * (engine/job/dp_placement.c). */
+int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, size_t errlen);
+/* The data-parallel configuration of a resolved spec, for the part running ranks
+ * rank0 .. rank0 + local - 1 (local 0: all). */
+zt_dp_cfg zt__job_dp_cfg(const zt_job_spec *s, int rank0, int local);
 
 /* "parallel.gpus 2", or with peers "4 ranks (parallel.gpus 2 on each of 2 daemons)" */
 void zt__job_ranks_text(const zt_job_spec *s, char *out, size_t outlen);

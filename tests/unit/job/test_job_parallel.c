@@ -1,7 +1,7 @@
 /* Jobs of several ranks ("parallel" in the spec) in the job layer, on a cpu registry of four
  * simulated ranks: every bad "parallel" refused naming the field; "all" stored as the count;
- * more ranks than the daemon has, offload or fp16 with several, and a cuda daemon without the
- * GPUs refused with the numbers; the per-rank estimate (zt_dp_estimate_rank_bytes) equal to
+ * more ranks than the daemon has, placements ranks cannot take, a gpu_budget too small, fp16
+ * with several, and a cuda daemon without the GPUs refused with the numbers; the per-rank estimate (zt_dp_estimate_rank_bytes) equal to
  * what the data-parallel trainer holds per rank for every stage, both archs, fp32 and bf16, with
  * and without activation checkpointing, and behind admission and plan; FIFO scheduling on the
  * ranks: two 2-rank jobs run side by side while a 3-rank job waits, cancelling releases the
@@ -51,10 +51,12 @@ static const bad_case k_bad[] = {
     {"{\"stage\": 2}", NULL, -EINVAL, "unknown field 'parallel.stage'"},
     {"{\"gpus\": 5}", NULL, -EINVAL,
      "parallel.gpus 5 is more than the 4 simulated ranks of this cpu daemon (ztd --cpu-ranks)"},
-    {"{\"gpus\": 2}", "\"offload\": {\"optimizer\": \"host\"}", -ENOTSUP,
-     "offload with parallel.gpus 2 is not supported yet"},
-    {"{\"gpus\": \"all\"}", "\"offload\": {\"optimizer\": \"host\"}", -ENOTSUP,
-     "offload with parallel.gpus 4 is not supported yet"},
+    {"{\"gpus\": 2}", "\"offload\": {\"optimizer\": \"host\", \"params\": \"host\"}",
+     -EINVAL, "offload.params: host with parallel.gpus 2 needs parallel.zero_stage 3"},
+    {"{\"gpus\": \"all\"}", "\"offload\": {\"optimizer\": \"host\", \"gpu_budget\": 1000}",
+     -ENOMEM, "offload.gpu_budget 1000 B per GPU is too small for parallel.gpus 4: with the "
+     "optimizer of 0 unit(s) on the GPU and the rest's on the host, the parameters on the GPU a "
+     "rank needs"},
 };
 
 static void check_refusals(zt_jobs *jobs) {

@@ -1,0 +1,143 @@
+/* Offload for a job of several ranks (engine/train/dp.h "Offload"): the spec's "offload" object
+ * resolved into each rank's placement at admission, so that the stored spec says what runs and a
+ * restart runs the same. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/job/spec.h"
+#include "engine/model/model.h"
+
+zt_dp_cfg zt__job_dp_cfg(const zt_job_spec *s, int rank0, int local) {
+  zt_dp_cfg d = {.world = zt__job_world(s), .zero_stage = s->zero_stage, .rank0 = rank0,
+                 .local = local};
+  if (s->has_offload) {
+    d.optimizer = s->offload.optimizer;
+    d.params = s->offload.params;
+    d.gpu_units = s->offload.gpu_units < 0 ? 0 : s->offload.gpu_units;
+  }
+  return d;
+}
+
+/* A rank's device bytes with this placement and activation checkpointing. */
+static size_t rank_bytes(const zt_job_spec *s, const zt_ops *ops, zt_offload_place opt,
+                         zt_offload_place params, int gpu_units, int ckpt_every) {
+  zt_train_cfg tc = s->train;
+  tc.ckpt_every = ckpt_every;
+  zt_dp_cfg d = {.world = zt__job_world(s), .zero_stage = s->zero_stage, .optimizer = opt,
+                 .params = params, .gpu_units = gpu_units};
+  return zt_dp_estimate_rank_bytes(&s->model, &tc, &d, ops);
+}
+
+/* The most leading units whose optimizer fits the budget on the device with the rest on the
+ * host (a rank's bytes grow with them), or -1 when not even none does. */
+static int most_gpu_units(const zt_job_spec *s, const zt_ops *ops, zt_offload_place params,
+                          int units, int ckpt_every, size_t budget) {
+  if (rank_bytes(s, ops, ZT_PLACE_HOST, params, 0, ckpt_every) > budget) return -1;
+  int lo = 0, hi = units; /* lo fits; find the largest that does */
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (rank_bytes(s, ops, ZT_PLACE_HOST, params, mid, ckpt_every) <= budget)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* The fastest placement that fits the budget with this checkpointing: everything on the device
+ * (*on_gpu set: no offload), else as many units' optimizer on the device as fit, else (stage 3)
+ * the host units' parameters on the host too. 0 with the choice in *o, or -ENOMEM. (The spec's
+ * parser refuses optimizer "gpu": that is the job without an offload object.) */
+static int fit(const zt_job_spec *s, const zt_ops *ops, int units, int ckpt_every,
+               zt_offload_cfg *o, int *on_gpu) {
+  const zt_offload_cfg *want = &s->offload;
+  size_t budget = want->gpu_budget;
+  *on_gpu = want->optimizer == ZT_PLACE_AUTO && want->gpu_units < 0 &&
+            want->params != ZT_PLACE_HOST &&
+            rank_bytes(s, ops, ZT_PLACE_GPU, ZT_PLACE_GPU, 0, ckpt_every) <= budget;
+  if (*on_gpu) return 0;
+  for (int ph = 0; ph < 2; ph++) {
+    zt_offload_place params = ph ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+    if (ph ? want->params == ZT_PLACE_GPU || s->zero_stage != 3
+           : want->params == ZT_PLACE_HOST)
+      continue;
+    int ng = want->gpu_units;
+    if (ng >= 0 ? rank_bytes(s, ops, ZT_PLACE_HOST, params, ng, ckpt_every) > budget
+                : (ng = most_gpu_units(s, ops, params, units, ckpt_every, budget)) < 0)
+      continue;
+    o->optimizer = ZT_PLACE_HOST;
+    o->params = params;
+    o->gpu_units = ng;
+    return 0;
+  }
+  return -ENOMEM;
+}
+
+int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, size_t errlen) {
+  zt_offload_cfg *o = &s->offload;
+  int W = zt__job_world(s);
+  if (!s->has_offload || W == 1) return 0;
+  char ranks[96];
+  zt__job_ranks_text(s, ranks, sizeof ranks);
+  if (o->optimizer == ZT_PLACE_NVME || o->params == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.%s: nvme with %s is not supported yet (gpu, host or auto)",
+             o->optimizer == ZT_PLACE_NVME ? "optimizer" : "params", ranks);
+    return -ENOTSUP;
+  }
+  if (o->params == ZT_PLACE_HOST && s->zero_stage != 3) {
+    snprintf(err, errlen, "offload.params: host with %s needs parallel.zero_stage 3 (stages 1-2 "
+             "keep every unit's parameters on every GPU)", ranks);
+    return -EINVAL;
+  }
+  zt_model *m;
+  int rc = zt_model_create(&m, &s->model, err, errlen);
+  if (rc < 0) return rc;
+  int units = zt_model_num_units(m), L = s->model.n_layers;
+  zt_model_destroy(m);
+  if (o->gpu_units > units) {
+    snprintf(err, errlen, "offload.gpu_units must be in [0, %d] (the model's units) (got %d)",
+             units, o->gpu_units);
+    return -EINVAL;
+  }
+  int auto_ckpt = s->train.ckpt_every == ZT_CKPT_AUTO;
+  if (!o->gpu_budget) {
+    /* no budget: auto means host for the optimizer (as with one rank), gpu for the rest */
+    o->optimizer = ZT_PLACE_HOST;
+    if (o->params == ZT_PLACE_AUTO) o->params = ZT_PLACE_GPU;
+    if (o->optimizer == ZT_PLACE_HOST && o->gpu_units < 0) o->gpu_units = 0;
+    if (auto_ckpt) s->train.ckpt_every = 0;
+    return 0;
+  }
+  /* the least recompute first (every L blocks recomputes 1, ... every 1 all L), and for each
+   * the fastest placement */
+  for (int i = 0; i <= (auto_ckpt ? L : 0); i++) {
+    int every = !auto_ckpt ? s->train.ckpt_every : i == 0 ? 0 : L + 1 - i;
+    zt_offload_cfg got = *o;
+    int on_gpu;
+    if (fit(s, ops, units, every, &got, &on_gpu) == 0) {
+      /* everything fits on the device: the job runs without offload, and its stored spec
+       * says so */
+      if (on_gpu) s->has_offload = 0;
+      *o = got;
+      s->train.ckpt_every = every;
+      return 0;
+    }
+  }
+  /* the least a rank can take with what the spec allows, for the message */
+  zt_offload_place params =
+      s->zero_stage == 3 && o->params != ZT_PLACE_GPU ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+  int every = auto_ckpt ? 1 : s->train.ckpt_every;
+  size_t least = rank_bytes(s, ops, ZT_PLACE_HOST, params, o->gpu_units > 0 ? o->gpu_units : 0,
+                            every);
+  char a[32], b[32];
+  zt__format_bytes(a, sizeof a, (double)least);
+  zt__format_bytes(b, sizeof b, (double)o->gpu_budget);
+  snprintf(err, errlen, "offload.gpu_budget %s per GPU is too small for %s: with the optimizer "
+           "of %d unit(s) on the GPU and the rest's on the host, the parameters %s%s a rank "
+           "needs %s", b, ranks, o->gpu_units > 0 ? o->gpu_units : 0,
+           params == ZT_PLACE_HOST ? "on the host" : "on the GPU",
+           every == 1 ? " and every block recomputed" : "", a);
+  return -ENOMEM;
+}

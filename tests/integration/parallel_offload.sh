@@ -1,0 +1,105 @@
+#!/bin/bash
+# Offload with several ranks through ztd (engine/train/dp.h "Offload", engine/job/
+# dp_placement.c) on a cpu daemon of two simulated ranks: ZeRO stages 1-3 with each rank's
+# optimizer on the host (all units, or all but the leading ones; stage 3 with the parameters on
+# the host too) train with losses bitwise those of the same job on the device; the stored spec
+# and plan say the placement; offload.gpu_budget per rank picks it ("auto": everything on the
+# device, dropping the offload, when it fits, else the most units' optimizer on the device, else
+# every block recomputed, else stage 3's parameters on the host, else refused with the numbers);
+# placements ranks cannot take are refused naming the field.
+. "$(dirname "$0")/lib.sh"
+
+start_ztd --cpu-ranks 2
+make_tokens "$ZT_TMP/gpl.zt"
+
+# ospec OUT STAGE OFFLOAD [STEPS]: a 2-rank job of the tiny model with grad_accum 2, clipping
+# and that "offload" object (empty: none)
+ospec() {
+  pspec "$1" "${4:-20}" 2 "{\"gpus\": 2, \"zero_stage\": $2}"
+  python3 - "$1" "$3" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["train"]["grad_clip"] = 0.5
+if sys.argv[2]:
+    s["offload"] = json.loads(sys.argv[2])
+json.dump(s, open(sys.argv[1], "w"))
+PY
+}
+
+# Refusals, at submit and plan alike.
+ospec "$ZT_TMP/nvme.json" 2 '{"optimizer": "nvme", "nvme_dir": "/tmp"}'
+ospec "$ZT_TMP/ph2.json" 2 '{"optimizer": "host", "params": "host"}'
+ospec "$ZT_TMP/grads.json" 1 '{"optimizer": "host", "grads": "gpu"}'
+ospec "$ZT_TMP/units.json" 1 '{"optimizer": "host", "gpu_units": 9}'
+for op in submit plan; do
+  expect_fail 1 "offload.optimizer: nvme with parallel.gpus 2 is not supported yet" \
+    ztctl "$op" "$ZT_TMP/nvme.json"
+  expect_fail 1 "offload.params: host with parallel.gpus 2 needs parallel.zero_stage 3" \
+    ztctl "$op" "$ZT_TMP/ph2.json"
+  expect_fail 1 "offload.grads: gpu keeps the optimizer on the device" \
+    ztctl "$op" "$ZT_TMP/grads.json"
+  expect_fail 1 "offload.gpu_units must be in [0, 4]" ztctl "$op" "$ZT_TMP/units.json"
+done
+
+# gpu_budget per rank: what auto picks as the budget shrinks (stage 3, "auto" checkpointing).
+budget_plan() {
+  ospec "$ZT_TMP/b.json" 3 "{\"gpu_budget\": $1}"
+  python3 - "$ZT_TMP/b.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["train"]["activation_checkpointing"] = {"every": "auto"}
+json.dump(s, open(sys.argv[1], "w"))
+PY
+  ztctl --json plan "$ZT_TMP/b.json"
+}
+python3 - "$(budget_plan 1000000)" "$(budget_plan 900000)" "$(budget_plan 800000)" \
+  "$(budget_plan 700000)" <<'PY' || fail "placements by budget"
+import json, sys
+plans = [json.loads(a) for a in sys.argv[1:]]
+# all on the device: no offload left
+got = [(p["offload"]["optimizer"], p["offload"]["params"], p["offload"]["gpu_units"],
+        p["offload"]["ckpt_every"]) if "offload" in p else "no offload" for p in plans]
+print("\n".join("budget plan: %s, %d bytes per rank" % (g, p["parallel"]["rank_bytes"][0])
+                for g, p in zip(got, plans)))
+for p, b in zip(plans, [1000000, 900000, 800000, 700000]):
+    assert p["parallel"]["rank_bytes"][0] <= b, (p, b)
+# the tiny model's activations outweigh its state: all on the device, then 1 unit's optimizer
+# on the device, then every block recomputed, then the parameters on the host too
+assert got == ["no offload", ("host", "gpu", 1, 0), ("host", "gpu", 1, 1),
+               ("host", "host", 0, 1)], got
+assert 0 < plans[1]["offload"]["host_bytes_per_rank"] < plans[3]["offload"]["host_bytes_per_rank"]
+PY
+expect_fail 1 "offload.gpu_budget 585.94 KiB per GPU is too small for parallel.gpus 2: with the \
+optimizer of 0 unit(s) on the GPU and the rest's on the host, the parameters on the host and \
+every block recomputed a rank needs" budget_plan 600000
+ospec "$ZT_TMP/h3.json" 3 '{"optimizer": "host", "params": "host", "gpu_units": 1}'
+ztctl plan "$ZT_TMP/h3.json" | grep -q "offload: each rank keeps the optimizer of 1 of 4 units on its GPU and the rest's in a host tier of .*; parameters on the host" ||
+  fail "ztctl plan: $(ztctl plan "$ZT_TMP/h3.json")"
+
+# Training: each stage on the device and offloaded, one after the other on the two ranks.
+jobs=()
+for cfg in "1 " '1 {"optimizer": "host"}' "2 " '2 {"optimizer": "host", "gpu_units": 2}' \
+  "3 " '3 {"optimizer": "host", "params": "host", "gpu_units": 1}' \
+  '3 {"optimizer": "auto"}'; do
+  ospec "$ZT_TMP/t${#jobs[@]}.json" "${cfg%% *}" "${cfg#* }"
+  jobs+=("$(new_job "$ZT_TMP/t${#jobs[@]}.json")") || exit 1
+done
+for j in "${jobs[@]}"; do wait_end "$j" done 300; done
+shows=()
+for j in "${jobs[@]}"; do shows+=("$(ztctl --json show "$j")"); done
+python3 - "${shows[@]}" <<'PY' || fail "offloaded losses"
+import json, sys
+j = [json.loads(a) for a in sys.argv[1:]]
+pairs = [(0, 1), (2, 3), (4, 5), (4, 6)]
+for a, b in pairs:
+    la, lb = j[a]["losses"], j[b]["losses"]
+    assert len(la) == 20 and la == lb, (a, b, la, lb)
+    print("stage %d: %s bitwise the job on the device" %
+          (j[b]["spec"]["parallel"]["zero_stage"], json.dumps(j[b]["spec"]["offload"])))
+# the stored spec records the placement as resolved
+assert j[1]["spec"]["offload"]["optimizer"] == "host" and j[1]["spec"]["offload"]["gpu_units"] == 0
+assert j[6]["spec"]["offload"]["optimizer"] == "host" and j[6]["spec"]["offload"]["params"] == "gpu"
+PY
+for j in "${jobs[@]}"; do check_learned "$j"; done
+stop_ztd
+echo "parallel_offload: ok"
