@@ -3,7 +3,10 @@
  * the same tokens, STEPS steps: per-step losses within TOL_F32 / TOL_BF16 relative (NCCL adds
  * the two ranks' gradients where one GPU adds two micro-batches, and bf16 rounds what follows),
  * and the first step's loss bitwise (nothing has been reduced yet). Each rank's backend bytes
- * fall with the stage. Skips (77) with fewer than two GPUs or without NCCL. */
+ * fall with the stage. Each stage offloaded (the optimizer on the host for all units or all but
+ * the leading ones, stage 3 with the parameters on the host too) gives the losses of the same
+ * stage on the devices within the tolerance, with fewer device bytes (the estimates exact).
+ * Skips (77) with fewer than two GPUs or without NCCL. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -66,6 +69,51 @@ static int train(zt_trainer *t, const int32_t *tok, size_t per, double *loss, co
   return 0;
 }
 
+/* The stage's offloaded placements (dp.h "Offload") against its run on the devices: the same
+ * losses within the tolerance (the host's AdamW and norm round otherwise than the GPU's), fewer
+ * device bytes, a host tier. */
+static int offloaded(const zt_model_cfg *mc, const zt_train_cfg *tc, int stage,
+                     const int32_t *tok, size_t per, const double *ref, size_t dev_bytes,
+                     const char *on_device) {
+  static const struct {
+    zt_offload_place params;
+    int gpu_units, stage3;
+  } places[] = {{ZT_PLACE_GPU, 0, 0}, {ZT_PLACE_GPU, 4, 0}, {ZT_PLACE_HOST, 0, 1},
+                {ZT_PLACE_HOST, 3, 1}};
+  char err[512], what[160];
+  int fails = 0;
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    if (places[i].stage3 && stage != 3) continue;
+    zt_dp_cfg dpc = {.world = W, .zero_stage = stage, .optimizer = ZT_PLACE_HOST,
+                     .params = places[i].params, .gpu_units = places[i].gpu_units};
+    zt_trainer *t = NULL;
+    snprintf(what, sizeof what, "%s, optimizer host (gpu_units %d) params %s", on_device,
+             places[i].gpu_units, zt_offload_place_name(places[i].params));
+    if (MC_EXPECT(zt_trainer_open_dp(&t, mc, tc, &dpc, g_ranks, err, sizeof err) == 0,
+                  "%s: %s", what, err))
+      return fails + 1;
+    double got[STEPS], worst = 0, tol = tc->precision == ZT_F32 ? TOL_F32 : TOL_BF16;
+    fails += train(t, tok, per, got, what);
+    for (int s = 0; s < STEPS; s++) {
+      double rel = fabs(got[s] - ref[s]) / fabs(ref[s]);
+      if (rel > worst) worst = rel;
+    }
+    size_t bytes = zt_trainer_dp_rank_bytes(t, 0), host = zt_trainer_dp_host_bytes(t, 1);
+    fails += MC_EXPECT(worst <= tol && got[0] == ref[0], "%s: losses differ by %.3g relative "
+                       "(limit %g), first %.17g vs %.17g", what, worst, tol, got[0], ref[0]);
+    fails += MC_EXPECT(bytes < dev_bytes && host > 0 &&
+                       host == zt_dp_estimate_host_bytes(mc, tc, &dpc) &&
+                       bytes == zt_dp_estimate_rank_bytes(mc, tc, &dpc,
+                                                          zt_backend_ops_of("cuda")),
+                       "%s: rank bytes %zu (on the devices %zu), host bytes %zu", what, bytes,
+                       dev_bytes, host);
+    printf("  %-70s max loss difference %.3g, rank 0 %zu device + %zu host bytes\n", what,
+           worst, bytes, host);
+    zt_trainer_close(t);
+  }
+  return fails;
+}
+
 static int check(zt_arch arch, zt_dtype dt) {
   char err[512], what[96];
   int fails = 0;
@@ -115,6 +163,7 @@ static int check(zt_arch arch, zt_dtype dt) {
     prev_bytes = bytes;
     printf("%-28s max loss difference %.3g, rank 0 backend bytes %zu\n", what, worst, bytes);
     zt_trainer_close(t);
+    fails += offloaded(&mc, &per_rank, stage, tok, per, got, bytes, what);
   }
   free(tok);
   return fails;

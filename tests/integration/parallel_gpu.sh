@@ -2,7 +2,8 @@
 # Jobs of several GPUs on a cuda ztd that owns two (--gpus 0,1), over NCCL: a "parallel":
 # {"gpus": 2} job learns at ZeRO stages 1, 2 and 3 with the losses of a one-GPU job with
 # grad_accum 2 on the same file (the first bitwise, the next 7 within 1e-5 relative: NCCL adds
-# the two GPUs' gradients where one GPU adds two micro-batches, as tests/gpu/test_cuda_dp.c);
+# the two GPUs' gradients where one GPU adds two micro-batches, as tests/gpu/test_cuda_dp.c),
+# and so do stage 2 with the optimizer on the host and stage 3 with the parameters there too;
 # plan gives each GPU's bytes; two one-GPU jobs run side by side while a two-GPU job waits;
 # three GPUs are refused. Skips (77) without two GPUs.
 . "$(dirname "$0")/lib.sh"
@@ -34,11 +35,22 @@ assert len(par["rank_bytes"]) == 2 and p["backend_bytes"] == sum(par["rank_bytes
     fail "plan of stage $stage: $(ztctl --json plan "$ZT_TMP/s$stage.json")"
 done
 
+# Offloaded (engine/train/dp.h "Offload"): stage 2 with the optimizer of all but the first
+# unit on the host, stage 3 with the parameters on the host too.
+python3 - "$ZT_TMP" <<'PY'
+import json, sys
+for stage, off in ((2, {"optimizer": "host", "gpu_units": 1}),
+                   (3, {"optimizer": "host", "params": "host"})):
+    s = json.load(open("%s/s%d.json" % (sys.argv[1], stage)))
+    s["offload"] = off
+    json.dump(s, open("%s/o%d.json" % (sys.argv[1], stage), "w"))
+PY
+
 # FIFO on two GPUs: the reference (one GPU) first, then the stages one after the other.
 ref=$(new_job "$ZT_TMP/ref.json") || exit 1
 stages=()
-for stage in 1 2 3; do
-  j=$(new_job "$ZT_TMP/s$stage.json") || exit 1
+for s in s1 s2 s3 o2 o3; do
+  j=$(new_job "$ZT_TMP/$s.json") || exit 1
   stages+=("$j")
 done
 for j in "$ref" "${stages[@]}"; do wait_end "$j" done 300; done
@@ -50,13 +62,13 @@ def losses(d):
     return [float(l.split()[1]) for l in open(d if d.endswith(".log") else d + "/losses.log")]
 ref = losses(sys.argv[1])
 assert len(ref) == 20, ref
-for stage, d in enumerate(sys.argv[2:], 1):
+for stage, d in zip((1, 2, 3, "2 offloaded", "3 offloaded"), sys.argv[2:]):
     l = losses(d)
     assert len(l) == 20, (stage, l)
     assert l[0] == ref[0], (stage, l[0], ref[0])
     worst = max(abs(a - b) / abs(b) for a, b in zip(l[:8], ref[:8]))
     assert worst <= 1e-5, (stage, worst, l, ref)
-    print("stage %d: first loss bitwise, 8 within %.2g of one GPU with grad_accum 2" % (stage, worst))
+    print("stage %s: first loss bitwise, 8 within %.2g of one GPU with grad_accum 2" % (stage, worst))
 PY
 for j in "$ref" "${stages[@]}"; do check_learned "$j"; done
 
