@@ -13,7 +13,7 @@ tests_only=${2:-}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
-b=build-gpu
+b=${ZT_GPU_BUILD:-build-gpu}  # another build of the same tree: ZT_GPU_BUILD
 nvidia-smi -L
 echo "cpus: nproc $(nproc), online $(cat /sys/devices/system/cpu/online), $(grep -c ^processor /proc/cpuinfo) in cpuinfo"
 fails=0

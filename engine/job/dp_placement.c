@@ -106,9 +106,8 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
     /* no budget: auto means host for the optimizer (as with one rank), gpu for the rest */
     o->optimizer = ZT_PLACE_HOST;
     if (o->params == ZT_PLACE_AUTO) o->params = ZT_PLACE_GPU;
-    if (o->optimizer == ZT_PLACE_HOST && o->gpu_units < 0) o->gpu_units = 0;
-    if (auto_ckpt) s->train.ckpt_every = 0;
-    return 0;
+    if (o->gpu_units < 0) o->gpu_units = 0;
+    return 0; /* "auto" checkpointing: the least recompute that fits the device (jobs.c) */
   }
   /* the least recompute first (every L blocks recomputes 1, ... every 1 all L), and for each
    * the fastest placement */

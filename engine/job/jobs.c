@@ -750,8 +750,9 @@ static json_t *held_json(const zt__job *job) {
   return a;
 }
 
-/* "activation_checkpointing": {"every": "auto"} without offload: the least recompute that fits
- * the device (the offload planner decides it with its plan otherwise). No checkpointing first,
+/* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
+ * gpu_budget): the least recompute that fits the device (the offload planner decides it with
+ * its plan otherwise). No checkpointing first,
  * then the fewest blocks recomputed (every L blocks recomputes 1, every L-1 2, ... every 1 all
  * L); the job is refused with the numbers of every block recomputed when even that does not
  * fit. The stored spec records the choice, so a restart runs the same. */
@@ -792,7 +793,9 @@ static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__jo
   if ((rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err,
                                        errlen)) < 0)
     return rc;
-  if (!spec->has_offload && spec->train.ckpt_every == ZT_CKPT_AUTO)
+  /* an offloaded job of one rank has it from its planner, of several from its gpu_budget
+   * (zt__job_resolve_dp_offload) */
+  if ((!spec->has_offload || zt__job_world(spec) > 1) && spec->train.ckpt_every == ZT_CKPT_AUTO)
     return resolve_auto_ckpt(jobs, spec, needs, err, errlen);
   return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
 }
