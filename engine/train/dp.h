@@ -74,14 +74,19 @@
  * A host unit's gradients are reduced on the device as in its stage (stage 1: the all-reduced
  * padded copy; 2-3: reduce-scattered into one of two chunk buffers) and copied to the host on
  * the rank's copy engine (offload/copy_engine.h) behind the collective, while the device goes
- * on; later micro-batches land in a host staging buffer added after the micro-batch, in the
- * order the device adds them. After the exchange the rank's host units are updated by the CPU
- * AdamW (offload/cpu_adam.h, a worker pool the part's ranks share; the bf16 compute copy
- * written in the same pass) while the device units are updated by the backend, then the
- * updated chunks go to the device before the stage's parameter all-gather. The norm is each
- * unit's sum of squares where its gradients are, added in unit order. On the CPU backend
- * every step is bitwise that of the trainer without offload (cpu_adam is the backend's AdamW
- * bit for bit). The updates wait for the whole backward: the exchanged norm comes first.
+ * on; later micro-batches land in a host staging buffer, added unit by unit in the order the
+ * device adds them. The backward takes each host unit up a few units behind itself (waits for
+ * its copy, adds, takes its sum of squares); the norm is the units' sums added in unit order
+ * wherever the gradients are. The host units are updated by the CPU AdamW (offload/cpu_adam.h,
+ * a worker pool the part's ranks share; the bf16 compute copy written in the same pass) and
+ * the device units by the backend; then each host unit's updated chunk goes to the device and,
+ * stages 1-2, is all-gathered as soon as its update is done, while the pool updates the next.
+ * Without clipping a host unit's update starts when the backward takes it up, overlapping the
+ * rest of the backward; with clipping all wait for the exchanged norm. A gradient that is not
+ * finite then stops a rank's updates; if any rank had updated a unit the step fails (-EIO, the
+ * trainer refuses further steps), else it is refused as without offload (-ERANGE). On the CPU
+ * backend every step is bitwise that of the trainer without offload (cpu_adam is the backend's
+ * AdamW bit for bit).
  * params ZT_PLACE_HOST (zero_stage 3 with optimizer host): the host units' parameters are not
  * on the device between uses either. Before a host unit is all-gathered, the rank's chunk (fp32
  * and the compute copy) is copied from the host masters into one of two device chunk buffers on

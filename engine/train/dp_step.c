@@ -25,13 +25,20 @@
  * collective reads or writes starts 16-byte aligned in either type. */
 #define DP_ALIGN 8
 
-/* A rank's record in the exchange after the backward: its sum of squares, non-finite flag and
- * its part's step flags (an unsigned int: exact in a double), then for each of its
- * micro-batches the mean loss and whether it counted. */
+/* A rank's record in the exchange after the backward: its sum of squares, non-finite flag, its
+ * part's step flags (an unsigned int: exact in a double) and the host units its AdamW updated
+ * during the backward, then for each of its micro-batches the mean loss and whether it
+ * counted. */
 #define X_SUMSQ 0
 #define X_NONFINITE 1
 #define X_FLAGS 2
-#define X_MICRO 3
+#define X_UPDATED 3
+#define X_MICRO 4
+
+/* How many units behind the one the backward just queued a host unit's gradients are taken up
+ * (waited for, added, summed, their AdamW started): the device always has the next unit's work
+ * queued when the host waits for a copy. */
+#define TAKE_UP_LAG 2
 
 /* The head of a part's state call, broadcast from global rank 0 in the exchange buffer (free
  * between steps, and at least X_MICRO + 2 doubles): what the call is and, for a gather, which
@@ -93,7 +100,13 @@ typedef struct dp_rank_state {
   int chunk_unit[2];        /* the unit staged in each, -1 none */
   int64_t chunk_tick[2], h2d_last, d2h_last; /* copy tickets; 0 none */
   int dir;                  /* the walk: 1 forward, -1 backward */
-  zt_cpu_adam_task *tasks;  /* one per AdamW call of a host unit */
+  zt_cpu_adam_task *tasks;  /* per AdamW call (segs), those of host units */
+  int *first_seg;           /* unit u's calls: segs[first_seg[u] .. first_seg[u + 1]) */
+  int64_t *unit_tick;       /* per unit: the D2H ticket of its gradients this micro-batch */
+  double *usumsq;           /* per host unit: its sum of squares, taken up in the backward */
+  char *submitted;          /* per unit: its host AdamW started this step */
+  int take_up;              /* the next unit (walking down) the backward takes up */
+  int updated, nonfinite;   /* host units updated during the backward; one was not finite */
   int slot_unit[2];         /* 3: the unit in each slot, -1 none */
   int embed_gathered;
   adam_seg *segs;
@@ -180,7 +193,8 @@ static int build_segs(dp_rank_state *k) {
   const zt_model *m = k->view.model;
   int nt = zt_model_num_tensors(m);
   k->segs = calloc((size_t)nt, sizeof *k->segs);
-  if (!k->segs) return -ENOMEM;
+  k->first_seg = calloc((size_t)s->nu + 1, sizeof *k->first_seg);
+  if (!k->segs || !k->first_seg) return -ENOMEM;
   for (int i = 0; i < nt; i++) {
     const zt_tensor_info *ti = zt_model_tensor(m, i);
     const zt_shard *sh = zt_shard_at(s->tab, ti->unit, k->r);
@@ -196,6 +210,11 @@ static int build_segs(dp_rank_state *k) {
     }
     k->segs[k->nsegs++] =
         (adam_seg){.unit = ti->unit, .off = lo - sh->unit_off, .n = hi - lo, .decay = ti->decay};
+  }
+  /* the calls follow the tensors, which follow the units */
+  for (int u = s->nu, i = k->nsegs; u >= 0; u--) {
+    while (i > 0 && k->segs[i - 1].unit >= u) i--;
+    k->first_seg[u] = i;
   }
   return 0;
 }
@@ -273,7 +292,11 @@ static int host_open(dp_rank_state *k) {
               : zt_copy_cpu_open(&k->copy, 0);
   if (rc < 0) return rank_fail(k, rc, "opening the copy engine failed: %s", strerror(-rc));
   k->tasks = calloc((size_t)k->nsegs, sizeof *k->tasks);
-  if (!k->tasks) return rank_fail(k, -ENOMEM, "out of host memory");
+  k->unit_tick = calloc((size_t)s->nu, sizeof *k->unit_tick);
+  k->usumsq = calloc((size_t)s->nu, sizeof *k->usumsq);
+  k->submitted = calloc((size_t)s->nu, 1);
+  if (!k->tasks || !k->unit_tick || !k->usumsq || !k->submitted)
+    return rank_fail(k, -ENOMEM, "out of host memory");
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
   return 0;
 }
@@ -366,6 +389,10 @@ static void rank_close(dp_rank_state *k) {
   zt_host_arena_close(k->host);
   if (k->own_hbe) zt_backend_close(&k->hbe);
   free(k->tasks);
+  free(k->first_seg);
+  free(k->unit_tick);
+  free(k->usumsq);
+  free(k->submitted);
   zt_acts_close(k->view.acts);
   free(k->view.h_tok);
   free(k->view.h_tgt);
@@ -564,7 +591,72 @@ static int grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
   float *h = (j == 0 ? k->hgrad : k->hstage) + host_at(s, zt_shard_at(s->tab, u, k->r));
   int64_t t = k->copy->ops->d2h(k->copy, h, dev, s->tab->chunk[u] * sizeof(float));
   if (t < 0) return copy_fail(k, (int)t, "copying gradients to the host");
-  k->d2h_last = t;
+  k->d2h_last = k->unit_tick[u] = t;
+  return 0;
+}
+
+/* Starts host unit u's AdamW on the pool (its calls in k->tasks). */
+static int submit_adam(dp_rank_state *k, int u, float scale) {
+  const dp_state *s = k->s;
+  const zt_train_cfg *c = &k->view.tc;
+  size_t base = host_at(s, zt_shard_at(s->tab, u, k->r));
+  for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
+    const adam_seg *g = &k->segs[i];
+    size_t at = base + g->off;
+    zt_cpu_adam_task *task = &k->tasks[i];
+    *task = (zt_cpu_adam_task){
+        .p = k->hm + at, .g = k->hgrad + at, .m = k->hmom + at, .v = k->hvar + at,
+        .p_bf16 = k->hlp ? k->hlp + at : NULL, .n = g->n, .isa = ZT_CPU_ISA_AUTO,
+        .h = {.lr = s->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+              .weight_decay = g->decay ? c->weight_decay : 0.0f, .step = s->adam_step,
+              .grad_scale = scale}};
+    int rc = zt_cpu_adam_submit(s->pool, task);
+    if (rc < 0) {
+      while (--i >= k->first_seg[u]) zt_cpu_adam_wait(s->pool, &k->tasks[i]);
+      return rank_fail(k, rc, "the host AdamW: %s", strerror(-rc));
+    }
+  }
+  k->submitted[u] = 1;
+  return 0;
+}
+
+static void wait_adam(dp_rank_state *k, int u) {
+  if (!k->submitted[u]) return;
+  for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++)
+    zt_cpu_adam_wait(k->s->pool, &k->tasks[i]);
+  k->submitted[u] = 0;
+}
+
+/* Host unit u's gradients of micro-batch j have landed (waited for): a later micro-batch's are
+ * added to the running sum as the device adds its units'; after the last one its sum of squares
+ * is taken and, when the update may overlap the backward (no clipping: no norm needed first),
+ * its AdamW starts unless a gradient of this rank was not finite. */
+static int take_up_unit(dp_rank_state *k, int u, int j) {
+  const dp_state *s = k->s;
+  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  size_t at = host_at(s, sh), c = s->tab->chunk[u];
+  int rc = k->copy->ops->wait(k->copy, ZT_COPY_D2H, k->unit_tick[u]);
+  if (rc < 0) return copy_fail(k, rc, "copying gradients to the host");
+  if (j > 0 && s->dc.zero_stage >= 2)
+    k->hbe.ops->add(k->hbe.ctx, k->hgrad + at, k->hgrad + at, k->hstage + at, c);
+  if (j < k->view.tc.grad_accum - 1) return 0;
+  int nf = 0;
+  k->usumsq[u] = sh->count ? k->hbe.ops->sum_squares(k->hbe.ctx, k->hgrad + at, sh->count, &nf)
+                           : 0.0;
+  k->nonfinite |= nf;
+  if (k->view.tc.grad_clip > 0 || k->nonfinite) return 0;
+  if ((rc = submit_adam(k, u, 1.0f)) == 0) k->updated++;
+  return rc;
+}
+
+/* Takes up the host units the backward of micro-batch j has copied, down to unit `to`. */
+static int take_up_to(dp_rank_state *k, int to, int j) {
+  const dp_state *s = k->s;
+  if (s->dc.zero_stage == 1 && j < k->view.tc.grad_accum - 1) return 0; /* nothing copied */
+  for (; k->take_up >= to && k->take_up >= s->ng; k->take_up--) {
+    int rc = take_up_unit(k, k->take_up, j);
+    if (rc < 0) return rc;
+  }
   return 0;
 }
 
@@ -601,12 +693,6 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
   rc = co->reduce_scatter(k->comm.ctx, g, j == 0 ? shard : k->gscratch, c, k->stream);
   if (rc == 0 && j > 0) be->ops->add(be->ctx, shard, shard, k->gscratch, c);
   return rc < 0 ? comm_fail(k, rc, "reducing gradients") : 0;
-}
-
-/* Every gradient copy queued has landed on the host. */
-static int wait_grads(dp_rank_state *k) {
-  int rc = k->d2h_last ? k->copy->ops->wait(k->copy, ZT_COPY_D2H, k->d2h_last) : 0;
-  return rc < 0 ? copy_fail(k, rc, "copying gradients to the host") : 0;
 }
 
 /* Micro-batch j of this rank: forward, loss, backward, the gradients reduced unit by unit. The
@@ -646,6 +732,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   if (stage >= 2 && s->tied)
     be->ops->zero(be->ctx, k->gembed, s->tab->chunk[0] * (size_t)W * sizeof(float));
   k->dir = -1;
+  k->take_up = s->nu - 1;
   for (int u = s->nu - 1; u >= 0; u--) {
     if ((rc = unit_params(k, u, &p, &lp)) < 0 || (rc = prefetch(k, u - 1)) < 0) return rc;
     float *g = unit_grads(k, u);
@@ -653,19 +740,17 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
       be->ops->zero(be->ctx, g, s->tab->chunk[u] * (size_t)W * sizeof(float));
     if (counted)
       zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp, s->tied ? unit_grads(k, 0) : NULL);
-    if ((rc = unit_grads_done(k, u, j)) < 0) return rc;
+    if ((rc = unit_grads_done(k, u, j)) < 0 ||
+        (s->host_n && (rc = take_up_to(k, u + TAKE_UP_LAG + 1, j)) < 0))
+      return rc;
   }
-  /* a later micro-batch's host gradients added as the device adds its units' */
-  if (j > 0 && k->hstage) {
-    if ((rc = wait_grads(k)) < 0) return rc;
-    k->hbe.ops->add(k->hbe.ctx, k->hgrad, k->hgrad, k->hstage, s->host_n);
-  }
-  return 0;
+  return s->host_n ? take_up_to(k, 0, j) : 0;
 }
 
 /* The step's scalars from every rank's record, added in rank and micro-batch order (the loss
- * then is the sum a single trainer makes), and the OR of the flags. */
-static int exchange(dp_rank_state *k, double *rec, int *nonfinite) {
+ * then is the sum a single trainer makes), the OR of the flags, whether any gradient was not
+ * finite and whether any rank updated units during the backward. */
+static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   size_t R = s->rec, bytes = R * sizeof(double);
@@ -678,12 +763,13 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite) {
     return rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
   double sumsq = 0, loss = 0;
   int micros = 0;
-  *nonfinite = 0;
+  *nonfinite = *updated = 0;
   k->flags = 0;
   for (int r = 0; r < s->dc.world; r++) {
     const double *x = k->h_xchg + (size_t)r * R;
     sumsq += x[X_SUMSQ];
     *nonfinite |= x[X_NONFINITE] != 0;
+    *updated |= x[X_UPDATED] != 0;
     k->flags |= (unsigned)x[X_FLAGS];
     for (int j = 0; j < k->view.tc.grad_accum; j++)
       if (x[X_MICRO + 2 * j + 1] != 0) {
@@ -696,29 +782,32 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite) {
   return 0;
 }
 
-/* The host units' updated chunks to the device's parameters (unless params host: they are
- * copied before each gather), ordered before the all-gather on the stream. */
-static int upload_host_units(dp_rank_state *k) {
+/* Host unit u's updated chunk to the device's parameters (unless params host: it is copied
+ * before each gather), ordered before its all-gather on the stream. */
+static void upload_unit(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  size_t ds = zt_dtype_size(k->view.tc.precision);
-  if (!s->host_n || s->params_host) return 0;
-  if (s->dc.zero_stage == 3) {
-    /* the host units' chunks follow the device units' in the packed layout */
-    be->ops->to_device(be->ctx, k->params + s->dev_packed, k->hm, s->host_n * sizeof(float));
-    if (k->hlp)
-      be->ops->to_device(be->ctx, lp_of(k, k->params_lp, s->dev_packed), k->hlp,
-                         s->host_n * ds);
-    return 0;
-  }
-  for (int u = s->ng; u < s->nu; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u], at = host_at(s, sh);
-    be->ops->to_device(be->ctx, k->params + sh->padded_off, k->hm + at, c * sizeof(float));
-    if (k->hlp)
-      be->ops->to_device(be->ctx, lp_of(k, k->params_lp, sh->padded_off), k->hlp + at, c * ds);
-  }
-  return 0;
+  if (s->params_host) return;
+  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  size_t c = s->tab->chunk[u], at = host_at(s, sh), dev = param_at(k, sh);
+  be->ops->to_device(be->ctx, k->params + dev, k->hm + at, c * sizeof(float));
+  if (k->hlp)
+    be->ops->to_device(be->ctx, lp_of(k, k->params_lp, dev), k->hlp + at,
+                       c * zt_dtype_size(k->view.tc.precision));
+}
+
+/* Stages 1-2: every rank gets unit u's updated parameters back. */
+static int gather_updated(dp_rank_state *k, int u) {
+  const dp_state *s = k->s;
+  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  size_t at = s->tab->padded_unit[u], c = s->tab->chunk[u];
+  int rc = k->comm.ops->all_gather(k->comm.ctx, k->params + sh->padded_off, k->params + at,
+                                   c * sizeof(float), k->stream);
+  if (rc == 0 && k->params_lp)
+    rc = k->comm.ops->all_gather(k->comm.ctx, lp_of(k, k->params_lp, sh->padded_off),
+                                 lp_of(k, k->params_lp, at),
+                                 c * zt_dtype_size(k->view.tc.precision), k->stream);
+  return rc < 0 ? comm_fail(k, rc, "gathering the updated parameters") : 0;
 }
 
 static int rank_step(dp_rank_state *k) {
@@ -735,50 +824,50 @@ static int rank_step(dp_rank_state *k) {
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
   k->embed_gathered = 0;
   if (stage == 1) o->zero(be->ctx, k->grads, s->tab->padded_total * sizeof(float));
+  k->updated = k->nonfinite = 0;
   for (int j = 0; j < c->grad_accum; j++)
     if ((rc = rank_micro(k, j, rec)) < 0) return rc;
-  if ((rc = wait_grads(k)) < 0) return rc;
-  /* the norm over this rank's real gradient elements, unit by unit wherever they are */
+  /* the norm over this rank's real gradient elements, unit by unit wherever they are (a host
+   * unit's summed when the backward took it up) */
   for (int u = 0; u < s->nu; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     int nf = 0;
     if (!sh->count) continue;
     if (on_host(s, u))
-      rec[X_SUMSQ] += k->hbe.ops->sum_squares(k->hbe.ctx, k->hgrad + host_at(s, sh), sh->count,
-                                              &nf);
+      rec[X_SUMSQ] += k->usumsq[u];
     else
       rec[X_SUMSQ] += o->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
     if (nf) rec[X_NONFINITE] = 1;
   }
-  int nonfinite = 0;
-  if ((rc = exchange(k, rec, &nonfinite)) < 0) return rc;
-  if (nonfinite) return -ERANGE; /* every rank sees it: nothing is updated anywhere */
+  if (k->nonfinite) rec[X_NONFINITE] = 1;
+  rec[X_UPDATED] = k->updated;
+  int nonfinite = 0, updated = 0;
+  if ((rc = exchange(k, rec, &nonfinite, &updated)) < 0) return rc;
+  if (nonfinite) {
+    for (int u = s->ng; u < s->nu; u++) wait_adam(k, u);
+    /* every rank sees it; with no update anywhere nothing changed */
+    if (!updated) return -ERANGE;
+    return rank_fail(k, -EIO, "the gradient has inf or nan values, and the AdamW overlapping "
+                     "the backward had updated units of a rank already (the state is no "
+                     "step's): load a checkpoint");
+  }
   float scale = 1.0f;
   if (c->grad_clip > 0) {
     double coef = c->grad_clip / (k->norm + 1e-6);
     if (coef < 1.0) scale = (float)coef;
   }
-  /* the host units' updates on the pool while the device runs its own; the pool's workers read
-   * host masters no copy is reading any more */
+  /* the host units' updates the backward did not start (all of them with clipping), in its
+   * order, on the pool while the device runs its own; the masters they write are no copy's
+   * source any more */
   if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
     return copy_fail(k, rc, "copying a parameter chunk to the device");
-  int ntasks = 0;
-  for (int i = 0; i < k->nsegs && rc == 0; i++) {
+  for (int u = s->nu - 1; u >= s->ng; u--)
+    if (!k->submitted[u] && (rc = submit_adam(k, u, scale)) < 0) {
+      for (int q = s->ng; q < s->nu; q++) wait_adam(k, q);
+      return rc;
+    }
+  for (int i = 0; i < k->first_seg[s->ng]; i++) {
     const adam_seg *g = &k->segs[i];
-    if (!on_host(s, g->unit)) continue;
-    size_t at = host_at(s, zt_shard_at(s->tab, g->unit, k->r)) + g->off;
-    zt_cpu_adam_task *task = &k->tasks[ntasks];
-    *task = (zt_cpu_adam_task){
-        .p = k->hm + at, .g = k->hgrad + at, .m = k->hmom + at, .v = k->hvar + at,
-        .p_bf16 = k->hlp ? k->hlp + at : NULL, .n = g->n, .isa = ZT_CPU_ISA_AUTO,
-        .h = {.lr = s->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-              .weight_decay = g->decay ? c->weight_decay : 0.0f, .step = s->adam_step,
-              .grad_scale = scale}};
-    if ((rc = zt_cpu_adam_submit(s->pool, task)) == 0) ntasks++;
-  }
-  for (int i = 0; i < k->nsegs; i++) {
-    const adam_seg *g = &k->segs[i];
-    if (on_host(s, g->unit)) continue;
     const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
     size_t pa = param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
     float wd = g->decay ? c->weight_decay : 0.0f;
@@ -790,21 +879,18 @@ static int rank_step(dp_rank_state *k) {
       o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
                k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
   }
-  for (int i = 0; i < ntasks; i++) zt_cpu_adam_wait(s->pool, &k->tasks[i]);
-  if (rc < 0) return rank_fail(k, rc, "the host AdamW: %s", strerror(-rc));
-  if ((rc = upload_host_units(k)) < 0) return rc;
-  /* stages 1-2: every rank gets every unit's updated parameters back */
-  for (int u = 0; stage < 3 && u < s->nu; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t at = s->tab->padded_unit[u], cb = s->tab->chunk[u];
-    rc = k->comm.ops->all_gather(k->comm.ctx, k->params + sh->padded_off, k->params + at,
-                                 cb * sizeof(float), k->stream);
-    if (rc == 0 && k->params_lp)
-      rc = k->comm.ops->all_gather(k->comm.ctx, lp_of(k, k->params_lp, sh->padded_off),
-                                   lp_of(k, k->params_lp, at),
-                                   cb * zt_dtype_size(c->precision), k->stream);
-    if (rc < 0) return comm_fail(k, rc, "gathering the updated parameters");
+  /* stages 1-2: every rank gets every unit's updated parameters back, the device units' first
+   * (their update is queued), then each host unit's once its AdamW is done, uploaded and
+   * gathered while the pool updates the next */
+  for (int u = 0; stage < 3 && u < s->ng; u++)
+    if ((rc = gather_updated(k, u)) < 0) break;
+  for (int u = s->nu - 1; u >= s->ng; u--) {
+    wait_adam(k, u);
+    if (rc < 0) continue; /* the others are still waited for */
+    upload_unit(k, u);
+    if (stage < 3) rc = gather_updated(k, u);
   }
+  if (rc < 0) return rc;
   if ((rc = o->sync(be->ctx)) < 0)
     return rank_fail(k, rc, "backend %s: %s", o->name, o->error_text(be->ctx));
   return 0;

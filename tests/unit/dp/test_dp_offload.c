@@ -1,13 +1,16 @@
 /* Data parallelism with offload (engine/train/dp.h "Offload") on simulated ranks: every ZeRO
  * stage × every placement a data-parallel job takes (optimizer on the device, on the host for
  * all units or all but the leading ones, and for stage 3 the parameters on the host too), both
- * archs, W 2 and 3, grad_accum 2 with clipping (the host staging and the exchanged norm), one
- * run in bf16. Each against the same world with everything on the device:
+ * archs, W 2 and 3, grad_accum 2 (the host staging) with clipping (the updates after the
+ * exchanged norm) and without (the host units' updates overlapping the backward), bf16 too.
+ * Each against the same world with everything on the device:
  * - losses, norms and the final state (params, m, v) bitwise equal;
  * - a checkpoint saved by an offloaded trainer, loaded by a trainer of another placement, goes
  *   on with the same losses;
  * - each rank's device bytes fall as units move to the host, equal to zt_dp_estimate_rank_bytes,
  *   and its host bytes equal zt_dp_estimate_host_bytes;
+ * - a nan gradient with the updates overlapping the backward refuses the step with nothing
+ *   changed, as on the device;
  * - bad placements refused naming the field. */
 #include <errno.h>
 #include <stdint.h>
@@ -33,10 +36,10 @@ typedef struct placement {
 static const placement on_device = {ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0};
 
 static void describe(char *out, size_t len, zt_arch arch, int W, int stage, zt_dtype dt,
-                     const placement *p) {
-  snprintf(out, len, "%s W %d stage %d %s, optimizer %s (gpu_units %d) params %s",
-           zt_arch_name(arch), W, stage, zt_dtype_name(dt), zt_offload_place_name(p->optimizer),
-           p->gpu_units, zt_offload_place_name(p->params));
+                     float clip, const placement *p) {
+  snprintf(out, len, "%s W %d stage %d %s clip %g, optimizer %s (gpu_units %d) params %s",
+           zt_arch_name(arch), W, stage, zt_dtype_name(dt), (double)clip,
+           zt_offload_place_name(p->optimizer), p->gpu_units, zt_offload_place_name(p->params));
 }
 
 static zt_dp_cfg dp_cfg(int W, int stage, const placement *p) {
@@ -89,9 +92,9 @@ static int bytes_match(zt_trainer *t, const zt_model_cfg *mc, const zt_train_cfg
 }
 
 /* One world and stage: the on-device run, then each placement against it. */
-static int matrix(zt_arch arch, int W, int stage, zt_dtype dt) {
+static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
   zt_model_cfg mc = dpt_model_cfg(arch);
-  zt_train_cfg tc = dpt_train_cfg(2, 0.5f, dt);
+  zt_train_cfg tc = dpt_train_cfg(2, clip, dt);
   int32_t *tok = dpt_tokens(&mc, W * 2, 3 + (uint64_t)W);
   size_t per = dpt_step_tokens(&mc, W * 2), n;
   const char *dir = mc_tmpdir();
@@ -106,7 +109,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt) {
   int units = zt_model_num_units(zt_trainer_model(t));
   size_t dev_bytes = zt_trainer_dp_rank_bytes(t, 0);
   run_out ref;
-  describe(what, sizeof what, arch, W, stage, dt, &on_device);
+  describe(what, sizeof what, arch, W, stage, dt, clip, &on_device);
   fails += run_steps(t, tok, per, 0, DPT_STEPS, &ref, what);
   float *want = state_of(t);
   zt_trainer_close(t);
@@ -121,7 +124,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt) {
     ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 1};
   }
   for (int i = 0; i < np; i++) {
-    describe(what, sizeof what, arch, W, stage, dt, &ps[i]);
+    describe(what, sizeof what, arch, W, stage, dt, clip, &ps[i]);
     dc = dp_cfg(W, stage, &ps[i]);
     t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
     fails += bytes_match(t, &mc, &tc, &dc, what);
@@ -148,7 +151,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt) {
     dc = dp_cfg(W, stage, q);
     t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
     char what2[200];
-    describe(what2, sizeof what2, arch, W, stage, dt, q);
+    describe(what2, sizeof what2, arch, W, stage, dt, clip, q);
     fails += MC_EXPECT(zt_trainer_load(t, path, err, sizeof err) == 0, "%s: load: %s", what2,
                        err);
     fails += run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what2);
@@ -160,6 +163,47 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt) {
   dpt_ranks_close(&x);
   mc_rmtree(dir);
   free(tok);
+  return fails;
+}
+
+/* A nan parameter with the updates overlapping the backward: every rank finds its first host
+ * unit not finite before updating anything, so the step is refused with nothing changed, as on
+ * the device, and the next one too. */
+static int nonfinite(int stage) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  const char *dir = mc_tmpdir();
+  int fails = 0;
+  float *p = dpt_nan_init(&mc, dir, NULL, &fails);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 2, 9);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 2);
+  placement pl = {ZT_PLACE_HOST, stage == 3 ? ZT_PLACE_HOST : ZT_PLACE_AUTO, 1};
+  zt_dp_cfg dc = dp_cfg(2, stage, &pl);
+  zt_trainer *t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
+  size_t n = zt_model_num_params(zt_trainer_model(t));
+  char err[512];
+  zt_step_result r;
+  for (int i = 0; i < 2; i++) {
+    int rc = zt_trainer_step(t, tok, &r, err, sizeof err);
+    fails += MC_EXPECT(rc == -ERANGE && strstr(err, "inf or nan") && r.skipped,
+                       "stage %d nan step %d: %d %s", stage, i + 1, rc, err);
+  }
+  float *q = state_of(t);
+  /* the nan compares unequal to itself: compare the bits */
+  fails += MC_EXPECT(zt_trainer_step_count(t) == 0 && memcmp(q, p, n * sizeof *q) == 0,
+                     "stage %d: the refused steps changed the parameters", stage);
+  for (size_t i = n; i < 3 * n; i++)
+    if (q[i] != 0.0f) {
+      fails += MC_EXPECT(0, "stage %d: the refused steps changed the AdamW state", stage);
+      break;
+    }
+  free(q);
+  zt_trainer_close(t);
+  dpt_ranks_close(&x);
+  mc_rmtree(dir);
+  free(tok);
+  free(p);
   return fails;
 }
 
@@ -194,10 +238,16 @@ static int bad_placements(void) {
 int main(void) {
   static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
   int fails = 0;
+  /* clipping waits for the norm; without it the host units' updates overlap the backward */
   for (int a = 0; a < 2; a++)
-    for (int stage = 1; stage <= 3; stage++) fails += matrix(archs[a], 2, stage, ZT_F32);
-  fails += matrix(ZT_ARCH_GPT, 3, 3, ZT_F32);
-  fails += matrix(ZT_ARCH_ENCODER, 3, 2, ZT_BF16);
+    for (int stage = 1; stage <= 3; stage++) {
+      fails += matrix(archs[a], 2, stage, ZT_F32, 0.5f);
+      fails += matrix(archs[a], 2, stage, ZT_F32, 0.0f);
+    }
+  fails += matrix(ZT_ARCH_GPT, 3, 3, ZT_F32, 0.0f);
+  fails += matrix(ZT_ARCH_ENCODER, 3, 2, ZT_BF16, 0.5f);
+  fails += matrix(ZT_ARCH_GPT, 3, 1, ZT_BF16, 0.0f);
+  for (int stage = 1; stage <= 3; stage++) fails += nonfinite(stage);
   fails += bad_placements();
   if (fails) {
     fprintf(stderr, "%d failure(s)\n", fails);
