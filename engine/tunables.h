@@ -52,6 +52,9 @@
 /* bytes/s the runner reads gradients at for their sum of squares (norm, inf/nan check) */
 #define ZT_TUNE_PLAN_HOST_SUMSQ_BYTES 2.0e10
 #define ZT_TUNE_PLAN_LINK_BYTES 5.0e10       /* pinned copies, each way */
+/* bytes/s the NVMe tier reads and writes the optimizer state at (bench_nvme: 1.59 read, 1.90
+ * write on the H200 machine's disk) */
+#define ZT_TUNE_PLAN_NVME_BYTES 1.7e9
 
 /* GPUs --gpus may name, and simulated ranks --cpu-ranks may give the cpu backend. */
 #define ZT_TUNE_MAX_GPUS 64

@@ -185,7 +185,7 @@ static int take_micro_batch(runner *r, int32_t *dst) {
   return got;
 }
 
-/* optimizer nvme: the trainer keeps its files in a directory of the job's own,
+/* A plan with NVMe files: the trainer keeps them in a directory of the job's own,
  * <nvme_dir>/ztd-<id>.XXXXXX, recorded in the job's directory until the runner removes it, so
  * that a daemon killed mid-job finds and removes the files when it restarts (load_job). */
 static int make_nvme_dir(runner *r, zt_offload_cfg *oc) {
@@ -482,7 +482,13 @@ static int open_job(runner *r) {
   if (s->source == ZT_DATA_FILE &&
       (rc = zt__token_file_open(&r->tokens, s->data_path, 1, r->err, sizeof r->err)) < 0)
     return rc;
-  if (s->has_offload && oc.optimizer == ZT_PLACE_NVME && (rc = make_nvme_dir(r, &oc)) < 0)
+  /* a plan with NVMe files (optimizer nvme, or auto's host/NVMe split) */
+  zt_offload_plan plan;
+  char why[256];
+  if (s->has_offload && r->world == 1 &&
+      zt_offload_estimate(&s->model, &s->train, &s->offload, be->ops, &plan, why,
+                          sizeof why) == 0 &&
+      plan.nvme_bytes > 0 && (rc = make_nvme_dir(r, &oc)) < 0)
     return rc;
   if (r->world > 1) {
     zt_train_cfg tc = zt__job_rank_train_cfg(s);

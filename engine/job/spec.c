@@ -811,6 +811,12 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
                             (json_int_t)o->gpu_budget, "prefetch", o->prefetch);
     if (off && o->nvme_dir[0]) json_object_set_new(off, "nvme_dir", json_string(o->nvme_dir));
     if (off && o->gpu_units >= 0) json_object_set_new(off, "gpu_units", json_integer(o->gpu_units));
+    if (off && o->host_units >= 0)
+      json_object_set_new(off, "host_units", json_integer(o->host_units));
+    if (off && o->host_budget)
+      json_object_set_new(off, "host_budget", json_integer((json_int_t)o->host_budget));
+    if (off && o->nvme_budget)
+      json_object_set_new(off, "nvme_budget", json_integer((json_int_t)o->nvme_budget));
     json_object_set_new(out, "offload", off);
   }
   return out;

@@ -9,8 +9,8 @@
  *
  * The math is that of zt_trainer_step without offload, bit for bit: micro-batches add up in the
  * device gradient buffer, which starts as the host's running sum (ZT_STREAM_GRADS_RESUME), so
- * every gradient sees the same additions in the same order; the norm is the backend's
- * sum_squares over the same flat buffer; cpu_adam is bitwise the backend's adamw.
+ * every gradient sees the same additions in the same order; with clipping the norm is the
+ * backend's sum_squares over the same flat buffer; cpu_adam is bitwise the backend's adamw.
  *
  * Clipping needs the global norm before any update, so with train.grad_clip > 0 the updates wait
  * for the whole backward; without it they overlap the backward. A gradient with inf/nan is then
@@ -21,9 +21,31 @@
  * optimizer nvme: masters, m and v live in one file per unit and kind under nvme_dir
  * (offload/nvme_store.h); a unit's three are read ahead into host staging while the unit before
  * it is updated, and written back behind its update. The host keeps the gradients, the staging
- * and, unless params is nvme too, a copy of the parameters to stream from. params nvme: the
- * units are streamed from their master files (fp32 compute: the parameters are the masters), so
- * it needs optimizer nvme.
+ * and, unless params is nvme too, a copy of the fp32 parameters the units' ops read to stream
+ * from (fp32 compute: all of them; bf16: the vectors and embeddings). params nvme: the units are
+ * streamed from their master files (fp32 compute: the parameters are the masters), so it needs
+ * optimizer nvme.
+ *
+ * Host and NVMe together (host_units): after the device units, a run of host_units units keeps
+ * masters, m and v in the host arena and the units after it keep them on NVMe. The units right
+ * after the device ones, because the backward updates them last: an NVMe unit's read waits
+ * behind the update before it and its write-back behind its own update, which the rest of the
+ * backward hides for the first units updated but nothing hides for the last ones. Units are
+ * numbered in layout order, so the host units' state is one range of the flat layout.
+ *
+ * The gradients on the host: a flat fp32 buffer over the streamed units, which clipping reads
+ * whole for the norm before any update and later micro-batches resume from (ZT_STREAM_GRADS_RESUME,
+ * the running sum of the step). Without either (train.grad_clip 0, grad_accum 1) a unit's
+ * gradients are needed on the host only from their write-back until its AdamW has read them:
+ * they go to a ring of grad_slots buffers of the largest streamed unit, unit u to slot
+ * (u - gpu_units) mod grad_slots. The bound: the backward takes a unit's gradients up (waits
+ * for their write-back, then submits its AdamW) two units behind the one it queues
+ * (UNIT_DONE_LAG in offload_step.c), so at a unit's release the three units released before it
+ * are still to be taken up and one more slot takes the unit released now: grad_slots = 4, or
+ * the streamed units if fewer. The slot's previous user, four units back in the walk, has been
+ * taken up; the release waits for its AdamW to finish reading the slot.
+ * The norm is then the sum of the units' sums of squares, taken as each unit is (so its value
+ * may differ in the last bits from the run without offload's; the updates do not use it).
  *
  * On the GPU (the cuda backend) the same walk runs asynchronously: the copy engine's streams
  * are ordered against the compute stream by events (offload/copy_cuda.c), the host tier is
@@ -44,13 +66,17 @@
  *
  * The plan (zt_offload_estimate, the same computation as the open): with a gpu_budget, what the
  * spec leaves to auto (activation checkpointing, params gpu or host, the device units) is
- * searched for the cheapest plan that fits by a cost model whose rates are in engine/tunables.h.
+ * searched for the cheapest plan that fits by a cost model whose rates are in engine/tunables.h;
+ * with optimizer auto, a host_budget and an nvme_dir each candidate keeps on the host as many
+ * units as the host_budget holds. The host arena is the plan's host_bytes exactly; beside it the
+ * open holds the initial parameters in a flat buffer (4 bytes a parameter) until they are in
+ * their tiers, before it allocates the host units' m and v.
  *
  * Scope today: the cpu and cuda backends, precision fp32 or bf16 (fp16 would need a fp16
  * write-out in the CPU AdamW); params gpu (every unit resident), host (streamed within
  * gpu_budget) or nvme (fp32 only: the files hold the masters); grads on the host; optimizer on
- * the device for the leading units, on the host or nvme for the rest. Other placements are
- * refused with a message naming the field. */
+ * the device for the leading units, on the host, on nvme, or on the host for a run of units and
+ * nvme for the rest. Other placements are refused with a message naming the field. */
 #ifndef ZT_TRAIN_OFFLOAD_H
 #define ZT_TRAIN_OFFLOAD_H
 
@@ -72,7 +98,9 @@ typedef struct zt_offload_cfg {
   zt_offload_place grads;     /* fp32 gradients of the step; auto: host */
   zt_offload_place optimizer; /* fp32 masters, AdamW m and v; auto: with a gpu_budget the
                                  leading units the plan fits on the device (gpu_units), the
-                                 rest on the host; else host */
+                                 rest on the host; with a host_budget and an nvme_dir, the host
+                                 for the units that fit it (host_units) and nvme for the rest;
+                                 else host */
   size_t gpu_budget;          /* device bytes for activations + the arena; 0: what every unit
                                  resident needs */
   int prefetch;               /* units fetched ahead of the one computing, [0, 16] */
@@ -80,6 +108,14 @@ typedef struct zt_offload_cfg {
                                  compute copy on the device, updated there; -1 (default): with
                                  optimizer auto and a gpu_budget, as many as the budget holds,
                                  else none */
+  int host_units;             /* optimizer nvme or auto: the host_units units after the device
+                                 units keep masters, m and v on the host, the rest on nvme;
+                                 -1 (default): with optimizer auto, a host_budget and an
+                                 nvme_dir, as many as the host_budget holds; else with nvme
+                                 none, with auto all */
+  size_t host_budget;         /* the host arena's limit, bytes; 0: none */
+  uint64_t nvme_budget;       /* the NVMe files' limit, bytes; 0: none (ztd still checks the
+                                 free space of nvme_dir) */
   char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new
                                  directory in it (zt-offload.XXXXXX, removed when it closes);
                                  required with an nvme placement */
@@ -111,6 +147,9 @@ typedef struct zt_offload_plan {
   size_t gpu_unit_bytes;   /* the units whose optimizer lives on the device */
   size_t arena_bytes;      /* the streamer's arena: parameter copies and gradient buffers */
   int units, gpu_units;    /* the model's units; the leading ones with the optimizer on device */
+  int host_units;          /* the units after those with the optimizer on the host; the rest
+                              have it on NVMe */
+  int grad_slots;          /* the host's gradient ring (0: one flat buffer) */
   int ckpt_every;          /* activation checkpointing as resolved */
   zt_offload_place params; /* the parameters' home between uses, as resolved */
   double est_step_s;       /* the cost model's step time (engine/tunables.h's rates) */
@@ -120,7 +159,8 @@ typedef struct zt_offload_plan {
   uint64_t h2d_bytes, d2h_bytes, nvme_step_bytes;
 } zt_offload_plan;
 
-/* The plan; the same refusals (-EINVAL, -ENOTSUP, -ENOMEM with the numbers) as the open. */
+/* The plan; the same refusals (-EINVAL, -ENOTSUP, -ENOMEM with the numbers, -ENOSPC for a plan
+ * over nvme_budget) as the open. */
 int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                         const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen);
 
@@ -128,6 +168,8 @@ typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + arena */
   size_t act_bytes;      /* activations of one micro-batch (backend memory) */
   int gpu_units;         /* leading units with their optimizer on the device */
+  int host_units;        /* the units after them with their optimizer on the host */
+  int grad_slots;        /* the host's gradient ring (0: one flat buffer) */
   int ckpt_every;        /* the plan's activation checkpointing (train's, or auto's choice) */
   zt_offload_place params; /* the plan's home of the parameters between uses */
   double est_step_s;     /* the plan's step time by the planner's cost model */
@@ -135,7 +177,7 @@ typedef struct zt_offload_stats {
   uint64_t gpu_unit_updates; /* unit updates run by the backend's AdamW */
   size_t arena_budget;   /* the device arena: parameter copies and gradient buffers */
   size_t arena_peak;     /* the arena's highest use so far */
-  size_t host_bytes;     /* the host arena: gradients, and masters, m, v or their staging */
+  size_t host_bytes;     /* the host arena: gradients, and masters, m, v and their staging */
   size_t host_used, host_pinned; /* of it, allocated, and of that page-locked */
   uint64_t fetches, evictions, grad_writebacks, bytes_h2d, bytes_d2h;
   uint64_t nvme_bytes_read, nvme_bytes_written; /* the NVMe tier's traffic (store counters) */

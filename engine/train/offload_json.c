@@ -1,6 +1,7 @@
 /* The "offload" object of a spec file (engine/train/offload.h, docs/spec.md):
  * {"params": "gpu|host|nvme|auto", "grads": "host|auto", "optimizer": "host|nvme|auto",
- *  "gpu_budget": SIZE, "prefetch": N, "gpu_units": N, "nvme_dir": "/abs/dir"}; SIZE is an
+ *  "gpu_budget": SIZE, "prefetch": N, "gpu_units": N, "host_units": N, "host_budget": SIZE,
+ *  "nvme_budget": SIZE, "nvme_dir": "/abs/dir"}; SIZE is an
  * integer of bytes or a string "<number> <unit>" with unit B, KiB, MiB, GiB or TiB ("512MiB",
  * "1.5 GiB"). */
 #include "engine/train/offload_json.h"
@@ -53,24 +54,33 @@ int zt_offload_cfg_from_json(const json_t *o, zt_offload_cfg *c, char *err, size
         snprintf(err, errlen, "offload.%s must be \"gpu\", \"host\", \"nvme\" or \"auto\"", key);
         return -EINVAL;
       }
-    } else if (!strcmp(key, "gpu_budget")) {
-      if (parse_size(v, &c->gpu_budget) < 0) {
-        snprintf(err, errlen, "offload.gpu_budget must be a byte count or a size such as "
-                 "\"512MiB\" (units B, KiB, MiB, GiB, TiB)");
+    } else if (!strcmp(key, "gpu_budget") || !strcmp(key, "host_budget") ||
+               !strcmp(key, "nvme_budget")) {
+      size_t *field = !strcmp(key, "gpu_budget")    ? &c->gpu_budget
+                      : !strcmp(key, "host_budget") ? &c->host_budget
+                                                    : NULL;
+      size_t bytes;
+      if (parse_size(v, &bytes) < 0) {
+        snprintf(err, errlen, "offload.%s must be a byte count or a size such as \"512MiB\" "
+                 "(units B, KiB, MiB, GiB, TiB)", key);
         return -EINVAL;
       }
+      if (field)
+        *field = bytes;
+      else
+        c->nvme_budget = bytes;
     } else if (!strcmp(key, "prefetch")) {
       if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20) {
         snprintf(err, errlen, "offload.prefetch must be an integer >= 0");
         return -EINVAL;
       }
       c->prefetch = (int)json_integer_value(v);
-    } else if (!strcmp(key, "gpu_units")) {
+    } else if (!strcmp(key, "gpu_units") || !strcmp(key, "host_units")) {
       if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20) {
-        snprintf(err, errlen, "offload.gpu_units must be an integer >= 0");
+        snprintf(err, errlen, "offload.%s must be an integer >= 0", key);
         return -EINVAL;
       }
-      c->gpu_units = (int)json_integer_value(v);
+      *(!strcmp(key, "gpu_units") ? &c->gpu_units : &c->host_units) = (int)json_integer_value(v);
     } else if (!strcmp(key, "nvme_dir")) {
       const char *d = json_is_string(v) ? json_string_value(v) : NULL;
       if (!d || d[0] != '/' || strlen(d) >= sizeof c->nvme_dir) {

@@ -24,6 +24,8 @@
 #define PREFETCH_MAX 16
 /* walk_backward: how many units behind the backward each unit's gradients are taken up */
 #define UNIT_DONE_LAG 2
+/* the gradient ring's slots (offload.h "The gradients on the host" gives the bound) */
+#define GRAD_RING_SLOTS (UNIT_DONE_LAG + 2)
 /* AdamW worker threads. On the CPU backend one keeps the update of a unit running beside the
  * backend's own threads on the runner's backward, unpinned, since the backend's threads take the
  * cores they find. Beside a GPU the update is the host's main work: a thread per core, pinned. */
@@ -51,7 +53,21 @@ enum { K_MASTER, K_M, K_V, KINDS };
 typedef struct off_state {
   zt_offload_cfg oc;
   zt_dtype dt;         /* the compute precision: fp32, or bf16 with a host compute copy */
-  uint16_t *lp;        /* bf16: the host compute copy, flat layout, rewritten by the AdamW */
+  /* Units [ng, nh) keep masters, m and v in the host arena, units [nh, nu) on NVMe. The host's
+   * flat-layout buffers start at float lo: 0 where the device units alias them (the cpu
+   * backend without NVMe units or gradient ring), else the first streamed unit's offset. */
+  int nh;
+  size_t lo;
+  float *h[KINDS];     /* masters, m, v over [lo, lo + h_floats): up to the offset of unit nh */
+  size_t h_floats;
+  float *grads;        /* the fp32 gradients over [lo, n); NULL with the ring */
+  int ring;            /* the gradient ring's slots (0: none): unit u's in slot[(u - ng) % ring] */
+  float **slot;
+  size_t ring_floats;  /* a slot's floats: the largest streamed unit's */
+  float *scopy;        /* NVMe units, params not nvme: the fp32 parameters their ops read, which
+                          they stream from; unit u's [scopy_off[u], scopy_off[u + 1]) */
+  size_t *scopy_off;
+  uint16_t *lp;        /* bf16: the host compute copy over [lo, n), rewritten by the AdamW */
   zt_stream_piece *pieces; /* bf16: what each unit's device copy is made of: unit u's are */
   int *first_piece;        /* pieces[first_piece[u] .. first_piece[u + 1]) */
   size_t *lp_offset;       /* bf16: per unit, its compute-copy block in its device copy */
@@ -77,7 +93,7 @@ typedef struct off_state {
   zt_nvme_store *nvme; /* optimizer nvme */
   int *ext;            /* the file of unit u's kind k: ext[KINDS * u + k] */
   char nvme_dir[ZT_PATH_MAX + 32]; /* this trainer's directory under oc.nvme_dir, "" none */
-  opt_set sets[2];     /* unit u uses sets[u & 1]: one updated while the next is read ahead */
+  opt_set sets[2];     /* NVMe unit u uses sets[u & 1]: one updated while the next is read ahead */
   zt_dev_arena *dev;
   zt_copy_engine *copy;
   zt_cpu_pool *pool;
@@ -101,6 +117,7 @@ void zt_offload_cfg_defaults(zt_offload_cfg *c) {
   c->optimizer = ZT_PLACE_AUTO;
   c->prefetch = 1;
   c->gpu_units = -1;
+  c->host_units = -1;
 }
 
 static const char *const place_names[] = {"auto", "gpu", "host", "nvme"};
@@ -152,6 +169,16 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
     snprintf(err, errlen, "offload.gpu_units must be >= 0 (got %d)", c->gpu_units);
     return -EINVAL;
   }
+  if (c->host_units < -1) {
+    snprintf(err, errlen, "offload.host_units must be >= 0 (got %d)", c->host_units);
+    return -EINVAL;
+  }
+  if (c->host_units >= 0 && c->optimizer == ZT_PLACE_HOST) {
+    snprintf(err, errlen, "offload.host_units splits the optimizer between the host and NVMe: "
+             "it needs offload.optimizer nvme or auto (with host every streamed unit's is on "
+             "the host)");
+    return -EINVAL;
+  }
   if (c->prefetch < 0 || c->prefetch > PREFETCH_MAX) {
     snprintf(err, errlen, "offload.prefetch must be in [0, %d] (got %d)", PREFETCH_MAX,
              c->prefetch);
@@ -166,6 +193,18 @@ static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The host's state at flat offset off (a host unit's, or a device unit's where they alias) */
+static float *host_at(const off_state *s, int k, size_t off) { return s->h[k] + (off - s->lo); }
+
+static uint16_t *lp_at(const off_state *s, size_t off) { return s->lp + (off - s->lo); }
+
+/* Streamed unit u's fp32 gradients on the host: its part of the flat buffer, or its ring slot */
+static float *grads_of(const zt_trainer *t, int u) {
+  const off_state *s = t->path_state;
+  if (s->ring) return s->slot[(u - s->ng) % s->ring];
+  return s->grads + (zt_model_unit(t->model, u)->offset - s->lo);
 }
 
 static int stream_fail(zt_trainer *t, int rc, char *err, size_t errlen) {
@@ -251,10 +290,10 @@ static int submit_unit_adam(zt_trainer *t, int u, float *p, float *m, float *v,
     zt_cpu_adam_task *k = &s->tasks[r];
     size_t d = a->offset - base;
     k->p = p + d;
-    k->g = t->grads + a->offset;
+    k->g = grads_of(t, u) + d;
     k->m = m + d;
     k->v = v + d;
-    k->p_bf16 = s->lp ? s->lp + a->offset : NULL;
+    k->p_bf16 = s->lp ? lp_at(s, a->offset) : NULL;
     k->n = a->n;
     k->h = *hp;
     k->h.weight_decay = a->decay ? hp->weight_decay : 0.0f;
@@ -302,9 +341,9 @@ static int set_retire(zt_trainer *t, opt_set *x) {
   if (x->st == SET_READING) rc = set_wait(s, x);
   if (x->st == SET_UPDATING) {
     wait_unit_runs(s, x->unit);
-    const zt_unit_info *ui = zt_model_unit(t->model, x->unit);
     /* the host copy the streamer fetches from, when the parameters live on the host */
-    if (t->params) memcpy(t->params + ui->offset, x->buf[K_MASTER], ui->numel * sizeof(float));
+    size_t a = s->scopy ? s->scopy_off[x->unit] : 0, b = s->scopy ? s->scopy_off[x->unit + 1] : 0;
+    if (b > a) memcpy(s->scopy + a, x->buf[K_MASTER], (b - a) * sizeof(float));
     if ((rc = set_io(t, x, 1)) == 0) x->st = SET_WRITING;
   }
   if (x->st == SET_WRITING) rc = set_wait(s, x);
@@ -350,9 +389,10 @@ static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
     s->gpu_unit_updates++;
     return 0;
   }
-  if (!s->nvme) {
+  if (u < s->nh) {
     size_t o = zt_model_unit(t->model, u)->offset;
-    return submit_unit_adam(t, u, t->params + o, t->m + o, t->v + o, hp);
+    return submit_unit_adam(t, u, host_at(s, K_MASTER, o), host_at(s, K_M, o),
+                            host_at(s, K_V, o), hp);
   }
   opt_set *x = &s->sets[u & 1];
   int rc = opt_read(t, u);
@@ -364,7 +404,7 @@ static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   x->st = SET_UPDATING;
   if ((rc = submit_unit_adam(t, u, x->buf[K_MASTER], x->buf[K_M], x->buf[K_V], hp)) < 0)
     return rc;
-  return u > s->ng ? opt_read(t, u - 1) : 0;
+  return u > s->nh ? opt_read(t, u - 1) : 0;
 }
 
 /* Every update started has finished and, on NVMe, been written back. */
@@ -402,7 +442,7 @@ static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen
     return rc;
   }
   int nonfinite = 0;
-  ov->sumsq += s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + ui->offset, ui->numel, &nonfinite);
+  ov->sumsq += s->hbe.ops->sum_squares(s->hbe.ctx, grads_of(t, u), ui->numel, &nonfinite);
   ov->summed++;
   if (nonfinite) {
     ov->bad_unit = u;
@@ -446,6 +486,9 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
     }
     /* a failed step's gradients are dropped, not written back */
     unsigned rflags = rc == 0 ? ZT_STREAM_DIRTY | ZT_STREAM_STORE : 0;
+    /* the ring: the write-back of unit u (unit 0's too, held since the head) goes to the slot
+     * whose previous user, ring units back, may still be read by its AdamW */
+    if (s->ring && u >= s->ng && u + s->ring < s->nu) wait_unit_runs(s, u + s->ring);
     if (p) unit_put(t, u, rflags);
     if (s->embed_grads && (companion_of_head || rc < 0)) {
       unit_put(t, 0, rflags);
@@ -521,21 +564,25 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
     goto out;
   }
-  /* nothing counted: the gradients of an all-on-device step are the zeros it started from */
-  if (!counted_micros) memset(t->grads, 0, n * sizeof(float));
+  /* nothing counted: the gradients of an all-on-device step are the zeros it started from (with
+   * the ring, nothing reads the slots until these updates, which read them all) */
+  if (!counted_micros && s->grads) memset(s->grads, 0, (n - s->lo) * sizeof(float));
+  for (int i = 0; !counted_micros && i < s->ring; i++)
+    memset(s->slot[i], 0, s->ring_floats * sizeof(float));
   int nonfinite = 0;
   double norm;
-  if (!s->own_hbe && (s->d_alias || !s->ng)) {
+  if (!s->ring && !s->own_hbe && (s->d_alias || !s->ng)) {
     /* the CPU backend: the norm of the run without offload, over the same flat buffer */
-    norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, t->grads, n, &nonfinite));
+    norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, s->grads, n, &nonfinite));
   } else {
-    /* beside a GPU: the device units' sum there, the streamed units' from the overlap's
-     * per-unit sums when it reached them all (each gradient read once on the host) */
+    /* beside a GPU or with the ring: the device units' sum there, the streamed units' from the
+     * overlap's per-unit sums when it reached them all (each gradient read once on the host);
+     * the ring's are all in them unless a unit was not finite, or zeros */
     int dev_nonfinite = 0;
     double dev = s->ng ? o->sum_squares(t->be.ctx, s->d_grad, s->ng_floats, &dev_nonfinite) : 0;
-    double host = ov.summed == s->nu - s->ng && counted_micros
-                      ? ov.sumsq
-                      : s->hbe.ops->sum_squares(s->hbe.ctx, t->grads + s->ng_floats,
+    double host = s->ring || (ov.summed == s->nu - s->ng && counted_micros)
+                      ? (counted_micros ? ov.sumsq : 0)
+                      : s->hbe.ops->sum_squares(s->hbe.ctx, s->grads + (s->ng_floats - s->lo),
                                                 n - s->ng_floats, &nonfinite);
     norm = sqrt(dev + host);
     nonfinite |= dev_nonfinite || ov.bad_unit >= 0;
@@ -612,12 +659,17 @@ static int read_device_units(zt_trainer *t, float *out[KINDS]) {
   return t->be.ops->sync(t->be.ctx);
 }
 
+/* in[k] NULL: zeros */
 static int write_device_units(zt_trainer *t, const float *in[KINDS]) {
   off_state *s = t->path_state;
   if (!s->ng || s->d_alias) return 0;
   float *dev[KINDS] = {s->d_master, s->d_m, s->d_v};
-  for (int k = 0; k < KINDS; k++)
-    t->be.ops->to_device(t->be.ctx, dev[k], in[k], s->ng_floats * sizeof(float));
+  for (int k = 0; k < KINDS; k++) {
+    if (in[k])
+      t->be.ops->to_device(t->be.ctx, dev[k], in[k], s->ng_floats * sizeof(float));
+    else
+      t->be.ops->zero(t->be.ctx, dev[k], s->ng_floats * sizeof(float));
+  }
   if (s->d_lp) t->be.ops->cast(t->be.ctx, s->d_lp, s->dt, s->d_master, ZT_F32, s->ng_floats);
   return t->be.ops->sync(t->be.ctx);
 }
@@ -627,59 +679,66 @@ static int off_read_state(zt_trainer *t, float *params, float *m, float *v, char
                           size_t errlen) {
   off_state *s = t->path_state;
   float *out[KINDS] = {params, m, v};
-  int rc = 0;
-  if (!s->nvme) {
-    const float *flat[KINDS] = {t->params, t->m, t->v};
+  int rc = finish_updates(t);
+  for (int k = 0; k < KINDS; k++)
+    if (out[k] && s->h_floats) memcpy(out[k] + s->lo, s->h[k], s->h_floats * sizeof(float));
+  opt_set *x = &s->sets[0];
+  for (int u = s->nh; u < s->nu && rc == 0; u++) {
+    const zt_unit_info *ui = zt_model_unit(t->model, u);
+    x->unit = u;
+    if ((rc = set_io(t, x, 0)) < 0 || (rc = set_wait(s, x)) < 0) break;
     for (int k = 0; k < KINDS; k++)
-      if (out[k]) memcpy(out[k], flat[k], zt_model_num_params(t->model) * sizeof(float));
-  } else {
-    rc = finish_updates(t);
-    opt_set *x = &s->sets[0];
-    for (int u = s->ng; u < s->nu && rc == 0; u++) {
-      const zt_unit_info *ui = zt_model_unit(t->model, u);
-      x->unit = u;
-      if ((rc = set_io(t, x, 0)) < 0 || (rc = set_wait(s, x)) < 0) break;
-      for (int k = 0; k < KINDS; k++)
-        if (out[k]) memcpy(out[k] + ui->offset, x->buf[k], ui->numel * sizeof(float));
-    }
-    x->unit = -1;
-    if (rc < 0) {
-      snprintf(err, errlen, "%s", zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
-                                                                  : strerror(-rc));
-      return rc;
-    }
+      if (out[k]) memcpy(out[k] + ui->offset, x->buf[k], ui->numel * sizeof(float));
+  }
+  x->unit = -1;
+  if (rc < 0) {
+    snprintf(err, errlen, "%s", s->nvme && zt_nvme_store_error(s->nvme)[0]
+                                    ? zt_nvme_store_error(s->nvme)
+                                    : strerror(-rc));
+    return rc;
   }
   if ((rc = read_device_units(t, out)) < 0)
     snprintf(err, errlen, "the device-resident units: %s", t->be.ops->error_text(t->be.ctx));
   return rc;
 }
 
+/* m and v NULL: zeros (the trainer's initial state; the open writes it before the host units'
+ * m and v exist, write_initial_state). */
 static int off_write_state(zt_trainer *t, const float *params, const float *m, const float *v,
                            char *err, size_t errlen) {
   off_state *s = t->path_state;
   size_t n = zt_model_num_params(t->model);
   const float *in[KINDS] = {params, m, v};
-  int rc = 0;
-  if (!s->nvme) {
-    float *flat[KINDS] = {t->params, t->m, t->v};
-    for (int k = 0; k < KINDS; k++) memcpy(flat[k], in[k], n * sizeof(float));
-  } else {
-    if (t->params) memcpy(t->params, params, n * sizeof(float));
-    rc = finish_updates(t);
-    opt_set *x = &s->sets[0];
-    for (int u = s->ng; u < s->nu && rc == 0; u++) {
-      const zt_unit_info *ui = zt_model_unit(t->model, u);
-      x->unit = u;
-      for (int k = 0; k < KINDS; k++)
+  int rc = finish_updates(t);
+  for (int k = 0; k < KINDS && s->h_floats; k++) {
+    if (!s->h[k]) continue;
+    if (in[k])
+      memcpy(s->h[k], in[k] + s->lo, s->h_floats * sizeof(float));
+    else
+      memset(s->h[k], 0, s->h_floats * sizeof(float));
+  }
+  opt_set *x = &s->sets[0];
+  for (int u = s->nh; u < s->nu && rc == 0; u++) {
+    const zt_unit_info *ui = zt_model_unit(t->model, u);
+    x->unit = u;
+    for (int k = 0; k < KINDS; k++) {
+      if (in[k])
         memcpy(x->buf[k], in[k] + ui->offset, ui->numel * sizeof(float));
-      if ((rc = set_io(t, x, 1)) == 0) rc = set_wait(s, x);
+      else
+        memset(x->buf[k], 0, ui->numel * sizeof(float));
     }
-    x->unit = -1;
-    if (rc < 0) {
-      snprintf(err, errlen, "offload: writing the optimizer state failed: %s",
-               zt_nvme_store_error(s->nvme));
-      return rc;
-    }
+    if ((rc = set_io(t, x, 1)) == 0) rc = set_wait(s, x);
+    /* the host copy the unit streams from */
+    if (rc == 0 && s->scopy)
+      memcpy(s->scopy + s->scopy_off[u], params + ui->offset,
+             (s->scopy_off[u + 1] - s->scopy_off[u]) * sizeof(float));
+  }
+  x->unit = -1;
+  if (rc < 0) {
+    snprintf(err, errlen, "offload: writing the optimizer state failed: %s",
+             s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
+                                                        : strerror(-rc));
+    return rc;
   }
   if ((rc = write_device_units(t, in)) < 0) {
     snprintf(err, errlen, "offload: writing the device-resident units failed: %s",
@@ -687,7 +746,7 @@ static int off_write_state(zt_trainer *t, const float *params, const float *m, c
     return rc;
   }
   /* the compute copy follows the masters */
-  if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, params, ZT_F32, n);
+  if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, params + s->lo, ZT_F32, n - s->lo);
   if (s->st && (rc = zt_streamer_invalidate(s->st, -1)) < 0) {
     snprintf(err, errlen, "offload: %s", zt_streamer_error(s->st));
     return rc;
@@ -710,8 +769,9 @@ static void off_close(zt_trainer *t) {
   zt_dev_arena_close(s->dev);
   zt_nvme_store_close(s->nvme); /* its files with it */
   if (s->nvme_dir[0]) rmdir(s->nvme_dir);
-  zt_host_arena_close(s->host); /* params, grads, m, v and the staging with it */
-  t->params = t->grads = t->m = t->v = NULL;
+  zt_host_arena_close(s->host); /* masters, m, v, gradients and the staging with it */
+  free(s->slot);
+  free(s->scopy_off);
   free(s->ext);
   free(s->updated);
   free(s->runs);
@@ -772,11 +832,12 @@ static int build_runs(const zt_model *m, off_state *s) {
  * (zt_tensor_info.reads). fp32 compute: the unit's fp32 parameters, lp_offset 0. */
 typedef struct unit_layout {
   size_t lp_offset, bytes;
+  size_t f32_end; /* the fp32 tensors read lie in the unit's first f32_end bytes */
 } unit_layout;
 
 static unit_layout unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
   const zt_unit_info *ui = zt_model_unit(m, u);
-  if (dt == ZT_F32) return (unit_layout){0, ui->numel * sizeof(float)};
+  if (dt == ZT_F32) return (unit_layout){0, ui->numel * sizeof(float), ui->numel * sizeof(float)};
   size_t es = zt_dtype_size(dt), f32_end = 0, lp_begin = SIZE_MAX, lp_end = 0;
   for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
     const zt_tensor_info *ti = zt_model_tensor(m, i);
@@ -785,11 +846,11 @@ static unit_layout unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
     if ((ti->reads & ZT_READS_LP) && a * es < lp_begin) lp_begin = a * es;
     if ((ti->reads & ZT_READS_LP) && b * es > lp_end) lp_end = b * es;
   }
-  if (lp_begin == SIZE_MAX) return (unit_layout){0, f32_end};
+  if (lp_begin == SIZE_MAX) return (unit_layout){0, f32_end, f32_end};
   size_t gap = f32_end > lp_begin ? f32_end - lp_begin : 0;
   size_t lp_offset = (gap + ZT_DEV_ARENA_ALIGN - 1) / ZT_DEV_ARENA_ALIGN * ZT_DEV_ARENA_ALIGN;
   size_t bytes = lp_offset + lp_end > f32_end ? lp_offset + lp_end : f32_end;
-  return (unit_layout){lp_offset, bytes};
+  return (unit_layout){lp_offset, bytes, f32_end};
 }
 
 static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
@@ -824,6 +885,7 @@ static int build_pieces(zt_trainer *t) {
   for (int u = 0; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(m, u);
     s->first_piece[u] = np;
+    if (u < s->ng) continue; /* not streamed */
     for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
       const zt_tensor_info *ti = zt_model_tensor(m, i);
       size_t in_unit = ti->offset - ui->offset;
@@ -833,7 +895,9 @@ static int build_pieces(zt_trainer *t) {
         size_t es = lp ? zt_dtype_size(s->dt) : sizeof(float);
         zt_stream_piece pc = {
             .dev_offset = (lp ? s->lp_offset[u] : 0) + in_unit * es,
-            .host = lp ? (const void *)(s->lp + ti->offset) : (const void *)(t->params + ti->offset),
+            .host = lp          ? (const void *)lp_at(s, ti->offset)
+                    : u < s->nh ? (const void *)host_at(s, K_MASTER, ti->offset)
+                                : (const void *)(s->scopy + s->scopy_off[u] + in_unit),
             .bytes = ti->numel * es};
         /* the pieces of a unit are not sorted by kind: extend any that ends where this begins */
         int merged = 0;
@@ -853,18 +917,18 @@ static int build_pieces(zt_trainer *t) {
   return 0;
 }
 
-/* The device-resident units' buffers: backend memory, or with alias (the cpu backend with the
- * optimizer on the host) the host tier's flat buffers themselves, which makes the norm and the
- * state reads those of the run without offload. */
-static int open_device_units(zt_trainer *t, int alias) {
+/* The device-resident units' buffers: backend memory, or with d_alias (the cpu backend with the
+ * optimizer on the host and the flat gradients) the host tier's buffers themselves (from float
+ * 0), which makes the norm and the state reads those of the run without offload. Called once
+ * the host's buffers are all there; the initial state comes with off_write_state. */
+static int open_device_units(zt_trainer *t) {
   off_state *s = t->path_state;
   if (!s->ng) return 0;
-  s->d_alias = alias;
-  if (alias) {
-    s->d_master = t->params;
-    s->d_m = t->m;
-    s->d_v = t->v;
-    s->d_grad = t->grads;
+  if (s->d_alias) {
+    s->d_master = s->h[K_MASTER];
+    s->d_m = s->h[K_M];
+    s->d_v = s->h[K_V];
+    s->d_grad = s->grads;
     s->d_lp = s->lp;
     return 0;
   }
@@ -875,8 +939,6 @@ static int open_device_units(zt_trainer *t, int alias) {
   if (s->dt != ZT_F32 &&
       !(s->d_lp = t->be.ops->alloc(t->be.ctx, s->ng_floats * zt_dtype_size(s->dt))))
     return -ENOMEM;
-  t->be.ops->zero(t->be.ctx, s->d_m, bytes);
-  t->be.ops->zero(t->be.ctx, s->d_v, bytes);
   return 0;
 }
 
@@ -895,26 +957,24 @@ static void dev_block_free(void *ctx, void *p, size_t bytes) {
 
 static const char *const kind_names[KINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
-/* optimizer nvme: the files open_nvme reserves, a master, exp_avg and exp_avg_sq per streamed
- * unit, each in the store's whole blocks. */
-static uint64_t nvme_file_bytes(const zt_model *m, int ng) {
+/* The files open_nvme reserves: a master, exp_avg and exp_avg_sq per unit from nh on (the NVMe
+ * units), each in the store's whole blocks. */
+static uint64_t nvme_file_bytes(const zt_model *m, int nh) {
   uint64_t sum = 0;
-  for (int u = ng; u < zt_model_num_units(m); u++) {
+  for (int u = nh; u < zt_model_num_units(m); u++) {
     uint64_t file = zt_model_unit(m, u)->numel * sizeof(float);
     sum += KINDS * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
   }
   return sum;
 }
 
-/* The store under nvme_dir, a file per unit and kind, written with the initial state. */
+/* The store under nvme_dir with a file per NVMe unit and kind; off_write_state fills them. */
 static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
   off_state *s = t->path_state;
-  size_t n = zt_model_num_params(t->model);
-  float *init = malloc(n * sizeof(float)), *zeros = calloc(n, sizeof(float));
-  int rc = init && zeros && (s->ext = malloc((size_t)s->nu * KINDS * sizeof *s->ext)) ? 0 : -ENOMEM;
-  if (rc < 0) {
+  int rc = 0;
+  if (!(s->ext = malloc((size_t)s->nu * KINDS * sizeof *s->ext))) {
     snprintf(err, errlen, "out of memory");
-    goto out;
+    return -ENOMEM;
   }
   /* a directory of its own, so that trainers can share nvme_dir */
   snprintf(s->nvme_dir, sizeof s->nvme_dir, "%s/zt-offload.XXXXXX", s->oc.nvme_dir);
@@ -922,31 +982,26 @@ static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
     rc = strlen(s->oc.nvme_dir) + 20 >= sizeof s->nvme_dir ? -ENAMETOOLONG : -errno;
     snprintf(err, errlen, "offload.nvme_dir: %s: %s", s->oc.nvme_dir, strerror(-rc));
     s->nvme_dir[0] = 0;
-    goto out;
+    return rc;
   }
   if ((rc = zt_nvme_store_open(&s->nvme, s->nvme_dir, NULL, err, errlen)) < 0) {
     char why[256];
     snprintf(why, sizeof why, "%s", err);
     snprintf(err, errlen, "offload.nvme_dir: %s", why);
-    goto out;
+    return rc;
   }
-  for (int u = s->ng; u < s->nu; u++)
+  for (int u = s->nh; u < s->nu; u++)
     for (int k = 0; k < KINDS; k++) {
       char name[64];
       const zt_unit_info *ui = zt_model_unit(t->model, u);
       snprintf(name, sizeof name, "%s.%s", ui->name, kind_names[k]);
       if ((rc = zt_nvme_store_alloc(s->nvme, name, ui->numel * sizeof(float))) < 0) {
         snprintf(err, errlen, "offload.nvme_dir: %s", zt_nvme_store_error(s->nvme));
-        goto out;
+        return rc;
       }
       s->ext[KINDS * u + k] = rc;
     }
-  if ((rc = zt__trainer_init_params(t->model, init, err, errlen)) < 0) goto out;
-  rc = off_write_state(t, init, zeros, zeros, err, errlen);
-out:
-  free(init);
-  free(zeros);
-  return rc;
+  return 0;
 }
 
 /* Every unit's parameters, the gradient buffers held and one write-back in flight, in slots. */
@@ -961,14 +1016,23 @@ typedef struct off_sizes {
   size_t host;         /* the host arena */
   size_t arena;        /* the device arena */
   size_t slot;         /* one unit's device slot */
-  size_t largest;      /* the largest unit's device copy, bytes */
-  size_t largest_f32;  /* the largest unit's fp32 parameters (an NVMe staging set) */
+  size_t largest;      /* the largest streamed unit's device copy, bytes */
+  size_t largest_f32;  /* the largest streamed unit's fp32 parameters */
   int held;            /* units acquired at once */
   int ng;              /* leading units with their optimizer on the device */
   size_t dev_units;    /* their device bytes */
   int all_resident;    /* the arena holds every streamed unit: each is fetched once a step */
+  /* the host side (host_sizes) */
+  int nh;              /* units [ng, nh) with their optimizer on the host, [nh, nu) on NVMe */
+  int alias;           /* the device units' buffers are the host's (open_device_units) */
+  size_t lo;           /* the host's flat-layout buffers start at this float */
+  size_t h_floats;     /* the host units' masters, m and v: floats each */
+  int ring;            /* the gradient ring's slots; 0: the flat buffer */
+  size_t ring_floats;  /* a slot: the largest streamed unit */
+  size_t nvme_f32;     /* the largest NVMe unit's fp32 parameters (an NVMe staging set) */
+  size_t nvme_param;   /* params nvme: the largest NVMe unit's device copy (streamer staging) */
+  size_t scopy_floats; /* the NVMe units' stream copies (params not nvme) */
 } off_sizes;
-
 
 /* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
  * fp32 and (bf16) the compute copy, each one backend buffer over their parameters. */
@@ -979,13 +1043,105 @@ static size_t dev_unit_bytes(const zt_model *m, int ng, zt_dtype dt) {
          (dt == ZT_F32 ? 0 : zt_dev_arena_footprint(f * zt_dtype_size(dt)));
 }
 
-/* The sizes with units 0..ng-1 on the device and the rest streamed; -ENOMEM (err says why,
- * with the numbers) when they do not fit gpu_budget. */
+/* The flat offset of unit u; the parameter count for u == units. */
+static size_t unit_start(const zt_model *m, int u) {
+  return u < zt_model_num_units(m) ? zt_model_unit(m, u)->offset : zt_model_num_params(m);
+}
+
+/* NVMe unit u's stream copy on the host (params not nvme): the fp32 tensors its ops read, which
+ * lie in its first unit_layout.f32_end bytes (all of it in fp32). */
+static size_t stream_copy_floats(const zt_model *m, int u, zt_dtype dt) {
+  return unit_layout_of(m, u, dt).f32_end / sizeof(float);
+}
+
+/* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
+ * host units; the gradients (flat over [lo, n), or the ring:
+ * no clipping and one micro-batch a step, offload.h); the bf16 compute copy over [lo, n); with
+ * NVMe units the two staging sets of master, m and v, and the stream copies (params host or
+ * gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units may
+ * alias the host's buffers. */
+static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
+                       int on_cpu, int nh, off_sizes *z) {
+  int nu = zt_model_num_units(m), params_nvme = oc->params == ZT_PLACE_NVME;
+  size_t n = zt_model_num_params(m);
+  zt_dtype dt = tc->precision;
+  z->nh = nh;
+  z->ring = 0;
+  if (tc->grad_clip == 0 && tc->grad_accum == 1)
+    z->ring = nu - z->ng < GRAD_RING_SLOTS ? nu - z->ng : GRAD_RING_SLOTS;
+  z->ring_floats = z->largest_f32 / sizeof(float);
+  z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring;
+  z->lo = z->alias ? 0 : unit_start(m, z->ng);
+  z->h_floats = unit_start(m, nh) - z->lo;
+  z->nvme_f32 = z->nvme_param = z->scopy_floats = 0;
+  for (int u = nh; u < nu; u++) {
+    size_t f32 = zt_model_unit(m, u)->numel * sizeof(float), pb = unit_param_bytes(m, u, dt);
+    if (f32 > z->nvme_f32) z->nvme_f32 = f32;
+    if (params_nvme && pb > z->nvme_param) z->nvme_param = pb;
+    if (!params_nvme) z->scopy_floats += stream_copy_floats(m, u, dt);
+  }
+  z->host = z->h_floats ? KINDS * zt_host_arena_footprint(z->h_floats * sizeof(float)) : 0;
+  z->host += z->ring ? (size_t)z->ring * zt_host_arena_footprint(z->largest_f32)
+                     : zt_host_arena_footprint((n - z->lo) * sizeof(float));
+  if (dt != ZT_F32) z->host += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
+  if (nh < nu) {
+    z->host += 2 * KINDS * zt_host_arena_footprint(z->nvme_f32);
+    if (z->scopy_floats) z->host += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
+    if (z->nvme_param)
+      z->host += (size_t)(z->held + oc->prefetch) * zt_host_arena_footprint(z->nvme_param);
+  }
+}
+
+/* Where the streamed units keep their optimizer (offload.host_units): the host side of z for
+ * the device side sizes_for gave it. -EINVAL for a host_units the units cannot take, -ENOMEM
+ * over host_budget, -ENOSPC over nvme_budget; err says why with the numbers. */
+static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
+                           int on_cpu, off_sizes *z, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), ng = z->ng, nh = nu;
+  if (oc->host_units >= 0 || oc->optimizer == ZT_PLACE_NVME) {
+    int k = oc->host_units > 0 ? oc->host_units : 0;
+    if (k > nu - ng) {
+      snprintf(err, errlen, "offload.host_units is %d; after %d unit(s) on the device the model "
+               "has %d", oc->host_units, ng, nu - ng);
+      return -EINVAL;
+    }
+    nh = ng + k;
+    if (nh < nu && !oc->nvme_dir[0]) {
+      snprintf(err, errlen, "offload.host_units %d leaves %d unit(s) for NVMe: "
+               "offload.nvme_dir is required", oc->host_units, nu - nh);
+      return -EINVAL;
+    }
+    host_sizes(m, oc, tc, on_cpu, nh, z);
+  } else if (oc->optimizer == ZT_PLACE_AUTO && oc->host_budget && oc->nvme_dir[0]) {
+    /* the most units on the host that fit it: the host is faster than NVMe for every unit */
+    for (host_sizes(m, oc, tc, on_cpu, nh, z); nh > ng && z->host > oc->host_budget;)
+      host_sizes(m, oc, tc, on_cpu, --nh, z);
+  } else {
+    host_sizes(m, oc, tc, on_cpu, nh, z);
+  }
+  if (oc->host_budget && z->host > oc->host_budget) {
+    snprintf(err, errlen, "offload.host_budget is %zu bytes; the host tier needs %zu with %d "
+             "unit(s)' optimizer on the host and %d on NVMe%s", oc->host_budget, z->host,
+             nh - ng, nu - nh,
+             oc->nvme_dir[0] ? "" : " (with an offload.nvme_dir, optimizer auto keeps on NVMe "
+                                    "what the host cannot hold)");
+    return -ENOMEM;
+  }
+  uint64_t nvme = nvme_file_bytes(m, nh);
+  if (oc->nvme_budget && nvme > oc->nvme_budget) {
+    snprintf(err, errlen, "offload.nvme_budget is %llu bytes; the NVMe tier needs %llu for the "
+             "optimizer of %d unit(s) (%d on the host)", (unsigned long long)oc->nvme_budget,
+             (unsigned long long)nvme, nu - nh, nh - ng);
+    return -ENOSPC;
+  }
+  return 0;
+}
+
+/* The device side with units 0..ng-1 on the device and the rest streamed; -ENOMEM (err says
+ * why, with the numbers) when they do not fit gpu_budget. */
 static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, size_t act_bytes,
                      int ng, off_sizes *z, char *err, size_t errlen) {
   int nu = zt_model_num_units(m), ns = nu - ng;
-  size_t n = zt_model_num_params(m);
-  int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
   *z = (off_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1, .ng = ng,
                    .dev_units = dev_unit_bytes(m, ng, dt)};
   zt_stream_unit *units = calloc((size_t)ns, sizeof *units);
@@ -1000,18 +1156,6 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
     if (units[i].param_bytes > z->largest) z->largest = units[i].param_bytes;
     if (ui->numel * sizeof(float) > z->largest_f32) z->largest_f32 = ui->numel * sizeof(float);
   }
-  /* host tier: gradients; masters, m and v (optimizer host) or the two staging sets of one unit
-   * each (optimizer nvme) plus the parameters to stream from unless they live on NVMe too, and
-   * then the streamer's staging */
-  size_t flat = zt_host_arena_footprint(n * sizeof(float));
-  z->host = !opt_nvme ? 4 * flat
-                      : flat + (params_nvme ? 0 : flat) +
-                            2 * KINDS * zt_host_arena_footprint(z->largest_f32) +
-                            (params_nvme ? (size_t)(z->held + oc->prefetch) *
-                                               zt_host_arena_footprint(z->largest)
-                                         : 0);
-  /* bf16: the compute copy the units stream from */
-  if (dt != ZT_F32) z->host += zt_host_arena_footprint(n * zt_dtype_size(dt));
   /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
    * arena from fragmenting, so the budget that opens is the budget that runs. A slot holds a
    * device copy or a gradient buffer (fp32, larger than a bf16 device copy). */
@@ -1057,18 +1201,10 @@ typedef struct off_plan {
   int ckpt_every;          /* train.activation_checkpointing.every, resolved */
   zt_offload_place params; /* offload.params, resolved */
   size_t act_bytes;
-  off_sizes z;             /* z.ng: offload.gpu_units, resolved */
+  off_sizes z;             /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, resolved */
   double est_s;            /* the cost model's step time */
 } off_plan;
 
-/* The cost model that ranks the plans that fit (tunables in engine/tunables.h): per step, the
- * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
- * forward), the host's work on the streamed units (their sum of squares on the runner and their
- * AdamW on the pool) less the backward of the device units it hides under (nothing hides it
- * with clipping, which needs the norm first; the last streamed unit's update never is), the
- * copies beyond the compute, and the device AdamW at HBM speed. Coarse, but it orders the
- * choices that matter: checkpointing against units on the device against resident
- * parameters. */
 /* The copies a step of the plan is expected to make: each streamed unit's device copy fetched
  * once a step when the arena holds them all, else in each forward and backward (the streamer
  * keeps what fits, so this is the most); from the second micro-batch on its running gradient
@@ -1085,6 +1221,14 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_
   *d2h = grads * ga;
 }
 
+/* The cost model that ranks the plans that fit (tunables in engine/tunables.h): per step, the
+ * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
+ * forward), the host's work on the streamed units (their sum of squares on the runner and their
+ * AdamW on the pool, beside which the NVMe units' state is read and written) less the backward
+ * of the device units it hides under (nothing hides it with clipping, which needs the norm
+ * first; the last streamed unit's update never is), the copies beyond the compute, and the
+ * device AdamW at HBM speed. Coarse, but it orders the choices that matter: checkpointing
+ * against units on the device against resident parameters against NVMe. */
 static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
@@ -1096,7 +1240,8 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
   double compute = ga * micro * (1 + recomputed / 3);
   double p_dev = p->z.ng ? (double)zt_model_unit(m, p->z.ng)->offset : 0, p_cpu = P - p_dev;
   double per_param = 1 / ZT_TUNE_PLAN_CPU_ADAM_PARAMS + 4 / ZT_TUNE_PLAN_HOST_SUMSQ_BYTES;
-  double cpu = p_cpu * per_param;
+  double nvme = 2 * (double)nvme_file_bytes(m, p->z.nh) / ZT_TUNE_PLAN_NVME_BYTES;
+  double cpu = fmax(p_cpu * per_param, nvme);
   double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
   double hidden = tc->grad_clip > 0 ? 0 : micro * 2 / 3 * p_dev / P;
   double h2d, d2h;
@@ -1105,11 +1250,33 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
   return compute + fmax(last, cpu - hidden) + fmax(0, copies - compute) + p_dev * 18 / 3e12;
 }
 
+/* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
+ * the host and NVMe sides follow (place_optimizer). */
+static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                    const zt_ops *ops, int ck, zt_offload_place place, int ng, off_plan *p,
+                    char *err, size_t errlen) {
+  zt_offload_cfg c = *oc;
+  c.params = place;
+  *p = (off_plan){.ckpt_every = ck, .params = place,
+                  .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
+  if (!p->act_bytes) {
+    snprintf(err, errlen, "train.activation_checkpointing.every %d: cannot size the "
+             "activations", ck);
+    return -EINVAL;
+  }
+  int rc = sizes_for(m, &c, tc->precision, p->act_bytes, ng, &p->z, err, errlen);
+  if (rc == 0)
+    rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, &p->z, err, errlen);
+  if (rc == 0) p->est_s = plan_cost(m, tc, p);
+  return rc;
+}
+
 /* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
  * (activation checkpointing, params gpu or host, the units with their optimizer on the device)
- * searched for the cheapest plan by plan_cost that fits. Without a budget auto means the plain
- * choice: no checkpointing, every unit resident, no unit's optimizer on the device (the budget
- * is then what that takes). At least one unit is always streamed. */
+ * searched for the cheapest plan by plan_cost that fits, the host and NVMe sides of each
+ * decided by place_optimizer. Without a budget auto means the plain choice: no checkpointing,
+ * every unit resident, no unit's optimizer on the device (the budget is then what that takes).
+ * At least one unit is always streamed. */
 static int off_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                        const zt_ops *ops, off_plan *best, char *err, size_t errlen) {
   int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers, budget = oc->gpu_budget > 0;
@@ -1131,34 +1298,25 @@ static int off_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
               : oc->optimizer == ZT_PLACE_AUTO && budget ? nu - 1 : 0;
   int ng_lo = oc->gpu_units >= 0 ? oc->gpu_units : 0;
   int found = 0;
-  zt_offload_cfg c = *oc;
-  for (int ck = ck_lo; ck <= ck_hi; ck++) {
-    off_plan p = {.ckpt_every = ck,
-                  .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
-    if (!p.act_bytes) {
-      snprintf(err, errlen, "train.activation_checkpointing.every %d: cannot size the "
-               "activations", ck);
-      return -EINVAL;
-    }
+  for (int ck = ck_lo; ck <= ck_hi; ck++)
     for (int pl = 0; pl < 2; pl++) {
       if (pl && places[1] == places[0]) break;
-      c.params = p.params = places[pl];
       for (int ng = ng_hi; ng >= ng_lo; ng--) {
         char why[512];
-        if (sizes_for(m, &c, tc->precision, p.act_bytes, ng, &p.z, why, sizeof why) < 0) continue;
-        p.est_s = plan_cost(m, tc, &p);
+        off_plan p;
+        int rc = plan_try(m, tc, oc, ops, ck, places[pl], ng, &p, why, sizeof why);
+        if (rc == -EINVAL && !p.act_bytes) {
+          snprintf(err, errlen, "%s", why);
+          return rc;
+        }
+        if (rc < 0) continue;
         if (!found || p.est_s < best->est_s) *best = p;
         found = 1;
       }
     }
-  }
   if (found) return 0;
   /* nothing fits: the refusal of the plan that needs the least device memory */
-  c.params = places[1];
-  int ck = ck_auto ? 1 : ck_lo;
-  return sizes_for(m, &c, tc->precision, zt_acts_size_dt(m, ops, tc->micro_batch, ck,
-                                                         tc->precision),
-                   ng_lo, &best->z, err, errlen);
+  return plan_try(m, tc, oc, ops, ck_auto ? 1 : ck_lo, places[1], ng_lo, best, err, errlen);
 }
 
 /* What the offloaded step runs on today: the cpu and cuda backends, fp32 or bf16 compute. */
@@ -1194,13 +1352,14 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
   if (rc == 0) {
     *out = (zt_offload_plan){.host_bytes = p.z.host,
                              .device_bytes = p.act_bytes + p.z.dev_units + p.z.arena,
-                             .nvme_bytes = oc->optimizer == ZT_PLACE_NVME
-                                               ? nvme_file_bytes(m, p.z.ng) : 0,
+                             .nvme_bytes = nvme_file_bytes(m, p.z.nh),
                              .act_bytes = p.act_bytes,
                              .gpu_unit_bytes = p.z.dev_units,
                              .arena_bytes = p.z.arena,
                              .units = zt_model_num_units(m),
                              .gpu_units = p.z.ng,
+                             .host_units = p.z.nh - p.z.ng,
+                             .grad_slots = p.z.ring,
                              .ckpt_every = p.ckpt_every,
                              .params = p.params,
                              .est_step_s = p.est_s};
@@ -1208,10 +1367,26 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
     plan_transfers(m, tc, &p, &h2d, &d2h);
     out->h2d_bytes = (uint64_t)h2d;
     out->d2h_bytes = (uint64_t)d2h;
-    /* optimizer nvme: every streamed unit's master, m and v read and written once a step */
+    /* every NVMe unit's master, m and v read and written once a step */
     out->nvme_step_bytes = 2 * out->nvme_bytes;
   }
   zt_model_destroy(m);
+  return rc;
+}
+
+/* The initial parameters (init_path or the seed) and zero moments, in every tier but the host
+ * units' m and v, which the open allocates after it (zeroed): the parameters come through a flat
+ * buffer outside the arena (4 bytes a parameter), and the two together would be more than the
+ * arena (for a 10 B model 41 GB beside 2 x 28 GB). */
+static int write_initial_state(zt_trainer *t, char *err, size_t errlen) {
+  float *init = malloc(zt_model_num_params(t->model) * sizeof(float));
+  if (!init) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  int rc = zt__trainer_init_params(t->model, init, err, errlen);
+  if (rc == 0) rc = off_write_state(t, init, NULL, NULL, err, errlen);
+  free(init);
   return rc;
 }
 
@@ -1284,76 +1459,90 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     snprintf(err, errlen, "out of memory");
     goto out;
   }
-  int opt_nvme = oc->optimizer == ZT_PLACE_NVME, params_nvme = oc->params == ZT_PLACE_NVME;
+  int params_nvme = oc->params == ZT_PLACE_NVME;
   off_sizes z = plan.z;
   int held = z.held;
+  s->ng = z.ng;
+  s->nh = z.nh;
+  s->lo = z.lo;
+  s->h_floats = z.h_floats;
+  s->ring = z.ring;
+  s->ring_floats = z.ring_floats;
+  s->ng_floats = s->ng ? zt_model_unit(t->model, s->ng)->offset : 0;
+  s->dev_unit_bytes = z.dev_units;
   s->host_bytes = z.host;
   if ((rc = zt_host_arena_open(&s->host, s->host_bytes, on_gpu ? zt_host_mem_cuda() : NULL)) < 0) {
     snprintf(err, errlen, "offload: opening the host arena failed (%d)", rc);
     goto out;
   }
-  float **bufs[] = {&t->grads, &t->params, &t->m, &t->v};
-  size_t nbufs = !opt_nvme ? 4 : params_nvme ? 1 : 2;
-  for (size_t i = 0; i < nbufs; i++) {
-    if ((rc = zt_host_arena_alloc(s->host, n * sizeof(float), (void **)bufs[i])) < 0) {
-      snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
-      goto out;
-    }
-    memset(*bufs[i], 0, n * sizeof(float));
+  /* host_sizes' buffers; the host units' m and v once the initial state is written */
+  s->d_alias = z.alias;
+  if (s->h_floats && (rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float),
+                                               (void **)&s->h[K_MASTER])) < 0)
+    goto host_full;
+  if (s->ring) {
+    if (!(s->slot = calloc((size_t)s->ring, sizeof *s->slot))) goto no_memory;
+    for (int i = 0; i < s->ring; i++)
+      if ((rc = zt_host_arena_alloc(s->host, s->ring_floats * sizeof(float),
+                                    (void **)&s->slot[i])) < 0)
+        goto host_full;
+  } else if ((rc = zt_host_arena_alloc(s->host, (n - s->lo) * sizeof(float),
+                                       (void **)&s->grads)) < 0) {
+    goto host_full;
+  } else {
+    memset(s->grads, 0, (n - s->lo) * sizeof(float));
   }
   if (s->dt != ZT_F32 &&
-      (rc = zt_host_arena_alloc(s->host, n * zt_dtype_size(s->dt), (void **)&s->lp)) < 0) {
-    snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
-    goto out;
+      (rc = zt_host_arena_alloc(s->host, (n - s->lo) * zt_dtype_size(s->dt), (void **)&s->lp)) < 0)
+    goto host_full;
+  if (s->nh < s->nu) {
+    for (int i = 0; i < 2; i++) {
+      s->sets[i].unit = -1;
+      for (int k = 0; k < KINDS; k++)
+        if ((rc = zt_host_arena_alloc(s->host, z.nvme_f32, (void **)&s->sets[i].buf[k])) < 0)
+          goto host_full;
+    }
+    if (z.scopy_floats) {
+      if (!(s->scopy_off = calloc((size_t)s->nu + 1, sizeof *s->scopy_off))) goto no_memory;
+      for (int u = s->nh; u < s->nu; u++)
+        s->scopy_off[u + 1] = s->scopy_off[u] + stream_copy_floats(t->model, u, s->dt);
+      if ((rc = zt_host_arena_alloc(s->host, z.scopy_floats * sizeof(float),
+                                    (void **)&s->scopy)) < 0)
+        goto host_full;
+    }
+    if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
   }
-  s->ng = z.ng;
-  s->ng_floats = s->ng ? zt_model_unit(t->model, s->ng)->offset : 0;
-  s->dev_unit_bytes = z.dev_units;
-  if ((rc = open_device_units(t, !on_gpu && !opt_nvme)) < 0) {
+  if (!s->d_alias && (rc = open_device_units(t)) < 0) {
     snprintf(err, errlen, "offload: allocating %zu device bytes for %d unit(s) with their "
              "optimizer on the device failed", z.dev_units, s->ng);
     goto out;
   }
-  if (!opt_nvme) {
-    if ((rc = zt__trainer_init_params(t->model, t->params, err, errlen)) < 0) goto out;
-    if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, t->params, ZT_F32, n);
-    const float *init[KINDS] = {t->params, t->m, t->v};
-    if ((rc = write_device_units(t, init)) < 0) {
-      snprintf(err, errlen, "offload: initialising the device-resident units failed: %s",
-               be->ops->error_text(be->ctx));
-      goto out;
-    }
-  } else {
-    for (int i = 0; i < 2; i++) {
-      s->sets[i].unit = -1;
-      for (int k = 0; k < KINDS; k++)
-        if ((rc = zt_host_arena_alloc(s->host, z.largest_f32, (void **)&s->sets[i].buf[k])) < 0) {
-          snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
-          goto out;
-        }
-    }
-    if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
+  if ((rc = write_initial_state(t, err, errlen)) < 0) goto out;
+  for (int k = K_M; k < KINDS && s->h_floats; k++) {
+    if ((rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float), (void **)&s->h[k])) < 0)
+      goto host_full;
+    memset(s->h[k], 0, s->h_floats * sizeof(float));
   }
+  if (s->d_alias) open_device_units(t);
   /* fp32 compute: the device copy of a unit is its masters, fetched from the host copy or from
    * their file; bf16: the pieces its ops read, from the masters and the compute copy */
-  if (s->dt != ZT_F32 && (rc = build_pieces(t)) < 0) {
-    snprintf(err, errlen, "out of memory");
-    goto out;
-  }
+  if (s->dt != ZT_F32 && (rc = build_pieces(t)) < 0) goto no_memory;
   /* the streamer's unit i is unit ng + i */
   for (int u = s->ng; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
     zt_stream_unit *x = &units[u - s->ng];
     *x = (zt_stream_unit){.param_bytes = unit_param_bytes(t->model, u, s->dt),
                           .grad_floats = ui->numel,
-                          .host_grads = t->grads + ui->offset};
+                          .host_grads = grads_of(t, u)};
     if (s->dt != ZT_F32) {
       x->pieces = s->pieces + s->first_piece[u];
       x->n_pieces = s->first_piece[u + 1] - s->first_piece[u];
+    } else if (u < s->nh) {
+      x->host_params = host_at(s, K_MASTER, ui->offset);
     } else if (params_nvme) {
       x->nvme_ext = s->ext[KINDS * u + K_MASTER];
     } else {
-      x->host_params = t->params + ui->offset;
+      x->host_params = s->scopy + s->scopy_off[u];
     }
   }
   zt_streamer_cfg sc = {.n_units = s->nu - s->ng, .units = units, .host = s->host, .nvme = s->nvme,
@@ -1381,6 +1570,13 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if ((rc = zt_streamer_open(&s->st, &sc, err, errlen)) < 0) goto out;
   *out = t;
   t = NULL;
+  goto out;
+no_memory:
+  rc = -ENOMEM;
+  snprintf(err, errlen, "out of memory");
+  goto out;
+host_full:
+  snprintf(err, errlen, "offload: host tier: %s", zt_host_arena_error(s->host));
 out:
   free(units);
   zt_trainer_close(t);
@@ -1402,6 +1598,8 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
   zt_cpu_pool_get_stats(s->pool, &ps);
   *out = (zt_offload_stats){.device_budget = s->act_bytes + s->dev_unit_bytes + s->arena_budget,
                             .gpu_units = s->ng,
+                            .host_units = s->nh - s->ng,
+                            .grad_slots = s->ring,
                             .ckpt_every = t->tc.ckpt_every,
                             .params = s->oc.params,
                             .est_step_s = s->est_s,

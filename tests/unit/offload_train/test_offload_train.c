@@ -2,11 +2,14 @@
  * parameters and AdamW moments bitwise equal over STEPS steps with every unit resident, and with
  * the smallest device budget that opens (parameters streamed, evictions counted, the arena's
  * peak within its budget); with and without clipping (updates after the backward or overlapping
- * it), activation checkpointing, a micro-batch of padding alone; resume from a checkpoint of an
- * offloaded job; bf16 compute (fp32 and bf16 pieces streamed); placements and budgets that
- * cannot work are refused naming the field. With
- * the argument "nvme": the same with the optimizer state, then the parameters too, on NVMe
- * (the store's counters show the traffic). */
+ * it), activation checkpointing, a micro-batch of padding alone; one micro-batch a step without
+ * clipping (the gradient ring instead of the flat host gradients) and two; resume from a
+ * checkpoint of an offloaded job, into the same placement or another; bf16 compute (fp32 and
+ * bf16 pieces streamed); the plan's host bytes are what the host arena holds; placements and
+ * budgets that cannot work are refused naming the field. With the argument "nvme": the same
+ * with the optimizer state, then the parameters too, on NVMe (the store's counters show the
+ * traffic), and split between the host and NVMe (host_units, and optimizer auto under a
+ * host_budget). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -21,16 +24,23 @@
 #define B 2
 #define GA 3
 
+static int g_ga = GA; /* micro-batches a step of the cases that follow */
+static int g_wide;    /* the cases that follow on d_model 64: units of many pages each */
+
 static zt_backend g_be; /* one cpu backend for every trainer */
 
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg mc = mc_tiny(arch);
   mc.n_layers = 4;
+  if (g_wide) {
+    mc.d_model = 64;
+    mc.d_ff = arch == ZT_ARCH_ENCODER ? 128 : 0;
+  }
   return mc;
 }
 
 static zt_train_cfg train_cfg(float clip, int ckpt_every) {
-  zt_train_cfg tc = mc_train(B, GA);
+  zt_train_cfg tc = mc_train(B, g_ga);
   tc.steps = STEPS;
   tc.warmup_steps = 2;
   tc.schedule = ZT_SCHED_COSINE;
@@ -42,16 +52,19 @@ static zt_train_cfg train_cfg(float clip, int ckpt_every) {
   return tc;
 }
 
-static size_t step_tokens(const zt_model_cfg *mc) { return (size_t)GA * B * (mc->seq_len + 1); }
+static size_t step_tokens(const zt_model_cfg *mc) {
+  return (size_t)g_ga * B * (mc->seq_len + 1);
+}
 
-/* STEPS steps of tokens; step 3's last micro-batch and step 5's first are padding alone. */
+/* STEPS steps of tokens; step 3's last micro-batch and step 5's first are padding alone (with
+ * one micro-batch a step, steps 3 and 5 count nothing). */
 static int32_t *make_tokens(const zt_model_cfg *mc, uint64_t seed) {
   size_t per = step_tokens(mc), micro = (size_t)B * (mc->seq_len + 1);
   int32_t *tok = malloc(STEPS * per * sizeof *tok);
   if (!tok) exit(1);
   mc_tokens(&seed, tok, STEPS * per, mc->vocab);
   for (size_t i = 0; i < micro; i++) {
-    tok[3 * per + (GA - 1) * micro + i] = -1;
+    tok[3 * per + (size_t)(g_ga - 1) * micro + i] = -1;
     tok[5 * per + i] = -1;
   }
   return tok;
@@ -103,6 +116,8 @@ static size_t min_budget(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offl
   zt_trainer *t = NULL;
   zt_offload_place streamed = ZT_PLACE_HOST;
   oc.optimizer = ZT_PLACE_HOST;
+  oc.host_units = -1;
+  oc.host_budget = 0;
   oc.params = ZT_PLACE_GPU;
   oc.gpu_budget = 0;
   if (open_off(&t, mc, tc, &oc, be, err, sizeof err) < 0) return 0;
@@ -160,6 +175,13 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   if (oc.gpu_units >= 0)
     fails += MC_EXPECT(st.gpu_units == oc.gpu_units, "%s: %d units on the device, asked %d",
                        what, st.gpu_units, oc.gpu_units);
+  if (oc.host_units >= 0)
+    fails += MC_EXPECT(st.host_units == oc.host_units, "%s: %d units on the host, asked %d",
+                       what, st.host_units, oc.host_units);
+  /* the gradient ring exactly when no clipping and one micro-batch a step */
+  int ring = tc.grad_clip == 0 && tc.grad_accum == 1;
+  fails += MC_EXPECT(ring ? st.grad_slots > 0 && st.grad_slots <= 4 : st.grad_slots == 0,
+                     "%s: %d gradient slots", what, st.grad_slots);
   fails += MC_EXPECT(st.gpu_unit_updates == (uint64_t)STEPS * st.gpu_units, "%s: %llu device "
                      "unit updates", what, (unsigned long long)st.gpu_unit_updates);
   fails += MC_EXPECT(st.arena_peak <= st.arena_budget && st.act_bytes + st.arena_peak <=
@@ -171,7 +193,8 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, be.ops, &plan, err, sizeof err) == 0,
                      "%s: estimate: %s", what, err);
   size_t est_host = plan.host_bytes, est_dev = plan.device_bytes;
-  fails += MC_EXPECT(plan.gpu_units == st.gpu_units && plan.ckpt_every == st.ckpt_every &&
+  fails += MC_EXPECT(plan.gpu_units == st.gpu_units && plan.host_units == st.host_units &&
+                     plan.grad_slots == st.grad_slots && plan.ckpt_every == st.ckpt_every &&
                      plan.params == st.params && plan.est_step_s == st.est_step_s &&
                      plan.act_bytes == st.act_bytes && plan.arena_bytes == st.arena_budget &&
                      plan.gpu_unit_bytes == st.gpu_unit_bytes,
@@ -183,9 +206,14 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                      "%s: plan expects %llu/%llu bytes H2D/D2H a step, %llu/%llu over %d steps",
                      what, (unsigned long long)plan.h2d_bytes, (unsigned long long)plan.d2h_bytes,
                      (unsigned long long)st.bytes_h2d, (unsigned long long)st.bytes_d2h, STEPS);
-  if (oc.optimizer == ZT_PLACE_NVME)
-    fails += MC_EXPECT(plan.nvme_bytes > 0 && plan.nvme_step_bytes == 2 * plan.nvme_bytes,
-                       "%s: plan nvme %llu bytes", what, (unsigned long long)plan.nvme_bytes);
+  /* units past the host ones keep their optimizer on NVMe */
+  int on_nvme = st.gpu_units + st.host_units < zt_model_num_units(zt_trainer_model(b));
+  fails += MC_EXPECT(on_nvme == (plan.nvme_bytes > 0) &&
+                     plan.nvme_step_bytes == 2 * plan.nvme_bytes,
+                     "%s: plan nvme %llu bytes", what, (unsigned long long)plan.nvme_bytes);
+  /* the plan's host bytes are the arena's, every one of them allocated */
+  fails += MC_EXPECT(st.host_used == st.host_bytes, "%s: host arena %zu bytes, %zu used", what,
+                     st.host_bytes, st.host_used);
   fails += MC_EXPECT(est_host == st.host_bytes && est_dev == st.device_budget &&
                      st.device_budget == st.act_bytes + st.gpu_unit_bytes + st.arena_budget,
                      "%s: estimate host %zu device %zu, trainer host %zu device %zu", what,
@@ -198,7 +226,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   fails += MC_EXPECT(st.step_ns > 0 && st.compute_ns > 0 && st.compute_ns <= st.step_ns &&
                      st.h2d_ns > 0 && st.d2h_ns > 0 && st.adam_ns > 0 &&
                      st.adam_ns <= st.step_ns * (uint64_t)st.adam_threads &&
-                     (oc.optimizer == ZT_PLACE_NVME) == (st.nvme_ns > 0),
+                     on_nvme == (st.nvme_ns > 0),
                      "%s: timeline step %llu compute %llu h2d %llu d2h %llu adam %llu nvme %llu ns",
                      what, (unsigned long long)st.step_ns, (unsigned long long)st.compute_ns,
                      (unsigned long long)st.h2d_ns, (unsigned long long)st.d2h_ns,
@@ -206,10 +234,12 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   if (tc.grad_clip > 0)
     fails += MC_EXPECT(st.adam_overlapped == 0, "%s: updates overlapped though clipping needs "
                        "the norm first", what);
-  else /* one step has no counted micro-batch at its end; overlap still reaches every unit */
-    fails += MC_EXPECT(st.adam_overlapped == (uint64_t)STEPS * nu, "%s: %llu updates "
-                       "overlapped", what, (unsigned long long)st.adam_overlapped);
-  if (oc.optimizer == ZT_PLACE_NVME)
+  else /* one step has no counted micro-batch at its end; overlap still reaches every unit, but
+        * not in the steps that count nothing (make_tokens) */
+    fails += MC_EXPECT(st.adam_overlapped == (uint64_t)(STEPS - (g_ga == 1 ? 2 : 0)) * nu,
+                       "%s: %llu updates overlapped", what,
+                       (unsigned long long)st.adam_overlapped);
+  if (on_nvme)
     fails += MC_EXPECT(st.nvme_bytes_read > 0 && st.nvme_bytes_written > 0, "%s: NVMe read "
                        "%llu, written %llu bytes", what, (unsigned long long)st.nvme_bytes_read,
                        (unsigned long long)st.nvme_bytes_written);
@@ -224,7 +254,9 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                        "%s: %llu fetches, %llu evictions: not streamed", what,
                        (unsigned long long)st.fetches, (unsigned long long)st.evictions);
   } else {
-    fails += MC_EXPECT(st.evictions == 0 && st.fetches == (uint64_t)STEPS * nu,
+    /* steps that count nothing fetch nothing (make_tokens) */
+    uint64_t fetching = STEPS - (g_ga == 1 ? 2 : 0);
+    fails += MC_EXPECT(st.evictions == 0 && st.fetches == fetching * nu,
                        "%s: all resident, %llu fetches %llu evictions", what,
                        (unsigned long long)st.fetches, (unsigned long long)st.evictions);
   }
@@ -316,6 +348,64 @@ out:
   return fails;
 }
 
+/* optimizer auto with a host_budget and an nvme_dir: the units after the device ones that the
+ * budget holds keep their optimizer on the host, the rest on NVMe; a budget for all of them
+ * keeps none on NVMe; an nvme_budget below what the rest needs is refused. Then trained bitwise
+ * as without offload with the split the budget gave. */
+static int check_auto_split(zt_arch arch, zt_offload_cfg oc, zt_train_cfg tc, const char *name) {
+  int fails = 0;
+  char err[512], what[128];
+  snprintf(what, sizeof what, "auto split, %s", name);
+  g_wide = 1;
+  zt_model_cfg mc = model_cfg(arch);
+  zt_offload_plan all, none, p;
+  oc.optimizer = ZT_PLACE_HOST;
+  oc.host_units = -1;
+  int rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &all, err, sizeof err);
+  oc.optimizer = ZT_PLACE_NVME;
+  if (rc == 0) rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &none, err, sizeof err);
+  if (MC_EXPECT(rc == 0, "%s: %s", what, err)) {
+    g_wide = 0;
+    return 1;
+  }
+  int streamed = all.units - all.gpu_units;
+  fails += MC_EXPECT(all.host_units == streamed && all.nvme_bytes == 0 && none.host_units == 0 &&
+                     none.nvme_bytes > 0 && none.host_bytes < all.host_bytes,
+                     "%s: all on the host %d units %zu bytes, none %d units %zu bytes", what,
+                     all.host_units, all.host_bytes, none.host_units, none.host_bytes);
+  oc.optimizer = ZT_PLACE_AUTO;
+  oc.host_budget = all.host_bytes;
+  rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &p, err, sizeof err);
+  fails += MC_EXPECT(rc == 0 && p.host_units == streamed && p.nvme_bytes == 0, "%s: a budget for "
+                     "all: rc %d (%s), %d units on the host", what, rc, err, p.host_units);
+  oc.host_budget = (all.host_bytes + none.host_bytes) / 2;
+  rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &p, err, sizeof err);
+  fails += MC_EXPECT(rc == 0 && p.host_units > 0 && p.host_units < streamed &&
+                     p.host_bytes <= oc.host_budget && p.nvme_bytes > 0 &&
+                     p.nvme_bytes < none.nvme_bytes, "%s: budget %zu: rc %d (%s), %d units on "
+                     "the host, %zu bytes", what, oc.host_budget, rc, err, p.host_units,
+                     p.host_bytes);
+  /* one unit more on the host would not fit */
+  zt_offload_cfg more = oc;
+  zt_offload_plan q;
+  more.host_units = p.host_units + 1;
+  more.host_budget = 0;
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &more, g_be.ops, &q, err, sizeof err) == 0 &&
+                     q.host_bytes > oc.host_budget, "%s: %d host units take %zu bytes, within "
+                     "the budget %zu", what, more.host_units, q.host_bytes, oc.host_budget);
+  zt_offload_cfg tight = oc;
+  tight.nvme_budget = p.nvme_bytes - 1;
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &tight, g_be.ops, &q, err, sizeof err) ==
+                         -ENOSPC && strstr(err, "offload.nvme_budget"),
+                     "%s: nvme budget below the plan's: %s", what, err);
+  tight.nvme_budget = p.nvme_bytes;
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &tight, g_be.ops, &q, err, sizeof err) == 0,
+                     "%s: nvme budget of the plan's: %s", what, err);
+  fails += check_case(arch, what, tc, oc, 0);
+  g_wide = 0;
+  return fails;
+}
+
 /* A checkpoint whose read of the NVMe state fails (the store's first read, injected) is refused
  * with the file and the cause, and the trainer still saves once the fault is gone. */
 static int check_ckpt_read_fault(zt_offload_cfg oc, const char *tmp) {
@@ -342,41 +432,45 @@ static int check_ckpt_read_fault(zt_offload_cfg oc, const char *tmp) {
   return fails;
 }
 
-/* 5 steps offloaded, a checkpoint, a fresh offloaded trainer (which ran a step of its own) loads
- * it, 5 more: the losses and state of 10 steps without offload; a trainer without offload
- * resumes from the same checkpoint alike. */
-static int check_resume(zt_arch arch, zt_offload_cfg oc, const char *tmp) {
+/* 5 steps offloaded with one placement, a checkpoint, a fresh offloaded trainer with another
+ * (which ran a step of its own) loads it, 5 more: the losses and state of 10 steps without
+ * offload; a trainer without offload resumes from the same checkpoint alike. */
+static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc, float clip,
+                        const char *name, const char *tmp) {
   int fails = 0;
-  char err[512], dir[600];
+  char err[512], dir[600], what[128];
   zt_backend be = g_be;
   zt_model_cfg mc = model_cfg(arch);
-  zt_train_cfg tc = train_cfg(0.5f, 0);
+  zt_train_cfg tc = train_cfg(clip, 0);
+  snprintf(what, sizeof what, "%s resume, %s", zt_arch_name(arch), name);
   int32_t *tok = make_tokens(&mc, 11 + (uint64_t)arch);
   size_t per = step_tokens(&mc);
   double ref[STEPS], off[STEPS];
   zt_trainer *a = NULL, *b = NULL, *c = NULL;
   snprintf(dir, sizeof dir, "%s/%s-ckpt", tmp, zt_arch_name(arch));
   oc.gpu_budget = min_budget(&mc, &tc, oc, &be);
+  load_oc.gpu_budget = min_budget(&mc, &tc, load_oc, &be);
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, &be, err, sizeof err) == 0, "%s", err) ||
-      MC_EXPECT(open_off(&b, &mc, &tc, &oc, &be, err, sizeof err) == 0, "%s", err) ||
-      MC_EXPECT(open_off(&c, &mc, &tc, &oc, &be, err, sizeof err) == 0, "%s", err)) {
+      MC_EXPECT(open_off(&b, &mc, &tc, &oc, &be, err, sizeof err) == 0, "%s: %s", what, err) ||
+      MC_EXPECT(open_off(&c, &mc, &tc, &load_oc, &be, err, sizeof err) == 0, "%s: %s", what,
+                err)) {
     fails++;
     goto out;
   }
   fails += run(a, tok, per, 0, STEPS, ref, "resume reference");
-  fails += run(b, tok, per, 0, STEPS / 2, off, "resume first half");
-  fails += MC_EXPECT(zt_trainer_save(b, dir, err, sizeof err) == 0, "save: %s", err);
+  fails += run(b, tok, per, 0, STEPS / 2, off, what);
+  fails += MC_EXPECT(zt_trainer_save(b, dir, err, sizeof err) == 0, "%s: save: %s", what, err);
   /* c has run a step of its own first: the load must replace its state and device copies */
   double scratch[STEPS];
-  fails += run(c, tok, per, STEPS - 1, STEPS, scratch, "resume scratch step");
-  fails += MC_EXPECT(zt_trainer_load(c, dir, err, sizeof err) == 0, "load: %s", err);
-  fails += MC_EXPECT(zt_trainer_step_count(c) == STEPS / 2, "step count %d after load",
-                     zt_trainer_step_count(c));
-  fails += run(c, tok, per, STEPS / 2, STEPS, off, "resume second half");
+  fails += run(c, tok, per, STEPS - 1, STEPS, scratch, what);
+  fails += MC_EXPECT(zt_trainer_load(c, dir, err, sizeof err) == 0, "%s: load: %s", what, err);
+  fails += MC_EXPECT(zt_trainer_step_count(c) == STEPS / 2, "%s: step count %d after load",
+                     what, zt_trainer_step_count(c));
+  fails += run(c, tok, per, STEPS / 2, STEPS, off, what);
   for (int i = 0; i < STEPS; i++)
-    fails += MC_EXPECT(!memcmp(&ref[i], &off[i], sizeof ref[i]), "%s resume: step %d loss "
-                       "%.17g vs %.17g", zt_arch_name(arch), i + 1, off[i], ref[i]);
-  fails += same_state(a, c, "resume");
+    fails += MC_EXPECT(!memcmp(&ref[i], &off[i], sizeof ref[i]), "%s: step %d loss %.17g vs "
+                       "%.17g", what, i + 1, off[i], ref[i]);
+  fails += same_state(a, c, what);
   /* the checkpoint of an offloaded job resumes without offload too */
   double plain[STEPS];
   zt_trainer *d = NULL;
@@ -386,8 +480,8 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, const char *tmp) {
   } else {
     fails += run(d, tok, per, STEPS / 2, STEPS, plain, "resume without offload");
     for (int i = STEPS / 2; i < STEPS; i++)
-      fails += MC_EXPECT(!memcmp(&ref[i], &plain[i], sizeof ref[i]), "resume without offload: "
-                         "step %d", i + 1);
+      fails += MC_EXPECT(!memcmp(&ref[i], &plain[i], sizeof ref[i]), "%s, without offload: "
+                         "step %d", what, i + 1);
   }
   zt_trainer_close(d);
 out:
@@ -440,6 +534,39 @@ static int check_refusals(void) {
   oc.params = ZT_PLACE_GPU;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
                      strstr(err, "offload.params gpu"), "resident in a tiny budget: %s", err);
+  /* the host and NVMe split */
+  zt_offload_cfg_defaults(&oc);
+  oc.optimizer = ZT_PLACE_HOST;
+  oc.host_units = 2;
+  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+                     strstr(err, "offload.host_units") && strstr(err, "optimizer nvme or auto"),
+                     "host_units with optimizer host: %s", err);
+  oc.optimizer = ZT_PLACE_NVME;
+  oc.host_units = 7;
+  snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
+  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+                     strstr(err, "offload.host_units is 7; after 0 unit(s) on the device the "
+                            "model has 6"), "host_units past the units: %s", err);
+  zt_offload_cfg_defaults(&oc);
+  oc.host_units = 2;
+  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+                     strstr(err, "offload.host_units 2 leaves 4 unit(s) for NVMe: "
+                            "offload.nvme_dir is required"), "host_units without nvme: %s", err);
+  zt_offload_cfg_defaults(&oc);
+  oc.host_budget = 4096;
+  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
+                     strstr(err, "offload.host_budget is 4096 bytes") &&
+                     strstr(err, "offload.nvme_dir"), "tiny host budget: %s", err);
+  zt_offload_cfg_defaults(&oc);
+  oc.optimizer = ZT_PLACE_NVME;
+  oc.nvme_budget = 4096;
+  snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
+  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOSPC &&
+                     strstr(err, "offload.nvme_budget is 4096 bytes"), "tiny nvme budget: %s",
+                     err);
+  oc.host_units = -2;
+  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+                     strstr(err, "offload.host_units must be >= 0"), "host_units -2: %s", err);
   zt_offload_cfg_defaults(&oc);
   tc.precision = ZT_F16;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
@@ -536,7 +663,30 @@ static int check_json(void) {
   zt_offload_cfg_from_json(j, &oc, err, sizeof err);
   json_decref(j);
   fails += MC_EXPECT(oc.params == ZT_PLACE_HOST && oc.prefetch == 3 &&
-                     oc.optimizer == ZT_PLACE_AUTO, "fields not applied");
+                     oc.optimizer == ZT_PLACE_AUTO && oc.host_units == -1 && !oc.host_budget &&
+                     !oc.nvme_budget, "fields not applied");
+  j = json_loads("{\"optimizer\": \"nvme\", \"nvme_dir\": \"/tmp\", \"host_units\": 5, "
+                 "\"host_budget\": \"110 GiB\", \"nvme_budget\": 55000000000}", 0, NULL);
+  int rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+  json_decref(j);
+  fails += MC_EXPECT(rc == 0 && oc.host_units == 5 && oc.host_budget == (size_t)110 << 30 &&
+                     oc.nvme_budget == 55000000000ull, "split fields: rc %d (%s)", rc, err);
+  static const struct {
+    const char *json, *err;
+  } bad[] = {
+      {"{\"host_units\": -1}", "offload.host_units must be an integer >= 0"},
+      {"{\"host_units\": 2, \"optimizer\": \"host\"}", "offload.host_units splits"},
+      {"{\"host_budget\": \"lots\"}", "offload.host_budget must be a byte count"},
+      {"{\"nvme_budget\": -5}", "offload.nvme_budget must be a byte count"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    j = json_loads(bad[i].json, 0, NULL);
+    err[0] = 0;
+    rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+    json_decref(j);
+    fails += MC_EXPECT(rc == -EINVAL && strstr(err, bad[i].err), "%s: rc %d, '%s'", bad[i].json,
+                       rc, err);
+  }
   return fails;
 }
 
@@ -584,8 +734,44 @@ int main(int argc, char **argv) {
       oc.gpu_units = 2;
       fails += check_case(archs[i], "optimizer nvme, 2 device units", train_cfg(0, 0), oc, 0);
       oc.gpu_units = -1;
-      fails += check_resume(archs[i], oc, tmp);
+      zt_offload_cfg all_nvme = oc;
+      fails += check_resume(archs[i], oc, oc, 0.5f, "optimizer nvme", tmp);
       if (i == 0) fails += check_ckpt_read_fault(oc, tmp);
+      /* the host and NVMe together: the two units after the device ones on the host, the
+       * rest on NVMe */
+      oc.host_units = 2;
+      fails += check_case(archs[i], "2 host units, rest nvme, streamed, clipped",
+                          train_cfg(0.5f, 0), oc, 1);
+      fails += check_case(archs[i], "bf16, 2 host units, rest nvme, streamed", bf, oc, 1);
+      oc.params = ZT_PLACE_NVME;
+      fails += check_case(archs[i], "params nvme past 2 host units, streamed", train_cfg(0, 1),
+                          oc, 1);
+      oc.params = ZT_PLACE_HOST;
+      /* one micro-batch a step: the gradient ring */
+      g_ga = 1;
+      fails += check_case(archs[i], "ring, 2 host units, rest nvme, streamed", train_cfg(0, 0),
+                          oc, 1);
+      bf.grad_accum = 1;
+      fails += check_case(archs[i], "bf16, ring, 2 host units, rest nvme, streamed", bf, oc, 1);
+      oc.gpu_units = 1;
+      fails += check_case(archs[i], "ring, 1 device unit, 2 host units, rest nvme",
+                          train_cfg(0, 0), oc, 0);
+      oc.gpu_units = -1;
+      /* checkpoints across the placements */
+      fails += check_resume(archs[i], oc, all_nvme, 0, "ring, 2 host units into nvme", tmp);
+      zt_offload_cfg all_host;
+      zt_offload_cfg_defaults(&all_host);
+      fails += check_resume(archs[i], all_host, oc, 0, "ring, host into 2 host units", tmp);
+      fails += check_auto_split(archs[i], oc, train_cfg(0, 0), "ring");
+      g_ga = 2;
+      fails += check_case(archs[i], "2 micro-batches, 2 host units, rest nvme, streamed",
+                          train_cfg(0, 0), oc, 1);
+      g_ga = GA;
+      fails += check_resume(archs[i], oc, all_host, 0.5f, "2 host units into host", tmp);
+      bf = train_cfg(0.5f, 0);
+      bf.precision = ZT_BF16;
+      fails += check_auto_split(archs[i], oc, bf, "bf16, clipped");
+      oc.host_units = -1;
       continue;
     }
     oc.prefetch = 1;
@@ -596,7 +782,7 @@ int main(int argc, char **argv) {
     oc.prefetch = 2;
     fails += check_case(archs[i], "streamed, overlapped, checkpointed", train_cfg(0, 1), oc, 1);
     oc.prefetch = 1;
-    fails += check_resume(archs[i], oc, tmp);
+    fails += check_resume(archs[i], oc, oc, 0.5f, "host", tmp);
     /* bf16: the units carry the fp32 parameters their ops read and the bf16 copy the AdamW
      * writes; still bitwise the run without offload */
     zt_train_cfg bf = train_cfg(0, 0);
@@ -612,6 +798,27 @@ int main(int argc, char **argv) {
     oc.prefetch = 1;
     fails += check_case(archs[i], "bf16, 2 device units, resident", bf, oc, 0);
     oc.gpu_units = -1;
+    /* one micro-batch a step without clipping: each unit's gradients in a slot of the ring
+     * from their write-back to their AdamW (six units, four slots: the walk reuses them),
+     * resident or streamed, beside device units (their own buffers then), resumed; two
+     * micro-batches keep the flat buffer */
+    g_ga = 1;
+    fails += check_case(archs[i], "ring, resident", train_cfg(0, 0), oc, 0);
+    oc.prefetch = 0;
+    fails += check_case(archs[i], "ring, streamed, checkpointed", train_cfg(0, 1), oc, 1);
+    oc.prefetch = 1;
+    bf = train_cfg(0, 0);
+    bf.precision = ZT_BF16;
+    fails += check_case(archs[i], "bf16, ring, streamed", bf, oc, 1);
+    oc.gpu_units = 2;
+    fails += check_case(archs[i], "ring, 2 device units", train_cfg(0, 0), oc, 0);
+    fails += check_case(archs[i], "bf16, ring, 2 device units", bf, oc, 0);
+    oc.gpu_units = -1;
+    fails += check_resume(archs[i], oc, oc, 0, "ring", tmp);
+    g_ga = 2;
+    fails += check_case(archs[i], "2 micro-batches, overlapped, streamed", train_cfg(0, 0), oc,
+                        1);
+    g_ga = GA;
     fails += check_auto_units(archs[i]);
     fails += check_auto_ckpt(archs[i]);
   }
