@@ -88,7 +88,7 @@ def main():
     tokens_s = r["tokens_per_s"]
     out = dict(params=r["params"], step_s=r["step_ms"] / 1e3, tokens_per_s=tokens_s,
                tflops=6 * r["params"] * tokens_s / 1e12, losses=r["losses"], wall_s=wall,
-               peak_rss=rss, device_bytes=o["device_budget"] + o["gpu_unit_bytes"],
+               peak_rss=rss, device_bytes=o["device_budget"],
                host_bytes=o["host_bytes"], gpu_units=o["gpu_units"],
                nvme_read=o["nvme_bytes_read"], nvme_written=o["nvme_bytes_written"],
                timeline=o["timeline"], spec=spec)
