@@ -648,9 +648,11 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
   if (W == 1) return 0;
   char ranks[96];
   zt__job_ranks_text(s, ranks, sizeof ranks);
-  if (s->train.precision == ZT_F16) {
-    snprintf(err, errlen, "train.precision \"fp16\" with %s is not supported (the loss scale is "
-             "not shared between ranks yet); use bf16 or fp32", ranks);
+  /* every rank runs the same loss scaler on the same overflow verdicts; what cannot carry it
+   * yet: a part resumed on a peer, and the host tier's AdamW (a bf16 write-out) */
+  if (s->train.precision == ZT_F16 && (s->n_peers > 0 || s->has_offload)) {
+    snprintf(err, errlen, "train.precision \"fp16\" with %s and %s is not supported yet; use "
+             "bf16", ranks, s->n_peers > 0 ? "parallel.peers" : "offload");
     return -ENOTSUP;
   }
   if (s->n_peers > 0) {

@@ -96,9 +96,12 @@
  * (all ranks here) or through the chunk buffers (a part).
  *
  * The trainer runs one thread per (local) rank for the life of the trainer; each rank's backend
- * memory is allocated, used and freed on that thread. Precision fp32 or bf16 (fp16's loss
- * scaling is not shared between ranks yet: refused). A cuda rank's thread makes its device
- * current (zt_backend_bind_thread) before anything else. */
+ * memory is allocated, used and freed on that thread. Precision fp32, bf16 or fp16: every rank
+ * scales its loss by the trainer's one loss scaler (loss_scale.h) and the exchanged overflow
+ * verdict skips the step on every rank at once (zt_step_result.skipped, the scale backed off),
+ * so the scale needs no exchange of its own; fp16 is refused for a part (its scaler would not
+ * survive a resume) and with optimizer host (the CPU AdamW writes a bf16 copy). A cuda rank's
+ * thread makes its device current (zt_backend_bind_thread) before anything else. */
 #ifndef ZT_TRAIN_DP_H
 #define ZT_TRAIN_DP_H
 
@@ -143,7 +146,7 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen);
 
 /* zt_trainer_open for the part's ranks (all W by default): ranks[i] for global rank
  * rank0 + i, local entries. -EINVAL for a bad configuration or ranks that do not match it
- * (named), -ENOTSUP for fp16, -ENOMEM with the rank and the bytes. Every other trainer call works
+ * (named), -ENOTSUP for fp16 where it is refused (above), -ENOMEM with the rank and the bytes. Every other trainer call works
  * as without data parallelism (for a part, as the header says); a step whose gradients are not
  * finite returns -ERANGE on every rank and changes nothing, with res still filled (step is the
  * refused step, skipped 1, the flags as on any step) so that no part loses the step's flags;

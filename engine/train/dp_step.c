@@ -118,6 +118,7 @@ typedef struct dp_rank_state {
   /* the step's results, the same on every rank */
   double loss, norm;
   unsigned flags;
+  int skipped;              /* fp16: the gradient overflowed, nothing was updated */
 } dp_rank_state;
 
 typedef struct dp_state {
@@ -144,6 +145,7 @@ typedef struct dp_state {
   const int32_t *tokens;
   float lr;
   int adam_step;
+  float loss_scale;         /* fp16: the scaler's scale for this step; 1 otherwise */
   float *out[3];            /* CMD_READ, a gather: params, m, v (any NULL) */
   const float *in[3];       /* CMD_WRITE, a scatter */
   int op, mask;             /* CMD_STATE: this part's call (ST_*); rank 0: the gather's tensors */
@@ -644,7 +646,8 @@ static int take_up_unit(dp_rank_state *k, int u, int j) {
   k->usumsq[u] = sh->count ? k->hbe.ops->sum_squares(k->hbe.ctx, k->hgrad + at, sh->count, &nf)
                            : 0.0;
   k->nonfinite |= nf;
-  if (k->view.tc.grad_clip > 0 || k->nonfinite) return 0;
+  /* clipping needs the norm first, fp16 the world's overflow verdict */
+  if (k->view.tc.grad_clip > 0 || k->view.tc.precision == ZT_F16 || k->nonfinite) return 0;
   if ((rc = submit_adam(k, u, 1.0f)) == 0) k->updated++;
   return rc;
 }
@@ -724,8 +727,8 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
     int n_counted = 0;
     be->ops->crossentropy_fwd_bwd_dt(be->ctx, dt, zt_acts_logits(a), zt_acts_targets(a), N,
                                      mc->vocab, mc->vocab, -1,
-                                     (float)(1.0 / ((double)counted * W * G)), &loss_sum,
-                                     &n_counted);
+                                     (float)((double)s->loss_scale / ((double)counted * W * G)),
+                                     &loss_sum, &n_counted);
     rec[X_MICRO + 2 * j] = loss_sum / n_counted;
     rec[X_MICRO + 2 * j + 1] = 1;
   }
@@ -778,7 +781,8 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated)
       }
   }
   k->loss = micros ? loss / micros : 0.0;
-  k->norm = sqrt(sumsq);
+  /* of the unscaled gradients: the fp16 loss scale is a power of two */
+  k->norm = sqrt(sumsq) / s->loss_scale;
   return 0;
 }
 
@@ -843,8 +847,14 @@ static int rank_step(dp_rank_state *k) {
   rec[X_UPDATED] = k->updated;
   int nonfinite = 0, updated = 0;
   if ((rc = exchange(k, rec, &nonfinite, &updated)) < 0) return rc;
+  k->skipped = 0;
   if (nonfinite) {
     for (int u = s->ng; u < s->nu; u++) wait_adam(k, u);
+    /* fp16: GradScaler skips the update (every rank sees the overflow; none updated) */
+    if (c->precision == ZT_F16) {
+      k->skipped = 1;
+      return 0;
+    }
     /* every rank sees it; with no update anywhere nothing changed */
     if (!updated) return -ERANGE;
     return rank_fail(k, -EIO, "the gradient has inf or nan values, and the AdamW overlapping "
@@ -856,6 +866,8 @@ static int rank_step(dp_rank_state *k) {
     double coef = c->grad_clip / (k->norm + 1e-6);
     if (coef < 1.0) scale = (float)coef;
   }
+  /* AdamW sees g * scale / loss_scale: the unscaled, clipped gradient */
+  if (c->precision == ZT_F16) scale = (float)((double)scale / s->loss_scale);
   /* the host units' updates the backward did not start (all of them with clipping), in its
    * order, on the pool while the device runs its own; the masters they write are no copy's
    * source any more */
@@ -1135,9 +1147,11 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
   whole.tc.grad_accum = W * t->tc.grad_accum;
   int rc = zt__trainer_check_tokens(&whole, tokens, err, errlen);
   if (rc < 0) return rc;
+  int fp16 = t->tc.precision == ZT_F16;
   s->tokens = tokens;
   s->lr = zt_train_lr(&t->tc, step);
   s->adam_step = t->adam_step + 1;
+  s->loss_scale = fp16 ? t->scaler.scale : 1.0f;
   int bad = dispatch(s, CMD_STEP);
   s->flags = 0;
   const dp_rank_state *k0 = &s->ranks[0];
@@ -1161,8 +1175,13 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
     snprintf(err, errlen, "step %d: %s", step, s->ranks[bad].err);
     return s->ranks[bad].rc;
   }
+  /* fp16: every rank saw the same overflow verdict, so the scalers agree; a skipped step
+   * counts, AdamW's does not */
+  if (fp16) zt_loss_scaler_update(&t->scaler, k0->skipped);
   t->step = step;
-  t->adam_step = s->adam_step;
+  if (!k0->skipped) t->adam_step = s->adam_step;
+  r.skipped = k0->skipped;
+  r.loss_scale = fp16 ? t->scaler.scale : 1.0f;
   if (res) *res = r;
   return 0;
 }
@@ -1357,6 +1376,26 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
   return 0;
 }
 
+/* fp16: every rank scales the loss by the trainer's scaler and skips the same overflowed steps,
+ * so the scale needs no exchange; but a part's scaler is not carried by the state calls, and the
+ * host tier's AdamW writes a bf16 copy only. */
+static int fp16_supported(const zt_train_cfg *tc, const zt_dp_cfg *c, char *err, size_t errlen) {
+  if (tc->precision != ZT_F16) return 0;
+  if (c->local && c->local < c->world) {
+    snprintf(err, errlen, "train.precision: fp16 with a part of the world (dp.local %d of "
+             "dp.world %d: a job spanning daemons) is not supported yet (a resumed part would "
+             "not have the loss scale); use bf16 or fp32", c->local, c->world);
+    return -ENOTSUP;
+  }
+  if (c->optimizer == ZT_PLACE_HOST) {
+    snprintf(err, errlen, "train.precision: fp16 with dp.optimizer host is not supported yet "
+             "(the CPU AdamW writes a bf16 compute copy); use bf16, or keep the optimizer on "
+             "the device");
+    return -ENOTSUP;
+  }
+  return 0;
+}
+
 /* The units on the device and the two tiers' sizes, from the table. */
 static int place_units(dp_state *s, char *err, size_t errlen) {
   s->ng = s->nu;
@@ -1426,7 +1465,7 @@ static size_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_
   zt_trainer t = {0};
   dp_state s = {.dc = *dpc};
   if (zt_train_cfg_check(tc, err, sizeof err) < 0 ||
-      zt_dp_cfg_check(dpc, err, sizeof err) < 0 || tc->precision == ZT_F16 ||
+      zt_dp_cfg_check(dpc, err, sizeof err) < 0 || fp16_supported(tc, dpc, err, sizeof err) < 0 ||
       zt_model_create(&t.model, mc, err, sizeof err) < 0)
     return SIZE_MAX;
   s.nu = zt_model_num_units(t.model);
@@ -1466,11 +1505,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
       (rc = zt_dp_cfg_check(dpc, err, errlen)) < 0 ||
       (rc = check_ranks(dpc, dpc->local ? dpc->local : dpc->world, ranks, err, errlen)) < 0)
     return rc;
-  if (tc->precision == ZT_F16) {
-    snprintf(err, errlen, "train.precision: fp16 with data parallelism is not supported (its "
-             "loss scale is not shared between ranks yet); use bf16 or fp32");
-    return -ENOTSUP;
-  }
+  if ((rc = fp16_supported(tc, dpc, err, errlen)) < 0) return rc;
   zt_trainer *t = calloc(1, sizeof *t);
   dp_state *s = calloc(1, sizeof *s);
   if (!t || !s) {

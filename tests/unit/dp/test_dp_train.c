@@ -3,7 +3,8 @@
  * archs, W in {1, 2, 3} and ZeRO stages 1, 2 and 3: the first step's loss bitwise equal (same
  * parameters, same micro-batches, the loss added in the same order), every later loss and norm
  * within 1e-6 relative (only the order of the gradient sums differs), with G = 1, and with
- * G = 2 plus clipping; a micro-batch of padding alone on one rank; bf16 (1e-4); activation
+ * G = 2 plus clipping; a micro-batch of padding alone on one rank; bf16 and fp16 (1e-4; fp16
+ * with the one trainer's loss scale, and an overflowing scale skipping the same step); activation
  * checkpointing on stage 3; per-rank bytes falling with the stage; a W = 3 stage-3 checkpoint
  * restored into W = 2 stage 2 and into a plain trainer (state bitwise, then the same losses); a
  * non-finite gradient refused on every rank; a rank whose collective fails aborts the others
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/train/trainer_internal.h"
 #include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"
 
@@ -296,6 +298,48 @@ static int nonfinite(void) {
   return fails;
 }
 
+/* fp16 with a scale that overflows: the first step is skipped on every rank as by the one
+ * trainer (the scale halves, nothing changes, AdamW's step stays), and the steps after it go on
+ * as that trainer's. */
+static int fp16_skip(int stage) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(2, 0, ZT_F16);
+  int32_t *tok = padded_tokens(&mc, 2, 17);
+  size_t per = dpt_step_tokens(&mc, 2);
+  zt_backend be;
+  if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
+  zt_trainer *tp = dpt_open_plain(&mc, &tc, &be);
+  tc.grad_accum = 1;
+  dpt_ranks x;
+  dpt_ranks_open(&x, 2);
+  zt_trainer *t = dpt_open_dp(&mc, &tc, &x, stage, 0, 0);
+  int fails = 0;
+  char err[512];
+  tp->scaler.scale = t->scaler.scale = 0x1p40f; /* dlogits far past fp16's 65504 */
+  for (int i = 0; i < DPT_STEPS; i++) {
+    zt_step_result a, b;
+    fails += MC_EXPECT(zt_trainer_step(tp, tok + per * (size_t)i, &a, err, sizeof err) == 0 &&
+                       zt_trainer_step(t, tok + per * (size_t)i, &b, err, sizeof err) == 0,
+                       "stage %d step %d: %s", stage, i + 1, err);
+    fails += MC_EXPECT(a.skipped == b.skipped && a.loss_scale == b.loss_scale &&
+                       (i > 0 || (b.skipped && b.loss_scale == 0x1p39f && b.loss == a.loss)) &&
+                       fabs(a.loss - b.loss) <= 1e-4 * fabs(a.loss),
+                       "stage %d step %d: skipped %d scale %g loss %.9g, one trainer %d %g %.9g",
+                       stage, i + 1, b.skipped, (double)b.loss_scale, b.loss, a.skipped,
+                       (double)a.loss_scale, a.loss);
+    if (i == 0) /* the skipped step: AdamW's count stays */
+      fails += MC_EXPECT(t->adam_step == 0 && zt_trainer_step_count(t) == 1,
+                         "stage %d: AdamW step %d, steps %d after the skip", stage, t->adam_step,
+                         zt_trainer_step_count(t));
+  }
+  zt_trainer_close(t);
+  zt_trainer_close(tp);
+  dpt_ranks_close(&x);
+  zt_backend_cpu_close(&be);
+  free(tok);
+  return fails;
+}
+
 static int refuses(const zt_dp_cfg *dc, dpt_ranks *x, zt_dtype dt, int want_rc,
                    const char *field) {
   zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
@@ -321,8 +365,8 @@ static int bad_configs(void) {
                    "dp.zero_stage");
   fails += refuses(&(zt_dp_cfg){.world = 2, .zero_stage = 1}, &x, ZT_F32, -EINVAL,
                    "dp.ranks[0]");
-  fails += refuses(&(zt_dp_cfg){.world = 3, .zero_stage = 1}, &x, ZT_F16, -ENOTSUP,
-                   "train.precision");
+  fails += refuses(&(zt_dp_cfg){.world = 3, .zero_stage = 1, .local = 2}, &x, ZT_F16, -ENOTSUP,
+                   "fp16 with a part of the world");
   /* two ranks on one backend context */
   dpt_ranks_open(&y, 3);
   zt_backend keep = y.r[2].be;
@@ -357,10 +401,13 @@ int main(void) {
     /* bf16: a master moved by rounding can round to the neighbouring bf16 value (2^-8
      * relative), so later losses move by more */
     fails += parity(archs[a], 2, 2, 0.0f, ZT_BF16, 0, all, 3, 1e-4);
+    /* fp16: the loss scale as the one trainer's, every rank alike */
+    fails += parity(archs[a], 2, 2, 1.0f, ZT_F16, 0, all, 3, 1e-4);
     fails += rank_bytes(archs[a]);
     fails += checkpoint(archs[a]);
   }
   fails += nonfinite();
+  for (int stage = 1; stage <= 3; stage++) fails += fp16_skip(stage);
   for (int stage = 1; stage <= 3; stage++) fails += rank_failure(stage);
   fails += bad_configs();
   if (fails) {
