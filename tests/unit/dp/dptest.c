@@ -55,6 +55,19 @@ int32_t *dpt_tokens(const zt_model_cfg *mc, int micros, uint64_t seed) {
   return tok;
 }
 
+int dpt_run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int to, dpt_run *o,
+                  const char *what) {
+  char err[512];
+  for (int i = from; i < to; i++) {
+    zt_step_result r;
+    int rc = zt_trainer_step(t, tok + (size_t)i * per, &r, err, sizeof err);
+    if (MC_EXPECT(rc == 0, "%s: step %d: %s", what, i + 1, err)) return 1;
+    o->loss[i] = r.loss;
+    o->norm[i] = r.grad_norm;
+  }
+  return 0;
+}
+
 zt_trainer *dpt_open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_backend *be) {
   zt_trainer *t;
   char err[512];

@@ -35,6 +35,15 @@ size_t dpt_step_tokens(const zt_model_cfg *mc, int micros);
 /* DPT_STEPS such steps (malloc'd), drawn from seed. */
 int32_t *dpt_tokens(const zt_model_cfg *mc, int micros, uint64_t seed);
 
+/* What a run of steps reports, per step. */
+typedef struct dpt_run {
+  double loss[DPT_STEPS], norm[DPT_STEPS];
+} dpt_run;
+
+/* Steps from .. to - 1 of tok (`per` tokens each) into o; 1 (with a message) if one fails. */
+int dpt_run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int to, dpt_run *o,
+                  const char *what);
+
 zt_trainer *dpt_open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_backend *be);
 /* dc's ranks of x (dc->world must be x->W). */
 zt_trainer *dpt_open_dp_cfg(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x,

@@ -24,9 +24,6 @@
 
 #define SAVE_AT 2
 
-typedef struct run_out {
-  double loss[DPT_STEPS], norm[DPT_STEPS];
-} run_out;
 
 typedef struct placement {
   zt_offload_place optimizer, params;
@@ -47,20 +44,7 @@ static zt_dp_cfg dp_cfg(int W, int stage, const placement *p) {
                      .params = p->params, .gpu_units = p->gpu_units};
 }
 
-static int run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
-                     run_out *o, const char *what) {
-  char err[512];
-  for (int i = from; i < to; i++) {
-    zt_step_result r;
-    int rc = zt_trainer_step(t, tok + (size_t)i * per, &r, err, sizeof err);
-    if (MC_EXPECT(rc == 0, "%s: step %d: %s", what, i + 1, err)) return 1;
-    o->loss[i] = r.loss;
-    o->norm[i] = r.grad_norm;
-  }
-  return 0;
-}
-
-static int same_run(const run_out *a, const run_out *ref, int from, int to, const char *what) {
+static int same_run(const dpt_run *a, const dpt_run *ref, int from, int to, const char *what) {
   int fails = 0;
   for (int i = from; i < to; i++)
     fails += MC_EXPECT(a->loss[i] == ref->loss[i] && a->norm[i] == ref->norm[i],
@@ -108,9 +92,9 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
   n = zt_model_num_params(zt_trainer_model(t));
   int units = zt_model_num_units(zt_trainer_model(t));
   size_t dev_bytes = zt_trainer_dp_rank_bytes(t, 0);
-  run_out ref;
+  dpt_run ref;
   describe(what, sizeof what, arch, W, stage, dt, clip, &on_device);
-  fails += run_steps(t, tok, per, 0, DPT_STEPS, &ref, what);
+  fails += dpt_run_steps(t, tok, per, 0, DPT_STEPS, &ref, what);
   float *want = state_of(t);
   zt_trainer_close(t);
 
@@ -134,11 +118,11 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
                          "%s: %zu device bytes (%zu on the device alone), %zu host bytes", what,
                          zt_trainer_dp_rank_bytes(t, 0), dev_bytes,
                          zt_trainer_dp_host_bytes(t, 0));
-    run_out o;
-    fails += run_steps(t, tok, per, 0, SAVE_AT, &o, what);
+    dpt_run o;
+    fails += dpt_run_steps(t, tok, per, 0, SAVE_AT, &o, what);
     fails += MC_EXPECT(zt_trainer_save(t, path, err, sizeof err) == 0, "%s: save: %s", what,
                        err);
-    fails += run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what);
+    fails += dpt_run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what);
     fails += same_run(&o, &ref, 0, DPT_STEPS, what);
     float *got = state_of(t);
     fails += MC_EXPECT(memcmp(got, want, 3 * n * sizeof *got) == 0,
@@ -154,7 +138,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
     describe(what2, sizeof what2, arch, W, stage, dt, clip, q);
     fails += MC_EXPECT(zt_trainer_load(t, path, err, sizeof err) == 0, "%s: load: %s", what2,
                        err);
-    fails += run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what2);
+    fails += dpt_run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what2);
     fails += same_run(&o, &ref, SAVE_AT, DPT_STEPS, what2);
     zt_trainer_close(t);
     if (fails) fprintf(stderr, "in %s (loaded into %s)\n", what, what2);

@@ -29,29 +29,13 @@ static int32_t *padded_tokens(const zt_model_cfg *mc, int micros, uint64_t seed)
   return tok;
 }
 
-typedef struct run_out {
-  double loss[DPT_STEPS], norm[DPT_STEPS];
-} run_out;
-
-static int run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
-                     run_out *o, const char *what) {
-  char err[512];
-  for (int i = from; i < to; i++) {
-    zt_step_result r;
-    int rc = zt_trainer_step(t, tok + (size_t)i * per, &r, err, sizeof err);
-    if (MC_EXPECT(rc == 0, "%s: step %d: %s", what, i + 1, err)) return 1;
-    o->loss[i] = r.loss;
-    o->norm[i] = r.grad_norm;
-  }
-  return 0;
-}
 
 static int close_rel(double a, double b, double tol) {
   return fabs(a - b) <= tol * fabs(b);
 }
 
 /* Losses within tol (the first step's bitwise when first_exact), norms within 10 * tol. */
-static int same_losses(const run_out *a, const run_out *ref, int from, int to, double tol,
+static int same_losses(const dpt_run *a, const dpt_run *ref, int from, int to, double tol,
                        int first_exact, const char *what) {
   int fails = 0;
   for (int i = from; i < to; i++) {
@@ -76,10 +60,10 @@ static int parity(zt_arch arch, int W, int G, float clip, zt_dtype dt, int ckpt_
   size_t per = dpt_step_tokens(&mc, W * G);
   zt_backend be;
   if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
-  run_out ref, got;
+  dpt_run ref, got;
   int fails = 0;
   zt_trainer *t = dpt_open_plain(&mc, &tc, &be);
-  fails += run_steps(t, tok, per, 0, DPT_STEPS, &ref, "plain");
+  fails += dpt_run_steps(t, tok, per, 0, DPT_STEPS, &ref, "plain");
   zt_trainer_close(t);
   tc.grad_accum = G;
   for (int i = 0; i < n_stages && !fails; i++) {
@@ -89,7 +73,7 @@ static int parity(zt_arch arch, int W, int G, float clip, zt_dtype dt, int ckpt_
     dpt_ranks x;
     dpt_ranks_open(&x, W);
     t = dpt_open_dp(&mc, &tc, &x, stages[i], 0, 0);
-    if (run_steps(t, tok, per, 0, DPT_STEPS, &got, what) == 0)
+    if (dpt_run_steps(t, tok, per, 0, DPT_STEPS, &got, what) == 0)
       fails += same_losses(&got, &ref, 0, DPT_STEPS, tol, 1, what);
     else
       fails++;
@@ -153,13 +137,13 @@ static int checkpoint(zt_arch arch) {
   char path[600], err[512];
   snprintf(path, sizeof path, "%s/ckpt", dir);
   int fails = 0;
-  run_out a, b;
+  dpt_run a, b;
   dpt_ranks x3, x2;
   dpt_ranks_open(&x3, 3);
   zt_trainer *t3 = dpt_open_dp(&mc, &tc, &x3, 3, 0, 0);
-  fails += run_steps(t3, tok, per, 0, 3, &a, "W 3 stage 3");
+  fails += dpt_run_steps(t3, tok, per, 0, 3, &a, "W 3 stage 3");
   fails += MC_EXPECT(zt_trainer_save(t3, path, err, sizeof err) == 0, "save: %s", err);
-  fails += run_steps(t3, tok, per, 3, DPT_STEPS, &a, "W 3 stage 3 after the save");
+  fails += dpt_run_steps(t3, tok, per, 3, DPT_STEPS, &a, "W 3 stage 3 after the save");
 
   tc.grad_accum = 3;
   dpt_ranks_open(&x2, 2);
@@ -173,9 +157,9 @@ static int checkpoint(zt_arch arch) {
   zt_trainer *tp = dpt_open_plain(&mc, &tc, &be);
   fails += MC_EXPECT(zt_trainer_load(tp, path, err, sizeof err) == 0, "plain load: %s", err);
   fails += same_state(t2, tp, "W 2 stage 2 and plain, both loaded");
-  fails += run_steps(t2, tok, per, 3, DPT_STEPS, &b, "W 2 stage 2 loaded");
+  fails += dpt_run_steps(t2, tok, per, 3, DPT_STEPS, &b, "W 2 stage 2 loaded");
   fails += same_losses(&b, &a, 3, DPT_STEPS, 1e-6, 1, "W 2 stage 2 loaded vs W 3 stage 3");
-  fails += run_steps(tp, tok, per, 3, DPT_STEPS, &b, "plain loaded");
+  fails += dpt_run_steps(tp, tok, per, 3, DPT_STEPS, &b, "plain loaded");
   fails += same_losses(&b, &a, 3, DPT_STEPS, 1e-6, 1, "plain loaded vs W 3 stage 3");
 
   /* and back: the plain trainer's checkpoint into W 3 stage 3 */
@@ -244,10 +228,10 @@ static int rank_failure(int stage) {
   flaky f = {.inner = x.r[1].comm, .fail_at = -1};
   x.r[1].comm = (zt_comm){&flaky_ops, &f};
   zt_trainer *t = dpt_open_dp(&mc, &tc, &x, stage, 0, 0);
-  run_out o;
+  dpt_run o;
   char err[512];
   zt_step_result r;
-  int fails = run_steps(t, tok, per, 0, 1, &o, "before the failure");
+  int fails = dpt_run_steps(t, tok, per, 0, 1, &o, "before the failure");
   f.fail_at = f.calls + 5;
   int rc = zt_trainer_step(t, tok + per, &r, err, sizeof err);
   fails += MC_EXPECT(rc == -EIO && strstr(err, "rank 1") && strstr(err, "injected failure"),
