@@ -328,8 +328,12 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
            "device %s + streaming arena %s\n", dev, act,
            (int)json_integer_value(json_object_get(off, "gpu_units")),
            (int)json_integer_value(json_object_get(off, "units")), units, arena);
-    printf("offload: host tier %s, NVMe files %s; parameters between uses on the %s; "
-           "activation checkpointing %s; estimated %.3f s/step\n", host, nvme,
+    int n_units = (int)json_integer_value(json_object_get(off, "units"));
+    int gpu_units = (int)json_integer_value(json_object_get(off, "gpu_units"));
+    int host_units = (int)json_integer_value(json_object_get(off, "host_units"));
+    printf("offload: host tier %s (the optimizer of %d units), NVMe files %s (of %d units); "
+           "parameters between uses on the %s; activation checkpointing %s; estimated %.3f "
+           "s/step\n", host, host_units, nvme, n_units - gpu_units - host_units,
            json_string_value(json_object_get(off, "params")), ckpt,
            json_number_value(json_object_get(off, "est_step_s")));
     char h2d[32], d2h[32], io[32];
