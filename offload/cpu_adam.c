@@ -22,8 +22,8 @@ void zt_adam_consts_init(zt_adam_consts *c, const zt_adam_hparams *h) {
 }
 
 void zt__cpu_adam_scalar(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
-                         uint16_t *p_bf16, size_t n) {
-  for (size_t i = 0; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, i);
+                         uint16_t *p_bf16, uint16_t *p_fp16, size_t n) {
+  for (size_t i = 0; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, p_fp16, i);
 }
 
 int zt_cpu_isa_supported(zt_cpu_isa isa) {
@@ -33,7 +33,7 @@ int zt_cpu_isa_supported(zt_cpu_isa isa) {
     return 1;
 #ifdef ZT_OFFLOAD_X86
   case ZT_CPU_ISA_AVX2:
-    return __builtin_cpu_supports("avx2");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   case ZT_CPU_ISA_AVX512:
     return __builtin_cpu_supports("avx512f");
 #else
@@ -62,7 +62,7 @@ const char *zt_cpu_isa_name(zt_cpu_isa isa) {
 }
 
 typedef void (*adam_kernel)(const zt_adam_consts *c, float *p, const float *g, float *m,
-                            float *v, uint16_t *p_bf16, size_t n);
+                            float *v, uint16_t *p_bf16, uint16_t *p_fp16, size_t n);
 
 /* The kernel for isa, or NULL when this CPU or build lacks it. */
 static adam_kernel kernel_for(zt_cpu_isa isa) {
@@ -77,13 +77,13 @@ static adam_kernel kernel_for(zt_cpu_isa isa) {
 }
 
 int zt_cpu_adam_run(zt_cpu_isa isa, const zt_adam_hparams *h, float *p, const float *g, float *m,
-                    float *v, uint16_t *p_bf16, size_t n) {
+                    float *v, uint16_t *p_bf16, uint16_t *p_fp16, size_t n) {
   zt_adam_consts c;
   adam_kernel k = kernel_for(isa);
   if (!k) return -ENOTSUP;
   if (h->step < 1) return -EINVAL;
   zt_adam_consts_init(&c, h);
-  k(&c, p, g, m, v, p_bf16, n);
+  k(&c, p, g, m, v, p_bf16, p_fp16, n);
   return 0;
 }
 
@@ -91,7 +91,7 @@ static void adam_chunk(void *arg, size_t begin, size_t end) {
   zt_cpu_adam_task *t = arg;
   adam_kernel k = kernel_for(t->isa);
   k(&t->c, t->p + begin, t->g + begin, t->m + begin, t->v + begin,
-    t->p_bf16 ? t->p_bf16 + begin : NULL, end - begin);
+    t->p_bf16 ? t->p_bf16 + begin : NULL, t->p_fp16 ? t->p_fp16 + begin : NULL, end - begin);
 }
 
 int zt_cpu_adam_submit(zt_cpu_pool *pool, zt_cpu_adam_task *task) {

@@ -5,7 +5,10 @@
  * fused multiply-add), so they too are bitwise equal to the scalar path.
  *
  * Optionally the updated parameters are also written as bf16 (round to nearest even, NaN to
- * 0x7fc0 like torch), the compute-precision copy that goes back to the GPU. */
+ * 0x7fc0 like torch) or fp16 (IEEE half: round to nearest even, overflow to inf, subnormals
+ * exact, NaN to the quiet NaN of its sign; the bits of the CPU backend's cast,
+ * engine/kernels/dtype.h, and of torch's .half(), whose scalar path writes NaN so too), the
+ * compute-precision copy that goes back to the GPU. */
 #ifndef ZT_OFFLOAD_CPU_ADAM_H
 #define ZT_OFFLOAD_CPU_ADAM_H
 
@@ -21,7 +24,7 @@
 typedef enum zt_cpu_isa {
   ZT_CPU_ISA_AUTO = 0, /* the best this CPU supports */
   ZT_CPU_ISA_SCALAR,
-  ZT_CPU_ISA_AVX2,
+  ZT_CPU_ISA_AVX2,   /* with F16C for the fp16 copy (every AVX2 CPU has it) */
   ZT_CPU_ISA_AVX512,
 } zt_cpu_isa;
 
@@ -51,10 +54,10 @@ typedef struct zt_adam_consts {
 
 void zt_adam_consts_init(zt_adam_consts *c, const zt_adam_hparams *h);
 
-/* One AdamW step over n params on the calling thread with the given ISA; p_bf16 may be NULL.
- * -ENOTSUP when the ISA is not available. */
+/* One AdamW step over n params on the calling thread with the given ISA; p_bf16 and p_fp16
+ * (the compute copies to write) may each be NULL. -ENOTSUP when the ISA is not available. */
 int zt_cpu_adam_run(zt_cpu_isa isa, const zt_adam_hparams *h, float *p, const float *g, float *m,
-                    float *v, uint16_t *p_bf16, size_t n);
+                    float *v, uint16_t *p_bf16, uint16_t *p_fp16, size_t n);
 
 /* A step over one tensor on a pool. Fill the public fields, submit, wait before touching the
  * arrays; the task must live until then. */
@@ -63,6 +66,7 @@ typedef struct zt_cpu_adam_task {
   const float *g;
   float *m, *v;
   uint16_t *p_bf16; /* NULL: no bf16 copy */
+  uint16_t *p_fp16; /* NULL: no fp16 copy */
   size_t n;
   zt_adam_hparams h;
   zt_cpu_isa isa; /* AUTO is replaced at submit by the ISA that runs */

@@ -1,6 +1,6 @@
-/* AdamW, 8 lanes (AVX2). Compiled with -mavx2 and -ffp-contract=off only: without FMA in the
- * target, no multiply-add can be fused, and each intrinsic below is one correctly rounded IEEE
- * operation, in the scalar path's order, so the results are bitwise the scalar ones. */
+/* AdamW, 8 lanes (AVX2). Compiled with -mavx2 -mf16c and -ffp-contract=off only: without FMA
+ * in the target, no multiply-add can be fused, and each intrinsic below is one correctly rounded
+ * IEEE operation, in the scalar path's order, so the results are bitwise the scalar ones. */
 #include <immintrin.h>
 
 #include "offload/cpu_adam_kernels.h"
@@ -16,8 +16,19 @@ static inline void store_bf16(uint16_t *dst, __m256 x) {
   _mm_storeu_si128((__m128i *)dst, packed);
 }
 
+/* 8 floats -> 8 fp16 by F16C, rounded to nearest even (overflow to inf, subnormals exact). F16C
+ * would keep a NaN's payload; the scalar path (the CPU backend's cast) writes the quiet NaN of
+ * its sign, so a NaN lane is made that NaN first. */
+static inline void store_fp16(uint16_t *dst, __m256 x) {
+  __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  __m256 quiet = _mm256_or_ps(_mm256_and_ps(x, _mm256_set1_ps(-0.0f)),
+                              _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+  x = _mm256_blendv_ps(x, quiet, nan);
+  _mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
 void zt__cpu_adam_avx2(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
-                       uint16_t *p_bf16, size_t n) {
+                       uint16_t *p_bf16, uint16_t *p_fp16, size_t n) {
   const __m256 grad_scale = _mm256_set1_ps(c->grad_scale), decay = _mm256_set1_ps(c->decay);
   const __m256 w1 = _mm256_set1_ps(c->w1), one_minus_w1 = _mm256_set1_ps(c->one_minus_w1);
   const __m256 w2 = _mm256_set1_ps(c->w2), beta2 = _mm256_set1_ps(c->beta2);
@@ -39,6 +50,7 @@ void zt__cpu_adam_avx2(const zt_adam_consts *c, float *p, const float *g, float 
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
     if (p_bf16) store_bf16(p_bf16 + i, pn);
+    if (p_fp16) store_fp16(p_fp16 + i, pn);
   }
-  for (; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, i);
+  for (; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, p_fp16, i);
 }

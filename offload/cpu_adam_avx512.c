@@ -16,8 +16,20 @@ static inline void store_bf16(uint16_t *dst, __m512 x) {
   _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(r));
 }
 
+/* 16 floats -> 16 fp16, rounded to nearest even (overflow to inf, subnormals exact); a NaN lane
+ * becomes the quiet NaN of its sign first, as in the scalar path (the conversion would keep the
+ * payload). */
+static inline void store_fp16(uint16_t *dst, __m512 x) {
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  __m512i quiet = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x),
+                                                   _mm512_set1_epi32((int)0x80000000u)),
+                                  _mm512_set1_epi32(0x7fc00000));
+  x = _mm512_mask_blend_ps(nan, x, _mm512_castsi512_ps(quiet));
+  _mm256_storeu_si256((__m256i *)dst, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
 void zt__cpu_adam_avx512(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
-                         uint16_t *p_bf16, size_t n) {
+                         uint16_t *p_bf16, uint16_t *p_fp16, size_t n) {
   const __m512 grad_scale = _mm512_set1_ps(c->grad_scale), decay = _mm512_set1_ps(c->decay);
   const __m512 w1 = _mm512_set1_ps(c->w1), one_minus_w1 = _mm512_set1_ps(c->one_minus_w1);
   const __m512 w2 = _mm512_set1_ps(c->w2), beta2 = _mm512_set1_ps(c->beta2);
@@ -39,6 +51,7 @@ void zt__cpu_adam_avx512(const zt_adam_consts *c, float *p, const float *g, floa
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
     if (p_bf16) store_bf16(p_bf16 + i, pn);
+    if (p_fp16) store_fp16(p_fp16 + i, pn);
   }
-  for (; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, i);
+  for (; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, p_fp16, i);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "engine/kernels/dtype.h"
 #include "offload/cpu_adam.h"
 
 /* Round to nearest even, as torch's c10::BFloat16 does (NaN becomes 0x7fc0). */
@@ -19,9 +20,10 @@ static inline uint16_t zt__bf16_rne(float f) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* One element, in engine/kernels/cpu/adamw.c's order. */
+/* One element, in engine/kernels/cpu/adamw.c's order. The fp16 copy is the CPU backend's cast
+ * itself, so it is the copy the backend's adamw_dt writes. */
 static inline void zt__adam_one(const zt_adam_consts *c, float *p, const float *g, float *m,
-                                float *v, uint16_t *p_bf16, size_t i) {
+                                float *v, uint16_t *p_bf16, uint16_t *p_fp16, size_t i) {
   float gi = g[i] * c->grad_scale;
   float pi = p[i] * c->decay;
   float mi = c->w1 < 0.5f ? m[i] + c->w1 * (gi - m[i]) : gi - (gi - m[i]) * c->one_minus_w1;
@@ -31,13 +33,14 @@ static inline void zt__adam_one(const zt_adam_consts *c, float *p, const float *
   m[i] = mi;
   v[i] = vi;
   if (p_bf16) p_bf16[i] = zt__bf16_rne(p[i]);
+  if (p_fp16) p_fp16[i] = zt_f32_to_f16(p[i]);
 }
 
 void zt__cpu_adam_scalar(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
-                         uint16_t *p_bf16, size_t n);
+                         uint16_t *p_bf16, uint16_t *p_fp16, size_t n);
 void zt__cpu_adam_avx2(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
-                       uint16_t *p_bf16, size_t n);
+                       uint16_t *p_bf16, uint16_t *p_fp16, size_t n);
 void zt__cpu_adam_avx512(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
-                         uint16_t *p_bf16, size_t n);
+                         uint16_t *p_bf16, uint16_t *p_fp16, size_t n);
 
 #endif
