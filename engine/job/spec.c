@@ -601,7 +601,9 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   if (rc < 0) return rc;
   const char *what;
   int on_cpu = strcmp(cfg->backend, "cpu") == 0;
-  double host = (double)plan.host_bytes + (on_cpu ? (double)plan.device_bytes : 0);
+  /* a checkpoint's staging comes on top of the host tier (zt_trainer_checkpoint_bytes) */
+  double host = (double)plan.host_bytes + (double)zt_checkpoint_estimate_bytes(&s->model) +
+                (on_cpu ? (double)plan.device_bytes : 0);
   /* each limit before its `what` is read: the order of a call's arguments is unspecified */
   double limit = zt__jobs_host_limit(cfg, &what);
   if ((rc = too_big(host, limit, what, "of host memory (offload host tier)", cfg, err,
@@ -648,11 +650,11 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
   if (W == 1) return 0;
   char ranks[96];
   zt__job_ranks_text(s, ranks, sizeof ranks);
-  /* every rank runs the same loss scaler on the same overflow verdicts; what cannot carry it
-   * yet: a part resumed on a peer, and the host tier's AdamW (a bf16 write-out) */
-  if (s->train.precision == ZT_F16 && (s->n_peers > 0 || s->has_offload)) {
-    snprintf(err, errlen, "train.precision \"fp16\" with %s and %s is not supported yet; use "
-             "bf16", ranks, s->n_peers > 0 ? "parallel.peers" : "offload");
+  /* every rank runs the same loss scaler on the same overflow verdicts; a part resumed on a
+   * peer would not have it */
+  if (s->train.precision == ZT_F16 && s->n_peers > 0) {
+    snprintf(err, errlen, "train.precision \"fp16\" with %s and parallel.peers is not "
+             "supported yet; use bf16", ranks);
     return -ENOTSUP;
   }
   if (s->n_peers > 0) {
@@ -735,8 +737,9 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
     zt_dp_cfg dpc = zt__job_dp_cfg(s, 0, 0);
     need = (double)zt_dp_estimate_rank_bytes(&s->model, &tc, &dpc, ops);
-    /* this daemon's ranks' host tiers */
+    /* this daemon's ranks' host tiers, and a checkpoint's staging beside them */
     host_tier = (double)zt_dp_estimate_host_bytes(&s->model, &tc, &dpc) * s->gpus;
+    if (host_tier > 0) host_tier += (double)zt_checkpoint_estimate_bytes(&s->model);
   }
   /* the cpu backend's ranks all live in host memory */
   double on_device = on_cpu ? need * W : need;

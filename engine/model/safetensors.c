@@ -1,5 +1,7 @@
-/* safetensors reader and writer. The reader maps the file read-only so a checkpoint of many GB
- * is not copied before conversion; every offset is checked against the mapping first. */
+/* safetensors reader and writer. The reader keeps the file open and reads each tensor with
+ * pread when asked, so a checkpoint of many GB is never in memory whole (a mapping would be, in
+ * the process's resident pages, as it is read); every offset is checked against the file's size
+ * first. */
 #include "engine/model/safetensors.h"
 
 #include <errno.h>
@@ -8,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,9 +22,8 @@
 
 struct zt_st_file {
   char *path;
-  uint8_t *map;
-  size_t map_len;
-  const uint8_t *data;  /* start of the data section */
+  int fd;
+  uint64_t data_at;     /* the data section's first byte in the file */
   size_t data_len;
   zt_st_tensor *t;
   int n;
@@ -45,7 +45,7 @@ static const struct {
 
 void zt_st_close(zt_st_file *f) {
   if (!f) return;
-  if (f->map) munmap(f->map, f->map_len);
+  if (f->fd >= 0) close(f->fd);
   free(f->t);
   free(f->names);
   free(f->path);
@@ -117,20 +117,37 @@ static int parse_entry(zt_st_file *f, const char *name, json_t *v, zt_st_tensor 
   return 0;
 }
 
+/* Reads len bytes at off; -EIO for a file shorter than that. */
+static int pread_full(int fd, void *buf, size_t len, uint64_t off) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t r = pread(fd, p, len, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -errno;
+    if (r == 0) return -EIO;
+    p += r;
+    len -= (size_t)r;
+    off += (uint64_t)r;
+  }
+  return 0;
+}
+
 int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
-  int rc = 0, fd = -1;
+  int rc = 0;
   json_t *root = NULL;
   zt_st_tensor **order = NULL;
+  char *hdr = NULL;
   zt_st_file *f = calloc(1, sizeof *f);
   *out = NULL;
+  if (f) f->fd = -1;
   if (!f || !(f->path = strdup(path))) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", path);
     goto out;
   }
-  fd = open(path, O_RDONLY | O_CLOEXEC);
+  f->fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0) {
+  if (f->fd < 0 || fstat(f->fd, &st) < 0) {
     rc = -errno;
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     goto out;
@@ -141,26 +158,33 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
              (long long)st.st_size);
     goto out;
   }
-  f->map_len = (size_t)st.st_size;
-  f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (f->map == MAP_FAILED) {
-    f->map = NULL;
-    rc = -errno;
-    snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+  size_t file_len = (size_t)st.st_size;
+  uint8_t len8[8];
+  if ((rc = pread_full(f->fd, len8, 8, 0)) < 0) {
+    snprintf(err, errlen, "%s: reading the header length: %s", path, strerror(-rc));
     goto out;
   }
   uint64_t hlen = 0;
-  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->map[i];
-  if (hlen > f->map_len - 8 || hlen > ST_HEADER_MAX) {
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+  if (hlen > file_len - 8 || hlen > ST_HEADER_MAX) {
     rc = -EINVAL;
     snprintf(err, errlen, "%s: truncated: header length %llu but only %zu bytes follow", path,
-             (unsigned long long)hlen, f->map_len - 8);
+             (unsigned long long)hlen, file_len - 8);
     goto out;
   }
-  f->data = f->map + 8 + hlen;
-  f->data_len = f->map_len - 8 - hlen;
+  f->data_at = 8 + hlen;
+  f->data_len = file_len - 8 - hlen;
+  if (!(hdr = malloc(hlen ? hlen : 1))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", path);
+    goto out;
+  }
+  if ((rc = pread_full(f->fd, hdr, hlen, 8)) < 0) {
+    snprintf(err, errlen, "%s: reading the header: %s", path, strerror(-rc));
+    goto out;
+  }
   json_error_t jerr;
-  root = json_loadb((const char *)f->map + 8, hlen, JSON_REJECT_DUPLICATES, &jerr);
+  root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &jerr);
   if (!root || !json_is_object(root)) {
     rc = -EINVAL;
     snprintf(err, errlen, "%s: header is not a JSON object: %s", path, root ? "" : jerr.text);
@@ -202,7 +226,7 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
   *out = f;
   f = NULL;
 out:
-  if (fd >= 0) close(fd);
+  free(hdr);
   json_decref(root);
   free(order);
   zt_st_close(f);
@@ -276,19 +300,40 @@ int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int t
     snprintf(err, errlen, "%s: tensor %s: only 2-D tensors can be transposed", f->path, t->name);
     return -EINVAL;
   }
-  const uint8_t *p = f->data + t->begin;
-  if (!transpose) {
-    if (t->dtype == ZT_ST_F32) {
-      memcpy(dst, p, t->numel * 4);
-    } else {
-      for (size_t i = 0; i < t->numel; i++) dst[i] = elem_f32(t->dtype, p, i);
-    }
-    return 0;
+  uint64_t at = f->data_at + t->begin;
+  int rc = 0;
+  uint8_t *chunk = NULL;
+  if (!transpose && t->dtype == ZT_ST_F32) {
+    rc = pread_full(f->fd, dst, t->numel * 4, at);
+    goto out;
   }
-  size_t R = (size_t)t->shape[0], C = (size_t)t->shape[1];
-  for (size_t i = 0; i < R; i++)
-    for (size_t j = 0; j < C; j++) dst[j * R + i] = elem_f32(t->dtype, p, i * C + j);
-  return 0;
+  /* element by element through a bounded chunk: element i of the file (row i / C, column
+   * i % C) lands at dst[i], or at dst[(i % C) * R + i / C] transposed */
+  size_t es = t->dtype == ZT_ST_F32 ? 4 : 2, bytes = t->end - t->begin;
+  size_t per = ZT_ST_CHUNK_BYTES / es, R = transpose ? (size_t)t->shape[0] : 0,
+         C = transpose ? (size_t)t->shape[1] : 0;
+  if (!(chunk = malloc(bytes < ZT_ST_CHUNK_BYTES ? (bytes ? bytes : 1) : ZT_ST_CHUNK_BYTES))) {
+    snprintf(err, errlen, "%s: tensor %s: out of memory", f->path, t->name);
+    return -ENOMEM;
+  }
+  for (size_t i0 = 0; i0 < t->numel && rc == 0; i0 += per) {
+    size_t k = t->numel - i0 < per ? t->numel - i0 : per;
+    if ((rc = pread_full(f->fd, chunk, k * es, at + i0 * es)) < 0) break;
+    if (!transpose) {
+      for (size_t i = 0; i < k; i++) dst[i0 + i] = elem_f32(t->dtype, chunk, i);
+      continue;
+    }
+    for (size_t i = 0, r = i0 / C, c = i0 % C; i < k; i++) {
+      dst[c * R + r] = elem_f32(t->dtype, chunk, i);
+      if (++c == C) c = 0, r++;
+    }
+  }
+out:
+  free(chunk);
+  if (rc < 0)
+    snprintf(err, errlen, "%s: tensor %s: reading its data: %s", f->path, t->name,
+             rc == -EIO ? "the file is shorter than its header says" : strerror(-rc));
+  return rc;
 }
 
 static int fsync_dir_of(const char *path) {
@@ -305,23 +350,67 @@ static int fsync_dir_of(const char *path) {
   return rc;
 }
 
-int zt_st_write(const char *path, const zt_st_entry *e, int n, const char *const *meta,
-                int n_meta, char *err, size_t errlen) {
+struct zt_st_writer {
+  char *path, *tmp;
+  int fd;
+  uint64_t data_at;     /* the data section's first byte in the file */
+  int n;
+  size_t *begin, *bytes; /* per entry, in the data section */
+  char *done;           /* per entry: put */
+  char (*names)[96];    /* per entry, for messages: the name's start */
+  int finished;
+};
+
+static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t r = pwrite(fd, p, len, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -errno;
+    p += r;
+    len -= (size_t)r;
+    off += (uint64_t)r;
+  }
+  return 0;
+}
+
+void zt_st_writer_close(zt_st_writer *w) {
+  if (!w) return;
+  if (w->fd >= 0) close(w->fd);
+  if (!w->finished && w->tmp) unlink(w->tmp);
+  free(w->path);
+  free(w->tmp);
+  free(w->begin);
+  free(w->bytes);
+  free(w->done);
+  free(w->names);
+  free(w);
+}
+
+int zt_st_writer_open(zt_st_writer **out, const char *path, const zt_st_entry *e, int n,
+                      const char *const *meta, int n_meta, char *err, size_t errlen) {
   int rc = 0;
   json_t *root = json_object();
-  char *hdr = NULL, *tmp = NULL, *row = NULL;
-  FILE *fp = NULL;
-  size_t off = 0, row_cap = 0;
-  if (!root || asprintf(&tmp, "%s.tmp", path) < 0) {
-    tmp = NULL;
-    rc = -ENOMEM;
+  char *hdr = NULL;
+  size_t off = 0;
+  zt_st_writer *w = calloc(1, sizeof *w);
+  *out = NULL;
+  if (w) w->fd = -1;
+  if (!root || !w || !(w->path = strdup(path)) || asprintf(&w->tmp, "%s.tmp", path) < 0) {
+    if (w) w->tmp = NULL;
     goto nomem;
   }
+  w->n = n;
+  w->begin = calloc((size_t)n + 1, sizeof *w->begin);
+  w->bytes = calloc((size_t)n + 1, sizeof *w->bytes);
+  w->done = calloc((size_t)n + 1, 1);
+  w->names = calloc((size_t)n + 1, sizeof *w->names);
+  if (!w->begin || !w->bytes || !w->done || !w->names) goto nomem;
   if (n_meta > 0) {
     json_t *m = json_object();
-    if (!m || json_object_set_new(root, "__metadata__", m) < 0) goto nomem_rc;
+    if (!m || json_object_set_new(root, "__metadata__", m) < 0) goto nomem;
     for (int i = 0; i < n_meta; i++)
-      if (json_object_set_new(m, meta[2 * i], json_string(meta[2 * i + 1])) < 0) goto nomem_rc;
+      if (json_object_set_new(m, meta[2 * i], json_string(meta[2 * i + 1])) < 0) goto nomem;
   }
   for (int i = 0; i < n; i++) {
     size_t numel = 1;
@@ -330,79 +419,112 @@ int zt_st_write(const char *path, const zt_st_entry *e, int n, const char *const
       numel *= (size_t)e[i].shape[d];
       json_array_append_new(shape, json_integer(e[i].shape[d]));
     }
-    if (e[i].transpose && e[i].ndim != 2) {
-      json_decref(shape);
-      json_decref(t);
-      rc = -EINVAL;
-      snprintf(err, errlen, "%s: tensor %s: only 2-D tensors can be transposed", path, e[i].name);
-      goto out;
-    }
     json_object_set_new(t, "dtype", json_string("F32"));
     json_object_set_new(t, "shape", shape);
     json_object_set_new(t, "data_offsets",
                         json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * 4)));
-    if (json_object_set_new(root, e[i].name, t) < 0) goto nomem_rc;
+    if (json_object_set_new(root, e[i].name, t) < 0) goto nomem;
+    w->begin[i] = off;
+    w->bytes[i] = numel * 4;
+    snprintf(w->names[i], sizeof w->names[i], "%s", e[i].name);
     off += numel * 4;
-    if (e[i].transpose && (size_t)e[i].shape[1] > row_cap) row_cap = (size_t)e[i].shape[1];
   }
-  hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  row = malloc((row_cap ? row_cap : 1) * sizeof(float));
-  if (!hdr || !row) goto nomem_rc;
+  if (!(hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER))) goto nomem;
+  /* the header is padded with spaces to a multiple of 8 bytes, so the data starts aligned */
   size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
-  fp = fopen(tmp, "wb");
-  if (!fp) {
-    rc = -errno;
-    snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+  char *h = realloc(hdr, 8 + padded);
+  if (!h) goto nomem;
+  hdr = h;
+  memmove(hdr + 8, hdr, hl);
+  memset(hdr + 8 + hl, ' ', padded - hl);
+  for (int i = 0; i < 8; i++) hdr[i] = (char)(uint8_t)((uint64_t)padded >> (8 * i));
+  w->data_at = 8 + padded;
+  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (w->fd < 0 || (rc = pwrite_full(w->fd, hdr, 8 + padded, 0)) < 0) {
+    rc = w->fd < 0 ? -errno : rc;
+    snprintf(err, errlen, "%s: %s", w->tmp, strerror(-rc));
     goto out;
   }
-  uint8_t lenb[8];
-  for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-  int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(hdr, 1, hl, fp) == hl;
-  for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
-  for (int i = 0; ok && i < n; i++) {
-    if (!e[i].transpose) {
-      size_t numel = 1;
-      for (int d = 0; d < e[i].ndim; d++) numel *= (size_t)e[i].shape[d];
-      ok = fwrite(e[i].data, sizeof(float), numel, fp) == numel;
-      continue;
-    }
-    size_t R = (size_t)e[i].shape[0], C = (size_t)e[i].shape[1];
-    float *r = (float *)row;
-    for (size_t a = 0; ok && a < R; a++) {
-      for (size_t b = 0; b < C; b++) r[b] = e[i].data[b * R + a];
-      ok = fwrite(r, sizeof(float), C, fp) == C;
-    }
-  }
-  if (!ok || fflush(fp) != 0 || fsync(fileno(fp)) != 0) {
-    rc = errno ? -errno : -EIO;
-    snprintf(err, errlen, "%s: write: %s", tmp, strerror(-rc));
-    goto out;
-  }
-  if (fclose(fp) != 0) {
-    fp = NULL;
-    rc = -errno;
-    snprintf(err, errlen, "%s: close: %s", tmp, strerror(errno));
-    goto out;
-  }
-  fp = NULL;
-  if (rename(tmp, path) < 0) {
-    rc = -errno;
-    snprintf(err, errlen, "rename %s -> %s: %s", tmp, path, strerror(errno));
-    goto out;
-  }
-  rc = fsync_dir_of(path);
-  if (rc < 0) snprintf(err, errlen, "%s: fsync of its directory: %s", path, strerror(-rc));
+  *out = w;
+  w = NULL;
   goto out;
-nomem_rc:
-  rc = -ENOMEM;
 nomem:
+  rc = -ENOMEM;
   snprintf(err, errlen, "%s: out of memory", path);
 out:
-  if (fp) fclose(fp);
-  if (rc < 0 && tmp) unlink(tmp);
+  zt_st_writer_close(w);
   json_decref(root);
   free(hdr);
-  free(row);
-  free(tmp);
+  return rc;
+}
+
+int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_t errlen) {
+  int rc = pwrite_full(w->fd, data, w->bytes[i], w->data_at + w->begin[i]);
+  if (rc < 0) {
+    snprintf(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
+    return rc;
+  }
+  w->done[i] = 1;
+  return 0;
+}
+
+int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen) {
+  for (int i = 0; i < w->n; i++)
+    if (!w->done[i]) {
+      snprintf(err, errlen, "%s: tensor %s was never written", w->tmp, w->names[i]);
+      return -EINVAL;
+    }
+  int fd = w->fd, rc = fsync(fd) < 0 ? -errno : 0;
+  w->fd = -1;
+  if (close(fd) < 0 && rc == 0) rc = -errno;
+  if (rc < 0) {
+    snprintf(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
+    return rc;
+  }
+  if (rename(w->tmp, w->path) < 0) {
+    rc = -errno;
+    snprintf(err, errlen, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
+    return rc;
+  }
+  w->finished = 1;
+  rc = fsync_dir_of(w->path);
+  if (rc < 0) snprintf(err, errlen, "%s: fsync of its directory: %s", w->path, strerror(-rc));
+  return rc;
+}
+
+int zt_st_write(const char *path, const zt_st_entry *e, int n, const char *const *meta,
+                int n_meta, char *err, size_t errlen) {
+  zt_st_writer *w = NULL;
+  float *tr = NULL;
+  size_t tr_cap = 0;
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    if (e[i].transpose && e[i].ndim != 2) {
+      snprintf(err, errlen, "%s: tensor %s: only 2-D tensors can be transposed", path, e[i].name);
+      return -EINVAL;
+    }
+    size_t numel = e[i].transpose ? (size_t)e[i].shape[0] * (size_t)e[i].shape[1] : 0;
+    if (numel > tr_cap) tr_cap = numel;
+  }
+  if (tr_cap && !(tr = malloc(tr_cap * sizeof *tr))) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
+  }
+  if ((rc = zt_st_writer_open(&w, path, e, n, meta, n_meta, err, errlen)) < 0) goto out;
+  for (int i = 0; i < n && rc == 0; i++) {
+    const float *d = e[i].data;
+    if (e[i].transpose) {
+      /* data holds (shape[1], shape[0]); the file the (shape[0], shape[1]) transpose */
+      size_t R = (size_t)e[i].shape[0], C = (size_t)e[i].shape[1];
+      for (size_t a = 0; a < R; a++)
+        for (size_t b = 0; b < C; b++) tr[a * C + b] = e[i].data[b * R + a];
+      d = tr;
+    }
+    rc = zt_st_writer_put(w, i, d, err, errlen);
+  }
+  if (rc == 0) rc = zt_st_writer_finish(w, err, errlen);
+out:
+  zt_st_writer_close(w);
+  free(tr);
   return rc;
 }

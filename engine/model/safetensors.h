@@ -1,8 +1,11 @@
 /* safetensors files (https://github.com/huggingface/safetensors): an 8-byte little-endian header
  * length, a JSON header {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
- * "__metadata__": {...}}, then the raw little-endian data. The reader maps the file and checks
- * every entry against the file before anything is read; F32, BF16 and F16 convert to fp32. The
- * writer writes F32 only, to a temporary file that is fsynced and renamed into place. */
+ * "__metadata__": {...}}, then the raw little-endian data. The reader reads the header and
+ * checks every entry against the file before any data is read, then reads a tensor at a time
+ * (pread), so it holds no more of the file than the caller asks for; F32, BF16 and F16 convert
+ * to fp32. The writer writes F32 only, to a temporary file that is fsynced and renamed into
+ * place: the header first, from the tensors' names and shapes, then each tensor's data at its
+ * place, in any order, so that a caller can write a file much larger than its memory. */
 #ifndef ZT_MODEL_SAFETENSORS_H
 #define ZT_MODEL_SAFETENSORS_H
 
@@ -29,7 +32,7 @@ typedef struct zt_st_tensor {
 
 typedef struct zt_st_file zt_st_file;
 
-/* Maps and validates path: header length within the file, JSON header, known dtypes, shapes,
+/* Opens and validates path: header length within the file, JSON header, known dtypes, shapes,
  * offsets inside the data section, sizes matching shape x dtype, no two tensors overlapping. */
 int zt_st_open(zt_st_file **f, const char *path, char *err, size_t errlen);
 void zt_st_close(zt_st_file *f);
@@ -39,8 +42,13 @@ const zt_st_tensor *zt_st_tensor_at(const zt_st_file *f, int i);
 /* The tensor called name, or NULL. */
 const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
 
+/* What zt_st_read_f32 converts or transposes through: at most this many bytes of the file at a
+ * time (F32 data read as it lies goes straight into dst). */
+#define ZT_ST_CHUNK_BYTES ((size_t)1 << 20)
+
 /* Converts tensor t to fp32 into dst (t->numel floats). With transpose, t must be 2-D (R, C) and
- * dst receives the (C, R) transpose. -EINVAL for dtypes that are not F32/BF16/F16. */
+ * dst receives the (C, R) transpose. -EINVAL for dtypes that are not F32/BF16/F16, -EIO (or the
+ * read's error) when the file does not hold the data its header promised. */
 int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
                    char *err, size_t errlen);
 
@@ -53,8 +61,23 @@ typedef struct zt_st_entry {
 } zt_st_entry;
 
 /* Writes n F32 tensors to path (via path.tmp, fsync, rename). metadata: NULL or string pairs
- * meta[0]=key, meta[1]=value, ... n_meta pairs, stored under "__metadata__". */
+ * meta[0]=key, meta[1]=value, ... n_meta pairs, stored under "__metadata__". The data follows
+ * the header in the entries' order. */
 int zt_st_write(const char *path, const zt_st_entry *e, int n, const char *const *meta,
                 int n_meta, char *err, size_t errlen);
+
+/* zt_st_write in pieces, for data that is not all in memory at once; the file is the one
+ * zt_st_write makes of the same entries, byte for byte. open creates path.tmp and writes the
+ * header of the n entries (their names and shapes; data and transpose are not used); put writes
+ * entry i's data, already in the file's layout (shape[0] rows of shape[1] for a 2-D entry), at
+ * its place; finish checks that every entry was put, fsyncs, renames to path and fsyncs the
+ * directory; close frees the writer and, unless finished, removes path.tmp. The writer holds
+ * no data of its own. */
+typedef struct zt_st_writer zt_st_writer;
+int zt_st_writer_open(zt_st_writer **w, const char *path, const zt_st_entry *e, int n,
+                      const char *const *meta, int n_meta, char *err, size_t errlen);
+int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_t errlen);
+int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen);
+void zt_st_writer_close(zt_st_writer *w);
 
 #endif

@@ -48,13 +48,19 @@
  *   zt_step_result.flags is the OR over every rank's contribution, so all parts learn it on the
  *   same step and can stop or checkpoint there together. The trainer only ORs them; the
  *   meanings below are the caller's.
- * - State: the part holding global rank 0 reads and writes the whole state in the flat layout,
- *   through zt_trainer_save, zt_trainer_export, zt_trainer_get_state (a gather) and
- *   zt_trainer_load (a scatter), while every other part calls, at the same time,
- *   zt_trainer_dp_send_state (for a gather) or zt_trainer_dp_receive_state (for a scatter).
- *   Global rank 0 first broadcasts what the call is (a gather of which tensors, a scatter, or
- *   that it gave up before reaching the state, e.g. a checkpoint that does not load), so a part
- *   whose call does not match learns it instead of waiting. Per unit the ranks' chunks are
+ * - State: the part holding global rank 0 reads and writes the state in the flat layout, a
+ *   piece of whole units at a time, through zt_trainer_save, zt_trainer_export,
+ *   zt_trainer_get_state (gathers) and zt_trainer_load (scatters): a checkpoint moves the units
+ *   in pieces in unit order, so that its host memory stays zt_trainer_checkpoint_bytes;
+ *   get_state moves them in one. Every other part calls, at the same time and once per call,
+ *   zt_trainer_dp_send_state (for gathers) or zt_trainer_dp_receive_state (for scatters), which
+ *   follow the pieces until the one that holds the last unit. For each piece global rank 0
+ *   first broadcasts what it is (a gather of which tensors or a scatter, and its units) or that
+ *   the call gave up (before the state, e.g. a checkpoint that does not load, or between
+ *   pieces, e.g. a disk that filled), so a part whose call does not match learns it instead of
+ *   waiting. A call given up ends the others' with -ECANCELED, nothing changed; a load given up
+ *   after some of its pieces leaves every part's state partly the checkpoint's, and fails on
+ *   every part as a failure inside the collectives does (below). Per unit the ranks' chunks are
  *   all-gathered into (a gather) or cut out of (a scatter, broadcast from rank 0) a scratch
  *   buffer that is dead between steps, so the state calls take no memory of their own: stage 1
  *   the unit's region of the padded gradients, stages 2-3 the unit gradient buffer (the gpt
@@ -99,8 +105,9 @@
  * memory is allocated, used and freed on that thread. Precision fp32, bf16 or fp16: every rank
  * scales its loss by the trainer's one loss scaler (loss_scale.h) and the exchanged overflow
  * verdict skips the step on every rank at once (zt_step_result.skipped, the scale backed off),
- * so the scale needs no exchange of its own; fp16 is refused for a part (its scaler would not
- * survive a resume) and with optimizer host (the CPU AdamW writes a bf16 copy). A cuda rank's
+ * so the scale needs no exchange of its own (with the host tier the updates then wait for the
+ * backward, as with clipping); fp16 is refused for a part (its scaler would not survive a
+ * resume). A cuda rank's
  * thread makes its device current (zt_backend_bind_thread) before anything else. */
 #ifndef ZT_TRAIN_DP_H
 #define ZT_TRAIN_DP_H
@@ -185,10 +192,12 @@ void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags);
  * while the rank-0 part runs zt_trainer_save, zt_trainer_export or zt_trainer_get_state;
  * receive_state while it runs zt_trainer_load, then the trainer's step and AdamW step become
  * `step` and `adam_step` (trainer.json's, which the caller passes on; 0 <= adam_step <= step).
- * -EINVAL with a message on a trainer that holds rank 0 or has no data parallelism, or for a
- * call that does not match the rank-0 part's (which then fails too: the communicators are
- * aborted, as for -EIO); -ECANCELED when the rank-0 part's call failed before it reached the
- * state (nothing changed on either side); -EIO and other failures as for a step. */
+ * Each returns once the rank-0 part's call has moved its last piece. -EINVAL with a message on
+ * a trainer that holds rank 0 or has no data parallelism, or for a call that does not match the
+ * rank-0 part's (which then fails too: the communicators are aborted, as for -EIO); -ECANCELED
+ * when the rank-0 part's call failed other than in the collectives (nothing changed on either
+ * side), -EIO when its load did so after some of its pieces; -EIO and other failures as for a
+ * step. */
 int zt_trainer_dp_send_state(zt_trainer *t, char *err, size_t errlen);
 int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *err,
                                 size_t errlen);

@@ -41,11 +41,13 @@
 #define TAKE_UP_LAG 2
 
 /* The head of a part's state call, broadcast from global rank 0 in the exchange buffer (free
- * between steps, and at least X_MICRO + 2 doubles): what the call is and, for a gather, which
- * of params, m, v (bits 0, 1, 2) it reads. */
+ * between steps, and at least X_MICRO + 2 doubles): what the call is, for a gather which of
+ * params, m, v (bits 0, 1, 2) it reads, and the units [u0, u1) it moves. */
 #define H_OP 0
 #define H_MASK 1
-#define H_BYTES (2 * sizeof(double))
+#define H_U0 2
+#define H_U1 3
+#define H_BYTES (4 * sizeof(double))
 enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON };
 
 /* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
@@ -91,7 +93,7 @@ typedef struct dp_rank_state {
   int own_hbe;
   float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients */
   float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
-  uint16_t *hlp;            /* bf16: the compute copy the AdamW writes */
+  uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes */
   float *gout[2];           /* device chunks: a host unit's reduce-scattered gradients (stages
                                2-3, alternating by unit) and the state calls' uploads ([0]) */
   int64_t gout_tick[2];     /* the D2H ticket that last read each */
@@ -114,6 +116,7 @@ typedef struct dp_rank_state {
   size_t bytes;             /* backend bytes held */
   int rc;
   int abandoned;            /* CMD_STATE: rank 0's part gave up its call (not a failure here) */
+  int piece[2];             /* CMD_STATE: the units [u0, u1) rank 0's part said it moves */
   char err[256];
   /* the step's results, the same on every rank */
   double loss, norm;
@@ -148,7 +151,11 @@ typedef struct dp_state {
   float loss_scale;         /* fp16: the scaler's scale for this step; 1 otherwise */
   float *out[3];            /* CMD_READ, a gather: params, m, v (any NULL) */
   const float *in[3];       /* CMD_WRITE, a scatter */
+  int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
   int op, mask;             /* CMD_STATE: this part's call (ST_*); rank 0: the gather's tensors */
+  /* a part's sequence of state calls (trainer_internal.h): its op (ST_GATHER, ST_SCATTER) and
+   * the units moved so far (0: none open) */
+  int seq_op, seq_next;
   unsigned flags;           /* this part's flags for its next step */
   int broken;               /* a rank failed mid-step and aborted the communicators */
 } dp_state;
@@ -414,22 +421,23 @@ static size_t grad_at(const dp_rank_state *k, const zt_shard *sh) {
   return k->s->dc.zero_stage == 1 ? sh->padded_off : sh->packed_off;
 }
 
-/* Each rank copies out its own chunks: the ranks' chunks cover the flat layout once (so only
- * with every rank here). */
+/* Each rank copies out its own chunks of units [u0, u1): the ranks' chunks cover the flat
+ * layout once (so only with every rank here). */
 static int rank_read(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   const float *src[3] = {k->params, k->m, k->v}, *hsrc[3] = {k->hm, k->hmom, k->hvar};
-  for (int u = 0; u < s->nu; u++) {
+  size_t base = zt_model_unit(k->view.model, s->u0)->offset;
+  for (int u = s->u0; u < s->u1; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     size_t at[3] = {param_at(k, sh), sh->packed_off, sh->packed_off};
     for (int i = 0; i < 3; i++) {
       if (!s->out[i] || !sh->count) continue;
+      float *dst = s->out[i] + (sh->flat_off - base);
       if (on_host(s, u))
-        memcpy(s->out[i] + sh->flat_off, hsrc[i] + host_at(s, sh), sh->count * sizeof(float));
+        memcpy(dst, hsrc[i] + host_at(s, sh), sh->count * sizeof(float));
       else
-        be->ops->to_host(be->ctx, s->out[i] + sh->flat_off, src[i] + at[i],
-                         sh->count * sizeof(float));
+        be->ops->to_host(be->ctx, dst, src[i] + at[i], sh->count * sizeof(float));
     }
   }
   int rc = be->ops->sync(be->ctx);
@@ -438,39 +446,49 @@ static int rank_read(dp_rank_state *k) {
                 : 0;
 }
 
-/* Stages 1-2 take every unit's parameters (the padding stays zero), stage 3 its chunks. Needs
- * only the rank's own share of the flat layout, so a part writes its ranks alone. */
+/* Units [u0, u1): stages 1-2 take every unit's parameters (the padding stays zero), stage 3
+ * its chunks; the compute copies follow, unit by unit. Needs only the rank's own share of the
+ * flat layout, so a part writes its ranks alone. */
 static int rank_write(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   const zt_model *m = k->view.model;
   int stage = s->dc.zero_stage;
   float *hdst[3] = {k->hm, k->hmom, k->hvar};
-  for (int u = 0; u < s->nu; u++) {
+  size_t base = zt_model_unit(m, s->u0)->offset;
+  for (int u = s->u0; u < s->u1; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    size_t c = s->tab->chunk[u];
+    /* the device's parameters of the unit: stages 1-2 the unit padded, 3 the rank's chunk
+     * (none for a host unit with params host) */
+    size_t at = stage < 3 ? s->tab->padded_unit[u] : sh->packed_off;
+    size_t pn = stage < 3 ? c * (size_t)s->dc.world : c;
+    int on_dev = stage < 3 || !on_host(s, u) || !s->params_host;
     if (stage < 3) {
       const zt_unit_info *ui = zt_model_unit(m, u);
-      be->ops->to_device(be->ctx, k->params + s->tab->padded_unit[u], s->in[0] + ui->offset,
+      be->ops->to_device(be->ctx, k->params + at, s->in[0] + (ui->offset - base),
                          ui->numel * sizeof(float));
-    } else if (sh->count && (!on_host(s, u) || !s->params_host)) {
-      be->ops->to_device(be->ctx, k->params + sh->packed_off, s->in[0] + sh->flat_off,
+    } else if (sh->count && on_dev) {
+      be->ops->to_device(be->ctx, k->params + at, s->in[0] + (sh->flat_off - base),
                          sh->count * sizeof(float));
     }
-    if (!sh->count) continue;
+    if (k->params_lp && on_dev)
+      be->ops->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
+                    k->view.tc.precision, k->params + at, ZT_F32, pn);
     if (on_host(s, u)) {
-      for (int i = 0; i < 3; i++)
-        memcpy(hdst[i] + host_at(s, sh), s->in[i] + sh->flat_off, sh->count * sizeof(float));
-    } else {
-      be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + sh->flat_off,
+      for (int i = 0; i < 3 && sh->count; i++)
+        memcpy(hdst[i] + host_at(s, sh), s->in[i] + (sh->flat_off - base),
+               sh->count * sizeof(float));
+      if (k->hlp)
+        k->hbe.ops->cast(k->hbe.ctx, k->hlp + host_at(s, sh), k->view.tc.precision,
+                         k->hm + host_at(s, sh), ZT_F32, c);
+    } else if (sh->count) {
+      be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + (sh->flat_off - base),
                          sh->count * sizeof(float));
-      be->ops->to_device(be->ctx, k->v + sh->packed_off, s->in[2] + sh->flat_off,
+      be->ops->to_device(be->ctx, k->v + sh->packed_off, s->in[2] + (sh->flat_off - base),
                          sh->count * sizeof(float));
     }
   }
-  if (k->params_lp)
-    be->ops->cast(be->ctx, k->params_lp, k->view.tc.precision, k->params, ZT_F32,
-                  dev_param_floats(s));
-  if (k->hlp) k->hbe.ops->cast(k->hbe.ctx, k->hlp, ZT_BF16, k->hm, ZT_F32, s->host_n);
   int rc = be->ops->sync(be->ctx);
   return rc < 0 ? rank_fail(k, rc, "backend %s: %s", be->ops->name,
                             be->ops->error_text(be->ctx))
@@ -608,7 +626,9 @@ static int submit_adam(dp_rank_state *k, int u, float scale) {
     zt_cpu_adam_task *task = &k->tasks[i];
     *task = (zt_cpu_adam_task){
         .p = k->hm + at, .g = k->hgrad + at, .m = k->hmom + at, .v = k->hvar + at,
-        .p_bf16 = k->hlp ? k->hlp + at : NULL, .n = g->n, .isa = ZT_CPU_ISA_AUTO,
+        .p_bf16 = k->hlp && c->precision == ZT_BF16 ? k->hlp + at : NULL,
+        .p_fp16 = k->hlp && c->precision == ZT_F16 ? k->hlp + at : NULL, .n = g->n,
+        .isa = ZT_CPU_ISA_AUTO,
         .h = {.lr = s->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
               .weight_decay = g->decay ? c->weight_decay : 0.0f, .step = s->adam_step,
               .grad_scale = scale}};
@@ -910,17 +930,18 @@ static int rank_step(dp_rank_state *k) {
 
 /* ---- a part's state: collectives between steps ------------------------------------------- */
 
-/* A gather: per unit and tensor, the chunks all-gathered into the scratch (stages 1-2
- * parameters: every rank's own copy is the unit already), of which rank 0 copies the unit's
- * real elements out. The scratch is the unit's gradient buffer (unit_grads), dead between
- * steps: the step zeroes stage 1's padded gradients at its start and each unit's (and the
- * embedding's) stage 2-3 buffer before the backward writes it, so it never reads what a state
- * call left there. */
-static int state_gather(dp_rank_state *k, int mask) {
+/* A gather of units [u0, u1): per unit and tensor, the chunks all-gathered into the scratch
+ * (stages 1-2 parameters: every rank's own copy is the unit already), of which rank 0 copies
+ * the unit's real elements out (out holds the range). The scratch is the unit's gradient
+ * buffer (unit_grads), dead between steps: the step zeroes stage 1's padded gradients at its
+ * start and each unit's (and the embedding's) stage 2-3 buffer before the backward writes it,
+ * so it never reads what a state call left there. */
+static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   const float *src[3] = {k->params, k->m, k->v}, *hsrc[3] = {k->hm, k->hmom, k->hvar};
-  for (int u = 0; u < s->nu; u++) {
+  size_t base = zt_model_unit(k->view.model, u0)->offset;
+  for (int u = u0; u < u1; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     size_t c = s->tab->chunk[u];
@@ -943,23 +964,25 @@ static int state_gather(dp_rank_state *k, int mask) {
       }
       /* ordered before the next unit's collective overwrites the scratch (one stream) */
       if (k->r == 0 && ui->numel)
-        be->ops->to_host(be->ctx, s->out[i] + ui->offset, unit, ui->numel * sizeof(float));
+        be->ops->to_host(be->ctx, s->out[i] + (ui->offset - base), unit,
+                         ui->numel * sizeof(float));
     }
   }
   int rc = be->ops->sync(be->ctx);
   return rc < 0 ? backend_fail(k, rc) : 0;
 }
 
-/* A scatter: per unit and tensor, rank 0 uploads the unit padded with zeros to the padded size,
- * broadcasts it, and every rank copies its chunk out (a same-type cast is the backend's device
- * copy). Stages 1-2 parameters are broadcast straight into every rank's copy of the unit. The
- * scratch is state_gather's. */
-static int state_scatter(dp_rank_state *k) {
+/* A scatter of units [u0, u1): per unit and tensor, rank 0 uploads the unit padded with zeros
+ * to the padded size, broadcasts it, and every rank copies its chunk out (a same-type cast is
+ * the backend's device copy); the unit's compute copies follow. Stages 1-2 parameters are
+ * broadcast straight into every rank's copy of the unit. The scratch is state_gather's. */
+static int state_scatter(dp_rank_state *k, int u0, int u1) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   const zt_ops *o = be->ops;
   int stage = s->dc.zero_stage;
-  for (int u = 0; u < s->nu; u++) {
+  size_t base = zt_model_unit(k->view.model, u0)->offset;
+  for (int u = u0; u < u1; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     size_t c = s->tab->chunk[u], padded = c * (size_t)s->dc.world;
@@ -980,7 +1003,7 @@ static int state_scatter(dp_rank_state *k) {
     for (int i = 0; i < 3; i++) {
       float *unit = i == 0 && stage < 3 ? k->params + s->tab->padded_unit[u] : scratch;
       if (k->r == 0) {
-        o->to_device(be->ctx, unit, s->in[i] + ui->offset, ui->numel * sizeof(float));
+        o->to_device(be->ctx, unit, s->in[i] + (ui->offset - base), ui->numel * sizeof(float));
         if (padded > ui->numel)
           o->zero(be->ctx, unit + ui->numel, (padded - ui->numel) * sizeof(float));
       }
@@ -992,17 +1015,20 @@ static int state_scatter(dp_rank_state *k) {
       /* synchronous: the next unit's broadcast rewrites the scratch */
       if (hdst[i]) o->to_host(be->ctx, hdst[i], unit + sh->unit_off, c * sizeof(float));
     }
+    size_t at = stage < 3 ? s->tab->padded_unit[u] : param_at(k, sh);
+    if (k->params_lp && (stage < 3 || dst[0]))
+      o->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
+              k->view.tc.precision, k->params + at, ZT_F32, stage < 3 ? padded : c);
+    if (k->hlp && host)
+      k->hbe.ops->cast(k->hbe.ctx, k->hlp + host_at(s, sh), k->view.tc.precision, hdst[0],
+                       ZT_F32, c);
   }
-  if (k->params_lp)
-    o->cast(be->ctx, k->params_lp, k->view.tc.precision, k->params, ZT_F32,
-            dev_param_floats(s));
-  if (k->hlp) k->hbe.ops->cast(k->hbe.ctx, k->hlp, ZT_BF16, k->hm, ZT_F32, s->host_n);
   int rc = o->sync(be->ctx);
   return rc < 0 ? backend_fail(k, rc) : 0;
 }
 
-/* CMD_STATE on every rank of every part: rank 0 says what its part's call is, the others check
- * that their part's matches before anything else moves. */
+/* CMD_STATE on every rank of every part: rank 0 says what its part's call is and which units
+ * it moves, the others check that their part's matches before anything else moves. */
 static int rank_state(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
@@ -1011,18 +1037,28 @@ static int rank_state(dp_rank_state *k) {
   if (k->r == 0) {
     h[H_OP] = s->op;
     h[H_MASK] = s->mask;
+    h[H_U0] = s->u0;
+    h[H_U1] = s->u1;
     be->ops->to_device(be->ctx, k->xchg, h, H_BYTES);
   }
   int rc = k->comm.ops->broadcast(k->comm.ctx, k->xchg, k->xchg, H_BYTES, 0, k->stream);
   if (rc < 0) return comm_fail(k, rc, "broadcasting the state call");
   be->ops->to_host(be->ctx, h, k->xchg, H_BYTES);
   if ((rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
-  int op = (int)h[H_OP], mask = (int)h[H_MASK];
+  int op = (int)h[H_OP], mask = (int)h[H_MASK], u0 = (int)h[H_U0], u1 = (int)h[H_U1];
+  k->piece[0] = u0;
+  k->piece[1] = u1;
+  /* a load given up half way leaves every part's state partly the checkpoint's: as after a
+   * failure inside the collectives, every rank aborts and the trainers refuse what follows */
+  if (op == ST_ABANDON && s->seq_op == ST_SCATTER && s->seq_next > 0)
+    return rank_fail(k, -EIO, "the part holding rank 0 gave up its load (zt_trainer_load; its "
+                     "error says why) after units 0..%d of %d had been written: the state is "
+                     "partly the checkpoint's", s->seq_next - 1, s->nu);
   if (op != s->op && op == ST_ABANDON) {
     k->abandoned = 1;
-    return rank_fail(k, -ECANCELED, "the part holding rank 0 gave up its call before the state "
-                     "collective (its zt_trainer_save, _load, _export or _get_state failed; its "
-                     "error says why): nothing was exchanged");
+    return rank_fail(k, -ECANCELED, "the part holding rank 0 gave up its call (its "
+                     "zt_trainer_save, _load, _export or _get_state failed; its error says "
+                     "why): nothing was changed here");
   }
   if (op != s->op)
     return rank_fail(k, -EINVAL, "the part holding rank 0 %s while this part %s: the parts' "
@@ -1031,7 +1067,12 @@ static int rank_state(dp_rank_state *k) {
                                      : "writes the state (zt_trainer_load)",
                      s->op == ST_GATHER ? "sends it (zt_trainer_dp_send_state)"
                                         : "receives it (zt_trainer_dp_receive_state)");
-  return op == ST_GATHER ? state_gather(k, mask) : op == ST_SCATTER ? state_scatter(k) : 0;
+  if (op != ST_ABANDON && !(u0 >= 0 && u0 < u1 && u1 <= s->nu))
+    return rank_fail(k, -EINVAL, "the part holding rank 0 sent units [%d, %d) of a model of %d",
+                     u0, u1, s->nu);
+  return op == ST_GATHER    ? state_gather(k, mask, u0, u1)
+         : op == ST_SCATTER ? state_scatter(k, u0, u1)
+                            : 0;
 }
 
 /* ---- the rank threads ---------------------------------------------------------------------- */
@@ -1195,37 +1236,52 @@ static int refuse_part(const dp_state *s, const char *what, const char *instead,
   return -EINVAL;
 }
 
-static int dp_read_state(zt_trainer *t, float *params, float *m, float *v, char *err,
-                         size_t errlen) {
+/* The rank-0 part's piece of its sequence (trainer_internal.h): a state collective the other
+ * parts follow; the sequence ends with the piece that holds the last unit, or a failure. */
+static int lead_state(dp_state *s, int op, int mask, char *err, size_t errlen) {
+  int rc = state_call(s, op, mask, err, errlen);
+  s->seq_op = op;
+  s->seq_next = rc < 0 || s->u1 >= s->nu ? 0 : s->u1;
+  return rc;
+}
+
+static int dp_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, float *v,
+                         char *err, size_t errlen) {
   dp_state *s = t->path_state;
   s->out[0] = params;
   s->out[1] = m;
   s->out[2] = v;
+  s->u0 = u0;
+  s->u1 = u1;
   if (s->nl == s->dc.world) return run_cmd(s, CMD_READ, err, errlen);
   if (s->dc.rank0 != 0)
     return refuse_part(s, "reading the state", "zt_trainer_dp_send_state", err, errlen);
-  return state_call(s, ST_GATHER, (params ? 1 : 0) | (m ? 2 : 0) | (v ? 4 : 0), err, errlen);
+  return lead_state(s, ST_GATHER, (params ? 1 : 0) | (m ? 2 : 0) | (v ? 4 : 0), err, errlen);
 }
 
-static int dp_write_state(zt_trainer *t, const float *params, const float *m, const float *v,
-                          char *err, size_t errlen) {
+static int dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,
+                          const float *v, char *err, size_t errlen) {
   dp_state *s = t->path_state;
   s->in[0] = params;
   s->in[1] = m;
   s->in[2] = v;
+  s->u0 = u0;
+  s->u1 = u1;
   if (s->nl == s->dc.world) return run_cmd(s, CMD_WRITE, err, errlen);
   if (s->dc.rank0 != 0)
     return refuse_part(s, "writing the state", "zt_trainer_dp_receive_state", err, errlen);
-  return state_call(s, ST_SCATTER, 7, err, errlen);
+  return lead_state(s, ST_SCATTER, 7, err, errlen);
 }
 
-/* The rank-0 part's save / load / export failed before its state call: the other parts wait
- * in theirs, and learn from this one that it is not coming. */
+/* The rank-0 part's save / load / export failed before its sequence of state calls ended: the
+ * other parts wait for its next piece, and learn from this one that it is not coming (after
+ * part of a load, every part fails: rank_state). */
 static void dp_abandon_state(zt_trainer *t) {
   dp_state *s = t->path_state;
   char err[256];
   if (s->nl < s->dc.world && s->dc.rank0 == 0 && !s->broken)
     state_call(s, ST_ABANDON, 0, err, sizeof err);
+  s->seq_next = 0;
 }
 
 static size_t dp_backend_bytes(const zt_trainer *t) {
@@ -1298,9 +1354,21 @@ static dp_state *other_part(zt_trainer *t, const char *call, char *err, size_t e
   return s;
 }
 
+/* The other parts' side of the rank-0 part's sequence: a state collective per piece, in the
+ * units rank 0 says, until the piece that holds the last unit (or rank 0 gives up). */
+static int follow_state(dp_state *s, int op, char *err, size_t errlen) {
+  int rc;
+  s->seq_op = op;
+  s->seq_next = 0;
+  while ((rc = state_call(s, op, 0, err, errlen)) == 0 && s->ranks[0].piece[1] < s->nu)
+    s->seq_next = s->ranks[0].piece[1];
+  s->seq_next = 0;
+  return rc;
+}
+
 int zt_trainer_dp_send_state(zt_trainer *t, char *err, size_t errlen) {
   dp_state *s = other_part(t, "zt_trainer_dp_send_state", err, errlen);
-  return s ? state_call(s, ST_GATHER, 0, err, errlen) : -EINVAL;
+  return s ? follow_state(s, ST_GATHER, err, errlen) : -EINVAL;
 }
 
 int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *err,
@@ -1313,7 +1381,7 @@ int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *er
              "%d", call, step, adam_step, 1 << 30);
     return -EINVAL;
   }
-  int rc = state_call(s, ST_SCATTER, 7, err, errlen);
+  int rc = follow_state(s, ST_SCATTER, err, errlen);
   if (rc < 0) return rc;
   t->step = step;
   t->adam_step = adam_step;
@@ -1377,20 +1445,13 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
 }
 
 /* fp16: every rank scales the loss by the trainer's scaler and skips the same overflowed steps,
- * so the scale needs no exchange; but a part's scaler is not carried by the state calls, and the
- * host tier's AdamW writes a bf16 copy only. */
+ * so the scale needs no exchange; but a part's scaler is not carried by the state calls. */
 static int fp16_supported(const zt_train_cfg *tc, const zt_dp_cfg *c, char *err, size_t errlen) {
   if (tc->precision != ZT_F16) return 0;
   if (c->local && c->local < c->world) {
     snprintf(err, errlen, "train.precision: fp16 with a part of the world (dp.local %d of "
              "dp.world %d: a job spanning daemons) is not supported yet (a resumed part would "
              "not have the loss scale); use bf16 or fp32", c->local, c->world);
-    return -ENOTSUP;
-  }
-  if (c->optimizer == ZT_PLACE_HOST) {
-    snprintf(err, errlen, "train.precision: fp16 with dp.optimizer host is not supported yet "
-             "(the CPU AdamW writes a bf16 compute copy); use bf16, or keep the optimizer on "
-             "the device");
     return -ENOTSUP;
   }
   return 0;
@@ -1572,6 +1633,8 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   /* every part computes the same init and writes its own ranks' share of it: no collective */
   s->in[0] = init;
   s->in[1] = s->in[2] = zeros;
+  s->u0 = 0;
+  s->u1 = s->nu;
   if ((rc = zt__trainer_init_params(t->model, init, err, errlen)) < 0 ||
       (rc = run_cmd(s, CMD_WRITE, err, errlen)) < 0)
     goto out;

@@ -18,13 +18,22 @@
  * before it stay updated, so the trainer refuses further steps (-EIO) until a checkpoint is
  * loaded.
  *
+ * fp16 compute: the loss is scaled by the trainer's loss scaler (loss_scale.h, GradScaler's
+ * rules) and an overflowed step must be skipped whole, which is known only after the whole
+ * backward, so with fp16 the updates always wait for the backward (as with clipping; and so no
+ * gradient ring). An inf/nan in any gradient, on the host or in the device units, then skips the
+ * step as without offload (nothing updated, AdamW's step count kept, the scale halved,
+ * zt_step_result.skipped); otherwise every AdamW, the CPU's and the device units', takes
+ * grad_scale = clip coefficient / scale, and the scale grows after the scaler's interval of
+ * clean steps. The scaler is the trainer's, so checkpoints carry it as without offload.
+ *
  * optimizer nvme: masters, m and v live in one file per unit and kind under nvme_dir
  * (offload/nvme_store.h); a unit's three are read ahead into host staging while the unit before
  * it is updated, and written back behind its update. The host keeps the gradients, the staging
  * and, unless params is nvme too, a copy of the fp32 parameters the units' ops read to stream
- * from (fp32 compute: all of them; bf16: the vectors and embeddings). params nvme: the units are
- * streamed from their master files (fp32 compute: the parameters are the masters), so it needs
- * optimizer nvme.
+ * from (fp32 compute: all of them; bf16/fp16: the vectors and embeddings). params nvme: the
+ * units are streamed from their master files (fp32 compute: the parameters are the masters), so
+ * it needs optimizer nvme.
  *
  * Host and NVMe together (host_units): after the device units, a run of host_units units keeps
  * masters, m and v in the host arena and the units after it keep them on NVMe. The units right
@@ -33,17 +42,17 @@
  * backward hides for the first units updated but nothing hides for the last ones. Units are
  * numbered in layout order, so the host units' state is one range of the flat layout.
  *
- * The gradients on the host: a flat fp32 buffer over the streamed units, which clipping reads
- * whole for the norm before any update and later micro-batches resume from (ZT_STREAM_GRADS_RESUME,
- * the running sum of the step). Without either (train.grad_clip 0, grad_accum 1) a unit's
- * gradients are needed on the host only from their write-back until its AdamW has read them:
- * they go to a ring of grad_slots buffers of the largest streamed unit, unit u to slot
- * (u - gpu_units) mod grad_slots. The bound: the backward takes a unit's gradients up (waits
- * for their write-back, then submits its AdamW) two units behind the one it queues
- * (UNIT_DONE_LAG in offload_step.c), so at a unit's release the three units released before it
- * are still to be taken up and one more slot takes the unit released now: grad_slots = 4, or
- * the streamed units if fewer. The slot's previous user, four units back in the walk, has been
- * taken up; the release waits for its AdamW to finish reading the slot.
+ * The gradients on the host: a flat fp32 buffer over the streamed units, which clipping (and
+ * fp16's overflow check) reads whole before any update and later micro-batches resume from
+ * (ZT_STREAM_GRADS_RESUME, the running sum of the step). Without these (train.grad_clip 0,
+ * grad_accum 1, not fp16) a unit's gradients are needed on the host only from their write-back
+ * until its AdamW has read them: they go to a ring of grad_slots buffers of the largest
+ * streamed unit, unit u to slot (u - gpu_units) mod grad_slots. The bound: the backward takes a
+ * unit's gradients up (waits for their write-back, then submits its AdamW) two units behind the
+ * one it queues (UNIT_DONE_LAG in offload_step.c), so at a unit's release the three units
+ * released before it are still to be taken up and one more slot takes the unit released now:
+ * grad_slots = 4, or the streamed units if fewer. The slot's previous user, four units back in
+ * the walk, has been taken up; the release waits for its AdamW to finish reading the slot.
  * The norm is then the sum of the units' sums of squares, taken as each unit is (so its value
  * may differ in the last bits from the run without offload's; the updates do not use it).
  *
@@ -59,10 +68,11 @@
  * the streamer then handles the others only. The leading ones, because their gradients are the
  * last the backward makes, leaving the CPU least time to hide their update.
  *
- * bf16 compute: the host keeps a bf16 copy of the parameters that the AdamW rewrites in the same
- * pass (offload/cpu_adam.h). Only the bytes a unit's ops read move (zt_tensor_info.reads): the
- * matmul weights in bf16, biases, norms and embeddings in fp32. The layouts put a block's
- * vectors before its matrices, so a unit moves in two copies, about 2 bytes a parameter.
+ * bf16 or fp16 compute: the host keeps a copy of the parameters in that type that the AdamW
+ * rewrites in the same pass (offload/cpu_adam.h). Only the bytes a unit's ops read move
+ * (zt_tensor_info.reads): the matmul weights in bf16/fp16, biases, norms and embeddings in fp32.
+ * The layouts put a block's vectors before its matrices, so a unit moves in two copies, about 2
+ * bytes a parameter.
  *
  * The plan (zt_offload_estimate, the same computation as the open): with a gpu_budget, what the
  * spec leaves to auto (activation checkpointing, params gpu or host, the device units) is
@@ -72,11 +82,11 @@
  * open holds the initial parameters in a flat buffer (4 bytes a parameter) until they are in
  * their tiers, before it allocates the host units' m and v.
  *
- * Scope today: the cpu and cuda backends, precision fp32 or bf16 (fp16 would need a fp16
- * write-out in the CPU AdamW); params gpu (every unit resident), host (streamed within
- * gpu_budget) or nvme (fp32 only: the files hold the masters); grads on the host; optimizer on
- * the device for the leading units, on the host, on nvme, or on the host for a run of units and
- * nvme for the rest. Other placements are refused with a message naming the field. */
+ * Scope today: the cpu and cuda backends, precision fp32, bf16 or fp16; params gpu (every unit
+ * resident), host (streamed within gpu_budget) or nvme (fp32 only: the files hold the masters);
+ * grads on the host; optimizer on the device for the leading units, on the host, on nvme, or on
+ * the host for a run of units and nvme for the rest. Other placements are refused with a
+ * message naming the field. */
 #ifndef ZT_TRAIN_OFFLOAD_H
 #define ZT_TRAIN_OFFLOAD_H
 
@@ -131,8 +141,9 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen);
 
 /* zt_trainer_open for an offloaded step. -ENOMEM with the numbers when gpu_budget cannot hold
  * the activations plus the streamer's minimum; -ENOTSUP for a backend other than cpu or cuda,
- * or fp16. Every other trainer call works as without offload (checkpoints included,
- * interchangeable with those of a run without offload). */
+ * or params nvme with bf16/fp16. Every other trainer call works as without offload
+ * (checkpoints included, interchangeable with those of a run without offload; fp16 steps
+ * skipped and the loss scale as without offload). */
 int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen);

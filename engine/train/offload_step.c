@@ -52,7 +52,7 @@ enum { K_MASTER, K_M, K_V, KINDS };
 
 typedef struct off_state {
   zt_offload_cfg oc;
-  zt_dtype dt;         /* the compute precision: fp32, or bf16 with a host compute copy */
+  zt_dtype dt;         /* the compute precision: fp32, or bf16/fp16 with a host compute copy */
   /* Units [ng, nh) keep masters, m and v in the host arena, units [nh, nu) on NVMe. The host's
    * flat-layout buffers start at float lo: 0 where the device units alias them (the cpu
    * backend without NVMe units or gradient ring), else the first streamed unit's offset. */
@@ -67,10 +67,11 @@ typedef struct off_state {
   float *scopy;        /* NVMe units, params not nvme: the fp32 parameters their ops read, which
                           they stream from; unit u's [scopy_off[u], scopy_off[u + 1]) */
   size_t *scopy_off;
-  uint16_t *lp;        /* bf16: the host compute copy over [lo, n), rewritten by the AdamW */
-  zt_stream_piece *pieces; /* bf16: what each unit's device copy is made of: unit u's are */
+  uint16_t *lp;        /* bf16/fp16: the host compute copy over [lo, n), rewritten by the
+                          AdamW */
+  zt_stream_piece *pieces; /* bf16/fp16: what each unit's device copy is made of: unit u's are */
   int *first_piece;        /* pieces[first_piece[u] .. first_piece[u + 1]) */
-  size_t *lp_offset;       /* bf16: per unit, its compute-copy block in its device copy */
+  size_t *lp_offset;       /* bf16/fp16: per unit, its compute-copy block in its device copy */
   zt_backend hbe;      /* math on host buffers (norm, casts): the trainer's backend on the CPU,
                           a CPU backend of its own beside a GPU */
   int own_hbe;
@@ -241,8 +242,8 @@ static void unit_put(zt_trainer *t, int u, unsigned flags) {
 }
 
 /* The compute copy of unit u whose parameters unit_get gave as p: the fp32 parameters
- * themselves, the device-resident copy, or (bf16, streamed) the compute-copy block of the unit's
- * device copy (unit_layout_of). */
+ * themselves, the device-resident copy, or (bf16/fp16, streamed) the compute-copy block of the
+ * unit's device copy (unit_layout_of). */
 static const void *lp_of(const zt_trainer *t, int u, const void *p) {
   const off_state *s = t->path_state;
   if (!p || s->dt == ZT_F32) return p;
@@ -293,7 +294,8 @@ static int submit_unit_adam(zt_trainer *t, int u, float *p, float *m, float *v,
     k->g = grads_of(t, u) + d;
     k->m = m + d;
     k->v = v + d;
-    k->p_bf16 = s->lp ? lp_at(s, a->offset) : NULL;
+    k->p_bf16 = s->dt == ZT_BF16 ? lp_at(s, a->offset) : NULL;
+    k->p_fp16 = s->dt == ZT_F16 ? lp_at(s, a->offset) : NULL;
     k->n = a->n;
     k->h = *hp;
     k->h.weight_decay = a->decay ? hp->weight_decay : 0.0f;
@@ -374,7 +376,7 @@ static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   off_state *s = t->path_state;
   s->updated[u] = 1;
   if (u < s->ng) {
-    /* on the device, queued behind the backward; the bf16 copy rewritten in the same pass */
+    /* on the device, queued behind the backward; the compute copy rewritten in the same pass */
     const zt_ops *o = t->be.ops;
     size_t es = zt_dtype_size(s->dt);
     s->copy->ops->compute_mark(s->copy, 0);
@@ -525,6 +527,8 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   const zt_train_cfg *c = &t->tc;
   int N = c->micro_batch * mc->seq_len, step = t->step + 1, adam_step = t->adam_step + 1;
   size_t n = zt_model_num_params(t->model);
+  /* fp16 scales the loss gradient; 1 (which changes no bit) otherwise */
+  float loss_scale = s->dt == ZT_F16 ? t->scaler.scale : 1.0f;
   if (s->broken) {
     snprintf(err, errlen, "step %d: an earlier step failed after updating part of the "
              "parameters; load a checkpoint to continue", step);
@@ -552,10 +556,11 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     s->copy->ops->compute_mark(s->copy, 0);
     o->crossentropy_fwd_bwd_dt(t->be.ctx, s->dt, zt_acts_logits(t->acts),
                                zt_acts_targets(t->acts), N, mc->vocab, mc->vocab, -1,
-                               (float)(1.0 / ((double)counted * c->grad_accum)), &loss_sum,
-                               &n_counted);
+                               (float)((double)loss_scale / ((double)counted * c->grad_accum)),
+                               &loss_sum, &n_counted);
     s->copy->ops->compute_mark(s->copy, 1);
-    ov.on = k == last && c->grad_clip == 0;
+    /* clipping needs the norm, fp16 the overflow verdict, of the whole backward first */
+    ov.on = k == last && c->grad_clip == 0 && s->dt != ZT_F16;
     if ((rc = walk_backward(t, counted_micros == 0, &ov, err, errlen)) < 0) goto out;
     loss += loss_sum / n_counted;
     counted_micros++;
@@ -587,6 +592,26 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     norm = sqrt(dev + host);
     nonfinite |= dev_nonfinite || ov.bad_unit >= 0;
   }
+  /* the norm of the unscaled gradients: loss_scale is a power of two, so dividing the norm is
+   * unscaling every value first */
+  norm /= loss_scale;
+  if (nonfinite && s->dt == ZT_F16) {
+    /* GradScaler skips the step: nothing was updated (fp16 never overlaps), AdamW's step count
+     * stays, the scale backs off; the step still counts */
+    if ((rc = o->sync(t->be.ctx)) < 0) {
+      snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
+               o->error_text(t->be.ctx));
+      goto out;
+    }
+    zt_loss_scaler_update(&t->scaler, 1);
+    t->step = step;
+    s->step_ns += now_ns() - t0;
+    if (res)
+      *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
+                              .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
+                              .skipped = 1, .loss_scale = t->scaler.scale};
+    goto out;
+  }
   if (nonfinite) {
     finish_updates(t);
     rc = -ERANGE;
@@ -606,6 +631,8 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     double coef = c->grad_clip / (norm + 1e-6);
     if (coef < 1.0) hp.grad_scale = (float)coef;
   }
+  /* AdamW sees g * clip / loss_scale: the unscaled, clipped gradient (the device units' too) */
+  if (s->dt == ZT_F16) hp.grad_scale = (float)((double)hp.grad_scale / loss_scale);
   /* the units the overlap did not reach (all of them with clipping or without a counted
    * micro-batch), in the backward's order */
   for (int u = s->nu - 1; u >= 0 && rc == 0; u--)
@@ -629,13 +656,14 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
              o->error_text(t->be.ctx));
     goto out;
   }
+  if (s->dt == ZT_F16) zt_loss_scaler_update(&t->scaler, 0);
   t->step = step;
   t->adam_step = adam_step;
   s->step_ns += now_ns() - t0;
   if (res)
     *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
                             .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
-                            .skipped = 0, .loss_scale = 1.0f};
+                            .skipped = 0, .loss_scale = s->dt == ZT_F16 ? t->scaler.scale : 1.0f};
 out:
   if (rc < 0) {
     finish_updates(t);
@@ -648,47 +676,56 @@ out:
 
 /* ---- the path -------------------------------------------------------------------------------- */
 
-/* The device-resident units' state, the first ng_floats of the flat layout (nothing to do
- * where the device buffers are the host's). */
-static int read_device_units(zt_trainer *t, float *out[KINDS]) {
+/* The device-resident units' part of the flat range [base, end) (they are its first ng_floats
+ * floats), out[k] holding the range; nothing to do where the device buffers are the host's. */
+static int read_device_units(zt_trainer *t, size_t base, size_t end, float *out[KINDS]) {
   off_state *s = t->path_state;
-  if (!s->ng || s->d_alias) return 0;
+  if (!s->ng || s->d_alias || base >= s->ng_floats) return 0;
+  size_t n = (end < s->ng_floats ? end : s->ng_floats) - base;
   const float *dev[KINDS] = {s->d_master, s->d_m, s->d_v};
   for (int k = 0; k < KINDS; k++)
-    if (out[k]) t->be.ops->to_host(t->be.ctx, out[k], dev[k], s->ng_floats * sizeof(float));
+    if (out[k]) t->be.ops->to_host(t->be.ctx, out[k], dev[k] + base, n * sizeof(float));
   return t->be.ops->sync(t->be.ctx);
 }
 
 /* in[k] NULL: zeros */
-static int write_device_units(zt_trainer *t, const float *in[KINDS]) {
+static int write_device_units(zt_trainer *t, size_t base, size_t end, const float *in[KINDS]) {
   off_state *s = t->path_state;
-  if (!s->ng || s->d_alias) return 0;
+  if (!s->ng || s->d_alias || base >= s->ng_floats) return 0;
+  size_t n = (end < s->ng_floats ? end : s->ng_floats) - base;
   float *dev[KINDS] = {s->d_master, s->d_m, s->d_v};
   for (int k = 0; k < KINDS; k++) {
     if (in[k])
-      t->be.ops->to_device(t->be.ctx, dev[k], in[k], s->ng_floats * sizeof(float));
+      t->be.ops->to_device(t->be.ctx, dev[k] + base, in[k], n * sizeof(float));
     else
-      t->be.ops->zero(t->be.ctx, dev[k], s->ng_floats * sizeof(float));
+      t->be.ops->zero(t->be.ctx, dev[k] + base, n * sizeof(float));
   }
-  if (s->d_lp) t->be.ops->cast(t->be.ctx, s->d_lp, s->dt, s->d_master, ZT_F32, s->ng_floats);
+  if (s->d_lp)
+    t->be.ops->cast(t->be.ctx, (char *)s->d_lp + base * zt_dtype_size(s->dt), s->dt,
+                    s->d_master + base, ZT_F32, n);
   return t->be.ops->sync(t->be.ctx);
 }
 
-/* err: the NVMe store's message (it names the file) or the backend's. */
-static int off_read_state(zt_trainer *t, float *params, float *m, float *v, char *err,
-                          size_t errlen) {
+/* Units [u0, u1): the host tier's part of their flat range [base, end), the NVMe units' files
+ * one unit at a time through the first set, the device units'. err: the NVMe store's message
+ * (it names the file) or the backend's. */
+static int off_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, float *v,
+                          char *err, size_t errlen) {
   off_state *s = t->path_state;
   float *out[KINDS] = {params, m, v};
+  size_t base = zt_model_unit(t->model, u0)->offset;
+  size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
+  size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
   int rc = finish_updates(t);
-  for (int k = 0; k < KINDS; k++)
-    if (out[k] && s->h_floats) memcpy(out[k] + s->lo, s->h[k], s->h_floats * sizeof(float));
+  for (int k = 0; k < KINDS && a < b; k++)
+    if (out[k]) memcpy(out[k] + (a - base), s->h[k] + (a - s->lo), (b - a) * sizeof(float));
   opt_set *x = &s->sets[0];
-  for (int u = s->nh; u < s->nu && rc == 0; u++) {
+  for (int u = u0 > s->nh ? u0 : s->nh; u < u1 && rc == 0; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
     x->unit = u;
     if ((rc = set_io(t, x, 0)) < 0 || (rc = set_wait(s, x)) < 0) break;
     for (int k = 0; k < KINDS; k++)
-      if (out[k]) memcpy(out[k] + ui->offset, x->buf[k], ui->numel * sizeof(float));
+      if (out[k]) memcpy(out[k] + (ui->offset - base), x->buf[k], ui->numel * sizeof(float));
   }
   x->unit = -1;
   if (rc < 0) {
@@ -697,57 +734,67 @@ static int off_read_state(zt_trainer *t, float *params, float *m, float *v, char
                                     : strerror(-rc));
     return rc;
   }
-  if ((rc = read_device_units(t, out)) < 0)
+  if ((rc = read_device_units(t, base, end, out)) < 0)
     snprintf(err, errlen, "the device-resident units: %s", t->be.ops->error_text(t->be.ctx));
   return rc;
 }
 
 /* m and v NULL: zeros (the trainer's initial state; the open writes it before the host units'
- * m and v exist, write_initial_state). */
-static int off_write_state(zt_trainer *t, const float *params, const float *m, const float *v,
-                           char *err, size_t errlen) {
+ * m and v exist, write_initial_state). A failure leaves part of the range written: steps are
+ * refused (broken) until a write succeeds, and a load that stops between ranges is the
+ * trainer's to refuse (part_loaded). */
+static int off_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,
+                           const float *v, char *err, size_t errlen) {
   off_state *s = t->path_state;
-  size_t n = zt_model_num_params(t->model);
   const float *in[KINDS] = {params, m, v};
+  size_t base = zt_model_unit(t->model, u0)->offset;
+  size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
+  size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
   int rc = finish_updates(t);
-  for (int k = 0; k < KINDS && s->h_floats; k++) {
+  for (int k = 0; k < KINDS && a < b; k++) {
     if (!s->h[k]) continue;
     if (in[k])
-      memcpy(s->h[k], in[k] + s->lo, s->h_floats * sizeof(float));
+      memcpy(s->h[k] + (a - s->lo), in[k] + (a - base), (b - a) * sizeof(float));
     else
-      memset(s->h[k], 0, s->h_floats * sizeof(float));
+      memset(s->h[k] + (a - s->lo), 0, (b - a) * sizeof(float));
   }
   opt_set *x = &s->sets[0];
-  for (int u = s->nh; u < s->nu && rc == 0; u++) {
+  for (int u = u0 > s->nh ? u0 : s->nh; u < u1 && rc == 0; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
     x->unit = u;
     for (int k = 0; k < KINDS; k++) {
       if (in[k])
-        memcpy(x->buf[k], in[k] + ui->offset, ui->numel * sizeof(float));
+        memcpy(x->buf[k], in[k] + (ui->offset - base), ui->numel * sizeof(float));
       else
         memset(x->buf[k], 0, ui->numel * sizeof(float));
     }
     if ((rc = set_io(t, x, 1)) == 0) rc = set_wait(s, x);
     /* the host copy the unit streams from */
     if (rc == 0 && s->scopy)
-      memcpy(s->scopy + s->scopy_off[u], params + ui->offset,
+      memcpy(s->scopy + s->scopy_off[u], params + (ui->offset - base),
              (s->scopy_off[u + 1] - s->scopy_off[u]) * sizeof(float));
   }
   x->unit = -1;
   if (rc < 0) {
+    s->broken = 1;
     snprintf(err, errlen, "offload: writing the optimizer state failed: %s",
              s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
                                                         : strerror(-rc));
     return rc;
   }
-  if ((rc = write_device_units(t, in)) < 0) {
+  if ((rc = write_device_units(t, base, end, in)) < 0) {
+    s->broken = 1;
     snprintf(err, errlen, "offload: writing the device-resident units failed: %s",
              t->be.ops->error_text(t->be.ctx));
     return rc;
   }
-  /* the compute copy follows the masters */
-  if (s->lp) s->hbe.ops->cast(s->hbe.ctx, s->lp, ZT_BF16, params + s->lo, ZT_F32, n - s->lo);
+  /* the compute copy (over [lo, n)) follows the masters */
+  a = base > s->lo ? base : s->lo;
+  if (s->lp && a < end)
+    s->hbe.ops->cast(s->hbe.ctx, s->lp + (a - s->lo), s->dt, params + (a - base), ZT_F32,
+                     end - a);
   if (s->st && (rc = zt_streamer_invalidate(s->st, -1)) < 0) {
+    s->broken = 1;
     snprintf(err, errlen, "offload: %s", zt_streamer_error(s->st));
     return rc;
   }
@@ -823,12 +870,12 @@ static int build_runs(const zt_model *m, off_state *s) {
   return 0;
 }
 
-/* A unit's device copy (bf16): the model addresses a tensor's fp32 copy at p + 4 * its offset
+/* A unit's device copy (bf16/fp16): the model addresses a tensor's fp32 copy at p + 4 * its offset
  * in the unit and its compute copy at p_lp + 2 * that offset, so the copy holds the fp32
  * tensors it reads at those places from p, and the compute-copy block from p_lp = p + lp_offset,
  * far enough on that no compute-copy tensor overlaps an fp32 one (256-aligned). The layouts put
  * a block's vectors before its matrices, so this is little more than the compute copy: fp32
- * vectors, then the bf16 matrices. Only the bytes the ops read are copied in
+ * vectors, then the 16-bit matrices. Only the bytes the ops read are copied in
  * (zt_tensor_info.reads). fp32 compute: the unit's fp32 parameters, lp_offset 0. */
 typedef struct unit_layout {
   size_t lp_offset, bytes;
@@ -857,7 +904,8 @@ static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
   return unit_layout_of(m, u, dt).bytes;
 }
 
-/* The bytes one fetch of unit u moves: its fp32 parameters, or (bf16) the copies its ops read. */
+/* The bytes one fetch of unit u moves: its fp32 parameters, or (bf16/fp16) the copies its ops
+ * read. */
 static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
   const zt_unit_info *ui = zt_model_unit(m, u);
   if (dt == ZT_F32) return ui->numel * sizeof(float);
@@ -870,8 +918,8 @@ static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
   return sum;
 }
 
-/* bf16: each unit's pieces, runs of consecutive tensors read in the same copy (masters or
- * compute copy), placed at the tensors' offsets in the unit's fp32 block or bf16 block. */
+/* bf16/fp16: each unit's pieces, runs of consecutive tensors read in the same copy (masters or
+ * compute copy), placed at the tensors' offsets in the unit's fp32 block or 16-bit block. */
 static int build_pieces(zt_trainer *t) {
   off_state *s = t->path_state;
   const zt_model *m = t->model;
@@ -1035,7 +1083,7 @@ typedef struct off_sizes {
 } off_sizes;
 
 /* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
- * fp32 and (bf16) the compute copy, each one backend buffer over their parameters. */
+ * fp32 and (bf16/fp16) the compute copy, each one backend buffer over their parameters. */
 static size_t dev_unit_bytes(const zt_model *m, int ng, zt_dtype dt) {
   if (!ng) return 0;
   size_t f = zt_model_unit(m, ng)->offset;
@@ -1056,7 +1104,7 @@ static size_t stream_copy_floats(const zt_model *m, int u, zt_dtype dt) {
 
 /* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
  * host units; the gradients (flat over [lo, n), or the ring:
- * no clipping and one micro-batch a step, offload.h); the bf16 compute copy over [lo, n); with
+ * no clipping and one micro-batch a step, offload.h); the bf16/fp16 compute copy over [lo, n); with
  * NVMe units the two staging sets of master, m and v, and the stream copies (params host or
  * gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units may
  * alias the host's buffers. */
@@ -1067,7 +1115,8 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   zt_dtype dt = tc->precision;
   z->nh = nh;
   z->ring = 0;
-  if (tc->grad_clip == 0 && tc->grad_accum == 1)
+  /* the ring needs the updates to overlap the backward (offload.h): not with fp16 */
+  if (tc->grad_clip == 0 && tc->grad_accum == 1 && dt != ZT_F16)
     z->ring = nu - z->ng < GRAD_RING_SLOTS ? nu - z->ng : GRAD_RING_SLOTS;
   z->ring_floats = z->largest_f32 / sizeof(float);
   z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring;
@@ -1158,7 +1207,7 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
   }
   /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
    * arena from fragmenting, so the budget that opens is the budget that runs. A slot holds a
-   * device copy or a gradient buffer (fp32, larger than a bf16 device copy). */
+   * device copy or a gradient buffer (fp32, larger than a 16-bit device copy). */
   z->slot = z->largest > z->largest_f32 ? z->largest : z->largest_f32;
   zt_streamer_cfg sc = {.n_units = ns, .units = units, .prefetch_depth = oc->prefetch,
                         .max_acquired = z->held, .slot_bytes = z->slot};
@@ -1225,10 +1274,10 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_
  * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
  * forward), the host's work on the streamed units (their sum of squares on the runner and their
  * AdamW on the pool, beside which the NVMe units' state is read and written) less the backward
- * of the device units it hides under (nothing hides it with clipping, which needs the norm
- * first; the last streamed unit's update never is), the copies beyond the compute, and the
- * device AdamW at HBM speed. Coarse, but it orders the choices that matter: checkpointing
- * against units on the device against resident parameters against NVMe. */
+ * of the device units it hides under (nothing hides it with clipping or fp16, which need the
+ * whole backward first; the last streamed unit's update never is), the copies beyond the
+ * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
+ * checkpointing against units on the device against resident parameters against NVMe. */
 static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
@@ -1243,7 +1292,7 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
   double nvme = 2 * (double)nvme_file_bytes(m, p->z.nh) / ZT_TUNE_PLAN_NVME_BYTES;
   double cpu = fmax(p_cpu * per_param, nvme);
   double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
-  double hidden = tc->grad_clip > 0 ? 0 : micro * 2 / 3 * p_dev / P;
+  double hidden = tc->grad_clip > 0 || tc->precision == ZT_F16 ? 0 : micro * 2 / 3 * p_dev / P;
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
   double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
@@ -1319,16 +1368,12 @@ static int off_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
   return plan_try(m, tc, oc, ops, ck_auto ? 1 : ck_lo, places[1], ng_lo, best, err, errlen);
 }
 
-/* What the offloaded step runs on today: the cpu and cuda backends, fp32 or bf16 compute. */
+/* What the offloaded step runs on today: the cpu and cuda backends, fp32, bf16 or fp16 compute
+ * (params nvme: fp32). */
 static int off_supported(const char *backend, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                          char *err, size_t errlen) {
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
     snprintf(err, errlen, "offload: runs on the cpu and cuda backends (not %s)", backend);
-    return -ENOTSUP;
-  }
-  if (tc->precision == ZT_F16) {
-    snprintf(err, errlen, "offload: train.precision fp16 is not supported with offload (the "
-             "CPU AdamW writes a bf16 compute copy); use bf16 or fp32");
     return -ENOTSUP;
   }
   if (tc->precision != ZT_F32 && oc->params == ZT_PLACE_NVME) {
@@ -1385,7 +1430,8 @@ static int write_initial_state(zt_trainer *t, char *err, size_t errlen) {
     return -ENOMEM;
   }
   int rc = zt__trainer_init_params(t->model, init, err, errlen);
-  if (rc == 0) rc = off_write_state(t, init, NULL, NULL, err, errlen);
+  if (rc == 0)
+    rc = off_write_state(t, 0, zt_model_num_units(t->model), init, NULL, NULL, err, errlen);
   free(init);
   return rc;
 }
@@ -1418,8 +1464,8 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   s->head = -1;
   s->hbe = *be;
   if (on_gpu) {
-    /* the host tier's own math (the norm over the host gradients, the bf16 casts of a loaded
-     * state) on every core */
+    /* the host tier's own math (the norm over the host gradients, the compute-copy casts of a
+     * loaded state) on every core */
     if ((rc = zt_backend_cpu_open(&s->hbe, 0)) < 0) {
       snprintf(err, errlen, "offload: opening a cpu backend for the host tier failed (%d)", rc);
       s->hbe = *be;
@@ -1525,7 +1571,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   }
   if (s->d_alias) open_device_units(t);
   /* fp32 compute: the device copy of a unit is its masters, fetched from the host copy or from
-   * their file; bf16: the pieces its ops read, from the masters and the compute copy */
+   * their file; bf16/fp16: the pieces its ops read, from the masters and the compute copy */
   if (s->dt != ZT_F32 && (rc = build_pieces(t)) < 0) goto no_memory;
   /* the streamer's unit i is unit ng + i */
   for (int u = s->ng; u < s->nu; u++) {

@@ -292,6 +292,11 @@ int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k) {
 
 int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                     size_t errlen) {
+  if (t->part_loaded) {
+    snprintf(err, errlen, "step %d: a checkpoint load failed after writing part of the state; "
+             "load a checkpoint to continue", t->step + 1);
+    return -EIO;
+  }
   if (t->path) return t->path->step(t, tokens, res, err, errlen);
   const zt_ops *o = t->be.ops;
   void *ctx = t->be.ctx;
@@ -379,18 +384,5 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     res->loss_scale = dt == ZT_F16 ? t->scaler.scale : 1.0f;
     res->flags = 0;
   }
-  return 0;
-}
-
-int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *exp_avg_sq) {
-  const zt_ops *o = t->be.ops;
-  size_t bytes = zt_model_num_params(t->model) * sizeof(float);
-  int rc = o->sync(t->be.ctx);
-  if (rc < 0) return rc;
-  char why[512];
-  if (t->path) return t->path->read_state(t, params, exp_avg, exp_avg_sq, why, sizeof why);
-  if (params) o->to_host(t->be.ctx, params, t->params, bytes);
-  if (exp_avg) o->to_host(t->be.ctx, exp_avg, t->m, bytes);
-  if (exp_avg_sq) o->to_host(t->be.ctx, exp_avg_sq, t->v, bytes);
   return 0;
 }

@@ -7,18 +7,27 @@
 
 /* A step path other than the all-on-the-backend one (the offloaded step, built on offload/ and
  * linked only by programs that use it, engine/train/offload.h). Checkpoints and
- * zt_trainer_get_state reach a path's state through read_state / write_state. */
+ * zt_trainer_get_state reach a path's state through read_state / write_state, a range of whole
+ * units at a time (checkpoint.c). */
 typedef struct zt__train_path {
   int (*step)(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
               size_t errlen);
-  /* The state in the flat layout, copied out (any pointer may be NULL) or in (a checkpoint
-   * loaded), wherever the path keeps it. */
-  int (*read_state)(zt_trainer *t, float *params, float *m, float *v, char *err, size_t errlen);
-  int (*write_state)(zt_trainer *t, const float *params, const float *m, const float *v,
-                     char *err, size_t errlen);
-  /* A checkpoint call (save, load, export) failed before it reached read_state / write_state:
-   * a path whose state calls are collectives tells the other parts, which wait in theirs
-   * (dp.h). NULL where nothing waits. */
+  /* The state of units [u0, u1) in the flat layout, copied out (any pointer may be NULL) or in
+   * (a checkpoint loaded), wherever the path keeps it. The buffers hold that range alone:
+   * element 0 is the first parameter of unit u0. A checkpoint call makes a sequence of these,
+   * over consecutive ranges from unit 0 to the last unit, all reads or all writes; a path whose
+   * state calls are collectives (a data-parallel part, dp.h) has its other parts follow that
+   * sequence, which ends with the range that holds the last unit. A write that fails may have
+   * written part of its range: the path refuses steps until a later write succeeds (and
+   * zt_trainer_load refuses them while only some of its ranges are in, part_loaded). */
+  int (*read_state)(zt_trainer *t, int u0, int u1, float *params, float *m, float *v, char *err,
+                    size_t errlen);
+  int (*write_state)(zt_trainer *t, int u0, int u1, const float *params, const float *m,
+                     const float *v, char *err, size_t errlen);
+  /* A checkpoint call (save, load, export) failed before its sequence of read_state /
+   * write_state calls ended, and not inside one of them: a path whose state calls are
+   * collectives tells the other parts, which wait for the next range. NULL where nothing
+   * waits. */
   void (*abandon_state)(zt_trainer *t);
   size_t (*backend_bytes)(const zt_trainer *t);
   /* frees the path's state and the buffers it owns (params, grads, m, v) */
@@ -38,6 +47,8 @@ struct zt_trainer {
   zt_loss_scaler scaler;          /* fp16 only */
   const zt__train_path *path;     /* NULL: the step runs on the backend alone */
   void *path_state;
+  /* a load failed after writing part of the state: steps are refused until a load succeeds */
+  int part_loaded;
 };
 
 /* Shared by the step paths. */

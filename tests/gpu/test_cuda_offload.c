@@ -1,11 +1,14 @@
 /* The offloaded step on the cuda backend against the cuda run without offload, for both archs in
- * fp32 and bf16 (V 256, T 64, C 128, NH 4, L 4, B 4, grad_accum 2, clipping on and off), with
- * every unit resident, streamed from the host within the smallest budget that opens, and with
- * the optimizer state on NVMe, and with the first two units' optimizer on the device: per-step losses within TOL_F32 / TOL_BF16 relative (the AdamW
- * runs on the CPU there, on the GPU here: the same formula, rounded differently); the arena's
- * peak within its budget; the host tier page-locked and within its size; and the bytes copied
- * to the device exactly the pieces the units' ops read (bf16: 2 bytes a matmul weight). Exits
- * 77 without a GPU. */
+ * fp32, bf16 and fp16 (V 256, T 64, C 128, NH 4, L 4, B 4, grad_accum 2, clipping on and off),
+ * with every unit resident, streamed from the host within the smallest budget that opens, and
+ * with the optimizer state on NVMe, and with the first two units' optimizer on the device:
+ * per-step losses within TOL_F32 / TOL_LP relative (the AdamW runs on the CPU there, on the GPU
+ * here: the same formula, rounded differently); the arena's peak within its budget; the host
+ * tier page-locked and within its size; and the bytes copied to the device exactly the pieces
+ * the units' ops read (bf16/fp16: 2 bytes a matmul weight). fp16: step SKIP_AT runs at a loss
+ * scale far past fp16 in both trainers, which must both skip it (the scale halved), the
+ * offloaded one changing no parameter or moment for it and, resident, fetching nothing again
+ * after it. Exits 77 without a GPU. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +16,7 @@
 
 #include "engine/kernels/cuda/cuda_backend.h"
 #include "engine/train/offload.h"
+#include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
 
@@ -20,7 +24,9 @@
 #define B 4
 #define GA 2
 #define TOL_F32 1e-4
-#define TOL_BF16 5e-3
+#define TOL_LP 5e-3 /* bf16 and fp16 */
+#define SKIP_AT 5    /* fp16: the step (0-based) forced to overflow */
+#define SKIP_SCALE 0x1p40f
 
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg c = {.arch = arch, .vocab = 256, .seq_len = 64, .d_model = 128, .n_heads = 4,
@@ -42,17 +48,63 @@ static zt_train_cfg train_cfg(zt_dtype dt, float clip) {
   return c;
 }
 
-static int train(zt_trainer *t, const int32_t *tok, double *loss, const char *what) {
+/* A state copy of the offloaded trainer (parameters, m, v), to see that a skipped step changed
+ * nothing. */
+typedef struct state {
+  float *x[3];
+} state;
+
+static int state_get(zt_trainer *t, state *st) {
+  size_t n = zt_model_num_params(zt_trainer_model(t));
+  for (int i = 0; i < 3; i++)
+    if (!(st->x[i] = malloc(n * sizeof(float)))) return -1;
+  return zt_trainer_get_state(t, st->x[0], st->x[1], st->x[2]);
+}
+
+static void state_free(state *st) {
+  for (int i = 0; i < 3; i++) free(st->x[i]);
+}
+
+/* fp16: step SKIP_AT at SKIP_SCALE; after it the scale is put back to GradScaler's initial one
+ * so that the other steps train. off: the offloaded trainer, whose state the skipped step must
+ * leave as it was. */
+static int train(zt_trainer *t, const int32_t *tok, double *loss, int off, const char *what) {
   char err[512];
+  int fails = 0;
   size_t per = zt_trainer_micro_tokens(t) * GA;
+  int fp16 = t->tc.precision == ZT_F16;
   for (int s = 0; s < STEPS; s++) {
     zt_step_result r;
+    state before = {{NULL}}, after = {{NULL}};
+    if (fp16 && s == SKIP_AT) {
+      t->scaler.scale = SKIP_SCALE;
+      if (off) fails += MC_EXPECT(state_get(t, &before) == 0, "%s: state before", what);
+    }
     if (MC_EXPECT(zt_trainer_step(t, tok + per * (size_t)s, &r, err, sizeof err) == 0,
-                  "%s: step %d: %s", what, s + 1, err))
-      return 1;
+                  "%s: step %d: %s", what, s + 1, err)) {
+      state_free(&before);
+      return fails + 1;
+    }
     loss[s] = r.loss;
+    if (fp16)
+      fails += MC_EXPECT(r.skipped == (s == SKIP_AT) &&
+                             r.loss_scale == (s == SKIP_AT ? SKIP_SCALE / 2 : ZT_LOSS_SCALE_INIT),
+                         "%s: step %d skipped %d, scale %g", what, s + 1, r.skipped,
+                         (double)r.loss_scale);
+    if (fp16 && s == SKIP_AT) {
+      t->scaler.scale = ZT_LOSS_SCALE_INIT;
+      if (off) {
+        size_t bytes = zt_model_num_params(zt_trainer_model(t)) * sizeof(float);
+        fails += MC_EXPECT(state_get(t, &after) == 0, "%s: state after", what);
+        for (int i = 0; i < 3 && before.x[i] && after.x[i]; i++)
+          fails += MC_EXPECT(!memcmp(before.x[i], after.x[i], bytes), "%s: the skipped step "
+                             "changed the %s", what, i == 0 ? "parameters" : "moments");
+      }
+    }
+    state_free(&before);
+    state_free(&after);
   }
-  return 0;
+  return fails;
 }
 
 /* The bytes one fetch of every unit moves: each tensor's fp32 and/or compute copy. */
@@ -120,8 +172,8 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
     fails++;
     goto out;
   }
-  fails += train(a, tok, ref, what) + train(b, tok, off, what);
-  double worst = 0, tol = dt == ZT_F32 ? TOL_F32 : TOL_BF16;
+  fails += train(a, tok, ref, 0, what) + train(b, tok, off, 1, what);
+  double worst = 0, tol = dt == ZT_F32 ? TOL_F32 : TOL_LP;
   for (int s = 0; s < STEPS; s++) {
     double rel = fabs(off[s] - ref[s]) / fabs(ref[s]);
     if (rel > worst) worst = rel;
@@ -135,16 +187,20 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   fails += MC_EXPECT(st.host_used <= st.host_bytes && st.host_pinned == st.host_used,
                      "%s: host tier %zu bytes used, %zu pinned, size %zu", what, st.host_used,
                      st.host_pinned, st.host_bytes);
+  /* fp16: one step skipped, which updates nothing and leaves the device copies valid */
+  int skipped = dt == ZT_F16;
   if (pl == RESIDENT) {
-    /* the pieces once a step, and from the second micro-batch on each unit's running sum */
-    uint64_t want = STEPS * (piece_bytes(&mc, dt) + (GA - 1) * piece_bytes(&mc, ZT_F32));
+    /* the pieces once a step but after the skipped one, and from the second micro-batch on each
+     * unit's running sum */
+    uint64_t want = (STEPS - skipped) * piece_bytes(&mc, dt) +
+                    STEPS * (GA - 1) * piece_bytes(&mc, ZT_F32);
     fails += MC_EXPECT(st.bytes_h2d == want, "%s: %llu bytes to the device, the pieces are %llu",
                        what, (unsigned long long)st.bytes_h2d, (unsigned long long)want);
   } else {
     fails += MC_EXPECT(st.evictions > 0, "%s: nothing evicted: not streamed", what);
   }
   fails += MC_EXPECT(st.gpu_units == (pl == DEVICE_UNITS ? 2 : 0) &&
-                     st.gpu_unit_updates == (uint64_t)STEPS * st.gpu_units,
+                     st.gpu_unit_updates == (uint64_t)(STEPS - skipped) * st.gpu_units,
                      "%s: %d device units, %llu updates", what, st.gpu_units,
                      (unsigned long long)st.gpu_unit_updates);
   printf("%-40s max loss difference %.3g, h2d %llu, d2h %llu bytes, arena peak %zu of %zu\n",
@@ -175,9 +231,9 @@ int main(void) {
   zt_nvme_store_close(probe);
   int fails = 0;
   zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
-  zt_dtype dts[] = {ZT_F32, ZT_BF16};
+  zt_dtype dts[] = {ZT_F32, ZT_BF16, ZT_F16};
   for (int i = 0; i < 2; i++)
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < 3; d++) {
       fails += check(&gpu, archs[i], dts[d], 0, RESIDENT, tmp);
       fails += check(&gpu, archs[i], dts[d], 1.0f, STREAMED, tmp);
       if (have_uring) fails += check(&gpu, archs[i], dts[d], 0, OPT_NVME, tmp);

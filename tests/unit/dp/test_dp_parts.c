@@ -12,18 +12,27 @@
  * - loaded by the rank-0 part while the other receives, it resumes with the same losses as the
  *   uninterrupted run; loaded into a plain trainer and into a W 2 trainer of another stage it
  *   gives the state gathered from the parts, and goes on as the existing cross-world test does;
+ * - the state moves in pieces of whole units (trainer_internal.h), which the other part follows:
+ *   a save and a load through the parts take the heap zt_trainer_checkpoint_bytes says on a
+ *   model whose flat parameters would not fit in it (counted through the sanitizer allocator's
+ *   hooks; skipped without them);
  * - a non-finite step still reports the flags; a load the rank-0 part gives up before the
- *   state releases the other part (-ECANCELED) and both go on; mismatched state calls abort
- *   both parts (then -EIO); bad rank0 / local, ranks that do not match them, and state calls on
- *   the wrong part are refused naming the field or the call to make. */
+ *   state releases the other part (-ECANCELED) and both go on, as after a save that fails
+ *   between its pieces (a file size limit); a load given up after a piece fails both parts
+ *   (-EIO, their states partly the checkpoint's) and both refuse steps; mismatched state calls
+ *   abort both parts (then -EIO); bad rank0 / local, ranks that do not match them, and state
+ *   calls on the wrong part are refused naming the field or the call to make. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
+#include "engine/train/trainer_internal.h"
 #include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"
 
@@ -36,7 +45,7 @@ typedef struct run_out {
 
 /* One trainer call, run on this thread or another. */
 typedef enum call_kind {
-  DO_STEPS, DO_SAVE, DO_EXPORT, DO_GET_STATE, DO_SEND, DO_LOAD, DO_RECEIVE
+  DO_STEPS, DO_SAVE, DO_EXPORT, DO_GET_STATE, DO_SEND, DO_LOAD, DO_RECEIVE, DO_HALF_LOAD
 } call_kind;
 
 typedef struct call {
@@ -80,6 +89,17 @@ static void *call_run(void *arg) {
   case DO_RECEIVE:
     c->rc = zt_trainer_dp_receive_state(c->t, c->step, c->adam_step, c->err, sizeof c->err);
     break;
+  case DO_HALF_LOAD: {
+    /* what zt_trainer_load does when it fails after its first piece: the first unit written
+     * (zeros), then the call given up */
+    size_t u = zt_model_unit(zt_trainer_model(c->t), 0)->numel;
+    float *z = calloc(u, sizeof *z);
+    if (!z) exit(1);
+    c->rc = c->t->path->write_state(c->t, 0, 1, z, z, z, c->err, sizeof c->err);
+    c->t->path->abandon_state(c->t);
+    free(z);
+    break;
+  }
   }
   return NULL;
 }
@@ -412,6 +432,135 @@ static int abandoned_and_mismatched(void) {
   return fails;
 }
 
+/* A save that fails between its pieces (a file size limit: the optimizer file's second moment
+ * lies past it) releases the other part (-ECANCELED) and both go on. A load given up after its
+ * first piece leaves both parts' states partly the checkpoint's: both fail (-EIO) and refuse
+ * the next step. */
+static int given_up_between_pieces(void) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 3, 9);
+  size_t per = dpt_step_tokens(&mc, 3);
+  const char *dir = mc_tmpdir();
+  char path[600];
+  snprintf(path, sizeof path, "%s/ckpt", dir);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 3);
+  zt_trainer *a = dpt_open_dp(&mc, &tc, &x, 2, 0, 1), *b = dpt_open_dp(&mc, &tc, &x, 2, 1, 2);
+  int fails = MC_EXPECT(zt_model_num_units(zt_trainer_model(a)) > 2, "the model has %d units",
+                        zt_model_num_units(zt_trainer_model(a)));
+  struct rlimit old, lim;
+  if (getrlimit(RLIMIT_FSIZE, &old) < 0) exit(1);
+  lim = old;
+  lim.rlim_cur = 16 * 1024;
+  signal(SIGXFSZ, SIG_IGN);
+  if (setrlimit(RLIMIT_FSIZE, &lim) < 0) exit(1);
+  call ca = {.kind = DO_SAVE, .t = a, .path = path}, cb = {.kind = DO_SEND, .t = b};
+  together(&ca, &cb);
+  if (setrlimit(RLIMIT_FSIZE, &old) < 0) exit(1);
+  signal(SIGXFSZ, SIG_DFL);
+  fails += MC_EXPECT(ca.rc == -EFBIG && strstr(ca.err, "optimizer.safetensors"), "a save past "
+                     "the file size limit: %d %s", ca.rc, ca.err);
+  fails += MC_EXPECT(cb.rc == -ECANCELED && strstr(cb.err, "gave up"), "send against a save "
+                     "that failed between pieces: %d %s", cb.rc, cb.err);
+  run_out oa, ob;
+  fails += steps_together(a, b, tok, per, 0, 1, NULL, NULL, &oa, &ob, "after the failed save");
+  ca = (call){.kind = DO_HALF_LOAD, .t = a};
+  cb = (call){.kind = DO_RECEIVE, .t = b, .step = 1, .adam_step = 1};
+  together(&ca, &cb);
+  fails += MC_EXPECT(ca.rc == 0, "the first piece of a load: %d %s", ca.rc, ca.err);
+  fails += MC_EXPECT(cb.rc == -EIO && strstr(cb.err, "gave up its load") &&
+                     zt_trainer_step_count(b) == 1, "receive against a load given up after a "
+                     "piece: %d %s", cb.rc, cb.err);
+  ca = (call){.kind = DO_STEPS, .t = a, .tok = tok, .per = per, .from = 1, .to = 2, .out = &oa};
+  cb = ca;
+  cb.t = b;
+  cb.out = &ob;
+  together(&ca, &cb);
+  fails += MC_EXPECT(ca.rc == -EIO && cb.rc == -EIO, "steps after a load given up half way: %d "
+                     "'%s', %d '%s'", ca.rc, ca.err, cb.rc, cb.err);
+  zt_trainer_close(b);
+  zt_trainer_close(a);
+  dpt_ranks_close(&x);
+  mc_rmtree(dir);
+  free(tok);
+  return fails;
+}
+
+/* A save and a load through the parts (stage 3, the other part's units on the host tier) take
+ * the heap zt_trainer_checkpoint_bytes says, counted over every thread of both parts, on a
+ * model (d_model 96, 12 layers) whose flat parameters would not fit in it; the files the save
+ * wrote load into a plain trainer with the parts' state. */
+static int parts_memory(void) {
+  /* trainer.json, the directory's and files' handles (the bound counts the files' headers) */
+  const size_t slack = 64 * 1024;
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  mc.vocab = 64;
+  mc.seq_len = 8;
+  mc.d_model = 96;
+  mc.n_layers = 12;
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 2, 10);
+  size_t per = dpt_step_tokens(&mc, 2);
+  const char *dir = mc_tmpdir();
+  char path[600];
+  snprintf(path, sizeof path, "%s/ckpt", dir);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 2);
+  cfg c = {ZT_ARCH_GPT, 3, 2, 1, 1, 0.0f, ZT_F32, 0, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0};
+  zt_trainer *a = open_part(&mc, &tc, &x, &c, 0, 1);
+  c.optimizer = ZT_PLACE_HOST;
+  zt_trainer *b = open_part(&mc, &tc, &x, &c, 1, 1);
+  size_t n = zt_model_num_params(zt_trainer_model(a)), bound = zt_trainer_checkpoint_bytes(a);
+  int fails = MC_EXPECT(bound + slack < n * sizeof(float), "%zu parameters: a flat copy is "
+                        "within the bound %zu", n, bound);
+  run_out oa, ob;
+  fails += steps_together(a, b, tok, per, 0, 1, NULL, NULL, &oa, &ob, "parts memory");
+  float *want = parts_state(a, b, &fails);
+  call ca = {.kind = DO_SAVE, .t = a, .path = path}, cb = {.kind = DO_SEND, .t = b};
+  mc_heap_mark();
+  together(&ca, &cb);
+  int64_t peak = mc_heap_peak();
+  printf("a save through the parts: %lld heap bytes (bound %zu)\n", (long long)peak, bound);
+  fails += both_ok(&ca, &cb, "save / send_state");
+  fails += MC_EXPECT(peak > 0 && (size_t)peak <= bound + slack, "a save through the parts took "
+                     "%lld heap bytes, the bound is %zu", (long long)peak, bound);
+  fails += steps_together(a, b, tok, per, 1, 2, NULL, NULL, &oa, &ob, "parts memory");
+  ca = (call){.kind = DO_LOAD, .t = a, .path = path};
+  cb = (call){.kind = DO_RECEIVE, .t = b, .step = 1, .adam_step = 1};
+  mc_heap_mark();
+  together(&ca, &cb);
+  peak = mc_heap_peak();
+  printf("a load through the parts: %lld heap bytes (bound %zu)\n", (long long)peak, bound);
+  fails += both_ok(&ca, &cb, "load / receive_state");
+  fails += MC_EXPECT(peak > 0 && (size_t)peak <= bound + slack, "a load through the parts took "
+                     "%lld heap bytes, the bound is %zu", (long long)peak, bound);
+  float *got = parts_state(a, b, &fails);
+  fails += MC_EXPECT(memcmp(got, want, 3 * n * sizeof *got) == 0, "the parts' state after the "
+                     "load is not the one they saved");
+  zt_backend be;
+  if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
+  zt_train_cfg tcp = tc;
+  tcp.grad_accum = 2;
+  zt_trainer *tp = dpt_open_plain(&mc, &tcp, &be);
+  char err[512];
+  fails += MC_EXPECT(zt_trainer_load(tp, path, err, sizeof err) == 0, "plain load: %s", err);
+  float *plain = state_of(tp);
+  fails += MC_EXPECT(memcmp(plain, want, 3 * n * sizeof *plain) == 0, "the plain trainer loaded "
+                     "another state than the parts saved");
+  zt_trainer_close(tp);
+  zt_backend_cpu_close(&be);
+  zt_trainer_close(b);
+  zt_trainer_close(a);
+  dpt_ranks_close(&x);
+  mc_rmtree(dir);
+  free(plain);
+  free(got);
+  free(want);
+  free(tok);
+  return fails;
+}
+
 static int refuses_cfg(int world, int rank0, int local, dpt_ranks *x, const char *field) {
   zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
   zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
@@ -513,10 +662,16 @@ int main(void) {
       {ZT_ARCH_GPT, 3, 3, 1, 2, 0.5f, ZT_F32, 1e-6, ZT_PLACE_HOST, ZT_PLACE_HOST, 2},
       {ZT_ARCH_GPT, 3, 3, 2, 2, 0.0f, ZT_BF16, 1e-4, ZT_PLACE_HOST, ZT_PLACE_HOST, 0},
   };
-  int fails = 0;
+  int fails = 0, counted = mc_heap_count_start() == 0;
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) fails += parts(&cfgs[i]);
   fails += nonfinite_flags();
   fails += abandoned_and_mismatched();
+  fails += given_up_between_pieces();
+  if (counted)
+    fails += parts_memory();
+  else
+    printf("the allocator has no hooks to count the heap (a build without ASan): the parts' "
+           "checkpoint memory is not measured\n");
   fails += refusals();
   if (fails) {
     fprintf(stderr, "%d failure(s)\n", fails);

@@ -101,11 +101,13 @@ static void check_cuda_refusals(void) {
   int ids[ZT_JOBS_MAX_GPUS];
   CHECK(zt__jobs_devices(&two, ids) == 2 && ids[0] == 2 && ids[1] == 3);
   s.train.precision = ZT_F16;
-  s.has_offload = 1;
+  two.peer_token = "t";
+  s.n_peers = 1;
   CHECK(zt__job_spec_check_resources(&s, &two, &needs, err, sizeof err) == -ENOTSUP);
-  CHECK(strstr(err, "train.precision \"fp16\" with parallel.gpus 2 and offload is not "
-                    "supported yet"));
-  s.has_offload = 0;
+  CHECK(strstr(err, "train.precision \"fp16\" with 4 ranks (parallel.gpus 2 on each of 2 "
+                    "daemons) and parallel.peers is not supported yet"));
+  s.n_peers = 0;
+  two.peer_token = NULL;
   s.train.precision = ZT_BF16;
   int rc = zt__job_spec_check_resources(&s, &two, &needs, err, sizeof err);
   if (zt_backend_have_cuda() && rc == 0) {
@@ -288,9 +290,9 @@ int main(void) {
     tc.steps = tc.micro_batch = tc.grad_accum = 1;
     zt_dp_cfg dpc = {.world = 2, .zero_stage = 4};
     CHECK(zt_dp_estimate_rank_bytes(&mc, &tc, &dpc, zt_backend_cpu_ops()) == SIZE_MAX);
-    /* fp16 where the trainer refuses it: the host tier */
+    /* fp16 where the trainer refuses it: a part */
     dpc.zero_stage = 1;
-    dpc.optimizer = ZT_PLACE_HOST;
+    dpc.local = 1;
     tc.precision = ZT_F16;
     CHECK(zt_dp_estimate_rank_bytes(&mc, &tc, &dpc, zt_backend_cpu_ops()) == SIZE_MAX);
   }

@@ -2,6 +2,7 @@
 #include "tests/unit/model/mcheck.h"
 
 #include <dirent.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,3 +70,38 @@ zt_backend mc_backend(void) {
   }
   return be;
 }
+
+/* The sanitizer allocator's interface (sanitizer/allocator_interface.h, which gcc does not ship),
+ * weak: NULL in a build without it. */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *))
+    __attribute__((weak));
+size_t __sanitizer_get_allocated_size(const volatile void *p) __attribute__((weak));
+
+static _Atomic int64_t g_heap_now, g_heap_peak, g_heap_mark;
+
+static void on_malloc(const volatile void *p, size_t n) {
+  (void)p;
+  int64_t now = atomic_fetch_add(&g_heap_now, (int64_t)n) + (int64_t)n;
+  int64_t peak = atomic_load(&g_heap_peak);
+  while (now > peak && !atomic_compare_exchange_weak(&g_heap_peak, &peak, now)) {
+  }
+}
+
+/* called before the block is released, so its size is still known */
+static void on_free(const volatile void *p) {
+  if (p) atomic_fetch_sub(&g_heap_now, (int64_t)__sanitizer_get_allocated_size(p));
+}
+
+int mc_heap_count_start(void) {
+  if (!__sanitizer_install_malloc_and_free_hooks || !__sanitizer_get_allocated_size) return -1;
+  return __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free) > 0 ? 0 : -1;
+}
+
+void mc_heap_mark(void) {
+  int64_t now = atomic_load(&g_heap_now);
+  atomic_store(&g_heap_mark, now);
+  atomic_store(&g_heap_peak, now);
+}
+
+int64_t mc_heap_peak(void) { return atomic_load(&g_heap_peak) - atomic_load(&g_heap_mark); }

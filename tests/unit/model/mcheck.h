@@ -32,4 +32,13 @@ void mc_rmtree(const char *dir);
 
 zt_backend mc_backend(void);
 
+/* The process's heap, counted through the sanitizer allocator's hooks (the ASan build tests run
+ * in): every thread's malloc and free. mc_heap_count_start installs the hooks (once, before what
+ * is measured): 0, or -1 where the allocator has none (a build without ASan; the test skips).
+ * mc_heap_mark resets the peak to the bytes allocated now; mc_heap_peak is the most allocated at
+ * once since the mark, above what was allocated at the mark. */
+int mc_heap_count_start(void);
+void mc_heap_mark(void);
+int64_t mc_heap_peak(void);
+
 #endif

@@ -1,6 +1,9 @@
 /* Checkpoints: save -> load restores parameters and AdamW moments bit for bit; 6 steps straight
  * equal 3 steps, save, a fresh trainer, load, 3 steps (losses and parameters bitwise); saving over
- * an existing checkpoint; a checkpoint of another model is refused; export reloads as init. */
+ * an existing checkpoint; a checkpoint of another model is refused; export reloads as init. The
+ * files, written a piece of units at a time, are byte for byte those zt_model_save_states
+ * writes from the whole state; an optimizer file with a tensor missing, misshapen or extra is
+ * refused, named, before anything is written: the trainer keeps its state and steps on. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +59,80 @@ static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
   return fails;
 }
 
+static int same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa && fb;
+  while (same) {
+    int x = fgetc(fa), y = fgetc(fb);
+    same = x == y;
+    if (x == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return MC_EXPECT(same, "%s and %s differ", a, b);
+}
+
+/* The checkpoint t saved in dir, as zt_model_save_states writes t's whole state. */
+static int files_of_flat_state(zt_trainer *t, const char *dir, const char *tmp) {
+  const zt_model *m = zt_trainer_model(t);
+  size_t n = zt_model_num_params(m);
+  float *x = malloc(3 * n * sizeof *x);
+  if (!x) exit(1);
+  zt_trainer_get_state(t, x, x + n, x + 2 * n);
+  char err[512], a[700], b[700];
+  zt_model_state ms = {"", x}, os[2] = {{".exp_avg", x + n}, {".exp_avg_sq", x + 2 * n}};
+  snprintf(a, sizeof a, "%s/flat-model.safetensors", tmp);
+  int fails = MC_EXPECT(zt_model_save_states(m, a, &ms, 1, 0, NULL, err, sizeof err) == 0, "%s",
+                        err);
+  snprintf(b, sizeof b, "%s/model.safetensors", dir);
+  fails += same_file(a, b);
+  snprintf(a, sizeof a, "%s/flat-optimizer.safetensors", tmp);
+  fails += MC_EXPECT(zt_model_save_states(m, a, os, 2, 1, "AdamW exp_avg / exp_avg_sq in zt's "
+                                          "internal layout: weights are (out, in), HF Conv1D "
+                                          "weights are not transposed here as they are in "
+                                          "model.safetensors", err, sizeof err) == 0, "%s", err);
+  snprintf(b, sizeof b, "%s/optimizer.safetensors", dir);
+  fails += same_file(a, b);
+  free(x);
+  return fails;
+}
+
+/* dir's optimizer.safetensors replaced by one of states s (n), which t must refuse naming
+ * `want` without changing its state or refusing a step after. */
+static int refuses_optimizer(zt_trainer *t, const char *dir, const zt_model_state *s, int n,
+                             int misshapen, const char *want, const int32_t *tok) {
+  const zt_model *m = zt_trainer_model(t);
+  char err[512], path[700], bad[700];
+  snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/optimizer.bad", dir);
+  if (rename(path, bad) < 0) exit(1);
+  int fails = 0;
+  if (misshapen) {
+    /* the moments in the checkpoint layout: every Conv1D weight transposed */
+    fails += MC_EXPECT(zt_model_save_states(m, path, s, n, 0, NULL, err, sizeof err) == 0, "%s",
+                       err);
+  } else {
+    fails += MC_EXPECT(zt_model_save_states(m, path, s, n, 1, NULL, err, sizeof err) == 0, "%s",
+                       err);
+  }
+  size_t np = zt_model_num_params(m);
+  float *x = malloc(np * sizeof *x), *y = malloc(np * sizeof *y);
+  if (!x || !y) exit(1);
+  zt_trainer_get_state(t, x, NULL, NULL);
+  int steps = zt_trainer_step_count(t);
+  int rc = zt_trainer_load(t, dir, err, sizeof err);
+  fails += MC_EXPECT(rc == -EINVAL && strstr(err, want), "load of %s: %d %s", want, rc, err);
+  zt_trainer_get_state(t, y, NULL, NULL);
+  fails += MC_EXPECT(!memcmp(x, y, np * sizeof *x) && zt_trainer_step_count(t) == steps,
+                     "a refused load (%s) changed the trainer", want);
+  double loss;
+  fails += step(t, tok, &loss);
+  if (rename(bad, path) < 0) exit(1);
+  free(x);
+  free(y);
+  return fails;
+}
+
 static int test_arch(zt_arch arch, const char *tmp) {
   int fails = 0;
   char err[512], dir[600], path[700];
@@ -79,6 +156,7 @@ static int test_arch(zt_arch arch, const char *tmp) {
   struct stat st;
   snprintf(path, sizeof path, "%s.tmp", dir);
   fails += MC_EXPECT(stat(path, &st) < 0 && errno == ENOENT, "%s left behind", path);
+  fails += files_of_flat_state(b, dir, tmp);
 
   zt_model_cfg other = mc;
   other.init_seed = 777;  /* the load must overwrite a different init */
@@ -109,6 +187,17 @@ static int test_arch(zt_arch arch, const char *tmp) {
   fails += MC_EXPECT(zt_trainer_load(e, dir, err, sizeof err) == -EINVAL &&
                      strstr(err, "model.d_model"), "mismatched load: %s", err);
   fails += MC_EXPECT(zt_trainer_step_count(e) == 0, "a refused load changed the step count");
+
+  /* optimizer files that do not match the model: one state, three, misshapen */
+  char last[160];
+  const zt_model *mm = zt_trainer_model(a);
+  snprintf(last, sizeof last, "%s.exp_avg_sq is missing", zt_model_tensor(mm, 0)->name);
+  zt_model_state os[3] = {{".exp_avg", pa}, {".exp_avg_sq", pa}, {".extra", pa}};
+  fails += refuses_optimizer(d, dir, os, 1, 0, last, tok);
+  snprintf(last, sizeof last, "unexpected tensor %s.extra", zt_model_tensor(mm, 0)->name);
+  fails += refuses_optimizer(d, dir, os, 3, 0, last, tok);
+  /* gpt: its Conv1D weights are not square */
+  if (arch == ZT_ARCH_GPT) fails += refuses_optimizer(d, dir, os, 2, 1, "has shape", tok);
 
   printf("%s: resume bitwise, %d steps, final loss %.6f\n", zt_arch_name(arch), STEPS,
          straight[STEPS - 1]);

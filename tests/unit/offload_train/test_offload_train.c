@@ -9,7 +9,11 @@
  * budgets that cannot work are refused naming the field. With the argument "nvme": the same
  * with the optimizer state, then the parameters too, on NVMe (the store's counters show the
  * traffic), and split between the host and NVMe (host_units, and optimizer auto under a
- * host_budget). */
+ * host_budget). fp16 (the loss scaled, the compute copy in fp16) in every placement bf16 runs
+ * in, started at a loss scale that overflows and with a short growth interval: the same steps
+ * skipped and the same scales as without offload, the skipped steps updating nothing (not even
+ * a refetch of the resident units), a checkpoint in the middle carrying the scaler; a step
+ * whose gradients are nan is skipped, never an error. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +21,7 @@
 
 #include "engine/train/offload.h"
 #include "engine/train/offload_json.h"
+#include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
 
@@ -26,6 +31,13 @@
 
 static int g_ga = GA; /* micro-batches a step of the cases that follow */
 static int g_wide;    /* the cases that follow on d_model 64: units of many pages each */
+static zt_dtype g_dt = ZT_F32; /* the compute precision of the cases that follow */
+
+/* fp16: the initial loss scale of both trainers of a case, past what the first steps' gradients
+ * can take in fp16, so that they are skipped until the scale has backed off; with check_case's
+ * growth interval of 2 clean steps the scale grows and overflows again. */
+#define F16_SCALE0 0x1p22f
+#define F16_GROWTH 2
 
 static zt_backend g_be; /* one cpu backend for every trainer */
 
@@ -49,8 +61,20 @@ static zt_train_cfg train_cfg(float clip, int ckpt_every) {
   tc.weight_decay = 0.1f;
   tc.grad_clip = clip;
   tc.ckpt_every = ckpt_every;
+  tc.precision = g_dt;
   return tc;
 }
+
+/* fp16: the scaler a case starts from (GradScaler(init_scale=F16_SCALE0,
+ * growth_interval=growth)); the interval is not in checkpoints, so a resumed case keeps 2000. */
+static void start_scaler(zt_trainer *t, int growth) {
+  if (t->tc.precision != ZT_F16) return;
+  t->scaler.scale = F16_SCALE0;
+  t->scaler.growth_interval = growth;
+}
+
+/* Step i (0-based) of make_tokens counts a target: all but two with one micro-batch a step. */
+static int step_counts(int i) { return g_ga > 1 || (i != 3 && i != 5); }
 
 static size_t step_tokens(const zt_model_cfg *mc) {
   return (size_t)g_ga * B * (mc->seq_len + 1);
@@ -70,16 +94,40 @@ static int32_t *make_tokens(const zt_model_cfg *mc, uint64_t seed) {
   return tok;
 }
 
-static int run(zt_trainer *t, const int32_t *tok, size_t per, int from, int to, double *loss,
-               const char *what) {
+static int run(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
+               zt_step_result *res, const char *what) {
   char err[512];
   for (int i = from; i < to; i++) {
-    zt_step_result r;
-    int rc = zt_trainer_step(t, tok + (size_t)i * per, &r, err, sizeof err);
+    int rc = zt_trainer_step(t, tok + (size_t)i * per, &res[i], err, sizeof err);
     if (MC_EXPECT(rc == 0, "%s: step %d: %s", what, i + 1, err)) return 1;
-    loss[i] = r.loss;
   }
   return 0;
+}
+
+/* Steps [from, to) of two runs: the same losses bitwise, the same steps skipped, the same loss
+ * scales. */
+static int same_steps(const zt_step_result *got, const zt_step_result *want, int from, int to,
+                      const char *what) {
+  int fails = 0;
+  for (int i = from; i < to; i++)
+    fails += MC_EXPECT(!memcmp(&got[i].loss, &want[i].loss, sizeof got[i].loss) &&
+                           got[i].skipped == want[i].skipped &&
+                           !memcmp(&got[i].loss_scale, &want[i].loss_scale, sizeof(float)),
+                       "%s: step %d loss %.17g skipped %d scale %g; without offload %.17g, %d, "
+                       "%g", what, i + 1, got[i].loss, got[i].skipped, (double)got[i].loss_scale,
+                       want[i].loss, want[i].skipped, (double)want[i].loss_scale);
+  return fails;
+}
+
+/* The skipped steps of a run as a pattern ("..s.s"), and their count. */
+static int skip_pattern(const zt_step_result *r, char pattern[STEPS + 1]) {
+  int n = 0;
+  for (int i = 0; i < STEPS; i++) {
+    pattern[i] = r[i].skipped ? 's' : '.';
+    n += r[i].skipped;
+  }
+  pattern[STEPS] = 0;
+  return n;
 }
 
 static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
@@ -148,7 +196,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   snprintf(what, sizeof what, "%s %s", zt_arch_name(arch), name);
   int32_t *tok = make_tokens(&mc, 7 + (uint64_t)arch);
   size_t per = step_tokens(&mc);
-  double ref[STEPS], off[STEPS];
+  zt_step_result ref[STEPS] = {{0}}, off[STEPS] = {{0}};
   zt_trainer *a = NULL, *b = NULL;
   if (want_streaming) {
     oc.gpu_budget = min_budget(&mc, &tc, oc, &be);
@@ -159,12 +207,25 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
     fails++;
     goto out;
   }
+  start_scaler(a, F16_GROWTH);
+  start_scaler(b, F16_GROWTH);
   fails += run(a, tok, per, 0, STEPS, ref, what);
   fails += run(b, tok, per, 0, STEPS, off, what);
-  for (int i = 0; i < STEPS; i++)
-    fails += MC_EXPECT(!memcmp(&ref[i], &off[i], sizeof ref[i]), "%s: step %d loss %.17g vs "
-                       "%.17g without offload", what, i + 1, off[i], ref[i]);
+  fails += same_steps(off, ref, 0, STEPS, what);
   fails += same_state(a, b, what);
+  /* fp16: skipped steps update nothing and invalidate no device copy, so a resident unit is not
+   * fetched again for the next step */
+  char pattern[STEPS + 1];
+  int skipped = skip_pattern(ref, pattern), refetches_saved = 0, grown = 0;
+  for (int i = 0; i + 1 < STEPS; i++) {
+    refetches_saved += ref[i].skipped && step_counts(i + 1);
+    grown += ref[i + 1].loss_scale > ref[i].loss_scale;
+  }
+  if (tc.precision == ZT_F16) {
+    fails += MC_EXPECT(skipped > 0 && grown > 0, "%s: %d steps skipped (%s), the scale grew %d "
+                       "times: the case does not test the scaler", what, skipped, pattern, grown);
+    printf("%-60s steps %s, last scale %g\n", what, pattern, (double)ref[STEPS - 1].loss_scale);
+  }
   zt_offload_stats st;
   fails += MC_EXPECT(zt_trainer_offload_stats(b, &st) == 0, "%s: stats", what);
   fails += MC_EXPECT(zt_trainer_offload_stats(a, &st) == -EINVAL, "%s: stats of a trainer "
@@ -178,12 +239,13 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   if (oc.host_units >= 0)
     fails += MC_EXPECT(st.host_units == oc.host_units, "%s: %d units on the host, asked %d",
                        what, st.host_units, oc.host_units);
-  /* the gradient ring exactly when no clipping and one micro-batch a step */
-  int ring = tc.grad_clip == 0 && tc.grad_accum == 1;
+  /* the gradient ring exactly when no clipping and one micro-batch a step, not in fp16 */
+  int ring = tc.grad_clip == 0 && tc.grad_accum == 1 && tc.precision != ZT_F16;
   fails += MC_EXPECT(ring ? st.grad_slots > 0 && st.grad_slots <= 4 : st.grad_slots == 0,
                      "%s: %d gradient slots", what, st.grad_slots);
-  fails += MC_EXPECT(st.gpu_unit_updates == (uint64_t)STEPS * st.gpu_units, "%s: %llu device "
-                     "unit updates", what, (unsigned long long)st.gpu_unit_updates);
+  fails += MC_EXPECT(st.gpu_unit_updates == (uint64_t)(STEPS - skipped) * st.gpu_units,
+                     "%s: %llu device unit updates", what,
+                     (unsigned long long)st.gpu_unit_updates);
   fails += MC_EXPECT(st.arena_peak <= st.arena_budget && st.act_bytes + st.arena_peak <=
                      st.device_budget, "%s: arena peak %zu over its budget %zu", what,
                      st.arena_peak, st.arena_budget);
@@ -218,8 +280,8 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                      st.device_budget == st.act_bytes + st.gpu_unit_bytes + st.arena_budget,
                      "%s: estimate host %zu device %zu, trainer host %zu device %zu", what,
                      est_host, est_dev, st.host_bytes, st.device_budget);
-  fails += MC_EXPECT(st.adam_units == (uint64_t)STEPS * nu, "%s: %llu unit updates", what,
-                     (unsigned long long)st.adam_units);
+  fails += MC_EXPECT(st.adam_units == (uint64_t)(STEPS - skipped) * nu, "%s: %llu unit "
+                     "updates", what, (unsigned long long)st.adam_units);
   fails += MC_EXPECT(st.grad_writebacks > 0 && st.bytes_d2h > 0, "%s: no write-backs", what);
   /* the timeline: every resource that worked shows busy time, none more than the steps took
    * (the pool's threads each) */
@@ -231,9 +293,9 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                      what, (unsigned long long)st.step_ns, (unsigned long long)st.compute_ns,
                      (unsigned long long)st.h2d_ns, (unsigned long long)st.d2h_ns,
                      (unsigned long long)st.adam_ns, (unsigned long long)st.nvme_ns);
-  if (tc.grad_clip > 0)
-    fails += MC_EXPECT(st.adam_overlapped == 0, "%s: updates overlapped though clipping needs "
-                       "the norm first", what);
+  if (tc.grad_clip > 0 || tc.precision == ZT_F16)
+    fails += MC_EXPECT(st.adam_overlapped == 0, "%s: updates overlapped though clipping or fp16 "
+                       "needs the whole backward first", what);
   else /* one step has no counted micro-batch at its end; overlap still reaches every unit, but
         * not in the steps that count nothing (make_tokens) */
     fails += MC_EXPECT(st.adam_overlapped == (uint64_t)(STEPS - (g_ga == 1 ? 2 : 0)) * nu,
@@ -254,8 +316,8 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
                        "%s: %llu fetches, %llu evictions: not streamed", what,
                        (unsigned long long)st.fetches, (unsigned long long)st.evictions);
   } else {
-    /* steps that count nothing fetch nothing (make_tokens) */
-    uint64_t fetching = STEPS - (g_ga == 1 ? 2 : 0);
+    /* steps that count nothing fetch nothing (make_tokens), nor those after a skipped one */
+    uint64_t fetching = STEPS - (g_ga == 1 ? 2 : 0) - refetches_saved;
     fails += MC_EXPECT(st.evictions == 0 && st.fetches == fetching * nu,
                        "%s: all resident, %llu fetches %llu evictions", what,
                        (unsigned long long)st.fetches, (unsigned long long)st.evictions);
@@ -313,7 +375,7 @@ static int check_auto_ckpt(zt_arch arch) {
   tc.ckpt_every = ZT_CKPT_AUTO;
   int32_t *tok = make_tokens(&mc, 17);
   size_t per = step_tokens(&mc);
-  double ref[STEPS], off[STEPS];
+  zt_step_result ref[STEPS] = {{0}}, off[STEPS] = {{0}};
   zt_trainer *a = NULL, *b = NULL, *c = NULL;
   zt_offload_stats st;
   oc.gpu_budget = tight;
@@ -329,9 +391,7 @@ static int check_auto_ckpt(zt_arch arch) {
                      zt_arch_name(arch), st.ckpt_every, st.device_budget, st.est_step_s);
   fails += run(a, tok, per, 0, STEPS, ref, "auto ckpt reference");
   fails += run(b, tok, per, 0, STEPS, off, "auto ckpt");
-  for (int i = 0; i < STEPS; i++)
-    fails += MC_EXPECT(!memcmp(&ref[i], &off[i], sizeof ref[i]), "%s auto ckpt: step %d",
-                       zt_arch_name(arch), i + 1);
+  fails += same_steps(off, ref, 0, STEPS, "auto ckpt");
   oc.gpu_budget = 4 * loose;
   if (MC_EXPECT(open_off(&c, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "%s", err)) {
     fails++;
@@ -445,7 +505,7 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc,
   snprintf(what, sizeof what, "%s resume, %s", zt_arch_name(arch), name);
   int32_t *tok = make_tokens(&mc, 11 + (uint64_t)arch);
   size_t per = step_tokens(&mc);
-  double ref[STEPS], off[STEPS];
+  zt_step_result ref[STEPS] = {{0}}, off[STEPS] = {{0}};
   zt_trainer *a = NULL, *b = NULL, *c = NULL;
   snprintf(dir, sizeof dir, "%s/%s-ckpt", tmp, zt_arch_name(arch));
   oc.gpu_budget = min_budget(&mc, &tc, oc, &be);
@@ -457,31 +517,36 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc,
     fails++;
     goto out;
   }
+  /* fp16: skipped steps at the start; the scale the checkpoint carries is not the default */
+  start_scaler(a, ZT_LOSS_SCALE_INTERVAL);
+  start_scaler(b, ZT_LOSS_SCALE_INTERVAL);
   fails += run(a, tok, per, 0, STEPS, ref, "resume reference");
   fails += run(b, tok, per, 0, STEPS / 2, off, what);
   fails += MC_EXPECT(zt_trainer_save(b, dir, err, sizeof err) == 0, "%s: save: %s", what, err);
+  char pattern[STEPS + 1];
+  if (tc.precision == ZT_F16)
+    fails += MC_EXPECT(skip_pattern(ref, pattern) > 0 &&
+                           ref[STEPS / 2 - 1].loss_scale != ZT_LOSS_SCALE_INIT,
+                       "%s: steps %s, scale %g at the checkpoint: the scaler is not tested", what,
+                       pattern, (double)ref[STEPS / 2 - 1].loss_scale);
   /* c has run a step of its own first: the load must replace its state and device copies */
-  double scratch[STEPS];
+  zt_step_result scratch[STEPS] = {{0}};
   fails += run(c, tok, per, STEPS - 1, STEPS, scratch, what);
   fails += MC_EXPECT(zt_trainer_load(c, dir, err, sizeof err) == 0, "%s: load: %s", what, err);
   fails += MC_EXPECT(zt_trainer_step_count(c) == STEPS / 2, "%s: step count %d after load",
                      what, zt_trainer_step_count(c));
   fails += run(c, tok, per, STEPS / 2, STEPS, off, what);
-  for (int i = 0; i < STEPS; i++)
-    fails += MC_EXPECT(!memcmp(&ref[i], &off[i], sizeof ref[i]), "%s: step %d loss %.17g vs "
-                       "%.17g", what, i + 1, off[i], ref[i]);
+  fails += same_steps(off, ref, 0, STEPS, what);
   fails += same_state(a, c, what);
   /* the checkpoint of an offloaded job resumes without offload too */
-  double plain[STEPS];
+  zt_step_result plain[STEPS] = {{0}};
   zt_trainer *d = NULL;
   if (MC_EXPECT(zt_trainer_open(&d, &mc, &tc, &be, err, sizeof err) == 0, "%s", err) ||
       MC_EXPECT(zt_trainer_load(d, dir, err, sizeof err) == 0, "plain load: %s", err)) {
     fails++;
   } else {
     fails += run(d, tok, per, STEPS / 2, STEPS, plain, "resume without offload");
-    for (int i = STEPS / 2; i < STEPS; i++)
-      fails += MC_EXPECT(!memcmp(&ref[i], &plain[i], sizeof ref[i]), "%s, without offload: "
-                         "step %d", what, i + 1);
+    fails += same_steps(plain, ref, STEPS / 2, STEPS, "resume without offload");
   }
   zt_trainer_close(d);
 out:
@@ -568,20 +633,21 @@ static int check_refusals(void) {
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.host_units must be >= 0"), "host_units -2: %s", err);
   zt_offload_cfg_defaults(&oc);
-  tc.precision = ZT_F16;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
-                     strstr(err, "train.precision fp16"), "fp16: %s", err);
-  tc.precision = ZT_BF16;
   oc.params = oc.optimizer = ZT_PLACE_NVME;
   snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
-                     strstr(err, "offload.params: nvme"), "bf16 params nvme: %s", err);
+  for (zt_dtype dt = ZT_BF16; dt <= ZT_F16; dt++) {
+    tc.precision = dt;
+    fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
+                       strstr(err, "offload.params: nvme") && strstr(err, zt_dtype_name(dt)),
+                       "%s params nvme: %s", zt_dtype_name(dt), err);
+  }
   fails += MC_EXPECT(t == NULL, "a refused open returned a trainer");
   return fails;
 }
 
 /* An inf in the head's parameters: every gradient is nan. The step fails with -ERANGE as
- * without offload and changes nothing, with the updates overlapped (no clipping) or not. */
+ * without offload and changes nothing, with the updates overlapped (no clipping) or not; in
+ * fp16 it is skipped instead (0, the scale halved, the step counted, nothing updated). */
 static int check_nonfinite(const char *tmp) {
   int fails = 0;
   char err[512], path[600];
@@ -600,8 +666,10 @@ static int check_nonfinite(const char *tmp) {
                      err);
   snprintf(mc.init_path, sizeof mc.init_path, "%s", path);
   int32_t *tok = make_tokens(&mc, 3);
-  for (int clip = 0; clip < 2; clip++) {
+  for (int k = 0; k < 4; k++) {
+    int clip = k & 1, fp16 = k >> 1;
     zt_train_cfg tc = train_cfg(clip ? 0.5f : 0.0f, 0);
+    tc.precision = fp16 ? ZT_F16 : ZT_F32;
     zt_offload_cfg oc;
     zt_offload_cfg_defaults(&oc);
     zt_trainer *t = NULL;
@@ -611,13 +679,23 @@ static int check_nonfinite(const char *tmp) {
     }
     for (int i = 0; i < 2; i++) {
       zt_step_result r;
+      err[0] = 0;
       int rc = zt_trainer_step(t, tok, &r, err, sizeof err);
-      fails += MC_EXPECT(rc == -ERANGE && strstr(err, "left unchanged"), "clip %d try %d: rc "
-                         "%d, %s", clip, i, rc, err);
+      if (fp16)
+        fails += MC_EXPECT(rc == 0 && r.skipped && r.step == i + 1 &&
+                               r.loss_scale == ZT_LOSS_SCALE_INIT / (float)(2 << i),
+                           "fp16 clip %d try %d: rc %d (%s), skipped %d, scale %g", clip, i, rc,
+                           err, r.skipped, (double)r.loss_scale);
+      else
+        fails += MC_EXPECT(rc == -ERANGE && strstr(err, "left unchanged"), "clip %d try %d: rc "
+                           "%d, %s", clip, i, rc, err);
     }
+    zt_offload_stats os;
+    zt_trainer_offload_stats(t, &os);
     zt_trainer_get_state(t, after, NULL, NULL);
-    fails += MC_EXPECT(!memcmp(init, after, n * sizeof(float)) &&
-                       zt_trainer_step_count(t) == 0, "clip %d: the state changed", clip);
+    fails += MC_EXPECT(!memcmp(init, after, n * sizeof(float)) && os.adam_units == 0 &&
+                       zt_trainer_step_count(t) == (fp16 ? 2 : 0) && t->adam_step == 0,
+                       "%s clip %d: the state changed", zt_dtype_name(tc.precision), clip);
     zt_trainer_close(t);
   }
   free(tok);
@@ -771,7 +849,20 @@ int main(int argc, char **argv) {
       bf = train_cfg(0.5f, 0);
       bf.precision = ZT_BF16;
       fails += check_auto_split(archs[i], oc, bf, "bf16, clipped");
+      /* fp16: optimizer nvme, the split, device units beside NVMe ones (their own buffers, the
+       * overflow check in two parts), a resume across placements */
+      g_dt = ZT_F16;
+      fails += check_case(archs[i], "fp16, 2 host units, rest nvme, streamed", train_cfg(0, 0),
+                          oc, 1);
       oc.host_units = -1;
+      fails += check_case(archs[i], "fp16, optimizer nvme, streamed, clipped",
+                          train_cfg(0.5f, 0), oc, 1);
+      oc.gpu_units = 2;
+      fails += check_case(archs[i], "fp16, optimizer nvme, 2 device units", train_cfg(0, 0), oc,
+                          0);
+      oc.gpu_units = -1;
+      fails += check_resume(archs[i], oc, all_host, 0, "fp16, nvme into host", tmp);
+      g_dt = ZT_F32;
       continue;
     }
     oc.prefetch = 1;
@@ -821,6 +912,23 @@ int main(int argc, char **argv) {
     g_ga = GA;
     fails += check_auto_units(archs[i]);
     fails += check_auto_ckpt(archs[i]);
+    /* fp16: the placements bf16 runs in; the updates always after the backward */
+    g_dt = ZT_F16;
+    fails += check_case(archs[i], "fp16, resident", train_cfg(0, 0), oc, 0);
+    fails += check_case(archs[i], "fp16, streamed, clipped, checkpointed", train_cfg(0.5f, 1),
+                        oc, 1);
+    oc.gpu_units = 2;
+    oc.prefetch = 0; /* the four streamed units' smallest arena must then evict */
+    fails += check_case(archs[i], "fp16, 2 device units, streamed", train_cfg(0, 0), oc, 1);
+    oc.prefetch = 1;
+    fails += check_case(archs[i], "fp16, 2 device units, resident, clipped", train_cfg(0.5f, 0),
+                        oc, 0);
+    oc.gpu_units = -1;
+    g_ga = 1; /* no ring in fp16: the flat gradients */
+    fails += check_case(archs[i], "fp16, one micro-batch, streamed", train_cfg(0, 0), oc, 1);
+    g_ga = GA;
+    fails += check_resume(archs[i], oc, oc, 0, "fp16, host", tmp);
+    g_dt = ZT_F32;
   }
   mc_rmtree(tmp);
   zt_backend_cpu_close(&g_be);

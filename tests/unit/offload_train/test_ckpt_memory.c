@@ -1,0 +1,213 @@
+/* Checkpoints move the state in pieces of whole units (engine/train/checkpoint.c): the heap that
+ * a save, a load and an export take, counted through the sanitizer allocator's hooks over every
+ * thread, stays within zt_trainer_checkpoint_bytes (plus the files' names and headers) on a GPT
+ * whose parameters alone, one flat copy, would not fit in it: for the trainer without offload,
+ * and offloaded with units on the device, on the host and on NVMe (on the host alone where
+ * io_uring is not allowed). The checkpoints move the right state: the offloaded trainer loads
+ * the plain one's and holds its state bitwise, both step alike, and the plain trainer loads the
+ * offloaded one's; their exports are the same file. A load whose write into the NVMe tier fails
+ * after its first pieces leaves the trainer refusing steps until a load succeeds. Skips (77) in
+ * a build without the hooks (no ASan). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/train/offload.h"
+#include "offload/nvme_store.h"
+#include "tests/unit/model/mcheck.h"
+
+/* What a checkpoint may take beyond the bound: trainer.json, the directory's and files' handles
+ * (the bound counts the files' headers). */
+#define SLACK (64 * 1024)
+
+static zt_backend g_be;
+
+static zt_model_cfg model_cfg(void) {
+  zt_model_cfg mc = mc_tiny(ZT_ARCH_GPT);
+  mc.vocab = 64;
+  mc.seq_len = 8;
+  mc.d_model = 96;
+  mc.n_heads = 4;
+  mc.n_layers = 12;
+  return mc;
+}
+
+static int within(const char *what, size_t bound) {
+  int64_t peak = mc_heap_peak();
+  printf("%-28s %8lld heap bytes (bound %zu + %d)\n", what, (long long)peak, bound, SLACK);
+  return MC_EXPECT(peak > 0 && (size_t)peak <= bound + SLACK, "%s took %lld heap bytes, more "
+                   "than the bound %zu + %d", what, (long long)peak, bound, SLACK);
+}
+
+static float *state_of(zt_trainer *t) {
+  size_t n = zt_model_num_params(zt_trainer_model(t));
+  float *x = malloc(3 * n * sizeof *x);
+  if (!x || zt_trainer_get_state(t, x, x + n, x + 2 * n) < 0) exit(1);
+  return x;
+}
+
+static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
+  size_t n = zt_model_num_params(zt_trainer_model(a));
+  float *x = state_of(a), *y = state_of(b);
+  int fails = MC_EXPECT(memcmp(x, y, 3 * n * sizeof *x) == 0, "%s: the states differ", what);
+  free(x);
+  free(y);
+  return fails;
+}
+
+static int same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa && fb;
+  while (same) {
+    int x = fgetc(fa), y = fgetc(fb);
+    same = x == y;
+    if (x == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return MC_EXPECT(same, "%s and %s differ", a, b);
+}
+
+static int step(zt_trainer *t, const int32_t *tok, const char *what) {
+  char err[512];
+  zt_step_result r;
+  int rc = zt_trainer_step(t, tok, &r, err, sizeof err);
+  return MC_EXPECT(rc == 0, "%s: step: %d %s", what, rc, err);
+}
+
+/* The load's write of an NVMe unit's master fails (the store's fault injection) after the
+ * device and host units and two NVMe units were written: -EIO naming it, then the trainer
+ * refuses steps until the same load succeeds. */
+static int check_partial_load(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                              const zt_offload_cfg *oc, const char *dir, const int32_t *tok,
+                              zt_trainer *want) {
+  char err[512], fault[64];
+  zt_trainer *t = NULL;
+  int nu = 0, fails = 0;
+  zt_model *m = NULL;
+  if (zt_model_create(&m, mc, err, sizeof err) < 0) exit(1);
+  nu = zt_model_num_units(m);
+  zt_model_destroy(m);
+  /* the open writes every NVMe unit's three files, the load the first two NVMe units' */
+  int nvme_units = nu - oc->gpu_units - oc->host_units;
+  snprintf(fault, sizeof fault, "eio:write:%d", 3 * nvme_units + 3 * 2 + 1);
+  setenv("ZT_FAULT_NVME", fault, 1);
+  int rc = zt_trainer_open_offload(&t, mc, tc, oc, &g_be, err, sizeof err);
+  unsetenv("ZT_FAULT_NVME");
+  if (MC_EXPECT(rc == 0, "open with a write fault armed: %s", err)) return 1;
+  rc = zt_trainer_load(t, dir, err, sizeof err);
+  fails += MC_EXPECT(rc == -EIO && strstr(err, "writing the optimizer state failed") &&
+                     strstr(err, ".master"), "a load whose NVMe write fails: %d %s", rc, err);
+  zt_step_result r;
+  rc = zt_trainer_step(t, tok, &r, err, sizeof err);
+  fails += MC_EXPECT(rc == -EIO && strstr(err, "load a checkpoint to continue") &&
+                     zt_trainer_step_count(t) == 0, "a step after a load that failed half way: "
+                     "%d %s", rc, err);
+  fails += MC_EXPECT(zt_trainer_load(t, dir, err, sizeof err) == 0, "the load again: %s", err);
+  fails += same_state(want, t, "loaded after a failed load");
+  fails += step(t, tok, "after the load");
+  zt_trainer_close(t);
+  return fails;
+}
+
+int main(void) {
+  if (mc_heap_count_start() < 0) {
+    fprintf(stderr, "SKIP: the allocator has no hooks to count the heap (a build without ASan)\n");
+    return 77;
+  }
+  g_be = mc_backend();
+  const char *tmp = mc_tmpdir();
+  char err[512], dir_a[600], dir_b[600], file_a[600], file_b[600];
+  snprintf(dir_a, sizeof dir_a, "%s/a", tmp);
+  snprintf(dir_b, sizeof dir_b, "%s/b", tmp);
+  snprintf(file_a, sizeof file_a, "%s/a.safetensors", tmp);
+  snprintf(file_b, sizeof file_b, "%s/b.safetensors", tmp);
+  zt_model_cfg mc = model_cfg();
+  zt_train_cfg tc = mc_train(1, 1);
+  int fails = 0, rc;
+  int32_t tok[3][9];
+  uint64_t seed = 5;
+  mc_tokens(&seed, &tok[0][0], sizeof tok / sizeof tok[0][0], mc.vocab);
+
+  zt_trainer *a = NULL, *b = NULL, *c = NULL;
+  if ((rc = zt_trainer_open(&a, &mc, &tc, &g_be, err, sizeof err)) < 0) {
+    fprintf(stderr, "open: %s\n", err);
+    return 1;
+  }
+  size_t n = zt_model_num_params(zt_trainer_model(a)), bound = zt_trainer_checkpoint_bytes(a);
+  fails += MC_EXPECT(bound == zt_checkpoint_estimate_bytes(&mc), "the bound of the trainer %zu, "
+                     "of its configuration %zu", bound, zt_checkpoint_estimate_bytes(&mc));
+  /* so that a flat copy of any one kind of the state could not pass */
+  fails += MC_EXPECT(bound + SLACK < n * sizeof(float), "%zu parameters: a flat copy (%zu bytes) "
+                     "is within the bound %zu + %d", n, n * sizeof(float), bound, SLACK);
+  fails += step(a, tok[0], "plain");
+  mc_heap_mark();
+  fails += MC_EXPECT(zt_trainer_save(a, dir_a, err, sizeof err) == 0, "save: %s", err);
+  fails += within("save", bound);
+
+  /* offloaded: 2 units on the device, 4 on the host, the rest in files */
+  zt_offload_cfg oc;
+  zt_offload_cfg_defaults(&oc);
+  oc.optimizer = ZT_PLACE_NVME;
+  oc.gpu_units = 2;
+  oc.host_units = 4;
+  snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "%s", tmp);
+  zt_nvme_store *probe = NULL;
+  rc = zt_nvme_store_open(&probe, tmp, NULL, err, sizeof err);
+  zt_nvme_store_close(probe);
+  if (rc == -ENOSYS || rc == -EPERM) {
+    printf("io_uring is not available here (%s): the offloaded trainer keeps its units on the "
+           "device and the host\n", err);
+    oc.optimizer = ZT_PLACE_HOST;
+    oc.host_units = -1;
+  }
+  if ((rc = zt_trainer_open_offload(&b, &mc, &tc, &oc, &g_be, err, sizeof err)) < 0) {
+    fprintf(stderr, "offloaded open: %s\n", err);
+    return 1;
+  }
+  zt_offload_stats st;
+  zt_trainer_offload_stats(b, &st);
+  fails += MC_EXPECT(st.gpu_units == 2 && (oc.optimizer == ZT_PLACE_HOST || st.host_units == 4),
+                     "offloaded: %d units on the device, %d on the host", st.gpu_units,
+                     st.host_units);
+  mc_heap_mark();
+  fails += MC_EXPECT(zt_trainer_load(b, dir_a, err, sizeof err) == 0, "offloaded load: %s", err);
+  fails += within("offloaded load", bound);
+  fails += same_state(a, b, "the offloaded trainer loaded the plain one's checkpoint");
+  if (oc.optimizer == ZT_PLACE_NVME) fails += check_partial_load(&mc, &tc, &oc, dir_a, tok[1], a);
+  fails += step(a, tok[1], "plain") + step(b, tok[1], "offloaded");
+  mc_heap_mark();
+  fails += MC_EXPECT(zt_trainer_save(b, dir_b, err, sizeof err) == 0, "offloaded save: %s", err);
+  fails += within("offloaded save", bound);
+  mc_heap_mark();
+  fails += MC_EXPECT(zt_trainer_export(b, file_b, err, sizeof err) == 0, "offloaded export: %s",
+                     err);
+  fails += within("offloaded export", bound);
+  mc_heap_mark();
+  fails += MC_EXPECT(zt_trainer_export(a, file_a, err, sizeof err) == 0, "export: %s", err);
+  fails += within("export", bound);
+  fails += same_file(file_a, file_b);
+
+  if ((rc = zt_trainer_open(&c, &mc, &tc, &g_be, err, sizeof err)) < 0) {
+    fprintf(stderr, "open: %s\n", err);
+    return 1;
+  }
+  mc_heap_mark();
+  fails += MC_EXPECT(zt_trainer_load(c, dir_b, err, sizeof err) == 0, "load: %s", err);
+  fails += within("load", bound);
+  fails += same_state(a, c, "the plain trainer loaded the offloaded one's checkpoint");
+  fails += step(b, tok[2], "offloaded") + step(c, tok[2], "plain");
+  fails += same_state(b, c, "a step after the loads");
+
+  zt_trainer_close(c);
+  zt_trainer_close(b);
+  zt_trainer_close(a);
+  zt_backend_cpu_close(&g_be);
+  mc_rmtree(tmp);
+  if (fails) {
+    fprintf(stderr, "%d failure(s)\n", fails);
+    return 1;
+  }
+  printf("checkpoint memory: ok\n");
+  return 0;
+}
