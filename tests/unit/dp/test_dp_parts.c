@@ -164,19 +164,6 @@ static int close_run(const run_out *a, const run_out *ref, int from, int to, dou
   return fails;
 }
 
-static int same_file(const char *a, const char *b) {
-  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-  int same = fa && fb;
-  while (same) {
-    int x = fgetc(fa), y = fgetc(fb);
-    same = x == y;
-    if (x == EOF) break;
-  }
-  if (fa) fclose(fa);
-  if (fb) fclose(fb);
-  return MC_EXPECT(same, "%s and %s differ", a, b);
-}
-
 static float *state_of(zt_trainer *t) {
   size_t n = zt_model_num_params(zt_trainer_model(t));
   float *x = malloc(3 * n * sizeof *x);
@@ -269,13 +256,13 @@ static int parts(const cfg *c) {
   ca = (call){.kind = DO_EXPORT, .t = a, .path = file_b};
   together(&ca, &cb);
   fails += both_ok(&ca, &cb, "export / send_state");
-  fails += same_file(file_a, file_b);
+  fails += mc_same_file(file_a, file_b);
   static const char *const files[] = {"model.safetensors", "optimizer.safetensors",
                                       "trainer.json"};
   for (int i = 0; i < 3; i++) {
     snprintf(file_a, sizeof file_a, "%s/%s", dir_ref, files[i]);
     snprintf(file_b, sizeof file_b, "%s/%s", dir_parts, files[i]);
-    fails += same_file(file_a, file_b);
+    fails += mc_same_file(file_a, file_b);
   }
   fails += steps_together(a, b, tok, per, SAVE_AT, DPT_STEPS, fa, fb, &oa, &ob, what);
   fails += same_run(&oa, &ref, 0, DPT_STEPS, "rank-0 part vs one trainer");

@@ -48,6 +48,19 @@ const char *mc_tmpdir(void) {
   return buf;
 }
 
+int mc_same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa && fb;
+  while (same) {
+    int x = fgetc(fa), y = fgetc(fb);
+    same = x == y;
+    if (x == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return MC_EXPECT(same, "%s and %s differ", a, b);
+}
+
 void mc_rmtree(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;

@@ -29,6 +29,8 @@ void mc_tokens(uint64_t *s, int32_t *tok, size_t n, int vocab);
 const char *mc_tmpdir(void);
 /* Removes dir and the files (and one level of subdirectories) in it. */
 void mc_rmtree(const char *dir);
+/* 0 when the two files hold the same bytes, else 1 with a message naming them. */
+int mc_same_file(const char *a, const char *b);
 
 zt_backend mc_backend(void);
 

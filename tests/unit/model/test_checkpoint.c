@@ -59,19 +59,6 @@ static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
   return fails;
 }
 
-static int same_file(const char *a, const char *b) {
-  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-  int same = fa && fb;
-  while (same) {
-    int x = fgetc(fa), y = fgetc(fb);
-    same = x == y;
-    if (x == EOF) break;
-  }
-  if (fa) fclose(fa);
-  if (fb) fclose(fb);
-  return MC_EXPECT(same, "%s and %s differ", a, b);
-}
-
 /* The checkpoint t saved in dir, as zt_model_save_states writes t's whole state. */
 static int files_of_flat_state(zt_trainer *t, const char *dir, const char *tmp) {
   const zt_model *m = zt_trainer_model(t);
@@ -85,14 +72,14 @@ static int files_of_flat_state(zt_trainer *t, const char *dir, const char *tmp) 
   int fails = MC_EXPECT(zt_model_save_states(m, a, &ms, 1, 0, NULL, err, sizeof err) == 0, "%s",
                         err);
   snprintf(b, sizeof b, "%s/model.safetensors", dir);
-  fails += same_file(a, b);
+  fails += mc_same_file(a, b);
   snprintf(a, sizeof a, "%s/flat-optimizer.safetensors", tmp);
   fails += MC_EXPECT(zt_model_save_states(m, a, os, 2, 1, "AdamW exp_avg / exp_avg_sq in zt's "
                                           "internal layout: weights are (out, in), HF Conv1D "
                                           "weights are not transposed here as they are in "
                                           "model.safetensors", err, sizeof err) == 0, "%s", err);
   snprintf(b, sizeof b, "%s/optimizer.safetensors", dir);
-  fails += same_file(a, b);
+  fails += mc_same_file(a, b);
   free(x);
   return fails;
 }

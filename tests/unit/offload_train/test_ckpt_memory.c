@@ -55,19 +55,6 @@ static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
   return fails;
 }
 
-static int same_file(const char *a, const char *b) {
-  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-  int same = fa && fb;
-  while (same) {
-    int x = fgetc(fa), y = fgetc(fb);
-    same = x == y;
-    if (x == EOF) break;
-  }
-  if (fa) fclose(fa);
-  if (fb) fclose(fb);
-  return MC_EXPECT(same, "%s and %s differ", a, b);
-}
-
 static int step(zt_trainer *t, const int32_t *tok, const char *what) {
   char err[512];
   zt_step_result r;
@@ -186,7 +173,7 @@ int main(void) {
   mc_heap_mark();
   fails += MC_EXPECT(zt_trainer_export(a, file_a, err, sizeof err) == 0, "export: %s", err);
   fails += within("export", bound);
-  fails += same_file(file_a, file_b);
+  fails += mc_same_file(file_a, file_b);
 
   if ((rc = zt_trainer_open(&c, &mc, &tc, &g_be, err, sizeof err)) < 0) {
     fprintf(stderr, "open: %s\n", err);
