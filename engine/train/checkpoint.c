@@ -357,8 +357,8 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
     char why[512] = "";
     if ((rc = state_read(t, u0, u1, p, m, v, why, sizeof why)) < 0) {
       q.failed = 1;
-      snprintf(err, errlen, "%s: reading the %s state failed: %s", dir,
-               t->path ? "offloaded" : "trainer's", why[0] ? why : strerror(-rc));
+      snprintf(err, errlen, "%s: reading the trainer's state failed: %s", dir,
+               why[0] ? why : strerror(-rc));
       goto out;
     }
     q.next = u1;
@@ -564,8 +564,8 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
     char why[512] = "";
     if ((rc = state_read(t, u0, u1, buf, NULL, NULL, why, sizeof why)) < 0) {
       q.failed = 1;
-      snprintf(err, errlen, "%s: reading the %s parameters failed: %s", path,
-               t->path ? "offloaded" : "trainer's", why[0] ? why : strerror(-rc));
+      snprintf(err, errlen, "%s: reading the trainer's parameters failed: %s", path,
+               why[0] ? why : strerror(-rc));
       goto out;
     }
     q.next = u1;

@@ -483,7 +483,7 @@ static int check_ckpt_read_fault(zt_offload_cfg oc, const char *tmp) {
   unsetenv("ZT_FAULT_NVME");
   if (MC_EXPECT(rc == 0, "open with a read fault armed: %s", err)) return 1;
   rc = zt_trainer_save(t, dir, err, sizeof err);
-  fails += MC_EXPECT(rc == -EIO && strstr(err, "reading the offloaded state failed") &&
+  fails += MC_EXPECT(rc == -EIO && strstr(err, "reading the trainer's state failed") &&
                      strstr(err, ".master") && strstr(err, "Input/output error"),
                      "checkpoint read fault: rc %d, '%s'", rc, err);
   fails += MC_EXPECT(zt_trainer_save(t, dir, err, sizeof err) == 0, "save after the fault: %s",
