@@ -475,14 +475,16 @@ static int rank_write(dp_rank_state *k) {
     if (k->params_lp && on_dev)
       be->ops->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
                     k->view.tc.precision, k->params + at, ZT_F32, pn);
+    /* in[1] and in[2] NULL: the moments stay the zeros they were allocated as (the open) */
     if (on_host(s, u)) {
       for (int i = 0; i < 3 && sh->count; i++)
-        memcpy(hdst[i] + host_at(s, sh), s->in[i] + (sh->flat_off - base),
-               sh->count * sizeof(float));
+        if (s->in[i])
+          memcpy(hdst[i] + host_at(s, sh), s->in[i] + (sh->flat_off - base),
+                 sh->count * sizeof(float));
       if (k->hlp)
         k->hbe.ops->cast(k->hbe.ctx, k->hlp + host_at(s, sh), k->view.tc.precision,
                          k->hm + host_at(s, sh), ZT_F32, c);
-    } else if (sh->count) {
+    } else if (sh->count && s->in[1]) {
       be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + (sh->flat_off - base),
                          sh->count * sizeof(float));
       be->ops->to_device(be->ctx, k->v + sh->packed_off, s->in[2] + (sh->flat_off - base),
@@ -1560,7 +1562,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
                        const zt_dp_cfg *dpc, const zt_dp_rank *ranks, char *err,
                        size_t errlen) {
   int rc;
-  float *init = NULL, *zeros = NULL;
+  float *init = NULL;
   *out = NULL;
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
       (rc = zt_dp_cfg_check(dpc, err, errlen)) < 0 ||
@@ -1592,8 +1594,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   s->ranks = calloc((size_t)s->nl, sizeof *s->ranks);
   size_t n = zt_model_num_params(t->model);
   init = malloc(n * sizeof *init);
-  zeros = calloc(n, sizeof *zeros);
-  if (!s->ranks || !init || !zeros || (rc = build_table(t, s)) < 0) {
+  if (!s->ranks || !init || (rc = build_table(t, s)) < 0) {
     rc = rc < 0 ? rc : -ENOMEM;
     snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
     goto out;
@@ -1632,7 +1633,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   }
   /* every part computes the same init and writes its own ranks' share of it: no collective */
   s->in[0] = init;
-  s->in[1] = s->in[2] = zeros;
+  s->in[1] = s->in[2] = NULL; /* the moments start as the zeros rank_open allocated */
   s->u0 = 0;
   s->u1 = s->nu;
   if ((rc = zt__trainer_init_params(t->model, init, err, errlen)) < 0 ||
@@ -1642,7 +1643,6 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   t = NULL;
 out:
   free(init);
-  free(zeros);
   zt_trainer_close(t);
   return rc;
 }
