@@ -100,7 +100,7 @@ typedef struct dp_rank_state {
   float *pchunk[2];         /* params host: a host unit's chunk staged for its gather */
   void *lpchunk[2];
   int chunk_unit[2];        /* the unit staged in each, -1 none */
-  int64_t chunk_tick[2], h2d_last, d2h_last; /* copy tickets; 0 none */
+  int64_t chunk_tick[2], h2d_last; /* copy tickets; 0 none */
   int dir;                  /* the walk: 1 forward, -1 backward */
   zt_cpu_adam_task *tasks;  /* per AdamW call (segs), those of host units */
   int *first_seg;           /* unit u's calls: segs[first_seg[u] .. first_seg[u + 1]) */
@@ -613,7 +613,7 @@ static int grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
   float *h = (j == 0 ? k->hgrad : k->hstage) + host_at(s, zt_shard_at(s->tab, u, k->r));
   int64_t t = k->copy->ops->d2h(k->copy, h, dev, s->tab->chunk[u] * sizeof(float));
   if (t < 0) return copy_fail(k, (int)t, "copying gradients to the host");
-  k->d2h_last = k->unit_tick[u] = t;
+  k->unit_tick[u] = t;
   return 0;
 }
 
@@ -711,7 +711,7 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
     if ((rc = co->reduce_scatter(k->comm.ctx, g, k->gout[b], c, k->stream)) < 0)
       return comm_fail(k, rc, "reducing gradients");
     if ((rc = grads_to_host(k, u, j, k->gout[b])) < 0) return rc;
-    k->gout_tick[b] = k->d2h_last;
+    k->gout_tick[b] = k->unit_tick[u];
     return 0;
   }
   float *shard = k->grads + sh->packed_off;

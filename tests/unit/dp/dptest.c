@@ -68,6 +68,13 @@ int dpt_run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int t
   return 0;
 }
 
+float *dpt_state_of(zt_trainer *t) {
+  size_t n = zt_model_num_params(zt_trainer_model(t));
+  float *x = malloc(3 * n * sizeof *x);
+  if (!x || zt_trainer_get_state(t, x, x + n, x + 2 * n) < 0) exit(1);
+  return x;
+}
+
 zt_trainer *dpt_open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_backend *be) {
   zt_trainer *t;
   char err[512];

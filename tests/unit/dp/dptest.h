@@ -44,6 +44,9 @@ typedef struct dpt_run {
 int dpt_run_steps(zt_trainer *t, const int32_t *tok, size_t per, int from, int to, dpt_run *o,
                   const char *what);
 
+/* t's params, m and v back to back (malloc'd, 3 * the parameters floats). */
+float *dpt_state_of(zt_trainer *t);
+
 zt_trainer *dpt_open_plain(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_backend *be);
 /* dc's ranks of x (dc->world must be x->W). */
 zt_trainer *dpt_open_dp_cfg(const zt_model_cfg *mc, const zt_train_cfg *tc, dpt_ranks *x,

@@ -54,13 +54,6 @@ static int same_run(const dpt_run *a, const dpt_run *ref, int from, int to, cons
   return fails;
 }
 
-static float *state_of(zt_trainer *t) {
-  size_t n = zt_model_num_params(zt_trainer_model(t));
-  float *x = malloc(3 * n * sizeof *x);
-  if (!x || zt_trainer_get_state(t, x, x + n, x + 2 * n) < 0) exit(1);
-  return x;
-}
-
 /* Each rank's device and host bytes against the estimates. */
 static int bytes_match(zt_trainer *t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                        const zt_dp_cfg *dc, const char *what) {
@@ -96,7 +89,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
   dpt_run ref;
   describe(what, sizeof what, arch, W, stage, dt, clip, &on_device);
   fails += dpt_run_steps(t, tok, per, 0, DPT_STEPS, &ref, what);
-  float *want = state_of(t);
+  float *want = dpt_state_of(t);
   zt_trainer_close(t);
 
   placement ps[5];
@@ -125,7 +118,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
                        err);
     fails += dpt_run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what);
     fails += same_run(&o, &ref, 0, DPT_STEPS, what);
-    float *got = state_of(t);
+    float *got = dpt_state_of(t);
     fails += MC_EXPECT(memcmp(got, want, 3 * n * sizeof *got) == 0,
                        "%s: the final state is not the on-device run's", what);
     free(got);
@@ -174,7 +167,7 @@ static int nonfinite(int stage) {
     fails += MC_EXPECT(rc == -ERANGE && strstr(err, "inf or nan") && r.skipped,
                        "stage %d nan step %d: %d %s", stage, i + 1, rc, err);
   }
-  float *q = state_of(t);
+  float *q = dpt_state_of(t);
   /* the nan compares unequal to itself: compare the bits */
   fails += MC_EXPECT(zt_trainer_step_count(t) == 0 && memcmp(q, p, n * sizeof *q) == 0,
                      "stage %d: the refused steps changed the parameters", stage);

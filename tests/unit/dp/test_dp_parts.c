@@ -164,13 +164,6 @@ static int close_run(const run_out *a, const run_out *ref, int from, int to, dou
   return fails;
 }
 
-static float *state_of(zt_trainer *t) {
-  size_t n = zt_model_num_params(zt_trainer_model(t));
-  float *x = malloc(3 * n * sizeof *x);
-  if (!x || zt_trainer_get_state(t, x, x + n, x + 2 * n) < 0) exit(1);
-  return x;
-}
-
 /* The parts' state, gathered by the rank-0 part while the other sends. */
 static float *parts_state(zt_trainer *a, zt_trainer *b, int *fails) {
   size_t n = zt_model_num_params(zt_trainer_model(a));
@@ -296,7 +289,7 @@ static int parts(const cfg *c) {
   tcp.grad_accum = W * G;
   zt_trainer *tp = dpt_open_plain(&mc, &tcp, &be);
   fails += MC_EXPECT(zt_trainer_load(tp, dir_parts, err, sizeof err) == 0, "plain load: %s", err);
-  float *want = state_of(tp);
+  float *want = dpt_state_of(tp);
   fails += MC_EXPECT(memcmp(got, want, bytes) == 0, "%s: the resumed parts' state is not the "
                      "plain trainer's of the same checkpoint", what);
   run_out op;
@@ -310,7 +303,7 @@ static int parts(const cfg *c) {
   tc2.grad_accum = W * G / 2;
   zt_trainer *t2 = dpt_open_dp(&mc, &tc2, &x2, c->stage % 3 + 1, 0, 0);
   fails += MC_EXPECT(zt_trainer_load(t2, dir_parts, err, sizeof err) == 0, "W 2 load: %s", err);
-  float *got2 = state_of(t2);
+  float *got2 = dpt_state_of(t2);
   fails += MC_EXPECT(memcmp(got2, want, bytes) == 0, "%s: W 2 stage %d loaded another state",
                      what, c->stage % 3 + 1);
   fails += run_steps(t2, tok, per, SAVE_AT, DPT_STEPS, NULL, &op, "W 2 loaded");
@@ -532,7 +525,7 @@ static int parts_memory(void) {
   zt_trainer *tp = dpt_open_plain(&mc, &tcp, &be);
   char err[512];
   fails += MC_EXPECT(zt_trainer_load(tp, path, err, sizeof err) == 0, "plain load: %s", err);
-  float *plain = state_of(tp);
+  float *plain = dpt_state_of(tp);
   fails += MC_EXPECT(memcmp(plain, want, 3 * n * sizeof *plain) == 0, "the plain trainer loaded "
                      "another state than the parts saved");
   zt_trainer_close(tp);
