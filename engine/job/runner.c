@@ -286,11 +286,6 @@ static void publish_opened(runner *r) {
   const zt_job_spec *s = &r->job->spec;
   zt_offload_stats os;
   int off = s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0;
-  zt_offload_plan plan;
-  char why[256];
-  if (off && zt_offload_estimate(&s->model, &s->train, &s->offload, r->ranks[0].be.ops, &plan,
-                                 why, sizeof why) == 0)
-    r->nvme_bytes = plan.nvme_bytes;
   json_t *mem = memory_json(r, zt_trainer_backend_bytes(r->trainer), off ? &os : NULL);
   if (mem && off) json_object_set_new(mem, "offload", offload_json(r, &os, NULL));
   publish_memory(r, mem);
@@ -487,9 +482,9 @@ static int open_job(runner *r) {
   char why[256];
   if (s->has_offload && r->world == 1 &&
       zt_offload_estimate(&s->model, &s->train, &s->offload, be->ops, &plan, why,
-                          sizeof why) == 0 &&
-      plan.nvme_bytes > 0 && (rc = make_nvme_dir(r, &oc)) < 0)
-    return rc;
+                          sizeof why) == 0)
+    r->nvme_bytes = plan.nvme_bytes;
+  if (r->nvme_bytes > 0 && (rc = make_nvme_dir(r, &oc)) < 0) return rc;
   if (r->world > 1) {
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
     zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
