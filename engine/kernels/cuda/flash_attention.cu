@@ -1,249 +1,301 @@
-// Flash attention (FlashAttention-2's algorithm) for bf16/fp16 on tensor cores through WMMA
-// (16x16x16 fragments, fp32 accumulators). Layout of saved and the choice of path: see
-// flash_attention.h.
+// Flash attention (FlashAttention-2's algorithm) for bf16/fp16 on tensor cores: mma.sync
+// m16n8k16 with fp32 accumulators held in registers, operands read from shared memory by
+// ldmatrix, tiles brought in by cp.async one tile ahead of their use. Layout of saved and the
+// choice of path: see flash_attention.h.
 //
-// Tiles of TILE = 64 queries and 64 keys; a block of 4 warps, each warp owning 16 rows of the
-// tile (queries in the forward and the dQ kernel, keys in the dK/dV kernel), so the row-wise
-// work (softmax statistics, dS) needs only __syncwarp, and __syncthreads guards the tiles that
-// all warps share. Rows past T are loaded as zeros, masked out of every softmax and never
-// written.
+// A block has 4 warps, each owning 16 rows of the block's 64 (queries in the forward and the dQ
+// kernel, keys in the dK/dV kernel) and every column of the tiles it streams, so the row-wise
+// work (softmax statistics) stays inside a warp's quad of lanes and __syncthreads guards only
+// the shared tiles. Fragment layouts are those of the PTX ISA for m16n8k16: in an accumulator,
+// lane l holds rows l/4 and l/4 + 8, columns 2(l%4) and 2(l%4) + 1 of each 8-column n-tile,
+// which is also where an A operand wants them, so the probabilities and dS go from one product
+// to the next in registers. Rows past T are loaded as zeros, masked out of every softmax and
+// never written.
 //
 // Roundings, as in the cuBLAS path: the probabilities (unnormalised in the forward, exp(s-m)
-// <= 1) and dS are rounded to dt for the tensor-core products that read them; scores,
-// statistics, dP and every accumulator are fp32, and each output is rounded once.
+// <= 1) and dS are rounded to E for the products that read them; scores, statistics, dP and
+// every accumulator are fp32, and each output is rounded once. Exponentials are exp2 of scores
+// prescaled by scale * log2(e).
 //
 // Determinism: no atomics. The forward and the dQ kernel own their query rows, the dK/dV kernel
-// its key rows; every sum runs in an order fixed by the shapes.
+// its key rows (so the backward computes S and dP twice, once in each kernel, the price of
+// having no atomics); every sum runs in an order fixed by the shapes.
 #include <math.h>
 #include <stdint.h>
-
-#include <mma.h>
 
 #include "engine/kernels/cuda/flash_attention.h"
 #include "engine/kernels/cuda/lowp.cuh"
 #include "engine/kernels/cuda/reduce.cuh"
 
-using namespace nvcuda;
-
-#define TILE 64
 #define WARPS 4
 #define THREADS (WARPS * 32)
-#define WROWS 16 // rows of a tile per warp: TILE / WARPS
+#define ROWS 64 // a block's own rows: 16 per warp
+#define LOG2E 1.4426950408889634f
 
-// Shared-memory geometry for head size HS. Row pitches are padded (fewer bank conflicts) and
-// keep WMMA's rules: a multiple of 8 elements for 16-bit types, of 4 for fp32, and every
-// fragment pointer 32-byte aligned (16-row and 16-column offsets of these pitches are).
-__host__ __device__ constexpr size_t fa_r128(size_t x) { return (x + 127) / 128 * 128; }
-template <int HS> struct fa_geom {
-  static constexpr int LDH = HS + 8;   // q, k, v, dO tiles in dt: TILE x HS
-  static constexpr int LDS = TILE + 4; // fp32 scores / dP: TILE x TILE
-  static constexpr int LDP = TILE + 8; // P / dS in dt: TILE x TILE
-  static constexpr int LDO = HS + 4;   // the forward's fp32 output accumulator: TILE x HS
-  static constexpr size_t H = fa_r128((size_t)TILE * LDH * 2);
-  static constexpr size_t S = fa_r128((size_t)TILE * LDS * 4);
-  static constexpr size_t P = fa_r128((size_t)TILE * LDP * 2);
-  static constexpr size_t O = fa_r128((size_t)TILE * LDO * 4);
-  static constexpr size_t V = fa_r128((size_t)TILE * 4); // one fp32 per row
-  static constexpr size_t fwd_bytes = 3 * H + S + P + O + 2 * V;
-  static constexpr size_t kv_bytes = 4 * H + 2 * S + 2 * P + 2 * V;
-  static constexpr size_t q_bytes = 4 * H + 2 * S + P + 2 * V;
+// ---- tensor-core and shared-memory primitives ---------------------------------------------
+
+template <class E> struct fa_mma;
+template <> struct fa_mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+  }
+};
+template <> struct fa_mma<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+  }
 };
 
-// Rows [r0, r0 + TILE) of an (T, ld) matrix whose row 0 starts at g, HS columns, into s (pitch
-// HS + 8); rows past T become zeros. vec: g and ld allow 16-byte loads.
-template <class E, int HS>
+static __device__ __forceinline__ uint32_t fa_smem(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// Four 8x8 matrices of 16-bit elements; lane l gives the address of row l%8 of matrix l/8, and
+// register i receives matrix i in the mma fragment layout (transposed with .trans).
+static __device__ __forceinline__ void fa_ldsm(uint32_t (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(fa_smem(p))
+               : "memory");
+}
+static __device__ __forceinline__ void fa_ldsm_t(uint32_t (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(fa_smem(p))
+               : "memory");
+}
+
+// 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
+static __device__ __forceinline__ void fa_cp16(void *s, const void *g, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem(s)), "l"(g),
+               "r"(src_bytes)
+               : "memory");
+}
+static __device__ __forceinline__ void fa_cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void fa_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Row pitch of a tile in shared memory: 16 bytes of padding put the 8 rows an ldmatrix reads in
+// 8 different bank groups.
+template <int HS> struct fa_pitch {
+  static constexpr int LD = HS + 8;
+};
+
+// Rows [r0, r0 + R) of a (T, ld) matrix whose row 0 starts at g, HS columns, into s (pitch LD);
+// rows past T become zeros. vec: g and ld allow 16-byte copies, issued asynchronously (the
+// caller commits and waits); otherwise element by element, synchronously.
+template <class E, int HS, int R>
 static __device__ void fa_load_tile(E *s, const E *g, size_t ld, int r0, int T, bool vec) {
-  constexpr int LDH = fa_geom<HS>::LDH;
+  constexpr int LD = fa_pitch<HS>::LD, VPR = HS / 8;
   if (vec) {
-    constexpr int PER = 16 / (int)sizeof(E); // elements per 16-byte vector
-    constexpr int VPR = HS / PER;
-    for (int i = threadIdx.x; i < TILE * VPR; i += THREADS) {
-      int r = i / VPR, c = i % VPR * PER;
-      int4 x = make_int4(0, 0, 0, 0);
-      if (r0 + r < T)
-        x = *(const int4 *)(g + (size_t)(r0 + r) * ld + c);
-      *(int4 *)(s + r * LDH + c) = x;
+    for (int i = threadIdx.x; i < R * VPR; i += THREADS) {
+      int r = i / VPR, c = i % VPR * 8;
+      bool in = r0 + r < T;
+      fa_cp16(s + r * LD + c, g + (size_t)(in ? r0 + r : 0) * ld + c, in ? 16 : 0);
     }
   } else {
-    for (int i = threadIdx.x; i < TILE * HS; i += THREADS) {
+    for (int i = threadIdx.x; i < R * HS; i += THREADS) {
       int r = i / HS, c = i % HS;
-      s[r * LDH + c] = r0 + r < T ? g[(size_t)(r0 + r) * ld + c] : zt__st<E>(0.0f);
+      s[r * LD + c] = r0 + r < T ? g[(size_t)(r0 + r) * ld + c] : zt__st<E>(0.0f);
     }
   }
 }
 
-// TILE fp32 values per row, v[r0 + r] for r0 + r < T, else 0.
-static __device__ void fa_load_rows(float *s, const float *v, int r0, int T) {
-  if (threadIdx.x < TILE)
-    s[threadIdx.x] = r0 + (int)threadIdx.x < T ? v[r0 + threadIdx.x] : 0.0f;
-}
-
-template <class E> using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
-template <class E>
-using frag_bc = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major>;
-template <class E>
-using frag_br = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major>;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-
-// The warp's 16 rows of X Y^T into out (16 x TILE, fp32, pitch LDS): x holds the warp's rows
-// (16 x HS, pitch LDH), y the TILE rows (TILE x HS, pitch LDH).
-template <class E, int HS>
-static __device__ void fa_rows_xyt(float *out, const E *x, const E *y) {
-  constexpr int LDH = fa_geom<HS>::LDH, LDS = fa_geom<HS>::LDS;
+// acc[n] (n-tiles of 8 columns, N columns) += X Y^T for a warp's 16 rows: x its rows (16 x HS),
+// y the N rows of the other operand (N x HS), both row-major with pitch LD.
+template <class E, int HS, int N>
+static __device__ __forceinline__ void fa_xyt(float (&acc)[N / 8][4], const E *x, const E *y) {
+  constexpr int LD = fa_pitch<HS>::LD;
+  int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
 #pragma unroll
-  for (int n = 0; n < TILE / 16; n++) {
-    frag_c acc;
-    wmma::fill_fragment(acc, 0.0f);
+  for (int kk = 0; kk < HS / 16; kk++) {
+    uint32_t a[4];
+    fa_ldsm(a, x + ((mi & 1) * 8 + mr) * LD + kk * 16 + (mi >> 1) * 8);
 #pragma unroll
-    for (int kk = 0; kk < HS / 16; kk++) {
-      frag_a<E> a;
-      frag_bc<E> b;
-      wmma::load_matrix_sync(a, x + kk * 16, LDH);
-      wmma::load_matrix_sync(b, y + n * 16 * LDH + kk * 16, LDH);
-      wmma::mma_sync(acc, a, b, acc);
-    }
-    wmma::store_matrix_sync(out + n * 16, acc, LDS, wmma::mem_row_major);
-  }
-}
-
-// acc[n] += X Y for the warp: x its 16 rows of a TILE-wide dt matrix (pitch LDP), y (TILE x HS,
-// pitch LDH); acc[n] covers columns [16n, 16n + 16).
-template <class E, int HS>
-static __device__ void fa_rows_xy(frag_c *acc, const E *x, const E *y) {
-  constexpr int LDH = fa_geom<HS>::LDH, LDP = fa_geom<HS>::LDP;
-#pragma unroll
-  for (int kk = 0; kk < TILE / 16; kk++) {
-    frag_a<E> a;
-    wmma::load_matrix_sync(a, x + kk * 16, LDP);
-#pragma unroll
-    for (int n = 0; n < HS / 16; n++) {
-      frag_br<E> b;
-      wmma::load_matrix_sync(b, y + kk * 16 * LDH + n * 16, LDH);
-      wmma::mma_sync(acc[n], a, b, acc[n]);
+    for (int np = 0; np < N / 16; np++) {
+      uint32_t b[4];
+      fa_ldsm(b, y + (np * 16 + (mi >> 1) * 8 + mr) * LD + kk * 16 + (mi & 1) * 8);
+      fa_mma<E>::run(acc[2 * np], a, b[0], b[1]);
+      fa_mma<E>::run(acc[2 * np + 1], a, b[2], b[3]);
     }
   }
 }
 
-// g[row r][c] += acc for the warp's 16 rows (rows from row0; those >= T skipped), through the
-// warp's 16 rows of the fp32 staging area st (pitch LDS >= 16).
+// acc[n] (HS/8 n-tiles) += P Y for a warp's 16 rows: p the warp's 16 x K values in accumulator
+// layout (rounded to E here), y (K x HS, row-major, pitch LD).
+template <class E, int HS, int K>
+static __device__ __forceinline__ void fa_py(float (&acc)[HS / 8][4], const float (&p)[K / 8][4],
+                                             const E *y) {
+  constexpr int LD = fa_pitch<HS>::LD;
+  int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
+#pragma unroll
+  for (int kt = 0; kt < K / 16; kt++) {
+    uint32_t a[4] = {fa_mma<E>::pack(p[2 * kt][0], p[2 * kt][1]),
+                     fa_mma<E>::pack(p[2 * kt][2], p[2 * kt][3]),
+                     fa_mma<E>::pack(p[2 * kt + 1][0], p[2 * kt + 1][1]),
+                     fa_mma<E>::pack(p[2 * kt + 1][2], p[2 * kt + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < HS / 16; dp++) {
+      uint32_t b[4];
+      fa_ldsm_t(b, y + (kt * 16 + (mi & 1) * 8 + mr) * LD + dp * 16 + (mi >> 1) * 8);
+      fa_mma<E>::run(acc[2 * dp], a, b[0], b[1]);
+      fa_mma<E>::run(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// g[row][col] += acc for a warp's 16 rows starting at row0 (rows >= T skipped), g an (.., ld)
+// matrix of E.
 template <class E, int HS>
-static __device__ void fa_add_rows(E *g, size_t ld, int row0, int T, const frag_c *acc,
-                                   float *st) {
-  constexpr int LDS = fa_geom<HS>::LDS;
+static __device__ void fa_add_rows(E *g, size_t ld, int row0, int T,
+                                   const float (&acc)[HS / 8][4]) {
   int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int n = 0; n < HS / 16; n++) {
-    __syncwarp();
-    wmma::store_matrix_sync(st, acc[n], LDS, wmma::mem_row_major);
-    __syncwarp();
-    for (int e = lane; e < 16 * 16; e += 32) {
-      int r = e / 16, c = e % 16;
-      if (row0 + r < T) {
-        E *p = g + (size_t)(row0 + r) * ld + n * 16 + c;
-        *p = zt__st<E>(zt__ld(*p) + st[r * LDS + c]);
+  for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int r = row0 + lane / 4 + (e >> 1) * 8, c = n * 8 + 2 * (lane % 4) + (e & 1);
+      if (r < T) {
+        E *p = g + (size_t)r * ld + c;
+        *p = zt__st<E>(zt__ld(*p) + acc[n][e]);
       }
     }
-  }
 }
 
-// ---- forward: one block per (query tile, head, batch element) --------------------------------
+template <int N> static __device__ __forceinline__ void fa_zero(float (&a)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; n++)
+    a[n][0] = a[n][1] = a[n][2] = a[n][3] = 0.0f;
+}
+
+// ---- forward: one block per (64 queries, head, batch element) -------------------------------
+template <int HS> struct fa_fwd_geom {
+  static constexpr int BN = 64; // keys per tile
+  static constexpr size_t bytes = (size_t)(ROWS + 4 * BN) * fa_pitch<HS>::LD * 2;
+};
+
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
     fa_fwd_kernel(E *out, E *o_copy, float *lse, const E *qkv, int T, int C, int NH, int causal,
-                  float scale, bool vec) {
-  typedef fa_geom<HS> G;
+                  float scale_log2, bool vec) {
+  constexpr int LD = fa_pitch<HS>::LD, BN = fa_fwd_geom<HS>::BN;
   extern __shared__ __align__(128) unsigned char sm[];
-  E *sq = (E *)sm, *sk = (E *)(sm + G::H), *sv = (E *)(sm + 2 * G::H);
-  float *ss = (float *)(sm + 3 * G::H);
-  E *sp = (E *)(sm + 3 * G::H + G::S);
-  float *so = (float *)(sm + 3 * G::H + G::S + G::P);
-  float *sm_max = (float *)(sm + 3 * G::H + G::S + G::P + G::O);
-  float *sm_sum = (float *)(sm + 3 * G::H + G::S + G::P + G::O + G::V);
+  E *sq = (E *)sm, *sk = sq + ROWS * LD, *sv = sk + 2 * BN * LD; // K and V: two tiles each
   // the causal tiles far down the sequence have the most keys: start them first
-  int q0 = (int)(gridDim.x - 1 - blockIdx.x) * TILE, h = blockIdx.y, b = blockIdx.z;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, w0 = warp * WROWS;
+  int q0 = (int)(gridDim.x - 1 - blockIdx.x) * ROWS, h = blockIdx.y, b = blockIdx.z;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
   size_t C3 = 3 * (size_t)C;
   const E *qg = qkv + (size_t)b * T * C3 + (size_t)h * HS, *kg = qg + C, *vg = qg + 2 * (size_t)C;
 
-  fa_load_tile<E, HS>(sq, qg, C3, q0, T, vec);
-  for (int i = threadIdx.x; i < TILE * G::LDO; i += THREADS)
-    so[i] = 0.0f;
-  if (threadIdx.x < TILE) {
-    sm_max[threadIdx.x] = -INFINITY;
-    sm_sum[threadIdx.x] = 0.0f;
-  }
-  int kend = causal ? min(T, q0 + TILE) : T;
-  for (int k0 = 0; k0 < kend; k0 += TILE) {
-    __syncthreads(); // every warp is done with the previous K and V tiles
-    fa_load_tile<E, HS>(sk, kg, C3, k0, T, vec);
-    fa_load_tile<E, HS>(sv, vg, C3, k0, T, vec);
+  int kend = causal ? min(T, q0 + ROWS) : T, ntiles = (kend + BN - 1) / BN;
+  fa_load_tile<E, HS, ROWS>(sq, qg, C3, q0, T, vec);
+  fa_load_tile<E, HS, BN>(sk, kg, C3, 0, T, vec);
+  fa_load_tile<E, HS, BN>(sv, vg, C3, 0, T, vec);
+  fa_cp_commit();
+  float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  fa_zero(o);
+  for (int j = 0; j < ntiles; j++) {
+    E *kt = sk + (j & 1) * BN * LD, *vt = sv + (j & 1) * BN * LD;
+    if (j + 1 < ntiles) { // the next tile into the other buffers while this one computes
+      fa_load_tile<E, HS, BN>(sk + ((j + 1) & 1) * BN * LD, kg, C3, (j + 1) * BN, T, vec);
+      fa_load_tile<E, HS, BN>(sv + ((j + 1) & 1) * BN * LD, vg, C3, (j + 1) * BN, T, vec);
+      fa_cp_commit();
+      fa_cp_wait<1>();
+    } else {
+      fa_cp_wait<0>();
+    }
     __syncthreads();
-    fa_rows_xyt<E, HS>(ss + w0 * G::LDS, sq + w0 * G::LDH, sk);
-    __syncwarp();
-    // online softmax of the warp's rows: lanes 2r' and 2r'+1 share row w0 + r', each taking
-    // every other score of the tile (fixed order: the pair's sums combine with one shuffle)
-    {
-      int r = w0 + lane / 2, half = lane % 2, i = q0 + r;
-      const float *srow = ss + r * G::LDS;
-      float mx = -INFINITY;
-      for (int c = half; c < TILE; c += 2) {
-        int j = k0 + c;
-        if (j < T && (!causal || j <= i))
-          mx = fmaxf(mx, srow[c] * scale);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(ZT__FULL_MASK, mx, 1));
-      // m_new is finite: key 0 of the first tile is visible from every row (padding rows
-      // past T included); the first tile's alpha is exp(-inf) = 0
-      float m_old = sm_max[r], m_new = fmaxf(m_old, mx);
-      float alpha = expf(m_old - m_new), sum = 0.0f;
-      for (int c = half; c < TILE; c += 2) {
-        int j = k0 + c;
-        float p = j < T && (!causal || j <= i) ? expf(srow[c] * scale - m_new) : 0.0f;
-        sum += p;
-        sp[r * G::LDP + c] = zt__st<E>(p);
-      }
-      sum += __shfl_xor_sync(ZT__FULL_MASK, sum, 1);
-      for (int d = half; d < HS; d += 2)
-        so[r * G::LDO + d] *= alpha;
-      __syncwarp(); // both lanes of the pair have read the old statistics
-      if (half == 0) {
-        sm_max[r] = m_new;
-        sm_sum[r] = sm_sum[r] * alpha + sum;
-      }
-    }
-    __syncwarp();
-    // O += P V for the warp's rows, the accumulator living in shared memory
+    float s[BN / 8][4];
+    fa_zero(s);
+    fa_xyt<E, HS, BN>(s, sq + warp * 16 * LD, kt);
+    int k0 = j * BN;
+    bool edge = k0 + BN > T || (causal && k0 + BN > q0 + warp * 16);
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < HS / 16; n++) {
-      frag_c acc;
-      float *o = so + w0 * G::LDO + n * 16;
-      wmma::load_matrix_sync(acc, o, G::LDO, wmma::mem_row_major);
+    for (int n = 0; n < BN / 8; n++)
 #pragma unroll
-      for (int kk = 0; kk < TILE / 16; kk++) {
-        frag_a<E> a;
-        frag_br<E> bv;
-        wmma::load_matrix_sync(a, sp + w0 * G::LDP + kk * 16, G::LDP);
-        wmma::load_matrix_sync(bv, sv + kk * 16 * G::LDH + n * 16, G::LDH);
-        wmma::mma_sync(acc, a, bv, acc);
+      for (int e = 0; e < 4; e++) {
+        float v = s[n][e] * scale_log2;
+        int col = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+        if (edge && (col >= T || (causal && col > row[e >> 1])))
+          v = -INFINITY;
+        s[n][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
-      wmma::store_matrix_sync(o, acc, G::LDO, wmma::mem_row_major);
+    float alpha[2], mref[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(ZT__FULL_MASK, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(ZT__FULL_MASK, mx[r], 2));
+      float mn = fmaxf(m[r], mx[r]);
+      mref[r] = mn == -INFINITY ? 0.0f : mn; // a row with nothing visible yet stays all zero
+      alpha[r] = exp2f(m[r] - mref[r]);
+      m[r] = mn;
     }
-  }
-  __syncwarp();
-  for (int r = w0; r < w0 + WROWS; r++) {
-    int i = q0 + r;
-    if (i >= T)
-      break;
-    float inv = 1.0f / sm_sum[r];
-    size_t row = ((size_t)b * T + i) * C + (size_t)h * HS;
-    for (int d = lane; d < HS; d += 32) {
-      E o = zt__st<E>(so[r * G::LDO + d] * inv);
-      out[row + d] = o;
-      o_copy[row + d] = o;
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float p = exp2f(s[n][e] - mref[e >> 1]);
+        s[n][e] = p;
+        sum[e >> 1] += p;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+      l[r] = l[r] * alpha[r] + sum[r]; // this lane's columns; the quad adds up at the end
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
     }
-    if (lane == 0)
-      lse[((size_t)b * NH + h) * T + i] = sm_max[r] + logf(sm_sum[r]);
+    fa_py<E, HS, BN>(o, s, vt);
+    __syncthreads(); // every warp is done with this tile's buffers before they are refilled
   }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(ZT__FULL_MASK, l[r], 1);
+    l[r] += __shfl_xor_sync(ZT__FULL_MASK, l[r], 2);
+  }
+#pragma unroll
+  for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int i = row[e >> 1];
+      if (i < T) {
+        size_t at = ((size_t)b * T + i) * C + (size_t)h * HS + n * 8 + 2 * (lane % 4) + (e & 1);
+        E v = zt__st<E>(o[n][e] / l[e >> 1]);
+        out[at] = v;
+        o_copy[at] = v;
+      }
+    }
+  if (lane % 4 == 0)
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+      if (row[r] < T)
+        lse[((size_t)b * NH + h) * T + row[r]] = (m[r] + log2f(l[r])) / LOG2E;
 }
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -266,121 +318,152 @@ static __global__ void fa_rowdot_kernel(float *D, const E *dout, const E *o, siz
     D[r] = acc;
 }
 
-// The probability of query i on key j recomputed from the score s and the query's LSE l; 0
-// where the key is masked or either row lies past T.
-static __device__ __forceinline__ float fa_p(float s, float l, int i, int j, int T, int causal,
-                                             float scale) {
-  return i < T && j < T && (!causal || j <= i) ? expf(s * scale - l) : 0.0f;
-}
+// The backward streams tiles of N rows: 32 for head size 128, whose accumulators take more
+// registers, else 64.
+template <int HS> struct fa_bwd_geom {
+  static constexpr int N = HS == 128 ? 32 : 64;
+  static constexpr size_t tiles = (size_t)(2 * ROWS + 4 * N) * fa_pitch<HS>::LD * 2;
+  static constexpr size_t kv_bytes = tiles + 4 * N * sizeof(float); // + LSE and D, two tiles
+  static constexpr size_t q_bytes = tiles;
+};
 
-// dK and dV: one block per (key tile, head, batch element), looping over the query tiles that
-// see its keys; dqkv's k and v rows of the tile are added to once, at the end.
+// dK and dV: one block per (64 keys, head, batch element), looping over the query tiles that
+// see its keys; dqkv's k and v rows of the block are added to once, at the end.
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
     fa_bwd_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
-                     int T, int C, int NH, int causal, float scale, bool vec) {
-  typedef fa_geom<HS> G;
+                     int T, int C, int NH, int causal, float scale, float scale_log2, bool vec) {
+  constexpr int LD = fa_pitch<HS>::LD, N = fa_bwd_geom<HS>::N;
   extern __shared__ __align__(128) unsigned char sm[];
-  E *sk = (E *)sm, *sv = (E *)(sm + G::H), *sq = (E *)(sm + 2 * G::H);
-  E *sdo = (E *)(sm + 3 * G::H);
-  float *ss = (float *)(sm + 4 * G::H), *sdp = (float *)(sm + 4 * G::H + G::S);
-  E *spt = (E *)(sm + 4 * G::H + 2 * G::S), *sdst = (E *)(sm + 4 * G::H + 2 * G::S + G::P);
-  float *slse = (float *)(sm + 4 * G::H + 2 * G::S + 2 * G::P);
-  float *sD = (float *)(sm + 4 * G::H + 2 * G::S + 2 * G::P + G::V);
+  E *sk = (E *)sm, *sv = sk + ROWS * LD, *sq = sv + ROWS * LD, *sdo = sq + 2 * N * LD;
+  float *slse = (float *)(sdo + 2 * N * LD), *sD = slse + 2 * N; // LSE * log2(e), D
   // the causal key tiles early in the sequence have the most queries and come first already
-  int k0 = (int)blockIdx.x * TILE, h = blockIdx.y, b = blockIdx.z;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, w0 = warp * WROWS;
+  int k0 = (int)blockIdx.x * ROWS, h = blockIdx.y, b = blockIdx.z;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int key[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
   size_t C3 = 3 * (size_t)C;
   const E *qg = qkv + (size_t)b * T * C3 + (size_t)h * HS, *kg = qg + C, *vg = qg + 2 * (size_t)C;
   const E *dog = dout + (size_t)b * T * C + (size_t)h * HS;
   const float *lg = lse + ((size_t)b * NH + h) * T, *Dg = D + ((size_t)b * NH + h) * T;
-
-  fa_load_tile<E, HS>(sk, kg, C3, k0, T, vec);
-  fa_load_tile<E, HS>(sv, vg, C3, k0, T, vec);
-  frag_c dk[HS / 16], dv[HS / 16];
-#pragma unroll
-  for (int n = 0; n < HS / 16; n++) {
-    wmma::fill_fragment(dk[n], 0.0f);
-    wmma::fill_fragment(dv[n], 0.0f);
-  }
-  for (int q0 = causal ? k0 : 0; q0 < T; q0 += TILE) {
-    __syncthreads(); // every warp is done with the previous query tile
-    fa_load_tile<E, HS>(sq, qg, C3, q0, T, vec);
-    fa_load_tile<E, HS>(sdo, dog, C, q0, T, vec);
-    fa_load_rows(slse, lg, q0, T);
-    fa_load_rows(sD, Dg, q0, T);
-    __syncthreads();
-    // the warp's 16 keys against the tile's queries: S^T = K Q^T, dP^T = V dO^T
-    fa_rows_xyt<E, HS>(ss + w0 * G::LDS, sk + w0 * G::LDH, sq);
-    fa_rows_xyt<E, HS>(sdp + w0 * G::LDS, sv + w0 * G::LDH, sdo);
-    __syncwarp();
-    for (int e = lane; e < WROWS * TILE; e += 32) {
-      int r = w0 + e / TILE, c = e % TILE;
-      float p = fa_p(ss[r * G::LDS + c], slse[c], q0 + c, k0 + r, T, causal, scale);
-      spt[r * G::LDP + c] = zt__st<E>(p);
-      sdst[r * G::LDP + c] = zt__st<E>(p * (sdp[r * G::LDS + c] - sD[c]) * scale);
+  // a query tile's rows, LSE and D into buffer i
+  auto load = [&](int i, int q0) {
+    fa_load_tile<E, HS, N>(sq + i * N * LD, qg, C3, q0, T, vec);
+    fa_load_tile<E, HS, N>(sdo + i * N * LD, dog, C, q0, T, vec);
+    if (threadIdx.x < N) {
+      int q = q0 + threadIdx.x;
+      slse[i * N + threadIdx.x] = q < T ? lg[q] * LOG2E : 0.0f;
+      sD[i * N + threadIdx.x] = q < T ? Dg[q] : 0.0f;
     }
-    __syncwarp();
-    // dV += P^T dO, dK += dS^T Q
-    fa_rows_xy<E, HS>(dv, spt + w0 * G::LDP, sdo);
-    fa_rows_xy<E, HS>(dk, sdst + w0 * G::LDP, sq);
+  };
+
+  int qstart = causal ? k0 : 0, ntiles = (T - qstart + N - 1) / N;
+  fa_load_tile<E, HS, ROWS>(sk, kg, C3, k0, T, vec);
+  fa_load_tile<E, HS, ROWS>(sv, vg, C3, k0, T, vec);
+  load(0, qstart);
+  fa_cp_commit();
+  float dk[HS / 8][4], dv[HS / 8][4];
+  fa_zero(dk);
+  fa_zero(dv);
+  for (int j = 0; j < ntiles; j++) {
+    int q0 = qstart + j * N, i = j & 1;
+    if (j + 1 < ntiles) {
+      load(i ^ 1, q0 + N);
+      fa_cp_commit();
+      fa_cp_wait<1>();
+    } else {
+      fa_cp_wait<0>();
+    }
+    __syncthreads();
+    const E *qt = sq + i * N * LD, *dot = sdo + i * N * LD;
+    // the warp's 16 keys against the tile's queries: S^T = K Q^T, dP^T = V dO^T
+    float st[N / 8][4], dpt[N / 8][4];
+    fa_zero(st);
+    fa_zero(dpt);
+    fa_xyt<E, HS, N>(st, sk + warp * 16 * LD, qt);
+    fa_xyt<E, HS, N>(dpt, sv + warp * 16 * LD, dot);
+#pragma unroll
+    for (int n = 0; n < N / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int c = n * 8 + 2 * (lane % 4) + (e & 1), q = q0 + c, kr = key[e >> 1];
+        float p = q < T && kr < T && (!causal || kr <= q)
+                      ? exp2f(st[n][e] * scale_log2 - slse[i * N + c])
+                      : 0.0f;
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - sD[i * N + c]) * scale;
+      }
+    fa_py<E, HS, N>(dv, st, dot); // dV += P^T dO
+    fa_py<E, HS, N>(dk, dpt, qt); // dK += dS^T Q
+    __syncthreads();              // every warp is done with this tile before it is refilled
   }
-  // the staging area is the warp's own rows of ss, which no other warp reads
   E *dkg = dqkv + (size_t)b * T * C3 + (size_t)h * HS + C, *dvg = dkg + C;
-  fa_add_rows<E, HS>(dkg, C3, k0 + w0, T, dk, ss + w0 * G::LDS);
-  fa_add_rows<E, HS>(dvg, C3, k0 + w0, T, dv, ss + w0 * G::LDS);
+  fa_add_rows<E, HS>(dkg, C3, k0 + warp * 16, T, dk);
+  fa_add_rows<E, HS>(dvg, C3, k0 + warp * 16, T, dv);
 }
 
-// dQ: one block per (query tile, head, batch element), looping over the visible key tiles;
-// dqkv's q rows of the tile are added to once, at the end.
+// dQ: one block per (64 queries, head, batch element), looping over the visible key tiles;
+// dqkv's q rows of the block are added to once, at the end.
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
     fa_bwd_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
-                    int T, int C, int NH, int causal, float scale, bool vec) {
-  typedef fa_geom<HS> G;
+                    int T, int C, int NH, int causal, float scale, float scale_log2, bool vec) {
+  constexpr int LD = fa_pitch<HS>::LD, N = fa_bwd_geom<HS>::N;
   extern __shared__ __align__(128) unsigned char sm[];
-  E *sq = (E *)sm, *sdo = (E *)(sm + G::H), *sk = (E *)(sm + 2 * G::H);
-  E *sv = (E *)(sm + 3 * G::H);
-  float *ss = (float *)(sm + 4 * G::H), *sdp = (float *)(sm + 4 * G::H + G::S);
-  E *sds = (E *)(sm + 4 * G::H + 2 * G::S);
-  float *slse = (float *)(sm + 4 * G::H + 2 * G::S + G::P);
-  float *sD = (float *)(sm + 4 * G::H + 2 * G::S + G::P + G::V);
-  int q0 = (int)(gridDim.x - 1 - blockIdx.x) * TILE, h = blockIdx.y, b = blockIdx.z;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, w0 = warp * WROWS;
+  E *sq = (E *)sm, *sdo = sq + ROWS * LD, *sk = sdo + ROWS * LD, *sv = sk + 2 * N * LD;
+  int q0 = (int)(gridDim.x - 1 - blockIdx.x) * ROWS, h = blockIdx.y, b = blockIdx.z;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
   size_t C3 = 3 * (size_t)C;
   const E *qg = qkv + (size_t)b * T * C3 + (size_t)h * HS, *kg = qg + C, *vg = qg + 2 * (size_t)C;
   const E *dog = dout + (size_t)b * T * C + (size_t)h * HS;
   const float *lg = lse + ((size_t)b * NH + h) * T, *Dg = D + ((size_t)b * NH + h) * T;
-
-  fa_load_tile<E, HS>(sq, qg, C3, q0, T, vec);
-  fa_load_tile<E, HS>(sdo, dog, C, q0, T, vec);
-  fa_load_rows(slse, lg, q0, T);
-  fa_load_rows(sD, Dg, q0, T);
-  frag_c dq[HS / 16];
+  float l2[2], Dr[2];
 #pragma unroll
-  for (int n = 0; n < HS / 16; n++)
-    wmma::fill_fragment(dq[n], 0.0f);
-  int kend = causal ? min(T, q0 + TILE) : T;
-  for (int k0 = 0; k0 < kend; k0 += TILE) {
-    __syncthreads(); // every warp is done with the previous K and V tiles
-    fa_load_tile<E, HS>(sk, kg, C3, k0, T, vec);
-    fa_load_tile<E, HS>(sv, vg, C3, k0, T, vec);
-    __syncthreads();
-    // the warp's 16 queries against the tile's keys: S = Q K^T, dP = dO V^T
-    fa_rows_xyt<E, HS>(ss + w0 * G::LDS, sq + w0 * G::LDH, sk);
-    fa_rows_xyt<E, HS>(sdp + w0 * G::LDS, sdo + w0 * G::LDH, sv);
-    __syncwarp();
-    for (int e = lane; e < WROWS * TILE; e += 32) {
-      int r = w0 + e / TILE, c = e % TILE;
-      float p = fa_p(ss[r * G::LDS + c], slse[r], q0 + r, k0 + c, T, causal, scale);
-      sds[r * G::LDP + c] = zt__st<E>(p * (sdp[r * G::LDS + c] - sD[r]) * scale);
-    }
-    __syncwarp();
-    // dQ += dS K
-    fa_rows_xy<E, HS>(dq, sds + w0 * G::LDP, sk);
+  for (int r = 0; r < 2; r++) {
+    l2[r] = row[r] < T ? lg[row[r]] * LOG2E : 0.0f;
+    Dr[r] = row[r] < T ? Dg[row[r]] : 0.0f;
   }
-  fa_add_rows<E, HS>(dqkv + (size_t)b * T * C3 + (size_t)h * HS, C3, q0 + w0, T, dq,
-                     ss + w0 * G::LDS);
+
+  int kend = causal ? min(T, q0 + ROWS) : T, ntiles = (kend + N - 1) / N;
+  fa_load_tile<E, HS, ROWS>(sq, qg, C3, q0, T, vec);
+  fa_load_tile<E, HS, ROWS>(sdo, dog, C, q0, T, vec);
+  fa_load_tile<E, HS, N>(sk, kg, C3, 0, T, vec);
+  fa_load_tile<E, HS, N>(sv, vg, C3, 0, T, vec);
+  fa_cp_commit();
+  float dq[HS / 8][4];
+  fa_zero(dq);
+  for (int j = 0; j < ntiles; j++) {
+    int k0 = j * N, i = j & 1;
+    if (j + 1 < ntiles) {
+      fa_load_tile<E, HS, N>(sk + (i ^ 1) * N * LD, kg, C3, k0 + N, T, vec);
+      fa_load_tile<E, HS, N>(sv + (i ^ 1) * N * LD, vg, C3, k0 + N, T, vec);
+      fa_cp_commit();
+      fa_cp_wait<1>();
+    } else {
+      fa_cp_wait<0>();
+    }
+    __syncthreads();
+    const E *kt = sk + i * N * LD, *vt = sv + i * N * LD;
+    // the warp's 16 queries against the tile's keys: S = Q K^T, dP = dO V^T
+    float s[N / 8][4], dp[N / 8][4];
+    fa_zero(s);
+    fa_zero(dp);
+    fa_xyt<E, HS, N>(s, sq + warp * 16 * LD, kt);
+    fa_xyt<E, HS, N>(dp, sdo + warp * 16 * LD, vt);
+#pragma unroll
+    for (int n = 0; n < N / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int col = k0 + n * 8 + 2 * (lane % 4) + (e & 1), r = row[e >> 1];
+        float p = r < T && col < T && (!causal || col <= r)
+                      ? exp2f(s[n][e] * scale_log2 - l2[e >> 1])
+                      : 0.0f;
+        dp[n][e] = p * (dp[n][e] - Dr[e >> 1]) * scale;
+      }
+    fa_py<E, HS, N>(dq, dp, kt); // dQ += dS K
+    __syncthreads();             // every warp is done with this tile before it is refilled
+  }
+  fa_add_rows<E, HS>(dqkv + (size_t)b * T * C3 + (size_t)h * HS, C3, q0 + warp * 16, T, dq);
 }
 
 // ---- host side ---------------------------------------------------------------------------------
@@ -431,29 +514,29 @@ static int allow_smem(zt__cuda_ctx *ctx, K kernel, size_t bytes, const char *wha
 template <class E, int HS>
 static int fwd(zt__cuda_ctx *ctx, fa_layout l, E *out, void *saved, const E *qkv, int B, int T,
                int C, int NH, int causal, float scale) {
-  typedef fa_geom<HS> G;
+  constexpr size_t smem = fa_fwd_geom<HS>::bytes;
   float *lse = (float *)saved;
   E *o_copy = (E *)((char *)saved + l.o_off);
   bool vec = aligned16(qkv);
-  dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
-  if (allow_smem(ctx, fa_fwd_kernel<E, HS>, G::fwd_bytes, "fa_fwd_kernel smem") < 0)
+  dim3 grid((unsigned)((T + ROWS - 1) / ROWS), (unsigned)NH, (unsigned)B);
+  if (allow_smem(ctx, fa_fwd_kernel<E, HS>, smem, "fa_fwd_kernel smem") < 0)
     return ctx->err;
-  fa_fwd_kernel<E, HS><<<grid, THREADS, G::fwd_bytes, ctx->stream>>>(out, o_copy, lse, qkv, T, C,
-                                                                      NH, causal, scale, vec);
+  fa_fwd_kernel<E, HS><<<grid, THREADS, smem, ctx->stream>>>(out, o_copy, lse, qkv, T, C, NH,
+                                                             causal, scale * LOG2E, vec);
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_fwd_kernel", __FILE__, __LINE__);
 }
 
 template <class E, int HS>
 static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *qkv,
                const void *saved, int B, int T, int C, int NH, int causal, float scale) {
-  typedef fa_geom<HS> G;
+  typedef fa_bwd_geom<HS> G;
   const float *lse = (const float *)saved;
   const E *o_copy = (const E *)((const char *)saved + l.o_off);
   // D is the scratch part of saved (flash_attention.h)
   float *D = (float *)((char *)saved + l.d_off);
   size_t rows = (size_t)B * NH * T;
   bool vec = aligned16(qkv) && aligned16(dout);
-  dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
+  dim3 grid((unsigned)((T + ROWS - 1) / ROWS), (unsigned)NH, (unsigned)B);
   fa_rowdot_kernel<E><<<(unsigned)((rows + 7) / 8), 256, 0, ctx->stream>>>(D, dout, o_copy, rows,
                                                                           T, C, NH, HS);
   if (zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_rowdot_kernel", __FILE__, __LINE__) < 0)
@@ -461,13 +544,13 @@ static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *
   if (allow_smem(ctx, fa_bwd_kv_kernel<E, HS>, G::kv_bytes, "fa_bwd_kv_kernel smem") < 0)
     return ctx->err;
   fa_bwd_kv_kernel<E, HS><<<grid, THREADS, G::kv_bytes, ctx->stream>>>(
-      dqkv, dout, qkv, lse, D, T, C, NH, causal, scale, vec);
+      dqkv, dout, qkv, lse, D, T, C, NH, causal, scale, scale * LOG2E, vec);
   if (zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_bwd_kv_kernel", __FILE__, __LINE__) < 0)
     return ctx->err;
   if (allow_smem(ctx, fa_bwd_q_kernel<E, HS>, G::q_bytes, "fa_bwd_q_kernel smem") < 0)
     return ctx->err;
-  fa_bwd_q_kernel<E, HS><<<grid, THREADS, G::q_bytes, ctx->stream>>>(dqkv, dout, qkv, lse, D, T,
-                                                                     C, NH, causal, scale, vec);
+  fa_bwd_q_kernel<E, HS><<<grid, THREADS, G::q_bytes, ctx->stream>>>(
+      dqkv, dout, qkv, lse, D, T, C, NH, causal, scale, scale * LOG2E, vec);
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_bwd_q_kernel", __FILE__, __LINE__);
 }
 
