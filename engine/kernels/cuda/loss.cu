@@ -1,6 +1,6 @@
 // Fused softmax-cross-entropy, following cpu/loss.c: per row the max is subtracted, each
-// exponential is an fp32 expf and their sum is accumulated in double; the gradient is
-// (e * (float)(1/sum) * dscale) - dscale at the target, padding columns zeroed.
+// exponential is an fp32 expf and their sum is accumulated (in double across threads); the
+// gradient is (e * (float)(1/sum) * dscale) - dscale at the target, padding columns zeroed.
 //
 // The loss is a sum over rows whose order must not depend on timing: a fixed number of blocks
 // (a function of N only) each take rows blk, blk + G, ... in order and keep their own double
@@ -32,8 +32,16 @@ static_assert(sizeof(ce_totals) <= ZT__CUDA_PINNED_BYTES, "pinned buffer too sma
 } // namespace
 
 // grad NULL: loss only; else grad may be logits itself. T: the logits' storage type
-// (lowp.cuh), float for fp32; the arithmetic is fp32/double either way.
-template <class T>
+// (lowp.cuh), float for fp32; the arithmetic is fp32/double either way. V8: rows read and
+// written eight elements a thread with 16-byte accesses (V_alloc a multiple of 8, the rows
+// 16-byte aligned).
+//
+// One read of the row finds its max and sum of exponentials together: each thread keeps a
+// running max and its sum of exp(x - running max), rescaled when the max grows (an fp32 sum
+// of the thread's share, where the reference adds every exponential in double: within fp32
+// rounding of it); the threads' sums meet in double at the row's max. The gradient pass reads
+// the row again (mostly from L2).
+template <class T, bool V8>
 static __global__ void crossentropy_kernel(ce_scratch *sc, T *grad, const T *logits,
                                            const int32_t *targets, int N, int V, int V_alloc,
                                            int ignore_index, float dscale) {
@@ -51,28 +59,64 @@ static __global__ void crossentropy_kernel(ce_scratch *sc, T *grad, const T *log
     }
     // read before the first barrier, so before any thread can overwrite it (grad == logits)
     float x_target = zt__ld(x[target]);
-    float maxv = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-      maxv = fmaxf(maxv, zt__ld(x[j]));
-    maxv = zt__block_max(maxv);
-    double sum_exp = 0.0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-      sum_exp += expf(zt__ld(x[j]) - maxv);
-    sum_exp = zt__block_sum(sum_exp);
+    float tmax = -INFINITY, tsum = 0.0f;
+    if (V8) {
+      for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
+        float v[8], cm = -INFINITY;
+        zt__ld8(x + j, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (j + k < V)
+            cm = fmaxf(cm, v[k]);
+        if (cm > tmax) {
+          tsum *= expf(tmax - cm);
+          tmax = cm;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (j + k < V)
+            tsum += expf(v[k] - tmax);
+      }
+    } else {
+      for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = zt__ld(x[j]);
+        if (v > tmax) {
+          tsum *= expf(tmax - v);
+          tmax = v;
+        }
+        tsum += expf(v - tmax);
+      }
+    }
+    float maxv = zt__block_max(tmax);
+    double sum_exp =
+        zt__block_sum(tmax == -INFINITY ? 0.0 : (double)(tsum * expf(tmax - maxv)));
     if (threadIdx.x == 0) {
       block_loss += maxv + log(sum_exp) - x_target;
       block_count++;
     }
     if (g) {
       float mul = (float)(1.0 / sum_exp) * dscale;
-      for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = expf(zt__ld(x[j]) - maxv) * mul;
-        if (j == target)
-          v -= dscale;
-        g[j] = zt__st<T>(v);
+      if (V8) {
+        for (int j = threadIdx.x * 8; j < V_alloc; j += blockDim.x * 8) {
+          float v[8];
+          zt__ld8(x + j, v);
+#pragma unroll
+          for (int k = 0; k < 8; k++) {
+            float e = j + k < V ? expf(v[k] - maxv) * mul : 0.0f;
+            v[k] = j + k == target ? e - dscale : e;
+          }
+          zt__st8(g + j, v);
+        }
+      } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) {
+          float v = expf(zt__ld(x[j]) - maxv) * mul;
+          if (j == target)
+            v -= dscale;
+          g[j] = zt__st<T>(v);
+        }
+        for (int j = V + threadIdx.x; j < V_alloc; j += blockDim.x)
+          g[j] = zt__st<T>(0.0f);
       }
-      for (int j = V + threadIdx.x; j < V_alloc; j += blockDim.x)
-        g[j] = zt__st<T>(0.0f);
     }
   }
   if (threadIdx.x == 0) {
@@ -113,8 +157,12 @@ static void crossentropy(zt__cuda_ctx *ctx, T *grad, const T *logits,
     return;
   }
   blocks = N < CE_MAX_BLOCKS ? N : CE_MAX_BLOCKS;
-  crossentropy_kernel<T><<<blocks, CE_THREADS, 0, ctx->stream>>>(sc, grad, logits, targets, N,
-                                                                 V, V_alloc, ignore_index, dscale);
+  if (zt__aligned8((size_t)V_alloc, logits, grad))
+    crossentropy_kernel<T, true><<<blocks, CE_THREADS, 0, ctx->stream>>>(
+        sc, grad, logits, targets, N, V, V_alloc, ignore_index, dscale);
+  else
+    crossentropy_kernel<T, false><<<blocks, CE_THREADS, 0, ctx->stream>>>(
+        sc, grad, logits, targets, N, V, V_alloc, ignore_index, dscale);
   ZT__CU(ctx, cudaGetLastError());
   crossentropy_total_kernel<<<1, CE_THREADS, 0, ctx->stream>>>(sc, blocks);
   ZT__CU(ctx, cudaGetLastError());
