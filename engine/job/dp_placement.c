@@ -81,6 +81,11 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
   if (!s->has_offload || W == 1) return 0;
   char ranks[96];
   zt__job_ranks_text(s, ranks, sizeof ranks);
+  if (o->delayed_update) {
+    snprintf(err, errlen, "offload.delayed_update with %s is not supported (only the offloaded "
+             "step of one rank delays its update)", ranks);
+    return -ENOTSUP;
+  }
   if (o->optimizer == ZT_PLACE_NVME || o->params == ZT_PLACE_NVME) {
     snprintf(err, errlen, "offload.%s: nvme with %s is not supported yet (gpu, host or auto)",
              o->optimizer == ZT_PLACE_NVME ? "optimizer" : "params", ranks);

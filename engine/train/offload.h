@@ -82,6 +82,33 @@
  * open holds the initial parameters in a flat buffer (4 bytes a parameter) until they are in
  * their tiers, before it allocates the host units' m and v.
  *
+ * Delayed update (offload.delayed_update, ZeRO-Offload's one-step delayed parameter update,
+ * DeepSpeed's DPU): from step 2 on, the CPU AdamW of step k's streamed units (host and NVMe;
+ * the device units are updated on the device at the end of step k as without it) is not waited
+ * for: it runs on the pool while step k + 1's forward and backward run, which therefore compute
+ * with those units' parameters of step k - 1's update (stale by one step); step 1's update is
+ * applied within step 1 as without the delay. Step k's norm, clip coefficient, fp16 verdict,
+ * learning rate and AdamW step count are step k's own, taken when its backward ends; the
+ * deferred update applies them. The pending update is finished (drained) at the end of step
+ * k + 1's backward, before that step's own update is deferred in turn; and before any state call
+ * (a checkpoint save, load or export, zt_trainer_get_state) and when a step fails, so a
+ * checkpoint holds every update up to its step. After a drain the next step computes with every
+ * update applied (the stale parameters are never in a checkpoint), so a run resumed from a
+ * checkpoint continues bitwise as the run that wrote it. A step of fp16 whose gradients overflow
+ * is skipped as without the delay (nothing deferred; the pending update of the step before
+ * still lands); bf16/fp32 gradients with inf or nan fail the step with -ERANGE, the pending
+ * update of the step before landed and this step's not started. To keep what the device reads
+ * apart from what the update writes, the update writes the next copies: fp32 host units' masters
+ * alternate between two buffers (each update copies the current masters into the other and
+ * updates them there); bf16/fp16 has a second compute copy and, for the fp32 tensors the units'
+ * ops read, a stream copy (as NVMe units have) in two buffers too; NVMe units' stream copy is
+ * doubled. The buffers swap at the drain. The update needs the step's whole gradients while the
+ * next step writes its own back, unit by unit: a unit's write-back of its first micro-batch
+ * waits for the pending update of that unit, so the gradient ring is not used (the flat buffer
+ * is), nor (on the cpu backend) do the device units alias the host's buffers. Refused with
+ * params nvme (the streamer reads the master files the update rewrites) and, in ztd, with more
+ * than one rank.
+ *
  * Scope today: the cpu and cuda backends, precision fp32, bf16 or fp16; params gpu (every unit
  * resident), host (streamed within gpu_budget) or nvme (fp32 only: the files hold the masters);
  * grads on the host; optimizer on the device for the leading units, on the host, on nvme, or on
@@ -126,6 +153,8 @@ typedef struct zt_offload_cfg {
   size_t host_budget;         /* the host arena's limit, bytes; 0: none */
   uint64_t nvme_budget;       /* the NVMe files' limit, bytes; 0: none (ztd still checks the
                                  free space of nvme_dir) */
+  int delayed_update;         /* 1: from step 2 on, the streamed units' update of a step runs
+                                 during the next step (above, "Delayed update"); 0: none */
   char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new
                                  directory in it (zt-offload.XXXXXX, removed when it closes);
                                  required with an nvme placement */

@@ -1,7 +1,7 @@
 /* The "offload" object of a spec file (engine/train/offload.h, docs/spec.md):
  * {"params": "gpu|host|nvme|auto", "grads": "host|auto", "optimizer": "host|nvme|auto",
  *  "gpu_budget": SIZE, "prefetch": N, "gpu_units": N, "host_units": N, "host_budget": SIZE,
- *  "nvme_budget": SIZE, "nvme_dir": "/abs/dir"}; SIZE is an
+ *  "nvme_budget": SIZE, "nvme_dir": "/abs/dir", "delayed_update": BOOL}; SIZE is an
  * integer of bytes or a string "<number> <unit>" with unit B, KiB, MiB, GiB or TiB ("512MiB",
  * "1.5 GiB"). */
 #include "engine/train/offload_json.h"
@@ -81,6 +81,12 @@ int zt_offload_cfg_from_json(const json_t *o, zt_offload_cfg *c, char *err, size
         return -EINVAL;
       }
       *(!strcmp(key, "gpu_units") ? &c->gpu_units : &c->host_units) = (int)json_integer_value(v);
+    } else if (!strcmp(key, "delayed_update")) {
+      if (!json_is_boolean(v)) {
+        snprintf(err, errlen, "offload.delayed_update must be true or false");
+        return -EINVAL;
+      }
+      c->delayed_update = json_is_true(v);
     } else if (!strcmp(key, "nvme_dir")) {
       const char *d = json_is_string(v) ? json_string_value(v) : NULL;
       if (!d || d[0] != '/' || strlen(d) >= sizeof c->nvme_dir) {

@@ -50,6 +50,22 @@ typedef struct opt_set {
 
 enum { K_MASTER, K_M, K_V, KINDS };
 
+/* One run's AdamW on the pool (offload/cpu_adam.h's kernel, chunk by chunk), with what the
+ * delayed update adds around it: the current masters copied into p first (src), and the first
+ * out_n updated parameters copied to the next stream copy (out). */
+typedef struct run_task {
+  zt_cpu_job job;
+  zt_cpu_isa isa;
+  zt_adam_hparams h;
+  const float *src;
+  float *p;
+  const float *g;
+  float *m, *v;
+  uint16_t *p_bf16, *p_fp16;
+  float *out;
+  size_t out_n;
+} run_task;
+
 typedef struct off_state {
   zt_offload_cfg oc;
   zt_dtype dt;         /* the compute precision: fp32, or bf16/fp16 with a host compute copy */
@@ -69,6 +85,17 @@ typedef struct off_state {
   size_t *scopy_off;
   uint16_t *lp;        /* bf16/fp16: the host compute copy over [lo, n), rewritten by the
                           AdamW */
+  int scopy0;          /* the first unit with a stream copy: nh, or ng with delayed bf16/fp16 */
+  /* delayed_update: the other buffer of each pair the update writes while the step reads the
+   * current one (offload.h "Delayed update"), swapped with it at the drain; NULL where unused */
+  int delayed;
+  float *m_nxt;        /* fp32: the host units' masters, alternating with h[K_MASTER] */
+  uint16_t *lp_nxt;    /* bf16/fp16: the compute copy */
+  float *scopy_nxt;    /* the stream copy */
+  /* the update deferred by step pend_step, with pend_hp: units pend_next down to ng are still to
+   * be started (an NVMe unit's read waits, so the walks start them one by one) */
+  int pend, pend_next, pend_step;
+  zt_adam_hparams pend_hp;
   zt_stream_piece *pieces; /* bf16/fp16: what each unit's device copy is made of: unit u's are */
   int *first_piece;        /* pieces[first_piece[u] .. first_piece[u + 1]) */
   size_t *lp_offset;       /* bf16/fp16: per unit, its compute-copy block in its device copy */
@@ -103,7 +130,7 @@ typedef struct off_state {
   int head;            /* the unit that also reads the embedding unit (gpt head), or -1 */
   float *embed_grads;  /* the embedding unit's gradient buffer, held from the head to unit 0 */
   adam_run *runs;
-  zt_cpu_adam_task *tasks; /* one per run */
+  run_task *tasks;     /* one per run */
   int *first_run;      /* runs of unit u: [first_run[u], first_run[u + 1]) */
   size_t act_bytes, arena_budget, host_bytes;
   char *updated;       /* per unit: its update of this step has started */
@@ -180,6 +207,16 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
              "the host)");
     return -EINVAL;
   }
+  if (c->delayed_update != 0 && c->delayed_update != 1) {
+    snprintf(err, errlen, "offload.delayed_update must be true or false");
+    return -EINVAL;
+  }
+  if (c->delayed_update && c->params == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.delayed_update: params nvme streams the units from their "
+             "master files, which the delayed update rewrites while the next step reads them; "
+             "use params host");
+    return -ENOTSUP;
+  }
   if (c->prefetch < 0 || c->prefetch > PREFETCH_MAX) {
     snprintf(err, errlen, "offload.prefetch must be in [0, %d] (got %d)", PREFETCH_MAX,
              c->prefetch);
@@ -252,55 +289,51 @@ static const void *lp_of(const zt_trainer *t, int u, const void *p) {
   return (const char *)p + s->lp_offset[u];
 }
 
-static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
-  off_state *s = t->path_state;
-  for (int u = 0; u < s->nu; u++) {
-    void *p = NULL, *e = NULL;
-    int rc = unit_get(t, u, 0, &p, NULL);
-    if (rc == 0 && u == s->head && (rc = unit_get(t, 0, 0, &e, NULL)) < 0) {
-      unit_put(t, u, 0);
-      p = NULL;
-    }
-    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
-      s->copy->ops->compute_mark(s->copy, 0);
-      zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
-      s->copy->ops->compute_mark(s->copy, 1);
-    }
-    if (e) unit_put(t, 0, 0);
-    if (p) unit_put(t, u, 0);
-    if (rc < 0) return stream_fail(t, rc, err, errlen);
-  }
-  return 0;
-}
 
 static void wait_unit_runs(off_state *s, int u) {
   for (int r = s->first_run[u]; r < s->first_run[u + 1]; r++)
     if (s->runs[r].submitted) {
-      zt_cpu_adam_wait(s->pool, &s->tasks[r]);
+      zt_cpu_pool_wait(s->pool, &s->tasks[r].job);
       s->runs[r].submitted = 0;
     }
 }
 
-/* p, m, v: the unit's masters and moments (in the flat host buffers or a staging set) */
-static int submit_unit_adam(zt_trainer *t, int u, float *p, float *m, float *v,
+static void run_task_chunk(void *arg, size_t begin, size_t end) {
+  run_task *k = arg;
+  size_t n = end - begin;
+  if (k->src) memcpy(k->p + begin, k->src + begin, n * sizeof(float));
+  zt_cpu_adam_run(k->isa, &k->h, k->p + begin, k->g + begin, k->m + begin, k->v + begin,
+                  k->p_bf16 ? k->p_bf16 + begin : NULL, k->p_fp16 ? k->p_fp16 + begin : NULL, n);
+  if (begin < k->out_n)
+    memcpy(k->out + begin, k->p + begin, ((end < k->out_n ? end : k->out_n) - begin) * sizeof(float));
+}
+
+/* p, m, v: the unit's masters and moments (in the flat host buffers or a staging set); src: NULL,
+ * or (delayed fp32) the current masters, which p receives before its update. */
+static int submit_unit_adam(zt_trainer *t, int u, float *p, const float *src, float *m, float *v,
                             const zt_adam_hparams *hp) {
   off_state *s = t->path_state;
   size_t base = zt_model_unit(t->model, u)->offset;
+  /* delayed: the compute copy and the stream copy go to the next buffers */
+  uint16_t *lp = s->lp_nxt ? s->lp_nxt : s->lp;
+  size_t pre = u < s->nh && s->scopy_nxt && u >= s->scopy0
+                   ? s->scopy_off[u + 1] - s->scopy_off[u] : 0;
+  if (hp->step < 1) return -EINVAL;
   for (int r = s->first_run[u]; r < s->first_run[u + 1]; r++) {
     adam_run *a = &s->runs[r];
-    zt_cpu_adam_task *k = &s->tasks[r];
+    run_task *k = &s->tasks[r];
     size_t d = a->offset - base;
-    k->p = p + d;
-    k->g = grads_of(t, u) + d;
-    k->m = m + d;
-    k->v = v + d;
-    k->p_bf16 = s->dt == ZT_BF16 ? lp_at(s, a->offset) : NULL;
-    k->p_fp16 = s->dt == ZT_F16 ? lp_at(s, a->offset) : NULL;
-    k->n = a->n;
-    k->h = *hp;
+    *k = (run_task){.isa = zt_cpu_isa_best(), .h = *hp, .src = src ? src + d : NULL, .p = p + d,
+                    .g = grads_of(t, u) + d, .m = m + d, .v = v + d,
+                    .p_bf16 = s->dt == ZT_BF16 ? lp + (a->offset - s->lo) : NULL,
+                    .p_fp16 = s->dt == ZT_F16 ? lp + (a->offset - s->lo) : NULL};
     k->h.weight_decay = a->decay ? hp->weight_decay : 0.0f;
-    k->isa = ZT_CPU_ISA_AUTO;
-    int rc = zt_cpu_adam_submit(s->pool, k);
+    if (d < pre) {
+      k->out = s->scopy_nxt + s->scopy_off[u] + d;
+      k->out_n = pre - d < a->n ? pre - d : a->n;
+    }
+    k->job = (zt_cpu_job){.fn = run_task_chunk, .arg = k, .n = a->n, .chunk = ZT_CPU_ADAM_CHUNK};
+    int rc = zt_cpu_pool_submit(s->pool, &k->job);
     if (rc < 0) return rc;
     a->submitted = 1;
   }
@@ -345,7 +378,8 @@ static int set_retire(zt_trainer *t, opt_set *x) {
     wait_unit_runs(s, x->unit);
     /* the host copy the streamer fetches from, when the parameters live on the host */
     size_t a = s->scopy ? s->scopy_off[x->unit] : 0, b = s->scopy ? s->scopy_off[x->unit + 1] : 0;
-    if (b > a) memcpy(s->scopy + a, x->buf[K_MASTER], (b - a) * sizeof(float));
+    if (b > a)
+      memcpy((s->scopy_nxt ? s->scopy_nxt : s->scopy) + a, x->buf[K_MASTER], (b - a) * sizeof(float));
     if ((rc = set_io(t, x, 1)) == 0) x->st = SET_WRITING;
   }
   if (x->st == SET_WRITING) rc = set_wait(s, x);
@@ -374,7 +408,6 @@ static int opt_read(zt_trainer *t, int u) {
  * the next unit's state ahead (the update of u and the write-behind of u + 1 run meanwhile). */
 static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   off_state *s = t->path_state;
-  s->updated[u] = 1;
   if (u < s->ng) {
     /* on the device, queued behind the backward; the compute copy rewritten in the same pass */
     const zt_ops *o = t->be.ops;
@@ -393,8 +426,13 @@ static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   }
   if (u < s->nh) {
     size_t o = zt_model_unit(t->model, u)->offset;
-    return submit_unit_adam(t, u, host_at(s, K_MASTER, o), host_at(s, K_M, o),
-                            host_at(s, K_V, o), hp);
+    float *p = host_at(s, K_MASTER, o);
+    const float *src = NULL;
+    if (s->m_nxt) { /* delayed fp32: into the other masters, which the step does not read */
+      src = p;
+      p = s->m_nxt + (o - s->lo);
+    }
+    return submit_unit_adam(t, u, p, src, host_at(s, K_M, o), host_at(s, K_V, o), hp);
   }
   opt_set *x = &s->sets[u & 1];
   int rc = opt_read(t, u);
@@ -404,7 +442,7 @@ static int update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   }
   if (rc < 0) return rc;
   x->st = SET_UPDATING;
-  if ((rc = submit_unit_adam(t, u, x->buf[K_MASTER], x->buf[K_M], x->buf[K_V], hp)) < 0)
+  if ((rc = submit_unit_adam(t, u, x->buf[K_MASTER], NULL, x->buf[K_M], x->buf[K_V], hp)) < 0)
     return rc;
   return u > s->nh ? opt_read(t, u - 1) : 0;
 }
@@ -419,6 +457,108 @@ static int finish_updates(zt_trainer *t) {
     if (r < 0 && rc == 0) rc = r;
   }
   return rc;
+}
+
+/* ---- the delayed update (offload.h "Delayed update") ----------------------------------------- */
+
+/* The pieces that point into [a, a + bytes) point at the same place of b, and the reverse. */
+static void rebase_pieces(off_state *s, const void *a, const void *b, size_t bytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  for (int k = 0; k < s->first_piece[s->nu]; k++) {
+    uintptr_t h = (uintptr_t)s->pieces[k].host;
+    if (h >= x && h < x + bytes)
+      s->pieces[k].host = (const void *)(y + (h - x));
+    else if (h >= y && h < y + bytes)
+      s->pieces[k].host = (const void *)(x + (h - y));
+  }
+}
+
+/* An update written into the next buffers has finished: they become the current ones, which
+ * the streamer fetches from, and the current ones the next update's. */
+static void swap_copies(zt_trainer *t) {
+  off_state *s = t->path_state;
+  size_t lp_bytes = (zt_model_num_params(t->model) - s->lo) * zt_dtype_size(s->dt);
+  if (s->m_nxt) {
+    rebase_pieces(s, s->h[K_MASTER], s->m_nxt, s->h_floats * sizeof(float));
+    float *m = s->h[K_MASTER];
+    s->h[K_MASTER] = s->m_nxt;
+    s->m_nxt = m;
+  }
+  if (s->lp_nxt) {
+    rebase_pieces(s, s->lp, s->lp_nxt, lp_bytes);
+    uint16_t *l = s->lp;
+    s->lp = s->lp_nxt;
+    s->lp_nxt = l;
+  }
+  if (s->scopy_nxt) {
+    rebase_pieces(s, s->scopy, s->scopy_nxt, s->scopy_off[s->nu] * sizeof(float));
+    float *c = s->scopy;
+    s->scopy = s->scopy_nxt;
+    s->scopy_nxt = c;
+  }
+}
+
+/* Starts the pending update's next units: an NVMe unit (update_unit waits for its read, then
+ * reads the next one ahead), or once they are reached every host unit at once. */
+static int pend_pump(zt_trainer *t) {
+  off_state *s = t->path_state;
+  int rc = 0;
+  if (!s->pend) return 0;
+  if (s->pend_next >= s->nh) {
+    if ((rc = update_unit(t, s->pend_next, &s->pend_hp)) == 0) s->pend_next--;
+    return rc;
+  }
+  while (rc == 0 && s->pend_next >= s->ng)
+    if ((rc = update_unit(t, s->pend_next, &s->pend_hp)) == 0) s->pend_next--;
+  return rc;
+}
+
+/* Step k's update deferred: every host unit's started at once when there is no NVMe unit, else
+ * the first NVMe unit's read; the walks of step k + 1 start the rest (pend_pump). */
+static int pend_start(zt_trainer *t, const zt_adam_hparams *hp, int step) {
+  off_state *s = t->path_state;
+  s->pend = 1;
+  s->pend_hp = *hp;
+  s->pend_step = step;
+  s->pend_next = s->nu - 1;
+  return s->pend_next >= s->nh ? opt_read(t, s->pend_next) : pend_pump(t);
+}
+
+/* Before step k + 1 writes back streamed unit u's gradients over step k's: the pending update
+ * of u started and done reading them. */
+static int pend_wait_unit(zt_trainer *t, int u) {
+  off_state *s = t->path_state;
+  int rc = 0;
+  while (rc == 0 && s->pend && s->pend_next >= u) rc = pend_pump(t);
+  wait_unit_runs(s, u);
+  return rc;
+}
+
+/* Lands the pending update: every unit started and finished (NVMe ones written back), the next
+ * buffers made current, the device copies of the stale ones dropped. A failure leaves the state
+ * between two steps: broken. */
+static int pend_finish(zt_trainer *t) {
+  off_state *s = t->path_state;
+  int rc = 0;
+  if (!s->pend) return 0;
+  while (rc == 0 && s->pend_next >= s->ng) rc = pend_pump(t);
+  int frc = finish_updates(t);
+  if (rc == 0) rc = frc;
+  s->pend = 0;
+  if (rc < 0) {
+    s->broken = 1;
+    return rc;
+  }
+  swap_copies(t);
+  return zt_streamer_invalidate(s->st, -1);
+}
+
+/* err for a failure of pend_*: the NVMe store's message or the errno's */
+static void pend_fail(zt_trainer *t, int rc, int step, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  snprintf(err, errlen, "step %d: the delayed AdamW update of step %d failed: %s", step,
+           s->pend_step, s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
+                                                                     : strerror(-rc));
 }
 
 /* With overlap, each unit's update starts as soon as its gradients are final; a unit whose
@@ -450,6 +590,7 @@ static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen
     ov->bad_unit = u;
     return 0;
   }
+  s->updated[u] = 1;
   if ((rc = update_unit(t, u, ov->hp)) < 0) {
     snprintf(err, errlen, "step %d: the AdamW update failed: %s", t->step + 1,
              s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
@@ -458,6 +599,34 @@ static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen
   }
   ov->updated++;
   s->adam_overlapped++;
+  return 0;
+}
+
+/* Delayed: the pending update's units are started one a unit (pend_pump), behind the unit's
+ * compute so that the device has work while an NVMe read is waited for. */
+static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  for (int u = 0; u < s->nu; u++) {
+    void *p = NULL, *e = NULL;
+    int rc = unit_get(t, u, 0, &p, NULL), prc = 0;
+    if (rc == 0 && u == s->head && (rc = unit_get(t, 0, 0, &e, NULL)) < 0) {
+      unit_put(t, u, 0);
+      p = NULL;
+    }
+    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
+      s->copy->ops->compute_mark(s->copy, 0);
+      zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
+      s->copy->ops->compute_mark(s->copy, 1);
+      prc = pend_pump(t);
+    }
+    if (e) unit_put(t, 0, 0);
+    if (p) unit_put(t, u, 0);
+    if (rc < 0) return stream_fail(t, rc, err, errlen);
+    if (prc < 0) {
+      pend_fail(t, prc, t->step + 1, err, errlen);
+      return prc;
+    }
+  }
   return 0;
 }
 
@@ -488,6 +657,9 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
     }
     /* a failed step's gradients are dropped, not written back */
     unsigned rflags = rc == 0 ? ZT_STREAM_DIRTY | ZT_STREAM_STORE : 0;
+    /* delayed: the first write-back replaces the gradients the pending update reads */
+    int prc = 0;
+    if (rflags && first && s->pend && u >= s->ng && (prc = pend_wait_unit(t, u)) < 0) rflags = 0;
     /* the ring: the write-back of unit u (unit 0's too, held since the head) goes to the slot
      * whose previous user, ring units back, may still be read by its AdamW */
     if (s->ring && u >= s->ng && u + s->ring < s->nu) wait_unit_runs(s, u + s->ring);
@@ -497,6 +669,10 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
       s->embed_grads = NULL;
     }
     if (rc < 0) return stream_fail(t, rc, err, errlen);
+    if (prc < 0) {
+      pend_fail(t, prc, t->step + 1, err, errlen);
+      return prc;
+    }
     /* A unit is done (its gradients read on the host) UNIT_DONE_LAG units behind the one just
      * queued, so that on a GPU the runner never waits for a write-back whose backward is the
      * last compute queued: the device always has the next unit's work. */
@@ -541,6 +717,8 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   zt_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
                         .weight_decay = c->weight_decay, .step = adam_step, .grad_scale = 1.0f};
   int last = last_counted_micro(t, tokens);
+  /* delayed_update: this step's update of the streamed units runs during the next step */
+  int defer = s->delayed && step > 1;
   memset(s->updated, 0, (size_t)s->nu);
   /* the device-resident units accumulate every micro-batch in place, as without offload */
   if (s->ng) o->zero(t->be.ctx, s->d_grad, s->ng_floats * sizeof(float));
@@ -560,13 +738,19 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
                                &loss_sum, &n_counted);
     s->copy->ops->compute_mark(s->copy, 1);
     /* clipping needs the norm, fp16 the overflow verdict, of the whole backward first */
-    ov.on = k == last && c->grad_clip == 0 && s->dt != ZT_F16;
+    ov.on = !defer && k == last && c->grad_clip == 0 && s->dt != ZT_F16;
     if ((rc = walk_backward(t, counted_micros == 0, &ov, err, errlen)) < 0) goto out;
     loss += loss_sum / n_counted;
     counted_micros++;
   }
   if ((rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
     snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    goto out;
+  }
+  /* the previous step's update lands before this one's verdict, whatever it is (and before
+   * a step without a counted micro-batch zeroes the gradients it reads) */
+  if ((rc = pend_finish(t)) < 0) {
+    pend_fail(t, rc, step, err, errlen);
     goto out;
   }
   /* nothing counted: the gradients of an all-on-device step are the zeros it started from (with
@@ -634,11 +818,16 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   /* AdamW sees g * clip / loss_scale: the unscaled, clipped gradient (the device units' too) */
   if (s->dt == ZT_F16) hp.grad_scale = (float)((double)hp.grad_scale / loss_scale);
   /* the units the overlap did not reach (all of them with clipping or without a counted
-   * micro-batch), in the backward's order */
-  for (int u = s->nu - 1; u >= 0 && rc == 0; u--)
-    if (!s->updated[u]) rc = update_unit(t, u, &hp);
+   * micro-batch), in the backward's order; deferred: the device units alone */
+  for (int u = defer ? s->ng - 1 : s->nu - 1; u >= 0 && rc == 0; u--)
+    if (!s->updated[u]) {
+      s->updated[u] = 1;
+      rc = update_unit(t, u, &hp);
+    }
   int frc = finish_updates(t);
   if (rc == 0) rc = frc;
+  /* delayed, not deferred (step 1): the update wrote the next buffers */
+  if (rc == 0 && s->delayed && !defer) swap_copies(t);
   if (rc < 0) {
     s->broken = 1;
     snprintf(err, errlen, "step %d: the AdamW update failed: %s", step,
@@ -656,6 +845,11 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
              o->error_text(t->be.ctx));
     goto out;
   }
+  if (defer && (rc = pend_start(t, &hp, step)) < 0) {
+    s->broken = 1;
+    pend_fail(t, rc, step, err, errlen);
+    goto out;
+  }
   if (s->dt == ZT_F16) zt_loss_scaler_update(&t->scaler, 0);
   t->step = step;
   t->adam_step = adam_step;
@@ -666,6 +860,8 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
                             .skipped = 0, .loss_scale = s->dt == ZT_F16 ? t->scaler.scale : 1.0f};
 out:
   if (rc < 0) {
+    /* a pending update of the step before lands (a failure of it breaks the state) */
+    if (pend_finish(t) < 0) s->broken = 1;
     finish_updates(t);
     /* updates that overlapped the backward stay: the state is no step's */
     for (int u = 0; u < s->nu; u++) s->broken |= s->updated[u];
@@ -716,8 +912,10 @@ static int off_read_state(zt_trainer *t, int u0, int u1, float *params, float *m
   size_t base = zt_model_unit(t->model, u0)->offset;
   size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
   size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
-  int rc = finish_updates(t);
-  for (int k = 0; k < KINDS && a < b; k++)
+  /* delayed: the state of the last step, its update landed */
+  int rc = pend_finish(t), frc = finish_updates(t);
+  if (rc == 0) rc = frc;
+  for (int k = 0; k < KINDS && a < b && rc == 0; k++)
     if (out[k]) memcpy(out[k] + (a - base), s->h[k] + (a - s->lo), (b - a) * sizeof(float));
   opt_set *x = &s->sets[0];
   for (int u = u0 > s->nh ? u0 : s->nh; u < u1 && rc == 0; u++) {
@@ -750,7 +948,9 @@ static int off_write_state(zt_trainer *t, int u0, int u1, const float *params, c
   size_t base = zt_model_unit(t->model, u0)->offset;
   size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
   size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
-  int rc = finish_updates(t);
+  /* delayed: the pending update lands first (its NVMe writes must not follow these) */
+  int rc = pend_finish(t), frc = finish_updates(t);
+  if (rc == 0) rc = frc;
   for (int k = 0; k < KINDS && a < b; k++) {
     if (!s->h[k]) continue;
     if (in[k])
@@ -769,12 +969,12 @@ static int off_write_state(zt_trainer *t, int u0, int u1, const float *params, c
         memset(x->buf[k], 0, ui->numel * sizeof(float));
     }
     if ((rc = set_io(t, x, 1)) == 0) rc = set_wait(s, x);
-    /* the host copy the unit streams from */
-    if (rc == 0 && s->scopy)
-      memcpy(s->scopy + s->scopy_off[u], params + (ui->offset - base),
-             (s->scopy_off[u + 1] - s->scopy_off[u]) * sizeof(float));
   }
   x->unit = -1;
+  /* the host copy the units stream from */
+  for (int u = u0 > s->scopy0 ? u0 : s->scopy0; u < u1 && rc == 0 && s->scopy; u++)
+    memcpy(s->scopy + s->scopy_off[u], params + (zt_model_unit(t->model, u)->offset - base),
+           (s->scopy_off[u + 1] - s->scopy_off[u]) * sizeof(float));
   if (rc < 0) {
     s->broken = 1;
     snprintf(err, errlen, "offload: writing the optimizer state failed: %s",
@@ -934,6 +1134,14 @@ static int build_pieces(zt_trainer *t) {
     const zt_unit_info *ui = zt_model_unit(m, u);
     s->first_piece[u] = np;
     if (u < s->ng) continue; /* not streamed */
+    if (s->dt == ZT_F32) { /* delayed: the masters or the stream copy, whole */
+      s->pieces[np++] = (zt_stream_piece){
+          .dev_offset = 0,
+          .host = u < s->nh ? (const void *)host_at(s, K_MASTER, ui->offset)
+                            : (const void *)(s->scopy + s->scopy_off[u]),
+          .bytes = ui->numel * sizeof(float)};
+      continue;
+    }
     for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
       const zt_tensor_info *ti = zt_model_tensor(m, i);
       size_t in_unit = ti->offset - ui->offset;
@@ -943,9 +1151,9 @@ static int build_pieces(zt_trainer *t) {
         size_t es = lp ? zt_dtype_size(s->dt) : sizeof(float);
         zt_stream_piece pc = {
             .dev_offset = (lp ? s->lp_offset[u] : 0) + in_unit * es,
-            .host = lp          ? (const void *)lp_at(s, ti->offset)
-                    : u < s->nh ? (const void *)host_at(s, K_MASTER, ti->offset)
-                                : (const void *)(s->scopy + s->scopy_off[u] + in_unit),
+            .host = lp               ? (const void *)lp_at(s, ti->offset)
+                    : u < s->scopy0 ? (const void *)host_at(s, K_MASTER, ti->offset)
+                                     : (const void *)(s->scopy + s->scopy_off[u] + in_unit),
             .bytes = ti->numel * es};
         /* the pieces of a unit are not sorted by kind: extend any that ends where this begins */
         int merged = 0;
@@ -1079,7 +1287,10 @@ typedef struct off_sizes {
   size_t ring_floats;  /* a slot: the largest streamed unit */
   size_t nvme_f32;     /* the largest NVMe unit's fp32 parameters (an NVMe staging set) */
   size_t nvme_param;   /* params nvme: the largest NVMe unit's device copy (streamer staging) */
-  size_t scopy_floats; /* the NVMe units' stream copies (params not nvme) */
+  int scopy0;          /* the first unit with a stream copy */
+  size_t scopy_floats; /* the stream copies of units [scopy0, nu): the NVMe units' (params not
+                          nvme), with delayed bf16/fp16 the host units' too */
+  size_t delayed;      /* delayed_update: the next buffers' bytes (offload.h) */
 } off_sizes;
 
 /* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
@@ -1107,7 +1318,9 @@ static size_t stream_copy_floats(const zt_model *m, int u, zt_dtype dt) {
  * no clipping and one micro-batch a step, offload.h); the bf16/fp16 compute copy over [lo, n); with
  * NVMe units the two staging sets of master, m and v, and the stream copies (params host or
  * gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units may
- * alias the host's buffers. */
+ * alias the host's buffers. delayed_update (offload.h): the flat gradients, no alias, the host
+ * units' stream copies in bf16/fp16, and the next buffers: fp32 the host units' masters, bf16/fp16
+ * the compute copy; the stream copies. */
 static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
                        int on_cpu, int nh, off_sizes *z) {
   int nu = zt_model_num_units(m), params_nvme = oc->params == ZT_PLACE_NVME;
@@ -1115,30 +1328,41 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   zt_dtype dt = tc->precision;
   z->nh = nh;
   z->ring = 0;
-  /* the ring needs the updates to overlap the backward (offload.h): not with fp16 */
-  if (tc->grad_clip == 0 && tc->grad_accum == 1 && dt != ZT_F16)
+  /* the ring needs the updates to overlap the backward (offload.h): not with fp16, nor with
+   * the delayed update, which needs the whole step's gradients while the next step runs */
+  if (tc->grad_clip == 0 && tc->grad_accum == 1 && dt != ZT_F16 && !oc->delayed_update)
     z->ring = nu - z->ng < GRAD_RING_SLOTS ? nu - z->ng : GRAD_RING_SLOTS;
   z->ring_floats = z->largest_f32 / sizeof(float);
-  z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring;
+  z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring && !oc->delayed_update;
   z->lo = z->alias ? 0 : unit_start(m, z->ng);
   z->h_floats = unit_start(m, nh) - z->lo;
   z->nvme_f32 = z->nvme_param = z->scopy_floats = 0;
+  z->scopy0 = oc->delayed_update && dt != ZT_F32 ? z->ng : nh;
   for (int u = nh; u < nu; u++) {
     size_t f32 = zt_model_unit(m, u)->numel * sizeof(float), pb = unit_param_bytes(m, u, dt);
     if (f32 > z->nvme_f32) z->nvme_f32 = f32;
     if (params_nvme && pb > z->nvme_param) z->nvme_param = pb;
-    if (!params_nvme) z->scopy_floats += stream_copy_floats(m, u, dt);
   }
+  for (int u = z->scopy0; u < nu && !params_nvme; u++)
+    z->scopy_floats += stream_copy_floats(m, u, dt);
   z->host = z->h_floats ? KINDS * zt_host_arena_footprint(z->h_floats * sizeof(float)) : 0;
   z->host += z->ring ? (size_t)z->ring * zt_host_arena_footprint(z->largest_f32)
                      : zt_host_arena_footprint((n - z->lo) * sizeof(float));
   if (dt != ZT_F32) z->host += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
   if (nh < nu) {
     z->host += 2 * KINDS * zt_host_arena_footprint(z->nvme_f32);
-    if (z->scopy_floats) z->host += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
     if (z->nvme_param)
       z->host += (size_t)(z->held + oc->prefetch) * zt_host_arena_footprint(z->nvme_param);
   }
+  if (z->scopy_floats) z->host += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
+  z->delayed = 0;
+  if (oc->delayed_update) {
+    if (dt == ZT_F32 && z->h_floats)
+      z->delayed += zt_host_arena_footprint(z->h_floats * sizeof(float));
+    if (dt != ZT_F32) z->delayed += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
+    if (z->scopy_floats) z->delayed += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
+  }
+  z->host += z->delayed;
 }
 
 /* Where the streamed units keep their optimizer (offload.host_units): the host side of z for
@@ -1251,6 +1475,7 @@ typedef struct off_plan {
   zt_offload_place params; /* offload.params, resolved */
   size_t act_bytes;
   off_sizes z;             /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, resolved */
+  int delayed;             /* offload.delayed_update */
   double est_s;            /* the cost model's step time */
 } off_plan;
 
@@ -1277,7 +1502,9 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_
  * of the device units it hides under (nothing hides it with clipping or fp16, which need the
  * whole backward first; the last streamed unit's update never is), the copies beyond the
  * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
- * checkpointing against units on the device against resident parameters against NVMe. */
+ * checkpointing against units on the device against resident parameters against NVMe. With the
+ * delayed update the host's work runs beside the next step's instead: the step is the longer of
+ * the two. */
 static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
@@ -1296,7 +1523,9 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
   double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
-  return compute + fmax(last, cpu - hidden) + fmax(0, copies - compute) + p_dev * 18 / 3e12;
+  double rest = fmax(0, copies - compute) + p_dev * 18 / 3e12;
+  if (p->delayed) return fmax(compute + rest, cpu);
+  return compute + fmax(last, cpu - hidden) + rest;
 }
 
 /* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
@@ -1306,7 +1535,7 @@ static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_
                     char *err, size_t errlen) {
   zt_offload_cfg c = *oc;
   c.params = place;
-  *p = (off_plan){.ckpt_every = ck, .params = place,
+  *p = (off_plan){.ckpt_every = ck, .params = place, .delayed = oc->delayed_update,
                   .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
   if (!p->act_bytes) {
     snprintf(err, errlen, "train.activation_checkpointing.every %d: cannot size the "
@@ -1541,20 +1770,32 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if (s->dt != ZT_F32 &&
       (rc = zt_host_arena_alloc(s->host, (n - s->lo) * zt_dtype_size(s->dt), (void **)&s->lp)) < 0)
     goto host_full;
+  /* delayed_update: the next buffers (host_sizes) */
+  s->delayed = oc->delayed_update;
+  if (s->delayed && s->dt == ZT_F32 && s->h_floats &&
+      (rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float), (void **)&s->m_nxt)) < 0)
+    goto host_full;
+  if (s->delayed && s->dt != ZT_F32 &&
+      (rc = zt_host_arena_alloc(s->host, (n - s->lo) * zt_dtype_size(s->dt),
+                                (void **)&s->lp_nxt)) < 0)
+    goto host_full;
+  s->scopy0 = z.scopy0;
+  if (z.scopy_floats) {
+    if (!(s->scopy_off = calloc((size_t)s->nu + 1, sizeof *s->scopy_off))) goto no_memory;
+    for (int u = s->scopy0; u < s->nu; u++)
+      s->scopy_off[u + 1] = s->scopy_off[u] + stream_copy_floats(t->model, u, s->dt);
+    if ((rc = zt_host_arena_alloc(s->host, z.scopy_floats * sizeof(float),
+                                  (void **)&s->scopy)) < 0 ||
+        (s->delayed && (rc = zt_host_arena_alloc(s->host, z.scopy_floats * sizeof(float),
+                                                 (void **)&s->scopy_nxt)) < 0))
+      goto host_full;
+  }
   if (s->nh < s->nu) {
     for (int i = 0; i < 2; i++) {
       s->sets[i].unit = -1;
       for (int k = 0; k < KINDS; k++)
         if ((rc = zt_host_arena_alloc(s->host, z.nvme_f32, (void **)&s->sets[i].buf[k])) < 0)
           goto host_full;
-    }
-    if (z.scopy_floats) {
-      if (!(s->scopy_off = calloc((size_t)s->nu + 1, sizeof *s->scopy_off))) goto no_memory;
-      for (int u = s->nh; u < s->nu; u++)
-        s->scopy_off[u + 1] = s->scopy_off[u] + stream_copy_floats(t->model, u, s->dt);
-      if ((rc = zt_host_arena_alloc(s->host, z.scopy_floats * sizeof(float),
-                                    (void **)&s->scopy)) < 0)
-        goto host_full;
     }
     if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
   }
@@ -1571,8 +1812,9 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   }
   if (s->d_alias) open_device_units(t);
   /* fp32 compute: the device copy of a unit is its masters, fetched from the host copy or from
-   * their file; bf16/fp16: the pieces its ops read, from the masters and the compute copy */
-  if (s->dt != ZT_F32 && (rc = build_pieces(t)) < 0) goto no_memory;
+   * their file; bf16/fp16: the pieces its ops read, from the masters and the compute copy;
+   * delayed: pieces too, which the drain points at the buffers made current */
+  if ((s->dt != ZT_F32 || s->delayed) && (rc = build_pieces(t)) < 0) goto no_memory;
   /* the streamer's unit i is unit ng + i */
   for (int u = s->ng; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
@@ -1580,7 +1822,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     *x = (zt_stream_unit){.param_bytes = unit_param_bytes(t->model, u, s->dt),
                           .grad_floats = ui->numel,
                           .host_grads = grads_of(t, u)};
-    if (s->dt != ZT_F32) {
+    if (s->pieces) {
       x->pieces = s->pieces + s->first_piece[u];
       x->n_pieces = s->first_piece[u + 1] - s->first_piece[u];
     } else if (u < s->nh) {

@@ -44,6 +44,9 @@ bad_spec host-units-type 's["offload"] = {"host_units": "2"}' offload.host_units
 bad_spec host-budget 's["offload"] = {"host_budget": "lots"}' offload.host_budget
 bad_spec nvme-budget 's["offload"] = {"nvme_budget": -5}' offload.nvme_budget
 bad_spec host-budget-small 's["offload"] = {"optimizer": "host", "host_budget": 4096}' offload.host_budget
+bad_spec delayed-type 's["offload"] = {"delayed_update": 1}' offload.delayed_update
+bad_spec delayed-params-nvme 's["offload"] = {"delayed_update": True, "params": "nvme", "optimizer": "nvme", "nvme_dir": "/tmp"}' offload.delayed_update
+bad_spec delayed-dp 's["offload"] = {"delayed_update": True}; s["parallel"] = {"gpus": 2}' offload.delayed_update
 bad_spec ckpt-word 's["train"]["activation_checkpointing"] = {"every": "often"}' 'integer or "auto"'
 bad_spec zero-stage 's["parallel"] = {"gpus": 1, "zero_stage": 4}' parallel.zero_stage
 bad_spec gpus-word 's["parallel"] = {"gpus": "many"}' parallel.gpus
