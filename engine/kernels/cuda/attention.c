@@ -1,13 +1,16 @@
 /* Multi-head attention on cuBLAS strided-batched GEMMs, reading q, k, v and writing the
  * gradients in place in the (B,T,3C) layout: within one batch element, head h's rows start
- * h*hs floats after head 0's with a row stride of 3C (C for out/dout), so the NH heads are
- * one strided batch and the B elements are a loop (no permute copies).
+ * h*hs floats after head 0's with a row stride of 3C (C for out/dout), and element b's start
+ * T*3C after element 0's, so either the NH heads of an element or the elements of a head are
+ * one strided batch (no permute copies). gemm_eh issues whichever makes fewer calls: small
+ * models (the encoder: B 32, NH 8) would otherwise spend their step launching B tiny batches
+ * per product.
  *
  * saved = P (B,NH,T,T), the probabilities, exactly as the CPU reference keeps them, followed
- * by NH*T*T floats of scratch that the backward uses for dP of one batch element at a time.
- * The scratch is part of saved so that the memory planner counts it with the activations
- * (the op table has no other way to size a workspace); the backward writes only that tail,
- * never P.
+ * by scratch for dP of E batch elements at a time: E = as many as fit ATT_SCRATCH_BYTES, at
+ * least one. The scratch is part of saved so that the memory planner counts it with the
+ * activations (the op table has no other way to size a workspace); the backward writes only
+ * that tail, never P.
  *
  * Row-major S (T,T) with S[i][j] = q_i . k_j is, read column-major, X(j,i) = k_j . q_i, i.e.
  * X = op_T(cm(K^T)) * cm(Q^T) where cm(K^T) (hs,T) is the k rows with leading dimension 3C;
@@ -17,11 +20,19 @@
 #include "engine/kernels/cuda/cuda.h"
 #include "engine/kernels/cuda/flash_attention.h"
 
+#define ATT_SCRATCH_BYTES ((size_t)16 << 20)
+
+/* The elements whose dP the backward's scratch holds at once. */
+static int chunk_elems(int B, int T, int NH) {
+  size_t per = (size_t)NH * T * T * sizeof(float), e = ATT_SCRATCH_BYTES / per;
+  return e < 1 ? 1 : e > (size_t)B ? B : (int)e;
+}
+
 size_t zt__cuda_attention_saved_bytes(int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0 || NH <= 0)
     return 0;
   size_t tt = (size_t)T * T;
-  return ((size_t)B * NH * tt + (size_t)NH * tt) * sizeof(float);
+  return ((size_t)B * NH * tt + (size_t)chunk_elems(B, T, NH) * NH * tt) * sizeof(float);
 }
 
 typedef struct geom {
@@ -36,16 +47,30 @@ static geom geometry(int T, int C, int NH) {
   return g;
 }
 
-/* C_batch = alpha op(A_batch) op(B_batch) + beta C_batch over the NH heads of one element. */
-static int gemm_heads(zt__cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb, int m,
-                      int n, int k, float alpha, const float *a, int lda, long long sa,
-                      const float *b, int ldb, long long sb, float beta, float *c, int ldc,
-                      long long sc, int NH) {
-  return zt__cuda_check_blas(ctx,
-                             cublasSgemmStridedBatched(ctx->cublas, ta, tb, m, n, k, &alpha, a,
-                                                       lda, sa, b, ldb, sb, &beta, c, ldc, sc,
-                                                       NH),
-                             "cublasSgemmStridedBatched", __FILE__, __LINE__);
+/* An operand of gemm_eh: element e, head h at p + e * se + h * sh, leading dimension ld. */
+typedef struct eh_mat {
+  const float *p;
+  int ld;
+  long long se, sh;
+} eh_mat;
+
+/* C(e,h) = alpha op(A(e,h)) op(B(e,h)) + beta C(e,h) for E elements and NH heads. */
+static int gemm_eh(zt__cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                   int k, float alpha, eh_mat a, eh_mat b, float beta, eh_mat c, int E, int NH) {
+  int by_head = E > NH, calls = by_head ? NH : E;
+  for (int i = 0; i < calls; i++) {
+    long long oa = by_head ? i * a.sh : i * a.se, ob = by_head ? i * b.sh : i * b.se;
+    long long oc = by_head ? i * c.sh : i * c.se;
+    if (zt__cuda_check_blas(
+            ctx,
+            cublasSgemmStridedBatched(ctx->cublas, ta, tb, m, n, k, &alpha, a.p + oa, a.ld,
+                                      by_head ? a.se : a.sh, b.p + ob, b.ld,
+                                      by_head ? b.se : b.sh, &beta, (float *)c.p + oc, c.ld,
+                                      by_head ? c.se : c.sh, by_head ? E : NH),
+            "cublasSgemmStridedBatched", __FILE__, __LINE__) < 0)
+      return ctx->err;
+  }
+  return 0;
 }
 
 void zt__cuda_attention_fwd(void *vctx, float *out, void *saved, const float *qkv, int B, int T,
@@ -59,30 +84,23 @@ void zt__cuda_attention_fwd(void *vctx, float *out, void *saved, const float *qk
   if (B == 0 || T == 0)
     return;
   g = geometry(T, C, NH);
-  for (int b = 0; b < B; b++) {
-    const float *q = qkv + (size_t)b * T * g.C3, *k = q + C;
-    float *p = att + (size_t)b * NH * g.tt;
-    /* S = scale * q k^T: cm(S) (T,T) = op_T(cm(K^T)) cm(Q^T) */
-    if (gemm_heads(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, g.scale, k, g.C3, g.hs, q, g.C3,
-                   g.hs, 0.0f, p, T, g.tt, NH) < 0)
-      goto out;
-  }
-  if (zt__cuda_softmax_rows(ctx, att, (size_t)B * NH * T, T, causal) < 0)
+  long long sq = (long long)T * g.C3, sp = NH * g.tt;
+  eh_mat q = {qkv, g.C3, sq, g.hs}, k = {qkv + C, g.C3, sq, g.hs};
+  eh_mat v = {qkv + 2 * (size_t)C, g.C3, sq, g.hs}, p = {att, T, sp, g.tt};
+  eh_mat o = {out, C, (long long)T * C, g.hs};
+  /* S = scale * q k^T: cm(S) (T,T) = op_T(cm(K^T)) cm(Q^T) */
+  if (gemm_eh(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, g.scale, k, q, 0.0f, p, B, NH) < 0 ||
+      zt__cuda_softmax_rows(ctx, att, (size_t)B * NH * T, T, causal) < 0)
     goto out;
-  for (int b = 0; b < B; b++) {
-    const float *v = qkv + (size_t)b * T * g.C3 + 2 * (size_t)C;
-    const float *p = att + (size_t)b * NH * g.tt;
-    /* O = P v: cm(O^T) (hs,T) = cm(V^T) (hs,T) * cm(P^T) (T,T) */
-    if (gemm_heads(ctx, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, v, g.C3, g.hs, p, T, g.tt,
-                   0.0f, out + (size_t)b * T * C, C, g.hs, NH) < 0)
-      goto out;
-  }
+  /* O = P v: cm(O^T) (hs,T) = cm(V^T) (hs,T) * cm(P^T) (T,T) */
+  gemm_eh(ctx, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, v, p, 0.0f, o, B, NH);
 out:
   return;
 }
 
 /* dV += P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(P * dP)) * scale;
- * dQ += dS K;  dK += dS^T Q  (the scale of S is folded into dS, as in the CPU reference). */
+ * dQ += dS K;  dK += dS^T Q  (the scale of S is folded into dS, as in the CPU reference),
+ * E elements at a time (the scratch holds their dP, then dS). */
 void zt__cuda_attention_bwd(void *vctx, float *dqkv, const float *dout, const float *qkv,
                             const void *saved, int B, int T, int C, int NH, int causal) {
   zt__cuda_ctx *ctx = vctx;
@@ -96,28 +114,31 @@ void zt__cuda_attention_bwd(void *vctx, float *dqkv, const float *dout, const fl
     return;
   g = geometry(T, C, NH);
   ds = (float *)saved + (size_t)B * NH * g.tt;
-  for (int b = 0; b < B; b++) {
-    const float *q = qkv + (size_t)b * T * g.C3, *k = q + C, *v = q + 2 * (size_t)C;
-    float *dq = dqkv + (size_t)b * T * g.C3, *dk = dq + C, *dv = dq + 2 * (size_t)C;
-    const float *dob = dout + (size_t)b * T * C;
-    const float *p = att + (size_t)b * NH * g.tt;
+  int E = chunk_elems(B, T, NH);
+  long long sq = (long long)T * g.C3, sp = NH * g.tt, so = (long long)T * C;
+  for (int b0 = 0; b0 < B; b0 += E) {
+    int n = B - b0 < E ? B - b0 : E;
+    const float *q0 = qkv + (size_t)b0 * sq;
+    float *dq0 = dqkv + (size_t)b0 * sq;
+    eh_mat q = {q0, g.C3, sq, g.hs}, k = {q0 + C, g.C3, sq, g.hs};
+    eh_mat v = {q0 + 2 * (size_t)C, g.C3, sq, g.hs};
+    eh_mat dq = {dq0, g.C3, sq, g.hs}, dk = {dq0 + C, g.C3, sq, g.hs};
+    eh_mat dv = {dq0 + 2 * (size_t)C, g.C3, sq, g.hs};
+    eh_mat dob = {dout + (size_t)b0 * so, C, so, g.hs};
+    eh_mat p = {att + (size_t)b0 * sp, T, sp, g.tt}, dsm = {ds, T, sp, g.tt};
     /* dV += P^T dO: cm(dV^T) (hs,T) += cm(dO^T) (hs,T) * op_T(cm(P^T)) */
-    if (gemm_heads(ctx, CUBLAS_OP_N, CUBLAS_OP_T, g.hs, T, T, 1.0f, dob, C, g.hs, p, T, g.tt,
-                   1.0f, dv, g.C3, g.hs, NH) < 0)
+    if (gemm_eh(ctx, CUBLAS_OP_N, CUBLAS_OP_T, g.hs, T, T, 1.0f, dob, p, 1.0f, dv, n, NH) < 0)
       goto out;
     /* dP = dO V^T: cm(dP^T) (T,T) = op_T(cm(V^T)) * cm(dO^T) */
-    if (gemm_heads(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, 1.0f, v, g.C3, g.hs, dob, C,
-                   g.hs, 0.0f, ds, T, g.tt, NH) < 0)
+    if (gemm_eh(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, 1.0f, v, dob, 0.0f, dsm, n, NH) < 0)
       goto out;
-    if (zt__cuda_softmax_bwd_rows(ctx, ds, p, (size_t)NH * T, T, causal, g.scale) < 0)
+    if (zt__cuda_softmax_bwd_rows(ctx, ds, p.p, (size_t)n * NH * T, T, causal, g.scale) < 0)
       goto out;
     /* dQ += dS K: cm(dQ^T) (hs,T) += cm(K^T) (hs,T) * cm(dS^T) */
-    if (gemm_heads(ctx, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, k, g.C3, g.hs, ds, T, g.tt,
-                   1.0f, dq, g.C3, g.hs, NH) < 0)
+    if (gemm_eh(ctx, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, k, dsm, 1.0f, dq, n, NH) < 0)
       goto out;
     /* dK += dS^T Q: cm(dK^T) (hs,T) += cm(Q^T) (hs,T) * op_T(cm(dS^T)) */
-    if (gemm_heads(ctx, CUBLAS_OP_N, CUBLAS_OP_T, g.hs, T, T, 1.0f, q, g.C3, g.hs, ds, T, g.tt,
-                   1.0f, dk, g.C3, g.hs, NH) < 0)
+    if (gemm_eh(ctx, CUBLAS_OP_N, CUBLAS_OP_T, g.hs, T, T, 1.0f, q, dsm, 1.0f, dk, n, NH) < 0)
       goto out;
   }
 out:
