@@ -44,7 +44,7 @@
 /* The offload planner's cost model (engine/train/offload_step.c), the rates it ranks plans by.
  * Measured on the H200 machine (docs/BENCHMARKS.md); the CPU backend plans with the same rates,
  * as the GPU it stands in for, so CI runs the plans a GPU would. */
-#define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 2.0e14  /* bf16 step, flops by 6*N*tokens + attention */
+#define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 3.5e14  /* bf16 step, flops by 6*N*tokens + attention */
 #define ZT_TUNE_PLAN_DEVICE_FLOPS_F32 4.0e13
 /* params/s of the CPU AdamW pool while the step's copies share the host's memory (4.9e9 alone,
  * 2.2e9 to 3e9 measured inside offloaded steps) */
