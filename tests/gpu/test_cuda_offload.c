@@ -8,7 +8,9 @@
  * the units' ops read (bf16/fp16: 2 bytes a matmul weight). fp16: step SKIP_AT runs at a loss
  * scale far past fp16 in both trainers, which must both skip it (the scale halved), the
  * offloaded one changing no parameter or moment for it and, resident, fetching nothing again
- * after it. Exits 77 without a GPU. */
+ * after it. The delayed update (offload.delayed_update), streamed: losses within the same
+ * tolerances of the cpu backend's delayed run, and ten times further from the undelayed run's.
+ * Exits 77 without a GPU. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -122,6 +124,26 @@ static uint64_t piece_bytes(const zt_model_cfg *mc, zt_dtype dt) {
   return sum;
 }
 
+/* params host within the smallest gpu_budget that opens, found by the estimate (no allocation) */
+static void stream_within_least(const zt_backend *gpu, const zt_model_cfg *mc,
+                                const zt_train_cfg *tc, zt_offload_cfg *oc) {
+  char err[512];
+  zt_offload_plan plan;
+  size_t lo = 1, hi;
+  oc->params = ZT_PLACE_GPU;
+  zt_offload_estimate(mc, tc, oc, gpu->ops, &plan, err, sizeof err);
+  hi = plan.device_bytes;
+  oc->params = ZT_PLACE_HOST;
+  while (hi - lo > 1) {
+    oc->gpu_budget = lo + (hi - lo) / 2;
+    if (zt_offload_estimate(mc, tc, oc, gpu->ops, &plan, err, sizeof err) == 0)
+      hi = oc->gpu_budget;
+    else
+      lo = oc->gpu_budget;
+  }
+  oc->gpu_budget = hi;
+}
+
 typedef enum placement { RESIDENT, STREAMED, OPT_NVME, DEVICE_UNITS } placement;
 static const char *const placement_names[] = {"resident", "streamed", "optimizer nvme",
                                               "2 device units, streamed"};
@@ -149,23 +171,7 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   zt_trainer *a = NULL, *b = NULL;
   double ref[STEPS], off[STEPS];
   if (pl == DEVICE_UNITS) oc.gpu_units = 2;
-  if (pl != RESIDENT) {
-    /* the smallest budget that opens, found by the estimate (no allocation) */
-    zt_offload_plan plan;
-    size_t lo = 1, hi;
-    oc.params = ZT_PLACE_GPU;
-    zt_offload_estimate(&mc, &tc, &oc, gpu->ops, &plan, err, sizeof err);
-    hi = plan.device_bytes;
-    oc.params = ZT_PLACE_HOST;
-    while (hi - lo > 1) {
-      oc.gpu_budget = lo + (hi - lo) / 2;
-      if (zt_offload_estimate(&mc, &tc, &oc, gpu->ops, &plan, err, sizeof err) == 0)
-        hi = oc.gpu_budget;
-      else
-        lo = oc.gpu_budget;
-    }
-    oc.gpu_budget = hi;
-  }
+  if (pl != RESIDENT) stream_within_least(gpu, &mc, &tc, &oc);
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, gpu, err, sizeof err) == 0, "%s: %s", what, err) ||
       MC_EXPECT(zt_trainer_open_offload(&b, &mc, &tc, &oc, gpu, err, sizeof err) == 0, "%s: %s",
                 what, err)) {
@@ -213,6 +219,76 @@ out:
   return fails;
 }
 
+/* The delayed update streamed on the GPU against the cpu backend's (every unit resident: the
+ * placement does not change the math), and against the GPU's undelayed run, which it must not
+ * match. */
+static int check_delayed(const zt_backend *gpu, zt_arch arch, zt_dtype dt) {
+  char err[512], what[160];
+  int fails = 0;
+  zt_model_cfg mc = model_cfg(arch);
+  zt_train_cfg tc = train_cfg(dt, 1.0f);
+  snprintf(what, sizeof what, "%s %s clip 1 delayed update, streamed", zt_arch_name(arch),
+           zt_dtype_name(dt));
+  uint64_t seed = 9 + (uint64_t)arch;
+  size_t per = (size_t)GA * B * (mc.seq_len + 1);
+  int32_t *tok = malloc(STEPS * per * sizeof *tok);
+  if (!tok) return 1;
+  mc_tokens(&seed, tok, STEPS * per, mc.vocab);
+  zt_backend cpu;
+  if (MC_EXPECT(zt_backend_cpu_open(&cpu, 4) == 0, "%s: cpu backend", what)) {
+    free(tok);
+    return 1;
+  }
+  zt_offload_cfg on_cpu, on_gpu, undelayed;
+  zt_offload_cfg_defaults(&on_cpu);
+  on_cpu.delayed_update = 1;
+  on_gpu = on_cpu;
+  on_gpu.prefetch = 2;
+  stream_within_least(gpu, &mc, &tc, &on_gpu);
+  undelayed = on_gpu;
+  undelayed.delayed_update = 0;
+  zt_trainer *ref = NULL, *t = NULL, *plain = NULL;
+  double want[STEPS], got[STEPS], other[STEPS];
+  if (MC_EXPECT(zt_trainer_open_offload(&ref, &mc, &tc, &on_cpu, &cpu, err, sizeof err) == 0,
+                "%s: cpu: %s", what, err) ||
+      MC_EXPECT(zt_trainer_open_offload(&t, &mc, &tc, &on_gpu, gpu, err, sizeof err) == 0,
+                "%s: %s", what, err) ||
+      MC_EXPECT(zt_trainer_open_offload(&plain, &mc, &tc, &undelayed, gpu, err, sizeof err) == 0,
+                "%s: undelayed: %s", what, err)) {
+    fails++;
+    goto out;
+  }
+  fails += train(ref, tok, want, 0, what) + train(t, tok, got, 0, what) +
+           train(plain, tok, other, 0, what);
+  double worst = 0, apart = 0, tol = dt == ZT_F32 ? TOL_F32 : TOL_LP;
+  for (int s = 0; s < STEPS; s++) {
+    double rel = fabs(got[s] - want[s]) / fabs(want[s]);
+    double away = fabs(got[s] - other[s]) / fabs(other[s]);
+    if (rel > worst) worst = rel;
+    if (away > apart) apart = away;
+  }
+  fails += MC_EXPECT(worst <= tol, "%s: losses differ from the cpu backend's by %.3g relative "
+                     "(limit %g)", what, worst, tol);
+  /* the delay moves the losses (2e-4 to 2e-3 here) far more than the backends differ */
+  fails += MC_EXPECT(apart > 10 * worst && apart > 1e-5,
+                     "%s: losses within %.3g of the undelayed run's (%.3g of the cpu backend's): "
+                     "no delay", what, apart, worst);
+  zt_offload_stats st;
+  zt_trainer_offload_stats(t, &st);
+  fails += MC_EXPECT(st.arena_peak <= st.arena_budget && st.evictions > 0,
+                     "%s: arena peak %zu of %zu, %llu evictions", what, st.arena_peak,
+                     st.arena_budget, (unsigned long long)st.evictions);
+  printf("%-40s max loss difference from the cpu backend %.3g, from the undelayed run %.3g\n",
+         what, worst, apart);
+out:
+  zt_trainer_close(ref);
+  zt_trainer_close(t);
+  zt_trainer_close(plain);
+  zt_backend_cpu_close(&cpu);
+  free(tok);
+  return fails;
+}
+
 int main(void) {
   zt_backend gpu;
   int rc = zt_backend_cuda_open(&gpu, 0);
@@ -238,6 +314,7 @@ int main(void) {
       fails += check(&gpu, archs[i], dts[d], 1.0f, STREAMED, tmp);
       if (have_uring) fails += check(&gpu, archs[i], dts[d], 0, OPT_NVME, tmp);
       fails += check(&gpu, archs[i], dts[d], 1.0f, DEVICE_UNITS, tmp);
+      fails += check_delayed(&gpu, archs[i], dts[d]);
     }
   if (!have_uring) printf("optimizer nvme cases skipped: io_uring unavailable (%s)\n", err);
   zt_backend_cuda_close(&gpu);

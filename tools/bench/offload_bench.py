@@ -13,7 +13,8 @@ same batches, bf16 compute with fp32 master weights, AdamW:
   MODEL:PARAMS:OPTIMIZER:CKPT (params gpu: every unit's compute copy resident, host: streamed,
   auto: the planner's choice; optimizer host: every update on the CPU, auto: the planner puts
   the leading units that fit the budget on the GPU; CKPT an integer or auto). PARAMS none: no
-  offload object and no budget, the plain step on the GPU (the "no-budget time").
+  offload object and no budget, the plain step on the GPU (the "no-budget time"). A fifth
+  field `delayed` adds "delayed_update": true (the optimizer one step behind).
 - FSDP2: fully_shard per block and on the root with CPUOffloadPolicy(pin_memory=True),
   MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torch.optim.AdamW(fused=True) on
   the CPU-resident params, torch.utils.checkpoint per block (it needs it to stay near the
@@ -102,7 +103,8 @@ def fsdp2_step_time(cfg, batches, steps):
     return sum(times) / len(times), peak, params
 
 
-def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, grad_accum):
+def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, grad_accum,
+                 delayed=False):
     with tempfile.TemporaryDirectory() as d:
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
@@ -112,7 +114,7 @@ def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, g
                                                        else int(ckpt)}}}
         if params != "none":
             spec["offload"] = {"params": params, "optimizer": optimizer, "gpu_budget": budget,
-                               "prefetch": 2}
+                               "prefetch": 2, "delayed_update": delayed}
         with open(os.path.join(d, "spec.json"), "w") as f:
             json.dump(spec, f)
         batches.astype("<i4").tofile(os.path.join(d, "batches.bin"))
@@ -146,8 +148,10 @@ def main():
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, {os.cpu_count()} cpus; "
           f"gpu_budget {args.budget_gib} GiB")
     for run in args.runs.split(","):
-        name, params, optimizer, ckpt = run.split(":")
-        placement = f"params {params}, optimizer {optimizer}, checkpointing {ckpt}"
+        name, params, optimizer, ckpt, *rest = run.split(":")
+        delayed = rest == ["delayed"]
+        placement = f"params {params}, optimizer {optimizer}, checkpointing {ckpt}" + \
+            (", delayed update" if delayed else "")
         cfg = CONFIGS[name]
         tokens = cfg["B"] * cfg["seq_len"] * args.grad_accum
         batches = rng.integers(0, cfg["vocab"],
@@ -155,7 +159,7 @@ def main():
                                dtype=np.int32)
         try:
             z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, ckpt, budget,
-                             args.steps, args.grad_accum)
+                             args.steps, args.grad_accum, delayed)
         except RuntimeError as e:
             print(f"{name} zt params {placement}: FAILED: {e}", flush=True)
             continue
