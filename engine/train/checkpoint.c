@@ -2,6 +2,17 @@
  * into place with renameat2(RENAME_EXCHANGE) so DIR is always either the old or the new complete
  * checkpoint; the old one is then removed.
  *
+ * Two layouts. The flat one (model.safetensors, optimizer.safetensors, trainer.json) holds the
+ * state in the model's layout. The per-rank one, which a data-parallel trainer running every
+ * rank of its world writes (zt__train_path.shards), holds each rank's chunks of the fp32
+ * parameters, m and v (offload/shard.h) in a file of its own, rank-R.safetensors, which every
+ * rank writes (and, loading into the same world, reads) on its own thread at once, through a
+ * staging of one chunk; manifest.json names the layout (world, stage, each unit's chunk, each
+ * rank's file and size) beside trainer.json's fields; model.safetensors holds the parameters
+ * gathered, as the flat one's, for the daemon's export. A load takes either layout into any
+ * trainer: a per-rank one whose chunks are not the trainer's is read a piece at a time, each
+ * unit's range assembled from the ranks' files, and written as a flat one is.
+ *
  * The state moves in pieces: runs of whole units of at most the largest unit's parameters, in
  * unit order. A save reads a piece from the trainer (its backend, or its step path's tiers)
  * into one staging of parameters, m and v and writes it at its tensors' places in the files,
@@ -9,6 +20,7 @@
  * files into the staging and writes it into the trainer. So a checkpoint takes
  * zt_trainer_checkpoint_bytes of host memory, not the flat state (12 bytes a parameter). */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -22,9 +34,13 @@
 
 #include "engine/model/safetensors.h"
 #include "engine/train/cfg_json.h"
+#include "engine/train/dp.h"
 #include "engine/train/trainer_internal.h"
 
 #define CKPT_FORMAT 1
+#define MANIFEST_FORMAT 1
+#define MANIFEST "manifest.json"
+#define LAYOUT_PER_RANK "per-rank"
 #define OPT_NOTE "AdamW exp_avg / exp_avg_sq in zt's internal layout: weights are (out, in), " \
                  "HF Conv1D weights are not transposed here as they are in model.safetensors"
 /* a tensor's name in a file: its model name and the state's suffix */
@@ -88,7 +104,23 @@ static size_t checkpoint_bytes(const zt_model *m) {
          3 * (size_t)zt_model_num_tensors(m) * HEADER_BYTES_PER_TENSOR;
 }
 
-size_t zt_trainer_checkpoint_bytes(const zt_trainer *t) { return checkpoint_bytes(t->model); }
+/* A per-rank checkpoint's files in parallel: every rank its staging of a chunk of each tensor,
+ * a reader's chunk and its file's header (3 entries a unit), and the manifest's tree (an entry
+ * a unit and a rank, and the configuration). */
+static size_t rank_bytes(const zt_model *m, const zt_shard_table *tab) {
+  size_t nu = (size_t)zt_model_num_units(m), W = (size_t)tab->world;
+  return W * (3 * tab->max_chunk * sizeof(float) + ZT_ST_CHUNK_BYTES +
+              3 * nu * HEADER_BYTES_PER_TENSOR) +
+         (nu + W + 16) * HEADER_BYTES_PER_TENSOR;
+}
+
+size_t zt_trainer_checkpoint_bytes(const zt_trainer *t) {
+  size_t flat = checkpoint_bytes(t->model);
+  const zt_shard_table *tab = t->path && t->path->shards ? t->path->shards(t, NULL) : NULL;
+  if (!tab) return flat;
+  size_t ranks = rank_bytes(t->model, tab);
+  return ranks > flat ? ranks : flat;
+}
 
 size_t zt_checkpoint_estimate_bytes(const zt_model_cfg *mc) {
   char err[256];
@@ -303,6 +335,7 @@ static int read_piece(const zt_st_file *f, const zt_st_tensor *const *found, con
 typedef struct state_seq {
   int next;         /* the first unit not moved yet */
   int failed;       /* a state call failed */
+  int shards;       /* a per-rank load began writing the ranks' chunks (load_shards) */
 } state_seq;
 
 static void seq_end(zt_trainer *t, const state_seq *q, int rc) {
@@ -323,31 +356,73 @@ static int write_json(const char *path, json_t *j, char *err, size_t errlen) {
   return rc;
 }
 
-int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
-  int rc = 0, nu = zt_model_num_units(t->model);
-  state_seq q = {0, 0};
-  char *tmp = NULL, *parent = NULL, *file = NULL;
-  float *buf = NULL;
-  zt_st_writer *wm = NULL, *wo = NULL;
-  json_t *j = NULL;
-  if ((rc = t->be.ops->sync(t->be.ctx)) < 0) {
-    snprintf(err, errlen, "backend %s failed before the checkpoint (%d)", t->be.ops->name, rc);
+/* trainer.json's fields after its format: the steps, the loss scaler, the configuration (the
+ * manifest holds them too). The loss scale is a power of two: a JSON real holds it exactly. */
+static json_t *state_json(const zt_trainer *t, json_t *head) {
+  const zt_model_cfg *mc = zt_model_cfg_of(t->model);
+  json_t *j = json_pack("{s:i, s:i, s:f, s:i, s:s, s:o, s:o}", "step", t->step, "adam_step",
+                        t->adam_step, "loss_scale", (double)t->scaler.scale,
+                        "loss_scale_good_steps", t->scaler.good_steps, "arch",
+                        zt_arch_name(mc->arch), "model", zt_model_cfg_to_json(mc), "train",
+                        zt_train_cfg_to_json(&t->tc));
+  int bad = !j || !head || json_object_update(head, j) < 0;
+  json_decref(j);
+  if (bad) {
+    json_decref(head);
+    return NULL;
+  }
+  return head;
+}
+
+/* The parameters, gathered a piece at a time, as one file of the checkpoint layout at path
+ * (zt_trainer_export, and a per-rank checkpoint's model.safetensors): through the parameters'
+ * staging and the transposition's scratch. */
+static int write_params(zt_trainer *t, const char *path, state_seq *q, char *err,
+                        size_t errlen) {
+  int rc, nu = zt_model_num_units(t->model);
+  size_t cap = piece_cap(t->model);
+  float *buf = malloc(2 * cap * sizeof *buf);
+  zt_st_writer *w = NULL;
+  if (!buf) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", path);
     goto out;
   }
+  if ((rc = writer_open(&w, t->model, path, model_file, NULL, err, errlen)) < 0) goto out;
+  for (int u0 = 0, u1; u0 < nu; u0 = u1) {
+    u1 = piece_end(t->model, u0, cap);
+    char why[512] = "";
+    if ((rc = state_read(t, u0, u1, buf, NULL, NULL, why, sizeof why)) < 0) {
+      q->failed = 1;
+      snprintf(err, errlen, "%s: reading the trainer's parameters failed: %s", path,
+               why[0] ? why : strerror(-rc));
+      goto out;
+    }
+    q->next = u1;
+    if ((rc = write_piece(w, t->model, model_file, 0, u0, u1, buf, buf + cap, err, errlen)) < 0)
+      goto out;
+  }
+  rc = zt_st_writer_finish(w, err, errlen);
+out:
+  zt_st_writer_close(w);
+  free(buf);
+  return rc;
+}
+
+/* The flat layout into the directory tmp. */
+static int save_flat(zt_trainer *t, const char *tmp, state_seq *q, char *err, size_t errlen) {
+  int rc = 0, nu = zt_model_num_units(t->model);
   size_t cap = piece_cap(t->model);
-  if (asprintf(&tmp, "%s.tmp", dir) < 0) tmp = NULL;
-  if (!tmp || !(parent = parent_of(dir)) || !(file = malloc(strlen(dir) + 64)) ||
-      !(buf = malloc(3 * cap * sizeof *buf))) {
+  char *file = malloc(strlen(tmp) + 64);
+  float *buf = malloc(3 * cap * sizeof *buf);
+  zt_st_writer *wm = NULL, *wo = NULL;
+  json_t *j = NULL;
+  if (!file || !buf) {
     rc = -ENOMEM;
-    snprintf(err, errlen, "%s: out of memory", dir);
+    snprintf(err, errlen, "%s: out of memory", tmp);
     goto out;
   }
   float *p = buf, *m = buf + cap, *v = buf + 2 * cap;
-  /* a leftover from a crash mid-save is incomplete by construction */
-  if ((rc = remove_dir(tmp)) < 0 || (mkdir(tmp, 0755) < 0 && (rc = -errno))) {
-    snprintf(err, errlen, "%s: %s", tmp, strerror(-rc));
-    goto out;
-  }
   sprintf(file, "%s/model.safetensors", tmp);
   if ((rc = writer_open(&wm, t->model, file, model_file, NULL, err, errlen)) < 0) goto out;
   sprintf(file, "%s/optimizer.safetensors", tmp);
@@ -356,12 +431,12 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
     u1 = piece_end(t->model, u0, cap);
     char why[512] = "";
     if ((rc = state_read(t, u0, u1, p, m, v, why, sizeof why)) < 0) {
-      q.failed = 1;
-      snprintf(err, errlen, "%s: reading the trainer's state failed: %s", dir,
+      q->failed = 1;
+      snprintf(err, errlen, "%s: reading the trainer's state failed: %s", tmp,
                why[0] ? why : strerror(-rc));
       goto out;
     }
-    q.next = u1;
+    q->next = u1;
     /* the moments first: m's staging is then free for the transposed parameters */
     if ((rc = write_piece(wo, t->model, opt_file, 0, u0, u1, m, NULL, err, errlen)) < 0 ||
         (rc = write_piece(wo, t->model, opt_file, 1, u0, u1, v, NULL, err, errlen)) < 0 ||
@@ -371,19 +446,325 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   if ((rc = zt_st_writer_finish(wm, err, errlen)) < 0 ||
       (rc = zt_st_writer_finish(wo, err, errlen)) < 0)
     goto out;
-  const zt_model_cfg *mc = zt_model_cfg_of(t->model);
-  /* the loss scale is a power of two: a JSON real holds it exactly */
-  j = json_pack("{s:i, s:i, s:i, s:f, s:i, s:s, s:o, s:o}", "format", CKPT_FORMAT, "step",
-                t->step, "adam_step", t->adam_step, "loss_scale", (double)t->scaler.scale,
-                "loss_scale_good_steps", t->scaler.good_steps, "arch", zt_arch_name(mc->arch),
-                "model", zt_model_cfg_to_json(mc), "train", zt_train_cfg_to_json(&t->tc));
   sprintf(file, "%s/trainer.json", tmp);
-  if (!j) {
+  if (!(j = state_json(t, json_pack("{s:i}", "format", CKPT_FORMAT)))) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", file);
     goto out;
   }
-  if ((rc = write_json(file, j, err, errlen)) < 0) goto out;
+  rc = write_json(file, j, err, errlen);
+out:
+  zt_st_writer_close(wm);
+  zt_st_writer_close(wo);
+  json_decref(j);
+  free(file);
+  free(buf);
+  return rc;
+}
+
+/* ---- per-rank checkpoints ------------------------------------------------------------------- */
+
+/* The layout: each unit of the model split into world chunks of chunk[u] elements, rank r's
+ * the unit's elements [r * chunk, (r + 1) * chunk) (offload/shard.h; the padding is not kept). */
+typedef struct rank_layout {
+  int world, zero_stage;
+  size_t align;
+  const size_t *chunk;
+} rank_layout;
+
+/* Rank r's real elements of unit u. */
+static size_t rank_count(const zt_model *m, const rank_layout *l, int u, int r) {
+  size_t n = zt_model_unit(m, u)->numel, at = (size_t)r * l->chunk[u];
+  return at >= n ? 0 : n - at < l->chunk[u] ? n - at : l->chunk[u];
+}
+
+/* A rank file's tensors: per unit where the rank has elements, "<unit>.params", then its m and
+ * v, 1-D, in unit order. */
+static const char *const rank_suffix[3] = {".params", ".exp_avg", ".exp_avg_sq"};
+
+/* One rank's file: a save's writer or a load's reader with its tensors. */
+typedef struct rank_file {
+  char *path;
+  const char *name;             /* in path: the file's name in the directory */
+  long long bytes;              /* a save: the finished file's size; a load: the manifest's */
+  int *first;                   /* a save: unit u's params entry (-1: none of its elements) */
+  zt_st_writer *w;
+  zt_st_file *f;
+  const zt_st_tensor **found;   /* a load: unit u's state k, [3 * u + k] */
+} rank_file;
+
+typedef struct rank_set {
+  const zt_model *m;
+  rank_layout l;
+  rank_file *rf;                /* world */
+} rank_set;
+
+static void rank_set_close(rank_set *x) {
+  for (int r = 0; x->rf && r < x->l.world; r++) {
+    rank_file *f = &x->rf[r];
+    zt_st_writer_close(f->w);
+    zt_st_close(f->f);
+    free(f->path);
+    free(f->first);
+    free(f->found);
+  }
+  free(x->rf);
+  x->rf = NULL;
+}
+
+/* The files of layout l in dir, called names[r] (a manifest's) or rank-R.safetensors. */
+static int rank_set_open(rank_set *x, const zt_model *m, const rank_layout *l, const char *dir,
+                         const char *const *names, char *err, size_t errlen) {
+  size_t nu = (size_t)zt_model_num_units(m), dl = strlen(dir);
+  x->m = m;
+  x->l = *l;
+  if (!(x->rf = calloc((size_t)l->world, sizeof *x->rf))) goto oom;
+  for (int r = 0; r < l->world; r++) {
+    rank_file *f = &x->rf[r];
+    int n = names ? asprintf(&f->path, "%s/%s", dir, names[r])
+                  : asprintf(&f->path, "%s/rank-%d.safetensors", dir, r);
+    if (n < 0) {
+      f->path = NULL;
+      goto oom;
+    }
+    f->name = f->path + dl + 1;
+    if (!(f->first = malloc(nu * sizeof *f->first)) ||
+        !(f->found = calloc(3 * nu, sizeof *f->found)))
+      goto oom;
+  }
+  return 0;
+oom:
+  snprintf(err, errlen, "%s: out of memory", dir);
+  return -ENOMEM;
+}
+
+/* Rank r's file opened and checked against the layout: every chunk of the rank there as a 1-D
+ * tensor of its elements in a dtype that converts to fp32, nothing else. */
+static int rank_file_open(rank_set *x, int r, char *err, size_t errlen) {
+  rank_file *f = &x->rf[r];
+  const zt_model *m = x->m;
+  int rc = zt_st_open(&f->f, f->path, err, errlen);
+  if (rc < 0) return rc;
+  char *used = calloc((size_t)zt_st_count(f->f) + 1, 1);
+  if (!used) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", f->path);
+  }
+  for (int u = 0; u < zt_model_num_units(m) && rc == 0; u++) {
+    const char *un = zt_model_unit(m, u)->name;
+    size_t c = rank_count(m, &x->l, u, r);
+    for (int k = 0; c && k < 3 && rc == 0; k++) {
+      char nm[NAME_MAX_LEN];
+      snprintf(nm, sizeof nm, "%s%s", un, rank_suffix[k]);
+      const zt_st_tensor *ft = zt_st_find(f->f, nm);
+      rc = -EINVAL;
+      if (!ft)
+        snprintf(err, errlen, "%s: tensor %s is missing (rank %d's %zu elements of unit %s in "
+                 MANIFEST ")", f->path, nm, r, c, un);
+      else if (ft->ndim != 1 || ft->numel != c)
+        snprintf(err, errlen, "%s: tensor %s has %zu elements in %d dimensions, expected %zu "
+                 "in 1 (rank %d's of unit %s in " MANIFEST ")", f->path, nm, ft->numel,
+                 ft->ndim, c, r, un);
+      else if (ft->dtype != ZT_ST_F32 && ft->dtype != ZT_ST_BF16 && ft->dtype != ZT_ST_F16)
+        snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 "
+                 "do)", f->path, nm);
+      else {
+        rc = 0;
+        f->found[3 * u + k] = ft;
+        used[ft - zt_st_tensor_at(f->f, 0)] = 1;
+      }
+    }
+  }
+  for (int i = 0; i < zt_st_count(f->f) && rc == 0; i++)
+    if (!used[i]) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "%s: unexpected tensor %s (not one of rank %d's chunks in "
+               MANIFEST ")", f->path, zt_st_tensor_at(f->f, i)->name, r);
+    }
+  free(used);
+  if (rc < 0) {
+    zt_st_close(f->f);
+    f->f = NULL;
+  }
+  return rc;
+}
+
+static void rank_file_close(rank_file *f) {
+  zt_st_close(f->f);
+  f->f = NULL;
+}
+
+/* zt__shard_io of a save, on rank r's thread: its file's header first, from the layout. */
+static int save_begin(void *arg, int r, char *err, size_t errlen) {
+  rank_set *x = arg;
+  rank_file *f = &x->rf[r];
+  const zt_model *m = x->m;
+  int nu = zt_model_num_units(m), n = 0, rc;
+  zt_st_entry *e = calloc(3 * (size_t)nu + 1, sizeof *e);
+  char *names = malloc(3 * (size_t)nu * NAME_MAX_LEN + 1);
+  if (!e || !names) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", f->path);
+    goto out;
+  }
+  for (int u = 0; u < nu; u++) {
+    size_t c = rank_count(m, &x->l, u, r);
+    f->first[u] = c ? n : -1;
+    for (int k = 0; c && k < 3; k++, n++) {
+      char *name = names + (size_t)n * NAME_MAX_LEN;
+      snprintf(name, NAME_MAX_LEN, "%s%s", zt_model_unit(m, u)->name, rank_suffix[k]);
+      e[n] = (zt_st_entry){.name = name, .ndim = 1, .shape = {(int64_t)c}};
+    }
+  }
+  char rank[16], world[16];
+  snprintf(rank, sizeof rank, "%d", r);
+  snprintf(world, sizeof world, "%d", x->l.world);
+  const char *meta[8] = {"format", "pt", "arch", zt_arch_name(zt_model_cfg_of(m)->arch),
+                         "rank", rank, "world", world};
+  rc = zt_st_writer_open(&f->w, f->path, e, n, meta, 4, err, errlen);
+out:
+  free(e);
+  free(names);
+  return rc;
+}
+
+static int save_put(void *arg, int r, int u, const float *p, const float *m, const float *v,
+                    char *err, size_t errlen) {
+  rank_file *f = &((rank_set *)arg)->rf[r];
+  const float *x[3] = {p, m, v};
+  int rc = 0;
+  for (int k = 0; k < 3 && rc == 0; k++)
+    rc = zt_st_writer_put(f->w, f->first[u] + k, x[k], err, errlen);
+  return rc;
+}
+
+/* Finished (fsynced, renamed into place) and its size taken for the manifest. */
+static int save_end(void *arg, int r, int ok, char *err, size_t errlen) {
+  rank_file *f = &((rank_set *)arg)->rf[r];
+  struct stat st;
+  int rc = 0;
+  if (ok && (rc = zt_st_writer_finish(f->w, err, errlen)) == 0) {
+    if (stat(f->path, &st) < 0) {
+      rc = -errno;
+      snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
+    }
+    f->bytes = (long long)st.st_size;
+  }
+  zt_st_writer_close(f->w);
+  f->w = NULL;
+  return rc;
+}
+
+static int load_begin(void *arg, int r, char *err, size_t errlen) {
+  return rank_file_open(arg, r, err, errlen);
+}
+
+static int load_get(void *arg, int r, int u, float *p, float *m, float *v, char *err,
+                    size_t errlen) {
+  rank_file *f = &((rank_set *)arg)->rf[r];
+  float *x[3] = {p, m, v};
+  int rc = 0;
+  for (int k = 0; k < 3 && rc == 0; k++)
+    rc = zt_st_read_f32(f->f, f->found[3 * u + k], x[k], 0, err, errlen);
+  return rc;
+}
+
+static int load_end(void *arg, int r, int ok, char *err, size_t errlen) {
+  (void)ok;
+  (void)err;
+  (void)errlen;
+  rank_file_close(&((rank_set *)arg)->rf[r]);
+  return 0;
+}
+
+/* The manifest: the layout, each unit's range and chunk, each rank's file and size, then
+ * trainer.json's fields. */
+static json_t *manifest_json(const zt_trainer *t, const rank_set *x) {
+  const zt_model *m = t->model;
+  json_t *units = json_array(), *ranks = json_array();
+  int bad = !units || !ranks;
+  for (int u = 0; !bad && u < zt_model_num_units(m); u++) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    bad = json_array_append_new(units, json_pack("{s:s, s:I, s:I, s:I}", "name", ui->name,
+                                                 "offset", (json_int_t)ui->offset, "numel",
+                                                 (json_int_t)ui->numel, "chunk",
+                                                 (json_int_t)x->l.chunk[u])) < 0;
+  }
+  for (int r = 0; !bad && r < x->l.world; r++)
+    bad = json_array_append_new(ranks, json_pack("{s:s, s:I}", "file", x->rf[r].name, "bytes",
+                                                 (json_int_t)x->rf[r].bytes)) < 0;
+  if (bad) {
+    json_decref(units);
+    json_decref(ranks);
+    return NULL;
+  }
+  json_t *head = json_pack("{s:i, s:s, s:i, s:i, s:I, s:s, s:o, s:o}", "format", MANIFEST_FORMAT,
+                           "layout", LAYOUT_PER_RANK, "world", x->l.world, "zero_stage",
+                           x->l.zero_stage, "align", (json_int_t)x->l.align, "model_file",
+                           "model.safetensors", "units", units, "ranks", ranks);
+  return state_json(t, head);
+}
+
+/* The per-rank layout into the directory tmp: the parameters gathered (model.safetensors), then
+ * every rank's file at once, then the manifest. */
+static int save_ranked(zt_trainer *t, const zt_shard_table *tab, int stage, const char *tmp,
+                       state_seq *q, char *err, size_t errlen) {
+  rank_layout l = {tab->world, stage, tab->align, tab->chunk};
+  rank_set x = {0};
+  json_t *j = NULL;
+  char *file = malloc(strlen(tmp) + 64), why[512] = "";
+  int rc;
+  if (!file) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", tmp);
+    goto out;
+  }
+  sprintf(file, "%s/model.safetensors", tmp);
+  if ((rc = write_params(t, file, q, err, errlen)) < 0 ||
+      (rc = rank_set_open(&x, t->model, &l, tmp, NULL, err, errlen)) < 0)
+    goto out;
+  zt__shard_io io = {&x, save_begin, save_put, NULL, save_end};
+  if ((rc = t->path->save_shards(t, &io, why, sizeof why)) < 0) {
+    snprintf(err, errlen, "%s: writing the ranks' files failed: %s", tmp, why);
+    goto out;
+  }
+  sprintf(file, "%s/" MANIFEST, tmp);
+  if (!(j = manifest_json(t, &x))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", file);
+    goto out;
+  }
+  rc = write_json(file, j, err, errlen);
+out:
+  rank_set_close(&x);
+  json_decref(j);
+  free(file);
+  return rc;
+}
+
+int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
+  int rc = 0, stage = 0;
+  state_seq q = {0, 0, 0};
+  char *tmp = NULL, *parent = NULL;
+  const zt_shard_table *tab = t->path && t->path->shards ? t->path->shards(t, &stage) : NULL;
+  if ((rc = t->be.ops->sync(t->be.ctx)) < 0) {
+    snprintf(err, errlen, "backend %s failed before the checkpoint (%d)", t->be.ops->name, rc);
+    goto out;
+  }
+  if (asprintf(&tmp, "%s.tmp", dir) < 0) tmp = NULL;
+  if (!tmp || !(parent = parent_of(dir))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", dir);
+    goto out;
+  }
+  /* a leftover from a crash mid-save is incomplete by construction */
+  if ((rc = remove_dir(tmp)) < 0 || (mkdir(tmp, 0755) < 0 && (rc = -errno))) {
+    snprintf(err, errlen, "%s: %s", tmp, strerror(-rc));
+    goto out;
+  }
+  rc = tab ? save_ranked(t, tab, stage, tmp, &q, err, errlen)
+           : save_flat(t, tmp, &q, err, errlen);
+  if (rc < 0) goto out;
   if ((rc = fsync_path(tmp, 1)) < 0) {
     snprintf(err, errlen, "%s: fsync: %s", tmp, strerror(-rc));
     goto out;
@@ -408,13 +789,8 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   if ((rc = fsync_path(parent, 1)) < 0) snprintf(err, errlen, "%s: fsync: %s", parent, strerror(-rc));
 out:
   seq_end(t, &q, rc);
-  zt_st_writer_close(wm);
-  zt_st_writer_close(wo);
-  json_decref(j);
   free(tmp);
   free(parent);
-  free(file);
-  free(buf);
   return rc;
 }
 
@@ -452,9 +828,48 @@ static int check_model(const zt_model *m, const json_t *jm, const char *path, ch
   return 0;
 }
 
-int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
+/* The steps and the loss scaler's state of a checkpoint, checked before anything is written and
+ * set once all of it is. */
+typedef struct ckpt_head {
+  int step, adam_step, good;
+  float scale;  /* 0: none (fp32-only versions' checkpoints) */
+} ckpt_head;
+
+/* trainer.json's fields (in the manifest too): the model this trainer's, the steps and the
+ * scaler's state in range. "step" was checked by the caller with the format. */
+static int read_head(const zt_trainer *t, const json_t *j, const char *file, ckpt_head *h,
+                     char *err, size_t errlen) {
+  int rc = check_model(t->model, json_object_get(j, "model"), file, err, errlen);
+  if (rc < 0) return rc;
+  h->step = (int)json_integer_value(json_object_get(j, "step"));
+  /* Absent in checkpoints of fp32-only versions: AdamW's step was the step, no scaler state. */
+  json_t *adam_step = json_object_get(j, "adam_step"), *ls = json_object_get(j, "loss_scale");
+  json_t *good = json_object_get(j, "loss_scale_good_steps");
+  if ((adam_step && (!json_is_integer(adam_step) || json_integer_value(adam_step) < 0 ||
+                     json_integer_value(adam_step) > h->step)) ||
+      (ls && (!json_is_number(ls) || !(json_number_value(ls) > 0) ||
+              !isfinite((float)json_number_value(ls)))) ||
+      (good && (!json_is_integer(good) || json_integer_value(good) < 0 ||
+                json_integer_value(good) >= t->scaler.growth_interval))) {
+    snprintf(err, errlen, "%s: adam_step, loss_scale or loss_scale_good_steps out of range",
+             file);
+    return -EINVAL;
+  }
+  h->adam_step = adam_step ? (int)json_integer_value(adam_step) : h->step;
+  h->scale = ls ? (float)json_number_value(ls) : 0;
+  h->good = good ? (int)json_integer_value(good) : -1;
+  return 0;
+}
+
+static int step_in_range(const json_t *step) {
+  return json_is_integer(step) && json_integer_value(step) >= 0 &&
+         json_integer_value(step) <= (1 << 30);
+}
+
+/* The flat layout: trainer.json, then both files' tensors checked, then the pieces. */
+static int load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *h, char *err,
+                     size_t errlen) {
   int rc = 0, nu = zt_model_num_units(t->model), nt = zt_model_num_tensors(t->model);
-  state_seq q = {0, 0};
   char *file = malloc(strlen(dir) + 64);
   float *buf = NULL;
   zt_st_file *fm = NULL, *fo = NULL;
@@ -468,30 +883,14 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   sprintf(file, "%s/trainer.json", dir);
   json_error_t je;
   j = json_load_file(file, 0, &je);
-  json_t *step = json_object_get(j, "step");
   if (!j || json_integer_value(json_object_get(j, "format")) != CKPT_FORMAT ||
-      !json_is_integer(step) || json_integer_value(step) < 0 ||
-      json_integer_value(step) > (1 << 30)) {
+      !step_in_range(json_object_get(j, "step"))) {
     rc = -EINVAL;
     snprintf(err, errlen, "%s: not a format-%d trainer state (%s)", file, CKPT_FORMAT,
              j ? "format, step" : je.text);
     goto out;
   }
-  if ((rc = check_model(t->model, json_object_get(j, "model"), file, err, errlen)) < 0) goto out;
-  /* Absent in checkpoints of fp32-only versions: AdamW's step was the step, no scaler state. */
-  json_t *adam_step = json_object_get(j, "adam_step"), *ls = json_object_get(j, "loss_scale");
-  json_t *good = json_object_get(j, "loss_scale_good_steps");
-  if ((adam_step && (!json_is_integer(adam_step) || json_integer_value(adam_step) < 0 ||
-                     json_integer_value(adam_step) > json_integer_value(step))) ||
-      (ls && (!json_is_number(ls) || !(json_number_value(ls) > 0) ||
-              !isfinite((float)json_number_value(ls)))) ||
-      (good && (!json_is_integer(good) || json_integer_value(good) < 0 ||
-                json_integer_value(good) >= t->scaler.growth_interval))) {
-    rc = -EINVAL;
-    snprintf(err, errlen, "%s: adam_step, loss_scale or loss_scale_good_steps out of range",
-             file);
-    goto out;
-  }
+  if ((rc = read_head(t, j, file, h, err, errlen)) < 0) goto out;
   /* both files whole before any of the state is written */
   sprintf(file, "%s/model.safetensors", dir);
   if ((rc = zt_st_open(&fm, file, err, errlen)) < 0 ||
@@ -516,23 +915,14 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
       goto out;
     char why[512] = "";
     if ((rc = state_write(t, u0, u1, p, m, v, why, sizeof why)) < 0) {
-      q.failed = 1;
+      q->failed = 1;
       snprintf(err, errlen, "%s: writing the state into the trainer failed: %s", dir,
                why[0] ? why : strerror(-rc));
       goto out;
     }
-    q.next = u1;
+    q->next = u1;
   }
-  t->step = (int)json_integer_value(step);
-  t->adam_step = adam_step ? (int)json_integer_value(adam_step) : t->step;
-  zt_loss_scaler_init(&t->scaler);
-  if (ls) t->scaler.scale = (float)json_number_value(ls);
-  if (good) t->scaler.good_steps = (int)json_integer_value(good);
 out:
-  /* a failure after the first piece leaves part of the checkpoint in the trainer (one inside
-   * the first is its path's to refuse steps after, as a failed step is) */
-  if (q.next > 0) t->part_loaded = rc < 0;
-  seq_end(t, &q, rc);
   zt_st_close(fm);
   zt_st_close(fo);
   json_decref(j);
@@ -542,46 +932,238 @@ out:
   return rc;
 }
 
-int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen) {
-  int rc = t->be.ops->sync(t->be.ctx), nu = zt_model_num_units(t->model);
-  state_seq q = {0, 0};
-  size_t cap = piece_cap(t->model);
+/* A manifest's non-negative integer field. */
+static int json_size(const json_t *o, const char *key, long long max, long long *v) {
+  const json_t *x = json_object_get(o, key);
+  if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > max) return -1;
+  *v = (long long)json_integer_value(x);
+  return 0;
+}
+
+/* The manifest's layout, checked against the model: its units the model's, chunks that cover
+ * them, a file of a plain name and a size per rank. names[r] point into j. */
+static int read_layout(const zt_model *m, const json_t *j, const char *file, rank_layout *l,
+                       size_t *chunk, const char **names, long long *bytes, char *err,
+                       size_t errlen) {
+  int nu = zt_model_num_units(m);
+  long long world, stage, align, v;
+  const json_t *ju = json_object_get(j, "units"), *jr = json_object_get(j, "ranks");
+  if (json_size(j, "world", ZT_DP_MAX_WORLD, &world) < 0 || world < 1) {
+    snprintf(err, errlen, "%s: world must be an integer in [1, %d]", file, ZT_DP_MAX_WORLD);
+    return -EINVAL;
+  }
+  if (json_size(j, "zero_stage", 3, &stage) < 0 || stage < 1) {
+    snprintf(err, errlen, "%s: zero_stage must be 1, 2 or 3", file);
+    return -EINVAL;
+  }
+  if (json_size(j, "align", 1 << 20, &align) < 0 || align < 1) {
+    snprintf(err, errlen, "%s: align must be an integer in [1, %d]", file, 1 << 20);
+    return -EINVAL;
+  }
+  if (!json_is_array(ju) || json_array_size(ju) != (size_t)nu) {
+    snprintf(err, errlen, "%s: units must list this model's %d units (it has %zu)", file, nu,
+             json_is_array(ju) ? json_array_size(ju) : 0);
+    return -EINVAL;
+  }
+  for (int u = 0; u < nu; u++) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    const json_t *e = json_array_get(ju, u);
+    const char *name = json_string_value(json_object_get(e, "name"));
+    long long off, n, c;
+    const char *bad = !name || strcmp(name, ui->name) ? "name"
+                      : json_size(e, "offset", LLONG_MAX, &off) < 0 || (size_t)off != ui->offset
+                          ? "offset"
+                      : json_size(e, "numel", LLONG_MAX, &n) < 0 || (size_t)n != ui->numel
+                          ? "numel"
+                      : json_size(e, "chunk", (long long)(ui->numel + (size_t)align), &c) < 0 ||
+                              c < 1 || (size_t)c * (size_t)world < ui->numel
+                          ? "chunk"
+                          : NULL;
+    if (bad) {
+      snprintf(err, errlen, "%s: units[%d].%s does not match this model's unit %s (%zu elements "
+               "at %zu; chunk: world chunks that cover them)", file, u, bad, ui->name,
+               ui->numel, ui->offset);
+      return -EINVAL;
+    }
+    chunk[u] = (size_t)c;
+  }
+  if (!json_is_array(jr) || json_array_size(jr) != (size_t)world) {
+    snprintf(err, errlen, "%s: ranks must list world %lld files (it has %zu)", file, world,
+             json_is_array(jr) ? json_array_size(jr) : 0);
+    return -EINVAL;
+  }
+  for (int r = 0; r < world; r++) {
+    const json_t *e = json_array_get(jr, r);
+    const char *name = json_string_value(json_object_get(e, "file"));
+    if (!name || !name[0] || strchr(name, '/') || name[0] == '.' || strlen(name) > 200) {
+      snprintf(err, errlen, "%s: ranks[%d].file must be a file name in the checkpoint's "
+               "directory", file, r);
+      return -EINVAL;
+    }
+    if (json_size(e, "bytes", LLONG_MAX, &v) < 0) {
+      snprintf(err, errlen, "%s: ranks[%d].bytes must be an integer >= 0", file, r);
+      return -EINVAL;
+    }
+    names[r] = name;
+    bytes[r] = v;
+  }
+  *l = (rank_layout){(int)world, (int)stage, (size_t)align, chunk};
+  return 0;
+}
+
+/* The per-rank layout: the manifest and every rank's file checked, then the state: each rank's
+ * file into its own chunks when the trainer's are the checkpoint's (load_shards), else a piece
+ * at a time, each unit assembled from the ranks' chunks, as from a flat checkpoint. */
+static int load_ranked(zt_trainer *t, const char *dir, const char *file, state_seq *q,
+                       ckpt_head *h, char *err, size_t errlen) {
+  const zt_model *md = t->model;
+  int nu = zt_model_num_units(md), rc = 0;
+  size_t cap = piece_cap(md), *chunk = calloc((size_t)nu, sizeof *chunk);
+  const char **names = calloc(ZT_DP_MAX_WORLD, sizeof *names);
+  long long *bytes = calloc(ZT_DP_MAX_WORLD, sizeof *bytes);
+  rank_set x = {0};
+  rank_layout l;
   float *buf = NULL;
-  zt_st_writer *w = NULL;
-  if (rc < 0) {
-    snprintf(err, errlen, "backend %s failed before the export (%d)", t->be.ops->name, rc);
-    goto out;
-  }
-  /* the parameters and the transposition's scratch */
-  if (!(buf = malloc(2 * cap * sizeof *buf))) {
+  json_error_t je;
+  json_t *j = json_load_file(file, 0, &je);
+  if (!chunk || !names || !bytes) {
     rc = -ENOMEM;
-    snprintf(err, errlen, "%s: out of memory", path);
+    snprintf(err, errlen, "%s: out of memory", dir);
     goto out;
   }
-  if ((rc = writer_open(&w, t->model, path, model_file, NULL, err, errlen)) < 0) goto out;
-  for (int u0 = 0, u1; u0 < nu; u0 = u1) {
-    u1 = piece_end(t->model, u0, cap);
+  if (!j) {
+    rc = -EINVAL;
+    snprintf(err, errlen, "%s: not a JSON manifest (line %d: %s)", file, je.line, je.text);
+    goto out;
+  }
+  const char *layout = json_string_value(json_object_get(j, "layout"));
+  if (json_integer_value(json_object_get(j, "format")) != MANIFEST_FORMAT || !layout ||
+      strcmp(layout, LAYOUT_PER_RANK) || !step_in_range(json_object_get(j, "step"))) {
+    rc = -EINVAL;
+    snprintf(err, errlen, "%s: not a format-%d %s checkpoint manifest (format, layout, step)",
+             file, MANIFEST_FORMAT, LAYOUT_PER_RANK);
+    goto out;
+  }
+  if ((rc = read_head(t, j, file, h, err, errlen)) < 0 ||
+      (rc = read_layout(md, j, file, &l, chunk, names, bytes, err, errlen)) < 0 ||
+      (rc = rank_set_open(&x, md, &l, dir, names, err, errlen)) < 0)
+    goto out;
+  /* every file whole before any of the state is written */
+  for (int r = 0; r < l.world; r++) {
+    rank_file *f = &x.rf[r];
+    struct stat st;
+    if (stat(f->path, &st) < 0) {
+      rc = -errno;
+      snprintf(err, errlen, "%s: %s (" MANIFEST " ranks[%d].file)", f->path,
+               errno == ENOENT ? "missing" : strerror(errno), r);
+      goto out;
+    }
+    if ((long long)st.st_size != bytes[r]) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "%s: %lld bytes, " MANIFEST " ranks[%d].bytes says %lld", f->path,
+               (long long)st.st_size, r, bytes[r]);
+      goto out;
+    }
+    if ((rc = rank_file_open(&x, r, err, errlen)) < 0) goto out;
+    rank_file_close(f);
+  }
+  const zt_shard_table *tab = t->path && t->path->shards ? t->path->shards(t, NULL) : NULL;
+  int same = tab && tab->world == l.world;
+  for (int u = 0; same && u < nu; u++) same = tab->chunk[u] == l.chunk[u];
+  if (same) {
+    zt__shard_io io = {&x, load_begin, NULL, load_get, load_end};
     char why[512] = "";
-    if ((rc = state_read(t, u0, u1, buf, NULL, NULL, why, sizeof why)) < 0) {
-      q.failed = 1;
-      snprintf(err, errlen, "%s: reading the trainer's parameters failed: %s", path,
+    q->shards = 1;
+    if ((rc = t->path->load_shards(t, &io, why, sizeof why)) < 0)
+      snprintf(err, errlen, "%s: reading the ranks' files into the trainer failed: %s", dir,
+               why);
+    goto out;
+  }
+  if (!(buf = malloc(3 * cap * sizeof *buf))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", dir);
+    goto out;
+  }
+  for (int u0 = 0, u1; u0 < nu; u0 = u1) {
+    u1 = piece_end(md, u0, cap);
+    size_t base = zt_model_unit(md, u0)->offset;
+    /* one file open at a time: its chunks of the piece's units */
+    for (int r = 0; r < l.world; r++) {
+      rank_file *f = &x.rf[r];
+      if ((rc = rank_file_open(&x, r, err, errlen)) < 0) goto out;
+      for (int u = u0; u < u1 && rc == 0; u++) {
+        size_t c = rank_count(md, &l, u, r);
+        size_t at = zt_model_unit(md, u)->offset + (size_t)r * l.chunk[u] - base;
+        for (int k = 0; c && k < 3 && rc == 0; k++)
+          rc = zt_st_read_f32(f->f, f->found[3 * u + k], buf + (size_t)k * cap + at, 0, err,
+                              errlen);
+      }
+      rank_file_close(f);
+      if (rc < 0) goto out;
+    }
+    char why[512] = "";
+    if ((rc = state_write(t, u0, u1, buf, buf + cap, buf + 2 * cap, why, sizeof why)) < 0) {
+      q->failed = 1;
+      snprintf(err, errlen, "%s: writing the state into the trainer failed: %s", dir,
                why[0] ? why : strerror(-rc));
       goto out;
     }
-    q.next = u1;
-    if ((rc = write_piece(w, t->model, model_file, 0, u0, u1, buf, buf + cap, err, errlen)) < 0)
-      goto out;
+    q->next = u1;
   }
-  rc = zt_st_writer_finish(w, err, errlen);
 out:
-  seq_end(t, &q, rc);
-  zt_st_writer_close(w);
+  rank_set_close(&x);
+  json_decref(j);
   free(buf);
+  free(chunk);
+  free(names);
+  free(bytes);
+  return rc;
+}
+
+int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
+  state_seq q = {0, 0, 0};
+  ckpt_head h;
+  char *file = NULL;
+  int rc;
+  if (asprintf(&file, "%s/" MANIFEST, dir) < 0) {
+    file = NULL;
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", dir);
+  } else {
+    /* a manifest makes it the per-rank layout */
+    rc = access(file, F_OK) == 0 || errno != ENOENT
+             ? load_ranked(t, dir, file, &q, &h, err, errlen)
+             : load_flat(t, dir, &q, &h, err, errlen);
+  }
+  if (rc == 0) {
+    t->step = h.step;
+    t->adam_step = h.adam_step;
+    zt_loss_scaler_init(&t->scaler);
+    if (h.scale > 0) t->scaler.scale = h.scale;
+    if (h.good >= 0) t->scaler.good_steps = h.good;
+  }
+  /* a failure after the first piece (or in the ranks' own reads) leaves part of the checkpoint
+   * in the trainer (one inside the first piece is its path's to refuse steps after, as a failed
+   * step is) */
+  if (q.next > 0 || q.shards) t->part_loaded = rc < 0;
+  seq_end(t, &q, rc);
+  free(file);
+  return rc;
+}
+
+int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen) {
+  state_seq q = {0, 0, 0};
+  int rc = t->be.ops->sync(t->be.ctx);
+  if (rc < 0)
+    snprintf(err, errlen, "backend %s failed before the export (%d)", t->be.ops->name, rc);
+  else
+    rc = write_params(t, path, &q, err, errlen);
+  seq_end(t, &q, rc);
   return rc;
 }
 
 int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *exp_avg_sq) {
-  state_seq q = {0, 0};
+  state_seq q = {0, 0, 0};
   char why[512];
   int rc = t->be.ops->sync(t->be.ctx);
   if (rc == 0) {

@@ -32,9 +32,17 @@
  * whose micro-batch is padding alone still takes part, with zero gradients), as the
  * collectives require.
  *
- * Checkpoints and zt_trainer_get_state gather the shards into the flat layout, and loading
- * scatters the flat layout into this trainer's shards, so checkpoints are interchangeable
- * between world sizes, stages and the trainer without data parallelism.
+ * Checkpoints. A trainer that runs every rank (local == world) writes them per rank
+ * (engine/train/checkpoint.c): every rank, on its own thread and all at once, reads its own
+ * chunks (from its device on its stream, through a staging of one chunk, or straight from its
+ * host tier) into a file of its own, beside a manifest of the layout and model.safetensors, the
+ * parameters gathered. Loading such a checkpoint into the same world, every rank reads its own
+ * file into its chunks (stages 1-2 then all-gather the parameters, as after an update); any
+ * other checkpoint, or this one into another world or a trainer without data parallelism, goes
+ * through the flat layout a piece at a time: loading scatters it into this trainer's shards,
+ * and zt_trainer_get_state, export and a part's checkpoints (below) gather the shards into it.
+ * So checkpoints are interchangeable between world sizes, stages, placements and the trainer
+ * without data parallelism.
  *
  * Parts. A trainer may run only some of the world's ranks: zt_dp_cfg.rank0 and .local make it
  * the part that runs global ranks rank0 .. rank0 + local - 1, whose communicators span the
@@ -68,7 +76,8 @@
  *   1-2 hold every unit's parameters on every rank: a gather reads rank 0's, a scatter
  *   broadcasts the unit straight into every rank's copy.
  * A trainer that runs every rank (local == world, the default) does none of this: its state
- * calls copy each rank's chunks directly and it refuses send / receive. A part without rank 0
+ * calls copy each rank's chunks directly, its checkpoints are per rank (above), and it refuses
+ * send / receive. A part without rank 0
  * refuses zt_trainer_save, _load, _export and _get_state (-EINVAL naming the call to make
  * instead). A failure inside a state collective is handled as inside a step: the failing rank
  * aborts the communicators and the trainer refuses further steps and state calls (-EIO).

@@ -57,9 +57,14 @@ typedef struct adam_seg {
   int decay;
 } adam_seg;
 
-/* CMD_READ / CMD_WRITE: every rank copies its own chunks (all ranks here); CMD_STATE: the
- * collective state call of a part. */
-typedef enum dp_cmd { CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_STATE, CMD_CLOSE } dp_cmd;
+/* CMD_READ / CMD_WRITE: every rank copies its own chunks (all ranks here); CMD_SHARDS_OUT /
+ * _IN: every rank moves its own chunks to / from its file of a per-rank checkpoint, and
+ * CMD_SHARDS_GATHER then all-gathers stages 1-2's parameters; CMD_STATE: the collective state
+ * call of a part. */
+typedef enum dp_cmd {
+  CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_SHARDS_OUT, CMD_SHARDS_IN, CMD_SHARDS_GATHER,
+  CMD_STATE, CMD_CLOSE
+} dp_cmd;
 
 struct dp_state;
 
@@ -117,7 +122,7 @@ typedef struct dp_rank_state {
   int rc;
   int abandoned;            /* CMD_STATE: rank 0's part gave up its call (not a failure here) */
   int piece[2];             /* CMD_STATE: the units [u0, u1) rank 0's part said it moves */
-  char err[256];
+  char err[512];            /* room for a checkpoint file's path */
   /* the step's results, the same on every rank */
   double loss, norm;
   unsigned flags;
@@ -153,6 +158,7 @@ typedef struct dp_state {
   const float *in[3];       /* CMD_WRITE, a scatter */
   int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
   int op, mask;             /* CMD_STATE: this part's call (ST_*); rank 0: the gather's tensors */
+  const zt__shard_io *io;   /* CMD_SHARDS_OUT / _IN: the checkpoint's files */
   /* a part's sequence of state calls (trainer_internal.h): its op (ST_GATHER, ST_SCATTER) and
    * the units moved so far (0: none open) */
   int seq_op, seq_next;
@@ -930,6 +936,123 @@ static int rank_step(dp_rank_state *k) {
   return 0;
 }
 
+/* ---- a per-rank checkpoint: each rank's own chunks (all ranks here) ------------------------ */
+
+/* The start of CMD_SHARDS_OUT / _IN: a staging of one chunk of each tensor (for the device
+ * units) and the rank's file begun. */
+static int shards_begin(dp_rank_state *k, float **buf, char *why, size_t len) {
+  const dp_state *s = k->s;
+  size_t bytes = 3 * s->tab->max_chunk * sizeof(float);
+  *buf = s->ng ? malloc(bytes) : NULL;
+  if (s->ng && !*buf) {
+    snprintf(why, len, "out of host memory for a staging of %zu bytes", bytes);
+    return -ENOMEM;
+  }
+  return s->io->begin(s->io->arg, k->r, why, len);
+}
+
+/* ... and its end: the file finished, or closed unfinished after a failure (rc < 0, whose
+ * message why holds). */
+static int shards_end(dp_rank_state *k, int rc, float *buf, char *why, size_t len) {
+  const zt__shard_io *io = k->s->io;
+  char ewhy[400] = "";
+  free(buf);
+  int erc = io->end(io->arg, k->r, rc == 0, ewhy, sizeof ewhy);
+  if (rc == 0 && erc < 0) {
+    rc = erc;
+    snprintf(why, len, "%s", ewhy);
+  }
+  return rc < 0 ? rank_fail(k, rc, "%s", why) : 0;
+}
+
+static int shards_backend_fail(dp_rank_state *k, int rc, char *why, size_t len) {
+  const zt_backend *be = &k->view.be;
+  snprintf(why, len, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+  return rc;
+}
+
+/* CMD_SHARDS_OUT: the rank's chunks, unit by unit, to its file: a host unit's straight from the
+ * host tier, a device unit's through the staging (the rank's stream, on its thread, so a cuda
+ * rank reads its own device). */
+static int rank_shards_out(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  size_t mc = s->tab->max_chunk;
+  float *buf;
+  char why[400] = "";
+  int rc = shards_begin(k, &buf, why, sizeof why);
+  for (int u = 0; u < s->nu && rc == 0; u++) {
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    if (!sh->count) continue;
+    const float *x[3];
+    if (on_host(s, u)) {
+      size_t at = host_at(s, sh);
+      x[0] = k->hm + at;
+      x[1] = k->hmom + at;
+      x[2] = k->hvar + at;
+    } else {
+      const float *src[3] = {k->params + param_at(k, sh), k->m + sh->packed_off,
+                             k->v + sh->packed_off};
+      for (int i = 0; i < 3; i++) {
+        be->ops->to_host(be->ctx, buf + i * mc, src[i], sh->count * sizeof(float));
+        x[i] = buf + i * mc;
+      }
+      if ((rc = be->ops->sync(be->ctx)) < 0) {
+        rc = shards_backend_fail(k, rc, why, sizeof why);
+        break;
+      }
+    }
+    rc = s->io->put(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why);
+  }
+  return shards_end(k, rc, buf, why, sizeof why);
+}
+
+/* CMD_SHARDS_IN: the rank's chunks from its file, unit by unit, where it keeps them (as
+ * rank_write puts them: a host unit's into the host tier, and its parameters onto the device
+ * too unless params host; the compute copies follow). Stages 1-2 hold the other ranks' chunks
+ * of the parameters as well: CMD_SHARDS_GATHER brings them once every rank has read its own. */
+static int rank_shards_in(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  zt_dtype dt = k->view.tc.precision;
+  size_t mc = s->tab->max_chunk;
+  float *buf;
+  char why[400] = "";
+  int rc = shards_begin(k, &buf, why, sizeof why);
+  for (int u = 0; u < s->nu && rc == 0; u++) {
+    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    if (!sh->count) continue;
+    size_t c = s->tab->chunk[u], at = param_at(k, sh), ha = host_at(s, sh);
+    int host = on_host(s, u), dev_params = !host || !s->params_host;
+    float *hx[3] = {k->hm, k->hmom, k->hvar}, *x[3];
+    for (int i = 0; i < 3; i++) x[i] = host ? hx[i] + ha : buf + i * mc;
+    if ((rc = s->io->get(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why)) < 0) break;
+    if (dev_params)
+      be->ops->to_device(be->ctx, k->params + at, x[0], sh->count * sizeof(float));
+    if (!host) {
+      be->ops->to_device(be->ctx, k->m + sh->packed_off, x[1], sh->count * sizeof(float));
+      be->ops->to_device(be->ctx, k->v + sh->packed_off, x[2], sh->count * sizeof(float));
+    }
+    /* the whole chunk: its padding is zero in both copies */
+    if (k->params_lp && dev_params)
+      be->ops->cast(be->ctx, lp_of(k, k->params_lp, at), dt, k->params + at, ZT_F32, c);
+    if (k->hlp && host) k->hbe.ops->cast(k->hbe.ctx, k->hlp + ha, dt, k->hm + ha, ZT_F32, c);
+    /* the staging is read again for the next unit */
+    if ((rc = be->ops->sync(be->ctx)) < 0) rc = shards_backend_fail(k, rc, why, sizeof why);
+  }
+  return shards_end(k, rc, buf, why, sizeof why);
+}
+
+/* CMD_SHARDS_GATHER (stages 1-2): every unit's parameters and compute copy, from every rank's
+ * chunk, as after an update. */
+static int rank_shards_gather(dp_rank_state *k) {
+  const zt_backend *be = &k->view.be;
+  int rc = 0;
+  for (int u = 0; u < k->s->nu && rc == 0; u++) rc = gather_updated(k, u);
+  if (rc < 0) return rc;
+  return (rc = be->ops->sync(be->ctx)) < 0 ? backend_fail(k, rc) : 0;
+}
+
 /* ---- a part's state: collectives between steps ------------------------------------------- */
 
 /* A gather of units [u0, u1): per unit and tensor, the chunks all-gathered into the scratch
@@ -1091,6 +1214,14 @@ static int rank_run(dp_rank_state *k, dp_cmd cmd) {
   }
   case CMD_READ: return rank_read(k);
   case CMD_WRITE: return rank_write(k);
+  case CMD_SHARDS_OUT: return rank_shards_out(k);
+  case CMD_SHARDS_IN: return rank_shards_in(k);
+  case CMD_SHARDS_GATHER: {
+    /* a collective: as a step's, a rank that fails releases the others */
+    int rc = rank_shards_gather(k);
+    if (rc < 0) k->comm.ops->abort(k->comm.ctx);
+    return rc;
+  }
   case CMD_STATE: {
     /* as a step's: a rank that fails mid-call releases the others; a call rank 0 gave up
      * before it began is no failure of the collectives */
@@ -1280,10 +1411,35 @@ static int dp_write_state(zt_trainer *t, int u0, int u1, const float *params, co
  * part of a load, every part fails: rank_state). */
 static void dp_abandon_state(zt_trainer *t) {
   dp_state *s = t->path_state;
-  char err[256];
+  char err[sizeof s->ranks[0].err];
   if (s->nl < s->dc.world && s->dc.rank0 == 0 && !s->broken)
     state_call(s, ST_ABANDON, 0, err, sizeof err);
   s->seq_next = 0;
+}
+
+/* Per-rank checkpoints: only with every rank here (a part's are flat, through rank 0's part). */
+static const zt_shard_table *dp_shards(const zt_trainer *t, int *zero_stage) {
+  const dp_state *s = t->path_state;
+  if (s->nl < s->dc.world) return NULL;
+  if (zero_stage) *zero_stage = s->dc.zero_stage;
+  return s->tab;
+}
+
+static int dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen) {
+  dp_state *s = t->path_state;
+  if (s->broken) return refuse_broken("the checkpoint", err, errlen);
+  s->io = io;
+  return run_cmd(s, CMD_SHARDS_OUT, err, errlen);
+}
+
+static int dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen) {
+  dp_state *s = t->path_state;
+  if (s->broken) return refuse_broken("the checkpoint load", err, errlen);
+  s->io = io;
+  int rc = run_cmd(s, CMD_SHARDS_IN, err, errlen);
+  if (rc == 0 && s->dc.zero_stage < 3 && (rc = run_cmd(s, CMD_SHARDS_GATHER, err, errlen)) < 0)
+    s->broken = 1;
+  return rc;
 }
 
 static size_t dp_backend_bytes(const zt_trainer *t) {
@@ -1315,6 +1471,9 @@ static const zt__train_path dp_path = {
     .read_state = dp_read_state,
     .write_state = dp_write_state,
     .abandon_state = dp_abandon_state,
+    .shards = dp_shards,
+    .save_shards = dp_save_shards,
+    .load_shards = dp_load_shards,
     .backend_bytes = dp_backend_bytes,
     .close = dp_close,
 };

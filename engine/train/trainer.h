@@ -100,14 +100,22 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
 
 /* Checkpoint directory: model.safetensors (parameters under the documented names),
  * optimizer.safetensors (AdamW m and v, same names), trainer.json (step, AdamW's step, the fp16
- * loss scaler's state, the configuration).
+ * loss scaler's state, the configuration). A data-parallel trainer that runs every rank of its
+ * world (dp.h) writes the per-rank layout instead: model.safetensors, rank-R.safetensors per
+ * rank R (its chunk of each unit's fp32 parameters, m and v: "<unit>.params", ".exp_avg",
+ * ".exp_avg_sq", 1-D), written by all ranks at once, and manifest.json (format, layout
+ * "per-rank", world, zero_stage, align, units [{name, offset, numel, chunk}], ranks [{file,
+ * bytes}], model_file, and trainer.json's fields).
  * Written into a temp directory, fsynced, then renamed into place. The state moves between the
  * trainer and the files a piece of whole units at a time (zt_trainer_checkpoint_bytes). */
 int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen);
-/* Restores parameters, optimizer state and step; continues bit-identically. Both files'
- * tensors (names, shapes, dtypes; nothing missing or extra) are checked before any of the
- * state is written; a load that fails after that (a read error of the files, a failure of the
- * step path) leaves the trainer refusing steps (-EIO) until a load succeeds. */
+/* Restores parameters, optimizer state and step; continues bit-identically. Either layout, into
+ * any trainer (a per-rank checkpoint into the same world: each rank reads its own file; else
+ * re-sharded through the flat layout). The files' tensors (names, shapes, dtypes; nothing
+ * missing or extra), a manifest's fields (-EINVAL naming the field) and its ranks' files (one
+ * missing: -ENOENT naming it; of another size than the manifest's: -EINVAL) are checked before
+ * any of the state is written; a load that fails after that (a read error of the files, a
+ * failure of the step path) leaves the trainer refusing steps (-EIO) until a load succeeds. */
 int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen);
 /* Parameters alone as one safetensors file (fp32), atomically. */
 int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen);
@@ -121,9 +129,13 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
  * with the model's depth but for the headers: a 10.3 B GPT (d_model 5120, 32 layers), whose
  * flat state is 124 GB, takes 3.8 GB (a block's 315 M parameters). A data-parallel part's
  * state calls move each piece through device scratch buffers the trainer already holds
- * (dp.h). */
+ * (dp.h). A per-rank checkpoint's ranks, all at once, each take a staging of their chunk of the
+ * largest unit (3 x 4 bytes an element), the reader's chunk and their file's header: the larger
+ * of that and the above. */
 size_t zt_trainer_checkpoint_bytes(const zt_trainer *t);
-/* The same for a model configuration, without a trainer (job admission); SIZE_MAX for one that
+/* The same for a model configuration, without a trainer (job admission), in the flat layout
+ * (a per-rank checkpoint's W ranks can take up to W x (the reader's chunk, a header of 3
+ * entries a unit and 12 bytes an element of a chunk's padding) more); SIZE_MAX for one that
  * does not pass zt_model_cfg_check. */
 size_t zt_checkpoint_estimate_bytes(const zt_model_cfg *mc);
 

@@ -4,6 +4,24 @@
 
 #include "engine/train/loss_scale.h"
 #include "engine/train/trainer.h"
+#include "offload/shard.h"
+
+/* A per-rank checkpoint's files (checkpoint.c), as a data-parallel trainer that runs every rank
+ * of its world moves each rank's own chunks (zt__train_path.save_shards / load_shards): on the
+ * rank's thread, every rank at once. begin comes before the rank's first chunk; then, in unit
+ * order, for each unit where the rank has elements (its zt_shard's count), put (a save: the
+ * rank's chunk of the fp32 parameters, AdamW m and v, count floats each, valid during the call)
+ * or get (a load: fills them); then end, also after a failure (ok 0: close without finishing).
+ * Each returns 0 or a negative errno with a message naming the file in err. */
+typedef struct zt__shard_io {
+  void *arg;
+  int (*begin)(void *arg, int rank, char *err, size_t errlen);
+  int (*put)(void *arg, int rank, int unit, const float *p, const float *m, const float *v,
+             char *err, size_t errlen);
+  int (*get)(void *arg, int rank, int unit, float *p, float *m, float *v, char *err,
+             size_t errlen);
+  int (*end)(void *arg, int rank, int ok, char *err, size_t errlen);
+} zt__shard_io;
 
 /* A step path other than the all-on-the-backend one (the offloaded step, built on offload/ and
  * linked only by programs that use it, engine/train/offload.h). Checkpoints and
@@ -29,6 +47,16 @@ typedef struct zt__train_path {
    * collectives tells the other parts, which wait for the next range. NULL where nothing
    * waits. */
   void (*abandon_state)(zt_trainer *t);
+  /* Per-rank checkpoints: a data-parallel trainer that runs every rank of its world gives its
+   * shard table and zero stage (NULL for any other trainer, whose checkpoints are flat; NULL
+   * functions: none). save_shards has every rank put its chunks through io at once;
+   * load_shards has every rank get its chunks, then (stages 1-2) every rank's copy of the
+   * parameters all-gathered. A load_shards that fails may have written part of the state (the
+   * caller refuses steps, part_loaded); one that fails in the all-gather leaves the trainer
+   * refusing steps and state calls as a failed step does. */
+  const zt_shard_table *(*shards)(const zt_trainer *t, int *zero_stage);
+  int (*save_shards)(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
+  int (*load_shards)(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
   size_t (*backend_bytes)(const zt_trainer *t);
   /* frees the path's state and the buffers it owns (params, grads, m, v) */
   void (*close)(zt_trainer *t);
