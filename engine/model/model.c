@@ -174,9 +174,12 @@ int zt_model_num_units(const zt_model *m) { return m->nu; }
 const zt_unit_info *zt_model_unit(const zt_model *m, int i) { return &m->u[i]; }
 int zt_model_d_ff(const zt_model *m) { return m->d_ff; }
 
-/* splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose stream depends only on the seed. */
+/* splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose stream depends only on the seed.
+ * Its state only adds the increment per draw, so the state before draw k is seed + k * GAMMA. */
+#define SPLITMIX_GAMMA 0x9e3779b97f4a7c15ull
+
 static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  uint64_t z = (*s += SPLITMIX_GAMMA);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -190,15 +193,22 @@ static double normal01(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
+static int init_draws(zt__init_kind k) { return k == ZT__INIT_NORMAL || k == ZT__INIT_RESID; }
+
 /* GPT-2's init for both archs: weights and embeddings N(0, 0.02), projections into the residual
  * stream N(0, 0.02/sqrt(2L)), biases 0, norms 1/0. Tensors are filled in layout order from one
  * splitmix64 stream seeded with cfg.init_seed. (The encoder therefore does not start from
- * PyTorch's default init; parity runs load their init from safetensors.) */
-void zt_model_init_params(const zt_model *m, float *p) {
-  uint64_t s = m->cfg.init_seed;
+ * PyTorch's default init; parity runs load their init from safetensors.) A range starts the
+ * stream where the tensors before it leave it (two draws per random element), without drawing
+ * them, so an offloaded open makes its pieces in any order with the flat init's bits. */
+void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst) {
+  uint64_t draws = 0;
+  for (int i = 0; i < first; i++)
+    if (init_draws(m->init[i])) draws += 2 * (uint64_t)m->t[i].numel;
+  uint64_t s = m->cfg.init_seed + draws * SPLITMIX_GAMMA;
   double resid = 0.02 / sqrt(2.0 * m->cfg.n_layers);
-  for (int i = 0; i < m->nt; i++) {
-    float *x = p + m->t[i].offset;
+  for (int i = first; i < end; i++) {
+    float *x = dst + (m->t[i].offset - m->t[first].offset);
     size_t n = m->t[i].numel;
     switch (m->init[i]) {
     case ZT__INIT_NORMAL:
@@ -215,6 +225,10 @@ void zt_model_init_params(const zt_model *m, float *p) {
       break;
     }
   }
+}
+
+void zt_model_init_params(const zt_model *m, float *p) {
+  zt_model_init_params_range(m, 0, m->nt, p);
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------- */
@@ -266,67 +280,133 @@ static int ignorable(const char *name) {
   return 0;
 }
 
-int zt_model_load_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
-                         int internal_layout, char *err, size_t errlen) {
-  zt_st_file *f = NULL;
-  char *used = NULL;
-  int rc = zt_st_open(&f, path, err, errlen);
-  if (rc < 0) return rc;
-  used = calloc((size_t)zt_st_count(f) + 1, 1);
+struct zt_model_file {
+  const zt_model *m;
+  char *path;
+  zt_st_file *f;
+  const zt_st_tensor **found;   /* tensor i of state k: found[k * nt + i] */
+  int n, internal;
+};
+
+void zt_model_file_close(zt_model_file *mf) {
+  if (!mf) return;
+  zt_st_close(mf->f);
+  free(mf->found);
+  free(mf->path);
+  free(mf);
+}
+
+/* Every tensor of every state found, with its shape and a dtype that converts to fp32, and
+ * nothing else in the file but the buffers HF files carry, before anything is read. */
+static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size_t errlen) {
+  const zt_model *m = mf->m;
+  const char *path = mf->path;
+  char *used = calloc((size_t)zt_st_count(mf->f) + 1, 1);
   if (!used) {
-    rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", path);
-    goto out;
+    return -ENOMEM;
   }
-  for (int k = 0; k < n; k++)
-    for (int i = 0; i < m->nt; i++) {
+  int rc = 0;
+  for (int k = 0; k < mf->n && rc == 0; k++)
+    for (int i = 0; i < m->nt && rc == 0; i++) {
       const zt_tensor_info *t = &m->t[i];
       char nm[160];
-      snprintf(nm, sizeof nm, "%s%s", t->name, s[k].suffix);
-      const zt_st_tensor *ft = zt_st_find(f, nm);
+      snprintf(nm, sizeof nm, "%s%s", t->name, suffix[k]);
+      const zt_st_tensor *ft = zt_st_find(mf->f, nm);
       if (!ft) {
         char pre[176];
         snprintf(pre, sizeof pre, "transformer.%s", nm);
-        ft = zt_st_find(f, pre);
-      }
-      if (!ft) {
-        rc = -EINVAL;
-        snprintf(err, errlen, "%s: tensor %s is missing", path, nm);
-        goto out;
+        ft = zt_st_find(mf->f, pre);
       }
       int64_t want[2];
-      file_shape(t, internal_layout, want);
-      if (ft->ndim != t->ndim || ft->shape[0] != want[0] || (t->ndim > 1 && ft->shape[1] != want[1])) {
+      file_shape(t, mf->internal, want);
+      rc = -EINVAL;
+      if (!ft) {
+        snprintf(err, errlen, "%s: tensor %s is missing", path, nm);
+      } else if (ft->ndim != t->ndim || ft->shape[0] != want[0] ||
+                 (t->ndim > 1 && ft->shape[1] != want[1])) {
         char got[128] = "";
         for (int d = 0; d < ft->ndim; d++)
           snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                    (long long)ft->shape[d]);
-        rc = -EINVAL;
         if (t->ndim > 1)
           snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld, %lld]", path,
                    ft->name, got, (long long)want[0], (long long)want[1]);
         else
           snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld]", path, ft->name,
                    got, (long long)want[0]);
-        goto out;
+      } else if (ft->dtype != ZT_ST_F32 && ft->dtype != ZT_ST_BF16 && ft->dtype != ZT_ST_F16) {
+        snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 do)",
+                 path, ft->name);
+      } else {
+        rc = 0;
+        mf->found[k * m->nt + i] = ft;
+        used[ft - zt_st_tensor_at(mf->f, 0)] = 1;
       }
-      rc = zt_st_read_f32(f, ft, s[k].data + t->offset, t->transposed && !internal_layout, err,
-                          errlen);
-      if (rc < 0) goto out;
-      used[ft - zt_st_tensor_at(f, 0)] = 1;
     }
-  for (int i = 0; i < zt_st_count(f); i++) {
-    const char *nm = zt_st_tensor_at(f, i)->name;
+  for (int i = 0; i < zt_st_count(mf->f) && rc == 0; i++) {
+    const char *nm = zt_st_tensor_at(mf->f, i)->name;
     if (!used[i] && !ignorable(nm)) {
       rc = -EINVAL;
       snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)", path, nm,
                m->arch->name);
-      goto out;
     }
   }
-out:
   free(used);
-  zt_st_close(f);
+  return rc;
+}
+
+int zt_model_file_open(zt_model_file **out, const zt_model *m, const char *path,
+                       const char *const *suffix, int n, int internal_layout, char *err,
+                       size_t errlen) {
+  *out = NULL;
+  int rc;
+  zt_model_file *mf = calloc(1, sizeof *mf);
+  if (!mf || !(mf->path = strdup(path)) ||
+      !(mf->found = calloc((size_t)(m->nt * n) + 1, sizeof *mf->found))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", path);
+    goto fail;
+  }
+  mf->m = m;
+  mf->n = n;
+  mf->internal = internal_layout;
+  if ((rc = zt_st_open(&mf->f, path, err, errlen)) < 0 ||
+      (rc = resolve(mf, suffix, err, errlen)) < 0)
+    goto fail;
+  *out = mf;
+  return 0;
+fail:
+  zt_model_file_close(mf);
+  return rc;
+}
+
+int zt_model_file_read(const zt_model_file *mf, int k, int first, int end, float *dst,
+                       char *err, size_t errlen) {
+  const zt_model *m = mf->m;
+  int rc = 0;
+  for (int i = first; i < end && rc == 0; i++) {
+    const zt_tensor_info *t = &m->t[i];
+    rc = zt_st_read_f32(mf->f, mf->found[k * m->nt + i], dst + (t->offset - m->t[first].offset),
+                        t->transposed && !mf->internal, err, errlen);
+  }
+  return rc;
+}
+
+int zt_model_load_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
+                         int internal_layout, char *err, size_t errlen) {
+  zt_model_file *mf = NULL;
+  const char **suffix = calloc((size_t)n + 1, sizeof *suffix);
+  if (!suffix) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
+  }
+  for (int k = 0; k < n; k++) suffix[k] = s[k].suffix;
+  int rc = zt_model_file_open(&mf, m, path, suffix, n, internal_layout, err, errlen);
+  for (int k = 0; k < n && rc == 0; k++)
+    rc = zt_model_file_read(mf, k, 0, m->nt, s[k].data, err, errlen);
+  zt_model_file_close(mf);
+  free(suffix);
   return rc;
 }
 

@@ -71,6 +71,10 @@ int zt_model_d_ff(const zt_model *m);
 
 /* Host-side init of a flat parameter buffer (GPT-2 init from the seed; deterministic). */
 void zt_model_init_params(const zt_model *m, float *params_host);
+/* Tensors [first, end) of that init into dst, which holds their range of the flat layout (dst[0]
+ * is tensor first's first parameter): the bits zt_model_init_params writes there, for any range
+ * asked in any order, so that a model larger than memory is initialised a piece at a time. */
+void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst);
 
 /* ---- checkpoints (safetensors) ---------------------------------------------------------------
  * A model state buffer is a flat host buffer in the parameter layout (parameters, or an AdamW
@@ -91,6 +95,19 @@ int zt_model_save_states(const zt_model *m, const char *path, const zt_model_sta
  * *.attn.masked_bias); any other missing, extra or wrongly shaped tensor is refused, named. */
 int zt_model_load_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
                          int internal_layout, char *err, size_t errlen);
+
+/* The same file a range of tensors at a time, for states larger than memory: open reads the
+ * header and refuses what zt_model_load_states refuses (and a dtype that does not convert to
+ * fp32) before any data is read; read fills dst with tensors [first, end) of state k (suffix[k])
+ * in their range of the flat layout (dst[0] is tensor first's first parameter), in any order.
+ * zt_model_load_states is open, read of every tensor of each state, close. */
+typedef struct zt_model_file zt_model_file;
+int zt_model_file_open(zt_model_file **f, const zt_model *m, const char *path,
+                       const char *const *suffix, int n, int internal_layout, char *err,
+                       size_t errlen);
+int zt_model_file_read(const zt_model_file *f, int k, int first, int end, float *dst, char *err,
+                       size_t errlen);
+void zt_model_file_close(zt_model_file *f);
 
 /* ---- forward and backward --------------------------------------------------------------------
  * The activations of one micro-batch (B rows of seq_len tokens) and the backward scratch live in

@@ -1649,19 +1649,33 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
 }
 
 /* The initial parameters (init_path or the seed) and zero moments, in every tier but the host
- * units' m and v, which the open allocates after it (zeroed): the parameters come through a flat
- * buffer outside the arena (4 bytes a parameter), and the two together would be more than the
- * arena (for a 10 B model 41 GB beside 2 x 28 GB). */
+ * units' m and v, which the open allocates after it (zeroed). The parameters come a piece of
+ * units at a time through one staging of the largest unit's parameters outside the arena (with
+ * an init file, its header and the reader's chunk beside it), not a flat copy of the model (for
+ * a 10 B model that would be 41 GB beside the arena). That is less than a checkpoint's staging
+ * (zt_checkpoint_estimate_bytes: three such stagings, the chunk, the headers of three entries a
+ * tensor), which the job's admission counts on top of the plan's host tier and which no
+ * checkpoint needs while the open runs (test_ckpt_memory measures both). */
 static int write_initial_state(zt_trainer *t, char *err, size_t errlen) {
-  float *init = malloc(zt_model_num_params(t->model) * sizeof(float));
-  if (!init) {
+  int nu = zt_model_num_units(t->model);
+  size_t cap = zt__trainer_piece_cap(t->model);
+  zt__trainer_init in;
+  float *buf = NULL;
+  int rc = zt__trainer_init_open(&in, t->model, err, errlen);
+  if (rc < 0) goto out;
+  if (!(buf = malloc(cap * sizeof *buf))) {
+    rc = -ENOMEM;
     snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
+    goto out;
   }
-  int rc = zt__trainer_init_params(t->model, init, err, errlen);
-  if (rc == 0)
-    rc = off_write_state(t, 0, zt_model_num_units(t->model), init, NULL, NULL, err, errlen);
-  free(init);
+  for (int u0 = 0, u1; u0 < nu && rc == 0; u0 = u1) {
+    u1 = zt__trainer_piece_end(t->model, u0, cap);
+    if ((rc = zt__trainer_init_read(&in, u0, u1, buf, err, errlen)) == 0)
+      rc = off_write_state(t, u0, u1, buf, NULL, NULL, err, errlen);
+  }
+out:
+  free(buf);
+  zt__trainer_init_close(&in);
   return rc;
 }
 

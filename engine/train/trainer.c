@@ -188,14 +188,53 @@ out:
   return rc;
 }
 
-int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t errlen) {
-  const zt_model_cfg *mc = zt_model_cfg_of(m);
-  if (!mc->init_path[0]) {
-    zt_model_init_params(m, host);
-    return 0;
+size_t zt__trainer_piece_cap(const zt_model *m) {
+  size_t cap = 0;
+  for (int u = 0; u < zt_model_num_units(m); u++)
+    if (zt_model_unit(m, u)->numel > cap) cap = zt_model_unit(m, u)->numel;
+  return cap;
+}
+
+int zt__trainer_piece_end(const zt_model *m, int u0, size_t cap) {
+  int u1 = u0 + 1;
+  size_t base = zt_model_unit(m, u0)->offset;
+  while (u1 < zt_model_num_units(m)) {
+    const zt_unit_info *ui = zt_model_unit(m, u1);
+    if (ui->offset + ui->numel - base > cap) break;
+    u1++;
   }
-  zt_model_state s = {"", host};
-  return zt_model_load_states(m, mc->init_path, &s, 1, 0, err, errlen);
+  return u1;
+}
+
+int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen) {
+  static const char *const params[] = {""};
+  const zt_model_cfg *mc = zt_model_cfg_of(m);
+  in->m = m;
+  in->file = NULL;
+  if (!mc->init_path[0]) return 0;
+  return zt_model_file_open(&in->file, m, mc->init_path, params, 1, 0, err, errlen);
+}
+
+int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
+                          size_t errlen) {
+  const zt_unit_info *last = zt_model_unit(in->m, u1 - 1);
+  int first = zt_model_unit(in->m, u0)->first_tensor, end = last->first_tensor + last->n_tensors;
+  if (in->file) return zt_model_file_read(in->file, 0, first, end, host, err, errlen);
+  zt_model_init_params_range(in->m, first, end, host);
+  return 0;
+}
+
+void zt__trainer_init_close(zt__trainer_init *in) {
+  zt_model_file_close(in->file);
+  in->file = NULL;
+}
+
+int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t errlen) {
+  zt__trainer_init in;
+  int rc = zt__trainer_init_open(&in, m, err, errlen);
+  if (rc == 0) rc = zt__trainer_init_read(&in, 0, zt_model_num_units(m), host, err, errlen);
+  zt__trainer_init_close(&in);
+  return rc;
 }
 
 /* params, grads, m, v in fp32, and the compute copy in bf16/fp16 */

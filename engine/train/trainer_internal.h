@@ -83,6 +83,23 @@ struct zt_trainer {
 int zt__trainer_check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen);
 /* The initial parameters (cfg->init_path, or the seeded init) into a host flat buffer. */
 int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t errlen);
+/* The same a range of whole units at a time, for a model larger than memory: open checks the
+ * init file (its header; nothing when the init is seeded), read fills host with the parameters of
+ * units [u0, u1) in their range of the flat layout (host[0] is unit u0's first), the bits
+ * zt__trainer_init_params gives there, in any order; close after a failed open too. */
+typedef struct zt__trainer_init {
+  const zt_model *m;
+  zt_model_file *file;  /* NULL: the seeded init */
+} zt__trainer_init;
+int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen);
+int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
+                          size_t errlen);
+void zt__trainer_init_close(zt__trainer_init *in);
+/* Pieces of the state: runs of whole units in unit order of at most cap parameters, cap the
+ * largest unit's (which always fits alone); piece_end is the end of the piece that starts at u0.
+ * The units tile the flat layout in order, so a piece is one range of it. */
+size_t zt__trainer_piece_cap(const zt_model *m);
+int zt__trainer_piece_end(const zt_model *m, int u0, size_t cap);
 /* Stages micro-batch k of the step's tokens into the acts; returns the tokens counted as
  * targets (0: a micro-batch of padding alone, nothing staged). */
 int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k);

@@ -118,3 +118,4 @@ void mc_heap_mark(void) {
 }
 
 int64_t mc_heap_peak(void) { return atomic_load(&g_heap_peak) - atomic_load(&g_heap_mark); }
+int64_t mc_heap_now(void) { return atomic_load(&g_heap_now) - atomic_load(&g_heap_mark); }

@@ -42,5 +42,7 @@ zt_backend mc_backend(void);
 int mc_heap_count_start(void);
 void mc_heap_mark(void);
 int64_t mc_heap_peak(void);
+/* The bytes allocated now, above what was allocated at the mark. */
+int64_t mc_heap_now(void);
 
 #endif

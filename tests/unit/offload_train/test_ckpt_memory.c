@@ -6,8 +6,15 @@
  * io_uring is not allowed). The checkpoints move the right state: the offloaded trainer loads
  * the plain one's and holds its state bitwise, both step alike, and the plain trainer loads the
  * offloaded one's; their exports are the same file. A load whose write into the NVMe tier fails
- * after its first pieces leaves the trainer refusing steps until a load succeeds. Skips (77) in
- * a build without the hooks (no ASan). */
+ * after its first pieces leaves the trainer refusing steps until a load succeeds.
+ *
+ * The offloaded open writes the initial state in pieces too: from the seed and from an init
+ * file (the plain trainer's export, Conv1D weights transposed), in fp32 and bf16, the heap the
+ * open takes beyond what it keeps stays within zt_checkpoint_estimate_bytes (which the job's
+ * admission counts beside the plan's host tier), all of it within the plan's host and device
+ * bytes and that bound, and the trainer holds bitwise the plain trainer's state opened from the
+ * same init (bf16: after a step too, which reads the compute copy). Skips (77) in a build
+ * without the hooks (no ASan). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +101,40 @@ static int check_partial_load(const zt_model_cfg *mc, const zt_train_cfg *tc,
   fails += same_state(want, t, "loaded after a failed load");
   fails += step(t, tok, "after the load");
   zt_trainer_close(t);
+  return fails;
+}
+
+/* An offloaded open (see the top). */
+static int check_open(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                      const int32_t *tok, const char *what) {
+  char err[512];
+  zt_trainer *p = NULL, *o = NULL;
+  zt_offload_plan plan;
+  if (zt_offload_estimate(mc, tc, oc, g_be.ops, &plan, err, sizeof err) < 0 ||
+      zt_trainer_open(&p, mc, tc, &g_be, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: %s\n", what, err);
+    return 1;
+  }
+  size_t bound = zt_checkpoint_estimate_bytes(mc), planned = plan.host_bytes + plan.device_bytes;
+  mc_heap_mark();
+  int rc = zt_trainer_open_offload(&o, mc, tc, oc, &g_be, err, sizeof err);
+  int64_t peak = mc_heap_peak(), kept = mc_heap_now();
+  int fails = MC_EXPECT(rc == 0, "%s: offloaded open: %s", what, err);
+  printf("%-28s %8lld heap bytes, %lld kept (plan %zu, bound %zu + %d)\n", what,
+         (long long)peak, (long long)kept, planned, bound, SLACK);
+  fails += MC_EXPECT(kept > 0 && peak - kept <= (int64_t)(bound + SLACK), "%s: the open took "
+                     "%lld heap bytes beyond the %lld it kept, more than the bound %zu + %d",
+                     what, (long long)(peak - kept), (long long)kept, bound, SLACK);
+  fails += MC_EXPECT(peak <= (int64_t)(planned + bound + SLACK), "%s: the open took %lld heap "
+                     "bytes, more than the plan's %zu and the bound %zu + %d", what,
+                     (long long)peak, planned, bound, SLACK);
+  if (rc == 0) {
+    fails += same_state(p, o, what);
+    if (tc->precision != ZT_F32)
+      fails += step(p, tok, what) + step(o, tok, what) + same_state(p, o, what);
+  }
+  zt_trainer_close(o);
+  zt_trainer_close(p);
   return fails;
 }
 
@@ -185,6 +226,19 @@ int main(void) {
   fails += same_state(a, c, "the plain trainer loaded the offloaded one's checkpoint");
   fails += step(b, tok[2], "offloaded") + step(c, tok[2], "plain");
   fails += same_state(b, c, "a step after the loads");
+
+  /* the offloaded open, from the seed and from a's export */
+  char init[600];
+  snprintf(init, sizeof init, "%s/init.safetensors", tmp);
+  fails += MC_EXPECT(zt_trainer_export(a, init, err, sizeof err) == 0, "export: %s", err);
+  zt_model_cfg from_file = mc;
+  snprintf(from_file.init_path, sizeof from_file.init_path, "%s", init);
+  zt_train_cfg bf16 = tc;
+  bf16.precision = ZT_BF16;
+  fails += check_open(&mc, &tc, &oc, tok[0], "offloaded open (seed)") +
+           check_open(&from_file, &tc, &oc, tok[0], "offloaded open (init_path)") +
+           check_open(&mc, &bf16, &oc, tok[0], "offloaded open (seed, bf16)") +
+           check_open(&from_file, &bf16, &oc, tok[0], "offloaded open (file, bf16)");
 
   zt_trainer_close(c);
   zt_trainer_close(b);

@@ -1,0 +1,181 @@
+/* The initial parameters a range at a time, as an offloaded open makes them for a model larger
+ * than memory: for both archs, the seeded init of any range of tensors (unit by unit backwards,
+ * tensor by tensor into buffers of their own) is bitwise the flat init's; a safetensors file
+ * read through zt_model_file a unit at a time backwards (an HF-style file: prefixed names,
+ * transposed Conv1D weights, the buffers HF files carry; and a file of two states) is bitwise
+ * zt_model_load_states's; a tensor whose dtype does not convert is refused at open, named. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model/safetensors.h"
+#include "tests/unit/model/mcheck.h"
+
+static char dir[512];
+
+static const char *path_of(const char *name) {
+  static char p[600];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return p;
+}
+
+/* Tensor order is offset order and the units tile it: what a range of units or tensors being
+ * one range of the flat layout rests on. */
+static int check_layout(const zt_model *m) {
+  int fails = 0, nt = zt_model_num_tensors(m), nu = zt_model_num_units(m);
+  size_t at = 0;
+  for (int i = 0; i < nt; i++) {
+    const zt_tensor_info *t = zt_model_tensor(m, i);
+    fails += MC_EXPECT(t->offset == at, "tensor %s at %zu, expected %zu", t->name, t->offset, at);
+    at = t->offset + t->numel;
+  }
+  int tensor = 0;
+  for (int u = 0; u < nu; u++) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    fails += MC_EXPECT(ui->first_tensor == tensor && ui->n_tensors > 0 &&
+                       ui->offset == zt_model_tensor(m, tensor)->offset,
+                       "unit %s: tensors from %d (%d), expected from %d", ui->name,
+                       ui->first_tensor, ui->n_tensors, tensor);
+    tensor += ui->n_tensors;
+  }
+  return fails + MC_EXPECT(tensor == nt && at == zt_model_num_params(m), "the units hold %d of "
+                           "%d tensors, the tensors %zu parameters", tensor, nt, at);
+}
+
+static int test_seeded(zt_arch arch) {
+  char err[512];
+  zt_model *m = NULL;
+  zt_model_cfg mc = mc_tiny(arch);
+  if (zt_model_create(&m, &mc, err, sizeof err) < 0) exit(1);
+  size_t n = zt_model_num_params(m);
+  int nt = zt_model_num_tensors(m), nu = zt_model_num_units(m), fails = check_layout(m);
+  float *flat = malloc(n * sizeof *flat), *r = malloc(n * sizeof *r);
+  zt_model_init_params(m, flat);
+  memset(r, 0xff, n * sizeof *r);
+  for (int u = nu - 1; u >= 0; u--) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    zt_model_init_params_range(m, ui->first_tensor, ui->first_tensor + ui->n_tensors,
+                               r + ui->offset);
+  }
+  fails += MC_EXPECT(!memcmp(flat, r, n * sizeof *r), "%s: the units backwards differ from the "
+                     "flat init", zt_arch_name(arch));
+  for (int i = nt - 1; i >= 0; i--) {
+    const zt_tensor_info *t = zt_model_tensor(m, i);
+    float *x = malloc(t->numel * sizeof *x);
+    zt_model_init_params_range(m, i, i + 1, x);
+    fails += MC_EXPECT(!memcmp(x, flat + t->offset, t->numel * sizeof *x), "%s: tensor %s alone "
+                       "differs from the flat init", zt_arch_name(arch), t->name);
+    free(x);
+  }
+  /* the last tensors drawn continue the stream: another seed changes them */
+  mc.init_seed++;
+  zt_model *m2 = NULL;
+  if (zt_model_create(&m2, &mc, err, sizeof err) < 0) exit(1);
+  zt_model_init_params_range(m2, 0, nt, r);
+  fails += MC_EXPECT(memcmp(flat, r, n * sizeof *r) != 0, "%s: seeds %llu and %llu give the "
+                     "same init", zt_arch_name(arch), (unsigned long long)mc.init_seed - 1,
+                     (unsigned long long)mc.init_seed);
+  zt_model_destroy(m2);
+  free(flat);
+  free(r);
+  zt_model_destroy(m);
+  return fails;
+}
+
+/* Units [0, nu) of state k read backwards, each into its place; compared with want. */
+static int read_backwards(const zt_model *m, const zt_model_file *f, int k, const float *want,
+                          const char *what) {
+  char err[512];
+  size_t n = zt_model_num_params(m);
+  float *r = malloc(n * sizeof *r);
+  int fails = 0;
+  memset(r, 0xff, n * sizeof *r);
+  for (int u = zt_model_num_units(m) - 1; u >= 0; u--) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    fails += MC_EXPECT(zt_model_file_read(f, k, ui->first_tensor,
+                                          ui->first_tensor + ui->n_tensors, r + ui->offset, err,
+                                          sizeof err) == 0, "%s: unit %s: %s", what, ui->name,
+                       err);
+  }
+  fails += MC_EXPECT(!memcmp(r, want, n * sizeof *r), "%s: the units read differ", what);
+  free(r);
+  return fails;
+}
+
+static int test_files(void) {
+  char err[512];
+  zt_model *m = NULL;
+  zt_model_cfg mc = mc_tiny(ZT_ARCH_GPT);
+  if (zt_model_create(&m, &mc, err, sizeof err) < 0) exit(1);
+  size_t n = zt_model_num_params(m);
+  int nt = zt_model_num_tensors(m), fails = 0;
+  float *p = malloc(n * sizeof *p), *q = malloc(n * sizeof *q);
+  zt_model_init_params(m, p);
+  for (size_t i = 0; i < n; i++) q[i] = (float)i;
+  /* HF-style: prefixed names, Conv1D weights transposed, the head and a mask buffer */
+  zt_st_entry *e = calloc((size_t)nt + 2, sizeof *e);
+  char (*names)[128] = calloc((size_t)nt, 128);
+  float mask[25] = {0};
+  for (int i = 0; i < nt; i++) {
+    const zt_tensor_info *t = zt_model_tensor(m, i);
+    snprintf(names[i], 128, "transformer.%s", t->name);
+    e[i] = (zt_st_entry){.name = names[i], .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
+                         .data = p + t->offset, .transpose = t->transposed};
+  }
+  e[nt] = (zt_st_entry){.name = "lm_head.weight", .ndim = 2, .shape = {11, 8}, .data = p};
+  e[nt + 1] = (zt_st_entry){.name = "transformer.h.0.attn.bias", .ndim = 2, .shape = {5, 5},
+                            .data = mask};
+  fails += MC_EXPECT(zt_st_write(path_of("hf.safetensors"), e, nt + 2, NULL, 0, err,
+                                 sizeof err) == 0, "%s", err);
+  static const char *const params[] = {""}, *const two[] = {"", ".exp_avg"};
+  zt_model_file *f = NULL;
+  int rc = zt_model_file_open(&f, m, path_of("hf.safetensors"), params, 1, 0, err, sizeof err);
+  fails += MC_EXPECT(rc == 0, "HF-style open: %s", err);
+  if (rc == 0) fails += read_backwards(m, f, 0, p, "HF-style");
+  zt_model_file_close(f);
+
+  /* two states in the internal layout */
+  zt_model_state s[2] = {{"", p}, {".exp_avg", q}};
+  fails += MC_EXPECT(zt_model_save_states(m, path_of("two.safetensors"), s, 2, 1, NULL, err,
+                                          sizeof err) == 0, "%s", err);
+  rc = zt_model_file_open(&f, m, path_of("two.safetensors"), two, 2, 1, err, sizeof err);
+  fails += MC_EXPECT(rc == 0, "two states: %s", err);
+  if (rc == 0)
+    fails += read_backwards(m, f, 1, q, "state 1 of 2") + read_backwards(m, f, 0, p, "state 0");
+  zt_model_file_close(f);
+
+  /* wte's F32 made I32 (the same size, so the file stays valid): refused at open */
+  FILE *fp = fopen(path_of("hf.safetensors"), "r+b");
+  char head[4096] = "";
+  size_t got = fp ? fread(head, 1, sizeof head - 1, fp) : 0;
+  char *wte = got > 8 ? strstr(head + 8, "\"transformer.wte.weight\"") : NULL;
+  char *dt = wte ? strstr(wte, "F32") : NULL;
+  fails += MC_EXPECT(dt != NULL, "no F32 for wte in the header of %s", path_of("hf.safetensors"));
+  if (dt) {
+    fseek(fp, dt - head, SEEK_SET);
+    fputs("I32", fp);
+  }
+  if (fp) fclose(fp);
+  rc = zt_model_file_open(&f, m, path_of("hf.safetensors"), params, 1, 0, err, sizeof err);
+  fails += MC_EXPECT(rc == -EINVAL && strstr(err, "transformer.wte.weight: dtype does not "
+                                                   "convert to fp32") && f == NULL,
+                     "an I32 tensor: %d %s", rc, err);
+  free(e);
+  free(names);
+  free(p);
+  free(q);
+  zt_model_destroy(m);
+  return fails;
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "%s", mc_tmpdir());
+  int fails = test_seeded(ZT_ARCH_GPT) + test_seeded(ZT_ARCH_ENCODER) + test_files();
+  mc_rmtree(dir);
+  if (fails) {
+    fprintf(stderr, "%d failure(s)\n", fails);
+    return 1;
+  }
+  printf("init ranges: ok\n");
+  return 0;
+}
