@@ -239,33 +239,118 @@ static void file_shape(const zt_tensor_info *t, int internal, int64_t out[2]) {
   out[1] = t->shape[swap ? 0 : 1];
 }
 
-int zt_model_save_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
-                         int internal_layout, const char *note, char *err, size_t errlen) {
-  int rc = 0, ne = 0;
-  zt_st_entry *e = calloc((size_t)(m->nt * n) + 1, sizeof *e);
-  char *names = malloc((size_t)(m->nt * n) * 128 + 1);
-  if (!e || !names) {
-    rc = -ENOMEM;
+/* A tensor's name in a file: its name and its state's suffix. */
+#define FILE_NAME_LEN 128
+
+/* The entries of a file of n states (suffix[k]) of m's tensors, in zt_model_save_states's order
+ * (state by state, the tensors in layout order: tensor i of state k is entry k * nt + i), their
+ * names in *names; no data. */
+static int file_entries(const zt_model *m, const char *path, const char *const *suffix, int n,
+                        int internal, zt_st_entry **e, char **names, char *err, size_t errlen) {
+  size_t ne = (size_t)(m->nt * n);
+  *e = calloc(ne + 1, sizeof **e);
+  *names = malloc(ne * FILE_NAME_LEN + 1);
+  if (!*e || !*names) {
     snprintf(err, errlen, "%s: out of memory", path);
-    goto out;
+    return -ENOMEM;
   }
   for (int k = 0; k < n; k++)
-    for (int i = 0; i < m->nt; i++, ne++) {
+    for (int i = 0; i < m->nt; i++) {
       const zt_tensor_info *t = &m->t[i];
-      char *nm = names + (size_t)ne * 128;
-      snprintf(nm, 128, "%s%s", t->name, s[k].suffix);
-      e[ne].name = nm;
-      e[ne].ndim = t->ndim;
-      file_shape(t, internal_layout, e[ne].shape);
-      e[ne].data = s[k].data + t->offset;
-      e[ne].transpose = t->transposed && !internal_layout;
+      size_t x = (size_t)(k * m->nt + i);
+      char *nm = *names + x * FILE_NAME_LEN;
+      snprintf(nm, FILE_NAME_LEN, "%s%s", t->name, suffix[k]);
+      (*e)[x].name = nm;
+      (*e)[x].ndim = t->ndim;
+      file_shape(t, internal, (*e)[x].shape);
+      (*e)[x].transpose = t->transposed && !internal;
     }
-  const char *meta[6] = {"format", "pt", "arch", m->arch->name, "note", note};
-  rc = zt_st_write(path, e, ne, meta, note ? 3 : 2, err, errlen);
-out:
+  return 0;
+}
+
+/* The suffixes of n states (malloc'd). */
+static const char **suffixes_of(const zt_model_state *s, int n) {
+  const char **suffix = calloc((size_t)n + 1, sizeof *suffix);
+  for (int k = 0; suffix && k < n; k++) suffix[k] = s[k].suffix;
+  return suffix;
+}
+
+int zt_model_save_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
+                         int internal_layout, const char *note, char *err, size_t errlen) {
+  zt_st_entry *e = NULL;
+  char *names = NULL;
+  const char **suffix = suffixes_of(s, n);
+  int rc = -ENOMEM;
+  if (!suffix) snprintf(err, errlen, "%s: out of memory", path);
+  else rc = file_entries(m, path, suffix, n, internal_layout, &e, &names, err, errlen);
+  if (rc == 0) {
+    for (int k = 0; k < n; k++)
+      for (int i = 0; i < m->nt; i++) e[k * m->nt + i].data = s[k].data + m->t[i].offset;
+    const char *meta[6] = {"format", "pt", "arch", m->arch->name, "note", note};
+    rc = zt_st_write(path, e, m->nt * n, meta, note ? 3 : 2, err, errlen);
+  }
   free(e);
   free(names);
+  free(suffix);
   return rc;
+}
+
+struct zt_model_writer {
+  const zt_model *m;
+  zt_st_writer *w;
+  int internal;
+};
+
+int zt_model_writer_open(zt_model_writer **out, const zt_model *m, const char *path,
+                         const char *const *suffix, int n, unsigned flags, const char *note,
+                         char *err, size_t errlen) {
+  zt_st_entry *e = NULL;
+  char *names = NULL;
+  int rc = -ENOMEM, internal = (flags & ZT_MODEL_FILE_INTERNAL) != 0;
+  zt_model_writer *mw = calloc(1, sizeof *mw);
+  *out = NULL;
+  if (!mw) snprintf(err, errlen, "%s: out of memory", path);
+  else rc = file_entries(m, path, suffix, n, internal, &e, &names, err, errlen);
+  if (rc == 0) {
+    const char *meta[6] = {"format", "pt", "arch", m->arch->name, "note", note};
+    mw->m = m;
+    mw->internal = internal;
+    rc = zt_st_writer_open(&mw->w, path, e, m->nt * n, meta, note ? 3 : 2, err, errlen);
+  }
+  free(e);
+  free(names);
+  if (rc < 0) zt_model_writer_close(mw);
+  else *out = mw;
+  return rc;
+}
+
+int zt_model_writer_put(zt_model_writer *mw, int k, int first, int end, const float *src,
+                        float *scratch, char *err, size_t errlen) {
+  const zt_model *m = mw->m;
+  int rc = 0;
+  for (int i = first; i < end && rc == 0; i++) {
+    const zt_tensor_info *t = &m->t[i];
+    const float *x = src + (t->offset - m->t[first].offset);
+    if (t->transposed && !mw->internal) {
+      /* internal (shape[1], shape[0]) -> the file's (shape[0], shape[1]) */
+      size_t R = (size_t)t->shape[0], C = (size_t)t->shape[1];
+      for (size_t a = 0; a < R; a++)
+        for (size_t b = 0; b < C; b++) scratch[a * C + b] = x[b * R + a];
+      x = scratch;
+    }
+    rc = zt_st_writer_put(mw->w, k * m->nt + i, x, err, errlen);
+  }
+  return rc;
+}
+
+int zt_model_writer_finish(zt_model_writer *mw, char *err, size_t errlen) {
+  return zt_st_writer_finish(mw->w, err, errlen);
+}
+
+void zt_model_writer_close(zt_model_writer *mw) {
+  if (!mw) return;
+  zt_st_writer_close(mw->w);
+  free(mw);
 }
 
 /* Buffers HF GPT-2 files carry that are not parameters. */
@@ -285,7 +370,7 @@ struct zt_model_file {
   char *path;
   zt_st_file *f;
   const zt_st_tensor **found;   /* tensor i of state k: found[k * nt + i] */
-  int n, internal;
+  int n, internal, strict;
 };
 
 void zt_model_file_close(zt_model_file *mf) {
@@ -297,7 +382,8 @@ void zt_model_file_close(zt_model_file *mf) {
 }
 
 /* Every tensor of every state found, with its shape and a dtype that converts to fp32, and
- * nothing else in the file but the buffers HF files carry, before anything is read. */
+ * nothing else in the file but (unless strict) the buffers HF files carry, before anything is
+ * read. */
 static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size_t errlen) {
   const zt_model *m = mf->m;
   const char *path = mf->path;
@@ -310,10 +396,10 @@ static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size
   for (int k = 0; k < mf->n && rc == 0; k++)
     for (int i = 0; i < m->nt && rc == 0; i++) {
       const zt_tensor_info *t = &m->t[i];
-      char nm[160];
+      char nm[FILE_NAME_LEN];
       snprintf(nm, sizeof nm, "%s%s", t->name, suffix[k]);
       const zt_st_tensor *ft = zt_st_find(mf->f, nm);
-      if (!ft) {
+      if (!ft && !mf->strict) {
         char pre[176];
         snprintf(pre, sizeof pre, "transformer.%s", nm);
         ft = zt_st_find(mf->f, pre);
@@ -346,7 +432,7 @@ static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size
     }
   for (int i = 0; i < zt_st_count(mf->f) && rc == 0; i++) {
     const char *nm = zt_st_tensor_at(mf->f, i)->name;
-    if (!used[i] && !ignorable(nm)) {
+    if (!used[i] && (mf->strict || !ignorable(nm))) {
       rc = -EINVAL;
       snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)", path, nm,
                m->arch->name);
@@ -357,7 +443,7 @@ static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size
 }
 
 int zt_model_file_open(zt_model_file **out, const zt_model *m, const char *path,
-                       const char *const *suffix, int n, int internal_layout, char *err,
+                       const char *const *suffix, int n, unsigned flags, char *err,
                        size_t errlen) {
   *out = NULL;
   int rc;
@@ -370,7 +456,8 @@ int zt_model_file_open(zt_model_file **out, const zt_model *m, const char *path,
   }
   mf->m = m;
   mf->n = n;
-  mf->internal = internal_layout;
+  mf->internal = (flags & ZT_MODEL_FILE_INTERNAL) != 0;
+  mf->strict = (flags & ZT_MODEL_FILE_STRICT) != 0;
   if ((rc = zt_st_open(&mf->f, path, err, errlen)) < 0 ||
       (rc = resolve(mf, suffix, err, errlen)) < 0)
     goto fail;
@@ -396,13 +483,13 @@ int zt_model_file_read(const zt_model_file *mf, int k, int first, int end, float
 int zt_model_load_states(const zt_model *m, const char *path, const zt_model_state *s, int n,
                          int internal_layout, char *err, size_t errlen) {
   zt_model_file *mf = NULL;
-  const char **suffix = calloc((size_t)n + 1, sizeof *suffix);
+  const char **suffix = suffixes_of(s, n);
   if (!suffix) {
     snprintf(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
   }
-  for (int k = 0; k < n; k++) suffix[k] = s[k].suffix;
-  int rc = zt_model_file_open(&mf, m, path, suffix, n, internal_layout, err, errlen);
+  int rc = zt_model_file_open(&mf, m, path, suffix, n,
+                              internal_layout ? ZT_MODEL_FILE_INTERNAL : 0, err, errlen);
   for (int k = 0; k < n && rc == 0; k++)
     rc = zt_model_file_read(mf, k, 0, m->nt, s[k].data, err, errlen);
   zt_model_file_close(mf);

@@ -100,14 +100,35 @@ int zt_model_load_states(const zt_model *m, const char *path, const zt_model_sta
  * header and refuses what zt_model_load_states refuses (and a dtype that does not convert to
  * fp32) before any data is read; read fills dst with tensors [first, end) of state k (suffix[k])
  * in their range of the flat layout (dst[0] is tensor first's first parameter), in any order.
- * zt_model_load_states is open, read of every tensor of each state, close. */
+ * zt_model_load_states is open, read of every tensor of each state, close. flags: any of
+ * ZT_MODEL_FILE_INTERNAL (the internal layout, else the checkpoint layout) and
+ * ZT_MODEL_FILE_STRICT (zt's own files, as zt_model_save_states writes them: the names exactly,
+ * no "transformer." prefix, and no tensor but the states', HF buffers included). */
+#define ZT_MODEL_FILE_INTERNAL 1u
+#define ZT_MODEL_FILE_STRICT 2u
 typedef struct zt_model_file zt_model_file;
 int zt_model_file_open(zt_model_file **f, const zt_model *m, const char *path,
-                       const char *const *suffix, int n, int internal_layout, char *err,
+                       const char *const *suffix, int n, unsigned flags, char *err,
                        size_t errlen);
 int zt_model_file_read(const zt_model_file *f, int k, int first, int end, float *dst, char *err,
                        size_t errlen);
 void zt_model_file_close(zt_model_file *f);
+
+/* The same file written a range of tensors at a time: open writes the header of the n states
+ * (suffix[k]; flags: ZT_MODEL_FILE_INTERNAL or 0) and note; put writes tensors [first, end) of
+ * state k from src, their range of the flat layout (src[0] is tensor first's first parameter),
+ * in any order, a tensor stored transposed (HF Conv1D in the checkpoint layout) through scratch
+ * (as many floats as the range; unused in the internal layout); finish once every tensor of
+ * every state is put; close also after a failure (an unfinished file is removed). The file is
+ * zt_model_save_states's of the same states, byte for byte. */
+typedef struct zt_model_writer zt_model_writer;
+int zt_model_writer_open(zt_model_writer **w, const zt_model *m, const char *path,
+                         const char *const *suffix, int n, unsigned flags, const char *note,
+                         char *err, size_t errlen);
+int zt_model_writer_put(zt_model_writer *w, int k, int first, int end, const float *src,
+                        float *scratch, char *err, size_t errlen);
+int zt_model_writer_finish(zt_model_writer *w, char *err, size_t errlen);
+void zt_model_writer_close(zt_model_writer *w);
 
 /* ---- forward and backward --------------------------------------------------------------------
  * The activations of one micro-batch (B rows of seq_len tokens) and the backward scratch live in

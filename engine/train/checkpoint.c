@@ -43,7 +43,7 @@
 #define LAYOUT_PER_RANK "per-rank"
 #define OPT_NOTE "AdamW exp_avg / exp_avg_sq in zt's internal layout: weights are (out, in), " \
                  "HF Conv1D weights are not transposed here as they are in model.safetensors"
-/* a tensor's name in a file: its model name and the state's suffix */
+/* a tensor's name in a rank's file: its unit's name and the state's suffix */
 #define NAME_MAX_LEN 128
 /* What building a file's header takes per tensor of it, at most: the entries, the names and
  * jansson's tree of the header (about 1.2 KB measured, test_ckpt_memory); an allowance for
@@ -90,17 +90,9 @@ static size_t unit_end(const zt_model *m, int u) {
   return ui->offset + ui->numel;
 }
 
-/* The staging's floats per kind: the largest unit's parameters. */
-static size_t piece_cap(const zt_model *m) {
-  size_t cap = 0;
-  for (int u = 0; u < zt_model_num_units(m); u++)
-    if (zt_model_unit(m, u)->numel > cap) cap = zt_model_unit(m, u)->numel;
-  return cap;
-}
-
 /* the staging, the reader's chunk, the headers of both files (3 entries a model tensor) */
-static size_t checkpoint_bytes(const zt_model *m) {
-  return 3 * piece_cap(m) * sizeof(float) + ZT_ST_CHUNK_BYTES +
+static size_t flat_bytes(const zt_model *m) {
+  return 3 * zt__trainer_piece_cap(m) * sizeof(float) + ZT_ST_CHUNK_BYTES +
          3 * (size_t)zt_model_num_tensors(m) * HEADER_BYTES_PER_TENSOR;
 }
 
@@ -114,38 +106,35 @@ static size_t rank_bytes(const zt_model *m, const zt_shard_table *tab) {
          (nu + W + 16) * HEADER_BYTES_PER_TENSOR;
 }
 
-size_t zt_trainer_checkpoint_bytes(const zt_trainer *t) {
-  size_t flat = checkpoint_bytes(t->model);
-  const zt_shard_table *tab = t->path && t->path->shards ? t->path->shards(t, NULL) : NULL;
-  if (!tab) return flat;
-  size_t ranks = rank_bytes(t->model, tab);
+/* Of a trainer of model m, with the shard table of its per-rank checkpoints (NULL: flat ones):
+ * a per-rank save writes model.safetensors the flat way first, then the ranks' files. */
+static size_t checkpoint_bytes(const zt_model *m, const zt_shard_table *tab) {
+  size_t flat = flat_bytes(m), ranks = tab ? rank_bytes(m, tab) : 0;
   return ranks > flat ? ranks : flat;
 }
 
-size_t zt_checkpoint_estimate_bytes(const zt_model_cfg *mc) {
+size_t zt_trainer_checkpoint_bytes(const zt_trainer *t) {
+  return checkpoint_bytes(t->model, t->path && t->path->shards ? t->path->shards(t, NULL) : NULL);
+}
+
+/* world 0: a trainer of flat checkpoints; else one that runs every rank of that world. */
+static size_t estimate(const zt_model_cfg *mc, int world) {
   char err[256];
   zt_model *m = NULL;
-  if (zt_model_create(&m, mc, err, sizeof err) < 0) return SIZE_MAX;
-  size_t bytes = checkpoint_bytes(m);
+  zt_shard_table *tab = NULL;
+  size_t bytes = SIZE_MAX;
+  if (zt_model_create(&m, mc, err, sizeof err) == 0 &&
+      (world == 0 || zt__trainer_shard_table(m, world, &tab) == 0))
+    bytes = checkpoint_bytes(m, tab);
+  zt_shard_table_free(tab);
   zt_model_destroy(m);
   return bytes;
 }
 
-/* The end of the piece that starts at unit u0: the units after it while their parameters
- * together fit in cap floats (the largest unit always does alone). The units tile the flat
- * layout in order, so the piece is one range of it. */
-static int piece_end(const zt_model *m, int u0, size_t cap) {
-  int u1 = u0 + 1;
-  size_t base = zt_model_unit(m, u0)->offset;
-  while (u1 < zt_model_num_units(m) && unit_end(m, u1) - base <= cap) u1++;
-  return u1;
-}
+size_t zt_checkpoint_estimate_bytes(const zt_model_cfg *mc) { return estimate(mc, 0); }
 
-/* The tensors of units [u0, u1): [first, end). */
-static void piece_tensors(const zt_model *m, int u0, int u1, int *first, int *end) {
-  const zt_unit_info *last = zt_model_unit(m, u1 - 1);
-  *first = zt_model_unit(m, u0)->first_tensor;
-  *end = last->first_tensor + last->n_tensors;
+size_t zt_checkpoint_estimate_bytes_dp(const zt_model_cfg *mc, int world) {
+  return world >= 1 && world <= ZT_DP_MAX_WORLD ? estimate(mc, world) : SIZE_MAX;
 }
 
 /* Units [u0, u1) of the state out of the trainer into buffers of that range (any NULL): the
@@ -184,147 +173,48 @@ static int state_write(zt_trainer *t, int u0, int u1, const float *p, const floa
 
 /* ---- the files' tensors ---------------------------------------------------------------------- */
 
-/* The shape a tensor has in a file of the checkpoint layout (HF Conv1D weights transposed) or
- * the internal one, as zt_model_save_states writes them. */
-static void file_shape(const zt_tensor_info *ti, int internal, int64_t out[2]) {
-  int swap = internal && ti->transposed;
-  out[0] = ti->shape[swap ? 1 : 0];
-  out[1] = ti->shape[swap ? 0 : 1];
-}
-
-/* A file of n states of the model's tensors (their suffixes), in zt_model_save_states's order:
- * state by state, the tensors in layout order; tensor i of state k is entry k * nt + i. */
+/* A file of n states of the model's tensors (their suffixes), in the checkpoint layout (HF
+ * Conv1D weights transposed) or the internal one (zt_model_save_states's files). */
 typedef struct st_layout {
   const char *const *suffix;
-  int n, internal;
+  int n;
+  unsigned flags;
 } st_layout;
 
 static const char *const model_suffix[] = {""};
 static const char *const opt_suffix[] = {".exp_avg", ".exp_avg_sq"};
 static const st_layout model_file = {model_suffix, 1, 0};
-static const st_layout opt_file = {opt_suffix, 2, 1};
-
-static void entry_name(const zt_tensor_info *ti, const char *suffix, char *out) {
-  snprintf(out, NAME_MAX_LEN, "%s%s", ti->name, suffix);
-}
+static const st_layout opt_file = {opt_suffix, 2, ZT_MODEL_FILE_INTERNAL};
 
 /* The file's header, written first; the data follows piece by piece (write_piece). */
-static int writer_open(zt_st_writer **w, const zt_model *m, const char *path, st_layout l,
+static int writer_open(zt_model_writer **w, const zt_model *m, const char *path, st_layout l,
                        const char *note, char *err, size_t errlen) {
-  int nt = zt_model_num_tensors(m), ne = nt * l.n, rc;
-  zt_st_entry *e = calloc((size_t)ne + 1, sizeof *e);
-  char *names = malloc((size_t)ne * NAME_MAX_LEN + 1);
-  if (!e || !names) {
-    rc = -ENOMEM;
-    snprintf(err, errlen, "%s: out of memory", path);
-    goto out;
-  }
-  for (int k = 0; k < l.n; k++)
-    for (int i = 0; i < nt; i++) {
-      const zt_tensor_info *ti = zt_model_tensor(m, i);
-      zt_st_entry *x = &e[k * nt + i];
-      char *name = names + (size_t)(k * nt + i) * NAME_MAX_LEN;
-      entry_name(ti, l.suffix[k], name);
-      x->name = name;
-      x->ndim = ti->ndim;
-      file_shape(ti, l.internal, x->shape);
-    }
-  const char *meta[6] = {"format", "pt", "arch", zt_arch_name(zt_model_cfg_of(m)->arch),
-                         "note", note};
-  rc = zt_st_writer_open(w, path, e, ne, meta, note ? 3 : 2, err, errlen);
-out:
-  free(e);
-  free(names);
-  return rc;
+  return zt_model_writer_open(w, m, path, l.suffix, l.n, l.flags, note, err, errlen);
 }
 
-/* The tensors of units [u0, u1) of state k, from buf (the range's flat layout); a tensor stored
- * transposed (HF Conv1D, checkpoint layout) goes through scratch (as many floats as the range). */
-static int write_piece(zt_st_writer *w, const zt_model *m, st_layout l, int k, int u0, int u1,
+/* The tensors of units [u0, u1) of state k, from buf (the range's flat layout), through scratch
+ * (as many floats as the range) where the file holds a tensor transposed. */
+static int write_piece(zt_model_writer *w, const zt_model *m, int k, int u0, int u1,
                        const float *buf, float *scratch, char *err, size_t errlen) {
-  int nt = zt_model_num_tensors(m), first, end, rc = 0;
-  size_t base = zt_model_unit(m, u0)->offset;
-  piece_tensors(m, u0, u1, &first, &end);
-  for (int i = first; i < end && rc == 0; i++) {
-    const zt_tensor_info *ti = zt_model_tensor(m, i);
-    const float *x = buf + (ti->offset - base);
-    if (ti->transposed && !l.internal) {
-      /* internal (shape[1], shape[0]) -> the file's (shape[0], shape[1]) */
-      size_t R = (size_t)ti->shape[0], C = (size_t)ti->shape[1];
-      for (size_t a = 0; a < R; a++)
-        for (size_t b = 0; b < C; b++) scratch[a * C + b] = x[b * R + a];
-      x = scratch;
-    }
-    rc = zt_st_writer_put(w, k * nt + i, x, err, errlen);
-  }
-  return rc;
+  int first, end;
+  zt__trainer_piece_tensors(m, u0, u1, &first, &end);
+  return zt_model_writer_put(w, k, first, end, buf, scratch, err, errlen);
 }
 
-/* The tensors of file f for a layout of m's tensors, found and checked before anything is
- * read: each present with its shape and a dtype that converts to fp32, nothing else in the
- * file. found[k * nt + i]. */
-static int resolve(const zt_model *m, const zt_st_file *f, const char *path, st_layout l,
-                   const zt_st_tensor **found, char *err, size_t errlen) {
-  int nt = zt_model_num_tensors(m), rc = 0;
-  char *used = calloc((size_t)zt_st_count(f) + 1, 1);
-  if (!used) {
-    snprintf(err, errlen, "%s: out of memory", path);
-    return -ENOMEM;
-  }
-  for (int k = 0; k < l.n && rc == 0; k++)
-    for (int i = 0; i < nt && rc == 0; i++) {
-      const zt_tensor_info *ti = zt_model_tensor(m, i);
-      char nm[NAME_MAX_LEN];
-      entry_name(ti, l.suffix[k], nm);
-      const zt_st_tensor *ft = zt_st_find(f, nm);
-      int64_t want[2];
-      file_shape(ti, l.internal, want);
-      rc = -EINVAL;
-      if (!ft) {
-        snprintf(err, errlen, "%s: tensor %s is missing", path, nm);
-      } else if (ft->ndim != ti->ndim || ft->shape[0] != want[0] ||
-                 (ti->ndim > 1 && ft->shape[1] != want[1])) {
-        char got[128] = "";
-        for (int d = 0; d < ft->ndim; d++)
-          snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
-                   (long long)ft->shape[d]);
-        if (ti->ndim > 1)
-          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld, %lld]", path, nm,
-                   got, (long long)want[0], (long long)want[1]);
-        else
-          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld]", path, nm, got,
-                   (long long)want[0]);
-      } else if (ft->dtype != ZT_ST_F32 && ft->dtype != ZT_ST_BF16 && ft->dtype != ZT_ST_F16) {
-        snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 do)",
-                 path, nm);
-      } else {
-        rc = 0;
-        found[k * nt + i] = ft;
-        used[ft - zt_st_tensor_at(f, 0)] = 1;
-      }
-    }
-  for (int i = 0; i < zt_st_count(f) && rc == 0; i++)
-    if (!used[i]) {
-      rc = -EINVAL;
-      snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)", path,
-               zt_st_tensor_at(f, i)->name, zt_arch_name(zt_model_cfg_of(m)->arch));
-    }
-  free(used);
-  return rc;
+/* The file's tensors, found and checked before anything is read (zt_model_file_open, strict:
+ * each present with its shape and a dtype that converts to fp32, nothing else in the file). */
+static int file_open(zt_model_file **f, const zt_model *m, const char *path, st_layout l,
+                     char *err, size_t errlen) {
+  return zt_model_file_open(f, m, path, l.suffix, l.n, l.flags | ZT_MODEL_FILE_STRICT, err,
+                            errlen);
 }
 
 /* The tensors of units [u0, u1) of state k from the file into buf (the range's flat layout). */
-static int read_piece(const zt_st_file *f, const zt_st_tensor *const *found, const zt_model *m,
-                      st_layout l, int k, int u0, int u1, float *buf, char *err, size_t errlen) {
-  int nt = zt_model_num_tensors(m), first, end, rc = 0;
-  size_t base = zt_model_unit(m, u0)->offset;
-  piece_tensors(m, u0, u1, &first, &end);
-  for (int i = first; i < end && rc == 0; i++) {
-    const zt_tensor_info *ti = zt_model_tensor(m, i);
-    rc = zt_st_read_f32(f, found[k * nt + i], buf + (ti->offset - base),
-                        ti->transposed && !l.internal, err, errlen);
-  }
-  return rc;
+static int read_piece(const zt_model_file *f, const zt_model *m, int k, int u0, int u1,
+                      float *buf, char *err, size_t errlen) {
+  int first, end;
+  zt__trainer_piece_tensors(m, u0, u1, &first, &end);
+  return zt_model_file_read(f, k, first, end, buf, err, errlen);
 }
 
 /* ---- save, load, export ---------------------------------------------------------------------- */
@@ -374,77 +264,96 @@ static json_t *state_json(const zt_trainer *t, json_t *head) {
   return head;
 }
 
+/* Piece [u0, u1) of the state out of the trainer into the staging (the step path's call to
+ * follow for a failure, q), for a save into `where`. */
+static int piece_out(zt_trainer *t, const char *where, int u0, int u1, float *p, float *m,
+                     float *v, state_seq *q, char *err, size_t errlen) {
+  char why[512] = "";
+  int rc = state_read(t, u0, u1, p, m, v, why, sizeof why);
+  if (rc < 0) {
+    q->failed = 1;
+    snprintf(err, errlen, "%s: reading the trainer's %s failed: %s", where,
+             m ? "state" : "parameters", why[0] ? why : strerror(-rc));
+  } else {
+    q->next = u1;
+  }
+  return rc;
+}
+
+/* ... and into it from the staging, for a load of the checkpoint dir. */
+static int piece_in(zt_trainer *t, const char *dir, int u0, int u1, const float *p,
+                    const float *m, const float *v, state_seq *q, char *err, size_t errlen) {
+  char why[512] = "";
+  int rc = state_write(t, u0, u1, p, m, v, why, sizeof why);
+  if (rc < 0) {
+    q->failed = 1;
+    snprintf(err, errlen, "%s: writing the state into the trainer failed: %s", dir,
+             why[0] ? why : strerror(-rc));
+  } else {
+    q->next = u1;
+  }
+  return rc;
+}
+
+/* The state, a piece at a time, into wm (the parameters) and, unless NULL, wo (m and v), both
+ * then finished: through buf, the staging of the parameters and the transposition's scratch,
+ * and m and v's after them with wo (3 x cap floats; 2 x cap without). m's staging is the
+ * scratch: the moments are written first. */
+static int save_pieces(zt_trainer *t, const char *where, zt_model_writer *wm,
+                       zt_model_writer *wo, float *buf, size_t cap, state_seq *q, char *err,
+                       size_t errlen) {
+  int rc = 0, nu = zt_model_num_units(t->model);
+  float *p = buf, *m = wo ? buf + cap : NULL, *v = wo ? buf + 2 * cap : NULL;
+  for (int u0 = 0, u1; u0 < nu && rc == 0; u0 = u1) {
+    u1 = zt__trainer_piece_end(t->model, u0, cap);
+    if ((rc = piece_out(t, where, u0, u1, p, m, v, q, err, errlen)) < 0) break;
+    if (wo && ((rc = write_piece(wo, t->model, 0, u0, u1, m, NULL, err, errlen)) < 0 ||
+               (rc = write_piece(wo, t->model, 1, u0, u1, v, NULL, err, errlen)) < 0))
+      break;
+    rc = write_piece(wm, t->model, 0, u0, u1, p, buf + cap, err, errlen);
+  }
+  if (rc == 0) rc = zt_model_writer_finish(wm, err, errlen);
+  if (rc == 0 && wo) rc = zt_model_writer_finish(wo, err, errlen);
+  return rc;
+}
+
 /* The parameters, gathered a piece at a time, as one file of the checkpoint layout at path
- * (zt_trainer_export, and a per-rank checkpoint's model.safetensors): through the parameters'
- * staging and the transposition's scratch. */
+ * (zt_trainer_export, and a per-rank checkpoint's model.safetensors). */
 static int write_params(zt_trainer *t, const char *path, state_seq *q, char *err,
                         size_t errlen) {
-  int rc, nu = zt_model_num_units(t->model);
-  size_t cap = piece_cap(t->model);
+  int rc;
+  size_t cap = zt__trainer_piece_cap(t->model);
   float *buf = malloc(2 * cap * sizeof *buf);
-  zt_st_writer *w = NULL;
+  zt_model_writer *w = NULL;
   if (!buf) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", path);
-    goto out;
+  } else if ((rc = writer_open(&w, t->model, path, model_file, NULL, err, errlen)) == 0) {
+    rc = save_pieces(t, path, w, NULL, buf, cap, q, err, errlen);
   }
-  if ((rc = writer_open(&w, t->model, path, model_file, NULL, err, errlen)) < 0) goto out;
-  for (int u0 = 0, u1; u0 < nu; u0 = u1) {
-    u1 = piece_end(t->model, u0, cap);
-    char why[512] = "";
-    if ((rc = state_read(t, u0, u1, buf, NULL, NULL, why, sizeof why)) < 0) {
-      q->failed = 1;
-      snprintf(err, errlen, "%s: reading the trainer's parameters failed: %s", path,
-               why[0] ? why : strerror(-rc));
-      goto out;
-    }
-    q->next = u1;
-    if ((rc = write_piece(w, t->model, model_file, 0, u0, u1, buf, buf + cap, err, errlen)) < 0)
-      goto out;
-  }
-  rc = zt_st_writer_finish(w, err, errlen);
-out:
-  zt_st_writer_close(w);
+  zt_model_writer_close(w);
   free(buf);
   return rc;
 }
 
 /* The flat layout into the directory tmp. */
 static int save_flat(zt_trainer *t, const char *tmp, state_seq *q, char *err, size_t errlen) {
-  int rc = 0, nu = zt_model_num_units(t->model);
-  size_t cap = piece_cap(t->model);
+  int rc = 0;
+  size_t cap = zt__trainer_piece_cap(t->model);
   char *file = malloc(strlen(tmp) + 64);
   float *buf = malloc(3 * cap * sizeof *buf);
-  zt_st_writer *wm = NULL, *wo = NULL;
+  zt_model_writer *wm = NULL, *wo = NULL;
   json_t *j = NULL;
   if (!file || !buf) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", tmp);
     goto out;
   }
-  float *p = buf, *m = buf + cap, *v = buf + 2 * cap;
   sprintf(file, "%s/model.safetensors", tmp);
   if ((rc = writer_open(&wm, t->model, file, model_file, NULL, err, errlen)) < 0) goto out;
   sprintf(file, "%s/optimizer.safetensors", tmp);
-  if ((rc = writer_open(&wo, t->model, file, opt_file, OPT_NOTE, err, errlen)) < 0) goto out;
-  for (int u0 = 0, u1; u0 < nu; u0 = u1) {
-    u1 = piece_end(t->model, u0, cap);
-    char why[512] = "";
-    if ((rc = state_read(t, u0, u1, p, m, v, why, sizeof why)) < 0) {
-      q->failed = 1;
-      snprintf(err, errlen, "%s: reading the trainer's state failed: %s", tmp,
-               why[0] ? why : strerror(-rc));
-      goto out;
-    }
-    q->next = u1;
-    /* the moments first: m's staging is then free for the transposed parameters */
-    if ((rc = write_piece(wo, t->model, opt_file, 0, u0, u1, m, NULL, err, errlen)) < 0 ||
-        (rc = write_piece(wo, t->model, opt_file, 1, u0, u1, v, NULL, err, errlen)) < 0 ||
-        (rc = write_piece(wm, t->model, model_file, 0, u0, u1, p, m, err, errlen)) < 0)
-      goto out;
-  }
-  if ((rc = zt_st_writer_finish(wm, err, errlen)) < 0 ||
-      (rc = zt_st_writer_finish(wo, err, errlen)) < 0)
+  if ((rc = writer_open(&wo, t->model, file, opt_file, OPT_NOTE, err, errlen)) < 0 ||
+      (rc = save_pieces(t, tmp, wm, wo, buf, cap, q, err, errlen)) < 0)
     goto out;
   sprintf(file, "%s/trainer.json", tmp);
   if (!(j = state_json(t, json_pack("{s:i}", "format", CKPT_FORMAT)))) {
@@ -454,8 +363,8 @@ static int save_flat(zt_trainer *t, const char *tmp, state_seq *q, char *err, si
   }
   rc = write_json(file, j, err, errlen);
 out:
-  zt_st_writer_close(wm);
-  zt_st_writer_close(wo);
+  zt_model_writer_close(wm);
+  zt_model_writer_close(wo);
   json_decref(j);
   free(file);
   free(buf);
@@ -869,13 +778,12 @@ static int step_in_range(const json_t *step) {
 /* The flat layout: trainer.json, then both files' tensors checked, then the pieces. */
 static int load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *h, char *err,
                      size_t errlen) {
-  int rc = 0, nu = zt_model_num_units(t->model), nt = zt_model_num_tensors(t->model);
+  int rc = 0, nu = zt_model_num_units(t->model);
   char *file = malloc(strlen(dir) + 64);
   float *buf = NULL;
-  zt_st_file *fm = NULL, *fo = NULL;
-  const zt_st_tensor **found = calloc(3 * (size_t)nt, sizeof *found);
+  zt_model_file *fm = NULL, *fo = NULL;
   json_t *j = NULL;
-  if (!file || !found) {
+  if (!file) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", dir);
     goto out;
@@ -893,14 +801,10 @@ static int load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *h,
   if ((rc = read_head(t, j, file, h, err, errlen)) < 0) goto out;
   /* both files whole before any of the state is written */
   sprintf(file, "%s/model.safetensors", dir);
-  if ((rc = zt_st_open(&fm, file, err, errlen)) < 0 ||
-      (rc = resolve(t->model, fm, file, model_file, found, err, errlen)) < 0)
-    goto out;
+  if ((rc = file_open(&fm, t->model, file, model_file, err, errlen)) < 0) goto out;
   sprintf(file, "%s/optimizer.safetensors", dir);
-  if ((rc = zt_st_open(&fo, file, err, errlen)) < 0 ||
-      (rc = resolve(t->model, fo, file, opt_file, found + nt, err, errlen)) < 0)
-    goto out;
-  size_t cap = piece_cap(t->model);
+  if ((rc = file_open(&fo, t->model, file, opt_file, err, errlen)) < 0) goto out;
+  size_t cap = zt__trainer_piece_cap(t->model);
   if (!(buf = malloc(3 * cap * sizeof *buf))) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", dir);
@@ -908,26 +812,18 @@ static int load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *h,
   }
   float *p = buf, *m = buf + cap, *v = buf + 2 * cap;
   for (int u0 = 0, u1; u0 < nu; u0 = u1) {
-    u1 = piece_end(t->model, u0, cap);
-    if ((rc = read_piece(fm, found, t->model, model_file, 0, u0, u1, p, err, errlen)) < 0 ||
-        (rc = read_piece(fo, found + nt, t->model, opt_file, 0, u0, u1, m, err, errlen)) < 0 ||
-        (rc = read_piece(fo, found + nt, t->model, opt_file, 1, u0, u1, v, err, errlen)) < 0)
+    u1 = zt__trainer_piece_end(t->model, u0, cap);
+    if ((rc = read_piece(fm, t->model, 0, u0, u1, p, err, errlen)) < 0 ||
+        (rc = read_piece(fo, t->model, 0, u0, u1, m, err, errlen)) < 0 ||
+        (rc = read_piece(fo, t->model, 1, u0, u1, v, err, errlen)) < 0 ||
+        (rc = piece_in(t, dir, u0, u1, p, m, v, q, err, errlen)) < 0)
       goto out;
-    char why[512] = "";
-    if ((rc = state_write(t, u0, u1, p, m, v, why, sizeof why)) < 0) {
-      q->failed = 1;
-      snprintf(err, errlen, "%s: writing the state into the trainer failed: %s", dir,
-               why[0] ? why : strerror(-rc));
-      goto out;
-    }
-    q->next = u1;
   }
 out:
-  zt_st_close(fm);
-  zt_st_close(fo);
+  zt_model_file_close(fm);
+  zt_model_file_close(fo);
   json_decref(j);
   free(file);
-  free(found);
   free(buf);
   return rc;
 }
@@ -1018,7 +914,7 @@ static int load_ranked(zt_trainer *t, const char *dir, const char *file, state_s
                        ckpt_head *h, char *err, size_t errlen) {
   const zt_model *md = t->model;
   int nu = zt_model_num_units(md), rc = 0;
-  size_t cap = piece_cap(md), *chunk = calloc((size_t)nu, sizeof *chunk);
+  size_t cap = zt__trainer_piece_cap(md), *chunk = calloc((size_t)nu, sizeof *chunk);
   const char **names = calloc(ZT_DP_MAX_WORLD, sizeof *names);
   long long *bytes = calloc(ZT_DP_MAX_WORLD, sizeof *bytes);
   rank_set x = {0};
@@ -1085,7 +981,7 @@ static int load_ranked(zt_trainer *t, const char *dir, const char *file, state_s
     goto out;
   }
   for (int u0 = 0, u1; u0 < nu; u0 = u1) {
-    u1 = piece_end(md, u0, cap);
+    u1 = zt__trainer_piece_end(md, u0, cap);
     size_t base = zt_model_unit(md, u0)->offset;
     /* one file open at a time: its chunks of the piece's units */
     for (int r = 0; r < l.world; r++) {
@@ -1101,14 +997,8 @@ static int load_ranked(zt_trainer *t, const char *dir, const char *file, state_s
       rank_file_close(f);
       if (rc < 0) goto out;
     }
-    char why[512] = "";
-    if ((rc = state_write(t, u0, u1, buf, buf + cap, buf + 2 * cap, why, sizeof why)) < 0) {
-      q->failed = 1;
-      snprintf(err, errlen, "%s: writing the state into the trainer failed: %s", dir,
-               why[0] ? why : strerror(-rc));
+    if ((rc = piece_in(t, dir, u0, u1, buf, buf + cap, buf + 2 * cap, q, err, errlen)) < 0)
       goto out;
-    }
-    q->next = u1;
   }
 out:
   rank_set_close(&x);

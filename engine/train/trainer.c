@@ -206,6 +206,23 @@ int zt__trainer_piece_end(const zt_model *m, int u0, size_t cap) {
   return u1;
 }
 
+void zt__trainer_piece_tensors(const zt_model *m, int u0, int u1, int *first, int *end) {
+  const zt_unit_info *last = zt_model_unit(m, u1 - 1);
+  *first = zt_model_unit(m, u0)->first_tensor;
+  *end = last->first_tensor + last->n_tensors;
+}
+
+int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab) {
+  int nu = zt_model_num_units(m);
+  zt_shard_unit *units = calloc((size_t)nu, sizeof *units);
+  if (!units) return -ENOMEM;
+  for (int u = 0; u < nu; u++)
+    units[u] = (zt_shard_unit){zt_model_unit(m, u)->offset, zt_model_unit(m, u)->numel};
+  int rc = zt_shard_table_build(tab, units, nu, world, ZT__DP_ALIGN);
+  free(units);
+  return rc;
+}
+
 int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen) {
   static const char *const params[] = {""};
   const zt_model_cfg *mc = zt_model_cfg_of(m);
@@ -217,8 +234,8 @@ int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, si
 
 int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
                           size_t errlen) {
-  const zt_unit_info *last = zt_model_unit(in->m, u1 - 1);
-  int first = zt_model_unit(in->m, u0)->first_tensor, end = last->first_tensor + last->n_tensors;
+  int first, end;
+  zt__trainer_piece_tensors(in->m, u0, u1, &first, &end);
   if (in->file) return zt_model_file_read(in->file, 0, first, end, host, err, errlen);
   zt_model_init_params_range(in->m, first, end, host);
   return 0;

@@ -133,10 +133,13 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
  * largest unit (3 x 4 bytes an element), the reader's chunk and their file's header: the larger
  * of that and the above. */
 size_t zt_trainer_checkpoint_bytes(const zt_trainer *t);
-/* The same for a model configuration, without a trainer (job admission), in the flat layout
- * (a per-rank checkpoint's W ranks can take up to W x (the reader's chunk, a header of 3
- * entries a unit and 12 bytes an element of a chunk's padding) more); SIZE_MAX for one that
- * does not pass zt_model_cfg_check. */
+/* The same for a model configuration, without a trainer (job admission): of a trainer whose
+ * checkpoints are flat (zt_trainer_open, an offloaded one, a data-parallel part); _dp of a
+ * data-parallel trainer that runs every rank of a world of `world` ranks (zt_trainer_open_dp
+ * with local == world), whose checkpoints are per rank, at any stage and placement. Equal to
+ * zt_trainer_checkpoint_bytes of such a trainer once opened; SIZE_MAX for a configuration that
+ * does not pass zt_model_cfg_check or a world outside [1, ZT_DP_MAX_WORLD]. */
 size_t zt_checkpoint_estimate_bytes(const zt_model_cfg *mc);
+size_t zt_checkpoint_estimate_bytes_dp(const zt_model_cfg *mc, int world);
 
 #endif

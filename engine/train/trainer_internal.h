@@ -100,6 +100,15 @@ void zt__trainer_init_close(zt__trainer_init *in);
  * The units tile the flat layout in order, so a piece is one range of it. */
 size_t zt__trainer_piece_cap(const zt_model *m);
 int zt__trainer_piece_end(const zt_model *m, int u0, size_t cap);
+/* The tensors of units [u0, u1): [first, end). */
+void zt__trainer_piece_tensors(const zt_model *m, int u0, int u1, int *first, int *end);
+/* The shard table of a data-parallel trainer of model m and `world` ranks: each unit split into
+ * world chunks of a multiple of ZT__DP_ALIGN elements (8: 16 bytes of bf16, 32 of fp32, so that
+ * every chunk a collective reads or writes starts 16-byte aligned in either type). The
+ * checkpoint estimate (zt_checkpoint_estimate_bytes_dp) sizes a per-rank checkpoint's stagings
+ * from it. 0, or zt_shard_table_build's error. */
+#define ZT__DP_ALIGN 8
+int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab);
 /* Stages micro-batch k of the step's tokens into the acts; returns the tokens counted as
  * targets (0: a micro-batch of padding alone, nothing staged). */
 int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k);

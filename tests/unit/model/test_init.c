@@ -3,7 +3,9 @@
  * tensor by tensor into buffers of their own) is bitwise the flat init's; a safetensors file
  * read through zt_model_file a unit at a time backwards (an HF-style file: prefixed names,
  * transposed Conv1D weights, the buffers HF files carry; and a file of two states) is bitwise
- * zt_model_load_states's; a tensor whose dtype does not convert is refused at open, named. */
+ * zt_model_load_states's; strict, a prefixed name is missing and an HF buffer unexpected; a
+ * tensor whose dtype does not convert is refused at open, named; zt_model_writer, a unit at a
+ * time backwards, writes zt_model_save_states's file byte for byte. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,21 @@ static int test_files(void) {
   fails += MC_EXPECT(rc == 0, "HF-style open: %s", err);
   if (rc == 0) fails += read_backwards(m, f, 0, p, "HF-style");
   zt_model_file_close(f);
+  /* strict (zt's own checkpoints): no prefix, and no buffer beside the states */
+  rc = zt_model_file_open(&f, m, path_of("hf.safetensors"), params, 1, ZT_MODEL_FILE_STRICT, err,
+                          sizeof err);
+  fails += MC_EXPECT(rc == -EINVAL && strstr(err, "tensor wte.weight is missing") && f == NULL,
+                     "strict, prefixed names: %d %s", rc, err);
+  for (int i = 0; i < nt; i++) snprintf(names[i], 128, "%s", zt_model_tensor(m, i)->name);
+  fails += MC_EXPECT(zt_st_write(path_of("head.safetensors"), e, nt + 1, NULL, 0, err,
+                                 sizeof err) == 0, "%s", err);
+  rc = zt_model_file_open(&f, m, path_of("head.safetensors"), params, 1, 0, err, sizeof err);
+  fails += MC_EXPECT(rc == 0, "the head beside the parameters: %s", err);
+  zt_model_file_close(f);
+  rc = zt_model_file_open(&f, m, path_of("head.safetensors"), params, 1, ZT_MODEL_FILE_STRICT,
+                          err, sizeof err);
+  fails += MC_EXPECT(rc == -EINVAL && strstr(err, "unexpected tensor lm_head.weight") && f == NULL,
+                     "strict, the head beside the parameters: %d %s", rc, err);
 
   /* two states in the internal layout */
   zt_model_state s[2] = {{"", p}, {".exp_avg", q}};
@@ -143,6 +160,27 @@ static int test_files(void) {
   if (rc == 0)
     fails += read_backwards(m, f, 1, q, "state 1 of 2") + read_backwards(m, f, 0, p, "state 0");
   zt_model_file_close(f);
+
+  /* the writer, a unit at a time backwards in the checkpoint layout (Conv1D weights transposed
+   * through the scratch): zt_model_save_states's file, byte for byte */
+  fails += MC_EXPECT(zt_model_save_states(m, path_of("whole.safetensors"), s, 2, 0, "a note", err,
+                                          sizeof err) == 0, "%s", err);
+  zt_model_writer *w = NULL;
+  float *scratch = malloc(n * sizeof *scratch);
+  rc = zt_model_writer_open(&w, m, path_of("pieces.safetensors"), two, 2, 0, "a note", err,
+                            sizeof err);
+  fails += MC_EXPECT(rc == 0, "writer open: %s", err);
+  for (int u = zt_model_num_units(m) - 1; rc == 0 && u >= 0; u--) {
+    const zt_unit_info *ui = zt_model_unit(m, u);
+    for (int k = 0; rc == 0 && k < 2; k++)
+      rc = zt_model_writer_put(w, k, ui->first_tensor, ui->first_tensor + ui->n_tensors,
+                               s[k].data + ui->offset, scratch, err, sizeof err);
+  }
+  if (rc == 0) rc = zt_model_writer_finish(w, err, sizeof err);
+  fails += MC_EXPECT(rc == 0, "writer: %s", err);
+  zt_model_writer_close(w);
+  free(scratch);
+  fails += mc_same_file(path_of("whole.safetensors"), path_of("pieces.safetensors"));
 
   /* wte's F32 made I32 (the same size, so the file stays valid): refused at open */
   FILE *fp = fopen(path_of("hf.safetensors"), "r+b");
