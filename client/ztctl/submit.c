@@ -307,10 +307,18 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
     int every = (int)json_integer_value(json_object_get(off, "ckpt_every"));
     char ckpt[32] = "none";
     if (every) snprintf(ckpt, sizeof ckpt, "every %d block(s)", every);
+    /* optimizer nvme: the rest's masters, m and v in each rank's files */
+    double nvb = json_number_value(json_object_get(off, "nvme_bytes_per_rank"));
+    char nv[64] = "";
+    if (nvb > 0) {
+      char b[32];
+      ztctl_fmt_bytes(b, sizeof b, nvb);
+      snprintf(nv, sizeof nv, " and NVMe files of %s", b);
+    }
     printf("offload: each rank keeps the optimizer of %d of %d units on its GPU and the rest's "
-           "in a host tier of %s; parameters on the %s; activation checkpointing %s\n",
+           "in a host tier of %s%s; parameters on the %s; activation checkpointing %s\n",
            (int)json_integer_value(json_object_get(off, "gpu_units")),
-           (int)json_integer_value(json_object_get(off, "units")), host,
+           (int)json_integer_value(json_object_get(off, "units")), host, nv,
            json_string_value(json_object_get(off, "params")), ckpt);
   } else if (off) {
     char act[32], units[32], arena[32], nvme[32];

@@ -16,6 +16,7 @@ zt_dp_cfg zt__job_dp_cfg(const zt_job_spec *s, int rank0, int local) {
     d.optimizer = s->offload.optimizer;
     d.params = s->offload.params;
     d.gpu_units = s->offload.gpu_units < 0 ? 0 : s->offload.gpu_units;
+    d.nvme_dir = s->offload.nvme_dir;
   }
   return d;
 }
@@ -26,19 +27,26 @@ static size_t rank_bytes(const zt_job_spec *s, const zt_ops *ops, zt_offload_pla
   zt_train_cfg tc = s->train;
   tc.ckpt_every = ckpt_every;
   zt_dp_cfg d = {.world = zt__job_world(s), .zero_stage = s->zero_stage, .optimizer = opt,
-                 .params = params, .gpu_units = gpu_units};
+                 .params = params, .gpu_units = gpu_units, .nvme_dir = s->offload.nvme_dir};
   return zt_dp_estimate_rank_bytes(&s->model, &tc, &d, ops);
 }
 
+/* Where the units the device does not keep have their optimizer: nvme where the spec says so
+ * (a rank's device bytes are those of host), else host. */
+static zt_offload_place off_place(const zt_job_spec *s) {
+  return s->offload.optimizer == ZT_PLACE_NVME ? ZT_PLACE_NVME : ZT_PLACE_HOST;
+}
+
 /* The most leading units whose optimizer fits the budget on the device with the rest on the
- * host (a rank's bytes grow with them), or -1 when not even none does. */
+ * host or NVMe (a rank's bytes grow with them), or -1 when not even none does. */
 static int most_gpu_units(const zt_job_spec *s, const zt_ops *ops, zt_offload_place params,
                           int units, int ckpt_every, size_t budget) {
-  if (rank_bytes(s, ops, ZT_PLACE_HOST, params, 0, ckpt_every) > budget) return -1;
+  zt_offload_place opt = off_place(s);
+  if (rank_bytes(s, ops, opt, params, 0, ckpt_every) > budget) return -1;
   int lo = 0, hi = units; /* lo fits; find the largest that does */
   while (lo < hi) {
     int mid = lo + (hi - lo + 1) / 2;
-    if (rank_bytes(s, ops, ZT_PLACE_HOST, params, mid, ckpt_every) <= budget)
+    if (rank_bytes(s, ops, opt, params, mid, ckpt_every) <= budget)
       lo = mid;
     else
       hi = mid - 1;
@@ -64,10 +72,10 @@ static int fit(const zt_job_spec *s, const zt_ops *ops, int units, int ckpt_ever
            : want->params == ZT_PLACE_HOST)
       continue;
     int ng = want->gpu_units;
-    if (ng >= 0 ? rank_bytes(s, ops, ZT_PLACE_HOST, params, ng, ckpt_every) > budget
+    if (ng >= 0 ? rank_bytes(s, ops, off_place(s), params, ng, ckpt_every) > budget
                 : (ng = most_gpu_units(s, ops, params, units, ckpt_every, budget)) < 0)
       continue;
-    o->optimizer = ZT_PLACE_HOST;
+    o->optimizer = off_place(s);
     o->params = params;
     o->gpu_units = ng;
     return 0;
@@ -86,9 +94,11 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
              "step of one rank delays its update)", ranks);
     return -ENOTSUP;
   }
-  if (o->optimizer == ZT_PLACE_NVME || o->params == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.%s: nvme with %s is not supported yet (gpu, host or auto)",
-             o->optimizer == ZT_PLACE_NVME ? "optimizer" : "params", ranks);
+  /* each rank's shard of the optimizer may live on NVMe (engine/train/dp.h), its parameters
+   * not: every step reads them twice */
+  if (o->params == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.params: nvme with %s is not supported (gpu, host or auto; "
+             "offload.optimizer nvme keeps each rank's masters, m and v on NVMe)", ranks);
     return -ENOTSUP;
   }
   if (o->params == ZT_PLACE_HOST && s->zero_stage != 3) {
@@ -108,8 +118,9 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
   }
   int auto_ckpt = s->train.ckpt_every == ZT_CKPT_AUTO;
   if (!o->gpu_budget) {
-    /* no budget: auto means host for the optimizer (as with one rank), gpu for the rest */
-    o->optimizer = ZT_PLACE_HOST;
+    /* no budget: auto means host for the optimizer (as with one rank; nvme stays nvme), gpu
+     * for the rest */
+    o->optimizer = off_place(s);
     if (o->params == ZT_PLACE_AUTO) o->params = ZT_PLACE_GPU;
     if (o->gpu_units < 0) o->gpu_units = 0;
     return 0; /* "auto" checkpointing: the least recompute that fits the device (jobs.c) */
@@ -133,14 +144,15 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
   zt_offload_place params =
       s->zero_stage == 3 && o->params != ZT_PLACE_GPU ? ZT_PLACE_HOST : ZT_PLACE_GPU;
   int every = auto_ckpt ? 1 : s->train.ckpt_every;
-  size_t least = rank_bytes(s, ops, ZT_PLACE_HOST, params, o->gpu_units > 0 ? o->gpu_units : 0,
+  size_t least = rank_bytes(s, ops, off_place(s), params, o->gpu_units > 0 ? o->gpu_units : 0,
                             every);
   char a[32], b[32];
   zt__format_bytes(a, sizeof a, (double)least);
   zt__format_bytes(b, sizeof b, (double)o->gpu_budget);
   snprintf(err, errlen, "offload.gpu_budget %s per GPU is too small for %s: with the optimizer "
-           "of %d unit(s) on the GPU and the rest's on the host, the parameters %s%s a rank "
+           "of %d unit(s) on the GPU and the rest's on the %s, the parameters %s%s a rank "
            "needs %s", b, ranks, o->gpu_units > 0 ? o->gpu_units : 0,
+           o->optimizer == ZT_PLACE_NVME ? "NVMe" : "host",
            params == ZT_PLACE_HOST ? "on the host" : "on the GPU",
            every == 1 ? " and every block recomputed" : "", a);
   return -ENOMEM;

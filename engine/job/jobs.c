@@ -836,13 +836,15 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
     zt_dp_cfg dc = zt__job_dp_cfg(&spec, 0, 0);
     json_object_set_new(
         j, "offload",
-        json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I}", "optimizer",
+        json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "optimizer",
                   zt_offload_place_name(dc.optimizer), "params",
                   zt_offload_place_name(dc.params), "units", units, "gpu_units",
-                  dc.optimizer == ZT_PLACE_HOST ? dc.gpu_units : units, "ckpt_every",
-                  tc.ckpt_every, "host_bytes_per_rank",
+                  dc.optimizer == ZT_PLACE_HOST || dc.optimizer == ZT_PLACE_NVME ? dc.gpu_units
+                                                                                 : units,
+                  "ckpt_every", tc.ckpt_every, "host_bytes_per_rank",
                   (json_int_t)zt_dp_estimate_host_bytes(&spec.model, &tc, &dc),
-                  "device_bytes_per_rank", (json_int_t)needs.rank_bytes));
+                  "device_bytes_per_rank", (json_int_t)needs.rank_bytes, "nvme_bytes_per_rank",
+                  (json_int_t)zt_dp_estimate_nvme_bytes(&spec.model, &tc, &dc)));
   } else if (j && spec.has_offload &&
       zt_offload_estimate(&spec.model, &spec.train, &spec.offload,
                           zt_backend_ops_of(jobs->cfg.backend), &p, err, errlen) == 0)

@@ -215,10 +215,20 @@ static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
   const zt_job_spec *s = &r->job->spec;
   zt_offload_plan plan;
   char why[ZT__ERR_MAX], bytes[32];
-  if ((rc != -ENOSPC && rc != -EFBIG && rc != -EDQUOT) ||
-      zt_offload_estimate(&s->model, &s->train, &s->offload, ops, &plan, why, sizeof why) < 0)
+  uint64_t need;
+  if (rc != -ENOSPC && rc != -EFBIG && rc != -EDQUOT) return;
+  if (r->world > 1) {
+    /* the ranks here, each its files (engine/train/dp.h) */
+    zt_train_cfg tc = zt__job_rank_train_cfg(s);
+    zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
+    if ((need = zt_dp_estimate_nvme_bytes(&s->model, &tc, &dpc)) == UINT64_MAX) return;
+    need *= (uint64_t)r->local;
+  } else if (zt_offload_estimate(&s->model, &s->train, &s->offload, ops, &plan, why,
+                                 sizeof why) < 0) {
     return;
-  uint64_t need = plan.nvme_bytes;
+  } else {
+    need = plan.nvme_bytes;
+  }
   zt__format_bytes(bytes, sizeof bytes, (double)need);
   snprintf(why, sizeof why, "%s", r->err);
   /* cut to fit: the trainer's message first, then the directory */
@@ -484,10 +494,16 @@ static int open_job(runner *r) {
       zt_offload_estimate(&s->model, &s->train, &s->offload, be->ops, &plan, why,
                           sizeof why) == 0)
     r->nvme_bytes = plan.nvme_bytes;
+  zt_train_cfg tc = zt__job_rank_train_cfg(s);
+  zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
+  if (s->has_offload && r->world > 1) {
+    /* optimizer nvme: every rank here reserves its files */
+    uint64_t per = zt_dp_estimate_nvme_bytes(&s->model, &tc, &dpc);
+    if (per != UINT64_MAX) r->nvme_bytes = per * (uint64_t)r->local;
+  }
   if (r->nvme_bytes > 0 && (rc = make_nvme_dir(r, &oc)) < 0) return rc;
   if (r->world > 1) {
-    zt_train_cfg tc = zt__job_rank_train_cfg(s);
-    zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
+    dpc.nvme_dir = oc.nvme_dir; /* the job's directory under it */
     rc = zt_trainer_open_dp(&r->trainer, &s->model, &tc, &dpc, r->ranks, r->err, sizeof r->err);
   } else if (s->has_offload) {
     rc = zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &oc, be, r->err,

@@ -601,7 +601,9 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   if (rc < 0) return rc;
   const char *what;
   int on_cpu = strcmp(cfg->backend, "cpu") == 0;
-  /* a checkpoint's staging comes on top of the host tier (zt_trainer_checkpoint_bytes) */
+  /* a checkpoint's staging comes on top of the host tier (zt_trainer_checkpoint_bytes); it also
+   * covers the open's, which streams the initial state through one staging of the largest
+   * unit's parameters while no checkpoint runs (offload_step.c write_initial_state) */
   double host = (double)plan.host_bytes + (double)zt_checkpoint_estimate_bytes(&s->model) +
                 (on_cpu ? (double)plan.device_bytes : 0);
   /* each limit before its `what` is read: the order of a call's arguments is unspecified */
@@ -737,9 +739,18 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
     zt_dp_cfg dpc = zt__job_dp_cfg(s, 0, 0);
     need = (double)zt_dp_estimate_rank_bytes(&s->model, &tc, &dpc, ops);
-    /* this daemon's ranks' host tiers, and a checkpoint's staging beside them */
+    /* this daemon's ranks' host tiers, and a checkpoint's staging beside them: every rank's
+     * at once where the trainer runs them all (per-rank checkpoints), else (a part of a job
+     * over several daemons) the flat layout's */
     host_tier = (double)zt_dp_estimate_host_bytes(&s->model, &tc, &dpc) * s->gpus;
-    if (host_tier > 0) host_tier += (double)zt_checkpoint_estimate_bytes(&s->model);
+    if (host_tier > 0)
+      host_tier += (double)(s->n_peers ? zt_checkpoint_estimate_bytes(&s->model)
+                                       : zt_checkpoint_estimate_bytes_dp(&s->model, W));
+    /* optimizer nvme: this daemon's ranks' files, reserved in full at the start */
+    uint64_t nvme = zt_dp_estimate_nvme_bytes(&s->model, &tc, &dpc);
+    if (nvme && nvme != UINT64_MAX &&
+        (rc = check_nvme_space(s->offload.nvme_dir, nvme * (uint64_t)s->gpus, err, errlen)) < 0)
+      return rc;
   }
   /* the cpu backend's ranks all live in host memory */
   double on_device = on_cpu ? need * W : need;

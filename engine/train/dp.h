@@ -102,7 +102,19 @@
  * trainer refuses further steps), else it is refused as without offload (-ERANGE). On the CPU
  * backend every step is bitwise that of the trainer without offload (cpu_adam is the backend's
  * AdamW bit for bit).
- * params ZT_PLACE_HOST (zero_stage 3 with optimizer host): the host units' parameters are not
+ * Optimizer ZT_PLACE_NVME (ZeRO-Infinity's optimizer): as host, but the host units' masters, m
+ * and v of each rank live in its own files (offload/nvme_store.h: O_DIRECT, io_uring) under
+ * zt_dp_cfg.nvme_dir, one per unit and kind, each the rank's chunk; the host tier keeps the
+ * gradients, two page-locked staging sets of the largest chunk (masters, m, v, the compute
+ * copy) and, with params host, the parameters the gathers read. Each rank moves its files on
+ * its own thread, as the single-GPU offloaded step does: a unit's three files are read into a
+ * set ahead of its update while the unit above it is updated, and its set is retired (the
+ * update waited for, the chunk uploaded on the copy engine or into the host's parameters, the
+ * files written behind) when the set is needed for the unit below; the pool runs the updates.
+ * A failed read or write fails the step (-EIO and the trainer refuses further steps) with the
+ * store's message naming the file. The state calls and per-rank checkpoints read a unit's files
+ * into a set and write them from it. The files go at close.
+ * params ZT_PLACE_HOST (zero_stage 3 with optimizer host or nvme): the host units' parameters are not
  * on the device between uses either. Before a host unit is all-gathered, the rank's chunk (fp32
  * and the compute copy) is copied from the host masters into one of two device chunk buffers on
  * the copy engine; the chunk of the unit after it in the walk is copied as soon as this one's
@@ -122,10 +134,12 @@
 #define ZT_TRAIN_DP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/comm/comm.h"
 #include "engine/train/offload.h"
 #include "engine/train/trainer.h"
+#include "offload/nvme_store.h"
 
 /* The most ranks one trainer runs: a rank per device of a machine (ZT_MAX_DEVICES). */
 #define ZT_DP_MAX_WORLD 64
@@ -137,11 +151,15 @@ typedef struct zt_dp_cfg {
    * local in [1, world - rank0]; local 0 means all of them (rank0 must then be 0). */
   int rank0, local;
   /* Offload (see the header). optimizer: ZT_PLACE_AUTO or _GPU (0: every unit's shard on the
-   * device) or _HOST (units gpu_units.. on the host); params: AUTO or GPU, or HOST with
-   * zero_stage 3 and optimizer HOST. NVMe is not supported with data parallelism yet. */
+   * device), _HOST (units gpu_units.. on the host) or _NVME (their masters, m and v in files
+   * under nvme_dir); params: AUTO or GPU, or HOST with zero_stage 3 and optimizer HOST or
+   * NVME. params NVME is not supported with data parallelism. */
   zt_offload_place optimizer, params;
-  int gpu_units;  /* optimizer HOST: the leading units kept on the device, [0, the model's
-                     units] */
+  int gpu_units;  /* optimizer HOST / NVME: the leading units kept on the device, [0, the
+                     model's units] */
+  /* optimizer NVME: an existing directory; the trainer makes zt-offload.XXXXXX in it with a
+   * directory rank-R per rank, removed at close. Read during the open only. */
+  const char *nvme_dir;
 } zt_dp_cfg;
 
 /* Step flags (zt_trainer_dp_set_flags): what they mean is the caller's convention, the trainer
@@ -183,6 +201,11 @@ size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
 size_t zt_dp_estimate_host_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_dp_cfg *dpc);
 
+/* The NVMe bytes (its files in the store's whole blocks) every rank of such a trainer reserves
+ * under nvme_dir: 0 without optimizer nvme; UINT64_MAX for a configuration the open refuses. */
+uint64_t zt_dp_estimate_nvme_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                   const zt_dp_cfg *dpc);
+
 /* Backend bytes global rank `rank` holds (zt_trainer_backend_bytes is the sum over the part's
  * ranks); 0 for a rank this trainer does not run or a trainer without data parallelism. */
 size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank);
@@ -191,6 +214,12 @@ size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank);
  * zt_dp_estimate_host_bytes computes; 0 without offload or for a rank this trainer does not
  * run. */
 size_t zt_trainer_dp_host_bytes(const zt_trainer *t, int rank);
+
+/* The NVMe bytes global rank `rank` reserved (what zt_dp_estimate_nvme_bytes computes) and its
+ * store's counters; 0 / -ENOENT without optimizer nvme or for a rank this trainer does not run.
+ * Between calls only (a rank's store is its thread's while a call runs). */
+uint64_t zt_trainer_dp_nvme_bytes(const zt_trainer *t, int rank);
+int zt_trainer_dp_nvme_stats(const zt_trainer *t, int rank, zt_nvme_stats *out);
 
 /* The flags this part contributes to its next zt_trainer_step that runs (replacing any set
  * before); cleared once that step has run, whatever its result. No-op for a trainer without data

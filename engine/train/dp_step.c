@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
@@ -19,6 +20,7 @@
 #include "offload/cpu_adam.h"
 #include "offload/cpu_pool.h"
 #include "offload/host_arena.h"
+#include "offload/nvme_store.h"
 #include "offload/shard.h"
 
 /* Chunks are multiples of 8 elements: 16 bytes of bf16, 32 of fp32, so that every chunk a
@@ -68,6 +70,18 @@ typedef enum dp_cmd {
 
 struct dp_state;
 
+/* optimizer nvme: a staging of one host unit's chunk of masters, m and v (and the compute copy
+ * the AdamW writes), moving FREE -> READING -> UPDATING -> WRITING -> FREE as offload_step.c's
+ * sets do; the state calls use set 0 synchronously between steps. */
+typedef enum nv_state { NV_FREE, NV_READING, NV_UPDATING, NV_WRITING } nv_state;
+typedef struct nv_set {
+  float *buf[3];
+  uint16_t *lp;             /* bf16 / fp16; NULL in fp32 */
+  int unit;                 /* -1 none */
+  nv_state st;
+  int req[3];
+} nv_set;
+
 typedef struct dp_rank_state {
   struct dp_state *s;
   int r;                    /* the global rank */
@@ -96,9 +110,20 @@ typedef struct dp_rank_state {
   zt_backend hbe;           /* math on the host tier: the rank's own backend on the cpu, a cpu
                                backend of its own beside a GPU */
   int own_hbe;
-  float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients */
+  float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients (optimizer nvme: the gradients,
+                                      and with params host hm, the parameters the gathers read) */
   float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
-  uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes */
+  uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes (optimizer nvme:
+                               with params host only) */
+  /* optimizer nvme: the rank's store in dir, a file per host unit and kind (unit u's kind i:
+   * ext[3 * u + i]), and two staging sets (unit u's in sets[u & 1]: one updated while the
+   * next is read ahead) */
+  zt_nvme_store *store;
+  int *ext;
+  nv_set sets[2];
+  int64_t up_tick;          /* the H2D ticket of the last chunk uploaded from a set */
+  uint64_t nvme_bytes;      /* the files' whole blocks */
+  char nvdir[ZT_PATH_MAX + 64]; /* its directory rank-R; "" none */
   float *gout[2];           /* device chunks: a host unit's reduce-scattered gradients (stages
                                2-3, alternating by unit) and the state calls' uploads ([0]) */
   int64_t gout_tick[2];     /* the D2H ticket that last read each */
@@ -111,7 +136,8 @@ typedef struct dp_rank_state {
   int *first_seg;           /* unit u's calls: segs[first_seg[u] .. first_seg[u + 1]) */
   int64_t *unit_tick;       /* per unit: the D2H ticket of its gradients this micro-batch */
   double *usumsq;           /* per host unit: its sum of squares, taken up in the backward */
-  char *submitted;          /* per unit: its host AdamW started this step */
+  char *submitted;          /* per unit: its host AdamW started and not waited for */
+  char *began;              /* per unit: its host update began this step */
   int take_up;              /* the next unit (walking down) the backward takes up */
   int updated, nonfinite;   /* host units updated during the backward; one was not finite */
   int slot_unit[2];         /* 3: the unit in each slot, -1 none */
@@ -142,6 +168,9 @@ typedef struct dp_state {
    * device's packed buffers hold dev_packed elements, the host's host_n */
   int ng, params_host;
   size_t dev_packed, host_n;
+  int nvme;                 /* optimizer nvme: the host units' masters, m and v in files */
+  size_t nv_chunk;          /* the largest host unit's chunk (a set's floats) */
+  char nvme_dir[ZT_PATH_MAX + 32]; /* the trainer's zt-offload.XXXXXX under dc.nvme_dir */
   zt_cpu_pool *pool;        /* the host units' AdamW, shared by the part's ranks */
   int n_threads;            /* rank threads started */
   pthread_mutex_t mu;
@@ -254,13 +283,35 @@ static int has_hstage(const dp_state *s, const zt_train_cfg *tc) {
   return s->host_n && s->dc.zero_stage >= 2 && tc->grad_accum > 1;
 }
 
-/* The host tier's arena: masters, m, v, gradients, the staging and the bf16 copy. */
+/* The host tier keeps the masters (optimizer nvme: with params host, as the parameters the
+ * gathers are staged from) and the compute copy. */
+static int host_masters(const dp_state *s) {
+  return !s->nvme || s->params_host;
+}
+
+/* The host tier's arena: gradients, the staging, masters, m, v and the bf16 copy (optimizer
+ * nvme: gradients, staging, what host_masters says, and two sets). */
 static size_t host_tier_bytes(const dp_state *s, const zt_train_cfg *tc) {
   if (!s->host_n) return 0;
   size_t f32 = zt_host_arena_footprint(s->host_n * sizeof(float));
-  size_t b = (4 + (size_t)has_hstage(s, tc)) * f32;
-  if (tc->precision != ZT_F32) b += zt_host_arena_footprint(s->host_n * sizeof(uint16_t));
+  int lp = tc->precision != ZT_F32;
+  size_t b = (1 + (size_t)has_hstage(s, tc) + (s->nvme ? (size_t)host_masters(s) : 3)) * f32;
+  if (lp && host_masters(s)) b += zt_host_arena_footprint(s->host_n * sizeof(uint16_t));
+  if (s->nvme)
+    b += 2 * (3 * zt_host_arena_footprint(s->nv_chunk * sizeof(float)) +
+              (lp ? zt_host_arena_footprint(s->nv_chunk * sizeof(uint16_t)) : 0));
   return b;
+}
+
+/* The rank's files: a master, exp_avg and exp_avg_sq of its chunk per host unit, each in the
+ * store's whole blocks. */
+static uint64_t nvme_file_bytes(const dp_state *s) {
+  uint64_t sum = 0;
+  for (int u = s->ng; s->nvme && u < s->nu; u++) {
+    uint64_t file = s->tab->chunk[u] * sizeof(float);
+    sum += 3 * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
+  }
+  return sum;
 }
 
 /* A host unit's first element in the host tier. */
@@ -274,6 +325,44 @@ static int host_fail(dp_rank_state *k, int rc) {
   return rank_fail(k, rc, "host tier: %s", zt_host_arena_error(k->host));
 }
 
+static const char *const kind_names[3] = {"master", "exp_avg", "exp_avg_sq"};
+
+/* optimizer nvme: the rank's directory rank-R under the trainer's, its store (opened on the
+ * rank's thread, which alone uses it) and a file per host unit and kind, reserved in full. */
+static int nv_open(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_model *m = k->view.model;
+  char why[400];
+  int rc;
+  if ((size_t)snprintf(k->nvdir, sizeof k->nvdir, "%s/rank-%d", s->nvme_dir, k->r) >=
+      sizeof k->nvdir) {
+    k->nvdir[0] = 0;
+    return rank_fail(k, -ENAMETOOLONG, "offload.nvme_dir: %s: %s", s->nvme_dir,
+                     strerror(ENAMETOOLONG));
+  }
+  if (mkdir(k->nvdir, 0700) < 0) {
+    rc = -errno;
+    k->nvdir[0] = 0;
+    return rank_fail(k, rc, "offload.nvme_dir: %s/rank-%d: %s", s->nvme_dir, k->r,
+                     strerror(-rc));
+  }
+  if (!(k->ext = malloc(3 * (size_t)s->nu * sizeof *k->ext)))
+    return rank_fail(k, -ENOMEM, "out of host memory");
+  if ((rc = zt_nvme_store_open(&k->store, k->nvdir, NULL, why, sizeof why)) < 0)
+    return rank_fail(k, rc, "offload.nvme_dir: %s", why);
+  for (int u = s->ng; u < s->nu; u++)
+    for (int i = 0; i < 3; i++) {
+      char name[64];
+      uint64_t bytes = s->tab->chunk[u] * sizeof(float);
+      snprintf(name, sizeof name, "%s.%s", zt_model_unit(m, u)->name, kind_names[i]);
+      if ((rc = zt_nvme_store_alloc(k->store, name, bytes)) < 0)
+        return rank_fail(k, rc, "offload.nvme_dir: %s", zt_nvme_store_error(k->store));
+      k->ext[3 * u + i] = rc;
+      k->nvme_bytes += (bytes + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN;
+    }
+  return 0;
+}
+
 /* The host tier of rank k, its copy engine and its math, on the rank's thread (a cuda rank's
  * pages are registered with its device). */
 static int host_open(dp_rank_state *k) {
@@ -284,15 +373,38 @@ static int host_open(dp_rank_state *k) {
   if ((rc = zt_host_arena_open(&k->host, host_tier_bytes(s, tc),
                                on_gpu ? zt_host_mem_cuda() : NULL)) < 0)
     return rank_fail(k, rc, "opening the host tier failed: %s", strerror(-rc));
-  float **bufs[] = {&k->hm, &k->hmom, &k->hvar, &k->hgrad, &k->hstage};
-  for (int i = 0; i < 4 + has_hstage(s, tc); i++) {
+  float **bufs[5];
+  int nb = 0, lp = tc->precision != ZT_F32;
+  bufs[nb++] = &k->hgrad;
+  if (has_hstage(s, tc)) bufs[nb++] = &k->hstage;
+  if (host_masters(s)) bufs[nb++] = &k->hm;
+  if (!s->nvme) {
+    bufs[nb++] = &k->hmom;
+    bufs[nb++] = &k->hvar;
+  }
+  for (int i = 0; i < nb; i++) {
     if ((rc = zt_host_arena_alloc(k->host, s->host_n * sizeof(float), (void **)bufs[i])) < 0)
       return host_fail(k, rc);
     memset(*bufs[i], 0, s->host_n * sizeof(float));
   }
-  if (tc->precision != ZT_F32 &&
+  if (lp && host_masters(s) &&
       (rc = zt_host_arena_alloc(k->host, s->host_n * sizeof(uint16_t), (void **)&k->hlp)) < 0)
     return host_fail(k, rc);
+  /* page-aligned and pinned: O_DIRECT reads and writes, and the uploads, straight from them */
+  for (int i = 0; s->nvme && i < 2; i++) {
+    nv_set *x = &k->sets[i];
+    for (int j = 0; j < 3; j++) {
+      if ((rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(float),
+                                    (void **)&x->buf[j])) < 0)
+        return host_fail(k, rc);
+      memset(x->buf[j], 0, s->nv_chunk * sizeof(float));
+    }
+    if (lp && (rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(uint16_t),
+                                        (void **)&x->lp)) < 0)
+      return host_fail(k, rc);
+    x->unit = -1;
+  }
+  if (s->nvme && (rc = nv_open(k)) < 0) return rc;
   k->hbe = *be;
   if (on_gpu) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -310,7 +422,8 @@ static int host_open(dp_rank_state *k) {
   k->unit_tick = calloc((size_t)s->nu, sizeof *k->unit_tick);
   k->usumsq = calloc((size_t)s->nu, sizeof *k->usumsq);
   k->submitted = calloc((size_t)s->nu, 1);
-  if (!k->tasks || !k->unit_tick || !k->usumsq || !k->submitted)
+  k->began = calloc((size_t)s->nu, 1);
+  if (!k->tasks || !k->unit_tick || !k->usumsq || !k->submitted || !k->began)
     return rank_fail(k, -ENOMEM, "out of host memory");
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
   return 0;
@@ -394,6 +507,10 @@ static void rank_close(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   /* the copies in flight read or write device buffers */
   zt_copy_close(k->copy);
+  /* the I/O in flight reads or writes the sets; the files go with the store */
+  zt_nvme_store_close(k->store);
+  if (k->nvdir[0]) rmdir(k->nvdir);
+  free(k->ext);
   void *bufs[] = {k->params,     k->params_lp,  k->grads,      k->m,          k->v,
                   k->xchg,       k->gunit,      k->gembed,     k->gscratch,   k->pslot[0],
                   k->pslot[1],   k->lpslot[0],  k->lpslot[1],  k->pembed,     k->lpembed,
@@ -408,6 +525,7 @@ static void rank_close(dp_rank_state *k) {
   free(k->unit_tick);
   free(k->usumsq);
   free(k->submitted);
+  free(k->began);
   zt_acts_close(k->view.acts);
   free(k->view.h_tok);
   free(k->view.h_tgt);
@@ -427,21 +545,106 @@ static size_t grad_at(const dp_rank_state *k, const zt_shard *sh) {
   return k->s->dc.zero_stage == 1 ? sh->padded_off : sh->packed_off;
 }
 
+/* optimizer nvme: starts the reads (write 0) or writes of set x's unit, its whole chunk (the
+ * padding zero); on a failure waits for those started. The store's message names the file. */
+static int nv_io(dp_rank_state *k, nv_set *x, int write) {
+  size_t bytes = k->s->tab->chunk[x->unit] * sizeof(float);
+  for (int i = 0; i < 3; i++) {
+    int ext = k->ext[3 * x->unit + i];
+    int rc = write ? zt_nvme_write(k->store, ext, 0, x->buf[i], bytes)
+                   : zt_nvme_read(k->store, ext, 0, x->buf[i], bytes);
+    if (rc < 0) {
+      while (i-- > 0) zt_nvme_wait(k->store, x->req[i]);
+      return rc;
+    }
+    x->req[i] = rc;
+  }
+  return 0;
+}
+
+static int nv_wait(dp_rank_state *k, nv_set *x) {
+  int rc = 0;
+  for (int i = 0; i < 3; i++) {
+    int r = zt_nvme_wait(k->store, x->req[i]);
+    if (r < 0 && rc == 0) rc = r;
+  }
+  return rc;
+}
+
+/* The message of a failed NVMe call (the store's names the file). */
+static void nv_why(const dp_rank_state *k, int rc, char *why, size_t len) {
+  const char *e = zt_nvme_store_error(k->store);
+  snprintf(why, len, "optimizer nvme: %s", e[0] ? e : strerror(-rc));
+}
+
+static int nv_fail(dp_rank_state *k, int rc) {
+  char why[400];
+  nv_why(k, rc, why, sizeof why);
+  return rank_fail(k, rc, "%s", why);
+}
+
+/* Set 0's unit read or written in full, synchronously (the state calls, between steps). */
+static int nv_sync_io(dp_rank_state *k, int u, int write) {
+  nv_set *x = &k->sets[0];
+  x->unit = u;
+  int rc = nv_io(k, x, write);
+  if (rc == 0) rc = nv_wait(k, x);
+  x->unit = -1;
+  return rc;
+}
+
+/* Where a state call finds host unit u's chunk of masters, m and v: the host tier, or with
+ * optimizer nvme set 0, read from the unit's files when `fetch`. A negative errno from the
+ * store (nv_why). */
+static int tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
+  const dp_state *s = k->s;
+  if (!s->nvme) {
+    size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed;
+    x[0] = k->hm + at;
+    x[1] = k->hmom + at;
+    x[2] = k->hvar + at;
+    return 0;
+  }
+  for (int i = 0; i < 3; i++) x[i] = k->sets[0].buf[i];
+  return fetch ? nv_sync_io(k, u, 0) : 0;
+}
+
+/* A state call wrote host unit u's whole chunk (its padding zero) into tier_get's x: with
+ * optimizer nvme it goes to the unit's files, and with params host to the host's parameters;
+ * the host's compute copy follows the masters. */
+static int tier_put(dp_rank_state *k, int u, float *x[3]) {
+  const dp_state *s = k->s;
+  size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed, c = s->tab->chunk[u];
+  if (s->nvme) {
+    int rc = nv_sync_io(k, u, 1);
+    if (rc < 0) return rc;
+    if (s->params_host) memcpy(k->hm + at, x[0], c * sizeof(float));
+  }
+  if (k->hlp)
+    k->hbe.ops->cast(k->hbe.ctx, k->hlp + at, k->view.tc.precision, x[0], ZT_F32, c);
+  return 0;
+}
+
 /* Each rank copies out its own chunks of units [u0, u1): the ranks' chunks cover the flat
  * layout once (so only with every rank here). */
 static int rank_read(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  const float *src[3] = {k->params, k->m, k->v}, *hsrc[3] = {k->hm, k->hmom, k->hvar};
+  const float *src[3] = {k->params, k->m, k->v};
   size_t base = zt_model_unit(k->view.model, s->u0)->offset;
   for (int u = s->u0; u < s->u1; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     size_t at[3] = {param_at(k, sh), sh->packed_off, sh->packed_off};
+    float *hx[3];
+    int rc;
+    if (on_host(s, u) && sh->count && (s->out[0] || s->out[1] || s->out[2]) &&
+        (rc = tier_get(k, u, 1, hx)) < 0)
+      return nv_fail(k, rc);
     for (int i = 0; i < 3; i++) {
       if (!s->out[i] || !sh->count) continue;
       float *dst = s->out[i] + (sh->flat_off - base);
       if (on_host(s, u))
-        memcpy(dst, hsrc[i] + host_at(s, sh), sh->count * sizeof(float));
+        memcpy(dst, hx[i], sh->count * sizeof(float));
       else
         be->ops->to_host(be->ctx, dst, src[i] + at[i], sh->count * sizeof(float));
     }
@@ -460,7 +663,6 @@ static int rank_write(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   const zt_model *m = k->view.model;
   int stage = s->dc.zero_stage;
-  float *hdst[3] = {k->hm, k->hmom, k->hvar};
   size_t base = zt_model_unit(m, s->u0)->offset;
   for (int u = s->u0; u < s->u1; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
@@ -481,15 +683,20 @@ static int rank_write(dp_rank_state *k) {
     if (k->params_lp && on_dev)
       be->ops->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
                     k->view.tc.precision, k->params + at, ZT_F32, pn);
-    /* in[1] and in[2] NULL: the moments stay the zeros they were allocated as (the open) */
+    /* in[1] and in[2] NULL: the moments stay the zeros they were allocated as (the open);
+     * optimizer nvme writes the unit's whole chunk, zeros where nothing is given */
     if (on_host(s, u)) {
-      for (int i = 0; i < 3 && sh->count; i++)
-        if (s->in[i])
-          memcpy(hdst[i] + host_at(s, sh), s->in[i] + (sh->flat_off - base),
-                 sh->count * sizeof(float));
-      if (k->hlp)
-        k->hbe.ops->cast(k->hbe.ctx, k->hlp + host_at(s, sh), k->view.tc.precision,
-                         k->hm + host_at(s, sh), ZT_F32, c);
+      float *x[3];
+      int rc;
+      tier_get(k, u, 0, x);
+      for (int i = 0; i < 3; i++) {
+        if (s->in[i] && sh->count)
+          memcpy(x[i], s->in[i] + (sh->flat_off - base), sh->count * sizeof(float));
+        else if (s->nvme)
+          memset(x[i], 0, sh->count * sizeof(float));
+        if (s->nvme) memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
+      }
+      if ((rc = tier_put(k, u, x)) < 0) return nv_fail(k, rc);
     } else if (sh->count && s->in[1]) {
       be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + (sh->flat_off - base),
                          sh->count * sizeof(float));
@@ -623,19 +830,25 @@ static int grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
   return 0;
 }
 
-/* Starts host unit u's AdamW on the pool (its calls in k->tasks). */
+/* Starts host unit u's AdamW on the pool (its calls in k->tasks): on the host tier, or with
+ * optimizer nvme on the unit's set (read). */
 static int submit_adam(dp_rank_state *k, int u, float scale) {
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
   size_t base = host_at(s, zt_shard_at(s->tab, u, k->r));
+  const nv_set *x = &k->sets[u & 1];
+  /* the state's chunk, and where the chunk's element 0 is */
+  float *p = s->nvme ? x->buf[0] : k->hm + base, *mo = s->nvme ? x->buf[1] : k->hmom + base;
+  float *va = s->nvme ? x->buf[2] : k->hvar + base;
+  uint16_t *lp = s->nvme ? x->lp : k->hlp ? k->hlp + base : NULL;
   for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
     const adam_seg *g = &k->segs[i];
-    size_t at = base + g->off;
+    size_t at = g->off;
     zt_cpu_adam_task *task = &k->tasks[i];
     *task = (zt_cpu_adam_task){
-        .p = k->hm + at, .g = k->hgrad + at, .m = k->hmom + at, .v = k->hvar + at,
-        .p_bf16 = k->hlp && c->precision == ZT_BF16 ? k->hlp + at : NULL,
-        .p_fp16 = k->hlp && c->precision == ZT_F16 ? k->hlp + at : NULL, .n = g->n,
+        .p = p + at, .g = k->hgrad + base + at, .m = mo + at, .v = va + at,
+        .p_bf16 = lp && c->precision == ZT_BF16 ? lp + at : NULL,
+        .p_fp16 = lp && c->precision == ZT_F16 ? lp + at : NULL, .n = g->n,
         .isa = ZT_CPU_ISA_AUTO,
         .h = {.lr = s->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
               .weight_decay = g->decay ? c->weight_decay : 0.0f, .step = s->adam_step,
@@ -657,6 +870,114 @@ static void wait_adam(dp_rank_state *k, int u) {
   k->submitted[u] = 0;
 }
 
+/* optimizer nvme: set x's updated chunk where the step reads it: with params host into the
+ * host's parameters (the copies staged from them so far landed first), else onto the device
+ * on the copy engine, which orders it after the compute queued so far (the backward of the
+ * unit may still read the old parameters). */
+static int nv_upload(dp_rank_state *k, const nv_set *x) {
+  const dp_state *s = k->s;
+  const zt_shard *sh = zt_shard_at(s->tab, x->unit, k->r);
+  size_t c = s->tab->chunk[x->unit], at = host_at(s, sh), dev = param_at(k, sh);
+  int rc;
+  if (s->params_host) {
+    if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
+      return copy_fail(k, rc, "copying a parameter chunk to the device");
+    memcpy(k->hm + at, x->buf[0], c * sizeof(float));
+    if (x->lp) memcpy(k->hlp + at, x->lp, c * sizeof(uint16_t));
+    return 0;
+  }
+  int64_t t = k->copy->ops->h2d(k->copy, k->params + dev, x->buf[0], c * sizeof(float));
+  if (t > 0 && x->lp)
+    t = k->copy->ops->h2d(k->copy, lp_of(k, k->params_lp, dev), x->lp,
+                          c * zt_dtype_size(k->view.tc.precision));
+  if (t < 0) return copy_fail(k, (int)t, "copying updated parameters to the device");
+  k->up_tick = t;
+  return 0;
+}
+
+/* Back to FREE: a read landed; an update waited for, its chunk uploaded and written behind;
+ * a write (and the upload, which reads the set too) landed before the set is used again. */
+static int nv_retire(dp_rank_state *k, nv_set *x) {
+  int rc = 0;
+  if (x->st == NV_READING && (rc = nv_wait(k, x)) < 0) rc = nv_fail(k, rc);
+  if (x->st == NV_UPDATING) {
+    wait_adam(k, x->unit);
+    if ((rc = nv_upload(k, x)) == 0) {
+      if ((rc = nv_io(k, x, 1)) < 0)
+        rc = nv_fail(k, rc);
+      else
+        x->st = NV_WRITING;
+    }
+  }
+  if (x->st == NV_WRITING) {
+    if ((rc = nv_wait(k, x)) < 0) rc = nv_fail(k, rc);
+    int r = k->up_tick ? k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->up_tick) : 0;
+    if (r < 0 && rc == 0) rc = copy_fail(k, r, "copying updated parameters to the device");
+  }
+  x->st = NV_FREE;
+  x->unit = -1;
+  return rc;
+}
+
+/* Starts reading host unit u's state into its set, unless it is there or coming. */
+static int nv_read(dp_rank_state *k, int u) {
+  nv_set *x = &k->sets[u & 1];
+  if (x->unit == u) return 0;
+  int rc = nv_retire(k, x);
+  if (rc < 0) return rc;
+  x->unit = u;
+  if ((rc = nv_io(k, x, 0)) < 0) {
+    x->unit = -1;
+    return nv_fail(k, rc);
+  }
+  x->st = NV_READING;
+  return 0;
+}
+
+/* Host unit u's AdamW from its set once read (the compute copy cast from the masters first,
+ * so that the chunk's padding is as the host tier keeps it), then the state of the unit below
+ * read ahead: that retires the set of the unit above (its update waited for, uploaded and
+ * written behind) while the pool updates this one. */
+static int nv_update(dp_rank_state *k, int u, float scale) {
+  nv_set *x = &k->sets[u & 1];
+  int rc = nv_read(k, u);
+  if (rc == 0 && x->st == NV_READING && (rc = nv_wait(k, x)) < 0) rc = nv_fail(k, rc);
+  if (rc == 0 && x->lp)
+    k->hbe.ops->cast(k->hbe.ctx, x->lp, k->view.tc.precision, x->buf[0], ZT_F32,
+                     k->s->tab->chunk[u]);
+  if (rc == 0) {
+    x->st = NV_UPDATING;
+    rc = submit_adam(k, u, scale);
+  }
+  if (rc < 0) {
+    x->st = NV_FREE;
+    x->unit = -1;
+    return rc;
+  }
+  return u - 1 >= k->s->ng ? nv_read(k, u - 1) : 0;
+}
+
+/* Every set retired, the higher unit's first; the first failure's message is kept. */
+static int nv_finish(dp_rank_state *k) {
+  int hi = k->sets[1].unit > k->sets[0].unit, rc = 0;
+  for (int i = 0; i < 2; i++) {
+    char keep[sizeof k->err];
+    if (rc < 0) memcpy(keep, k->err, sizeof keep);
+    int r = nv_retire(k, &k->sets[i ? !hi : hi]);
+    if (rc < 0)
+      memcpy(k->err, keep, sizeof keep);
+    else
+      rc = r;
+  }
+  return rc;
+}
+
+/* Host unit u's AdamW, from the host tier or its files. */
+static int update_host_unit(dp_rank_state *k, int u, float scale) {
+  k->began[u] = 1;
+  return k->s->nvme ? nv_update(k, u, scale) : submit_adam(k, u, scale);
+}
+
 /* Host unit u's gradients of micro-batch j have landed (waited for): a later micro-batch's are
  * added to the running sum as the device adds its units'; after the last one its sum of squares
  * is taken and, when the update may overlap the backward (no clipping: no norm needed first),
@@ -676,7 +997,7 @@ static int take_up_unit(dp_rank_state *k, int u, int j) {
   k->nonfinite |= nf;
   /* clipping needs the norm first, fp16 the world's overflow verdict */
   if (k->view.tc.grad_clip > 0 || k->view.tc.precision == ZT_F16 || k->nonfinite) return 0;
-  if ((rc = submit_adam(k, u, 1.0f)) == 0) k->updated++;
+  if ((rc = update_host_unit(k, u, 1.0f)) == 0) k->updated++;
   return rc;
 }
 
@@ -842,7 +1163,7 @@ static int gather_updated(dp_rank_state *k, int u) {
   return rc < 0 ? comm_fail(k, rc, "gathering the updated parameters") : 0;
 }
 
-static int rank_step(dp_rank_state *k) {
+static int step_body(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
   const zt_backend *be = &k->view.be;
@@ -857,6 +1178,7 @@ static int rank_step(dp_rank_state *k) {
   k->embed_gathered = 0;
   if (stage == 1) o->zero(be->ctx, k->grads, s->tab->padded_total * sizeof(float));
   k->updated = k->nonfinite = 0;
+  if (s->host_n) memset(k->began, 0, (size_t)s->nu);
   for (int j = 0; j < c->grad_accum; j++)
     if ((rc = rank_micro(k, j, rec)) < 0) return rc;
   /* the norm over this rank's real gradient elements, unit by unit wherever they are (a host
@@ -873,6 +1195,8 @@ static int rank_step(dp_rank_state *k) {
   }
   if (k->nonfinite) rec[X_NONFINITE] = 1;
   rec[X_UPDATED] = k->updated;
+  /* optimizer nvme, the updates after the exchange: the first one's state read meanwhile */
+  if (s->nvme && !k->began[s->nu - 1] && (rc = nv_read(k, s->nu - 1)) < 0) return rc;
   int nonfinite = 0, updated = 0;
   if ((rc = exchange(k, rec, &nonfinite, &updated)) < 0) return rc;
   k->skipped = 0;
@@ -902,10 +1226,7 @@ static int rank_step(dp_rank_state *k) {
   if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
     return copy_fail(k, rc, "copying a parameter chunk to the device");
   for (int u = s->nu - 1; u >= s->ng; u--)
-    if (!k->submitted[u] && (rc = submit_adam(k, u, scale)) < 0) {
-      for (int q = s->ng; q < s->nu; q++) wait_adam(k, q);
-      return rc;
-    }
+    if (!k->began[u] && (rc = update_host_unit(k, u, scale)) < 0) return rc;
   for (int i = 0; i < k->first_seg[s->ng]; i++) {
     const adam_seg *g = &k->segs[i];
     const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
@@ -924,7 +1245,16 @@ static int rank_step(dp_rank_state *k) {
    * gathered while the pool updates the next */
   for (int u = 0; stage < 3 && u < s->ng; u++)
     if ((rc = gather_updated(k, u)) < 0) break;
-  for (int u = s->nu - 1; u >= s->ng; u--) {
+  if (s->nvme) {
+    /* the sets' chunks were uploaded as each set was retired: the last two now, then the
+     * gathers ordered after the uploads */
+    if (rc == 0) rc = nv_finish(k);
+    if (rc == 0 && k->up_tick &&
+        (rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_H2D, k->up_tick)) < 0)
+      rc = copy_fail(k, rc, "ordering a gather after its upload");
+    for (int u = s->nu - 1; rc == 0 && stage < 3 && u >= s->ng; u--) rc = gather_updated(k, u);
+  }
+  for (int u = s->nu - 1; !s->nvme && u >= s->ng; u--) {
     wait_adam(k, u);
     if (rc < 0) continue; /* the others are still waited for */
     upload_unit(k, u);
@@ -934,6 +1264,24 @@ static int rank_step(dp_rank_state *k) {
   if ((rc = o->sync(be->ctx)) < 0)
     return rank_fail(k, rc, "backend %s: %s", o->name, o->error_text(be->ctx));
   return 0;
+}
+
+/* The step of rank k; whatever its result, no host AdamW is left running and (optimizer nvme)
+ * every set is retired, so that the state calls and close find the host tier at rest. */
+static int rank_step(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  int rc = step_body(k);
+  for (int u = s->ng; s->host_n && u < s->nu; u++) wait_adam(k, u);
+  if (s->nvme) {
+    char keep[sizeof k->err];
+    memcpy(keep, k->err, sizeof keep);
+    int r = nv_finish(k);
+    if (rc < 0)
+      memcpy(k->err, keep, sizeof keep);
+    else
+      rc = r;
+  }
+  return rc;
 }
 
 /* ---- a per-rank checkpoint: each rank's own chunks (all ranks here) ------------------------ */
@@ -986,10 +1334,12 @@ static int rank_shards_out(dp_rank_state *k) {
     if (!sh->count) continue;
     const float *x[3];
     if (on_host(s, u)) {
-      size_t at = host_at(s, sh);
-      x[0] = k->hm + at;
-      x[1] = k->hmom + at;
-      x[2] = k->hvar + at;
+      float *hx[3];
+      if ((rc = tier_get(k, u, 1, hx)) < 0) {
+        nv_why(k, rc, why, sizeof why);
+        break;
+      }
+      for (int i = 0; i < 3; i++) x[i] = hx[i];
     } else {
       const float *src[3] = {k->params + param_at(k, sh), k->m + sh->packed_off,
                              k->v + sh->packed_off};
@@ -1022,11 +1372,16 @@ static int rank_shards_in(dp_rank_state *k) {
   for (int u = 0; u < s->nu && rc == 0; u++) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     if (!sh->count) continue;
-    size_t c = s->tab->chunk[u], at = param_at(k, sh), ha = host_at(s, sh);
+    size_t c = s->tab->chunk[u], at = param_at(k, sh);
     int host = on_host(s, u), dev_params = !host || !s->params_host;
-    float *hx[3] = {k->hm, k->hmom, k->hvar}, *x[3];
-    for (int i = 0; i < 3; i++) x[i] = host ? hx[i] + ha : buf + i * mc;
+    float *x[3];
+    if (host)
+      tier_get(k, u, 0, x);
+    else
+      for (int i = 0; i < 3; i++) x[i] = buf + i * mc;
     if ((rc = s->io->get(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why)) < 0) break;
+    for (int i = 0; host && s->nvme && i < 3; i++)
+      memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
     if (dev_params)
       be->ops->to_device(be->ctx, k->params + at, x[0], sh->count * sizeof(float));
     if (!host) {
@@ -1036,8 +1391,11 @@ static int rank_shards_in(dp_rank_state *k) {
     /* the whole chunk: its padding is zero in both copies */
     if (k->params_lp && dev_params)
       be->ops->cast(be->ctx, lp_of(k, k->params_lp, at), dt, k->params + at, ZT_F32, c);
-    if (k->hlp && host) k->hbe.ops->cast(k->hbe.ctx, k->hlp + ha, dt, k->hm + ha, ZT_F32, c);
-    /* the staging is read again for the next unit */
+    if (host && (rc = tier_put(k, u, x)) < 0) {
+      nv_why(k, rc, why, sizeof why);
+      break;
+    }
+    /* the staging (or set) is read again for the next unit */
     if ((rc = be->ops->sync(be->ctx)) < 0) rc = shards_backend_fail(k, rc, why, sizeof why);
   }
   return shards_end(k, rc, buf, why, sizeof why);
@@ -1064,13 +1422,16 @@ static int rank_shards_gather(dp_rank_state *k) {
 static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  const float *src[3] = {k->params, k->m, k->v}, *hsrc[3] = {k->hm, k->hmom, k->hvar};
+  const float *src[3] = {k->params, k->m, k->v};
   size_t base = zt_model_unit(k->view.model, u0)->offset;
   for (int u = u0; u < u1; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     size_t c = s->tab->chunk[u];
-    float *scratch = unit_grads(k, u);
+    float *scratch = unit_grads(k, u), *hx[3];
+    /* the host tier's chunks it reads (stages 1-2 take the parameters from the device) */
+    int from_host = on_host(s, u) && (mask & (s->dc.zero_stage < 3 ? 6 : 7)), rc;
+    if (from_host && (rc = tier_get(k, u, 1, hx)) < 0) return nv_fail(k, rc);
     for (int i = 0; i < 3; i++) {
       if (!(mask & 1 << i)) continue;
       const float *unit = scratch;
@@ -1080,11 +1441,10 @@ static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
         /* a host unit's chunk goes up first, ordered before the gather on the stream */
         const float *from = i == 0 ? src[0] + param_at(k, sh) : src[i] + sh->packed_off;
         if (on_host(s, u)) {
-          be->ops->to_device(be->ctx, k->gout[0], hsrc[i] + host_at(s, sh), c * sizeof(float));
+          be->ops->to_device(be->ctx, k->gout[0], hx[i], c * sizeof(float));
           from = k->gout[0];
         }
-        int rc = k->comm.ops->all_gather(k->comm.ctx, from, scratch, c * sizeof(float),
-                                         k->stream);
+        rc = k->comm.ops->all_gather(k->comm.ctx, from, scratch, c * sizeof(float), k->stream);
         if (rc < 0) return comm_fail(k, rc, "gathering the state");
       }
       /* ordered before the next unit's collective overwrites the scratch (one stream) */
@@ -1092,6 +1452,8 @@ static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
         be->ops->to_host(be->ctx, s->out[i] + (ui->offset - base), unit,
                          ui->numel * sizeof(float));
     }
+    /* optimizer nvme: the set is read into again for the next unit */
+    if (from_host && s->nvme && (rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
   }
   int rc = be->ops->sync(be->ctx);
   return rc < 0 ? backend_fail(k, rc) : 0;
@@ -1121,9 +1483,7 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
       dst[1] = k->m + sh->packed_off;
       dst[2] = k->v + sh->packed_off;
     } else {
-      hdst[0] = k->hm + host_at(s, sh);
-      hdst[1] = k->hmom + host_at(s, sh);
-      hdst[2] = k->hvar + host_at(s, sh);
+      tier_get(k, u, 0, hdst);
     }
     for (int i = 0; i < 3; i++) {
       float *unit = i == 0 && stage < 3 ? k->params + s->tab->padded_unit[u] : scratch;
@@ -1144,9 +1504,8 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
     if (k->params_lp && (stage < 3 || dst[0]))
       o->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
               k->view.tc.precision, k->params + at, ZT_F32, stage < 3 ? padded : c);
-    if (k->hlp && host)
-      k->hbe.ops->cast(k->hbe.ctx, k->hlp + host_at(s, sh), k->view.tc.precision, hdst[0],
-                       ZT_F32, c);
+    int rc;
+    if (host && (rc = tier_put(k, u, hdst)) < 0) return nv_fail(k, rc);
   }
   int rc = o->sync(be->ctx);
   return rc < 0 ? backend_fail(k, rc) : 0;
@@ -1461,6 +1820,8 @@ static void dp_close(zt_trainer *t) {
   pthread_cond_destroy(&s->done_cv);
   zt_cpu_pool_close(s->pool);
   zt_shard_table_free(s->tab);
+  /* the ranks' directories and files went with their stores */
+  if (s->nvme_dir[0]) rmdir(s->nvme_dir);
   free(s->ranks);
   free(s);
   t->path_state = NULL;
@@ -1493,6 +1854,25 @@ size_t zt_trainer_dp_host_bytes(const zt_trainer *t, int rank) {
   zt_host_arena_stats st;
   zt_host_arena_get_stats(s->ranks[i].host, &st);
   return st.used;
+}
+
+static const dp_rank_state *rank_here(const zt_trainer *t, int rank) {
+  if (t->path != &dp_path) return NULL;
+  const dp_state *s = t->path_state;
+  int i = rank - s->dc.rank0;
+  return i >= 0 && i < s->nl ? &s->ranks[i] : NULL;
+}
+
+uint64_t zt_trainer_dp_nvme_bytes(const zt_trainer *t, int rank) {
+  const dp_rank_state *k = rank_here(t, rank);
+  return k ? k->nvme_bytes : 0;
+}
+
+int zt_trainer_dp_nvme_stats(const zt_trainer *t, int rank, zt_nvme_stats *out) {
+  const dp_rank_state *k = rank_here(t, rank);
+  if (!k || !k->store) return -ENOENT;
+  zt_nvme_store_get_stats(k->store, out);
+  return 0;
 }
 
 void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags) {
@@ -1579,28 +1959,38 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
     const char *field;
     zt_offload_place v;
   } places[] = {{"optimizer", c->optimizer}, {"params", c->params}};
-  for (int i = 0; i < 2; i++) {
-    if (places[i].v == ZT_PLACE_NVME) {
-      snprintf(err, errlen, "dp.%s: nvme is not supported with data parallelism yet (gpu or "
-               "host)", places[i].field);
-      return -ENOTSUP;
-    }
+  for (int i = 0; i < 2; i++)
     if (places[i].v < ZT_PLACE_AUTO || places[i].v > ZT_PLACE_NVME) {
-      snprintf(err, errlen, "dp.%s must be auto, gpu or host", places[i].field);
+      snprintf(err, errlen, "dp.%s must be auto, gpu, host or nvme", places[i].field);
       return -EINVAL;
     }
+  /* every rank's shard of every unit's parameters is read by every step's forward and
+   * backward: NVMe would be read twice a step for what the host tier holds */
+  if (c->params == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "dp.params: nvme is not supported with data parallelism (gpu or host; "
+             "optimizer nvme keeps the masters, m and v on NVMe)");
+    return -ENOTSUP;
   }
-  if (c->params == ZT_PLACE_HOST && (c->zero_stage != 3 || c->optimizer != ZT_PLACE_HOST)) {
+  int off = c->optimizer == ZT_PLACE_HOST || c->optimizer == ZT_PLACE_NVME;
+  if (c->params == ZT_PLACE_HOST && (c->zero_stage != 3 || !off)) {
     snprintf(err, errlen, "dp.params: host needs zero_stage 3 (stages 1-2 keep every unit's "
-             "parameters on every device) and optimizer host (the masters the chunks are "
-             "copied from) (got zero_stage %d, optimizer %s)", c->zero_stage,
+             "parameters on every device) and optimizer host or nvme (the masters the chunks "
+             "are copied from) (got zero_stage %d, optimizer %s)", c->zero_stage,
              zt_offload_place_name(c->optimizer));
     return -EINVAL;
   }
-  if (c->optimizer == ZT_PLACE_HOST && c->gpu_units < 0) {
-    snprintf(err, errlen, "dp.gpu_units must be >= 0 with optimizer host (got %d)",
-             c->gpu_units);
+  if (off && c->gpu_units < 0) {
+    snprintf(err, errlen, "dp.gpu_units must be >= 0 with optimizer %s (got %d)",
+             zt_offload_place_name(c->optimizer), c->gpu_units);
     return -EINVAL;
+  }
+  if (c->optimizer == ZT_PLACE_NVME && (!c->nvme_dir || !c->nvme_dir[0])) {
+    snprintf(err, errlen, "dp.nvme_dir is required with optimizer nvme");
+    return -EINVAL;
+  }
+  if (c->optimizer == ZT_PLACE_NVME && strlen(c->nvme_dir) + 20 >= ZT_PATH_MAX) {
+    snprintf(err, errlen, "dp.nvme_dir is longer than %d bytes", ZT_PATH_MAX - 21);
+    return -ENAMETOOLONG;
   }
   return 0;
 }
@@ -1621,7 +2011,7 @@ static int fp16_supported(const zt_train_cfg *tc, const zt_dp_cfg *c, char *err,
 /* The units on the device and the two tiers' sizes, from the table. */
 static int place_units(dp_state *s, char *err, size_t errlen) {
   s->ng = s->nu;
-  if (s->dc.optimizer == ZT_PLACE_HOST) {
+  if (s->dc.optimizer == ZT_PLACE_HOST || s->dc.optimizer == ZT_PLACE_NVME) {
     if (s->dc.gpu_units > s->nu) {
       snprintf(err, errlen, "dp.gpu_units must be in [0, %d] (the model's units) (got %d)",
                s->nu, s->dc.gpu_units);
@@ -1633,6 +2023,9 @@ static int place_units(dp_state *s, char *err, size_t errlen) {
   s->dev_packed = s->ng < s->nu ? zt_shard_at(s->tab, s->ng, 0)->packed_off
                                 : s->tab->packed_total;
   s->host_n = s->tab->packed_total - s->dev_packed;
+  s->nvme = s->dc.optimizer == ZT_PLACE_NVME && s->ng < s->nu;
+  for (int u = s->ng; u < s->nu; u++)
+    if (s->tab->chunk[u] > s->nv_chunk) s->nv_chunk = s->tab->chunk[u];
   return 0;
 }
 
@@ -1679,11 +2072,12 @@ static int build_table(zt_trainer *t, dp_state *s) {
   return 0;
 }
 
-/* With ops: the device bytes of a rank (zt_dp_estimate_rank_bytes); without: its host tier. */
-static size_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_dp_cfg *dpc,
-                       const zt_ops *ops) {
+/* What a rank holds: with ops its device bytes (zt_dp_estimate_rank_bytes); without, its host
+ * tier or (nvme) its files. */
+static uint64_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_dp_cfg *dpc,
+                         const zt_ops *ops, int nvme) {
   char err[256];
-  size_t bytes = SIZE_MAX;
+  uint64_t bytes = UINT64_MAX;
   zt_trainer t = {0};
   dp_state s = {.dc = *dpc};
   if (zt_train_cfg_check(tc, err, sizeof err) < 0 ||
@@ -1694,7 +2088,9 @@ static size_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_
   s.tied = mc->arch == ZT_ARCH_GPT;
   s.rec = X_MICRO + 2 * (size_t)tc->grad_accum;
   if (build_table(&t, &s) == 0 && place_units(&s, err, sizeof err) == 0) {
-    if (!ops) {
+    if (nvme) {
+      bytes = nvme_file_bytes(&s);
+    } else if (!ops) {
       bytes = host_tier_bytes(&s, tc);
     } else {
       size_t acts = zt_acts_size_dt(t.model, ops, tc->micro_batch, tc->ckpt_every,
@@ -1709,12 +2105,19 @@ static size_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_
 
 size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_dp_cfg *dpc, const zt_ops *ops) {
-  return ops ? estimate(mc, tc, dpc, ops) : SIZE_MAX;
+  uint64_t b = ops ? estimate(mc, tc, dpc, ops, 0) : UINT64_MAX;
+  return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
 }
 
 size_t zt_dp_estimate_host_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_dp_cfg *dpc) {
-  return estimate(mc, tc, dpc, NULL);
+  uint64_t b = estimate(mc, tc, dpc, NULL, 0);
+  return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
+}
+
+uint64_t zt_dp_estimate_nvme_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                                   const zt_dp_cfg *dpc) {
+  return estimate(mc, tc, dpc, NULL, 1);
 }
 
 int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
@@ -1722,6 +2125,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
                        size_t errlen) {
   int rc;
   float *init = NULL;
+  zt__trainer_init in = {0};
   *out = NULL;
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
       (rc = zt_dp_cfg_check(dpc, err, errlen)) < 0 ||
@@ -1751,14 +2155,26 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   s->tied = mc->arch == ZT_ARCH_GPT;
   s->rec = X_MICRO + 2 * (size_t)tc->grad_accum;
   s->ranks = calloc((size_t)s->nl, sizeof *s->ranks);
-  size_t n = zt_model_num_params(t->model);
-  init = malloc(n * sizeof *init);
+  /* the initial parameters a piece of units at a time (as offload_step.c's
+   * write_initial_state), not a flat copy of the model */
+  size_t cap = zt__trainer_piece_cap(t->model);
+  init = malloc(cap * sizeof *init);
   if (!s->ranks || !init || (rc = build_table(t, s)) < 0) {
     rc = rc < 0 ? rc : -ENOMEM;
     snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
     goto out;
   }
   if ((rc = place_units(s, err, errlen)) < 0) goto out;
+  if (s->nvme) {
+    /* a directory of its own, so that trainers can share nvme_dir; the ranks' inside it */
+    snprintf(s->nvme_dir, sizeof s->nvme_dir, "%s/zt-offload.XXXXXX", dpc->nvme_dir);
+    if (!mkdtemp(s->nvme_dir)) {
+      rc = -errno;
+      s->nvme_dir[0] = 0;
+      snprintf(err, errlen, "offload.nvme_dir: %s: %s", dpc->nvme_dir, strerror(-rc));
+      goto out;
+    }
+  }
   if (s->host_n) {
     /* beside GPUs the host's main work: a thread per core, pinned; on the cpu backend one
      * beside the ranks' own threads */
@@ -1791,16 +2207,21 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     goto out;
   }
   /* every part computes the same init and writes its own ranks' share of it: no collective */
+  if ((rc = zt__trainer_init_open(&in, t->model, err, errlen)) < 0) goto out;
   s->in[0] = init;
   s->in[1] = s->in[2] = NULL; /* the moments start as the zeros rank_open allocated */
-  s->u0 = 0;
-  s->u1 = s->nu;
-  if ((rc = zt__trainer_init_params(t->model, init, err, errlen)) < 0 ||
-      (rc = run_cmd(s, CMD_WRITE, err, errlen)) < 0)
-    goto out;
+  for (int u0 = 0, u1; u0 < s->nu; u0 = u1) {
+    u1 = zt__trainer_piece_end(t->model, u0, cap);
+    s->u0 = u0;
+    s->u1 = u1;
+    if ((rc = zt__trainer_init_read(&in, u0, u1, init, err, errlen)) < 0 ||
+        (rc = run_cmd(s, CMD_WRITE, err, errlen)) < 0)
+      goto out;
+  }
   *out = t;
   t = NULL;
 out:
+  zt__trainer_init_close(&in);
   free(init);
   zt_trainer_close(t);
   return rc;

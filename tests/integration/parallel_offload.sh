@@ -6,11 +6,17 @@
 # and plan say the placement; offload.gpu_budget per rank picks it ("auto": everything on the
 # device, dropping the offload, when it fits, else the most units' optimizer on the device, else
 # every block recomputed, else stage 3's parameters on the host, else refused with the numbers);
-# placements ranks cannot take are refused naming the field.
+# placements ranks cannot take are refused naming the field. Optimizer nvme (each rank's
+# masters, m and v in its own files under the job's directory in nvme_dir): stages 1 and 3 (with
+# the parameters on the host) train bitwise as on the device, the plan says each rank's NVMe
+# bytes, nvme_dir is empty after the jobs, a directory that is not there is refused, and an
+# injected read error fails the job naming the rank's file.
 . "$(dirname "$0")/lib.sh"
 
 start_ztd --cpu-ranks 2
 make_tokens "$ZT_TMP/gpl.zt"
+NVME="$ZT_TMP/nvme"
+mkdir -p "$NVME"
 
 # ospec OUT STAGE OFFLOAD [STEPS]: a 2-rank job of the tiny model with grad_accum 2, clipping
 # and that "offload" object (empty: none)
@@ -27,13 +33,16 @@ PY
 }
 
 # Refusals, at submit and plan alike.
-ospec "$ZT_TMP/nvme.json" 2 '{"optimizer": "nvme", "nvme_dir": "/tmp"}'
+ospec "$ZT_TMP/nvme.json" 3 '{"optimizer": "nvme", "params": "nvme", "nvme_dir": "/tmp"}'
+ospec "$ZT_TMP/nodir.json" 2 "{\"optimizer\": \"nvme\", \"nvme_dir\": \"$ZT_TMP/missing\"}"
 ospec "$ZT_TMP/ph2.json" 2 '{"optimizer": "host", "params": "host"}'
 ospec "$ZT_TMP/grads.json" 1 '{"optimizer": "host", "grads": "gpu"}'
 ospec "$ZT_TMP/units.json" 1 '{"optimizer": "host", "gpu_units": 9}'
 for op in submit plan; do
-  expect_fail 1 "offload.optimizer: nvme with parallel.gpus 2 is not supported yet" \
+  expect_fail 1 "offload.params: nvme with parallel.gpus 2 is not supported" \
     ztctl "$op" "$ZT_TMP/nvme.json"
+  expect_fail 1 "offload.nvme_dir: $ZT_TMP/missing: No such file or directory" \
+    ztctl "$op" "$ZT_TMP/nodir.json"
   expect_fail 1 "offload.params: host with parallel.gpus 2 needs parallel.zero_stage 3" \
     ztctl "$op" "$ZT_TMP/ph2.json"
   expect_fail 1 "offload.grads: gpu keeps the optimizer on the device" \
@@ -73,6 +82,15 @@ expect_fail 1 "offload.gpu_budget 585.94 KiB per GPU is too small for parallel.g
 optimizer of 0 unit(s) on the GPU and the rest's on the host, the parameters on the host and \
 every block recomputed a rank needs" budget_plan 600000
 ospec "$ZT_TMP/h3.json" 3 '{"optimizer": "host", "params": "host", "gpu_units": 1}'
+ospec "$ZT_TMP/n3.json" 3 "{\"optimizer\": \"nvme\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}"
+python3 - "$(ztctl --json plan "$ZT_TMP/n3.json")" <<'PY' || fail "nvme plan"
+import json, sys
+o = json.loads(sys.argv[1])["offload"]
+print("nvme plan: %s" % json.dumps(o))
+assert o["optimizer"] == "nvme" and o["gpu_units"] == 1 and o["nvme_bytes_per_rank"] > 0, o
+PY
+ztctl plan "$ZT_TMP/n3.json" | grep -q "offload: each rank keeps the optimizer of 1 of 4 units on its GPU and the rest's in a host tier of .* and NVMe files of 180.0 KiB; parameters on the gpu" ||
+  fail "ztctl plan: $(ztctl plan "$ZT_TMP/n3.json")"
 ztctl plan "$ZT_TMP/h3.json" | grep -q "offload: each rank keeps the optimizer of 1 of 4 units on its GPU and the rest's in a host tier of .*; parameters on the host" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/h3.json")"
 
@@ -80,7 +98,8 @@ ztctl plan "$ZT_TMP/h3.json" | grep -q "offload: each rank keeps the optimizer o
 jobs=()
 for cfg in "1 " '1 {"optimizer": "host"}' "2 " '2 {"optimizer": "host", "gpu_units": 2}' \
   "3 " '3 {"optimizer": "host", "params": "host", "gpu_units": 1}' \
-  '3 {"optimizer": "auto"}'; do
+  '3 {"optimizer": "auto"}' "1 {\"optimizer\": \"nvme\", \"nvme_dir\": \"$NVME\"}" \
+  "3 {\"optimizer\": \"nvme\", \"params\": \"host\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}"; do
   ospec "$ZT_TMP/t${#jobs[@]}.json" "${cfg%% *}" "${cfg#* }"
   jobs+=("$(new_job "$ZT_TMP/t${#jobs[@]}.json")") || exit 1
 done
@@ -90,7 +109,7 @@ for j in "${jobs[@]}"; do shows+=("$(ztctl --json show "$j")"); done
 python3 - "${shows[@]}" <<'PY' || fail "offloaded losses"
 import json, sys
 j = [json.loads(a) for a in sys.argv[1:]]
-pairs = [(0, 1), (2, 3), (4, 5), (4, 6)]
+pairs = [(0, 1), (2, 3), (4, 5), (4, 6), (0, 7), (4, 8)]
 for a, b in pairs:
     la, lb = j[a]["losses"], j[b]["losses"]
     assert len(la) == 20 and la == lb, (a, b, la, lb)
@@ -99,7 +118,25 @@ for a, b in pairs:
 # the stored spec records the placement as resolved
 assert j[1]["spec"]["offload"]["optimizer"] == "host" and j[1]["spec"]["offload"]["gpu_units"] == 0
 assert j[6]["spec"]["offload"]["optimizer"] == "host" and j[6]["spec"]["offload"]["params"] == "gpu"
+assert j[8]["spec"]["offload"]["optimizer"] == "nvme" and j[8]["spec"]["offload"]["gpu_units"] == 1
 PY
+[ -z "$(ls -A "$NVME")" ] || fail "files left in nvme_dir: $(find "$NVME")"
 for j in "${jobs[@]}"; do check_learned "$j"; done
+stop_ztd
+
+# A device error on a rank's NVMe files (ZT_FAULT_NVME arms every rank's store): the tiny gpt's
+# 4 units make 12 files a rank, written once at the start and read once a step, so read request
+# 30 is in step 3. The job fails naming the file; its NVMe directory is removed.
+ZT_FAULT_NVME="eio:read:30" start_ztd --cpu-ranks 2
+ospec "$ZT_TMP/eio.json" 2 "{\"optimizer\": \"nvme\", \"nvme_dir\": \"$NVME\"}"
+job=$(new_job "$ZT_TMP/eio.json") || exit 1
+wait_end "$job" failed
+err=$(ztctl --json show "$job" | json_get error)
+case "$err" in
+  "step 3: rank "*"$NVME/ztd-$job."*"/zt-offload."*"/rank-"*": read of "*"Input/output error (injected by ZT_FAULT_NVME)"*) ;;
+  *) fail "nvme fault: the error does not name the file and the cause: $err" ;;
+esac
+echo "nvme fault: $job failed: $err"
+[ -z "$(ls -A "$NVME")" ] || fail "files left in nvme_dir: $(find "$NVME")"
 stop_ztd
 echo "parallel_offload: ok"

@@ -14,6 +14,8 @@
  *   bitwise as the uninterrupted run; a W 2 trainer of another stage loads the saved state;
  * - W 3, W 1 and a plain trainer load it (re-sharded) into the saved state, bitwise;
  * - the plain trainer's flat checkpoint of it loads into W 2, which goes on bitwise too;
+ * - zt_checkpoint_estimate_bytes_dp (admission, from the configuration) is
+ *   zt_trainer_checkpoint_bytes of the opened W 1, 2, 3 trainer of either arch;
  * - on a GPT whose flat parameters alone would not fit in it, a save and loads into W 2, W 3 and
  *   the plain trainer take at most the heap zt_trainer_checkpoint_bytes says (counted over every
  *   thread through the sanitizer allocator's hooks; that part skipped without them);
@@ -21,7 +23,11 @@
  *   (-ENOENT naming it), truncated (-EINVAL naming it and the manifest's bytes), a manifest that
  *   is not JSON, a world that does not match the ranks listed, a unit that is not the model's
  *   (-EINVAL naming the field); a save whose rank files pass the file size limit fails naming
- *   one (-EFBIG), the checkpoint there left as it was, and the trainer goes on. */
+ *   one (-EFBIG), the checkpoint there left as it was, and the trainer goes on.
+ * With optimizer nvme (each rank's host units' masters, m and v in its files under nvme_dir)
+ * the same, the ranks reading their files into the checkpoint and the loads writing them
+ * (skipped without io_uring). The data-parallel open streams the initial parameters a piece of
+ * units at a time: its transient heap is less than a flat copy of them. */
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -50,6 +56,8 @@ typedef struct ccase {
   zt_dtype dt;
 } ccase;
 
+static char nvme_dir[600]; /* optimizer nvme's directory ("" without io_uring) */
+
 static zt_train_cfg train_cfg(const ccase *c, int W) {
   zt_train_cfg tc = dpt_train_cfg(MICROS / W, 1.0f, c->dt);
   return tc;
@@ -58,7 +66,7 @@ static zt_train_cfg train_cfg(const ccase *c, int W) {
 static zt_trainer *open_w(const zt_model_cfg *mc, const ccase *c, dpt_ranks *x, int W) {
   zt_train_cfg tc = train_cfg(c, W);
   zt_dp_cfg dc = {.world = W, .zero_stage = c->stage, .optimizer = c->optimizer,
-                  .params = c->params, .gpu_units = c->gpu_units};
+                  .params = c->params, .gpu_units = c->gpu_units, .nvme_dir = nvme_dir};
   dpt_ranks_open(x, W);
   return dpt_open_dp_cfg(mc, &tc, x, &dc);
 }
@@ -415,8 +423,17 @@ static int memory(void) {
   snprintf(ck, sizeof ck, "%s/ranked", dir);
   int fails = 0;
   dpt_ranks x2, y2, x3;
+  /* the open's transient heap (what it frees before it returns): no flat copy of the
+   * parameters */
+  mc_heap_mark();
   zt_trainer *a = open_w(&mc, &c, &x2, 2);
+  int64_t transient = mc_heap_peak() - mc_heap_now();
   size_t n = zt_model_num_params(zt_trainer_model(a)), bound = zt_trainer_checkpoint_bytes(a);
+  printf("%-32s %8lld heap bytes freed again (%zu parameters)\n", "W 2 open", (long long)transient,
+         n);
+  fails += MC_EXPECT(transient >= 0 && (size_t)transient < n * sizeof(float) / 2,
+                     "the W 2 open took %lld heap bytes it freed again; a flat copy of the "
+                     "parameters is %zu", (long long)transient, n * sizeof(float));
   fails += MC_EXPECT(bound + SLACK < n * sizeof(float), "%zu parameters: a flat copy (%zu bytes) "
                      "is within the bound %zu + %d", n, n * sizeof(float), bound, SLACK);
   mc_heap_mark();
@@ -450,6 +467,40 @@ static int memory(void) {
   dpt_ranks_close(&y2);
   dpt_ranks_close(&x2);
   mc_rmtree(dir);
+  return fails;
+}
+
+/* ---- the admission's estimate ------------------------------------------------------------- */
+
+/* zt_checkpoint_estimate_bytes_dp, from the configuration alone (job admission), is
+ * zt_trainer_checkpoint_bytes of the opened trainer, for W 1-3, both archs, a stage and
+ * placement of each kind; for W >= 2 it is more than the flat estimate (every rank's staging
+ * at once), and a world out of range gets SIZE_MAX. With the test model's units the chunks of
+ * W 3 are rounded up to the trainer's alignment, so the estimate must shard as it does. */
+static int estimates(void) {
+  static const ccase cases[] = {{1, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_F32},
+                                {3, ZT_PLACE_HOST, ZT_PLACE_HOST, 1, ZT_F32}};
+  int fails = 0;
+  for (int a = 0; a < 2; a++) {
+    zt_model_cfg mc = dpt_model_cfg(a ? ZT_ARCH_ENCODER : ZT_ARCH_GPT);
+    const char *arch = zt_arch_name(mc.arch);
+    size_t flat = zt_checkpoint_estimate_bytes(&mc);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+      for (int W = 1; W <= 3; W++) {
+        dpt_ranks x;
+        zt_trainer *t = open_w(&mc, &cases[i], &x, W);
+        size_t got = zt_trainer_checkpoint_bytes(t), est = zt_checkpoint_estimate_bytes_dp(&mc, W);
+        fails += MC_EXPECT(est == got, "%s W %d stage %d: the estimate %zu, the trainer's %zu",
+                           arch, W, cases[i].stage, est, got);
+        fails += MC_EXPECT(W < 2 || est > flat, "%s W %d: the estimate %zu, the flat one %zu",
+                           arch, W, est, flat);
+        zt_trainer_close(t);
+        dpt_ranks_close(&x);
+      }
+    fails += MC_EXPECT(zt_checkpoint_estimate_bytes_dp(&mc, 0) == SIZE_MAX &&
+                           zt_checkpoint_estimate_bytes_dp(&mc, ZT_DP_MAX_WORLD + 1) == SIZE_MAX,
+                       "%s: a world out of range has an estimate", arch);
+  }
   return fails;
 }
 
@@ -607,8 +658,27 @@ int main(void) {
       {3, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32},
       {3, ZT_PLACE_HOST, ZT_PLACE_HOST, 1, ZT_BF16},
   };
+  static const ccase nvme_cases[] = {
+      {1, ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, ZT_F32},
+      {2, ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, ZT_BF16},
+      {3, ZT_PLACE_NVME, ZT_PLACE_HOST, 1, ZT_F16},
+  };
   int fails = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fails += one_case(&cases[i]);
+  /* io_uring may be forbidden here (a sandbox, an old kernel) */
+  const char *nv = mc_tmpdir();
+  zt_nvme_store *st = NULL;
+  char why[256];
+  if (zt_nvme_store_open(&st, nv, NULL, why, sizeof why) == 0) {
+    snprintf(nvme_dir, sizeof nvme_dir, "%s", nv);
+    for (size_t i = 0; i < sizeof nvme_cases / sizeof nvme_cases[0]; i++)
+      fails += one_case(&nvme_cases[i]);
+  } else {
+    printf("optimizer nvme: skipped (%s)\n", why);
+  }
+  zt_nvme_store_close(st);
+  mc_rmtree(nv);
+  fails += estimates();
   fails += refusals();
   fails += memory();
   if (fails) fprintf(stderr, "%d failures\n", fails);

@@ -12,12 +12,22 @@
  *   and its host bytes equal zt_dp_estimate_host_bytes;
  * - a nan gradient with the updates overlapping the backward refuses the step with nothing
  *   changed, as on the device;
- * - bad placements refused naming the field. */
+ * - bad placements refused naming the field.
+ * Optimizer nvme (each rank's masters, m and v of the host units in files under nvme_dir) is
+ * one more placement of those worlds (all units or all but the leading ones, stage 3 with the
+ * parameters on the host too), with the same checks, and: each rank's NVMe bytes equal
+ * zt_dp_estimate_nvme_bytes, its store read every file once a step and wrote it once a step
+ * and at the open (its counters), the files are gone after the close; an injected EIO on a
+ * read (updates after the norm) and on a write-behind (updates overlapping the backward) fails
+ * the step (-EIO) naming the file, and the trainer refuses further steps. Without io_uring
+ * (kernel or sandbox) the NVMe part is skipped. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/kernels/backend.h"
 #include "tests/unit/dp/dptest.h"
@@ -33,6 +43,10 @@ typedef struct placement {
 
 static const placement on_device = {ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0};
 
+/* optimizer nvme: io_uring works here (main), and the directory of the matrix being run */
+static int nvme_ok;
+static char nvme_dir[600];
+
 static void describe(char *out, size_t len, zt_arch arch, int W, int stage, zt_dtype dt,
                      float clip, const placement *p) {
   snprintf(out, len, "%s W %d stage %d %s clip %g, optimizer %s (gpu_units %d) params %s",
@@ -42,7 +56,25 @@ static void describe(char *out, size_t len, zt_arch arch, int W, int stage, zt_d
 
 static zt_dp_cfg dp_cfg(int W, int stage, const placement *p) {
   return (zt_dp_cfg){.world = W, .zero_stage = stage, .optimizer = p->optimizer,
-                     .params = p->params, .gpu_units = p->gpu_units};
+                     .params = p->params, .gpu_units = p->gpu_units, .nvme_dir = nvme_dir};
+}
+
+/* The directory holds nothing (the trainers removed their files and directories). */
+static int empty_dir(const char *path, const char *what) {
+  DIR *d = opendir(path);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  if (d) closedir(d);
+  return MC_EXPECT(d && n == 0, "%s: %s holds %d entries after the close", what, path, n);
+}
+
+/* Bytes a rank's store moved so far. */
+static zt_nvme_stats nvme_stats(zt_trainer *t, int r) {
+  zt_nvme_stats st = {0};
+  zt_trainer_dp_nvme_stats(t, r, &st);
+  return st;
 }
 
 static int same_run(const dpt_run *a, const dpt_run *ref, int from, int to, const char *what) {
@@ -59,18 +91,24 @@ static int bytes_match(zt_trainer *t, const zt_model_cfg *mc, const zt_train_cfg
                        const zt_dp_cfg *dc, const char *what) {
   size_t dev = zt_dp_estimate_rank_bytes(mc, tc, dc, zt_backend_ops_of("cpu"));
   size_t host = zt_dp_estimate_host_bytes(mc, tc, dc);
-  int fails = 0;
+  uint64_t nv = zt_dp_estimate_nvme_bytes(mc, tc, dc);
+  int fails = MC_EXPECT((dc->optimizer == ZT_PLACE_NVME) == (nv > 0),
+                        "%s: %llu NVMe bytes estimated", what, (unsigned long long)nv);
   for (int r = 0; r < dc->world; r++)
     fails += MC_EXPECT(zt_trainer_dp_rank_bytes(t, r) == dev &&
-                       zt_trainer_dp_host_bytes(t, r) == host,
-                       "%s: rank %d holds %zu device and %zu host bytes, estimated %zu and %zu",
-                       what, r, zt_trainer_dp_rank_bytes(t, r), zt_trainer_dp_host_bytes(t, r),
-                       dev, host);
+                       zt_trainer_dp_host_bytes(t, r) == host &&
+                       zt_trainer_dp_nvme_bytes(t, r) == nv,
+                       "%s: rank %d holds %zu device, %zu host and %llu NVMe bytes, estimated "
+                       "%zu, %zu and %llu", what, r, zt_trainer_dp_rank_bytes(t, r),
+                       zt_trainer_dp_host_bytes(t, r),
+                       (unsigned long long)zt_trainer_dp_nvme_bytes(t, r), dev, host,
+                       (unsigned long long)nv);
   return fails;
 }
 
-/* One world and stage: the on-device run, then each placement against it. */
-static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
+/* One world and stage: the on-device run, then each placement against it (optimizer nvme too
+ * with nv). */
+static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int nv) {
   zt_model_cfg mc = dpt_model_cfg(arch);
   zt_train_cfg tc = dpt_train_cfg(2, clip, dt);
   int32_t *tok = dpt_tokens(&mc, W * 2, 3 + (uint64_t)W);
@@ -78,6 +116,9 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
   const char *dir = mc_tmpdir();
   char what[200], path[600], err[512];
   snprintf(path, sizeof path, "%s/ckpt", dir);
+  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", dir);
+  if (mkdir(nvme_dir, 0700) < 0) exit(1);
+  nv = nv && nvme_ok;
   int fails = 0;
   dpt_ranks x;
   dpt_ranks_open(&x, W);
@@ -92,21 +133,28 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
   float *want = dpt_state_of(t);
   zt_trainer_close(t);
 
-  placement ps[5];
+  placement ps[8];
   int np = 0;
   ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 0};
+  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0};
   ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_GPU, units / 2};
+  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_GPU, units / 2};
   ps[np++] = (placement){ZT_PLACE_GPU, ZT_PLACE_GPU, 0};
   if (stage == 3) {
     ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0};
     ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 1};
+    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 1};
   }
   for (int i = 0; i < np; i++) {
     describe(what, sizeof what, arch, W, stage, dt, clip, &ps[i]);
     dc = dp_cfg(W, stage, &ps[i]);
     t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
     fails += bytes_match(t, &mc, &tc, &dc, what);
-    if (ps[i].optimizer == ZT_PLACE_HOST)
+    /* the open wrote every file once: a step reads and writes each once */
+    int nvme = ps[i].optimizer == ZT_PLACE_NVME;
+    zt_nvme_stats at_open[DPT_MAXW];
+    for (int r = 0; nvme && r < W; r++) at_open[r] = nvme_stats(t, r);
+    if (ps[i].optimizer != ZT_PLACE_GPU)
       fails += MC_EXPECT(zt_trainer_dp_rank_bytes(t, 0) < dev_bytes &&
                          zt_trainer_dp_host_bytes(t, 0) > 0,
                          "%s: %zu device bytes (%zu on the device alone), %zu host bytes", what,
@@ -114,6 +162,16 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
                          zt_trainer_dp_host_bytes(t, 0));
     dpt_run o;
     fails += dpt_run_steps(t, tok, per, 0, SAVE_AT, &o, what);
+    for (int r = 0; nvme && r < W; r++) {
+      zt_nvme_stats st = nvme_stats(t, r);
+      uint64_t f = at_open[r].bytes_written;
+      fails += MC_EXPECT(f > 0 && at_open[r].bytes_read == 0 && st.bytes_read == SAVE_AT * f &&
+                         st.bytes_written == (SAVE_AT + 1) * f && st.errors == 0,
+                         "%s: rank %d's store wrote %llu bytes at the open, then read %llu and "
+                         "wrote %llu in %d steps", what, r, (unsigned long long)f,
+                         (unsigned long long)st.bytes_read,
+                         (unsigned long long)st.bytes_written, SAVE_AT);
+    }
     fails += MC_EXPECT(zt_trainer_save(t, path, err, sizeof err) == 0, "%s: save: %s", what,
                        err);
     fails += dpt_run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what);
@@ -135,6 +193,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip) {
     fails += dpt_run_steps(t, tok, per, SAVE_AT, DPT_STEPS, &o, what2);
     fails += same_run(&o, &ref, SAVE_AT, DPT_STEPS, what2);
     zt_trainer_close(t);
+    fails += empty_dir(nvme_dir, what2);
     if (fails) fprintf(stderr, "in %s (loaded into %s)\n", what, what2);
   }
   free(want);
@@ -185,6 +244,61 @@ static int nonfinite(int stage) {
   return fails;
 }
 
+/* An NVMe device error mid-step, injected by ZT_FAULT_NVME (offload/nvme_store.h), which arms
+ * every rank's store at its open: with clipping the fault is a read of a unit's state (the
+ * updates after the norm), without it the write-behind of the first unit updated (the updates
+ * overlapping the backward). The open wrote each of the 9 files (3 NVMe units) once. The step
+ * fails naming the file, and the trainer refuses the next one. */
+static int eio(const char *fault, float clip) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, clip, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 2, 11);
+  const char *dir = mc_tmpdir();
+  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", dir);
+  if (mkdir(nvme_dir, 0700) < 0) exit(1);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 2);
+  placement pl = {ZT_PLACE_NVME, ZT_PLACE_AUTO, 1};
+  zt_dp_cfg dc = dp_cfg(2, 2, &pl);
+  setenv("ZT_FAULT_NVME", fault, 1);
+  zt_trainer *t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
+  unsetenv("ZT_FAULT_NVME");
+  char err[1024], file[700];
+  int fails = 0, rc = zt_trainer_step(t, tok, NULL, err, sizeof err);
+  snprintf(file, sizeof file, "%s/zt-offload.", nvme_dir);
+  fails += MC_EXPECT(rc == -EIO && strstr(err, file) && strstr(err, "/rank-") &&
+                     strstr(err, "Input/output error (injected by ZT_FAULT_NVME)"),
+                     "%s: the step gave %d '%s', want -EIO naming a file under %s", fault, rc,
+                     err, file);
+  rc = zt_trainer_step(t, tok, NULL, err, sizeof err);
+  fails += MC_EXPECT(rc == -EIO && strstr(err, "aborted the communicators"),
+                     "%s: the next step gave %d '%s'", fault, rc, err);
+  zt_trainer_close(t);
+  fails += empty_dir(nvme_dir, fault);
+  /* a directory that is not there is refused at the open, naming it */
+  snprintf(nvme_dir, sizeof nvme_dir, "%s/missing", dir);
+  t = (zt_trainer *)(uintptr_t)1;
+  rc = zt_trainer_open_dp(&t, &mc, &tc, &dc, x.r, err, sizeof err);
+  fails += MC_EXPECT(rc == -ENOENT && !t && strstr(err, "offload.nvme_dir") &&
+                     strstr(err, nvme_dir), "missing nvme_dir: %d '%s'", rc, err);
+  dpt_ranks_close(&x);
+  mc_rmtree(dir);
+  free(tok);
+  return fails;
+}
+
+/* io_uring works here (a sandbox or an old kernel may forbid it). */
+static int have_nvme(void) {
+  const char *dir = mc_tmpdir();
+  zt_nvme_store *st = NULL;
+  char err[256];
+  int rc = zt_nvme_store_open(&st, dir, NULL, err, sizeof err);
+  zt_nvme_store_close(st);
+  mc_rmtree(dir);
+  if (rc < 0) printf("optimizer nvme: skipped (%s)\n", err);
+  return rc == 0;
+}
+
 static int refuses(const placement *p, int stage, int want_rc, const char *field) {
   zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
   zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
@@ -206,8 +320,13 @@ static int bad_placements(void) {
   int fails = 0;
   fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0}, 2, -EINVAL, "dp.params");
   fails += refuses(&(placement){ZT_PLACE_GPU, ZT_PLACE_HOST, 0}, 3, -EINVAL, "dp.params");
-  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0}, 1, -ENOTSUP, "dp.optimizer");
+  nvme_dir[0] = 0;
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0}, 1, -EINVAL, "dp.nvme_dir");
+  snprintf(nvme_dir, sizeof nvme_dir, "/nonexistent-zt-dir");
   fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_NVME, 0}, 3, -ENOTSUP, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 0}, 3, -ENOTSUP, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 0}, 2, -EINVAL, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, -1}, 2, -EINVAL, "dp.gpu_units");
   fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, -1}, 2, -EINVAL, "dp.gpu_units");
   fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 99}, 2, -EINVAL, "dp.gpu_units");
   return fails;
@@ -216,19 +335,25 @@ static int bad_placements(void) {
 int main(void) {
   static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
   int fails = 0;
-  /* clipping waits for the norm; without it the host units' updates overlap the backward */
+  nvme_ok = have_nvme();
+  /* clipping waits for the norm; without it the host units' updates overlap the backward (and
+   * with optimizer nvme read ahead and write behind during it); nvme in the gpt's worlds */
   for (int a = 0; a < 2; a++)
     for (int stage = 1; stage <= 3; stage++) {
-      fails += matrix(archs[a], 2, stage, ZT_F32, 0.5f);
-      fails += matrix(archs[a], 2, stage, ZT_F32, 0.0f);
+      fails += matrix(archs[a], 2, stage, ZT_F32, 0.5f, a == 0);
+      fails += matrix(archs[a], 2, stage, ZT_F32, 0.0f, a == 0);
     }
-  fails += matrix(ZT_ARCH_GPT, 3, 3, ZT_F32, 0.0f);
-  fails += matrix(ZT_ARCH_ENCODER, 3, 2, ZT_BF16, 0.5f);
-  fails += matrix(ZT_ARCH_GPT, 3, 1, ZT_BF16, 0.0f);
+  fails += matrix(ZT_ARCH_GPT, 3, 3, ZT_F32, 0.0f, 0);
+  fails += matrix(ZT_ARCH_ENCODER, 3, 2, ZT_BF16, 0.5f, 1);
+  fails += matrix(ZT_ARCH_GPT, 3, 1, ZT_BF16, 0.0f, 0);
   /* fp16: the host's AdamW writes the fp16 copy; the updates wait for the overflow verdict */
-  fails += matrix(ZT_ARCH_GPT, 2, 3, ZT_F16, 0.0f);
-  fails += matrix(ZT_ARCH_ENCODER, 2, 2, ZT_F16, 0.5f);
+  fails += matrix(ZT_ARCH_GPT, 2, 3, ZT_F16, 0.0f, 1);
+  fails += matrix(ZT_ARCH_ENCODER, 2, 2, ZT_F16, 0.5f, 1);
   for (int stage = 1; stage <= 3; stage++) fails += nonfinite(stage);
+  if (nvme_ok) {
+    fails += eio("eio:read:5", 1.0f);
+    fails += eio("eio:write:10", 0.0f);
+  }
   fails += bad_placements();
   if (fails) {
     fprintf(stderr, "%d failure(s)\n", fails);
