@@ -23,10 +23,6 @@
 #include "offload/nvme_store.h"
 #include "offload/shard.h"
 
-/* Chunks are multiples of 8 elements: 16 bytes of bf16, 32 of fp32, so that every chunk a
- * collective reads or writes starts 16-byte aligned in either type. */
-#define DP_ALIGN 8
-
 /* A rank's record in the exchange after the backward: its sum of squares, non-finite flag, its
  * part's step flags (an unsigned int: exact in a double) and the host units its AdamW updated
  * during the backward, then for each of its micro-batches the mean loss and whether it
@@ -2055,14 +2051,10 @@ static int check_ranks(const zt_dp_cfg *dc, int nl, const zt_dp_rank *ranks, cha
   return 0;
 }
 
+/* The shard table (the checkpoint estimate builds the same: zt__trainer_shard_table) and the
+ * size of a slot. */
 static int build_table(zt_trainer *t, dp_state *s) {
-  const zt_model *m = t->model;
-  zt_shard_unit *units = calloc((size_t)s->nu, sizeof *units);
-  if (!units) return -ENOMEM;
-  for (int u = 0; u < s->nu; u++)
-    units[u] = (zt_shard_unit){zt_model_unit(m, u)->offset, zt_model_unit(m, u)->numel};
-  int rc = zt_shard_table_build(&s->tab, units, s->nu, s->dc.world, DP_ALIGN);
-  free(units);
+  int rc = zt__trainer_shard_table(t->model, s->dc.world, &s->tab);
   if (rc < 0) return rc;
   /* the units a slot or the unit gradient buffer holds: all but a tied embedding */
   for (int u = s->tied; u < s->nu; u++) {
