@@ -5,7 +5,10 @@
  * and the first step's loss bitwise (nothing has been reduced yet). Each rank's backend bytes
  * fall with the stage. Each stage offloaded (the optimizer on the host for all units or all but
  * the leading ones, stage 3 with the parameters on the host too) gives the losses of the same
- * stage on the devices within the tolerance, with fewer device bytes (the estimates exact).
+ * stage on the devices within the tolerance, with fewer device bytes (the estimates exact), and
+ * so does the optimizer on NVMe per rank (the files' bytes the estimate, read and written).
+ * Each stage's per-rank checkpoint (rank files written by both GPUs at once) resumes bitwise,
+ * and loads into a one-GPU trainer with the state gathered from the GPUs bit for bit.
  * Skips (77) with fewer than two GPUs or without NCCL. */
 #include <errno.h>
 #include <math.h>
@@ -17,6 +20,7 @@
 #include "engine/comm/comm_nccl.h"
 #include "engine/kernels/backend.h"
 #include "engine/train/dp.h"
+#include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
 
 #define W 2
@@ -57,9 +61,11 @@ static zt_train_cfg train_cfg(zt_dtype dt, int grad_accum) {
   return c;
 }
 
-static int train(zt_trainer *t, const int32_t *tok, size_t per, double *loss, const char *what) {
+/* Runs steps [s0, s1) of the tokens; their losses into loss[s0..]. */
+static int steps(zt_trainer *t, const int32_t *tok, size_t per, int s0, int s1, double *loss,
+                 const char *what) {
   char err[512];
-  for (int s = 0; s < STEPS; s++) {
+  for (int s = s0; s < s1; s++) {
     zt_step_result r;
     if (MC_EXPECT(zt_trainer_step(t, tok + per * (size_t)s, &r, err, sizeof err) == 0,
                   "%s: step %d: %s", what, s + 1, err))
@@ -69,26 +75,92 @@ static int train(zt_trainer *t, const int32_t *tok, size_t per, double *loss, co
   return 0;
 }
 
+static int train(zt_trainer *t, const int32_t *tok, size_t per, double *loss, const char *what) {
+  return steps(t, tok, per, 0, STEPS, loss, what);
+}
+
+/* The stage's per-rank checkpoint after half the steps: a new two-GPU trainer resumes from it
+ * with the losses of the run that wrote it, bitwise; a one-GPU trainer loads the state that
+ * the two-GPU one gathers, bit for bit. */
+static int resumed(const zt_model_cfg *mc, const zt_train_cfg *tc, int stage, const int32_t *tok,
+                   size_t per, const char *tmp, const char *what) {
+  char err[512], dir[600];
+  int fails = 0, half = STEPS / 2;
+  size_t n = 0;
+  double want[STEPS], got[STEPS];
+  float *x[6] = {NULL};
+  zt_dp_cfg dpc = {.world = W, .zero_stage = stage};
+  zt_trainer *a = NULL, *b = NULL, *one = NULL;
+  snprintf(dir, sizeof dir, "%s/stage%d", tmp, stage);
+  if (MC_EXPECT(zt_trainer_open_dp(&a, mc, tc, &dpc, g_ranks, err, sizeof err) == 0, "%s: %s",
+                what, err) ||
+      steps(a, tok, per, 0, half, want, what) ||
+      MC_EXPECT(zt_trainer_save(a, dir, err, sizeof err) == 0, "%s: save: %s", what, err) ||
+      steps(a, tok, per, half, STEPS, want, what) ||
+      MC_EXPECT(zt_trainer_open_dp(&b, mc, tc, &dpc, g_ranks, err, sizeof err) == 0, "%s: %s",
+                what, err) ||
+      MC_EXPECT(zt_trainer_load(b, dir, err, sizeof err) == 0, "%s: load: %s", what, err)) {
+    fails++;
+    goto out;
+  }
+  n = zt_model_num_params(zt_trainer_model(b));
+  for (int i = 0; i < 6; i++)
+    if (!(x[i] = malloc(n * sizeof(float)))) {
+      fails++;
+      goto out;
+    }
+  zt_backend_bind_thread(&g_ranks[0].be);
+  if (MC_EXPECT(zt_trainer_get_state(b, x[0], x[1], x[2]) == 0, "%s: get_state", what) ||
+      MC_EXPECT(zt_trainer_open(&one, mc, tc, &g_ranks[0].be, err, sizeof err) == 0,
+                "%s: one GPU: %s", what, err) ||
+      MC_EXPECT(zt_trainer_load(one, dir, err, sizeof err) == 0, "%s: one GPU load: %s", what,
+                err) ||
+      MC_EXPECT(zt_trainer_get_state(one, x[3], x[4], x[5]) == 0, "%s: one GPU state", what)) {
+    fails++;
+    goto out;
+  }
+  for (int i = 0; i < 3; i++)
+    fails += MC_EXPECT(!memcmp(x[i], x[3 + i], n * sizeof(float)), "%s: the one-GPU trainer "
+                       "loaded other %s", what, i == 0 ? "parameters" : "moments");
+  if ((fails += steps(b, tok, per, half, STEPS, got, what)) == 0)
+    for (int s = half; s < STEPS; s++)
+      fails += MC_EXPECT(got[s] == want[s], "%s: resumed step %d loss %.17g, the run %.17g",
+                         what, s + 1, got[s], want[s]);
+  printf("%-28s per-rank checkpoint: resumed bitwise, one GPU loads the same state\n", what);
+out:
+  for (int i = 0; i < 6; i++) free(x[i]);
+  zt_trainer_close(a);
+  zt_trainer_close(b);
+  zt_trainer_close(one);
+  return fails;
+}
+
 /* The stage's offloaded placements (dp.h "Offload") against its run on the devices: the same
  * losses within the tolerance (the host's AdamW and norm round otherwise than the GPU's), fewer
- * device bytes, a host tier. */
+ * device bytes, a host tier; with the optimizer on NVMe (nvme_dir non-NULL: io_uring works
+ * there) each rank's files of the estimated size, read and written. */
 static int offloaded(const zt_model_cfg *mc, const zt_train_cfg *tc, int stage,
                      const int32_t *tok, size_t per, const double *ref, size_t dev_bytes,
-                     const char *on_device) {
+                     const char *on_device, const char *nvme_dir) {
   static const struct {
-    zt_offload_place params;
+    zt_offload_place optimizer, params;
     int gpu_units, stage3;
-  } places[] = {{ZT_PLACE_GPU, 0, 0}, {ZT_PLACE_GPU, 4, 0}, {ZT_PLACE_HOST, 0, 1},
-                {ZT_PLACE_HOST, 3, 1}};
+  } places[] = {{ZT_PLACE_HOST, ZT_PLACE_GPU, 0, 0}, {ZT_PLACE_HOST, ZT_PLACE_GPU, 4, 0},
+                {ZT_PLACE_HOST, ZT_PLACE_HOST, 0, 1}, {ZT_PLACE_HOST, ZT_PLACE_HOST, 3, 1},
+                {ZT_PLACE_NVME, ZT_PLACE_GPU, 0, 0}, {ZT_PLACE_NVME, ZT_PLACE_GPU, 4, 0},
+                {ZT_PLACE_NVME, ZT_PLACE_HOST, 2, 1}};
   char err[512], what[160];
   int fails = 0;
   for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
-    if (places[i].stage3 && stage != 3) continue;
-    zt_dp_cfg dpc = {.world = W, .zero_stage = stage, .optimizer = ZT_PLACE_HOST,
-                     .params = places[i].params, .gpu_units = places[i].gpu_units};
+    int nvme = places[i].optimizer == ZT_PLACE_NVME;
+    if ((places[i].stage3 && stage != 3) || (nvme && !nvme_dir)) continue;
+    zt_dp_cfg dpc = {.world = W, .zero_stage = stage, .optimizer = places[i].optimizer,
+                     .params = places[i].params, .gpu_units = places[i].gpu_units,
+                     .nvme_dir = nvme ? nvme_dir : NULL};
     zt_trainer *t = NULL;
-    snprintf(what, sizeof what, "%s, optimizer host (gpu_units %d) params %s", on_device,
-             places[i].gpu_units, zt_offload_place_name(places[i].params));
+    snprintf(what, sizeof what, "%s, optimizer %s (gpu_units %d) params %s", on_device,
+             zt_offload_place_name(places[i].optimizer), places[i].gpu_units,
+             zt_offload_place_name(places[i].params));
     if (MC_EXPECT(zt_trainer_open_dp(&t, mc, tc, &dpc, g_ranks, err, sizeof err) == 0,
                   "%s: %s", what, err))
       return fails + 1;
@@ -107,6 +179,16 @@ static int offloaded(const zt_model_cfg *mc, const zt_train_cfg *tc, int stage,
                                                           zt_backend_ops_of("cuda")),
                        "%s: rank bytes %zu (on the devices %zu), host bytes %zu", what, bytes,
                        dev_bytes, host);
+    if (nvme) {
+      zt_nvme_stats st = {0};
+      uint64_t files = zt_trainer_dp_nvme_bytes(t, 1);
+      fails += MC_EXPECT(files > 0 && files == zt_dp_estimate_nvme_bytes(mc, tc, &dpc) &&
+                             zt_trainer_dp_nvme_stats(t, 1, &st) == 0 && st.bytes_read > 0 &&
+                             st.bytes_written > files,
+                         "%s: rank 1's files %llu bytes, read %llu, written %llu", what,
+                         (unsigned long long)files, (unsigned long long)st.bytes_read,
+                         (unsigned long long)st.bytes_written);
+    }
     printf("  %-70s max loss difference %.3g, rank 0 %zu device + %zu host bytes\n", what,
            worst, bytes, host);
     zt_trainer_close(t);
@@ -114,7 +196,7 @@ static int offloaded(const zt_model_cfg *mc, const zt_train_cfg *tc, int stage,
   return fails;
 }
 
-static int check(zt_arch arch, zt_dtype dt) {
+static int check(zt_arch arch, zt_dtype dt, const char *tmp, const char *nvme_dir) {
   char err[512], what[96];
   int fails = 0;
   zt_model_cfg mc = model_cfg(arch);
@@ -163,7 +245,8 @@ static int check(zt_arch arch, zt_dtype dt) {
     prev_bytes = bytes;
     printf("%-28s max loss difference %.3g, rank 0 backend bytes %zu\n", what, worst, bytes);
     zt_trainer_close(t);
-    fails += offloaded(&mc, &per_rank, stage, tok, per, got, bytes, what);
+    fails += offloaded(&mc, &per_rank, stage, tok, per, got, bytes, what, nvme_dir);
+    fails += resumed(&mc, &per_rank, stage, tok, per, tmp, what);
   }
   free(tok);
   return fails;
@@ -196,16 +279,24 @@ int main(void) {
     pthread_join(th[r], NULL);
     fails += MC_EXPECT(op[r].rc == 0, "rank %d: %s", r, op[r].err);
   }
+  const char *tmp = mc_tmpdir(), *nvme_dir = tmp;
+  zt_nvme_store *probe = NULL;
+  if (zt_nvme_store_open(&probe, tmp, NULL, err, sizeof err) < 0) {
+    printf("optimizer nvme cases skipped: %s\n", err);
+    nvme_dir = NULL;
+  }
+  zt_nvme_store_close(probe);
   if (!fails) {
     zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
     zt_dtype dts[] = {ZT_F32, ZT_BF16, ZT_F16};
     for (int i = 0; i < 2; i++)
-      for (int d = 0; d < 3; d++) fails += check(archs[i], dts[d]);
+      for (int d = 0; d < 3; d++) fails += check(archs[i], dts[d], tmp, nvme_dir);
   }
   for (int r = 0; r < W; r++) {
     if (op[r].rc == 0) zt_comm_nccl_close(&g_ranks[r].comm);
     zt_backend_close(&g_ranks[r].be);
   }
+  mc_rmtree(tmp);
   if (fails) fprintf(stderr, "%d failure(s)\n", fails);
   return fails ? 1 : 0;
 }
