@@ -19,11 +19,16 @@ echo "cpus: nproc $(nproc), online $(cat /sys/devices/system/cpu/online), $(grep
 fails=0
 run() { # name command...
   local name=$1; shift
+  local lines=8
   if "$@" >"$out/$name.log" 2>&1; then echo "PASS $name"; else
     local rc=$?
-    if [ $rc -eq 77 ]; then echo "SKIP $name"; else echo "FAIL $name (rc $rc)"; fails=$((fails + 1)); fi
+    if [ $rc -eq 77 ]; then echo "SKIP $name"; else
+      echo "FAIL $name (rc $rc)"
+      fails=$((fails + 1))
+      lines=60 # the reason, even where the logs under OUT do not come back
+    fi
   fi
-  tail -n 8 "$out/$name.log" | sed 's/^/    /'
+  tail -n $lines "$out/$name.log" | sed 's/^/    /'
 }
 run cuda_ops "$b/tests/gpu/test_cuda_ops"
 run cuda_lowp "$b/tests/gpu/test_cuda_lowp"
