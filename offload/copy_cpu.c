@@ -1,6 +1,7 @@
 /* The CPU copy engine: each queue is a fixed ring of operations served in order by one worker
  * thread. Submitting blocks only when the ring is full (a sign the caller runs far ahead). */
 #include "offload/copy_engine.h"
+#include "offload/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -35,13 +36,8 @@ typedef struct cpu_engine {
   double rate;
   queue q[ZT_COPY_QUEUES];
   uint64_t compute_t0, compute_ns; /* the caller's, unlocked */
+  uint64_t wait_ns;                /* the caller's time in cpu_wait, unlocked */
 } cpu_engine;
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void run_op(const copy_op *op) {
   switch (op->kind) {
@@ -65,7 +61,7 @@ static void run_op(const copy_op *op) {
 static void pace(double rate, size_t bytes, uint64_t t0) {
   if (rate <= 0) return;
   uint64_t need = (uint64_t)((double)bytes / rate * 1e9);
-  uint64_t spent = now_ns() - t0;
+  uint64_t spent = zt_now_ns() - t0;
   if (spent >= need) return;
   uint64_t left = need - spent;
   struct timespec ts = {.tv_sec = (time_t)(left / 1000000000u), .tv_nsec = (long)(left % 1000000000u)};
@@ -88,10 +84,10 @@ static void *worker(void *p) {
     if (q->completed == q->submitted) break; /* stop, and nothing left */
     copy_op op = q->ring[q->completed % RING];
     pthread_mutex_unlock(&e->mu);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = zt_now_ns();
     run_op(&op);
     pace(e->rate, op.bytes, t0);
-    uint64_t spent = now_ns() - t0;
+    uint64_t spent = zt_now_ns() - t0;
     pthread_mutex_lock(&e->mu);
     q->busy_ns += spent;
     q->completed++;
@@ -144,15 +140,19 @@ static int cpu_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
     pthread_mutex_unlock(&e->mu);
     return -EINVAL;
   }
-  while (e->q[qi].completed < ticket) pthread_cond_wait(&e->cv, &e->mu);
+  if (e->q[qi].completed < ticket) {
+    uint64_t t0 = zt_now_ns();
+    while (e->q[qi].completed < ticket) pthread_cond_wait(&e->cv, &e->mu);
+    e->wait_ns += zt_now_ns() - t0;
+  }
   pthread_mutex_unlock(&e->mu);
   return 0;
 }
 
 static int cpu_compute_mark(zt_copy_engine *base, int end) {
   cpu_engine *e = (cpu_engine *)base;
-  if (!end) e->compute_t0 = now_ns();
-  else e->compute_ns += now_ns() - e->compute_t0;
+  if (!end) e->compute_t0 = zt_now_ns();
+  else e->compute_ns += zt_now_ns() - e->compute_t0;
   return 0;
 }
 
@@ -162,6 +162,7 @@ static void cpu_busy(zt_copy_engine *base, zt_copy_busy *out) {
   for (int i = 0; i < ZT_COPY_QUEUES; i++) out->queue_ns[i] = e->q[i].busy_ns;
   pthread_mutex_unlock(&e->mu);
   out->compute_ns = e->compute_ns;
+  out->wait_ns = e->wait_ns;
 }
 
 static void cpu_close(zt_copy_engine *base) {

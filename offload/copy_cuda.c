@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/log.h"
+#include "offload/clock.h"
 #include "offload/host_arena.h"
 
 /* Tickets in flight per queue before submitting waits for the oldest; compute spans likewise. */
@@ -42,6 +43,7 @@ typedef struct cuda_engine {
   int64_t spans, spans_accounted;
   int span_open;             /* the last span has its start only */
   uint64_t compute_ns;
+  uint64_t wait_ns; /* the host's time in cu_wait */
 } cuda_engine;
 
 static int check(cudaError_t e, const char *what) {
@@ -133,10 +135,14 @@ static int cu_query(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
 }
 
 static int cu_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
-  queue *q = &((cuda_engine *)base)->q[qi];
+  cuda_engine *e = (cuda_engine *)base;
+  queue *q = &e->q[qi];
   if (bad_ticket(q, ticket)) return -EINVAL;
   if (ticket <= q->completed) return 0;
-  return check(cudaEventSynchronize(q->ev[ticket % RING]), "waiting for a copy");
+  uint64_t t0 = zt_now_ns();
+  int rc = check(cudaEventSynchronize(q->ev[ticket % RING]), "waiting for a copy");
+  e->wait_ns += zt_now_ns() - t0;
+  return rc;
 }
 
 static int cu_compute_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
@@ -181,6 +187,7 @@ static void cu_busy(zt_copy_engine *base, zt_copy_busy *out) {
   }
   account_spans(e, e->spans - e->span_open, 0);
   out->compute_ns = e->compute_ns;
+  out->wait_ns = e->wait_ns;
 }
 
 static void cu_close(zt_copy_engine *base) {

@@ -27,10 +27,12 @@ typedef struct zt_copy_engine zt_copy_engine;
 
 /* Time each resource spent busy, summed over finished work since the engine opened: each
  * queue's operations, and the device compute the caller bracketed with compute_mark. For the
- * offloaded step's timeline (which resource bounds the step). */
+ * offloaded step's timeline (which resource bounds the step). wait_ns: the callers' time
+ * blocked in wait (and on the cpu engine in compute_wait, where the compute is the caller's). */
 typedef struct zt_copy_busy {
   uint64_t queue_ns[ZT_COPY_QUEUES];
   uint64_t compute_ns;
+  uint64_t wait_ns;
 } zt_copy_busy;
 
 /* Submitting calls return the ticket (>= 1) or -errno; query returns 1 when the ticket is done,

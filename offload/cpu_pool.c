@@ -2,12 +2,12 @@
  * chunk is big enough (tens of thousands of elements) that taking the mutex per chunk costs
  * nothing measurable. */
 #include "offload/cpu_pool.h"
+#include "offload/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <time.h>
 
 struct zt_cpu_pool {
   pthread_mutex_t mu;
@@ -19,12 +19,6 @@ struct zt_cpu_pool {
   int n_started;
   zt_cpu_pool_stats st;
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void *worker(void *arg) {
   zt_cpu_pool *p = arg;
@@ -44,9 +38,9 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&p->mu);
     size_t begin = c * job->chunk;
     size_t end = job->n - begin > job->chunk ? begin + job->chunk : job->n;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = zt_now_ns();
     job->fn(job->arg, begin, end);
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = zt_now_ns() - t0;
     pthread_mutex_lock(&p->mu);
     p->st.busy_ns += dt;
     p->st.chunks++;
@@ -145,7 +139,11 @@ int zt_cpu_pool_submit(zt_cpu_pool *p, zt_cpu_job *job) {
 
 void zt_cpu_pool_wait(zt_cpu_pool *p, zt_cpu_job *job) {
   pthread_mutex_lock(&p->mu);
-  while (!job->finished) pthread_cond_wait(&p->done, &p->mu);
+  if (!job->finished) {
+    uint64_t t0 = zt_now_ns();
+    while (!job->finished) pthread_cond_wait(&p->done, &p->mu);
+    p->st.wait_ns += zt_now_ns() - t0;
+  }
   pthread_mutex_unlock(&p->mu);
 }
 

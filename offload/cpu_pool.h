@@ -32,6 +32,7 @@ typedef struct zt_cpu_pool_stats {
   uint64_t jobs;      /* jobs finished */
   uint64_t chunks;    /* chunks finished */
   uint64_t busy_ns;   /* thread time spent in chunks, summed over threads */
+  uint64_t wait_ns;   /* callers' time blocked in zt_cpu_pool_wait, summed over callers */
 } zt_cpu_pool_stats;
 
 typedef struct zt_cpu_pool zt_cpu_pool;

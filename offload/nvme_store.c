@@ -16,10 +16,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine/log.h"
+#include "offload/clock.h"
 
 #define NVME_MAX_FIXED 16
 #define NVME_NAME_MAX 200
@@ -89,12 +89,6 @@ void zt_nvme_tunables_default(zt_nvme_tunables *t) {
   t->block_bytes = 1u << 20;
   t->max_requests = 256;
   t->direct = 1;
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int fail(zt_nvme_store *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -412,7 +406,7 @@ static void pump(zt_nvme_store *s) {
     }
     if (r->issued == r->body && !r->tail_pending) queue_pop(s);
     r->inflight++;
-    if (s->inflight++ == 0) s->busy_since = now_ns();
+    if (s->inflight++ == 0) s->busy_since = zt_now_ns();
     prep_io(s, ii);
   }
 }
@@ -421,7 +415,7 @@ static void finish_io(zt_nvme_store *s, int ii) {
   nvme_io *io = &s->ios[ii];
   io->next_free = s->free_io;
   s->free_io = ii;
-  if (--s->inflight == 0) s->stats.busy_ns += now_ns() - s->busy_since;
+  if (--s->inflight == 0) s->stats.busy_ns += zt_now_ns() - s->busy_since;
   s->reqs[io->req].inflight--;
   settle(s, io->req);
 }
@@ -550,20 +544,26 @@ static void release(zt_nvme_store *s, int ri) {
 }
 
 int zt_nvme_wait(zt_nvme_store *s, int req) {
-  int rc;
+  int rc = 0;
   if (req < 0 || (unsigned)req >= s->t.max_requests || s->reqs[req].state == REQ_FREE)
     return fail(s, -EINVAL, "nvme wait: no request %d", req);
+  uint64_t t0 = zt_now_ns();
   while (s->reqs[req].state != REQ_DONE)
-    if ((rc = reap(s, 1)) < 0) return rc;
+    if ((rc = reap(s, 1)) < 0) break;
+  s->stats.wait_ns += zt_now_ns() - t0;
+  if (rc < 0) return rc;
   rc = s->reqs[req].err;
   release(s, req);
   return rc;
 }
 
 int zt_nvme_drain(zt_nvme_store *s) {
-  int rc = 0, err;
+  int rc = 0, err = 0;
+  uint64_t t0 = zt_now_ns();
   while (s->inflight || s->queue_head >= 0)
-    if ((err = reap(s, 1)) < 0) return err;
+    if ((err = reap(s, 1)) < 0) break;
+  s->stats.wait_ns += zt_now_ns() - t0;
+  if (err < 0) return err;
   for (unsigned i = 0; i < s->t.max_requests; i++) {
     if (s->reqs[i].state != REQ_DONE) continue;
     if (!rc) rc = s->reqs[i].err;

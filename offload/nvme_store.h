@@ -46,6 +46,7 @@ typedef struct zt_nvme_stats {
   uint64_t fixed_ios;        /* I/Os that used a registered buffer */
   uint64_t errors;           /* requests that failed */
   uint64_t busy_ns;          /* wall time with at least one I/O in flight */
+  uint64_t wait_ns;          /* the caller's time blocked in zt_nvme_wait and zt_nvme_drain */
 } zt_nvme_stats;
 
 typedef struct zt_nvme_store zt_nvme_store;

@@ -4,13 +4,13 @@
  * the calls made so far; the copy engine's progress is observed only by waiting, so runs with
  * the same calls make the same transfers. */
 #include "offload/streamer.h"
+#include "offload/clock.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef enum pstate { P_HOME, P_READING, P_COPYING, P_RESIDENT } pstate;
 
@@ -51,12 +51,6 @@ static int fail(zt_streamer *s, int rc, const char *fmt, ...) {
   vsnprintf(s->err, sizeof s->err, fmt, ap);
   va_end(ap);
   return rc;
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int cmp_size_desc(const void *a, const void *b) {
@@ -108,17 +102,17 @@ size_t zt_streamer_min_device_bytes(const zt_streamer_cfg *cfg) {
 /* ---- waiting on the copy engine and the store, timed ---------------------------------------- */
 
 static int copy_wait(zt_streamer *s, zt_copy_queue q, int64_t ticket) {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = zt_now_ns();
   int rc = s->cfg.copy->ops->wait(s->cfg.copy, q, ticket);
-  s->st.wait_ns += now_ns() - t0;
+  s->st.wait_ns += zt_now_ns() - t0;
   if (rc < 0) return fail(s, rc, "streamer: copy engine (%s) failed: %s", s->cfg.copy->ops->name, strerror(-rc));
   return 0;
 }
 
 static int compute_wait(zt_streamer *s, zt_copy_queue q, int64_t ticket) {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = zt_now_ns();
   int rc = s->cfg.copy->ops->compute_wait(s->cfg.copy, q, ticket);
-  s->st.wait_ns += now_ns() - t0;
+  s->st.wait_ns += zt_now_ns() - t0;
   if (rc < 0) return fail(s, rc, "streamer: copy engine (%s) failed: %s", s->cfg.copy->ops->name, strerror(-rc));
   return 0;
 }
@@ -165,9 +159,9 @@ static void drop_params(zt_streamer *s, unit_state *x) {
 /* Finishes the NVMe read of a unit in P_READING and queues its copy to the device. */
 static int finish_read(zt_streamer *s, int i) {
   unit_state *x = &s->u[i];
-  uint64_t t0 = now_ns();
+  uint64_t t0 = zt_now_ns();
   int rc = zt_nvme_wait(s->cfg.nvme, x->req);
-  s->st.wait_ns += now_ns() - t0;
+  s->st.wait_ns += zt_now_ns() - t0;
   if (rc < 0) {
     fail(s, rc, "streamer: reading unit %d from NVMe failed: %s", i, zt_nvme_store_error(s->cfg.nvme));
     drop_params(s, x);

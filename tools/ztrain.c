@@ -39,7 +39,8 @@ static const char usage[] =
     "  \"auto\"; gpu_budget: bytes or \"512MiB\"; prefetch; gpu_units; nvme_dir; docs/spec.md)\n"
     "  runs the offloaded step (cpu or cuda backend, fp32 or bf16); --offload runs it with the\n"
     "  defaults when the spec has none. The JSON output then has an \"offload\" object with the\n"
-    "  tiers' bytes and the timeline (seconds each resource was busy over all steps).\n"
+    "  tiers' bytes and the timeline (seconds each resource was busy over all steps, and\n"
+    "  wait_*: seconds the trainer's thread waited on copies, the CPU AdamW, NVMe).\n"
     "Prints one line per step, or with --json one object {\"losses\": [...], ...} on stdout;\n"
     "  step_ms and tokens_per_s are means over the steps after the first (the warm-up).\n";
 
@@ -235,14 +236,16 @@ int main(int argc, char **argv) {
              "\"bytes_h2d\": %llu, \"bytes_d2h\": %llu, "
              "\"nvme_bytes_read\": %llu, \"nvme_bytes_written\": %llu, "
              "\"timeline\": {\"step\": %.4f, \"compute\": %.4f, \"h2d\": %.4f, \"d2h\": %.4f, "
-             "\"adam\": %.4f, \"adam_threads\": %d, \"nvme\": %.4f}}",
+             "\"adam\": %.4f, \"adam_threads\": %d, \"nvme\": %.4f, \"wait_copy\": %.4f, "
+             "\"wait_adam\": %.4f, \"wait_nvme\": %.4f}}",
              os.device_budget, os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
              zt_offload_place_name(os.params), os.ckpt_every, os.est_step_s, os.gpu_units, os.gpu_unit_bytes, (unsigned long long)os.fetches,
              (unsigned long long)os.evictions, (unsigned long long)os.bytes_h2d,
              (unsigned long long)os.bytes_d2h, (unsigned long long)os.nvme_bytes_read,
              (unsigned long long)os.nvme_bytes_written, os.step_ns / 1e9, os.compute_ns / 1e9,
              os.h2d_ns / 1e9, os.d2h_ns / 1e9, os.adam_ns / 1e9, os.adam_threads,
-             os.nvme_ns / 1e9);
+             os.nvme_ns / 1e9, os.wait_copy_ns / 1e9, os.wait_adam_ns / 1e9,
+             os.wait_nvme_ns / 1e9);
     printf("}\n");
   } else {
     printf("%d steps in %.3f s on %s; after the first: %.3f ms/step, %.1f tokens/s\n", tc.steps,

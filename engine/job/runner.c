@@ -237,18 +237,22 @@ static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
 }
 
 /* The step just done, from the stats before and after it: the fraction of its wall time each
- * resource was busy (the AdamW pool's per thread), as zt_offload_stats times them. NULL when no
- * time passed (a resumed job's first report). */
+ * resource was busy (the AdamW pool's per thread), and the fraction the trainer's thread waited
+ * on each, as zt_offload_stats times them. NULL when no time passed (a resumed job's first
+ * report). */
 static json_t *timeline_json(const zt_offload_stats *a, const zt_offload_stats *b) {
   double wall = (double)(b->step_ns - a->step_ns);
   if (wall <= 0) return NULL;
   int threads = b->adam_threads > 0 ? b->adam_threads : 1;
-  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "step_s", wall / 1e9, "compute",
-                   (double)(b->compute_ns - a->compute_ns) / wall, "h2d",
+  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:{s:f, s:f, s:f}}", "step_s", wall / 1e9,
+                   "compute", (double)(b->compute_ns - a->compute_ns) / wall, "h2d",
                    (double)(b->h2d_ns - a->h2d_ns) / wall, "d2h",
                    (double)(b->d2h_ns - a->d2h_ns) / wall, "optimizer",
                    (double)(b->adam_ns - a->adam_ns) / wall / threads, "nvme",
-                   (double)(b->nvme_ns - a->nvme_ns) / wall);
+                   (double)(b->nvme_ns - a->nvme_ns) / wall, "waits", "copy",
+                   (double)(b->wait_copy_ns - a->wait_copy_ns) / wall, "optimizer",
+                   (double)(b->wait_adam_ns - a->wait_adam_ns) / wall, "nvme",
+                   (double)(b->wait_nvme_ns - a->wait_nvme_ns) / wall);
 }
 
 /* The offloaded step's own figures; with the stats of the step before (prev), its timeline. */

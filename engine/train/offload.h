@@ -226,8 +226,12 @@ typedef struct zt_offload_stats {
   /* The timeline, cumulative over the steps: each resource's busy time against the steps'
    * wall time tells which one bounds the step. compute: the device's unit forwards, backwards,
    * losses and device AdamW; h2d / d2h: the copy queues; adam: the CPU pool's threads, summed
-   * (divide by adam_threads); nvme: time with an I/O in flight. */
+   * (divide by adam_threads); nvme: time with an I/O in flight. The waits: the trainer's thread
+   * blocked on a copy, on the AdamW pool, on NVMe I/O (a busy fraction tells what was used, a
+   * wait what the step stood still for: on the GPU the compute queue runs dry behind such a
+   * wait once what was queued before it is done). */
   uint64_t step_ns, compute_ns, h2d_ns, d2h_ns, adam_ns, nvme_ns;
+  uint64_t wait_copy_ns, wait_adam_ns, wait_nvme_ns;
   int adam_threads;
 } zt_offload_stats;
 

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
@@ -20,6 +19,7 @@
 #include "offload/host_arena.h"
 #include "offload/nvme_store.h"
 #include "offload/streamer.h"
+#include "offload/clock.h"
 
 #define PREFETCH_MAX 16
 /* walk_backward: how many units behind the backward each unit's gradients are taken up */
@@ -226,12 +226,6 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
 }
 
 /* ---- the step -------------------------------------------------------------------------------- */
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* The host's state at flat offset off (a host unit's, or a device unit's where they alias) */
 static float *host_at(const off_state *s, int k, size_t off) { return s->h[k] + (off - s->lo); }
@@ -712,7 +706,7 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   }
   int rc = zt__trainer_check_tokens(t, tokens, err, errlen);
   if (rc < 0) return rc;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = zt_now_ns();
   float lr = zt_train_lr(c, step);
   zt_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
                         .weight_decay = c->weight_decay, .step = adam_step, .grad_scale = 1.0f};
@@ -789,7 +783,7 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     }
     zt_loss_scaler_update(&t->scaler, 1);
     t->step = step;
-    s->step_ns += now_ns() - t0;
+    s->step_ns += zt_now_ns() - t0;
     if (res)
       *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
                               .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
@@ -853,7 +847,7 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   if (s->dt == ZT_F16) zt_loss_scaler_update(&t->scaler, 0);
   t->step = step;
   t->adam_step = adam_step;
-  s->step_ns += now_ns() - t0;
+  s->step_ns += zt_now_ns() - t0;
   if (res)
     *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
                             .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
@@ -1914,6 +1908,9 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
                             .adam_ns = ps.busy_ns,
                             .adam_threads = s->adam_threads,
                             .nvme_ns = ns.busy_ns,
+                            .wait_copy_ns = cb.wait_ns,
+                            .wait_adam_ns = ps.wait_ns,
+                            .wait_nvme_ns = ns.wait_ns,
                             .act_bytes = s->act_bytes,
                             .arena_budget = s->arena_budget,
                             .arena_peak = ss.device_peak,

@@ -108,6 +108,7 @@ for e in steps:
     t = o["timeline"]
     assert t["step_s"] > 0, t
     assert all(0 <= t[k] <= 1 for k in ("compute", "h2d", "d2h", "optimizer", "nvme")), t
+    assert all(t["waits"][k] >= 0 for k in ("copy", "optimizer", "nvme")), t
 assert len({e["memory"]["allocations_total"] for e in steps}) == 1, [e["memory"] for e in steps]' ||
   fail "offloaded step events: $events"
 ztctl --json show "$ojob" | python3 -c '

@@ -177,7 +177,9 @@ def main():
         o, tl = z["offload"], z["offload"]["timeline"]
         busy = {k: tl[k] / tl["step"] for k in ("compute", "h2d", "d2h", "nvme")}
         busy["adam"] = tl["adam"] / tl["step"] / tl["adam_threads"]
+        waits = {k: tl["wait_" + k] / tl["step"] for k in ("copy", "adam", "nvme")}
         row["timeline"] = busy
+        row["waits"] = waits
         row["h2d_gb_s"] = o["bytes_h2d"] / tl["h2d"] / 1e9 if tl["h2d"] else 0
         row["d2h_gb_s"] = o["bytes_d2h"] / tl["d2h"] / 1e9 if tl["d2h"] else 0
         print(f"{name} zt ({placement}): {zs * 1e3:.1f} ms/step, {tokens / zs:.0f} tok/s, "
@@ -187,6 +189,7 @@ def main():
               f"on the GPU ({o['gpu_unit_bytes'] / 2**30:.2f} GiB); plan: params {o['params']}, "
               f"checkpointing every {o['ckpt_every']}, estimated {o['est_step_s'] * 1e3:.0f} ms",
               flush=True)
+        print("    waited on: " + ", ".join(f"{k} {v:.0%}" for k, v in waits.items()), flush=True)
         print("    busy: " + ", ".join(f"{k} {v:.0%}" for k, v in busy.items()) +
               f"; H2D {row['h2d_gb_s']:.1f} GB/s, D2H {row['d2h_gb_s']:.1f} GB/s while copying",
               flush=True)
