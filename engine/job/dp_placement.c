@@ -16,6 +16,10 @@ zt_dp_cfg zt__job_dp_cfg(const zt_job_spec *s, int rank0, int local) {
     d.optimizer = s->offload.optimizer;
     d.params = s->offload.params;
     d.gpu_units = s->offload.gpu_units < 0 ? 0 : s->offload.gpu_units;
+    /* with optimizer nvme the units after the device ones keeping theirs on the host (resolved
+     * at admission: an optimizer other than nvme has none) */
+    if (d.optimizer == ZT_PLACE_NVME && s->offload.host_units > 0)
+      d.host_units = s->offload.host_units;
     d.nvme_dir = s->offload.nvme_dir;
   }
   return d;
@@ -83,39 +87,12 @@ static int fit(const zt_job_spec *s, const zt_ops *ops, int units, int ckpt_ever
   return -ENOMEM;
 }
 
-int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, size_t errlen) {
+/* gpu_units, params and checkpointing: what the budget (if any) holds, fastest first. */
+static int resolve_placement(zt_job_spec *s, const zt_ops *ops, int units, int L, char *err,
+                             size_t errlen) {
   zt_offload_cfg *o = &s->offload;
-  int W = zt__job_world(s);
-  if (!s->has_offload || W == 1) return 0;
   char ranks[96];
   zt__job_ranks_text(s, ranks, sizeof ranks);
-  if (o->delayed_update) {
-    snprintf(err, errlen, "offload.delayed_update with %s is not supported (only the offloaded "
-             "step of one rank delays its update)", ranks);
-    return -ENOTSUP;
-  }
-  /* each rank's shard of the optimizer may live on NVMe (engine/train/dp.h), its parameters
-   * not: every step reads them twice */
-  if (o->params == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.params: nvme with %s is not supported (gpu, host or auto; "
-             "offload.optimizer nvme keeps each rank's masters, m and v on NVMe)", ranks);
-    return -ENOTSUP;
-  }
-  if (o->params == ZT_PLACE_HOST && s->zero_stage != 3) {
-    snprintf(err, errlen, "offload.params: host with %s needs parallel.zero_stage 3 (stages 1-2 "
-             "keep every unit's parameters on every GPU)", ranks);
-    return -EINVAL;
-  }
-  zt_model *m;
-  int rc = zt_model_create(&m, &s->model, err, errlen);
-  if (rc < 0) return rc;
-  int units = zt_model_num_units(m), L = s->model.n_layers;
-  zt_model_destroy(m);
-  if (o->gpu_units > units) {
-    snprintf(err, errlen, "offload.gpu_units must be in [0, %d] (the model's units) (got %d)",
-             units, o->gpu_units);
-    return -EINVAL;
-  }
   int auto_ckpt = s->train.ckpt_every == ZT_CKPT_AUTO;
   if (!o->gpu_budget) {
     /* no budget: auto means host for the optimizer (as with one rank; nvme stays nvme), gpu
@@ -156,4 +133,54 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
            params == ZT_PLACE_HOST ? "on the host" : "on the GPU",
            every == 1 ? " and every block recomputed" : "", a);
   return -ENOMEM;
+}
+
+int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, size_t errlen) {
+  zt_offload_cfg *o = &s->offload;
+  int W = zt__job_world(s);
+  if (!s->has_offload || W == 1) return 0;
+  char ranks[96];
+  zt__job_ranks_text(s, ranks, sizeof ranks);
+  if (o->delayed_update) {
+    snprintf(err, errlen, "offload.delayed_update with %s is not supported (only the offloaded "
+             "step of one rank delays its update)", ranks);
+    return -ENOTSUP;
+  }
+  /* each rank's shard of the optimizer may live on NVMe (engine/train/dp.h), its parameters
+   * not: every step reads them twice */
+  if (o->params == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.params: nvme with %s is not supported (gpu, host or auto; "
+             "offload.optimizer nvme keeps each rank's masters, m and v on NVMe)", ranks);
+    return -ENOTSUP;
+  }
+  if (o->params == ZT_PLACE_HOST && s->zero_stage != 3) {
+    snprintf(err, errlen, "offload.params: host with %s needs parallel.zero_stage 3 (stages 1-2 "
+             "keep every unit's parameters on every GPU)", ranks);
+    return -EINVAL;
+  }
+  zt_model *m;
+  int rc = zt_model_create(&m, &s->model, err, errlen);
+  if (rc < 0) return rc;
+  int units = zt_model_num_units(m), L = s->model.n_layers;
+  zt_model_destroy(m);
+  if (o->gpu_units > units) {
+    snprintf(err, errlen, "offload.gpu_units must be in [0, %d] (the model's units) (got %d)",
+             units, o->gpu_units);
+    return -EINVAL;
+  }
+  /* the host / NVMe split of the units the device does not keep is nvme's (a rank's device
+   * bytes do not depend on it, so gpu_units is resolved as without it, then checked) */
+  if (o->host_units >= 0 && o->optimizer != ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.host_units with %s needs offload.optimizer nvme (the units "
+             "after the host ones keep their optimizer on NVMe) (got optimizer %s)", ranks,
+             zt_offload_place_name(o->optimizer));
+    return -ENOTSUP;
+  }
+  if ((rc = resolve_placement(s, ops, units, L, err, errlen)) < 0) return rc;
+  if (s->has_offload && o->host_units > units - o->gpu_units) {
+    snprintf(err, errlen, "offload.host_units is %d; after %d unit(s) on the device the model "
+             "has %d", o->host_units, o->gpu_units, units - o->gpu_units);
+    return -EINVAL;
+  }
+  return 0;
 }

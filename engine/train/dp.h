@@ -114,6 +114,10 @@
  * A failed read or write fails the step (-EIO and the trainer refuses further steps) with the
  * store's message naming the file. The state calls and per-rank checkpoints read a unit's files
  * into a set and write them from it. The files go at close.
+ * Host and NVMe together (zt_dp_cfg.host_units, as offload.h's): with optimizer nvme the
+ * host_units units right after the device ones keep masters, m and v on the host tier as with
+ * optimizer host, and only the units after them have files (and size the sets). Those are the
+ * units the backward updates last, whose NVMe reads and writes nothing else would hide.
  * params ZT_PLACE_HOST (zero_stage 3 with optimizer host or nvme): the host units' parameters are not
  * on the device between uses either. Before a host unit is all-gathered, the rank's chunk (fp32
  * and the compute copy) is copied from the host masters into one of two device chunk buffers on
@@ -157,6 +161,9 @@ typedef struct zt_dp_cfg {
   zt_offload_place optimizer, params;
   int gpu_units;  /* optimizer HOST / NVME: the leading units kept on the device, [0, the
                      model's units] */
+  int host_units; /* optimizer NVME: the units after the device ones whose masters, m and v
+                     stay on the host tier (the rest's in files), [0, units - gpu_units];
+                     0 with any other optimizer */
   /* optimizer NVME: an existing directory; the trainer makes zt-offload.XXXXXX in it with a
    * directory rank-R per rank, removed at close. Read during the open only. */
   const char *nvme_dir;

@@ -107,11 +107,11 @@ typedef struct dp_rank_state {
                                backend of its own beside a GPU */
   int own_hbe;
   float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients (optimizer nvme: the gradients,
-                                      and with params host hm, the parameters the gathers read) */
+                                      the host units' masters, m and v (host_units), and with
+                                      params host hm, every unit's parameters the gathers read) */
   float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
-  uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes (optimizer nvme:
-                               with params host only) */
-  /* optimizer nvme: the rank's store in dir, a file per host unit and kind (unit u's kind i:
+  uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes, beside hm */
+  /* optimizer nvme: the rank's store in dir, a file per NVMe unit and kind (unit u's kind i:
    * ext[3 * u + i]), and two staging sets (unit u's in sets[u & 1]: one updated while the
    * next is read ahead) */
   zt_nvme_store *store;
@@ -164,8 +164,11 @@ typedef struct dp_state {
    * device's packed buffers hold dev_packed elements, the host's host_n */
   int ng, params_host;
   size_t dev_packed, host_n;
-  int nvme;                 /* optimizer nvme: the host units' masters, m and v in files */
-  size_t nv_chunk;          /* the largest host unit's chunk (a set's floats) */
+  int nvme;                 /* optimizer nvme: units nv0.. keep masters, m and v in files */
+  int nv0;                  /* the first NVMe unit: ng + dc.host_units with optimizer nvme, else
+                               nu; units ng..nv0-1 keep theirs on the host tier */
+  size_t hopt_n;            /* those host units' elements (a prefix of host_n) */
+  size_t nv_chunk;          /* the largest NVMe unit's chunk (a set's floats) */
   char nvme_dir[ZT_PATH_MAX + 32]; /* the trainer's zt-offload.XXXXXX under dc.nvme_dir */
   zt_cpu_pool *pool;        /* the host units' AdamW, shared by the part's ranks */
   int n_threads;            /* rank threads started */
@@ -279,31 +282,35 @@ static int has_hstage(const dp_state *s, const zt_train_cfg *tc) {
   return s->host_n && s->dc.zero_stage >= 2 && tc->grad_accum > 1;
 }
 
-/* The host tier keeps the masters (optimizer nvme: with params host, as the parameters the
- * gathers are staged from) and the compute copy. */
-static int host_masters(const dp_state *s) {
-  return !s->nvme || s->params_host;
+/* The elements of the host tier's masters and compute copy: the host units' (ng..nv0-1), and
+ * with optimizer nvme and params host the NVMe units' too, as the parameters the gathers are
+ * staged from. m and v are the host units' alone (hopt_n). */
+static size_t host_master_floats(const dp_state *s) {
+  return !s->nvme || s->params_host ? s->host_n : s->hopt_n;
 }
 
-/* The host tier's arena: gradients, the staging, masters, m, v and the bf16 copy (optimizer
- * nvme: gradients, staging, what host_masters says, and two sets). */
+/* The host tier's arena: gradients, the staging, masters, m, v and the bf16 copy, each as far
+ * as it goes (above), and with optimizer nvme two sets. */
 static size_t host_tier_bytes(const dp_state *s, const zt_train_cfg *tc) {
   if (!s->host_n) return 0;
-  size_t f32 = zt_host_arena_footprint(s->host_n * sizeof(float));
+  size_t hm = host_master_floats(s);
   int lp = tc->precision != ZT_F32;
-  size_t b = (1 + (size_t)has_hstage(s, tc) + (s->nvme ? (size_t)host_masters(s) : 3)) * f32;
-  if (lp && host_masters(s)) b += zt_host_arena_footprint(s->host_n * sizeof(uint16_t));
+  size_t b = (1 + (size_t)has_hstage(s, tc)) *
+             zt_host_arena_footprint(s->host_n * sizeof(float));
+  if (hm) b += zt_host_arena_footprint(hm * sizeof(float));
+  if (hm && lp) b += zt_host_arena_footprint(hm * sizeof(uint16_t));
+  if (s->hopt_n) b += 2 * zt_host_arena_footprint(s->hopt_n * sizeof(float));
   if (s->nvme)
     b += 2 * (3 * zt_host_arena_footprint(s->nv_chunk * sizeof(float)) +
               (lp ? zt_host_arena_footprint(s->nv_chunk * sizeof(uint16_t)) : 0));
   return b;
 }
 
-/* The rank's files: a master, exp_avg and exp_avg_sq of its chunk per host unit, each in the
+/* The rank's files: a master, exp_avg and exp_avg_sq of its chunk per NVMe unit, each in the
  * store's whole blocks. */
 static uint64_t nvme_file_bytes(const dp_state *s) {
   uint64_t sum = 0;
-  for (int u = s->ng; s->nvme && u < s->nu; u++) {
+  for (int u = s->nv0; u < s->nu; u++) {
     uint64_t file = s->tab->chunk[u] * sizeof(float);
     sum += 3 * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
   }
@@ -317,6 +324,9 @@ static size_t host_at(const dp_state *s, const zt_shard *sh) {
 
 static int on_host(const dp_state *s, int u) { return u >= s->ng; }
 
+/* A host unit whose masters, m and v are in files (optimizer nvme, past host_units). */
+static int on_nvme(const dp_state *s, int u) { return u >= s->nv0; }
+
 static int host_fail(dp_rank_state *k, int rc) {
   return rank_fail(k, rc, "host tier: %s", zt_host_arena_error(k->host));
 }
@@ -324,7 +334,7 @@ static int host_fail(dp_rank_state *k, int rc) {
 static const char *const kind_names[3] = {"master", "exp_avg", "exp_avg_sq"};
 
 /* optimizer nvme: the rank's directory rank-R under the trainer's, its store (opened on the
- * rank's thread, which alone uses it) and a file per host unit and kind, reserved in full. */
+ * rank's thread, which alone uses it) and a file per NVMe unit and kind, reserved in full. */
 static int nv_open(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_model *m = k->view.model;
@@ -346,7 +356,7 @@ static int nv_open(dp_rank_state *k) {
     return rank_fail(k, -ENOMEM, "out of host memory");
   if ((rc = zt_nvme_store_open(&k->store, k->nvdir, NULL, why, sizeof why)) < 0)
     return rank_fail(k, rc, "offload.nvme_dir: %s", why);
-  for (int u = s->ng; u < s->nu; u++)
+  for (int u = s->nv0; u < s->nu; u++)
     for (int i = 0; i < 3; i++) {
       char name[64];
       uint64_t bytes = s->tab->chunk[u] * sizeof(float);
@@ -370,21 +380,30 @@ static int host_open(dp_rank_state *k) {
                                on_gpu ? zt_host_mem_cuda() : NULL)) < 0)
     return rank_fail(k, rc, "opening the host tier failed: %s", strerror(-rc));
   float **bufs[5];
+  size_t len[5], hm = host_master_floats(s);
   int nb = 0, lp = tc->precision != ZT_F32;
-  bufs[nb++] = &k->hgrad;
-  if (has_hstage(s, tc)) bufs[nb++] = &k->hstage;
-  if (host_masters(s)) bufs[nb++] = &k->hm;
-  if (!s->nvme) {
-    bufs[nb++] = &k->hmom;
-    bufs[nb++] = &k->hvar;
+  bufs[nb] = &k->hgrad;
+  len[nb++] = s->host_n;
+  if (has_hstage(s, tc)) {
+    bufs[nb] = &k->hstage;
+    len[nb++] = s->host_n;
+  }
+  if (hm) {
+    bufs[nb] = &k->hm;
+    len[nb++] = hm;
+  }
+  if (s->hopt_n) {
+    bufs[nb] = &k->hmom;
+    len[nb++] = s->hopt_n;
+    bufs[nb] = &k->hvar;
+    len[nb++] = s->hopt_n;
   }
   for (int i = 0; i < nb; i++) {
-    if ((rc = zt_host_arena_alloc(k->host, s->host_n * sizeof(float), (void **)bufs[i])) < 0)
+    if ((rc = zt_host_arena_alloc(k->host, len[i] * sizeof(float), (void **)bufs[i])) < 0)
       return host_fail(k, rc);
-    memset(*bufs[i], 0, s->host_n * sizeof(float));
+    memset(*bufs[i], 0, len[i] * sizeof(float));
   }
-  if (lp && host_masters(s) &&
-      (rc = zt_host_arena_alloc(k->host, s->host_n * sizeof(uint16_t), (void **)&k->hlp)) < 0)
+  if (lp && hm && (rc = zt_host_arena_alloc(k->host, hm * sizeof(uint16_t), (void **)&k->hlp)) < 0)
     return host_fail(k, rc);
   /* page-aligned and pinned: O_DIRECT reads and writes, and the uploads, straight from them */
   for (int i = 0; s->nvme && i < 2; i++) {
@@ -589,12 +608,12 @@ static int nv_sync_io(dp_rank_state *k, int u, int write) {
   return rc;
 }
 
-/* Where a state call finds host unit u's chunk of masters, m and v: the host tier, or with
- * optimizer nvme set 0, read from the unit's files when `fetch`. A negative errno from the
- * store (nv_why). */
+/* Where a state call finds host unit u's chunk of masters, m and v: the host tier, or for an
+ * NVMe unit set 0, read from the unit's files when `fetch`. A negative errno from the store
+ * (nv_why). */
 static int tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
   const dp_state *s = k->s;
-  if (!s->nvme) {
+  if (!on_nvme(s, u)) {
     size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed;
     x[0] = k->hm + at;
     x[1] = k->hmom + at;
@@ -605,18 +624,19 @@ static int tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
   return fetch ? nv_sync_io(k, u, 0) : 0;
 }
 
-/* A state call wrote host unit u's whole chunk (its padding zero) into tier_get's x: with
- * optimizer nvme it goes to the unit's files, and with params host to the host's parameters;
- * the host's compute copy follows the masters. */
+/* A state call wrote host unit u's whole chunk (its padding zero) into tier_get's x: an NVMe
+ * unit's goes to its files, and with params host to the host's parameters; the host's compute
+ * copy follows the masters where the host keeps them. */
 static int tier_put(dp_rank_state *k, int u, float *x[3]) {
   const dp_state *s = k->s;
   size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed, c = s->tab->chunk[u];
-  if (s->nvme) {
+  int nv = on_nvme(s, u);
+  if (nv) {
     int rc = nv_sync_io(k, u, 1);
     if (rc < 0) return rc;
     if (s->params_host) memcpy(k->hm + at, x[0], c * sizeof(float));
   }
-  if (k->hlp)
+  if (k->hlp && (!nv || s->params_host))
     k->hbe.ops->cast(k->hbe.ctx, k->hlp + at, k->view.tc.precision, x[0], ZT_F32, c);
   return 0;
 }
@@ -680,7 +700,7 @@ static int rank_write(dp_rank_state *k) {
       be->ops->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
                     k->view.tc.precision, k->params + at, ZT_F32, pn);
     /* in[1] and in[2] NULL: the moments stay the zeros they were allocated as (the open);
-     * optimizer nvme writes the unit's whole chunk, zeros where nothing is given */
+     * an NVMe unit's files get its whole chunk, zeros where nothing is given */
     if (on_host(s, u)) {
       float *x[3];
       int rc;
@@ -688,9 +708,9 @@ static int rank_write(dp_rank_state *k) {
       for (int i = 0; i < 3; i++) {
         if (s->in[i] && sh->count)
           memcpy(x[i], s->in[i] + (sh->flat_off - base), sh->count * sizeof(float));
-        else if (s->nvme)
+        else if (on_nvme(s, u))
           memset(x[i], 0, sh->count * sizeof(float));
-        if (s->nvme) memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
+        if (on_nvme(s, u)) memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
       }
       if ((rc = tier_put(k, u, x)) < 0) return nv_fail(k, rc);
     } else if (sh->count && s->in[1]) {
@@ -826,17 +846,18 @@ static int grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
   return 0;
 }
 
-/* Starts host unit u's AdamW on the pool (its calls in k->tasks): on the host tier, or with
- * optimizer nvme on the unit's set (read). */
+/* Starts host unit u's AdamW on the pool (its calls in k->tasks): on the host tier, or for an
+ * NVMe unit on its set (read). */
 static int submit_adam(dp_rank_state *k, int u, float scale) {
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
   size_t base = host_at(s, zt_shard_at(s->tab, u, k->r));
   const nv_set *x = &k->sets[u & 1];
+  int nv = on_nvme(s, u);
   /* the state's chunk, and where the chunk's element 0 is */
-  float *p = s->nvme ? x->buf[0] : k->hm + base, *mo = s->nvme ? x->buf[1] : k->hmom + base;
-  float *va = s->nvme ? x->buf[2] : k->hvar + base;
-  uint16_t *lp = s->nvme ? x->lp : k->hlp ? k->hlp + base : NULL;
+  float *p = nv ? x->buf[0] : k->hm + base, *mo = nv ? x->buf[1] : k->hmom + base;
+  float *va = nv ? x->buf[2] : k->hvar + base;
+  uint16_t *lp = nv ? x->lp : k->hlp ? k->hlp + base : NULL;
   for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
     const adam_seg *g = &k->segs[i];
     size_t at = g->off;
@@ -950,7 +971,7 @@ static int nv_update(dp_rank_state *k, int u, float scale) {
     x->unit = -1;
     return rc;
   }
-  return u - 1 >= k->s->ng ? nv_read(k, u - 1) : 0;
+  return u - 1 >= k->s->nv0 ? nv_read(k, u - 1) : 0;
 }
 
 /* Every set retired, the higher unit's first; the first failure's message is kept. */
@@ -971,7 +992,7 @@ static int nv_finish(dp_rank_state *k) {
 /* Host unit u's AdamW, from the host tier or its files. */
 static int update_host_unit(dp_rank_state *k, int u, float scale) {
   k->began[u] = 1;
-  return k->s->nvme ? nv_update(k, u, scale) : submit_adam(k, u, scale);
+  return on_nvme(k->s, u) ? nv_update(k, u, scale) : submit_adam(k, u, scale);
 }
 
 /* Host unit u's gradients of micro-batch j have landed (waited for): a later micro-batch's are
@@ -1248,9 +1269,10 @@ static int step_body(dp_rank_state *k) {
     if (rc == 0 && k->up_tick &&
         (rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_H2D, k->up_tick)) < 0)
       rc = copy_fail(k, rc, "ordering a gather after its upload");
-    for (int u = s->nu - 1; rc == 0 && stage < 3 && u >= s->ng; u--) rc = gather_updated(k, u);
+    for (int u = s->nu - 1; rc == 0 && stage < 3 && u >= s->nv0; u--) rc = gather_updated(k, u);
   }
-  for (int u = s->nu - 1; !s->nvme && u >= s->ng; u--) {
+  /* the host units' (all of them without NVMe), updated last */
+  for (int u = s->nv0 - 1; u >= s->ng; u--) {
     wait_adam(k, u);
     if (rc < 0) continue; /* the others are still waited for */
     upload_unit(k, u);
@@ -1376,7 +1398,7 @@ static int rank_shards_in(dp_rank_state *k) {
     else
       for (int i = 0; i < 3; i++) x[i] = buf + i * mc;
     if ((rc = s->io->get(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why)) < 0) break;
-    for (int i = 0; host && s->nvme && i < 3; i++)
+    for (int i = 0; host && on_nvme(s, u) && i < 3; i++)
       memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
     if (dev_params)
       be->ops->to_device(be->ctx, k->params + at, x[0], sh->count * sizeof(float));
@@ -1448,8 +1470,9 @@ static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
         be->ops->to_host(be->ctx, s->out[i] + (ui->offset - base), unit,
                          ui->numel * sizeof(float));
     }
-    /* optimizer nvme: the set is read into again for the next unit */
-    if (from_host && s->nvme && (rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
+    /* an NVMe unit: the set is read into again for the next unit */
+    if (from_host && on_nvme(s, u) && (rc = be->ops->sync(be->ctx)) < 0)
+      return backend_fail(k, rc);
   }
   int rc = be->ops->sync(be->ctx);
   return rc < 0 ? backend_fail(k, rc) : 0;
@@ -1980,6 +2003,12 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
              zt_offload_place_name(c->optimizer), c->gpu_units);
     return -EINVAL;
   }
+  if (c->host_units < 0 || (c->host_units && c->optimizer != ZT_PLACE_NVME)) {
+    snprintf(err, errlen, "dp.host_units splits the host units' optimizer between the host and "
+             "NVMe: it must be >= 0, and 0 unless optimizer is nvme (got %d with optimizer %s)",
+             c->host_units, zt_offload_place_name(c->optimizer));
+    return -EINVAL;
+  }
   if (c->optimizer == ZT_PLACE_NVME && (!c->nvme_dir || !c->nvme_dir[0])) {
     snprintf(err, errlen, "dp.nvme_dir is required with optimizer nvme");
     return -EINVAL;
@@ -2015,12 +2044,20 @@ static int place_units(dp_state *s, char *err, size_t errlen) {
     }
     s->ng = s->dc.gpu_units;
   }
+  if (s->dc.host_units > s->nu - s->ng) {
+    snprintf(err, errlen, "dp.host_units must be in [0, %d] (the units after dp.gpu_units %d "
+             "of the model's %d) (got %d)", s->nu - s->ng, s->ng, s->nu, s->dc.host_units);
+    return -EINVAL;
+  }
   s->params_host = s->dc.params == ZT_PLACE_HOST && s->ng < s->nu;
   s->dev_packed = s->ng < s->nu ? zt_shard_at(s->tab, s->ng, 0)->packed_off
                                 : s->tab->packed_total;
   s->host_n = s->tab->packed_total - s->dev_packed;
-  s->nvme = s->dc.optimizer == ZT_PLACE_NVME && s->ng < s->nu;
-  for (int u = s->ng; u < s->nu; u++)
+  s->nv0 = s->dc.optimizer == ZT_PLACE_NVME ? s->ng + s->dc.host_units : s->nu;
+  s->nvme = s->nv0 < s->nu;
+  s->hopt_n = (s->nvme ? zt_shard_at(s->tab, s->nv0, 0)->packed_off : s->tab->packed_total) -
+              s->dev_packed;
+  for (int u = s->nv0; u < s->nu; u++)
     if (s->tab->chunk[u] > s->nv_chunk) s->nv_chunk = s->tab->chunk[u];
   return 0;
 }

@@ -10,7 +10,10 @@
 # masters, m and v in its own files under the job's directory in nvme_dir): stages 1 and 3 (with
 # the parameters on the host) train bitwise as on the device, the plan says each rank's NVMe
 # bytes, nvme_dir is empty after the jobs, a directory that is not there is refused, and an
-# injected read error fails the job naming the rank's file.
+# injected read error fails the job naming the rank's file. Host and NVMe together
+# (offload.host_units with optimizer nvme: the units after the device ones on the host, the rest
+# in files): a stage 2 job trains bitwise as on the device, its plan moves bytes from NVMe to the
+# host tier, and host_units without optimizer nvme or past the model's units is refused.
 . "$(dirname "$0")/lib.sh"
 
 start_ztd --cpu-ranks 2
@@ -38,6 +41,8 @@ ospec "$ZT_TMP/nodir.json" 2 "{\"optimizer\": \"nvme\", \"nvme_dir\": \"$ZT_TMP/
 ospec "$ZT_TMP/ph2.json" 2 '{"optimizer": "host", "params": "host"}'
 ospec "$ZT_TMP/grads.json" 1 '{"optimizer": "host", "grads": "gpu"}'
 ospec "$ZT_TMP/units.json" 1 '{"optimizer": "host", "gpu_units": 9}'
+ospec "$ZT_TMP/hauto.json" 2 '{"optimizer": "auto", "host_units": 1}'
+ospec "$ZT_TMP/hmany.json" 2 "{\"optimizer\": \"nvme\", \"gpu_units\": 1, \"host_units\": 4, \"nvme_dir\": \"$NVME\"}"
 for op in submit plan; do
   expect_fail 1 "offload.params: nvme with parallel.gpus 2 is not supported" \
     ztctl "$op" "$ZT_TMP/nvme.json"
@@ -48,6 +53,10 @@ for op in submit plan; do
   expect_fail 1 "offload.grads: gpu keeps the optimizer on the device" \
     ztctl "$op" "$ZT_TMP/grads.json"
   expect_fail 1 "offload.gpu_units must be in [0, 4]" ztctl "$op" "$ZT_TMP/units.json"
+  expect_fail 1 "offload.host_units with parallel.gpus 2 needs offload.optimizer nvme" \
+    ztctl "$op" "$ZT_TMP/hauto.json"
+  expect_fail 1 "offload.host_units is 4; after 1 unit(s) on the device the model has 3" \
+    ztctl "$op" "$ZT_TMP/hmany.json"
 done
 
 # gpu_budget per rank: what auto picks as the budget shrinks (stage 3, "auto" checkpointing).
@@ -91,6 +100,17 @@ assert o["optimizer"] == "nvme" and o["gpu_units"] == 1 and o["nvme_bytes_per_ra
 PY
 ztctl plan "$ZT_TMP/n3.json" | grep -q "offload: each rank keeps the optimizer of 1 of 4 units on its GPU and the rest's in a host tier of .* and NVMe files of 180.0 KiB; parameters on the gpu" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/n3.json")"
+# host_units 2 of the 3 units after the device one: their state moves from the files to the host
+ospec "$ZT_TMP/s3.json" 3 "{\"optimizer\": \"nvme\", \"gpu_units\": 1, \"host_units\": 2, \"nvme_dir\": \"$NVME\"}"
+python3 - "$(ztctl --json plan "$ZT_TMP/n3.json")" "$(ztctl --json plan "$ZT_TMP/s3.json")" <<'PY' || fail "split plan"
+import json, sys
+n, s = (json.loads(a)["offload"] for a in sys.argv[1:])
+print("split plan: %s" % json.dumps(s))
+assert s["optimizer"] == "nvme" and s["gpu_units"] == 1, s
+assert 0 < s["nvme_bytes_per_rank"] < n["nvme_bytes_per_rank"], (n, s)
+assert s["host_bytes_per_rank"] > n["host_bytes_per_rank"], (n, s)
+assert s["device_bytes_per_rank"] == n["device_bytes_per_rank"], (n, s)
+PY
 ztctl plan "$ZT_TMP/h3.json" | grep -q "offload: each rank keeps the optimizer of 1 of 4 units on its GPU and the rest's in a host tier of .*; parameters on the host" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/h3.json")"
 
@@ -99,7 +119,8 @@ jobs=()
 for cfg in "1 " '1 {"optimizer": "host"}' "2 " '2 {"optimizer": "host", "gpu_units": 2}' \
   "3 " '3 {"optimizer": "host", "params": "host", "gpu_units": 1}' \
   '3 {"optimizer": "auto"}' "1 {\"optimizer\": \"nvme\", \"nvme_dir\": \"$NVME\"}" \
-  "3 {\"optimizer\": \"nvme\", \"params\": \"host\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}"; do
+  "3 {\"optimizer\": \"nvme\", \"params\": \"host\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}" \
+  "2 {\"optimizer\": \"nvme\", \"gpu_units\": 1, \"host_units\": 2, \"nvme_dir\": \"$NVME\"}"; do
   ospec "$ZT_TMP/t${#jobs[@]}.json" "${cfg%% *}" "${cfg#* }"
   jobs+=("$(new_job "$ZT_TMP/t${#jobs[@]}.json")") || exit 1
 done
@@ -109,7 +130,7 @@ for j in "${jobs[@]}"; do shows+=("$(ztctl --json show "$j")"); done
 python3 - "${shows[@]}" <<'PY' || fail "offloaded losses"
 import json, sys
 j = [json.loads(a) for a in sys.argv[1:]]
-pairs = [(0, 1), (2, 3), (4, 5), (4, 6), (0, 7), (4, 8)]
+pairs = [(0, 1), (2, 3), (4, 5), (4, 6), (0, 7), (4, 8), (2, 9)]
 for a, b in pairs:
     la, lb = j[a]["losses"], j[b]["losses"]
     assert len(la) == 20 and la == lb, (a, b, la, lb)
@@ -119,6 +140,7 @@ for a, b in pairs:
 assert j[1]["spec"]["offload"]["optimizer"] == "host" and j[1]["spec"]["offload"]["gpu_units"] == 0
 assert j[6]["spec"]["offload"]["optimizer"] == "host" and j[6]["spec"]["offload"]["params"] == "gpu"
 assert j[8]["spec"]["offload"]["optimizer"] == "nvme" and j[8]["spec"]["offload"]["gpu_units"] == 1
+assert j[9]["spec"]["offload"]["optimizer"] == "nvme" and j[9]["spec"]["offload"]["host_units"] == 2
 PY
 [ -z "$(ls -A "$NVME")" ] || fail "files left in nvme_dir: $(find "$NVME")"
 for j in "${jobs[@]}"; do check_learned "$j"; done

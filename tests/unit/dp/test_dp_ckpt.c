@@ -26,7 +26,8 @@
  *   one (-EFBIG), the checkpoint there left as it was, and the trainer goes on.
  * With optimizer nvme (each rank's host units' masters, m and v in its files under nvme_dir)
  * the same, the ranks reading their files into the checkpoint and the loads writing them
- * (skipped without io_uring). The data-parallel open streams the initial parameters a piece of
+ * (skipped without io_uring), and with host_units too (some units' state on the host tier, the
+ * rest's in files). The data-parallel open streams the initial parameters a piece of
  * units at a time: its transient heap is less than a flat copy of them. */
 #include <errno.h>
 #include <jansson.h>
@@ -54,6 +55,7 @@ typedef struct ccase {
   zt_offload_place optimizer, params;
   int gpu_units;
   zt_dtype dt;
+  int host_units; /* optimizer nvme: the units after the device ones on the host tier */
 } ccase;
 
 static char nvme_dir[600]; /* optimizer nvme's directory ("" without io_uring) */
@@ -66,7 +68,8 @@ static zt_train_cfg train_cfg(const ccase *c, int W) {
 static zt_trainer *open_w(const zt_model_cfg *mc, const ccase *c, dpt_ranks *x, int W) {
   zt_train_cfg tc = train_cfg(c, W);
   zt_dp_cfg dc = {.world = W, .zero_stage = c->stage, .optimizer = c->optimizer,
-                  .params = c->params, .gpu_units = c->gpu_units, .nvme_dir = nvme_dir};
+                  .params = c->params, .gpu_units = c->gpu_units, .host_units = c->host_units,
+                  .nvme_dir = nvme_dir};
   dpt_ranks_open(x, W);
   return dpt_open_dp_cfg(mc, &tc, x, &dc);
 }
@@ -310,9 +313,9 @@ static int one_case(const ccase *c) {
   int32_t *tok = dpt_tokens(&mc, MICROS, 31 + (uint64_t)c->stage);
   size_t per = dpt_step_tokens(&mc, MICROS);
   char what[200], ck[600], flat[600], err[512];
-  snprintf(what, sizeof what, "stage %d %s, optimizer %s (gpu_units %d) params %s", c->stage,
-           zt_dtype_name(c->dt), zt_offload_place_name(c->optimizer), c->gpu_units,
-           zt_offload_place_name(c->params));
+  snprintf(what, sizeof what, "stage %d %s, optimizer %s (gpu_units %d host_units %d) params %s",
+           c->stage, zt_dtype_name(c->dt), zt_offload_place_name(c->optimizer), c->gpu_units,
+           c->host_units, zt_offload_place_name(c->params));
   const char *dir = mc_tmpdir();
   snprintf(ck, sizeof ck, "%s/ranked", dir);
   snprintf(flat, sizeof flat, "%s/flat", dir);
@@ -417,7 +420,7 @@ static int memory(void) {
   mc.n_heads = 4;
   mc.n_layers = 12;
   /* every unit but the first on the host tier: both of a rank's ways to its chunks */
-  ccase c = {2, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32};
+  ccase c = {2, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32, 0};
   const char *dir = mc_tmpdir();
   char ck[600], err[512];
   snprintf(ck, sizeof ck, "%s/ranked", dir);
@@ -478,8 +481,8 @@ static int memory(void) {
  * at once), and a world out of range gets SIZE_MAX. With the test model's units the chunks of
  * W 3 are rounded up to the trainer's alignment, so the estimate must shard as it does. */
 static int estimates(void) {
-  static const ccase cases[] = {{1, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_F32},
-                                {3, ZT_PLACE_HOST, ZT_PLACE_HOST, 1, ZT_F32}};
+  static const ccase cases[] = {{1, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_F32, 0},
+                                {3, ZT_PLACE_HOST, ZT_PLACE_HOST, 1, ZT_F32, 0}};
   int fails = 0;
   for (int a = 0; a < 2; a++) {
     zt_model_cfg mc = dpt_model_cfg(a ? ZT_ARCH_ENCODER : ZT_ARCH_GPT);
@@ -555,7 +558,7 @@ static int refused(zt_trainer *t, const float *fresh, const char *dir, int want,
 
 static int refusals(void) {
   zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
-  ccase c = {2, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32};
+  ccase c = {2, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32, 0};
   int32_t *tok = dpt_tokens(&mc, MICROS, 3);
   size_t per = dpt_step_tokens(&mc, MICROS);
   const char *dir = mc_tmpdir();
@@ -650,18 +653,21 @@ static int refusals(void) {
 
 int main(void) {
   static const ccase cases[] = {
-      {1, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_F32},
-      {2, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_F16},
-      {3, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_BF16},
-      {1, ZT_PLACE_HOST, ZT_PLACE_AUTO, 0, ZT_BF16},
-      {2, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32},
-      {3, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32},
-      {3, ZT_PLACE_HOST, ZT_PLACE_HOST, 1, ZT_BF16},
+      {1, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_F32, 0},
+      {2, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_F16, 0},
+      {3, ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, ZT_BF16, 0},
+      {1, ZT_PLACE_HOST, ZT_PLACE_AUTO, 0, ZT_BF16, 0},
+      {2, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32, 0},
+      {3, ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, ZT_F32, 0},
+      {3, ZT_PLACE_HOST, ZT_PLACE_HOST, 1, ZT_BF16, 0},
   };
   static const ccase nvme_cases[] = {
-      {1, ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, ZT_F32},
-      {2, ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, ZT_BF16},
-      {3, ZT_PLACE_NVME, ZT_PLACE_HOST, 1, ZT_F16},
+      {1, ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, ZT_F32, 0},
+      {2, ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, ZT_BF16, 0},
+      {3, ZT_PLACE_NVME, ZT_PLACE_HOST, 1, ZT_F16, 0},
+      /* host and NVMe together: a unit's chunks through the host tier or its files */
+      {2, ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, ZT_BF16, 2},
+      {3, ZT_PLACE_NVME, ZT_PLACE_HOST, 0, ZT_F32, 2},
   };
   int fails = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fails += one_case(&cases[i]);

@@ -19,8 +19,11 @@
  * zt_dp_estimate_nvme_bytes, its store read every file once a step and wrote it once a step
  * and at the open (its counters), the files are gone after the close; an injected EIO on a
  * read (updates after the norm) and on a write-behind (updates overlapping the backward) fails
- * the step (-EIO) naming the file, and the trainer refuses further steps. Without io_uring
- * (kernel or sandbox) the NVMe part is skipped. */
+ * the step (-EIO) naming the file, and the trainer refuses further steps. Host and NVMe
+ * together (dp.host_units: the units after the device ones on the host, the rest in files, with
+ * the parameters on the host too at stage 3) are placements of the same worlds with the same
+ * checks, the store's counters showing the NVMe units' files alone. Without io_uring (kernel or
+ * sandbox) the NVMe part is skipped. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -30,6 +33,7 @@
 #include <sys/stat.h>
 
 #include "engine/kernels/backend.h"
+#include "engine/train/trainer_internal.h"
 #include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"
 
@@ -39,9 +43,10 @@
 typedef struct placement {
   zt_offload_place optimizer, params;
   int gpu_units;
+  int host_units; /* optimizer nvme: the units after the device ones on the host tier */
 } placement;
 
-static const placement on_device = {ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0};
+static const placement on_device = {ZT_PLACE_AUTO, ZT_PLACE_AUTO, 0, 0};
 
 /* optimizer nvme: io_uring works here (main), and the directory of the matrix being run */
 static int nvme_ok;
@@ -49,14 +54,17 @@ static char nvme_dir[600];
 
 static void describe(char *out, size_t len, zt_arch arch, int W, int stage, zt_dtype dt,
                      float clip, const placement *p) {
-  snprintf(out, len, "%s W %d stage %d %s clip %g, optimizer %s (gpu_units %d) params %s",
+  snprintf(out, len,
+           "%s W %d stage %d %s clip %g, optimizer %s (gpu_units %d host_units %d) params %s",
            zt_arch_name(arch), W, stage, zt_dtype_name(dt), (double)clip,
-           zt_offload_place_name(p->optimizer), p->gpu_units, zt_offload_place_name(p->params));
+           zt_offload_place_name(p->optimizer), p->gpu_units, p->host_units,
+           zt_offload_place_name(p->params));
 }
 
 static zt_dp_cfg dp_cfg(int W, int stage, const placement *p) {
   return (zt_dp_cfg){.world = W, .zero_stage = stage, .optimizer = p->optimizer,
-                     .params = p->params, .gpu_units = p->gpu_units, .nvme_dir = nvme_dir};
+                     .params = p->params, .gpu_units = p->gpu_units,
+                     .host_units = p->host_units, .nvme_dir = nvme_dir};
 }
 
 /* The directory holds nothing (the trainers removed their files and directories). */
@@ -84,6 +92,20 @@ static int same_run(const dpt_run *a, const dpt_run *ref, int from, int to, cons
                        "%s: step %d loss %.17g norm %.17g, on the device %.17g %.17g", what,
                        i + 1, a->loss[i], a->norm[i], ref->loss[i], ref->norm[i]);
   return fails;
+}
+
+/* The bytes of rank r's files: a master, exp_avg and exp_avg_sq of its chunk per NVMe unit
+ * (those past gpu_units + host_units), what the open writes once and a step reads and writes
+ * once each. */
+static uint64_t nvme_unit_bytes(zt_trainer *t, int W, const placement *p) {
+  zt_shard_table *tab;
+  const zt_model *m = zt_trainer_model(t);
+  uint64_t sum = 0;
+  if (zt__trainer_shard_table(m, W, &tab) < 0) exit(1);
+  for (int u = p->gpu_units + p->host_units; u < zt_model_num_units(m); u++)
+    sum += 3 * tab->chunk[u] * sizeof(float);
+  zt_shard_table_free(tab);
+  return sum;
 }
 
 /* Each rank's device and host bytes against the estimates. */
@@ -133,17 +155,21 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int n
   float *want = dpt_state_of(t);
   zt_trainer_close(t);
 
-  placement ps[8];
+  placement ps[12];
   int np = 0;
-  ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 0};
-  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0};
-  ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_GPU, units / 2};
-  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_GPU, units / 2};
-  ps[np++] = (placement){ZT_PLACE_GPU, ZT_PLACE_GPU, 0};
+  ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 0, 0};
+  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, 0};
+  ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_GPU, units / 2, 0};
+  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_GPU, units / 2, 0};
+  /* host and NVMe together: the units after the device ones on the host, the rest in files */
+  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, 2};
+  if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, units - 1};
+  ps[np++] = (placement){ZT_PLACE_GPU, ZT_PLACE_GPU, 0, 0};
   if (stage == 3) {
-    ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0};
-    ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 1};
-    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 1};
+    ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0, 0};
+    ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 1, 0};
+    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 1, 0};
+    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 0, 2};
   }
   for (int i = 0; i < np; i++) {
     describe(what, sizeof what, arch, W, stage, dt, clip, &ps[i]);
@@ -162,13 +188,17 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int n
                          zt_trainer_dp_host_bytes(t, 0));
     dpt_run o;
     fails += dpt_run_steps(t, tok, per, 0, SAVE_AT, &o, what);
+    /* only the NVMe units' files: the host units' state never goes through the store */
+    uint64_t files = nvme ? nvme_unit_bytes(t, W, &ps[i]) : 0;
     for (int r = 0; nvme && r < W; r++) {
       zt_nvme_stats st = nvme_stats(t, r);
       uint64_t f = at_open[r].bytes_written;
-      fails += MC_EXPECT(f > 0 && at_open[r].bytes_read == 0 && st.bytes_read == SAVE_AT * f &&
+      fails += MC_EXPECT(f == files && at_open[r].bytes_read == 0 &&
+                         st.bytes_read == SAVE_AT * f &&
                          st.bytes_written == (SAVE_AT + 1) * f && st.errors == 0,
-                         "%s: rank %d's store wrote %llu bytes at the open, then read %llu and "
-                         "wrote %llu in %d steps", what, r, (unsigned long long)f,
+                         "%s: rank %d's store wrote %llu bytes at the open (the NVMe units' "
+                         "files %llu), then read %llu and wrote %llu in %d steps", what, r,
+                         (unsigned long long)f, (unsigned long long)files,
                          (unsigned long long)st.bytes_read,
                          (unsigned long long)st.bytes_written, SAVE_AT);
     }
@@ -215,7 +245,7 @@ static int nonfinite(int stage) {
   int32_t *tok = dpt_tokens(&mc, 2, 9);
   dpt_ranks x;
   dpt_ranks_open(&x, 2);
-  placement pl = {ZT_PLACE_HOST, stage == 3 ? ZT_PLACE_HOST : ZT_PLACE_AUTO, 1};
+  placement pl = {ZT_PLACE_HOST, stage == 3 ? ZT_PLACE_HOST : ZT_PLACE_AUTO, 1, 0};
   zt_dp_cfg dc = dp_cfg(2, stage, &pl);
   zt_trainer *t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
   size_t n = zt_model_num_params(zt_trainer_model(t));
@@ -258,7 +288,7 @@ static int eio(const char *fault, float clip) {
   if (mkdir(nvme_dir, 0700) < 0) exit(1);
   dpt_ranks x;
   dpt_ranks_open(&x, 2);
-  placement pl = {ZT_PLACE_NVME, ZT_PLACE_AUTO, 1};
+  placement pl = {ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, 0};
   zt_dp_cfg dc = dp_cfg(2, 2, &pl);
   setenv("ZT_FAULT_NVME", fault, 1);
   zt_trainer *t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
@@ -311,24 +341,30 @@ static int refuses(const placement *p, int stage, int want_rc, const char *field
   dpt_ranks_close(&x);
   size_t est = zt_dp_estimate_host_bytes(&mc, &tc, &dc);
   return MC_EXPECT(rc == want_rc && !t && strstr(err, field) && est == SIZE_MAX,
-                   "stage %d optimizer %s params %s gpu_units %d: %d '%s' (estimate %zu), want "
-                   "%d naming %s", stage, zt_offload_place_name(p->optimizer),
-                   zt_offload_place_name(p->params), p->gpu_units, rc, err, est, want_rc, field);
+                   "stage %d optimizer %s params %s gpu_units %d host_units %d: %d '%s' "
+                   "(estimate %zu), want %d naming %s", stage,
+                   zt_offload_place_name(p->optimizer), zt_offload_place_name(p->params),
+                   p->gpu_units, p->host_units, rc, err, est, want_rc, field);
 }
 
 static int bad_placements(void) {
   int fails = 0;
-  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0}, 2, -EINVAL, "dp.params");
-  fails += refuses(&(placement){ZT_PLACE_GPU, ZT_PLACE_HOST, 0}, 3, -EINVAL, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 0, 0}, 2, -EINVAL, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_GPU, ZT_PLACE_HOST, 0, 0}, 3, -EINVAL, "dp.params");
   nvme_dir[0] = 0;
-  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0}, 1, -EINVAL, "dp.nvme_dir");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, 0}, 1, -EINVAL, "dp.nvme_dir");
   snprintf(nvme_dir, sizeof nvme_dir, "/nonexistent-zt-dir");
-  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_NVME, 0}, 3, -ENOTSUP, "dp.params");
-  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 0}, 3, -ENOTSUP, "dp.params");
-  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 0}, 2, -EINVAL, "dp.params");
-  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, -1}, 2, -EINVAL, "dp.gpu_units");
-  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, -1}, 2, -EINVAL, "dp.gpu_units");
-  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 99}, 2, -EINVAL, "dp.gpu_units");
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_NVME, 0, 0}, 3, -ENOTSUP, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 0, 0}, 3, -ENOTSUP, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 0, 0}, 2, -EINVAL, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, -1, 0}, 2, -EINVAL, "dp.gpu_units");
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, -1, 0}, 2, -EINVAL, "dp.gpu_units");
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 99, 0}, 2, -EINVAL, "dp.gpu_units");
+  /* the host / NVMe split is optimizer nvme's, within the units after the device ones */
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 1, 1}, 2, -EINVAL, "dp.host_units");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, -1}, 2, -EINVAL,
+                   "dp.host_units");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, 4}, 2, -EINVAL, "dp.host_units");
   return fails;
 }
 
