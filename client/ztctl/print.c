@@ -112,13 +112,19 @@ void ztctl_fmt_job_memory(char *buf, size_t cap, const json_t *mem, ztctl_mem_pa
     fmt_figure(d, sizeof d, field(off, "nvme_bytes"));
     snprintf(buf, cap, "device %s, host %s (%s pinned), nvme %s", a, b, c, d);
     break;
-  case ZTCTL_MEM_TIMELINE:
+  case ZTCTL_MEM_TIMELINE: {
     if (!json_is_object(tl)) break;
-    snprintf(buf, cap, "%s %.0f%% h2d %.0f%% d2h %.0f%% cpu-adam %.0f%% nvme %.0f%%",
-             strcmp(json_string_value(json_object_get(mem, "backend")) ?: "", "cuda") == 0
-                 ? "gpu" : "compute",
-             100 * field(tl, "compute"), 100 * field(tl, "h2d"), 100 * field(tl, "d2h"),
-             100 * field(tl, "optimizer"), 100 * field(tl, "nvme"));
+    int n = snprintf(buf, cap, "%s %.0f%% h2d %.0f%% d2h %.0f%% cpu-adam %.0f%% nvme %.0f%%",
+                     strcmp(json_string_value(json_object_get(mem, "backend")) ?: "", "cuda") == 0
+                         ? "gpu" : "compute",
+                     100 * field(tl, "compute"), 100 * field(tl, "h2d"), 100 * field(tl, "d2h"),
+                     100 * field(tl, "optimizer"), 100 * field(tl, "nvme"));
+    /* what the trainer stood waiting for, where the daemon reports it */
+    const json_t *w = json_object_get(tl, "waits");
+    if (json_is_object(w) && n > 0 && (size_t)n < cap)
+      snprintf(buf + n, cap - (size_t)n, "; waited on copies %.0f%% cpu-adam %.0f%% nvme %.0f%%",
+               100 * field(w, "copy"), 100 * field(w, "optimizer"), 100 * field(w, "nvme"));
     break;
+  }
   }
 }
