@@ -5,7 +5,10 @@
  * optimizer auto splits the optimizer state between the host and NVMe and the gradients take
  * the ring: it fits every budget. Each of the two is needed: the optimizer on the host alone
  * overruns the host, on NVMe alone the NVMe budget, and clipping (the flat gradient buffer)
- * leaves too little host for the split. Prints the plan. */
+ * leaves too little host for the split. Prints the plan. Then GPT-2 124M and 1.5B (B 8, T 1024,
+ * bf16) under gpu_budget 24 GiB with everything auto, issue 5's benchmark: 124M keeps every unit
+ * on the device without recompute (the target is the no-budget time), 1.5B fits the budget;
+ * both plans are printed. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +19,28 @@
 #include "tests/unit/model/mcheck.h"
 
 #define GiB ((size_t)1 << 30)
+
+/* GPT-2 of d_model d and L layers (vocab 50304, T 1024, B 8, bf16) under 24 GiB, all auto. */
+static int gpt2_plan(const zt_ops *ops, int d, int L, int nh, zt_offload_plan *p) {
+  char err[1024];
+  zt_model_cfg mc = {.arch = ZT_ARCH_GPT, .vocab = 50304, .seq_len = 1024, .d_model = d,
+                     .n_heads = nh, .n_layers = L, .init_seed = 1};
+  zt_train_cfg tc;
+  zt_train_cfg_defaults(&tc);
+  tc.micro_batch = 8;
+  tc.precision = ZT_BF16;
+  tc.ckpt_every = ZT_CKPT_AUTO;
+  zt_offload_cfg oc;
+  zt_offload_cfg_defaults(&oc);
+  oc.gpu_budget = 24 * GiB;
+  int rc = zt_offload_estimate(&mc, &tc, &oc, ops, p, err, sizeof err);
+  if (MC_EXPECT(rc == 0, "GPT-2 d %d: %s", d, err)) return 1;
+  printf("GPT-2 d %d, %d layers on %s under 24 GiB: %d of %d units' optimizer on the device, "
+         "params %s, checkpointing every %d, device %zu bytes, host %zu, estimated %.0f ms\n", d,
+         L, ops->name, p->gpu_units, p->units, zt_offload_place_name(p->params), p->ckpt_every,
+         p->device_bytes, p->host_bytes, p->est_step_s * 1e3);
+  return MC_EXPECT(p->device_bytes <= 24 * GiB, "over the budget: %zu", p->device_bytes);
+}
 
 int main(void) {
   int fails = 0;
@@ -67,6 +92,17 @@ int main(void) {
                        p.nvme_bytes > 0 && p.grad_slots > 0, "not split: %d host units, %d "
                        "gradient slots", p.host_units, p.grad_slots);
   }
+
+  zt_offload_plan small, big;
+  if (gpt2_plan(ops, 768, 12, 12, &small) == 0)
+    fails += MC_EXPECT(small.ckpt_every == 0 && small.params == ZT_PLACE_GPU &&
+                           small.gpu_units >= small.units - 1,
+                       "124M: checkpointing %d, params %s, %d of %d units on the device",
+                       small.ckpt_every, zt_offload_place_name(small.params), small.gpu_units,
+                       small.units);
+  else
+    fails++;
+  fails += gpt2_plan(ops, 1600, 48, 25, &big);
 
   /* the optimizer on the host alone: the host budget cannot hold it */
   zt_offload_cfg host = oc;
