@@ -35,13 +35,37 @@ typedef struct zt_comm_ops {
   /* every rank's recv gets root's send (root's recv too) */
   int (*broadcast)(void *ctx, const void *send, void *recv, size_t bytes, int root,
                    void *stream);
+  /* The communicator's own queue, so that collectives overlap the compute (NCCL: a CUDA
+   * stream of its own on the rank's device; the CPU group: a thread of the rank's). A
+   * collective given stream == queue(ctx) runs there, in the order queued; one given the
+   * backend's stream runs as above. Every collective of a rank, whichever its stream, runs
+   * after the ones the rank issued before it (the CPU group's waits for the queue to drain;
+   * NCCL's is ordered after the queue by an event, and the queue's next after it), so the
+   * order every rank must keep is still the order of the calls. Between the queue and a
+   * stream the order is explicit:
+   * - queue_after: the queue's later collectives start after everything queued on `stream`
+   *   so far (NCCL: an event on stream that the queue waits for; CPU: nothing to do, the
+   *   backend's compute is done when its call returns).
+   * - queue_mark: a ticket (>= 1) for the collectives queued on the queue so far, or -errno.
+   * - stream_wait: what `stream` runs next waits for the ticket (NCCL: without blocking the
+   *   host; CPU: the calling thread blocks until the queue has done the ticket).
+   * - queue_sync: the calling thread waits until everything queued on the queue is done.
+   * A queued collective that fails makes the communicator's error sticky as any failed call
+   * does: that call may have returned 0 (it was only queued), so stream_wait, queue_sync and
+   * every later call return the error. */
+  void *(*queue)(void *ctx);
+  int (*queue_after)(void *ctx, void *stream);
+  long long (*queue_mark)(void *ctx);
+  int (*stream_wait)(void *ctx, void *stream, long long ticket);
+  int (*queue_sync)(void *ctx);
   /* returns when every rank has called it (NCCL: once the stream's work before it is done) */
   int (*barrier)(void *ctx, void *stream);
   /* Gives up on the group: collectives in progress or called later on any rank return
    * -ECANCELED (CPU) or fail (NCCL: ncclCommAbort; the other ranks in this process abort too,
    * which ends their kernels, and their next call returns -ECANCELED; ranks in other processes
    * fail when NCCL notices or their cancel token fires, engine/comm/comm_nccl.h), so that no
-   * rank waits forever for one that failed. Called by the rank's own thread, between
+   * rank waits forever for one that failed; collectives queued on the queue end the same way.
+   * Called by the rank's own thread, between
    * collectives (the CPU group's waiting ranks may still read a rank's buffers inside one). The
    * communicator still has to be closed. */
   void (*abort)(void *ctx);
@@ -59,7 +83,12 @@ typedef struct zt_comm {
  * meets the others at a barrier (a mutex and a condition variable, so the posts happen before
  * the reads), computes its part reading the others' buffers, and meets them again before it
  * returns, so no buffer is reused while another rank reads it. Ranks whose calls do not match
- * (another collective, size or root) all get -EINVAL naming both. */
+ * (another collective, size or root) all get -EINVAL naming both. The queue is a thread of the
+ * rank's, started by its first queued call, that runs the calls through the same code (same
+ * bits); a call on any other stream, and barrier on any, first waits until it has drained. A
+ * call given the queue that fails, or cannot be queued, also aborts the group, so that no rank
+ * waits for a collective this rank's queue will not run. Closing waits for what is queued (abort
+ * first where a rank may never come). */
 typedef struct zt_comm_cpu_group zt_comm_cpu_group;
 
 /* world in [1, ZT_COMM_CPU_MAX_WORLD]; -EINVAL / -ENOMEM. The environment variable

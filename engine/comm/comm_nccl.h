@@ -42,6 +42,11 @@
 /* A collective's ncclInProgress (its enqueue, microseconds) is polled this many times with
  * sched_yield before the polls sleep ZT_COMM_NCCL_POLL_US. */
 #define ZT_COMM_NCCL_SPIN_POLLS 20000
+
+/* The events behind the queue's tickets (comm.h queue_mark), reused in turn: a wait for a
+ * ticket older than this many marks waits for a later one instead (longer, never wrong). The
+ * trainer waits for tickets a few units old. */
+#define ZT_COMM_NCCL_MARKS 64
 #define ZT_COMM_NCCL_WATCH_MS 25
 
 /* The group's identity, made once (by the thread that starts the ranks) and handed to every

@@ -1,5 +1,6 @@
 /* The NCCL communicator (engine/comm/comm_nccl.h): each collective is the NCCL call of the same
- * name, queued on the rank backend's stream. A failed call is logged with file and line, turned
+ * name, queued on the rank backend's stream or on the communicator's own (comm.h's queue: a
+ * stream of its own, tickets as events on it). A failed call is logged with file and line, turned
  * into -errno, and is sticky: the ranks are out of step after it, so every later call returns
  * the first error until the communicator is closed.
  *
@@ -140,6 +141,14 @@ typedef struct nccl_ctx {
   pthread_t watchdog;
   int err; /* the first error as -errno, 0 while none */
   char err_text[256];
+  /* The queue (comm.h), the rank's thread's alone: its stream, the events of its tickets
+   * (marks[t % ZT_COMM_NCCL_MARKS] recorded for ticket t), one to order a stream after it and
+   * one to order it after a stream. queued: a collective ever ran on it (until then no
+   * collective needs ordering against it). */
+  cudaStream_t queue;
+  cudaEvent_t marks[ZT_COMM_NCCL_MARKS], tail, fence;
+  long long ticket;
+  int queued;
 } nccl_ctx;
 
 static int nccl_errno(ncclResult_t r) {
@@ -270,14 +279,39 @@ static int settle_locked(nccl_ctx *c, ncclResult_t r, const char *what, const ch
     pthread_mutex_unlock(&(c)->mu);                                                              \
   } while (0)
 
+/* comm.h: every collective runs in the rank's call order whatever its stream. One on another
+ * stream than the queue waits for the queue's work, and the queue's next for it. */
+static int order_before(nccl_ctx *c, cudaStream_t s) {
+  if (!c->queued || s == c->queue) return 0;
+  int rc = CUDA_CALL(c, cudaEventRecord(c->tail, c->queue));
+  return rc ? rc : CUDA_CALL(c, cudaStreamWaitEvent(s, c->tail, 0));
+}
+static int order_after(nccl_ctx *c, cudaStream_t s) {
+  if (s == c->queue) {
+    c->queued = 1;
+    return 0;
+  }
+  if (!c->queued) return 0;
+  int rc = CUDA_CALL(c, cudaEventRecord(c->fence, s));
+  return rc ? rc : CUDA_CALL(c, cudaStreamWaitEvent(c->queue, c->fence, 0));
+}
+
+/* A collective: NCCL_RUN between the orderings. */
+#define COLLECTIVE(c, rc, s, expr)                                                               \
+  do {                                                                                           \
+    (rc) = order_before((c), (s));                                                               \
+    if ((rc) == 0) NCCL_RUN(c, rc, expr);                                                        \
+    if ((rc) == 0) (rc) = order_after((c), (s));                                                 \
+  } while (0)
+
 static int n_rank(void *ctx) { return ((const nccl_ctx *)ctx)->rank; }
 static int n_world(void *ctx) { return ((const nccl_ctx *)ctx)->world; }
 
 static int n_all_reduce(void *ctx, const float *send, float *recv, size_t count, void *stream) {
   nccl_ctx *c = ctx;
   int rc;
-  NCCL_RUN(c, rc, ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, c->comm,
-                                (cudaStream_t)stream));
+  cudaStream_t s = stream;
+  COLLECTIVE(c, rc, s, ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, c->comm, s));
   return rc;
 }
 
@@ -285,15 +319,16 @@ static int n_reduce_scatter(void *ctx, const float *send, float *recv, size_t co
                             void *stream) {
   nccl_ctx *c = ctx;
   int rc;
-  NCCL_RUN(c, rc, ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, c->comm,
-                                    (cudaStream_t)stream));
+  cudaStream_t s = stream;
+  COLLECTIVE(c, rc, s, ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, c->comm, s));
   return rc;
 }
 
 static int n_all_gather(void *ctx, const void *send, void *recv, size_t bytes, void *stream) {
   nccl_ctx *c = ctx;
   int rc;
-  NCCL_RUN(c, rc, ncclAllGather(send, recv, bytes, ncclUint8, c->comm, (cudaStream_t)stream));
+  cudaStream_t s = stream;
+  COLLECTIVE(c, rc, s, ncclAllGather(send, recv, bytes, ncclUint8, c->comm, s));
   return rc;
 }
 
@@ -301,8 +336,8 @@ static int n_broadcast(void *ctx, const void *send, void *recv, size_t bytes, in
                        void *stream) {
   nccl_ctx *c = ctx;
   int rc;
-  NCCL_RUN(c, rc, ncclBroadcast(send, recv, bytes, ncclUint8, root, c->comm,
-                                (cudaStream_t)stream));
+  cudaStream_t s = stream;
+  COLLECTIVE(c, rc, s, ncclBroadcast(send, recv, bytes, ncclUint8, root, c->comm, s));
   return rc;
 }
 
@@ -311,14 +346,56 @@ static int n_broadcast(void *ctx, const void *send, void *recv, size_t bytes, in
 static int n_barrier(void *ctx, void *stream) {
   nccl_ctx *c = ctx;
   int rc;
-  NCCL_RUN(c, rc, ncclAllReduce(c->one, c->one, 1, ncclFloat32, ncclSum, c->comm,
-                                (cudaStream_t)stream));
+  cudaStream_t s = stream;
+  COLLECTIVE(c, rc, s, ncclAllReduce(c->one, c->one, 1, ncclFloat32, ncclSum, c->comm, s));
   if (rc == 0) rc = CUDA_CALL(c, cudaStreamSynchronize((cudaStream_t)stream));
   if (rc == 0) {
     pthread_mutex_lock(&c->mu);
     rc = usable_locked(c);
     pthread_mutex_unlock(&c->mu);
   }
+  return rc;
+}
+
+static void *n_queue(void *ctx) { return ((nccl_ctx *)ctx)->queue; }
+
+static int n_queue_after(void *ctx, void *stream) {
+  nccl_ctx *c = ctx;
+  int rc = CUDA_CALL(c, cudaEventRecord(c->fence, (cudaStream_t)stream));
+  return rc ? rc : CUDA_CALL(c, cudaStreamWaitEvent(c->queue, c->fence, 0));
+}
+
+static long long n_queue_mark(void *ctx) {
+  nccl_ctx *c = ctx;
+  long long t = c->ticket + 1;
+  int rc = CUDA_CALL(c, cudaEventRecord(c->marks[t % ZT_COMM_NCCL_MARKS], c->queue));
+  if (rc < 0) return rc;
+  c->ticket = t;
+  return t;
+}
+
+/* The queue's failures are NCCL's async errors, which the watchdog turns into the sticky error
+ * (and an abort, which ends the waits); a wait returns it. */
+static int n_stream_wait(void *ctx, void *stream, long long ticket) {
+  nccl_ctx *c = ctx;
+  int rc;
+  pthread_mutex_lock(&c->mu);
+  rc = usable_locked(c);
+  if (rc == 0 && (ticket < 1 || ticket > c->ticket))
+    rc = fail_locked(c, -EINVAL, "waiting for a queue ticket", "no such ticket", __FILE__,
+                     __LINE__);
+  pthread_mutex_unlock(&c->mu);
+  if (rc < 0) return rc;
+  return CUDA_CALL(c, cudaStreamWaitEvent((cudaStream_t)stream,
+                                          c->marks[ticket % ZT_COMM_NCCL_MARKS], 0));
+}
+
+static int n_queue_sync(void *ctx) {
+  nccl_ctx *c = ctx;
+  int rc = CUDA_CALL(c, cudaStreamSynchronize(c->queue));
+  pthread_mutex_lock(&c->mu);
+  if (rc == 0) rc = usable_locked(c);
+  pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
@@ -346,6 +423,11 @@ static const zt_comm_ops nccl_ops = {
     .reduce_scatter = n_reduce_scatter,
     .all_gather = n_all_gather,
     .broadcast = n_broadcast,
+    .queue = n_queue,
+    .queue_after = n_queue_after,
+    .queue_mark = n_queue_mark,
+    .stream_wait = n_stream_wait,
+    .queue_sync = n_queue_sync,
     .barrier = n_barrier,
     .abort = n_abort,
     .error_text = n_error_text,
@@ -420,6 +502,13 @@ int zt_comm_nccl_get_id(zt_comm_nccl_id *id, char *err, size_t errlen) {
 static void ctx_free(nccl_ctx *c) {
   local_leave(c->local);
   if (c->one) cudaFree(c->one);
+  /* the queue's work ended with the communicator (finalized, or aborted, which ends kernels) */
+  if (c->queue) cudaStreamSynchronize(c->queue);
+  for (int i = 0; i < ZT_COMM_NCCL_MARKS; i++)
+    if (c->marks[i]) cudaEventDestroy(c->marks[i]);
+  if (c->tail) cudaEventDestroy(c->tail);
+  if (c->fence) cudaEventDestroy(c->fence);
+  if (c->queue) cudaStreamDestroy(c->queue);
   pthread_cond_destroy(&c->wake);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -473,6 +562,11 @@ int zt_comm_nccl_open(zt_comm *out, int world, int rank, const zt_comm_nccl_id *
   if (rc == 0) rc = CUDA_CALL(c, cudaSetDevice(device));
   if (rc == 0) rc = CUDA_CALL(c, cudaMalloc((void **)&c->one, sizeof(float)));
   if (rc == 0) rc = CUDA_CALL(c, cudaMemset(c->one, 0, sizeof(float)));
+  if (rc == 0) rc = CUDA_CALL(c, cudaStreamCreateWithFlags(&c->queue, cudaStreamNonBlocking));
+  for (int i = 0; rc == 0 && i < ZT_COMM_NCCL_MARKS; i++)
+    rc = CUDA_CALL(c, cudaEventCreateWithFlags(&c->marks[i], cudaEventDisableTiming));
+  if (rc == 0) rc = CUDA_CALL(c, cudaEventCreateWithFlags(&c->tail, cudaEventDisableTiming));
+  if (rc == 0) rc = CUDA_CALL(c, cudaEventCreateWithFlags(&c->fence, cudaEventDisableTiming));
   if (rc == 0) {
     ncclUniqueId u;
     memcpy(u.internal, id->bytes, sizeof u.internal);

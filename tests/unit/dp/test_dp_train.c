@@ -212,9 +212,26 @@ static const char *fl_error_text(void *c) {
   flaky *f = c;
   return f->calls == f->fail_at ? "injected failure" : f->inner.ops->error_text(f->inner.ctx);
 }
-static const zt_comm_ops flaky_ops = {"flaky", fl_rank, fl_world, fl_all_reduce,
-                                      fl_reduce_scatter, fl_all_gather, fl_broadcast, fl_barrier,
-                                      fl_abort, fl_error_text};
+static void *fl_queue(void *c) { flaky *f = c; return f->inner.ops->queue(f->inner.ctx); }
+static int fl_queue_after(void *c, void *st) {
+  flaky *f = c;
+  return f->inner.ops->queue_after(f->inner.ctx, st);
+}
+static long long fl_queue_mark(void *c) {
+  flaky *f = c;
+  return f->inner.ops->queue_mark(f->inner.ctx);
+}
+static int fl_stream_wait(void *c, void *st, long long t) {
+  flaky *f = c;
+  return f->inner.ops->stream_wait(f->inner.ctx, st, t);
+}
+static int fl_queue_sync(void *c) { flaky *f = c; return f->inner.ops->queue_sync(f->inner.ctx); }
+static const zt_comm_ops flaky_ops = {
+    .name = "flaky", .rank = fl_rank, .world = fl_world, .all_reduce = fl_all_reduce,
+    .reduce_scatter = fl_reduce_scatter, .all_gather = fl_all_gather,
+    .broadcast = fl_broadcast, .queue = fl_queue, .queue_after = fl_queue_after,
+    .queue_mark = fl_queue_mark, .stream_wait = fl_stream_wait, .queue_sync = fl_queue_sync,
+    .barrier = fl_barrier, .abort = fl_abort, .error_text = fl_error_text};
 
 /* Rank 1's 5th collective of the second step fails: every rank stops, the step fails with rank
  * 1's reason, and the trainer refuses the next one. */
