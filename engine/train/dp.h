@@ -18,19 +18,32 @@
  *    micro-batch each unit's gradients are all-reduced as its backward finishes; each rank runs
  *    AdamW on its chunks only (its shard of m and v is all it keeps of the optimizer state),
  *    then each unit's parameters are all-gathered.
- * 2. as 1, but gradients are sharded too: each unit's backward writes into one full-size
- *    temporary (reused by every unit; the gpt embedding has its own, held from the head, which
- *    adds the tied wte's gradient, to unit 0) that is reduce-scattered as soon as the unit is
- *    done, every micro-batch, into the rank's gradient shard.
+ * 2. as 1, but gradients are sharded too: each unit's backward writes into one of two
+ *    full-size temporaries (alternating by unit; the gpt embedding has its own, held from the
+ *    head, which adds the tied wte's gradient, to unit 0) that is reduce-scattered as soon as
+ *    the unit is done, every micro-batch, into the rank's gradient shard.
  * 3. as 2, but parameters are sharded too: a unit is all-gathered into one of two slots before
  *    its forward and its backward. The slots alternate by unit, so the gather of the next unit
- *    is issued before this unit computes (on one stream that orders it, a communication stream
- *    would overlap it) and the last two units of the forward are still there for the start of
- *    the backward. The gpt embedding stays gathered through the step in a slot of its own,
- *    because the head reads the tied wte (FSDP keeps such a root unit gathered too).
+ *    is issued before this unit computes and the last two units of the forward are still there
+ *    for the start of the backward. The gpt embedding stays gathered through the step in a
+ *    slot of its own, because the head reads the tied wte (FSDP keeps such a root unit
+ *    gathered too).
  * Per-unit collectives are issued in the same order by every rank whatever its data (a rank
  * whose micro-batch is padding alone still takes part, with zero gradients), as the
  * collectives require.
+ *
+ * Overlap. The device units' collectives run on the communicator's own queue (comm.h: a
+ * stream of its own under NCCL, a thread under the CPU group), ordered against the compute by
+ * tickets: each starts after the compute that produced its input and the compute waits for it
+ * only where it reads the output or reuses the buffer. So a unit's reduce-scatter (stage 1:
+ * all-reduce) runs while the backward computes the next unit into the other temporary (a later
+ * micro-batch's reduced chunk is added to the shard one unit late), stage 3's gather of the
+ * next unit while this one computes, and stages 1-2's gather of each unit's updated parameters
+ * while the next unit's AdamW runs and on into the next step's forward, which waits for each
+ * unit's gather just before that unit. The state calls and close wait for the queue first.
+ * The host units' collectives stay on the compute stream, because their copies to and from the
+ * host are ordered after the compute (offload/copy_engine.h); the communicator orders those
+ * after the queue's, so each rank still issues one sequence of collectives.
  *
  * Checkpoints. A trainer that runs every rank (local == world) writes them per rank
  * (engine/train/checkpoint.c): every rank, on its own thread and all at once, reads its own
@@ -175,7 +188,8 @@ typedef struct zt_dp_cfg {
 #define ZT_DP_FLAG_CHECKPOINT 2u /* some part wants a checkpoint of this step */
 
 /* What the caller gives each rank; the trainer uses but does not own them (close them after
- * the trainer). The collectives run on the backend's stream (zt_backend_stream). */
+ * the trainer). The collectives run on the backend's stream (zt_backend_stream) or the
+ * communicator's queue (above). */
 typedef struct zt_dp_rank {
   zt_backend be; /* the rank's own backend context */
   zt_comm comm;  /* global rank rank0 + i of world W, for ranks[i] */

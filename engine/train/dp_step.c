@@ -92,7 +92,9 @@ typedef struct dp_rank_state {
   void *params_lp;          /* the bf16 compute copy, same layout; NULL in fp32 */
   float *grads;             /* stage 1: the padded layout; 2-3: the packed shard */
   float *m, *v;             /* the packed shard */
-  float *gunit, *gembed;    /* 2-3: a unit's gradients (padded); gpt: the embedding's */
+  float *gunit[2], *gembed; /* 2-3: a unit's gradients (padded), alternating by unit so that
+                               one is reduced while the next unit's backward fills the other;
+                               gpt: the embedding's */
   float *gscratch;          /* 2-3: a reduce-scattered chunk of a later micro-batch */
   float *pslot[2];          /* 3: gathered units */
   void *lpslot[2];
@@ -138,6 +140,16 @@ typedef struct dp_rank_state {
   int updated, nonfinite;   /* host units updated during the backward; one was not finite */
   int slot_unit[2];         /* 3: the unit in each slot, -1 none */
   int embed_gathered;
+  /* The communicator's queue (comm.h): the tickets of the collectives that overlap the compute
+   * (0: none pending, or run on the compute stream, which orders them): the last reduction
+   * that read each unit gradient buffer and the embedding's, each slot's and the embedding's
+   * gather (3), each unit's gather of its updated parameters (1-2, read by the next step);
+   * the latest ticket the compute waited for, which covers every earlier one (the queue runs
+   * in order). A later micro-batch's reduced chunk is added to the shard one unit late
+   * (add_unit, -1 none), so that its reduction overlaps the next unit's backward. */
+  long long gunit_tick[2], gembed_tick, slot_tick[2], embed_tick, *gather_tick, q_waited;
+  long long add_tick;
+  int add_unit;
   adam_seg *segs;
   int nsegs;
   size_t bytes;             /* backend bytes held */
@@ -463,7 +475,8 @@ static int rank_open(dp_rank_state *k) {
   k->view.h_tok = malloc(N * sizeof *k->view.h_tok);
   k->view.h_tgt = malloc(N * sizeof *k->view.h_tgt);
   k->h_xchg = malloc((size_t)s->dc.world * s->rec * sizeof *k->h_xchg);
-  if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || build_segs(k) < 0)
+  k->gather_tick = calloc((size_t)s->nu, sizeof *k->gather_tick);
+  if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || !k->gather_tick || build_segs(k) < 0)
     return rank_fail(k, -ENOMEM, "out of host memory");
   size_t pn = dev_param_floats(s);
   k->params = rank_alloc(k, pn * sizeof(float), &rc);
@@ -479,7 +492,7 @@ static int rank_open(dp_rank_state *k) {
     if (tc->precision != ZT_F32) k->lpchunk[i] = rank_alloc(k, tab->max_chunk * ds, &rc);
   }
   if (stage >= 2) {
-    k->gunit = rank_alloc(k, s->slot_floats * sizeof(float), &rc);
+    for (int i = 0; i < 2; i++) k->gunit[i] = rank_alloc(k, s->slot_floats * sizeof(float), &rc);
     if (s->tied)
       k->gembed = rank_alloc(k, tab->chunk[0] * (size_t)s->dc.world * sizeof(float), &rc);
     k->gscratch = rank_alloc(k, tab->max_chunk * sizeof(float), &rc);
@@ -512,7 +525,7 @@ static size_t rank_buffer_bytes(const dp_state *s, const zt_train_cfg *tc) {
              W * s->rec * sizeof(double) + (size_t)gout_count(s) * tab->max_chunk * f;
   if (s->params_host) b += 2 * tab->max_chunk * (f + lp);
   if (stage >= 2)
-    b += s->slot_floats * f + (s->tied ? tab->chunk[0] * W * f : 0) + tab->max_chunk * f;
+    b += 2 * s->slot_floats * f + (s->tied ? tab->chunk[0] * W * f : 0) + tab->max_chunk * f;
   if (stage == 3)
     b += 2 * s->slot_floats * (f + lp) + (s->tied ? tab->chunk[0] * W * (f + lp) : 0);
   return b;
@@ -526,11 +539,11 @@ static void rank_close(dp_rank_state *k) {
   zt_nvme_store_close(k->store);
   if (k->nvdir[0]) rmdir(k->nvdir);
   free(k->ext);
-  void *bufs[] = {k->params,     k->params_lp,  k->grads,      k->m,          k->v,
-                  k->xchg,       k->gunit,      k->gembed,     k->gscratch,   k->pslot[0],
-                  k->pslot[1],   k->lpslot[0],  k->lpslot[1],  k->pembed,     k->lpembed,
-                  k->gout[0],    k->gout[1],    k->pchunk[0],  k->pchunk[1],  k->lpchunk[0],
-                  k->lpchunk[1]};
+  void *bufs[] = {k->params,    k->params_lp, k->grads,     k->m,         k->v,
+                  k->xchg,      k->gunit[0],  k->gunit[1],  k->gembed,    k->gscratch,
+                  k->pslot[0],  k->pslot[1],  k->lpslot[0], k->lpslot[1], k->pembed,
+                  k->lpembed,   k->gout[0],   k->gout[1],   k->pchunk[0], k->pchunk[1],
+                  k->lpchunk[0], k->lpchunk[1]};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) be->ops->free(be->ctx, bufs[i]);
   zt_host_arena_close(k->host);
@@ -541,6 +554,7 @@ static void rank_close(dp_rank_state *k) {
   free(k->usumsq);
   free(k->submitted);
   free(k->began);
+  free(k->gather_tick);
   zt_acts_close(k->view.acts);
   free(k->view.h_tok);
   free(k->view.h_tgt);
@@ -737,6 +751,40 @@ static int copy_fail(dp_rank_state *k, int rc, const char *what) {
                    strerror(rc < 0 ? -rc : EIO));
 }
 
+/* ---- the communicator's queue: collectives that overlap the compute ------------------------ */
+/* The device units' collectives of a step run on the queue (comm.h), each after the compute
+ * that produced its input (q_begin) and before the compute that reads its output or reuses its
+ * buffer (q_wait on its ticket). The host units' run on the compute stream as before: their
+ * copies to and from the host are ordered after the compute, not after the queue. */
+static void *q_stream(const dp_rank_state *k) { return k->comm.ops->queue(k->comm.ctx); }
+
+/* The queue's next collectives start after the compute queued so far. */
+static int q_begin(dp_rank_state *k) {
+  int rc = k->comm.ops->queue_after(k->comm.ctx, k->stream);
+  return rc < 0 ? comm_fail(k, rc, "ordering a collective after the compute") : 0;
+}
+
+/* A ticket for the collectives queued so far (>= 1), or the failure. */
+static long long q_mark(dp_rank_state *k) {
+  long long t = k->comm.ops->queue_mark(k->comm.ctx);
+  return t < 0 ? comm_fail(k, (int)t, "marking the collectives queued") : t;
+}
+
+/* The compute queued next waits for ticket t (0: nothing to wait for). */
+static int q_wait(dp_rank_state *k, long long t) {
+  if (t <= k->q_waited) return 0;
+  int rc = k->comm.ops->stream_wait(k->comm.ctx, k->stream, t);
+  if (rc < 0) return comm_fail(k, rc, "ordering the compute after a collective");
+  k->q_waited = t;
+  return 0;
+}
+
+/* The compute queued next waits for every collective queued so far. */
+static int q_wait_all(dp_rank_state *k) {
+  long long t = q_mark(k);
+  return t < 0 ? (int)t : q_wait(k, t);
+}
+
 /* params host: the copy of host unit u's chunk (fp32 and the compute copy) into chunk buffer
  * u & 1, ordered after the compute queued so far (the gather that last read it). */
 static int stage_chunk(dp_rank_state *k, int u) {
@@ -753,9 +801,11 @@ static int stage_chunk(dp_rank_state *k, int u) {
   return 0;
 }
 
-/* Stage 3: unit u's parameters gathered into p (and the compute copy into lp). A host unit's
- * chunk comes from its chunk buffer, and the next unit of the walk's is copied behind it. */
-static int gather_unit(dp_rank_state *k, int u, float *p, void *lp) {
+/* Stage 3: unit u's parameters gathered into p (and the compute copy into lp), *tick the
+ * compute's wait for them. A device unit's gather runs on the queue after the compute queued
+ * so far (the slot's last reader). A host unit's chunk comes from its chunk buffer, gathered on
+ * the compute stream, and the next unit of the walk's is copied behind it. */
+static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *tick) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t c = s->tab->chunk[u];
@@ -770,12 +820,16 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp) {
       return copy_fail(k, rc, "ordering a gather after its chunk's copy");
     src = k->pchunk[b];
     lsrc = k->lpchunk[b];
+  } else if ((rc = q_begin(k)) < 0) {
+    return rc;
   }
-  rc = co->all_gather(k->comm.ctx, src, p, c * sizeof(float), k->stream);
+  void *on = host ? k->stream : q_stream(k);
+  rc = co->all_gather(k->comm.ctx, src, p, c * sizeof(float), on);
   if (rc == 0 && lp)
-    rc = co->all_gather(k->comm.ctx, lsrc, lp, c * zt_dtype_size(k->view.tc.precision),
-                        k->stream);
+    rc = co->all_gather(k->comm.ctx, lsrc, lp, c * zt_dtype_size(k->view.tc.precision), on);
   if (rc < 0) return comm_fail(k, rc, "gathering parameters");
+  *tick = 0;
+  if (!host && (*tick = q_mark(k)) < 0) return (int)*tick;
   int next = u + k->dir;
   if (host && next >= 0 && next < s->nu && on_host(s, next) &&
       k->chunk_unit[next & 1] != next && !(s->tied && next == 0 && k->embed_gathered))
@@ -784,22 +838,26 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp) {
 }
 
 /* Unit u's parameters (fp32 and the compute copy; in fp32 the same) for its forward or
- * backward; stage 3 gathers them unless a slot holds them. */
-static int unit_params(dp_rank_state *k, int u, const float **p, const void **lp) {
+ * backward; stage 3 gathers them unless a slot holds them. With `use` the compute queued next
+ * reads them: it waits for their gather (stages 1-2: the last step's, of the updated
+ * parameters). */
+static int unit_params(dp_rank_state *k, int u, int use, const float **p, const void **lp) {
   const dp_state *s = k->s;
   if (s->dc.zero_stage < 3) {
     size_t at = s->tab->padded_unit[u];
     *p = k->params + at;
     *lp = k->params_lp ? lp_of(k, k->params_lp, at) : (const void *)*p;
-    return 0;
+    return use ? q_wait(k, k->gather_tick[u]) : 0;
   }
   float *fp;
   void *l;
+  long long *tick;
   if (s->tied && u == 0) {
     fp = k->pembed;
     l = k->lpembed;
+    tick = &k->embed_tick;
     if (!k->embed_gathered) {
-      int rc = gather_unit(k, u, fp, l);
+      int rc = gather_unit(k, u, fp, l, tick);
       if (rc < 0) return rc;
       k->embed_gathered = 1;
     }
@@ -807,16 +865,17 @@ static int unit_params(dp_rank_state *k, int u, const float **p, const void **lp
     int slot = u & 1;
     fp = k->pslot[slot];
     l = k->lpslot[slot];
+    tick = &k->slot_tick[slot];
     if (k->slot_unit[slot] != u) {
       k->slot_unit[slot] = -1;
-      int rc = gather_unit(k, u, fp, l);
+      int rc = gather_unit(k, u, fp, l, tick);
       if (rc < 0) return rc;
       k->slot_unit[slot] = u;
     }
   }
   *p = fp;
   *lp = l ? (const void *)l : (const void *)fp;
-  return 0;
+  return use ? q_wait(k, *tick) : 0;
 }
 
 /* Stage 3: the next unit's gather issued before this one computes. */
@@ -824,14 +883,14 @@ static int prefetch(dp_rank_state *k, int u) {
   const float *p;
   const void *lp;
   if (k->s->dc.zero_stage < 3 || u < 0 || u >= k->s->nu) return 0;
-  return unit_params(k, u, &p, &lp);
+  return unit_params(k, u, 0, &p, &lp);
 }
 
 /* The gradient buffer unit u's backward adds into. */
 static float *unit_grads(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
   if (s->dc.zero_stage == 1) return k->grads + s->tab->padded_unit[u];
-  return s->tied && u == 0 ? k->gembed : k->gunit;
+  return s->tied && u == 0 ? k->gembed : k->gunit[u & 1];
 }
 
 /* A host unit's reduced chunk at dev goes to the host tier behind the collective: the first
@@ -1029,24 +1088,46 @@ static int take_up_to(dp_rank_state *k, int to, int j) {
   return 0;
 }
 
+/* Stages 2-3: the reduced chunk of a later micro-batch, waiting in gscratch, added to its
+ * unit's shard once its reduction is done (before gscratch is reduced into again). */
+static int flush_add(dp_rank_state *k) {
+  const zt_backend *be = &k->view.be;
+  int u = k->add_unit, rc;
+  if (u < 0) return 0;
+  k->add_unit = -1;
+  if ((rc = q_wait(k, k->add_tick)) < 0) return rc;
+  float *shard = k->grads + zt_shard_at(k->s->tab, u, k->r)->packed_off;
+  be->ops->add(be->ctx, shard, shard, k->gscratch, k->s->tab->chunk[u]);
+  return 0;
+}
+
 /* Unit u's gradients of micro-batch j are done: stage 1 all-reduces them after the last
  * micro-batch; stages 2-3 reduce-scatter them into the shard (the first micro-batch writes it,
- * later ones add). A host unit's reduced chunk goes to the host. */
+ * later ones add). A device unit's collective runs on the queue while the compute goes on to
+ * the next unit; a host unit's reduced chunk goes to the host. */
 static int unit_grads_done(dp_rank_state *k, int u, int j) {
   const dp_state *s = k->s;
   const zt_comm_ops *co = k->comm.ops;
-  const zt_backend *be = &k->view.be;
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t c = s->tab->chunk[u], W = (size_t)s->dc.world;
   float *g = unit_grads(k, u);
   int rc = 0;
   if (s->dc.zero_stage == 1) {
     if (j < k->view.tc.grad_accum - 1) return 0;
-    if ((rc = co->all_reduce(k->comm.ctx, g, g, c * W, k->stream)) < 0)
+    if (on_host(s, u)) {
+      if ((rc = co->all_reduce(k->comm.ctx, g, g, c * W, k->stream)) < 0)
+        return comm_fail(k, rc, "reducing gradients");
+      return grads_to_host(k, u, 0, k->grads + sh->padded_off);
+    }
+    if ((rc = q_begin(k)) < 0) return rc;
+    if ((rc = co->all_reduce(k->comm.ctx, g, g, c * W, q_stream(k))) < 0)
       return comm_fail(k, rc, "reducing gradients");
-    return on_host(s, u) ? grads_to_host(k, u, 0, k->grads + sh->padded_off) : 0;
+    return 0;
   }
+  long long *tick = g == k->gembed ? &k->gembed_tick : &k->gunit_tick[u & 1];
+  if ((rc = flush_add(k)) < 0) return rc;
   if (on_host(s, u)) {
+    *tick = 0; /* on the compute stream */
     /* the chunk buffer's last copy out is done before the collective rewrites it */
     int b = u & 1;
     if (k->gout_tick[b] &&
@@ -1058,10 +1139,16 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
     k->gout_tick[b] = k->unit_tick[u];
     return 0;
   }
-  float *shard = k->grads + sh->packed_off;
-  rc = co->reduce_scatter(k->comm.ctx, g, j == 0 ? shard : k->gscratch, c, k->stream);
-  if (rc == 0 && j > 0) be->ops->add(be->ctx, shard, shard, k->gscratch, c);
-  return rc < 0 ? comm_fail(k, rc, "reducing gradients") : 0;
+  if ((rc = q_begin(k)) < 0) return rc;
+  rc = co->reduce_scatter(k->comm.ctx, g, j == 0 ? k->grads + sh->packed_off : k->gscratch, c,
+                          q_stream(k));
+  if (rc < 0) return comm_fail(k, rc, "reducing gradients");
+  if ((*tick = q_mark(k)) < 0) return (int)*tick;
+  if (j > 0) {
+    k->add_unit = u;
+    k->add_tick = *tick;
+  }
+  return 0;
 }
 
 /* Micro-batch j of this rank: forward, loss, backward, the gradients reduced unit by unit. The
@@ -1081,7 +1168,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   int rc;
   k->dir = 1;
   for (int u = 0; u < s->nu; u++) {
-    if ((rc = unit_params(k, u, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
+    if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
     if (u == 0 && s->tied) { /* only the gpt head reads another unit's parameters */
       e = p;
       elp = lp;
@@ -1098,21 +1185,27 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
     rec[X_MICRO + 2 * j] = loss_sum / n_counted;
     rec[X_MICRO + 2 * j + 1] = 1;
   }
-  if (stage >= 2 && s->tied)
+  /* stages 2-3: a gradient buffer is zeroed once the reduction that last read it is done */
+  if (stage >= 2 && s->tied) {
+    if ((rc = q_wait(k, k->gembed_tick)) < 0) return rc;
     be->ops->zero(be->ctx, k->gembed, s->tab->chunk[0] * (size_t)W * sizeof(float));
+  }
   k->dir = -1;
   k->take_up = s->nu - 1;
   for (int u = s->nu - 1; u >= 0; u--) {
-    if ((rc = unit_params(k, u, &p, &lp)) < 0 || (rc = prefetch(k, u - 1)) < 0) return rc;
+    if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u - 1)) < 0) return rc;
     float *g = unit_grads(k, u);
-    if (stage >= 2 && g == k->gunit)
+    if (stage >= 2 && g != k->gembed) {
+      if ((rc = q_wait(k, k->gunit_tick[u & 1])) < 0) return rc;
       be->ops->zero(be->ctx, g, s->tab->chunk[u] * (size_t)W * sizeof(float));
+    }
     if (counted)
       zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp, s->tied ? unit_grads(k, 0) : NULL);
     if ((rc = unit_grads_done(k, u, j)) < 0 ||
         (s->host_n && (rc = take_up_to(k, u + TAKE_UP_LAG + 1, j)) < 0))
       return rc;
   }
+  if ((rc = flush_add(k)) < 0) return rc;
   return s->host_n ? take_up_to(k, 0, j) : 0;
 }
 
@@ -1166,18 +1259,26 @@ static void upload_unit(dp_rank_state *k, int u) {
                        c * zt_dtype_size(k->view.tc.precision));
 }
 
-/* Stages 1-2: every rank gets unit u's updated parameters back. */
+/* Stages 1-2: every rank gets unit u's updated parameters back. A device unit's gather runs
+ * on the queue after its update, and the next step's compute waits for it only where it reads
+ * the unit (unit_params); a host unit's on the compute stream, after its upload. */
 static int gather_updated(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t at = s->tab->padded_unit[u], c = s->tab->chunk[u];
-  int rc = k->comm.ops->all_gather(k->comm.ctx, k->params + sh->padded_off, k->params + at,
-                                   c * sizeof(float), k->stream);
+  int dev = !on_host(s, u), rc = dev ? q_begin(k) : 0;
+  void *on = dev ? q_stream(k) : k->stream;
+  if (rc < 0) return rc;
+  rc = k->comm.ops->all_gather(k->comm.ctx, k->params + sh->padded_off, k->params + at,
+                               c * sizeof(float), on);
   if (rc == 0 && k->params_lp)
     rc = k->comm.ops->all_gather(k->comm.ctx, lp_of(k, k->params_lp, sh->padded_off),
                                  lp_of(k, k->params_lp, at),
-                                 c * zt_dtype_size(k->view.tc.precision), k->stream);
-  return rc < 0 ? comm_fail(k, rc, "gathering the updated parameters") : 0;
+                                 c * zt_dtype_size(k->view.tc.precision), on);
+  if (rc < 0) return comm_fail(k, rc, "gathering the updated parameters");
+  k->gather_tick[u] = 0;
+  if (dev && (k->gather_tick[u] = q_mark(k)) < 0) return (int)k->gather_tick[u];
+  return 0;
 }
 
 static int step_body(dp_rank_state *k) {
@@ -1193,11 +1294,14 @@ static int step_body(dp_rank_state *k) {
   k->slot_unit[0] = k->slot_unit[1] = -1;
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
   k->embed_gathered = 0;
+  k->add_unit = -1;
   if (stage == 1) o->zero(be->ctx, k->grads, s->tab->padded_total * sizeof(float));
   k->updated = k->nonfinite = 0;
   if (s->host_n) memset(k->began, 0, (size_t)s->nu);
   for (int j = 0; j < c->grad_accum; j++)
     if ((rc = rank_micro(k, j, rec)) < 0) return rc;
+  /* the reductions and gathers on the queue are done before the shards are read */
+  if ((rc = q_wait_all(k)) < 0) return rc;
   /* the norm over this rank's real gradient elements, unit by unit wherever they are (a host
    * unit's summed when the backward took it up) */
   for (int u = 0; u < s->nu; u++) {
@@ -1244,24 +1348,25 @@ static int step_body(dp_rank_state *k) {
     return copy_fail(k, rc, "copying a parameter chunk to the device");
   for (int u = s->nu - 1; u >= s->ng; u--)
     if (!k->began[u] && (rc = update_host_unit(k, u, scale)) < 0) return rc;
-  for (int i = 0; i < k->first_seg[s->ng]; i++) {
-    const adam_seg *g = &k->segs[i];
-    const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
-    size_t pa = param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
-    float wd = g->decay ? c->weight_decay : 0.0f;
-    if (k->params_lp)
-      o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
-                  k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale,
-                  lp_of(k, k->params_lp, pa), c->precision);
-    else
-      o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
-               k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
+  /* the device units' updates; stages 1-2: every rank gets every unit's updated parameters
+   * back, each device unit's gathered on the queue while the next one's update runs, then each
+   * host unit's once its AdamW is done, uploaded and gathered while the pool updates the next */
+  for (int u = 0; u < s->ng; u++) {
+    for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
+      const adam_seg *g = &k->segs[i];
+      const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
+      size_t pa = param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
+      float wd = g->decay ? c->weight_decay : 0.0f;
+      if (k->params_lp)
+        o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
+                    k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step,
+                    scale, lp_of(k, k->params_lp, pa), c->precision);
+      else
+        o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
+                 k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
+    }
+    if (stage < 3 && (rc = gather_updated(k, u)) < 0) break;
   }
-  /* stages 1-2: every rank gets every unit's updated parameters back, the device units' first
-   * (their update is queued), then each host unit's once its AdamW is done, uploaded and
-   * gathered while the pool updates the next */
-  for (int u = 0; stage < 3 && u < s->ng; u++)
-    if ((rc = gather_updated(k, u)) < 0) break;
   if (s->nvme) {
     /* the sets' chunks were uploaded as each set was retired: the last two now, then the
      * gathers ordered after the uploads */
@@ -1581,6 +1686,12 @@ static int rank_state(dp_rank_state *k) {
 /* ---- the rank threads ---------------------------------------------------------------------- */
 
 static int rank_run(dp_rank_state *k, dp_cmd cmd) {
+  /* a step leaves the gathers of the updated parameters on the queue for the next step's
+   * forward; every other command reads or writes the state, or frees it, after them */
+  if (cmd != CMD_OPEN && cmd != CMD_STEP) {
+    int rc = k->comm.ops->queue_sync(k->comm.ctx);
+    if (rc < 0 && cmd != CMD_CLOSE) return comm_fail(k, rc, "finishing the step's collectives");
+  }
   switch (cmd) {
   case CMD_OPEN: return rank_open(k);
   case CMD_STEP: {

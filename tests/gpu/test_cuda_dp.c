@@ -7,6 +7,9 @@
  * the leading ones, stage 3 with the parameters on the host too) gives the losses of the same
  * stage on the devices within the tolerance, with fewer device bytes (the estimates exact), and
  * so does the optimizer on NVMe per rank (the files' bytes the estimate, read and written).
+ * Each stage with grad_accum 2 per rank runs twice with the same bits (the collectives overlap
+ * the compute on the communicator's queue: a missing order would show) and within the
+ * tolerance of one GPU with grad_accum 4.
  * Each stage's per-rank checkpoint (rank files written by both GPUs at once) resumes bitwise,
  * and loads into a one-GPU trainer with the state gathered from the GPUs bit for bit.
  * Skips (77) with fewer than two GPUs or without NCCL. */
@@ -77,6 +80,46 @@ static int steps(zt_trainer *t, const int32_t *tok, size_t per, int s0, int s1, 
 
 static int train(zt_trainer *t, const int32_t *tok, size_t per, double *loss, const char *what) {
   return steps(t, tok, per, 0, STEPS, loss, what);
+}
+
+/* The collectives overlap the compute on the communicator's queue (dp.h): an order missing
+ * between the two would change the bits from run to run, so the stage runs again, with
+ * grad_accum 2 per rank (a later micro-batch's reduced chunk is added one unit late), twice:
+ * bitwise the same, and within the tolerance of one GPU with grad_accum 4 on the same tokens
+ * (each step takes two of `per`). */
+static int reproducible(const zt_model_cfg *mc, zt_dtype dt, int stage, const int32_t *tok,
+                        size_t per, const char *what) {
+  char err[512], name[128];
+  int fails = 0, n = STEPS / 2;
+  double ref[STEPS], got[2][STEPS];
+  zt_train_cfg one = train_cfg(dt, 2 * W), per_rank = train_cfg(dt, 2);
+  zt_dp_cfg dpc = {.world = W, .zero_stage = stage};
+  zt_trainer *t = NULL;
+  snprintf(name, sizeof name, "%s, one GPU grad_accum 4", what);
+  zt_backend_bind_thread(&g_ranks[0].be);
+  if (MC_EXPECT(zt_trainer_open(&t, mc, &one, &g_ranks[0].be, err, sizeof err) == 0, "%s: %s",
+                name, err))
+    return 1;
+  fails += steps(t, tok, 2 * per, 0, n, ref, name);
+  zt_trainer_close(t);
+  for (int i = 0; i < 2; i++) {
+    snprintf(name, sizeof name, "%s, grad_accum 2 per rank, run %d", what, i + 1);
+    if (MC_EXPECT(zt_trainer_open_dp(&t, mc, &per_rank, &dpc, g_ranks, err, sizeof err) == 0,
+                  "%s: %s", name, err))
+      return fails + 1;
+    fails += steps(t, tok, 2 * per, 0, n, got[i], name);
+    zt_trainer_close(t);
+  }
+  double worst = 0, tol = dt == ZT_F32 ? TOL_F32 : TOL_BF16;
+  for (int s = 0; s < n; s++) {
+    fails += MC_EXPECT(got[0][s] == got[1][s], "%s: step %d loss %.17g, then %.17g", what,
+                       s + 1, got[0][s], got[1][s]);
+    double rel = fabs(got[0][s] - ref[s]) / fabs(ref[s]);
+    if (rel > worst) worst = rel;
+  }
+  fails += MC_EXPECT(worst <= tol, "%s, grad_accum 2 per rank: losses differ from one GPU's by "
+                     "%.3g relative (limit %g)", what, worst, tol);
+  return fails;
 }
 
 /* The stage's per-rank checkpoint after half the steps: a new two-GPU trainer resumes from it
@@ -245,6 +288,7 @@ static int check(zt_arch arch, zt_dtype dt, const char *tmp, const char *nvme_di
     prev_bytes = bytes;
     printf("%-28s max loss difference %.3g, rank 0 backend bytes %zu\n", what, worst, bytes);
     zt_trainer_close(t);
+    fails += reproducible(&mc, dt, stage, tok, per, what);
     fails += offloaded(&mc, &per_rank, stage, tok, per, got, bytes, what, nvme_dir);
     fails += resumed(&mc, &per_rank, stage, tok, per, tmp, what);
   }
