@@ -56,6 +56,11 @@
  * write on the H200 machine's disk) */
 #define ZT_TUNE_PLAN_NVME_BYTES 1.7e9
 
+/* The most host memory the offloaded step's gradient ring grows to so that the backward does
+ * not wait for the CPU AdamW to free a slot (offload_step.c ring_slots): GPT-2 1.5B's streamed
+ * units take about 1.5 GB; a 10 B model's keep the minimal ring. */
+#define ZT_TUNE_GRAD_RING_BYTES (4ull << 30)
+
 /* GPUs --gpus may name, and simulated ranks --cpu-ranks may give the cpu backend. */
 #define ZT_TUNE_MAX_GPUS 64
 

@@ -833,6 +833,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
       json_object_set_new(off, "host_budget", json_integer((json_int_t)o->host_budget));
     if (off && o->nvme_budget)
       json_object_set_new(off, "nvme_budget", json_integer((json_int_t)o->nvme_budget));
+    if (off && o->grad_slots) json_object_set_new(off, "grad_slots", json_integer(o->grad_slots));
     if (off && o->delayed_update) json_object_set_new(off, "delayed_update", json_true());
     json_object_set_new(out, "offload", off);
   }

@@ -51,8 +51,13 @@
  * unit's gradients up (waits for their write-back, then submits its AdamW) two units behind the
  * one it queues (UNIT_DONE_LAG in offload_step.c), so at a unit's release the three units
  * released before it are still to be taken up and one more slot takes the unit released now:
- * grad_slots = 4, or the streamed units if fewer. The slot's previous user, four units back in
- * the walk, has been taken up; the release waits for its AdamW to finish reading the slot.
+ * 4 slots at least, or the streamed units if fewer. The slot's previous user, grad_slots units
+ * back in the walk, has been taken up; the release waits for its AdamW to finish reading the
+ * slot. So where the CPU AdamW of a unit takes longer than the backward of one, 4 slots would
+ * hold the backward to the pool's pace: by default the ring has as many more slots as units
+ * the pool falls behind by over the walk (the cost model's rates, ZT_TUNE_PLAN_*), within
+ * ZT_TUNE_GRAD_RING_BYTES of host memory, and where that is every streamed unit the flat
+ * buffer serves instead (no more bytes); offload.grad_slots sets the count.
  * The norm is then the sum of the units' sums of squares, taken as each unit is (so its value
  * may differ in the last bits from the run without offload's; the updates do not use it).
  *
@@ -153,6 +158,12 @@ typedef struct zt_offload_cfg {
   size_t host_budget;         /* the host arena's limit, bytes; 0: none */
   uint64_t nvme_budget;       /* the NVMe files' limit, bytes; 0: none (ztd still checks the
                                  free space of nvme_dir) */
+  int grad_slots;             /* the host's gradient ring where it applies (above, "The
+                                 gradients on the host"): 0 (default) the fewest slots that
+                                 keep the backward from waiting for the CPU AdamW, by the cost
+                                 model (0 slots, the flat buffer, where that is all the
+                                 streamed units); else that many, >= 4 (at most the streamed
+                                 units) */
   int delayed_update;         /* 1: from step 2 on, the streamed units' update of a step runs
                                  during the next step (above, "Delayed update"); 0: none */
   char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new

@@ -1,7 +1,7 @@
 /* The "offload" object of a spec file (engine/train/offload.h, docs/spec.md):
  * {"params": "gpu|host|nvme|auto", "grads": "host|auto", "optimizer": "host|nvme|auto",
  *  "gpu_budget": SIZE, "prefetch": N, "gpu_units": N, "host_units": N, "host_budget": SIZE,
- *  "nvme_budget": SIZE, "nvme_dir": "/abs/dir", "delayed_update": BOOL}; SIZE is an
+ *  "nvme_budget": SIZE, "nvme_dir": "/abs/dir", "grad_slots": N, "delayed_update": BOOL}; SIZE is an
  * integer of bytes or a string "<number> <unit>" with unit B, KiB, MiB, GiB or TiB ("512MiB",
  * "1.5 GiB"). */
 #include "engine/train/offload_json.h"
@@ -75,6 +75,12 @@ int zt_offload_cfg_from_json(const json_t *o, zt_offload_cfg *c, char *err, size
         return -EINVAL;
       }
       c->prefetch = (int)json_integer_value(v);
+    } else if (!strcmp(key, "grad_slots")) {
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20) {
+        snprintf(err, errlen, "offload.grad_slots must be an integer >= 0");
+        return -EINVAL;
+      }
+      c->grad_slots = (int)json_integer_value(v);
     } else if (!strcmp(key, "gpu_units") || !strcmp(key, "host_units")) {
       if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20) {
         snprintf(err, errlen, "offload.%s must be an integer >= 0", key);

@@ -26,6 +26,7 @@
 #define UNIT_DONE_LAG 2
 /* the gradient ring's slots (offload.h "The gradients on the host" gives the bound) */
 #define GRAD_RING_SLOTS (UNIT_DONE_LAG + 2)
+#define GRAD_RING_MAX 4096
 /* AdamW worker threads. On the CPU backend one keeps the update of a unit running beside the
  * backend's own threads on the runner's backward, unpinned, since the backend's threads take the
  * cores they find. Beside a GPU the update is the host's main work: a thread per core, pinned. */
@@ -220,6 +221,12 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
   if (c->prefetch < 0 || c->prefetch > PREFETCH_MAX) {
     snprintf(err, errlen, "offload.prefetch must be in [0, %d] (got %d)", PREFETCH_MAX,
              c->prefetch);
+    return -EINVAL;
+  }
+  if (c->grad_slots && (c->grad_slots < GRAD_RING_SLOTS || c->grad_slots > GRAD_RING_MAX)) {
+    snprintf(err, errlen, "offload.grad_slots must be 0 (the planner's) or in [%d, %d] (got %d): "
+             "the backward takes a unit's gradients up %d units behind it", GRAD_RING_SLOTS,
+             GRAD_RING_MAX, c->grad_slots, UNIT_DONE_LAG);
     return -EINVAL;
   }
   return 0;
@@ -1307,6 +1314,28 @@ static size_t stream_copy_floats(const zt_model *m, int u, zt_dtype dt) {
   return unit_layout_of(m, u, dt).f32_end / sizeof(float);
 }
 
+/* The gradient ring's slots for ns streamed units of at most slot_bytes: `asked` (offload
+ * .grad_slots) if set, else the fewest that keep the backward from waiting for the CPU AdamW to
+ * free a slot (offload.h "The gradients on the host"), or 0 (the flat buffer) where that is
+ * every unit: the flat buffer holds them in no more bytes. The backward releases a unit every 4 * numel * tokens / flops seconds (its backward
+ * alone, by the cost model) while the pool updates one every numel / rate; where the pool is
+ * the slower, it falls 1 - ratio of a unit further behind per unit released, and each unit it
+ * is behind holds a slot. At least GRAD_RING_SLOTS, at most ns, and no more than
+ * ZT_TUNE_GRAD_RING_BYTES unless that is below the minimum: the ring exists for models whose
+ * gradients the host cannot hold whole. */
+static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int ns,
+                      size_t slot_bytes) {
+  if (asked) return asked < ns ? asked : ns;
+  double tokens = (double)tc->micro_batch * zt_model_cfg_of(m)->seq_len;
+  double flops = tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
+                                         : ZT_TUNE_PLAN_DEVICE_FLOPS_LP;
+  double ratio = 4 * tokens * ZT_TUNE_PLAN_CPU_ADAM_PARAMS / flops;
+  int slots = GRAD_RING_SLOTS + (ratio < 1 ? (int)ceil(ns * (1 - ratio)) : 0);
+  size_t fit = slot_bytes ? ZT_TUNE_GRAD_RING_BYTES / slot_bytes : (size_t)slots;
+  if ((size_t)slots > fit) slots = fit > GRAD_RING_SLOTS ? (int)fit : GRAD_RING_SLOTS;
+  return slots < ns ? slots : 0;
+}
+
 /* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
  * host units; the gradients (flat over [lo, n), or the ring:
  * no clipping and one micro-batch a step, offload.h); the bf16/fp16 compute copy over [lo, n); with
@@ -1324,9 +1353,9 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   z->ring = 0;
   /* the ring needs the updates to overlap the backward (offload.h): not with fp16, nor with
    * the delayed update, which needs the whole step's gradients while the next step runs */
-  if (tc->grad_clip == 0 && tc->grad_accum == 1 && dt != ZT_F16 && !oc->delayed_update)
-    z->ring = nu - z->ng < GRAD_RING_SLOTS ? nu - z->ng : GRAD_RING_SLOTS;
   z->ring_floats = z->largest_f32 / sizeof(float);
+  if (tc->grad_clip == 0 && tc->grad_accum == 1 && dt != ZT_F16 && !oc->delayed_update)
+    z->ring = ring_slots(m, tc, oc->grad_slots, nu - z->ng, z->ring_floats * sizeof(float));
   z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring && !oc->delayed_update;
   z->lo = z->alias ? 0 : unit_start(m, z->ng);
   z->h_floats = unit_start(m, nh) - z->lo;

@@ -41,6 +41,7 @@ bad_spec gpu-units-type 's["offload"] = {"gpu_units": "2"}' offload.gpu_units
 bad_spec gpu-units-many 's["offload"] = {"gpu_units": 99}' offload.gpu_units
 bad_spec host-units 's["offload"] = {"optimizer": "nvme", "host_units": -2, "nvme_dir": "/tmp"}' offload.host_units
 bad_spec host-units-type 's["offload"] = {"host_units": "2"}' offload.host_units
+bad_spec grad-slots 's["offload"] = {"grad_slots": 2}' offload.grad_slots
 bad_spec host-budget 's["offload"] = {"host_budget": "lots"}' offload.host_budget
 bad_spec nvme-budget 's["offload"] = {"nvme_budget": -5}' offload.nvme_budget
 bad_spec host-budget-small 's["offload"] = {"optimizer": "host", "host_budget": 4096}' offload.host_budget
