@@ -60,21 +60,26 @@ static int most_gpu_units(const zt_job_spec *s, const zt_ops *ops, zt_offload_pl
 
 /* The fastest placement that fits the budget with this checkpointing: everything on the device
  * (*on_gpu set: no offload), else as many units' optimizer on the device as fit, else (stage 3)
- * the host units' parameters on the host too. 0 with the choice in *o, or -ENOMEM. (The spec's
- * parser refuses optimizer "gpu": that is the job without an offload object.) */
+ * the host units' parameters on the host too; params nvme (the spec's alone) stays nvme. 0 with
+ * the choice in *o, or -ENOMEM. (The spec's parser refuses optimizer "gpu": that is the job
+ * without an offload object.) */
 static int fit(const zt_job_spec *s, const zt_ops *ops, int units, int ckpt_every,
                zt_offload_cfg *o, int *on_gpu) {
   const zt_offload_cfg *want = &s->offload;
   size_t budget = want->gpu_budget;
   *on_gpu = want->optimizer == ZT_PLACE_AUTO && want->gpu_units < 0 &&
-            want->params != ZT_PLACE_HOST &&
+            (want->params == ZT_PLACE_AUTO || want->params == ZT_PLACE_GPU) &&
             rank_bytes(s, ops, ZT_PLACE_GPU, ZT_PLACE_GPU, 0, ckpt_every) <= budget;
   if (*on_gpu) return 0;
-  for (int ph = 0; ph < 2; ph++) {
-    zt_offload_place params = ph ? ZT_PLACE_HOST : ZT_PLACE_GPU;
-    if (ph ? want->params == ZT_PLACE_GPU || s->zero_stage != 3
-           : want->params == ZT_PLACE_HOST)
-      continue;
+  /* the parameters' homes to try, fastest first */
+  zt_offload_place homes[2];
+  int nh = 0;
+  if (want->params == ZT_PLACE_NVME) homes[nh++] = ZT_PLACE_NVME;
+  if (want->params == ZT_PLACE_AUTO || want->params == ZT_PLACE_GPU) homes[nh++] = ZT_PLACE_GPU;
+  if ((want->params == ZT_PLACE_AUTO || want->params == ZT_PLACE_HOST) && s->zero_stage == 3)
+    homes[nh++] = ZT_PLACE_HOST;
+  for (int i = 0; i < nh; i++) {
+    zt_offload_place params = homes[i];
     int ng = want->gpu_units;
     if (ng >= 0 ? rank_bytes(s, ops, off_place(s), params, ng, ckpt_every) > budget
                 : (ng = most_gpu_units(s, ops, params, units, ckpt_every, budget)) < 0)
@@ -117,9 +122,11 @@ static int resolve_placement(zt_job_spec *s, const zt_ops *ops, int units, int L
       return 0;
     }
   }
-  /* the least a rank can take with what the spec allows, for the message */
-  zt_offload_place params =
-      s->zero_stage == 3 && o->params != ZT_PLACE_GPU ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+  /* the least a rank can take with what the spec allows, for the message (params nvme takes as
+   * little of the device as host) */
+  zt_offload_place params = o->params == ZT_PLACE_NVME ? ZT_PLACE_NVME
+                            : s->zero_stage == 3 && o->params != ZT_PLACE_GPU ? ZT_PLACE_HOST
+                                                                             : ZT_PLACE_GPU;
   int every = auto_ckpt ? 1 : s->train.ckpt_every;
   size_t least = rank_bytes(s, ops, off_place(s), params, o->gpu_units > 0 ? o->gpu_units : 0,
                             every);
@@ -130,7 +137,9 @@ static int resolve_placement(zt_job_spec *s, const zt_ops *ops, int units, int L
            "of %d unit(s) on the GPU and the rest's on the %s, the parameters %s%s a rank "
            "needs %s", b, ranks, o->gpu_units > 0 ? o->gpu_units : 0,
            o->optimizer == ZT_PLACE_NVME ? "NVMe" : "host",
-           params == ZT_PLACE_HOST ? "on the host" : "on the GPU",
+           params == ZT_PLACE_NVME   ? "in NVMe files"
+           : params == ZT_PLACE_HOST ? "on the host"
+                                     : "on the GPU",
            every == 1 ? " and every block recomputed" : "", a);
   return -ENOMEM;
 }
@@ -146,12 +155,15 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
              "step of one rank delays its update)", ranks);
     return -ENOTSUP;
   }
-  /* each rank's shard of the optimizer may live on NVMe (engine/train/dp.h), its parameters
-   * not: every step reads them twice */
-  if (o->params == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.params: nvme with %s is not supported (gpu, host or auto; "
-             "offload.optimizer nvme keeps each rank's masters, m and v on NVMe)", ranks);
-    return -ENOTSUP;
+  /* each rank reads its chunks of the parameters from its master files (engine/train/dp.h):
+   * stage 3's chunks, optimizer nvme's files */
+  if (o->params == ZT_PLACE_NVME &&
+      (s->zero_stage != 3 || o->optimizer != ZT_PLACE_NVME)) {
+    snprintf(err, errlen, "offload.params: nvme with %s needs parallel.zero_stage 3 and "
+             "offload.optimizer nvme (each rank reads its chunks of the parameters from its "
+             "optimizer's master files) (got zero_stage %d, optimizer %s)", ranks,
+             s->zero_stage, zt_offload_place_name(o->optimizer));
+    return -EINVAL;
   }
   if (o->params == ZT_PLACE_HOST && s->zero_stage != 3) {
     snprintf(err, errlen, "offload.params: host with %s needs parallel.zero_stage 3 (stages 1-2 "

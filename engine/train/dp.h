@@ -119,11 +119,12 @@
  * and v of each rank live in its own files (offload/nvme_store.h: O_DIRECT, io_uring) under
  * zt_dp_cfg.nvme_dir, one per unit and kind, each the rank's chunk; the host tier keeps the
  * gradients, two page-locked staging sets of the largest chunk (masters, m, v, the compute
- * copy) and, with params host, the parameters the gathers read. Each rank moves its files on
- * its own thread, as the single-GPU offloaded step does: a unit's three files are read into a
- * set ahead of its update while the unit above it is updated, and its set is retired (the
- * update waited for, the chunk uploaded on the copy engine or into the host's parameters, the
- * files written behind) when the set is needed for the unit below; the pool runs the updates.
+ * copy, which params nvme leaves out) and, with params host, the parameters the gathers read.
+ * Each rank moves its files on its own thread, as the single-GPU offloaded step does: a unit's
+ * three files are read into a set ahead of its update while the unit above it is updated, and
+ * its set is retired (the update waited for, the chunk uploaded on the copy engine or into the
+ * host's parameters, the files written behind) when the set is needed for the unit below; the
+ * pool runs the updates.
  * A failed read or write fails the step (-EIO and the trainer refuses further steps) with the
  * store's message naming the file. The state calls and per-rank checkpoints read a unit's files
  * into a set and write them from it. The files go at close.
@@ -138,6 +139,25 @@
  * gather is queued, so the copy of one unit overlaps the compute of another and each GPU moves
  * only its 1/W share over its own link. The state calls read and write the host tier directly
  * (all ranks here) or through the chunk buffers (a part).
+ * params ZT_PLACE_NVME (ZeRO-Infinity's NVMe-resident parameters: zero_stage 3 with optimizer
+ * nvme): as params host, but the NVMe units' chunks are read from the rank's master files
+ * instead of the host tier, which no longer holds them (4 bytes a parameter of those units
+ * less per rank; two page-locked stagings of the largest chunk more); the host_units units keep
+ * params host's way. Before an NVMe unit is all-gathered, in the forward and again in the
+ * backward (unless a slot still holds it), its chunk is read from its master file into staging
+ * u & 1 and copied from there into its chunk buffer on the copy engine: each gather of the walk
+ * starts the read of the unit two after it (and of the next, after a device unit), which the
+ * next gather waits for and copies behind itself, so that each read and each copy overlap the
+ * compute of a unit before theirs; the backward's first two reads start before the loss. The
+ * file holds the fp32 masters alone: with bf16 / fp16 the gather casts the compute copy from the
+ * chunk on the device (the cast AdamW writes). The update reads and writes the files as
+ * optimizer nvme does and has nothing to upload: the write-behind is the next gathers' source.
+ * A file is never read while its write is in flight: a unit's update begins after its last
+ * gather of the step (the backward walks down, the updates follow it), and every write-behind
+ * has landed before the step ends (its sets retired), so the next step's gathers read the
+ * updated files. A failed read fails the step as above, naming the file ("params nvme: ...").
+ * The state calls and checkpoints move the NVMe units' parameters through their master files.
+ * Without NVMe units (host_units all the rest) params nvme is params host.
  *
  * The trainer runs one thread per (local) rank for the life of the trainer; each rank's backend
  * memory is allocated, used and freed on that thread. Precision fp32, bf16 or fp16: every rank
@@ -169,8 +189,9 @@ typedef struct zt_dp_cfg {
   int rank0, local;
   /* Offload (see the header). optimizer: ZT_PLACE_AUTO or _GPU (0: every unit's shard on the
    * device), _HOST (units gpu_units.. on the host) or _NVME (their masters, m and v in files
-   * under nvme_dir); params: AUTO or GPU, or HOST with zero_stage 3 and optimizer HOST or
-   * NVME. params NVME is not supported with data parallelism. */
+   * under nvme_dir); params: AUTO or GPU, HOST with zero_stage 3 and optimizer HOST or NVME
+   * (the host units' chunks copied from the host tier before each gather), or NVME with
+   * zero_stage 3 and optimizer NVME (the NVMe units' chunks read from their master files). */
   zt_offload_place optimizer, params;
   int gpu_units;  /* optimizer HOST / NVME: the leading units kept on the device, [0, the
                      model's units] */

@@ -110,7 +110,8 @@ typedef struct dp_rank_state {
   int own_hbe;
   float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients (optimizer nvme: the gradients,
                                       the host units' masters, m and v (host_units), and with
-                                      params host hm, every unit's parameters the gathers read) */
+                                      params host hm, every unit's parameters the gathers read;
+                                      params nvme: the host units' alone) */
   float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
   uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes, beside hm */
   /* optimizer nvme: the rank's store in dir, a file per NVMe unit and kind (unit u's kind i:
@@ -125,10 +126,17 @@ typedef struct dp_rank_state {
   float *gout[2];           /* device chunks: a host unit's reduce-scattered gradients (stages
                                2-3, alternating by unit) and the state calls' uploads ([0]) */
   int64_t gout_tick[2];     /* the D2H ticket that last read each */
-  float *pchunk[2];         /* params host: a host unit's chunk staged for its gather */
+  float *pchunk[2];         /* params host / nvme: a host unit's chunk staged for its gather */
   void *lpchunk[2];
   int chunk_unit[2];        /* the unit staged in each, -1 none */
-  int64_t chunk_tick[2], h2d_last; /* copy tickets; 0 none */
+  int64_t chunk_tick[2], h2d_last; /* copy tickets (h2d_last: the last from hm); 0 none */
+  /* params nvme: two page-locked stagings of an NVMe unit's parameter chunk, read from its
+   * master file ahead of the walk (unit u's into pstage[u & 1]) and copied from there into
+   * chunk buffer u & 1 */
+  float *pstage[2];
+  int pstage_unit[2];       /* the unit read or being read into each, -1 none */
+  int pstage_req[2];        /* the read's request while not waited for, -1 none */
+  int64_t pstage_tick[2];   /* the H2D ticket that last read each; 0 none */
   int dir;                  /* the walk: 1 forward, -1 backward */
   zt_cpu_adam_task *tasks;  /* per AdamW call (segs), those of host units */
   int *first_seg;           /* unit u's calls: segs[first_seg[u] .. first_seg[u + 1]) */
@@ -174,7 +182,10 @@ typedef struct dp_state {
   dp_rank_state *ranks;     /* nl, in rank order */
   /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
    * device's packed buffers hold dev_packed elements, the host's host_n */
-  int ng, params_host;
+  int ng, params_host;      /* params_host: the host units' parameters are not on the device
+                               between uses (params host or nvme, stage 3) */
+  int params_nvme;          /* params nvme: the NVMe units' chunks are read from their master
+                               files before each gather; the host tier holds none of them */
   size_t dev_packed, host_n;
   int nvme;                 /* optimizer nvme: units nv0.. keep masters, m and v in files */
   int nv0;                  /* the first NVMe unit: ng + dc.host_units with optimizer nvme, else
@@ -296,13 +307,20 @@ static int has_hstage(const dp_state *s, const zt_train_cfg *tc) {
 
 /* The elements of the host tier's masters and compute copy: the host units' (ng..nv0-1), and
  * with optimizer nvme and params host the NVMe units' too, as the parameters the gathers are
- * staged from. m and v are the host units' alone (hopt_n). */
+ * staged from (params nvme reads those from the files). m and v are the host units' alone
+ * (hopt_n). */
 static size_t host_master_floats(const dp_state *s) {
-  return !s->nvme || s->params_host ? s->host_n : s->hopt_n;
+  return !s->nvme || (s->params_host && !s->params_nvme) ? s->host_n : s->hopt_n;
+}
+
+/* Whether the host tier's masters (and compute copy) hold host unit u's parameters. */
+static int hm_holds(const dp_state *s, int u) {
+  return u < s->nv0 || (s->params_host && !s->params_nvme);
 }
 
 /* The host tier's arena: gradients, the staging, masters, m, v and the bf16 copy, each as far
- * as it goes (above), and with optimizer nvme two sets. */
+ * as it goes (above), with optimizer nvme two sets (their compute copy unless params nvme,
+ * whose gathers cast it on the device), and with params nvme two parameter stagings. */
 static size_t host_tier_bytes(const dp_state *s, const zt_train_cfg *tc) {
   if (!s->host_n) return 0;
   size_t hm = host_master_floats(s);
@@ -314,7 +332,9 @@ static size_t host_tier_bytes(const dp_state *s, const zt_train_cfg *tc) {
   if (s->hopt_n) b += 2 * zt_host_arena_footprint(s->hopt_n * sizeof(float));
   if (s->nvme)
     b += 2 * (3 * zt_host_arena_footprint(s->nv_chunk * sizeof(float)) +
-              (lp ? zt_host_arena_footprint(s->nv_chunk * sizeof(uint16_t)) : 0));
+              (lp && !s->params_nvme ? zt_host_arena_footprint(s->nv_chunk * sizeof(uint16_t))
+                                     : 0));
+  if (s->params_nvme) b += 2 * zt_host_arena_footprint(s->nv_chunk * sizeof(float));
   return b;
 }
 
@@ -426,10 +446,16 @@ static int host_open(dp_rank_state *k) {
         return host_fail(k, rc);
       memset(x->buf[j], 0, s->nv_chunk * sizeof(float));
     }
-    if (lp && (rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(uint16_t),
-                                        (void **)&x->lp)) < 0)
+    if (lp && !s->params_nvme &&
+        (rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(uint16_t), (void **)&x->lp)) < 0)
       return host_fail(k, rc);
     x->unit = -1;
+  }
+  for (int i = 0; i < 2; i++) {
+    k->pstage_unit[i] = k->pstage_req[i] = -1;
+    if (s->params_nvme && (rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(float),
+                                                    (void **)&k->pstage[i])) < 0)
+      return host_fail(k, rc);
   }
   if (s->nvme && (rc = nv_open(k)) < 0) return rc;
   k->hbe = *be;
@@ -648,9 +674,9 @@ static int tier_put(dp_rank_state *k, int u, float *x[3]) {
   if (nv) {
     int rc = nv_sync_io(k, u, 1);
     if (rc < 0) return rc;
-    if (s->params_host) memcpy(k->hm + at, x[0], c * sizeof(float));
+    if (hm_holds(s, u)) memcpy(k->hm + at, x[0], c * sizeof(float));
   }
-  if (k->hlp && (!nv || s->params_host))
+  if (k->hlp && hm_holds(s, u))
     k->hbe.ops->cast(k->hbe.ctx, k->hlp + at, k->view.tc.precision, x[0], ZT_F32, c);
   return 0;
 }
@@ -801,39 +827,133 @@ static int stage_chunk(dp_rank_state *k, int u) {
   return 0;
 }
 
+/* ---- params nvme: the NVMe units' chunks read from their master files before each gather ---
+ * The step reads a file while no write of it is in flight: the update of a unit begins after
+ * its last gather of the step (the backward walks down, the updates follow it), and the last
+ * step's write-behind was waited for when its sets were retired (nv_finish), before this step
+ * began; a state call that writes the files runs between steps. */
+
+static int nvp_fail(dp_rank_state *k, int rc) {
+  const char *e = zt_nvme_store_error(k->store);
+  return rank_fail(k, rc, "params nvme: %s", e[0] ? e : strerror(-rc));
+}
+
+/* Staging b's read waited for, if one is; a failed one leaves it holding nothing. */
+static int nvp_settle(dp_rank_state *k, int b) {
+  if (k->pstage_req[b] < 0) return 0;
+  int rc = zt_nvme_wait(k->store, k->pstage_req[b]);
+  k->pstage_req[b] = -1;
+  if (rc < 0) {
+    k->pstage_unit[b] = -1;
+    return nvp_fail(k, rc);
+  }
+  return 0;
+}
+
+/* Starts reading NVMe unit u's chunk from its master file into staging u & 1 unless it is
+ * there or coming, once the copy that last read the staging has landed. */
+static int nvp_read(dp_rank_state *k, int u) {
+  int b = u & 1, rc;
+  if (k->pstage_unit[b] == u) return 0;
+  if ((rc = nvp_settle(k, b)) < 0) return rc;
+  if (k->pstage_tick[b] &&
+      (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->pstage_tick[b])) < 0)
+    return copy_fail(k, rc, "copying a parameter chunk to the device");
+  k->pstage_tick[b] = 0;
+  k->pstage_unit[b] = -1;
+  size_t bytes = k->s->tab->chunk[u] * sizeof(float);
+  if ((rc = zt_nvme_read(k->store, k->ext[3 * u], 0, k->pstage[b], bytes)) < 0)
+    return nvp_fail(k, rc);
+  k->pstage_unit[b] = u;
+  k->pstage_req[b] = rc;
+  return 0;
+}
+
+/* NVMe unit u's chunk into chunk buffer u & 1: its read (started ahead, normally) waited for,
+ * then the copy, ordered after the compute queued so far (the gather that last read the
+ * buffer). */
+static int nvp_stage(dp_rank_state *k, int u) {
+  int b = u & 1, rc;
+  if ((rc = nvp_read(k, u)) < 0 || (rc = nvp_settle(k, b)) < 0) return rc;
+  int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->pstage[b],
+                                k->s->tab->chunk[u] * sizeof(float));
+  if (t < 0) return copy_fail(k, (int)t, "copying a parameter chunk to the device");
+  k->chunk_unit[b] = u;
+  k->chunk_tick[b] = k->pstage_tick[b] = t;
+  return 0;
+}
+
+/* The reads still in flight waited for (only a failed step leaves any, and its error is the
+ * step's); the stagings hold nothing the next step may use (the update rewrites the files). */
+static void nvp_finish(dp_rank_state *k) {
+  for (int b = 0; b < 2; b++) {
+    if (k->pstage_req[b] >= 0) zt_nvme_wait(k->store, k->pstage_req[b]);
+    k->pstage_req[b] = k->pstage_unit[b] = -1;
+  }
+}
+
+/* Whether the walk is still to gather host unit v from a chunk buffer: no slot (nor the
+ * embedding's) holds it. */
+static int walk_gathers(const dp_rank_state *k, int v) {
+  const dp_state *s = k->s;
+  if (v < 0 || v >= s->nu || !on_host(s, v)) return 0;
+  return s->tied && v == 0 ? !k->embed_gathered : k->slot_unit[v & 1] != v;
+}
+
+/* params nvme: unit v's file read ahead of its staging, where the walk is to gather it from
+ * NVMe and no chunk buffer holds it. */
+static int nvp_ahead(dp_rank_state *k, int v) {
+  if (!walk_gathers(k, v) || !on_nvme(k->s, v) || k->chunk_unit[v & 1] == v) return 0;
+  return nvp_read(k, v);
+}
+
+/* A host unit's chunk into chunk buffer u & 1, from the host tier or its file. */
+static int stage_unit(dp_rank_state *k, int u) {
+  return k->s->params_nvme && on_nvme(k->s, u) ? nvp_stage(k, u) : stage_chunk(k, u);
+}
+
 /* Stage 3: unit u's parameters gathered into p (and the compute copy into lp), *tick the
  * compute's wait for them. A device unit's gather runs on the queue after the compute queued
  * so far (the slot's last reader). A host unit's chunk comes from its chunk buffer, gathered on
- * the compute stream, and the next unit of the walk's is copied behind it. */
+ * the compute stream, and the next unit of the walk's is copied behind it; with params nvme
+ * the file of the unit after that is read meanwhile (and the next one's, after a device unit),
+ * so that each read and each copy overlap the compute of a unit before theirs. */
 static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *tick) {
   const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t c = s->tab->chunk[u];
+  zt_dtype dt = k->view.tc.precision;
   const zt_comm_ops *co = k->comm.ops;
   const float *src = k->params + sh->packed_off;
   const void *lsrc = k->params_lp ? lp_of(k, k->params_lp, sh->packed_off) : NULL;
   int host = s->params_host && on_host(s, u), rc;
   if (host) {
     int b = u & 1;
-    if (k->chunk_unit[b] != u && (rc = stage_chunk(k, u)) < 0) return rc;
+    if (k->chunk_unit[b] != u && (rc = stage_unit(k, u)) < 0) return rc;
     if ((rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_H2D, k->chunk_tick[b])) < 0)
       return copy_fail(k, rc, "ordering a gather after its chunk's copy");
     src = k->pchunk[b];
     lsrc = k->lpchunk[b];
+    /* a file holds the fp32 masters alone: the compute copy is their cast, as AdamW writes it,
+     * made here where the gather waits for the copy anyway */
+    if (lp && s->params_nvme && on_nvme(s, u))
+      be->ops->cast(be->ctx, k->lpchunk[b], dt, k->pchunk[b], ZT_F32, c);
   } else if ((rc = q_begin(k)) < 0) {
     return rc;
   }
   void *on = host ? k->stream : q_stream(k);
   rc = co->all_gather(k->comm.ctx, src, p, c * sizeof(float), on);
-  if (rc == 0 && lp)
-    rc = co->all_gather(k->comm.ctx, lsrc, lp, c * zt_dtype_size(k->view.tc.precision), on);
+  if (rc == 0 && lp) rc = co->all_gather(k->comm.ctx, lsrc, lp, c * zt_dtype_size(dt), on);
   if (rc < 0) return comm_fail(k, rc, "gathering parameters");
   *tick = 0;
   if (!host && (*tick = q_mark(k)) < 0) return (int)*tick;
   int next = u + k->dir;
-  if (host && next >= 0 && next < s->nu && on_host(s, next) &&
-      k->chunk_unit[next & 1] != next && !(s->tied && next == 0 && k->embed_gathered))
-    return stage_chunk(k, next);
+  if (host && walk_gathers(k, next) && k->chunk_unit[next & 1] != next &&
+      (rc = stage_unit(k, next)) < 0)
+    return rc;
+  for (int i = 1; s->params_nvme && i <= 2; i++)
+    if ((rc = nvp_ahead(k, u + i * k->dir)) < 0) return rc;
   return 0;
 }
 
@@ -946,15 +1066,17 @@ static void wait_adam(dp_rank_state *k, int u) {
   k->submitted[u] = 0;
 }
 
-/* optimizer nvme: set x's updated chunk where the step reads it: with params host into the
- * host's parameters (the copies staged from them so far landed first), else onto the device
- * on the copy engine, which orders it after the compute queued so far (the backward of the
- * unit may still read the old parameters). */
+/* optimizer nvme: set x's updated chunk where the step reads it: with params nvme in the
+ * master file written behind (nothing more to do), with params host into the host's parameters
+ * (the copies staged from them so far landed first), else onto the device on the copy engine,
+ * which orders it after the compute queued so far (the backward of the unit may still read the
+ * old parameters). */
 static int nv_upload(dp_rank_state *k, const nv_set *x) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->tab, x->unit, k->r);
   size_t c = s->tab->chunk[x->unit], at = host_at(s, sh), dev = param_at(k, sh);
   int rc;
+  if (s->params_nvme) return 0;
   if (s->params_host) {
     if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
       return copy_fail(k, rc, "copying a parameter chunk to the device");
@@ -1175,6 +1297,13 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
     }
     if (counted) zt_model_unit_forward_dt(m, a, u, p, lp, e, elp);
   }
+  /* params nvme: the files of the backward's first two gathers (below the units the slots keep)
+   * read during the last forwards and the loss */
+  for (int v = s->nu - 1, n = 0; s->params_nvme && v >= 0 && n < 2; v--)
+    if (walk_gathers(k, v)) {
+      if ((rc = nvp_ahead(k, v)) < 0) return rc;
+      n++;
+    }
   if (counted) {
     double loss_sum = 0;
     int n_counted = 0;
@@ -1395,6 +1524,7 @@ static int rank_step(dp_rank_state *k) {
   const dp_state *s = k->s;
   int rc = step_body(k);
   for (int u = s->ng; s->host_n && u < s->nu; u++) wait_adam(k, u);
+  if (s->params_nvme) nvp_finish(k);
   if (s->nvme) {
     char keep[sizeof k->err];
     memcpy(keep, k->err, sizeof keep);
@@ -2094,18 +2224,18 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
       snprintf(err, errlen, "dp.%s must be auto, gpu, host or nvme", places[i].field);
       return -EINVAL;
     }
-  /* every rank's shard of every unit's parameters is read by every step's forward and
-   * backward: NVMe would be read twice a step for what the host tier holds */
-  if (c->params == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "dp.params: nvme is not supported with data parallelism (gpu or host; "
-             "optimizer nvme keeps the masters, m and v on NVMe)");
-    return -ENOTSUP;
-  }
   int off = c->optimizer == ZT_PLACE_HOST || c->optimizer == ZT_PLACE_NVME;
   if (c->params == ZT_PLACE_HOST && (c->zero_stage != 3 || !off)) {
     snprintf(err, errlen, "dp.params: host needs zero_stage 3 (stages 1-2 keep every unit's "
              "parameters on every device) and optimizer host or nvme (the masters the chunks "
              "are copied from) (got zero_stage %d, optimizer %s)", c->zero_stage,
+             zt_offload_place_name(c->optimizer));
+    return -EINVAL;
+  }
+  if (c->params == ZT_PLACE_NVME && (c->zero_stage != 3 || c->optimizer != ZT_PLACE_NVME)) {
+    snprintf(err, errlen, "dp.params: nvme needs zero_stage 3 (stages 1-2 keep every unit's "
+             "parameters on every device) and optimizer nvme (the master files the chunks are "
+             "read from) (got zero_stage %d, optimizer %s)", c->zero_stage,
              zt_offload_place_name(c->optimizer));
     return -EINVAL;
   }
@@ -2160,12 +2290,15 @@ static int place_units(dp_state *s, char *err, size_t errlen) {
              "of the model's %d) (got %d)", s->nu - s->ng, s->ng, s->nu, s->dc.host_units);
     return -EINVAL;
   }
-  s->params_host = s->dc.params == ZT_PLACE_HOST && s->ng < s->nu;
+  s->params_host =
+      (s->dc.params == ZT_PLACE_HOST || s->dc.params == ZT_PLACE_NVME) && s->ng < s->nu;
   s->dev_packed = s->ng < s->nu ? zt_shard_at(s->tab, s->ng, 0)->packed_off
                                 : s->tab->packed_total;
   s->host_n = s->tab->packed_total - s->dev_packed;
   s->nv0 = s->dc.optimizer == ZT_PLACE_NVME ? s->ng + s->dc.host_units : s->nu;
   s->nvme = s->nv0 < s->nu;
+  /* without NVMe units (host_units all the rest) params nvme is params host */
+  s->params_nvme = s->dc.params == ZT_PLACE_NVME && s->nvme;
   s->hopt_n = (s->nvme ? zt_shard_at(s->tab, s->nv0, 0)->packed_off : s->tab->packed_total) -
               s->dev_packed;
   for (int u = s->nv0; u < s->nu; u++)

@@ -13,7 +13,11 @@
 # injected read error fails the job naming the rank's file. Host and NVMe together
 # (offload.host_units with optimizer nvme: the units after the device ones on the host, the rest
 # in files): a stage 2 job trains bitwise as on the device, its plan moves bytes from NVMe to the
-# host tier, and host_units without optimizer nvme or past the model's units is refused.
+# host tier, and host_units without optimizer nvme or past the model's units is refused. Params
+# nvme (stage 3, optimizer nvme: each rank reads its chunks of the NVMe units' parameters from
+# its master files before each gather): a job trains bitwise as on the device, its plan says
+# params nvme with the files of optimizer nvme and the device bytes of params host, and fewer
+# host bytes than params host; below stage 3 or without optimizer nvme it is refused.
 . "$(dirname "$0")/lib.sh"
 
 start_ztd --cpu-ranks 2
@@ -36,7 +40,8 @@ PY
 }
 
 # Refusals, at submit and plan alike.
-ospec "$ZT_TMP/nvme.json" 3 '{"optimizer": "nvme", "params": "nvme", "nvme_dir": "/tmp"}'
+ospec "$ZT_TMP/pn2.json" 2 '{"optimizer": "nvme", "params": "nvme", "nvme_dir": "/tmp"}'
+ospec "$ZT_TMP/pnh.json" 3 '{"optimizer": "host", "params": "nvme", "nvme_dir": "/tmp"}'
 ospec "$ZT_TMP/nodir.json" 2 "{\"optimizer\": \"nvme\", \"nvme_dir\": \"$ZT_TMP/missing\"}"
 ospec "$ZT_TMP/ph2.json" 2 '{"optimizer": "host", "params": "host"}'
 ospec "$ZT_TMP/grads.json" 1 '{"optimizer": "host", "grads": "gpu"}'
@@ -44,8 +49,9 @@ ospec "$ZT_TMP/units.json" 1 '{"optimizer": "host", "gpu_units": 9}'
 ospec "$ZT_TMP/hauto.json" 2 '{"optimizer": "auto", "host_units": 1}'
 ospec "$ZT_TMP/hmany.json" 2 "{\"optimizer\": \"nvme\", \"gpu_units\": 1, \"host_units\": 4, \"nvme_dir\": \"$NVME\"}"
 for op in submit plan; do
-  expect_fail 1 "offload.params: nvme with parallel.gpus 2 is not supported" \
-    ztctl "$op" "$ZT_TMP/nvme.json"
+  expect_fail 1 "offload.params: nvme with parallel.gpus 2 needs parallel.zero_stage 3 and \
+offload.optimizer nvme" ztctl "$op" "$ZT_TMP/pn2.json"
+  expect_fail 1 "offload.params: nvme needs offload.optimizer nvme" ztctl "$op" "$ZT_TMP/pnh.json"
   expect_fail 1 "offload.nvme_dir: $ZT_TMP/missing: No such file or directory" \
     ztctl "$op" "$ZT_TMP/nodir.json"
   expect_fail 1 "offload.params: host with parallel.gpus 2 needs parallel.zero_stage 3" \
@@ -111,6 +117,34 @@ assert 0 < s["nvme_bytes_per_rank"] < n["nvme_bytes_per_rank"], (n, s)
 assert s["host_bytes_per_rank"] > n["host_bytes_per_rank"], (n, s)
 assert s["device_bytes_per_rank"] == n["device_bytes_per_rank"], (n, s)
 PY
+# params nvme: the files of optimizer nvme and the device bytes of params host; its host tier
+# holds two stagings of the largest chunk instead of the NVMe units' parameters, which saves
+# host memory once there are more than two blocks (8 here)
+ospec "$ZT_TMP/hn3.json" 3 "{\"optimizer\": \"nvme\", \"params\": \"host\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}"
+ospec "$ZT_TMP/p3.json" 3 "{\"optimizer\": \"nvme\", \"params\": \"nvme\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}"
+for f in hn3 p3; do
+  python3 - "$ZT_TMP/$f.json" "$ZT_TMP/${f}l8.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["model"]["n_layers"] = 8
+json.dump(s, open(sys.argv[2], "w"))
+PY
+done
+python3 - "$(ztctl --json plan "$ZT_TMP/hn3.json")" "$(ztctl --json plan "$ZT_TMP/p3.json")" \
+  "$(ztctl --json plan "$ZT_TMP/hn3l8.json")" "$(ztctl --json plan "$ZT_TMP/p3l8.json")" <<'PY' || fail "params nvme plan"
+import json, sys
+h, p, h8, p8 = (json.loads(a)["offload"] for a in sys.argv[1:])
+print("params nvme plan: %s" % json.dumps(p))
+print("host bytes per rank, 8 blocks: params host %d, params nvme %d" %
+      (h8["host_bytes_per_rank"], p8["host_bytes_per_rank"]))
+for a, b in ((h, p), (h8, p8)):
+    assert b["optimizer"] == "nvme" and b["params"] == "nvme" and b["gpu_units"] == 1, b
+    assert b["nvme_bytes_per_rank"] == a["nvme_bytes_per_rank"] > 0, (a, b)
+    assert b["device_bytes_per_rank"] == a["device_bytes_per_rank"], (a, b)
+assert 0 < p8["host_bytes_per_rank"] < h8["host_bytes_per_rank"], (h8, p8)
+PY
+ztctl plan "$ZT_TMP/p3.json" | grep -q "offload: each rank keeps the optimizer of 1 of 4 units on its GPU and the rest's in a host tier of .* and NVMe files of 180.0 KiB; parameters on the nvme" ||
+  fail "ztctl plan: $(ztctl plan "$ZT_TMP/p3.json")"
 ztctl plan "$ZT_TMP/h3.json" | grep -q "offload: each rank keeps the optimizer of 1 of 4 units on its GPU and the rest's in a host tier of .*; parameters on the host" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/h3.json")"
 
@@ -120,7 +154,8 @@ for cfg in "1 " '1 {"optimizer": "host"}' "2 " '2 {"optimizer": "host", "gpu_uni
   "3 " '3 {"optimizer": "host", "params": "host", "gpu_units": 1}' \
   '3 {"optimizer": "auto"}' "1 {\"optimizer\": \"nvme\", \"nvme_dir\": \"$NVME\"}" \
   "3 {\"optimizer\": \"nvme\", \"params\": \"host\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}" \
-  "2 {\"optimizer\": \"nvme\", \"gpu_units\": 1, \"host_units\": 2, \"nvme_dir\": \"$NVME\"}"; do
+  "2 {\"optimizer\": \"nvme\", \"gpu_units\": 1, \"host_units\": 2, \"nvme_dir\": \"$NVME\"}" \
+  "3 {\"optimizer\": \"nvme\", \"params\": \"nvme\", \"nvme_dir\": \"$NVME\"}"; do
   ospec "$ZT_TMP/t${#jobs[@]}.json" "${cfg%% *}" "${cfg#* }"
   jobs+=("$(new_job "$ZT_TMP/t${#jobs[@]}.json")") || exit 1
 done
@@ -130,7 +165,7 @@ for j in "${jobs[@]}"; do shows+=("$(ztctl --json show "$j")"); done
 python3 - "${shows[@]}" <<'PY' || fail "offloaded losses"
 import json, sys
 j = [json.loads(a) for a in sys.argv[1:]]
-pairs = [(0, 1), (2, 3), (4, 5), (4, 6), (0, 7), (4, 8), (2, 9)]
+pairs = [(0, 1), (2, 3), (4, 5), (4, 6), (0, 7), (4, 8), (2, 9), (4, 10)]
 for a, b in pairs:
     la, lb = j[a]["losses"], j[b]["losses"]
     assert len(la) == 20 and la == lb, (a, b, la, lb)
@@ -141,6 +176,7 @@ assert j[1]["spec"]["offload"]["optimizer"] == "host" and j[1]["spec"]["offload"
 assert j[6]["spec"]["offload"]["optimizer"] == "host" and j[6]["spec"]["offload"]["params"] == "gpu"
 assert j[8]["spec"]["offload"]["optimizer"] == "nvme" and j[8]["spec"]["offload"]["gpu_units"] == 1
 assert j[9]["spec"]["offload"]["optimizer"] == "nvme" and j[9]["spec"]["offload"]["host_units"] == 2
+assert j[10]["spec"]["offload"]["params"] == "nvme" and j[10]["spec"]["offload"]["gpu_units"] == 0
 PY
 [ -z "$(ls -A "$NVME")" ] || fail "files left in nvme_dir: $(find "$NVME")"
 for j in "${jobs[@]}"; do check_learned "$j"; done

@@ -27,8 +27,10 @@
  * With optimizer nvme (each rank's host units' masters, m and v in its files under nvme_dir)
  * the same, the ranks reading their files into the checkpoint and the loads writing them
  * (skipped without io_uring), and with host_units too (some units' state on the host tier, the
- * rest's in files). The data-parallel open streams the initial parameters a piece of
- * units at a time: its transient heap is less than a flat copy of them. */
+ * rest's in files), and with params nvme (stage 3: the NVMe units' parameters in their master
+ * files alone, bf16's compute copy cast from them). The data-parallel open streams the
+ * initial parameters a piece of units at a time: its transient heap is less than a flat copy of
+ * them. */
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -668,6 +670,8 @@ int main(void) {
       /* host and NVMe together: a unit's chunks through the host tier or its files */
       {2, ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, ZT_BF16, 2},
       {3, ZT_PLACE_NVME, ZT_PLACE_HOST, 0, ZT_F32, 2},
+      /* params nvme: the NVMe units' parameters through their master files */
+      {3, ZT_PLACE_NVME, ZT_PLACE_NVME, 1, ZT_BF16, 1},
   };
   int fails = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fails += one_case(&cases[i]);

@@ -22,8 +22,16 @@
  * the step (-EIO) naming the file, and the trainer refuses further steps. Host and NVMe
  * together (dp.host_units: the units after the device ones on the host, the rest in files, with
  * the parameters on the host too at stage 3) are placements of the same worlds with the same
- * checks, the store's counters showing the NVMe units' files alone. Without io_uring (kernel or
- * sandbox) the NVMe part is skipped. */
+ * checks, the store's counters showing the NVMe units' files alone. Params nvme (stage 3: each
+ * rank's NVMe units' parameter chunks read from their master files before each gather, with
+ * and without gpu_units and host_units) is one more placement of the stage 3 worlds, grad_accum
+ * 2 and 1, fp32 and fp16, with the same checks, and: the store's counters show the parameter
+ * reads beside the update's (each NVMe unit's chunk in the forward, and again in the backward
+ * unless a slot kept it; exactly that with grad_accum 1, at most that per micro-batch with 2);
+ * its checkpoints load into the neighbouring placements (host, params nvme with other units on
+ * the host, optimizer host); an injected EIO on a parameter read in the backward fails the step
+ * (-EIO) naming the master file. Without io_uring (kernel or sandbox) the NVMe part is
+ * skipped. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -108,6 +116,24 @@ static uint64_t nvme_unit_bytes(zt_trainer *t, int W, const placement *p) {
   return sum;
 }
 
+/* params nvme: the bytes each rank reads from its NVMe units' master files in the walks of the
+ * first micro-batch of a step: each unit's chunk gathered in the forward, and again in the
+ * backward unless a slot kept it (the last two units) or it is the gpt's embedding (gathered
+ * through the step). Later micro-batches read at most as much (a chunk buffer may still hold a
+ * unit). */
+static uint64_t param_read_bytes(zt_trainer *t, int W, const placement *p) {
+  zt_shard_table *tab;
+  const zt_model *m = zt_trainer_model(t);
+  int nu = zt_model_num_units(m), tied = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT;
+  uint64_t sum = 0;
+  if (p->params != ZT_PLACE_NVME) return 0;
+  if (zt__trainer_shard_table(m, W, &tab) < 0) exit(1);
+  for (int u = p->gpu_units + p->host_units; u < nu; u++)
+    sum += (1 + (u < nu - 2 && !(tied && u == 0))) * tab->chunk[u] * sizeof(float);
+  zt_shard_table_free(tab);
+  return sum;
+}
+
 /* Each rank's device and host bytes against the estimates. */
 static int bytes_match(zt_trainer *t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                        const zt_dp_cfg *dc, const char *what) {
@@ -128,13 +154,13 @@ static int bytes_match(zt_trainer *t, const zt_model_cfg *mc, const zt_train_cfg
   return fails;
 }
 
-/* One world and stage: the on-device run, then each placement against it (optimizer nvme too
- * with nv). */
-static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int nv) {
+/* One world and stage with grad_accum G: the on-device run, then each placement against it
+ * (optimizer nvme too with nv). */
+static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int nv, int G) {
   zt_model_cfg mc = dpt_model_cfg(arch);
-  zt_train_cfg tc = dpt_train_cfg(2, clip, dt);
-  int32_t *tok = dpt_tokens(&mc, W * 2, 3 + (uint64_t)W);
-  size_t per = dpt_step_tokens(&mc, W * 2), n;
+  zt_train_cfg tc = dpt_train_cfg(G, clip, dt);
+  int32_t *tok = dpt_tokens(&mc, W * G, 3 + (uint64_t)W);
+  size_t per = dpt_step_tokens(&mc, W * G), n;
   const char *dir = mc_tmpdir();
   char what[200], path[600], err[512];
   snprintf(path, sizeof path, "%s/ckpt", dir);
@@ -155,7 +181,7 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int n
   float *want = dpt_state_of(t);
   zt_trainer_close(t);
 
-  placement ps[12];
+  placement ps[16];
   int np = 0;
   ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, 0, 0};
   if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, 0};
@@ -170,6 +196,12 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int n
     ps[np++] = (placement){ZT_PLACE_HOST, ZT_PLACE_HOST, 1, 0};
     if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 1, 0};
     if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 0, 2};
+    /* params nvme, loading the checkpoints of params host and of each other, its own into
+     * optimizer host */
+    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 0, 0};
+    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 1, 1};
+    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 0, 2};
+    if (nv) ps[np++] = (placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 1, 0};
   }
   for (int i = 0; i < np; i++) {
     describe(what, sizeof what, arch, W, stage, dt, clip, &ps[i]);
@@ -188,18 +220,24 @@ static int matrix(zt_arch arch, int W, int stage, zt_dtype dt, float clip, int n
                          zt_trainer_dp_host_bytes(t, 0));
     dpt_run o;
     fails += dpt_run_steps(t, tok, per, 0, SAVE_AT, &o, what);
-    /* only the NVMe units' files: the host units' state never goes through the store */
+    /* only the NVMe units' files: the host units' state never goes through the store; with
+     * params nvme the walks' parameter reads besides */
     uint64_t files = nvme ? nvme_unit_bytes(t, W, &ps[i]) : 0;
+    uint64_t pr = param_read_bytes(t, W, &ps[i]);
     for (int r = 0; nvme && r < W; r++) {
       zt_nvme_stats st = nvme_stats(t, r);
       uint64_t f = at_open[r].bytes_written;
       fails += MC_EXPECT(f == files && at_open[r].bytes_read == 0 &&
-                         st.bytes_read == SAVE_AT * f &&
+                         st.bytes_read >= SAVE_AT * (f + pr) &&
+                         st.bytes_read <= SAVE_AT * (f + G * pr) &&
                          st.bytes_written == (SAVE_AT + 1) * f && st.errors == 0,
                          "%s: rank %d's store wrote %llu bytes at the open (the NVMe units' "
-                         "files %llu), then read %llu and wrote %llu in %d steps", what, r,
+                         "files %llu), then read %llu (the update's %llu and the parameters' "
+                         "%llu to %llu) and wrote %llu in %d steps", what, r,
                          (unsigned long long)f, (unsigned long long)files,
-                         (unsigned long long)st.bytes_read,
+                         (unsigned long long)st.bytes_read, (unsigned long long)(SAVE_AT * f),
+                         (unsigned long long)(SAVE_AT * pr),
+                         (unsigned long long)(SAVE_AT * G * pr),
                          (unsigned long long)st.bytes_written, SAVE_AT);
     }
     fails += MC_EXPECT(zt_trainer_save(t, path, err, sizeof err) == 0, "%s: save: %s", what,
@@ -277,9 +315,13 @@ static int nonfinite(int stage) {
 /* An NVMe device error mid-step, injected by ZT_FAULT_NVME (offload/nvme_store.h), which arms
  * every rank's store at its open: with clipping the fault is a read of a unit's state (the
  * updates after the norm), without it the write-behind of the first unit updated (the updates
- * overlapping the backward). The open wrote each of the 9 files (3 NVMe units) once. The step
- * fails naming the file, and the trainer refuses the next one. */
-static int eio(const char *fault, float clip) {
+ * overlapping the backward). The open wrote each of the 9 files (3 NVMe units) once. With
+ * params nvme (every unit in files, stage 3) the fifth read is the parameters of unit 1 for
+ * the backward (the forward reads units 0..3, the last two stay gathered, the embedding too),
+ * read ahead during the loss. The step fails naming the file (`what` says whose, `file` which
+ * and the I/O), and the trainer refuses the next one. */
+static int eio(const char *fault, float clip, int stage, const placement *pl, const char *what,
+               const char *file_io) {
   zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
   zt_train_cfg tc = dpt_train_cfg(1, clip, ZT_F32);
   int32_t *tok = dpt_tokens(&mc, 2, 11);
@@ -288,8 +330,7 @@ static int eio(const char *fault, float clip) {
   if (mkdir(nvme_dir, 0700) < 0) exit(1);
   dpt_ranks x;
   dpt_ranks_open(&x, 2);
-  placement pl = {ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, 0};
-  zt_dp_cfg dc = dp_cfg(2, 2, &pl);
+  zt_dp_cfg dc = dp_cfg(2, stage, pl);
   setenv("ZT_FAULT_NVME", fault, 1);
   zt_trainer *t = dpt_open_dp_cfg(&mc, &tc, &x, &dc);
   unsetenv("ZT_FAULT_NVME");
@@ -297,9 +338,10 @@ static int eio(const char *fault, float clip) {
   int fails = 0, rc = zt_trainer_step(t, tok, NULL, err, sizeof err);
   snprintf(file, sizeof file, "%s/zt-offload.", nvme_dir);
   fails += MC_EXPECT(rc == -EIO && strstr(err, file) && strstr(err, "/rank-") &&
+                     strstr(err, what) && strstr(err, file_io) &&
                      strstr(err, "Input/output error (injected by ZT_FAULT_NVME)"),
-                     "%s: the step gave %d '%s', want -EIO naming a file under %s", fault, rc,
-                     err, file);
+                     "%s: the step gave %d '%s', want -EIO naming a file under %s, '%s' and "
+                     "'%s'", fault, rc, err, file, what, file_io);
   rc = zt_trainer_step(t, tok, NULL, err, sizeof err);
   fails += MC_EXPECT(rc == -EIO && strstr(err, "aborted the communicators"),
                      "%s: the next step gave %d '%s'", fault, rc, err);
@@ -354,8 +396,9 @@ static int bad_placements(void) {
   nvme_dir[0] = 0;
   fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, 0, 0}, 1, -EINVAL, "dp.nvme_dir");
   snprintf(nvme_dir, sizeof nvme_dir, "/nonexistent-zt-dir");
-  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_NVME, 0, 0}, 3, -ENOTSUP, "dp.params");
-  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 0, 0}, 3, -ENOTSUP, "dp.params");
+  /* params nvme reads the master files of stage 3's chunks */
+  fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_NVME, 0, 0}, 3, -EINVAL, "dp.params");
+  fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_NVME, 0, 0}, 2, -EINVAL, "dp.params");
   fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_HOST, 0, 0}, 2, -EINVAL, "dp.params");
   fails += refuses(&(placement){ZT_PLACE_NVME, ZT_PLACE_AUTO, -1, 0}, 2, -EINVAL, "dp.gpu_units");
   fails += refuses(&(placement){ZT_PLACE_HOST, ZT_PLACE_AUTO, -1, 0}, 2, -EINVAL, "dp.gpu_units");
@@ -376,19 +419,26 @@ int main(void) {
    * with optimizer nvme read ahead and write behind during it); nvme in the gpt's worlds */
   for (int a = 0; a < 2; a++)
     for (int stage = 1; stage <= 3; stage++) {
-      fails += matrix(archs[a], 2, stage, ZT_F32, 0.5f, a == 0);
-      fails += matrix(archs[a], 2, stage, ZT_F32, 0.0f, a == 0);
+      fails += matrix(archs[a], 2, stage, ZT_F32, 0.5f, a == 0, 2);
+      fails += matrix(archs[a], 2, stage, ZT_F32, 0.0f, a == 0, 2);
     }
-  fails += matrix(ZT_ARCH_GPT, 3, 3, ZT_F32, 0.0f, 0);
-  fails += matrix(ZT_ARCH_ENCODER, 3, 2, ZT_BF16, 0.5f, 1);
-  fails += matrix(ZT_ARCH_GPT, 3, 1, ZT_BF16, 0.0f, 0);
-  /* fp16: the host's AdamW writes the fp16 copy; the updates wait for the overflow verdict */
-  fails += matrix(ZT_ARCH_GPT, 2, 3, ZT_F16, 0.0f, 1);
-  fails += matrix(ZT_ARCH_ENCODER, 2, 2, ZT_F16, 0.5f, 1);
+  fails += matrix(ZT_ARCH_GPT, 3, 3, ZT_F32, 0.0f, 0, 2);
+  fails += matrix(ZT_ARCH_ENCODER, 3, 2, ZT_BF16, 0.5f, 1, 2);
+  fails += matrix(ZT_ARCH_GPT, 3, 1, ZT_BF16, 0.0f, 0, 2);
+  /* fp16: the host's AdamW writes the fp16 copy; the updates wait for the overflow verdict
+   * (params nvme: the gathers cast it from the masters read) */
+  fails += matrix(ZT_ARCH_GPT, 2, 3, ZT_F16, 0.0f, 1, 2);
+  fails += matrix(ZT_ARCH_ENCODER, 2, 2, ZT_F16, 0.5f, 1, 2);
+  /* one micro-batch a step: params nvme's reads counted exactly; the encoder's backward reads
+   * unit 0 from its file too */
+  fails += matrix(ZT_ARCH_ENCODER, 2, 3, ZT_F32, 0.0f, 1, 1);
   for (int stage = 1; stage <= 3; stage++) fails += nonfinite(stage);
   if (nvme_ok) {
-    fails += eio("eio:read:5", 1.0f);
-    fails += eio("eio:write:10", 0.0f);
+    placement opt = {ZT_PLACE_NVME, ZT_PLACE_AUTO, 1, 0};
+    placement par = {ZT_PLACE_NVME, ZT_PLACE_NVME, 0, 0};
+    fails += eio("eio:read:5", 1.0f, 2, &opt, "optimizer nvme: ", "/block.1.exp_avg: read");
+    fails += eio("eio:write:10", 0.0f, 2, &opt, "optimizer nvme: ", "/head.master: write");
+    fails += eio("eio:read:5", 0.0f, 3, &par, "params nvme: ", "/block.0.master: read");
   }
   fails += bad_placements();
   if (fails) {
