@@ -739,13 +739,11 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
     zt_dp_cfg dpc = zt__job_dp_cfg(s, 0, 0);
     need = (double)zt_dp_estimate_rank_bytes(&s->model, &tc, &dpc, ops);
-    /* this daemon's ranks' host tiers, and a checkpoint's staging beside them: every rank's
-     * at once where the trainer runs them all (per-rank checkpoints), else (a part of a job
-     * over several daemons) the flat layout's */
+    /* this daemon's ranks' host tiers, and a checkpoint's staging beside them: the larger of
+     * the flat layout's and every rank's at once (per-rank checkpoints, also of a job over
+     * several daemons where every daemon sees the coordinator's checkpoint directory) */
     host_tier = (double)zt_dp_estimate_host_bytes(&s->model, &tc, &dpc) * s->gpus;
-    if (host_tier > 0)
-      host_tier += (double)(s->n_peers ? zt_checkpoint_estimate_bytes(&s->model)
-                                       : zt_checkpoint_estimate_bytes_dp(&s->model, W));
+    if (host_tier > 0) host_tier += (double)zt_checkpoint_estimate_bytes_dp(&s->model, W);
     /* optimizer nvme: this daemon's ranks' files, reserved in full at the start */
     uint64_t nvme = zt_dp_estimate_nvme_bytes(&s->model, &tc, &dpc);
     if (nvme && nvme != UINT64_MAX &&

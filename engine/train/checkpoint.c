@@ -1,6 +1,7 @@
 /* Checkpoints: a directory written as DIR.tmp, every file and the directory fsynced, then swapped
  * into place with renameat2(RENAME_EXCHANGE) so DIR is always either the old or the new complete
- * checkpoint; the old one is then removed.
+ * checkpoint; the old one is then removed. A save that fails removes DIR.tmp and leaves DIR as
+ * it was.
  *
  * Two layouts. The flat one (model.safetensors, optimizer.safetensors, trainer.json) holds the
  * state in the model's layout. The per-rank one, which a data-parallel trainer running every
@@ -12,6 +13,21 @@
  * gathered, as the flat one's, for the daemon's export. A load takes either layout into any
  * trainer: a per-rank one whose chunks are not the trainer's is read a piece at a time, each
  * unit's range assembled from the ranks' files, and written as a flat one is.
+ *
+ * A data-parallel part (dp.h, "Parts") runs only some of its world's ranks. The part holding
+ * rank 0 saves and loads; every other part follows in zt_trainer_dp_send_state /
+ * _receive_state. Its checkpoints are per rank where every part sees the checkpoint's directory
+ * (a filesystem the daemons share at the same path): the save first puts a marker file of a
+ * random token (PROBE_FILE) into DIR.tmp and asks the path to probe (zt__train_path.probe),
+ * whose collective has every rank check its own view of the path for the token
+ * (zt__ckpt_probe_sees); a load's marker is the manifest itself, the token a digest of its bytes.
+ * Where all see it, every part's ranks write (read) their own files through the same code as
+ * above, the other parts' through zt__rank_files_open, and the path exchanges their results and
+ * the files' sizes for the manifest; the rank-0 part writes the manifest and model.safetensors
+ * and swaps DIR.tmp into place only after that verdict. Where some do not, the state goes through
+ * the flat layout, gathered into (scattered from) the rank-0 part's files. The per-rank files
+ * parts write are the ones a trainer running every rank writes, byte for byte: a checkpoint
+ * does not depend on the split into parts.
  *
  * The state moves in pieces: runs of whole units of at most the largest unit's parameters, in
  * unit order. A save reads a piece from the trainer (its backend, or its step path's tiers)
@@ -29,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +58,9 @@
 #define MANIFEST_FORMAT 1
 #define MANIFEST "manifest.json"
 #define LAYOUT_PER_RANK "per-rank"
+/* A part's save: the marker of the probe in its temporary directory (probe_parts) */
+#define PROBE_FILE "probe"
+#define PROBE_TOKEN_LEN 64
 #define OPT_NOTE "AdamW exp_avg / exp_avg_sq in zt's internal layout: weights are (out, in), " \
                  "HF Conv1D weights are not transposed here as they are in model.safetensors"
 /* a tensor's name in a rank's file: its unit's name and the state's suffix */
@@ -114,7 +134,8 @@ static size_t checkpoint_bytes(const zt_model *m, const zt_shard_table *tab) {
 }
 
 size_t zt_trainer_checkpoint_bytes(const zt_trainer *t) {
-  return checkpoint_bytes(t->model, t->path && t->path->shards ? t->path->shards(t, NULL) : NULL);
+  return checkpoint_bytes(t->model,
+                          t->path && t->path->shards ? t->path->shards(t, NULL, NULL) : NULL);
 }
 
 /* world 0: a trainer of flat checkpoints; else one that runs every rank of that world. */
@@ -395,7 +416,6 @@ static const char *const rank_suffix[3] = {".params", ".exp_avg", ".exp_avg_sq"}
 typedef struct rank_file {
   char *path;
   const char *name;             /* in path: the file's name in the directory */
-  long long bytes;              /* a save: the finished file's size; a load: the manifest's */
   int *first;                   /* a save: unit u's params entry (-1: none of its elements) */
   zt_st_writer *w;
   zt_st_file *f;
@@ -406,6 +426,7 @@ typedef struct rank_set {
   const zt_model *m;
   rank_layout l;
   rank_file *rf;                /* world */
+  long long *bytes;             /* world: a save's finished files' sizes (zt__shard_io.bytes) */
 } rank_set;
 
 static void rank_set_close(rank_set *x) {
@@ -418,7 +439,9 @@ static void rank_set_close(rank_set *x) {
     free(f->found);
   }
   free(x->rf);
+  free(x->bytes);
   x->rf = NULL;
+  x->bytes = NULL;
 }
 
 /* The files of layout l in dir, called names[r] (a manifest's) or rank-R.safetensors. */
@@ -427,7 +450,9 @@ static int rank_set_open(rank_set *x, const zt_model *m, const rank_layout *l, c
   size_t nu = (size_t)zt_model_num_units(m), dl = strlen(dir);
   x->m = m;
   x->l = *l;
-  if (!(x->rf = calloc((size_t)l->world, sizeof *x->rf))) goto oom;
+  if (!(x->rf = calloc((size_t)l->world, sizeof *x->rf)) ||
+      !(x->bytes = calloc((size_t)l->world, sizeof *x->bytes)))
+    goto oom;
   for (int r = 0; r < l->world; r++) {
     rank_file *f = &x->rf[r];
     int n = names ? asprintf(&f->path, "%s/%s", dir, names[r])
@@ -547,17 +572,20 @@ static int save_put(void *arg, int r, int u, const float *p, const float *m, con
   return rc;
 }
 
-/* Finished (fsynced, renamed into place) and its size taken for the manifest. */
+/* Finished (fsynced, renamed into place, its directory fsynced) and its size taken for the
+ * manifest. */
 static int save_end(void *arg, int r, int ok, char *err, size_t errlen) {
-  rank_file *f = &((rank_set *)arg)->rf[r];
+  rank_set *x = arg;
+  rank_file *f = &x->rf[r];
   struct stat st;
   int rc = 0;
   if (ok && (rc = zt_st_writer_finish(f->w, err, errlen)) == 0) {
     if (stat(f->path, &st) < 0) {
       rc = -errno;
       snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
+    } else {
+      x->bytes[r] = (long long)st.st_size;
     }
-    f->bytes = (long long)st.st_size;
   }
   zt_st_writer_close(f->w);
   f->w = NULL;
@@ -586,6 +614,8 @@ static int load_end(void *arg, int r, int ok, char *err, size_t errlen) {
   return 0;
 }
 
+static const char *rank_path(void *arg, int r) { return ((rank_set *)arg)->rf[r].path; }
+
 /* The manifest: the layout, each unit's range and chunk, each rank's file and size, then
  * trainer.json's fields. */
 static json_t *manifest_json(const zt_trainer *t, const rank_set *x) {
@@ -601,7 +631,7 @@ static json_t *manifest_json(const zt_trainer *t, const rank_set *x) {
   }
   for (int r = 0; !bad && r < x->l.world; r++)
     bad = json_array_append_new(ranks, json_pack("{s:s, s:I}", "file", x->rf[r].name, "bytes",
-                                                 (json_int_t)x->rf[r].bytes)) < 0;
+                                                 (json_int_t)x->bytes[r])) < 0;
   if (bad) {
     json_decref(units);
     json_decref(ranks);
@@ -614,8 +644,10 @@ static json_t *manifest_json(const zt_trainer *t, const rank_set *x) {
   return state_json(t, head);
 }
 
-/* The per-rank layout into the directory tmp: the parameters gathered (model.safetensors), then
- * every rank's file at once, then the manifest. */
+/* The per-rank layout into the directory tmp: every rank's file at once (a part's ranks and
+ * the other parts' together, each part writing its own), then the parameters gathered
+ * (model.safetensors; for a part a sequence of state calls the other parts follow to its last
+ * unit, so it comes last), then the manifest. */
 static int save_ranked(zt_trainer *t, const zt_shard_table *tab, int stage, const char *tmp,
                        state_seq *q, char *err, size_t errlen) {
   rank_layout l = {tab->world, stage, tab->align, tab->chunk};
@@ -628,15 +660,15 @@ static int save_ranked(zt_trainer *t, const zt_shard_table *tab, int stage, cons
     snprintf(err, errlen, "%s: out of memory", tmp);
     goto out;
   }
-  sprintf(file, "%s/model.safetensors", tmp);
-  if ((rc = write_params(t, file, q, err, errlen)) < 0 ||
-      (rc = rank_set_open(&x, t->model, &l, tmp, NULL, err, errlen)) < 0)
-    goto out;
-  zt__shard_io io = {&x, save_begin, save_put, NULL, save_end};
+  if ((rc = rank_set_open(&x, t->model, &l, tmp, NULL, err, errlen)) < 0) goto out;
+  zt__shard_io io = {&x, save_begin, save_put, NULL, save_end, x.bytes, rank_path};
   if ((rc = t->path->save_shards(t, &io, why, sizeof why)) < 0) {
+    q->failed = 1; /* a part's: every part's call ended with the exchanged verdict */
     snprintf(err, errlen, "%s: writing the ranks' files failed: %s", tmp, why);
     goto out;
   }
+  sprintf(file, "%s/model.safetensors", tmp);
+  if ((rc = write_params(t, file, q, err, errlen)) < 0) goto out;
   sprintf(file, "%s/" MANIFEST, tmp);
   if (!(j = manifest_json(t, &x))) {
     rc = -ENOMEM;
@@ -651,11 +683,90 @@ out:
   return rc;
 }
 
+/* ---- a part's probe: does every part see the directory? ----------------------------------- */
+
+/* A load's probe token: the manifest's FNV-1a digest (64 bits) and length, so that a part
+ * sees the checkpoint when its view of the path holds a manifest of the same bytes (the same
+ * checkpoint: the manifest names every rank's file and size). 0 or -errno. */
+static int manifest_token(const char *file, char *token, size_t len) {
+  FILE *f = fopen(file, "rbe");
+  if (!f) return -errno;
+  uint64_t h = 14695981039346656037ull;
+  long long n = 0;
+  unsigned char buf[16384];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+    for (size_t i = 0; i < got; i++) h = (h ^ buf[i]) * 1099511628211ull;
+    n += (long long)got;
+  }
+  int rc = ferror(f) ? -EIO : 0;
+  fclose(f);
+  snprintf(token, len, "manifest %016llx %lld", (unsigned long long)h, n);
+  return rc;
+}
+
+int zt__ckpt_probe_sees(const char *dir, int save, const char *token) {
+  char *file = NULL, got[PROBE_TOKEN_LEN];
+  int sees = 0;
+  if (asprintf(&file, "%s/%s", dir, save ? PROBE_FILE : MANIFEST) < 0) return 0;
+  if (save) {
+    FILE *f = fopen(file, "rbe");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    got[n] = 0;
+    /* and can write its ranks' files there (daemons of other users see a directory they
+     * cannot write: the flat layout then, rather than a failed checkpoint) */
+    sees = f && n == strlen(token) && !memcmp(got, token, n) && access(dir, W_OK) == 0;
+    if (f) fclose(f);
+  } else {
+    sees = manifest_token(file, got, sizeof got) == 0 && !strcmp(got, token);
+  }
+  free(file);
+  return sees;
+}
+
+/* A part holding rank 0 asks every part whether it sees dir as this process does (the path's
+ * probe): a save's dir is its temporary directory, given a marker file of a random token for
+ * the probe's time; a load's holds the manifest `file`. 1 or 0; a negative errno before the
+ * probe (nothing asked: the caller tells the other parts, seq_end) or from it (q->failed). */
+static int probe_parts(zt_trainer *t, const char *dir, int save, const char *file, state_seq *q,
+                       char *err, size_t errlen) {
+  char token[PROBE_TOKEN_LEN], *marker = NULL;
+  int rc = 0;
+  if (save) {
+    unsigned char rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+      rc = -errno;
+      snprintf(err, errlen, "%s: drawing the probe's random token: %s", dir, strerror(errno));
+      return rc;
+    }
+    for (size_t i = 0; i < sizeof rnd; i++) sprintf(token + 2 * i, "%02x", rnd[i]);
+    if (asprintf(&marker, "%s/" PROBE_FILE, dir) < 0) {
+      snprintf(err, errlen, "%s: out of memory", dir);
+      return -ENOMEM;
+    }
+    errno = 0;
+    int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    size_t n = strlen(token);
+    if (fd < 0 || write(fd, token, n) != (ssize_t)n) rc = errno ? -errno : -EIO;
+    if (fd >= 0 && close(fd) < 0 && rc == 0) rc = -errno;
+    if (rc < 0) snprintf(err, errlen, "%s: %s", marker, strerror(-rc));
+  } else if ((rc = manifest_token(file, token, sizeof token)) < 0) {
+    snprintf(err, errlen, "%s: %s", file, strerror(-rc));
+  }
+  if (rc == 0 && (rc = t->path->probe(t, dir, save, token, err, errlen)) < 0) q->failed = 1;
+  if (marker) {
+    unlink(marker);
+    free(marker);
+  }
+  return rc;
+}
+
 int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
-  int rc = 0, stage = 0;
+  int rc = 0, stage = 0, part = 0, made = 0;
   state_seq q = {0, 0, 0};
   char *tmp = NULL, *parent = NULL;
-  const zt_shard_table *tab = t->path && t->path->shards ? t->path->shards(t, &stage) : NULL;
+  const zt_shard_table *tab =
+      t->path && t->path->shards ? t->path->shards(t, &stage, &part) : NULL;
   if ((rc = t->be.ops->sync(t->be.ctx)) < 0) {
     snprintf(err, errlen, "backend %s failed before the checkpoint (%d)", t->be.ops->name, rc);
     goto out;
@@ -670,6 +781,12 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   if ((rc = remove_dir(tmp)) < 0 || (mkdir(tmp, 0755) < 0 && (rc = -errno))) {
     snprintf(err, errlen, "%s: %s", tmp, strerror(-rc));
     goto out;
+  }
+  made = 1;
+  /* a part's ranks write their own files only where every part sees this directory */
+  if (tab && part) {
+    if ((rc = probe_parts(t, tmp, 1, NULL, &q, err, errlen)) < 0) goto out;
+    if (rc == 0) tab = NULL;
   }
   rc = tab ? save_ranked(t, tab, stage, tmp, &q, err, errlen)
            : save_flat(t, tmp, &q, err, errlen);
@@ -698,6 +815,9 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen) {
   if ((rc = fsync_path(parent, 1)) < 0) snprintf(err, errlen, "%s: fsync: %s", parent, strerror(-rc));
 out:
   seq_end(t, &q, rc);
+  /* the previous checkpoint stays as it was; what this one wrote goes (best effort: what a
+   * failure leaves behind, the next save removes first) */
+  if (rc < 0 && made) remove_dir(tmp);
   free(tmp);
   free(parent);
   return rc;
@@ -963,11 +1083,19 @@ static int load_ranked(zt_trainer *t, const char *dir, const char *file, state_s
     if ((rc = rank_file_open(&x, r, err, errlen)) < 0) goto out;
     rank_file_close(f);
   }
-  const zt_shard_table *tab = t->path && t->path->shards ? t->path->shards(t, NULL) : NULL;
+  int part = 0;
+  const zt_shard_table *tab =
+      t->path && t->path->shards ? t->path->shards(t, NULL, &part) : NULL;
   int same = tab && tab->world == l.world;
   for (int u = 0; same && u < nu; u++) same = tab->chunk[u] == l.chunk[u];
+  /* a part's ranks read their own files only where every part sees this checkpoint */
+  if (same && part) {
+    if ((rc = probe_parts(t, dir, 0, file, q, err, errlen)) < 0) goto out;
+    same = rc;
+    rc = 0;
+  }
   if (same) {
-    zt__shard_io io = {&x, load_begin, NULL, load_get, load_end};
+    zt__shard_io io = {&x, load_begin, NULL, load_get, load_end, NULL, rank_path};
     char why[512] = "";
     q->shards = 1;
     if ((rc = t->path->load_shards(t, &io, why, sizeof why)) < 0)
@@ -1008,6 +1136,66 @@ out:
   free(names);
   free(bytes);
   return rc;
+}
+
+/* ---- a part without rank 0: its ranks' files of a per-rank save or load ---------------------- */
+
+struct zt__rank_files {
+  rank_set x;
+};
+
+int zt__rank_files_open(zt__rank_files **out, zt__shard_io *io, const zt_model *m,
+                        const zt_shard_table *tab, int zero_stage, const char *dir, int save,
+                        char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), rc = 0;
+  rank_layout l = {tab->world, zero_stage, tab->align, tab->chunk}, ml;
+  zt__rank_files *x = calloc(1, sizeof *x);
+  size_t *chunk = save ? NULL : calloc((size_t)nu, sizeof *chunk);
+  const char **names = save ? NULL : calloc(ZT_DP_MAX_WORLD, sizeof *names);
+  long long *bytes = save ? NULL : calloc(ZT_DP_MAX_WORLD, sizeof *bytes);
+  char *file = NULL;
+  json_t *j = NULL;
+  *out = x;
+  if (!x || (!save && (!chunk || !names || !bytes || asprintf(&file, "%s/" MANIFEST, dir) < 0))) {
+    file = NULL;
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", dir);
+    goto out;
+  }
+  if (!save) {
+    /* the files the manifest names, in the layout it was probed for: this trainer's */
+    json_error_t je;
+    if (!(j = json_load_file(file, 0, &je))) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "%s: not a JSON manifest (line %d: %s)", file, je.line, je.text);
+      goto out;
+    }
+    if ((rc = read_layout(m, j, file, &ml, chunk, names, bytes, err, errlen)) < 0) goto out;
+    int same = ml.world == tab->world;
+    for (int u = 0; same && u < nu; u++) same = ml.chunk[u] == tab->chunk[u];
+    if (!same) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "%s: its layout (world %d and the units' chunks) is not this "
+               "trainer's", file, ml.world);
+      goto out;
+    }
+  }
+  if ((rc = rank_set_open(&x->x, m, &l, dir, names, err, errlen)) < 0) goto out;
+  *io = save ? (zt__shard_io){&x->x, save_begin, save_put, NULL, save_end, x->x.bytes, rank_path}
+             : (zt__shard_io){&x->x, load_begin, NULL, load_get, load_end, NULL, rank_path};
+out:
+  json_decref(j);
+  free(file);
+  free(chunk);
+  free(names);
+  free(bytes);
+  return rc;
+}
+
+void zt__rank_files_close(zt__rank_files *x) {
+  if (!x) return;
+  rank_set_close(&x->x);
+  free(x);
 }
 
 int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {

@@ -53,8 +53,12 @@
  * file into its chunks (stages 1-2 then all-gather the parameters, as after an update); any
  * other checkpoint, or this one into another world or a trainer without data parallelism, goes
  * through the flat layout a piece at a time: loading scatters it into this trainer's shards,
- * and zt_trainer_get_state, export and a part's checkpoints (below) gather the shards into it.
- * So checkpoints are interchangeable between world sizes, stages, placements and the trainer
+ * and zt_trainer_get_state and export gather the shards into it. Parts (below) write and read
+ * the same per-rank files, each part its own ranks', where every part sees the checkpoint's
+ * directory, else the flat layout. A per-rank checkpoint does not depend on how the world was
+ * split into parts: one written by parts loads into a trainer that runs every rank of the same
+ * world, each rank its own file, and the other way round, bitwise. So checkpoints are
+ * interchangeable between world sizes, stages, placements, splits into parts and the trainer
  * without data parallelism.
  *
  * Parts. A trainer may run only some of the world's ranks: zt_dp_cfg.rank0 and .local make it
@@ -69,19 +73,43 @@
  *   zt_step_result.flags is the OR over every rank's contribution, so all parts learn it on the
  *   same step and can stop or checkpoint there together. The trainer only ORs them; the
  *   meanings below are the caller's.
- * - State: the part holding global rank 0 reads and writes the state in the flat layout, a
- *   piece of whole units at a time, through zt_trainer_save, zt_trainer_export,
- *   zt_trainer_get_state (gathers) and zt_trainer_load (scatters): a checkpoint moves the units
- *   in pieces in unit order, so that its host memory stays zt_trainer_checkpoint_bytes;
- *   get_state moves them in one. Every other part calls, at the same time and once per call,
- *   zt_trainer_dp_send_state (for gathers) or zt_trainer_dp_receive_state (for scatters), which
- *   follow the pieces until the one that holds the last unit. For each piece global rank 0
- *   first broadcasts what it is (a gather of which tensors or a scatter, and its units) or that
- *   the call gave up (before the state, e.g. a checkpoint that does not load, or between
- *   pieces, e.g. a disk that filled), so a part whose call does not match learns it instead of
- *   waiting. A call given up ends the others' with -ECANCELED, nothing changed; a load given up
- *   after some of its pieces leaves every part's state partly the checkpoint's, and fails on
- *   every part as a failure inside the collectives does (below). Per unit the ranks' chunks are
+ * - State: the part holding global rank 0 reads and writes the state through zt_trainer_save,
+ *   zt_trainer_export, zt_trainer_get_state (gathers) and zt_trainer_load (scatters); every
+ *   other part calls, at the same time and once per call, zt_trainer_dp_send_state (for the
+ *   first three) or zt_trainer_dp_receive_state (for a load), which follow the sequence of state
+ *   collectives the rank-0 part's call makes until its last. For each of them global rank 0
+ *   first broadcasts what it is (a gather of which tensors or a scatter, and its units; a probe;
+ *   the ranks' files) or that the call gave up (before the state, e.g. a checkpoint that does
+ *   not load, or between pieces, e.g. a disk that filled), so a part whose call does not match
+ *   learns it instead of waiting. A call given up ends the others' with -ECANCELED, nothing
+ *   changed; a load given up after some of its pieces leaves every part's state partly the
+ *   checkpoint's, and fails on every part as a failure inside the collectives does (below).
+ *   Per-rank checkpoints: zt_trainer_save first makes the checkpoint's temporary directory
+ *   DIR.tmp with a marker file of a random token in it, and probes: the head of the probe
+ *   carries the token and the directory's path, each rank of each part checks that its own
+ *   view of that path holds the marker with that token and that it may write there, and the
+ *   verdicts are exchanged
+ *   (all-gathered), so every part learns the result. Where every rank sees it, every rank of
+ *   every part writes its own rank-R.safetensors into DIR.tmp at once (checkpoint.c's writer,
+ *   each file fsynced, renamed into place and its directory fsynced by its writer), then the
+ *   ranks exchange their results and files' sizes: one rank's failure (a full disk: ENOSPC) fails
+ *   the save on every part with that rank's code, its message naming the file (on its own part
+ *   its own message, on the others its file as they name it), nothing changed and the
+ *   communicators intact; else rank 0's part writes model.safetensors (the parameters gathered
+ *   in pieces, which the other parts follow) and the manifest with every rank's size, fsyncs
+ *   DIR.tmp and swaps it into place. A load of a per-rank checkpoint whose layout is this
+ *   trainer's (the world and every unit's chunk) probes the same way with the manifest as the
+ *   marker (its path and a digest of its bytes: a part sees the checkpoint when its view holds
+ *   a manifest of the same bytes), then every rank of every part reads its own file, the
+ *   results exchanged (one rank's failure leaves every part's state partly the checkpoint's:
+ *   every part fails, -EIO on the parts other than the failed rank's, and the trainers refuse
+ *   steps), and stages 1-2 all-gather the parameters. Where some rank does not see the
+ *   directory, rank 0's part logs which global ranks (zt_log, warn) and the call goes through
+ *   the flat layout instead: a save gathers, a load scatters (from the ranks' files of a
+ *   per-rank checkpoint, which rank 0's part reads a piece at a time), as for any checkpoint
+ *   whose layout is not the trainer's. A gather or scatter moves a piece of whole units at a
+ *   time in unit order, so that a checkpoint's host memory stays
+ *   zt_trainer_checkpoint_bytes; get_state moves them in one. Per unit the ranks' chunks are
  *   all-gathered into (a gather) or cut out of (a scatter, broadcast from rank 0) a scratch
  *   buffer that is dead between steps, so the state calls take no memory of their own: stage 1
  *   the unit's region of the padded gradients, stages 2-3 the unit gradient buffer (the gpt
@@ -89,8 +117,8 @@
  *   1-2 hold every unit's parameters on every rank: a gather reads rank 0's, a scatter
  *   broadcasts the unit straight into every rank's copy.
  * A trainer that runs every rank (local == world, the default) does none of this: its state
- * calls copy each rank's chunks directly, its checkpoints are per rank (above), and it refuses
- * send / receive. A part without rank 0
+ * calls copy each rank's chunks directly, its checkpoints are per rank without a probe (above),
+ * and it refuses send / receive. A part without rank 0
  * refuses zt_trainer_save, _load, _export and _get_state (-EINVAL naming the call to make
  * instead). A failure inside a state collective is handled as inside a step: the failing rank
  * aborts the communicators and the trainer refuses further steps and state calls (-EIO).
@@ -272,12 +300,14 @@ void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags);
  * while the rank-0 part runs zt_trainer_save, zt_trainer_export or zt_trainer_get_state;
  * receive_state while it runs zt_trainer_load, then the trainer's step and AdamW step become
  * `step` and `adam_step` (trainer.json's, which the caller passes on; 0 <= adam_step <= step).
- * Each returns once the rank-0 part's call has moved its last piece. -EINVAL with a message on
- * a trainer that holds rank 0 or has no data parallelism, or for a call that does not match the
- * rank-0 part's (which then fails too: the communicators are aborted, as for -EIO); -ECANCELED
- * when the rank-0 part's call failed other than in the collectives (nothing changed on either
- * side), -EIO when its load did so after some of its pieces; -EIO and other failures as for a
- * step. */
+ * Each returns once the rank-0 part's call has made its last state collective (its last
+ * piece, or a load's ranks' files). -EINVAL with a message on a trainer that holds rank 0 or has
+ * no data parallelism, or for a call that does not match the rank-0 part's (which then fails
+ * too: the communicators are aborted, as for -EIO); -ECANCELED when the rank-0 part's call
+ * failed other than in the collectives (nothing changed on either side), -EIO when its load did
+ * so after some of its pieces; for a per-rank checkpoint, the code of a rank whose file failed
+ * (a save: nothing changed; a load: -EIO here unless the rank is this part's, the trainers
+ * refusing steps); -EIO and other failures as for a step. */
 int zt_trainer_dp_send_state(zt_trainer *t, char *err, size_t errlen);
 int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *err,
                                 size_t errlen);

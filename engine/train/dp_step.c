@@ -1,6 +1,7 @@
 /* The data-parallel step (engine/train/dp.h): the rank threads, the per-stage buffers, the
- * step's walk over the units with its collectives, and the gather/scatter between the shards
- * and the flat layout (direct copies when every rank is here, collectives for a part). */
+ * step's walk over the units with its collectives, the gather/scatter between the shards and
+ * the flat layout (direct copies when every rank is here, collectives for a part), and the
+ * ranks' files of per-rank checkpoints (all ranks here, or every part's at once). */
 #include "engine/train/dp.h"
 
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
+#include "engine/log.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
@@ -40,13 +42,22 @@
 
 /* The head of a part's state call, broadcast from global rank 0 in the exchange buffer (free
  * between steps, and at least X_MICRO + 2 doubles): what the call is, for a gather which of
- * params, m, v (bits 0, 1, 2) it reads, and the units [u0, u1) it moves. */
+ * params, m, v (bits 0, 1, 2) it reads (a probe: 1 for a save, 0 for a load), the units
+ * [u0, u1) it moves (all of them for a probe and the ranks' files), and for a probe the length
+ * of what follows it: the token and the directory, each ended by a NUL, broadcast through the
+ * state calls' scratch (bcast_host). */
 #define H_OP 0
 #define H_MASK 1
 #define H_U0 2
 #define H_U1 3
-#define H_BYTES (4 * sizeof(double))
-enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON };
+#define H_LEN 4
+#define H_BYTES (5 * sizeof(double))
+/* A part's state calls: a gather or scatter of a piece of units, rank 0's part giving up its
+ * call, and a per-rank checkpoint's: the probe of its directory, every rank's file written or
+ * read (dp.h). */
+enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON, ST_PROBE, ST_SHARDS_OUT, ST_SHARDS_IN };
+/* The longest probe (the token, the directory and their NULs) */
+#define PROBE_MAX (ZT_PATH_MAX + 256)
 
 /* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
 typedef struct adam_seg {
@@ -162,8 +173,14 @@ typedef struct dp_rank_state {
   int nsegs;
   size_t bytes;             /* backend bytes held */
   int rc;
-  int abandoned;            /* CMD_STATE: rank 0's part gave up its call (not a failure here) */
+  /* CMD_STATE: the call failed alike on every rank without a failure of the collectives, the
+   * communicators intact (rank 0's part gave up its call; a rank's file of a per-rank save
+   * failed, which every rank learned from the exchange) */
+  int abandoned;
+  int got_op;               /* CMD_STATE: the call rank 0's part said (ST_*) */
   int piece[2];             /* CMD_STATE: the units [u0, u1) rank 0's part said it moves */
+  int probe_all;            /* ST_PROBE: every rank of every part saw the directory */
+  char *blob;               /* ST_PROBE: the token and the directory (rank 0's) */
   char err[512];            /* room for a checkpoint file's path */
   /* the step's results, the same on every rank */
   double loss, norm;
@@ -208,8 +225,19 @@ typedef struct dp_state {
   float *out[3];            /* CMD_READ, a gather: params, m, v (any NULL) */
   const float *in[3];       /* CMD_WRITE, a scatter */
   int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
-  int op, mask;             /* CMD_STATE: this part's call (ST_*); rank 0: the gather's tensors */
-  const zt__shard_io *io;   /* CMD_SHARDS_OUT / _IN: the checkpoint's files */
+  /* CMD_STATE: this part's call (rank 0's part: ST_*; the others: ST_GATHER for send,
+   * ST_SCATTER for receive); rank 0: the gather's tensors or whether a probe is a save's */
+  int op, mask;
+  const char *blob;         /* rank 0's ST_PROBE: the token and the directory, blob_len bytes */
+  size_t blob_len;
+  /* CMD_SHARDS_OUT / _IN, ST_SHARDS_OUT / _IN: the checkpoint's files. A part without rank 0
+   * opens its ranks' own after a probe every part passed (files, fio; io NULL with io_rc and
+   * io_err when that failed, which its ranks then report in the call) */
+  const zt__shard_io *io;
+  zt__rank_files *files;
+  zt__shard_io fio;
+  int io_rc;
+  char io_err[512];
   /* a part's sequence of state calls (trainer_internal.h): its op (ST_GATHER, ST_SCATTER) and
    * the units moved so far (0: none open) */
   int seq_op, seq_next;
@@ -582,6 +610,7 @@ static void rank_close(dp_rank_state *k) {
   free(k->began);
   free(k->gather_tick);
   zt_acts_close(k->view.acts);
+  free(k->blob);
   free(k->view.h_tok);
   free(k->view.h_tgt);
   free(k->h_xchg);
@@ -1765,6 +1794,131 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
   return rc < 0 ? backend_fail(k, rc) : 0;
 }
 
+/* ---- a part's per-rank checkpoint: every part's ranks move their own files ----------------- */
+
+/* The side of a part's state calls an op is on: what a part without rank 0 follows in
+ * zt_trainer_dp_send_state (the state read: gathers, a save's probe and files) or in
+ * zt_trainer_dp_receive_state (written: scatters, a load's probe and files). */
+static int side_of(int op, int mask) {
+  switch (op) {
+  case ST_GATHER:
+  case ST_SHARDS_OUT: return ST_GATHER;
+  case ST_SCATTER:
+  case ST_SHARDS_IN: return ST_SCATTER;
+  case ST_PROBE: return mask ? ST_GATHER : ST_SCATTER;
+  default: return op;
+  }
+}
+
+/* n bytes of host memory at buf broadcast from global rank 0 through the state calls' scratch
+ * (the gradients, dead between steps: stage 1's padded ones, stages 2-3 a unit's buffer), a
+ * scratch-full at a time. */
+static int bcast_host(dp_rank_state *k, char *buf, size_t n) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  int stage1 = s->dc.zero_stage == 1;
+  void *scratch = stage1 ? (void *)k->grads : (void *)k->gunit[0];
+  size_t cap = (stage1 ? s->tab->padded_total : s->slot_floats) * sizeof(float);
+  for (size_t off = 0; off < n; off += cap) {
+    size_t m = n - off < cap ? n - off : cap;
+    if (k->r == 0) be->ops->to_device(be->ctx, scratch, buf + off, m);
+    int rc = k->comm.ops->broadcast(k->comm.ctx, scratch, scratch, m, 0, k->stream);
+    if (rc < 0) return comm_fail(k, rc, "broadcasting the checkpoint's directory");
+    be->ops->to_host(be->ctx, buf + off, scratch, m);
+    if ((rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
+  }
+  return 0;
+}
+
+/* Each rank's verdict on its share of a state call (a: its result, b: what goes with it),
+ * all-gathered in the exchange buffer: every rank's record r is then at h_xchg + r * rec. */
+static int share(dp_rank_state *k, double a, double b, const char *what) {
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  size_t R = s->rec, bytes = R * sizeof(double);
+  double *rec = k->h_xchg + (size_t)k->r * R;
+  rec[0] = a;
+  rec[1] = b;
+  be->ops->to_device(be->ctx, k->xchg + (size_t)k->r * R, rec, bytes);
+  int rc = k->comm.ops->all_gather(k->comm.ctx, k->xchg + (size_t)k->r * R, k->xchg, bytes,
+                                   k->stream);
+  if (rc < 0) return comm_fail(k, rc, what);
+  be->ops->to_host(be->ctx, k->h_xchg, k->xchg, (size_t)s->dc.world * bytes);
+  rc = be->ops->sync(be->ctx);
+  return rc < 0 ? backend_fail(k, rc) : 0;
+}
+
+/* ST_PROBE: rank 0's token and directory to every rank, which checks its own view of the
+ * directory for the token (a save's marker, a load's manifest: zt__ckpt_probe_sees); the
+ * verdicts are exchanged, so every rank of every part learns whether all saw it. */
+static int rank_probe(dp_rank_state *k, int save, size_t len) {
+  const dp_state *s = k->s;
+  if (len < 2 || len > PROBE_MAX)
+    return rank_fail(k, -EINVAL, "the part holding rank 0 sent a probe of %zu bytes", len);
+  if (!(k->blob = malloc(len))) return rank_fail(k, -ENOMEM, "out of host memory");
+  if (k->r == 0) memcpy(k->blob, s->blob, len);
+  int rc = bcast_host(k, k->blob, len);
+  if (rc < 0) return rc;
+  /* the token, NUL, the directory, NUL */
+  size_t tl = k->blob[len - 1] == 0 ? strlen(k->blob) : len;
+  int sees = tl + 1 < len && zt__ckpt_probe_sees(k->blob + tl + 1, save, k->blob);
+  if ((rc = share(k, sees, 0, "exchanging whether every part sees the checkpoint")) < 0)
+    return rc;
+  k->probe_all = 1;
+  for (int r = 0; r < s->dc.world; r++) k->probe_all &= k->h_xchg[(size_t)r * s->rec] != 0;
+  return 0;
+}
+
+/* The exchanged verdict of every rank's file (rc: this rank's, its message in k->err): 0 when
+ * all went well; else the first rank that failed decides. That rank returns its own failure;
+ * the other ranks of its part -ECANCELED (so that the part reports the failed rank's message);
+ * the ranks of the other parts the failed rank's code (remote 0) or `remote`, with a message
+ * naming its file as this part's io names it (its own part's error says more). */
+static int part_verdict(dp_rank_state *k, int rc, int remote, const char *doing) {
+  const dp_state *s = k->s;
+  int bad = -1;
+  for (int r = 0; r < s->dc.world && bad < 0; r++)
+    if (k->h_xchg[(size_t)r * s->rec] < 0) bad = r;
+  if (bad < 0) return 0;
+  if (rc < 0) return rc;
+  if (bad >= s->dc.rank0 && bad < s->dc.rank0 + s->nl)
+    return rank_fail(k, -ECANCELED, "rank %d of this part failed %s", bad, doing);
+  int frc = (int)k->h_xchg[(size_t)bad * s->rec];
+  const char *path = s->io && s->io->path ? s->io->path(s->io->arg, bad) : NULL;
+  return rank_fail(k, remote ? remote : frc, "%s%s%s (rank %d, of another part, failed %s; "
+                   "that part's error says more)", path ? path : "", path ? ": " : "",
+                   strerror(-frc), bad, doing);
+}
+
+/* ST_SHARDS_OUT: every rank of every part writes its own file (rank_shards_out), then the ranks
+ * exchange their results and their files' sizes (for rank 0's manifest). A rank that failed
+ * fails the save on every part, nothing else changed: no failure of the collectives. */
+static int part_shards_out(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  int rc = s->io ? rank_shards_out(k) : rank_fail(k, s->io_rc, "%s", s->io_err);
+  double bytes = rc == 0 ? (double)s->io->bytes[k->r] : 0;
+  int erc = share(k, rc, bytes, "exchanging the ranks' files of the checkpoint");
+  if (erc < 0) return erc;
+  rc = part_verdict(k, rc, 0, "to write its file of the checkpoint");
+  k->abandoned = rc < 0;
+  return rc;
+}
+
+/* ST_SHARDS_IN: every rank of every part reads its own file into its chunks (rank_shards_in),
+ * the results exchanged, then (stages 1-2) every rank's copy of the parameters all-gathered.
+ * A rank that failed leaves every part's state partly the checkpoint's: every rank fails as
+ * inside the collectives (the trainers refuse what follows). */
+static int part_shards_in(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  int rc = s->io ? rank_shards_in(k) : rank_fail(k, s->io_rc, "%s", s->io_err);
+  int erc = share(k, rc, 0, "exchanging the ranks' reads of the checkpoint");
+  if (erc < 0) return erc;
+  if ((rc = part_verdict(k, rc, -EIO, "to read its file of the checkpoint: the state is partly "
+                         "the checkpoint's")) < 0)
+    return rc;
+  return s->dc.zero_stage < 3 ? rank_shards_gather(k) : 0;
+}
+
 /* CMD_STATE on every rank of every part: rank 0 says what its part's call is and which units
  * it moves, the others check that their part's matches before anything else moves. */
 static int rank_state(dp_rank_state *k) {
@@ -1772,11 +1926,14 @@ static int rank_state(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   double *h = k->h_xchg;
   k->abandoned = 0;
+  free(k->blob);
+  k->blob = NULL;
   if (k->r == 0) {
     h[H_OP] = s->op;
     h[H_MASK] = s->mask;
     h[H_U0] = s->u0;
     h[H_U1] = s->u1;
+    h[H_LEN] = (double)s->blob_len;
     be->ops->to_device(be->ctx, k->xchg, h, H_BYTES);
   }
   int rc = k->comm.ops->broadcast(k->comm.ctx, k->xchg, k->xchg, H_BYTES, 0, k->stream);
@@ -1784,6 +1941,8 @@ static int rank_state(dp_rank_state *k) {
   be->ops->to_host(be->ctx, h, k->xchg, H_BYTES);
   if ((rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
   int op = (int)h[H_OP], mask = (int)h[H_MASK], u0 = (int)h[H_U0], u1 = (int)h[H_U1];
+  size_t len = h[H_LEN] >= 0 && h[H_LEN] <= PROBE_MAX ? (size_t)h[H_LEN] : 0;
+  k->got_op = op;
   k->piece[0] = u0;
   k->piece[1] = u1;
   /* a load given up half way leaves every part's state partly the checkpoint's: as after a
@@ -1798,19 +1957,26 @@ static int rank_state(dp_rank_state *k) {
                      "zt_trainer_save, _load, _export or _get_state failed; its error says "
                      "why): nothing was changed here");
   }
-  if (op != s->op)
+  if (side_of(op, mask) != side_of(s->op, s->mask))
     return rank_fail(k, -EINVAL, "the part holding rank 0 %s while this part %s: the parts' "
                      "calls must match (engine/train/dp.h)",
-                     op == ST_GATHER ? "reads the state (zt_trainer_save, _export or _get_state)"
-                                     : "writes the state (zt_trainer_load)",
-                     s->op == ST_GATHER ? "sends it (zt_trainer_dp_send_state)"
-                                        : "receives it (zt_trainer_dp_receive_state)");
+                     side_of(op, mask) == ST_GATHER
+                         ? "reads the state (zt_trainer_save, _export or _get_state)"
+                         : "writes the state (zt_trainer_load)",
+                     side_of(s->op, s->mask) == ST_GATHER
+                         ? "sends it (zt_trainer_dp_send_state)"
+                         : "receives it (zt_trainer_dp_receive_state)");
   if (op != ST_ABANDON && !(u0 >= 0 && u0 < u1 && u1 <= s->nu))
     return rank_fail(k, -EINVAL, "the part holding rank 0 sent units [%d, %d) of a model of %d",
                      u0, u1, s->nu);
-  return op == ST_GATHER    ? state_gather(k, mask, u0, u1)
-         : op == ST_SCATTER ? state_scatter(k, u0, u1)
-                            : 0;
+  switch (op) {
+  case ST_GATHER: return state_gather(k, mask, u0, u1);
+  case ST_SCATTER: return state_scatter(k, u0, u1);
+  case ST_PROBE: return rank_probe(k, mask, len);
+  case ST_SHARDS_OUT: return part_shards_out(k);
+  case ST_SHARDS_IN: return part_shards_in(k);
+  default: return 0;
+  }
 }
 
 /* ---- the rank threads ---------------------------------------------------------------------- */
@@ -2036,29 +2202,90 @@ static void dp_abandon_state(zt_trainer *t) {
   s->seq_next = 0;
 }
 
-/* Per-rank checkpoints: only with every rank here (a part's are flat, through rank 0's part). */
-static const zt_shard_table *dp_shards(const zt_trainer *t, int *zero_stage) {
+/* Per-rank checkpoints: with every rank here, or by the part holding rank 0 where every part
+ * sees the checkpoint's directory (dp_probe; the other parts refuse checkpoints themselves, at
+ * their first state call). */
+static const zt_shard_table *dp_shards(const zt_trainer *t, int *zero_stage, int *part) {
   const dp_state *s = t->path_state;
-  if (s->nl < s->dc.world) return NULL;
+  if (s->dc.rank0 != 0) return NULL;
   if (zero_stage) *zero_stage = s->dc.zero_stage;
+  if (part) *part = s->nl < s->dc.world;
   return s->tab;
+}
+
+/* A part's per-rank call: every part's ranks move their own files (part_shards_out / _in). */
+static int part_files(dp_state *s, const zt__shard_io *io, int op, char *err, size_t errlen) {
+  s->io = io;
+  s->u0 = 0;
+  s->u1 = s->nu;
+  int rc = state_call(s, op, 0, err, errlen);
+  s->io = NULL;
+  return rc;
 }
 
 static int dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen) {
   dp_state *s = t->path_state;
   if (s->broken) return refuse_broken("the checkpoint", err, errlen);
-  s->io = io;
-  return run_cmd(s, CMD_SHARDS_OUT, err, errlen);
+  if (s->nl == s->dc.world) {
+    s->io = io;
+    return run_cmd(s, CMD_SHARDS_OUT, err, errlen);
+  }
+  int rc = part_files(s, io, ST_SHARDS_OUT, err, errlen);
+  /* the other parts' files' sizes, from the exchange (this part's ranks, 0 .. nl - 1: the
+   * part holding rank 0 is the one that saves, set theirs in their ends) */
+  for (int r = s->nl; rc == 0 && r < s->dc.world; r++)
+    io->bytes[r] = (long long)s->ranks[0].h_xchg[(size_t)r * s->rec + 1];
+  return rc;
 }
 
 static int dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen) {
   dp_state *s = t->path_state;
   if (s->broken) return refuse_broken("the checkpoint load", err, errlen);
+  if (s->nl < s->dc.world) return part_files(s, io, ST_SHARDS_IN, err, errlen);
   s->io = io;
   int rc = run_cmd(s, CMD_SHARDS_IN, err, errlen);
   if (rc == 0 && s->dc.zero_stage < 3 && (rc = run_cmd(s, CMD_SHARDS_GATHER, err, errlen)) < 0)
     s->broken = 1;
   return rc;
+}
+
+/* The part holding rank 0 asks every part whether it sees dir (trainer_internal.h): the token
+ * and the directory follow the head of an ST_PROBE, every rank checks its own view and the
+ * verdicts are exchanged. Those that did not see it are logged: the call then goes through the
+ * flat layout, which the other parts follow as well. */
+static int dp_probe(zt_trainer *t, const char *dir, int save, const char *token, char *err,
+                    size_t errlen) {
+  dp_state *s = t->path_state;
+  const char *what = save ? "checkpoint" : "load";
+  size_t tl = strlen(token), len = tl + strlen(dir) + 2;
+  char *blob = len <= PROBE_MAX ? malloc(len) : NULL;
+  if (!blob) {
+    /* not asked, so no part waits for an answer */
+    zt_log(ZT_LOG_WARN, "dp", "%s: not probed (%s): the %s goes through rank 0 in the flat "
+           "layout", dir, len > PROBE_MAX ? "the path is too long" : "out of memory", what);
+    return 0;
+  }
+  memcpy(blob, token, tl + 1);
+  memcpy(blob + tl + 1, dir, len - tl - 1);
+  s->blob = blob;
+  s->blob_len = len;
+  s->u0 = 0;
+  s->u1 = s->nu;
+  int rc = state_call(s, ST_PROBE, save, err, errlen);
+  s->blob = NULL;
+  s->blob_len = 0;
+  free(blob);
+  if (rc < 0 || s->ranks[0].probe_all) return rc < 0 ? rc : 1;
+  char ranks[256] = "";
+  size_t n = 0;
+  for (int r = 0; r < s->dc.world && n < sizeof ranks; r++)
+    if (s->ranks[0].h_xchg[(size_t)r * s->rec] == 0)
+      n += (size_t)snprintf(ranks + n, sizeof ranks - n, "%s%d", n ? ", " : "", r);
+  zt_log(ZT_LOG_WARN, "dp", "%s: not seen as rank 0 sees it%s by global ranks %s (per-rank "
+         "checkpoints of a job over several daemons need a filesystem every daemon mounts at "
+         "the same path): the %s goes through rank 0 in the flat layout", dir,
+         save ? ", or not writable," : "", ranks, what);
+  return 0;
 }
 
 static size_t dp_backend_bytes(const zt_trainer *t) {
@@ -2095,6 +2322,7 @@ static const zt__train_path dp_path = {
     .shards = dp_shards,
     .save_shards = dp_save_shards,
     .load_shards = dp_load_shards,
+    .probe = dp_probe,
     .backend_bytes = dp_backend_bytes,
     .close = dp_close,
 };
@@ -2155,21 +2383,48 @@ static dp_state *other_part(zt_trainer *t, const char *call, char *err, size_t e
   return s;
 }
 
-/* The other parts' side of the rank-0 part's sequence: a state collective per piece, in the
- * units rank 0 says, until the piece that holds the last unit (or rank 0 gives up). */
-static int follow_state(dp_state *s, int op, char *err, size_t errlen) {
+/* After a probe every part passed: this part's ranks' files in the probed directory (blob: the
+ * token, NUL, the directory), for the per-rank call that follows. A failure to open them is
+ * the ranks' to report in that call (io NULL, io_rc, io_err). */
+static void follow_files(dp_state *s, const zt_model *m, int save, const char *blob) {
+  zt__rank_files_close(s->files);
+  s->files = NULL;
+  s->io_rc = zt__rank_files_open(&s->files, &s->fio, m, s->tab, s->dc.zero_stage,
+                                 blob + strlen(blob) + 1, save, s->io_err, sizeof s->io_err);
+  s->io = s->io_rc == 0 ? &s->fio : NULL;
+}
+
+/* The other parts' side of the rank-0 part's sequence: a state collective per call of rank 0's
+ * part, in the units rank 0 says, until the piece that holds the last unit, a load's ranks'
+ * files (the call's last), or rank 0 giving up. A save's probe and files come before its
+ * pieces, a load's probe before its files or its pieces. */
+static int follow_state(zt_trainer *t, dp_state *s, int op, char *err, size_t errlen) {
   int rc;
   s->seq_op = op;
   s->seq_next = 0;
-  while ((rc = state_call(s, op, 0, err, errlen)) == 0 && s->ranks[0].piece[1] < s->nu)
-    s->seq_next = s->ranks[0].piece[1];
+  s->io_rc = -EINVAL;
+  snprintf(s->io_err, sizeof s->io_err, "the part holding rank 0 moves the ranks' files of a "
+           "checkpoint that not every part saw");
+  while ((rc = state_call(s, op, 0, err, errlen)) == 0) {
+    const dp_rank_state *k0 = &s->ranks[0];
+    if (k0->got_op == ST_PROBE && k0->probe_all)
+      follow_files(s, t->model, op == ST_GATHER, k0->blob);
+    if (k0->got_op == ST_SHARDS_IN) break;
+    if (k0->got_op == ST_GATHER || k0->got_op == ST_SCATTER) {
+      if (k0->piece[1] >= s->nu) break;
+      s->seq_next = k0->piece[1];
+    }
+  }
+  zt__rank_files_close(s->files);
+  s->files = NULL;
+  s->io = NULL;
   s->seq_next = 0;
   return rc;
 }
 
 int zt_trainer_dp_send_state(zt_trainer *t, char *err, size_t errlen) {
   dp_state *s = other_part(t, "zt_trainer_dp_send_state", err, errlen);
-  return s ? follow_state(s, ST_GATHER, err, errlen) : -EINVAL;
+  return s ? follow_state(t, s, ST_GATHER, err, errlen) : -EINVAL;
 }
 
 int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *err,
@@ -2182,7 +2437,7 @@ int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *er
              "%d", call, step, adam_step, 1 << 30);
     return -EINVAL;
   }
-  int rc = follow_state(s, ST_SCATTER, err, errlen);
+  int rc = follow_state(t, s, ST_SCATTER, err, errlen);
   if (rc < 0) return rc;
   t->step = step;
   t->adam_step = adam_step;

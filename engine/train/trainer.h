@@ -105,13 +105,16 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
  * rank R (its chunk of each unit's fp32 parameters, m and v: "<unit>.params", ".exp_avg",
  * ".exp_avg_sq", 1-D), written by all ranks at once, and manifest.json (format, layout
  * "per-rank", world, zero_stage, align, units [{name, offset, numel, chunk}], ranks [{file,
- * bytes}], model_file, and trainer.json's fields).
- * Written into a temp directory, fsynced, then renamed into place. The state moves between the
- * trainer and the files a piece of whole units at a time (zt_trainer_checkpoint_bytes). */
+ * bytes}], model_file, and trainer.json's fields); so does the part of a world that holds rank
+ * 0 where every part sees dir (dp.h, "Parts"; else the flat layout).
+ * Written into a temp directory, fsynced, then renamed into place; a save that fails removes the
+ * temp directory and leaves dir as it was. The state moves between the trainer and the files a
+ * piece of whole units at a time (zt_trainer_checkpoint_bytes). */
 int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen);
 /* Restores parameters, optimizer state and step; continues bit-identically. Either layout, into
- * any trainer (a per-rank checkpoint into the same world: each rank reads its own file; else
- * re-sharded through the flat layout). The files' tensors (names, shapes, dtypes; nothing
+ * any trainer (a per-rank checkpoint into the same world: each rank reads its own file, a
+ * data-parallel part's ranks where every part sees the checkpoint (dp.h); else re-sharded
+ * through the flat layout). The files' tensors (names, shapes, dtypes; nothing
  * missing or extra), a manifest's fields (-EINVAL naming the field) and its ranks' files (one
  * missing: -ENOENT naming it; of another size than the manifest's: -EINVAL) are checked before
  * any of the state is written; a load that fails after that (a read error of the files, a
@@ -134,9 +137,10 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
  * of that and the above. */
 size_t zt_trainer_checkpoint_bytes(const zt_trainer *t);
 /* The same for a model configuration, without a trainer (job admission): of a trainer whose
- * checkpoints are flat (zt_trainer_open, an offloaded one, a data-parallel part); _dp of a
- * data-parallel trainer that runs every rank of a world of `world` ranks (zt_trainer_open_dp
- * with local == world), whose checkpoints are per rank, at any stage and placement. Equal to
+ * checkpoints are flat (zt_trainer_open, an offloaded one); _dp of a data-parallel trainer of
+ * a world of `world` ranks that runs every rank (zt_trainer_open_dp with local == world) or is
+ * the part holding rank 0, whose checkpoints are per rank, at any stage and placement (it
+ * bounds another part's too: its ranks' stagings are some of the world's). Equal to
  * zt_trainer_checkpoint_bytes of such a trainer once opened; SIZE_MAX for a configuration that
  * does not pass zt_model_cfg_check or a world outside [1, ZT_DP_MAX_WORLD]. */
 size_t zt_checkpoint_estimate_bytes(const zt_model_cfg *mc);

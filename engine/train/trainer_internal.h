@@ -12,7 +12,9 @@
  * order, for each unit where the rank has elements (its zt_shard's count), put (a save: the
  * rank's chunk of the fp32 parameters, AdamW m and v, count floats each, valid during the call)
  * or get (a load: fills them); then end, also after a failure (ok 0: close without finishing).
- * Each returns 0 or a negative errno with a message naming the file in err. */
+ * Each returns 0 or a negative errno with a message naming the file in err. A data-parallel part
+ * (dp.h, "Parts") moves its own ranks' files through such an io while the other parts move
+ * theirs through their own (zt__rank_files_open). */
 typedef struct zt__shard_io {
   void *arg;
   int (*begin)(void *arg, int rank, char *err, size_t errlen);
@@ -21,6 +23,11 @@ typedef struct zt__shard_io {
   int (*get)(void *arg, int rank, int unit, float *p, float *m, float *v, char *err,
              size_t errlen);
   int (*end)(void *arg, int rank, int ok, char *err, size_t errlen);
+  /* A save: each rank's finished file's size (world entries, for the manifest): end sets its
+   * rank's; a part sets the other parts' ranks' from what they exchanged. NULL for a load. */
+  long long *bytes;
+  /* Rank `rank`'s file, for a message about a rank of another part (NULL: none). */
+  const char *(*path)(void *arg, int rank);
 } zt__shard_io;
 
 /* A step path other than the all-on-the-backend one (the offloaded step, built on offload/ and
@@ -47,16 +54,29 @@ typedef struct zt__train_path {
    * collectives tells the other parts, which wait for the next range. NULL where nothing
    * waits. */
   void (*abandon_state)(zt_trainer *t);
-  /* Per-rank checkpoints: a data-parallel trainer that runs every rank of its world gives its
-   * shard table and zero stage (NULL for any other trainer, whose checkpoints are flat; NULL
-   * functions: none). save_shards has every rank put its chunks through io at once;
-   * load_shards has every rank get its chunks, then (stages 1-2) every rank's copy of the
-   * parameters all-gathered. A load_shards that fails may have written part of the state (the
-   * caller refuses steps, part_loaded); one that fails in the all-gather leaves the trainer
-   * refusing steps and state calls as a failed step does. */
-  const zt_shard_table *(*shards)(const zt_trainer *t, int *zero_stage);
+  /* Per-rank checkpoints: a data-parallel trainer that runs every rank of its world, or the
+   * part of one that holds rank 0 (*part 1; any pointer may be NULL), gives its shard table and
+   * zero stage (NULL for any other trainer, whose checkpoints are flat, or for a part without
+   * rank 0, which refuses them; NULL functions: none). save_shards has every rank put its
+   * chunks through io at once; load_shards has every rank get its chunks, then (stages 1-2)
+   * every rank's copy of the parameters all-gathered. A part does either only when probe said
+   * every part sees the checkpoint's directory, as a state collective: every part's ranks
+   * move their own files at once and exchange their results, so that a rank's failure fails the
+   * call on every part (a save: nothing changed, the communicators intact; a load: the trainer
+   * refuses steps and state calls, as after a failed step). A load_shards that fails may have
+   * written part of the state (the caller refuses steps, part_loaded); one that fails in the
+   * all-gather leaves the trainer refusing steps and state calls as a failed step does. */
+  const zt_shard_table *(*shards)(const zt_trainer *t, int *zero_stage, int *part);
   int (*save_shards)(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
   int (*load_shards)(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
+  /* A part holding rank 0: whether every part sees the directory dir as this process does, a
+   * state collective the other parts follow (dp.h): each rank of each part checks that dir
+   * holds `token` (zt__ckpt_probe_sees; save: the marker file a save's temporary directory
+   * holds, load: the manifest's digest) and the verdicts are exchanged. 1: every rank sees it;
+   * 0: some do not (the path logs which; the call then goes through the flat layout); or a
+   * negative errno, a failure of the collectives (the trainer refuses what follows). */
+  int (*probe)(zt_trainer *t, const char *dir, int save, const char *token, char *err,
+               size_t errlen);
   size_t (*backend_bytes)(const zt_trainer *t);
   /* frees the path's state and the buffers it owns (params, grads, m, v) */
   void (*close)(zt_trainer *t);
@@ -78,6 +98,22 @@ struct zt_trainer {
   /* a load failed after writing part of the state: steps are refused until a load succeeds */
   int part_loaded;
 };
+
+/* A data-parallel part without rank 0 following a per-rank save or load (dp_step.c): its side
+ * of the probe, and its ranks' files in the probed directory, through the same code as the
+ * part holding rank 0 uses. zt__ckpt_probe_sees: 1 when dir, as this process sees it, holds
+ * the token (save: dir's marker file holds it and this process may write into dir; load:
+ * dir's manifest has that digest), else 0.
+ * zt__rank_files_open fills io for the files of tab's layout in dir: a save's
+ * rank-R.safetensors (io.bytes set), a load's named by dir's manifest, whose layout must be
+ * tab's; 0, or -ENOMEM / -EINVAL (the manifest) with a message. Close after a failed open too;
+ * NULL is a no-op. */
+int zt__ckpt_probe_sees(const char *dir, int save, const char *token);
+typedef struct zt__rank_files zt__rank_files;
+int zt__rank_files_open(zt__rank_files **x, zt__shard_io *io, const zt_model *m,
+                        const zt_shard_table *tab, int zero_stage, const char *dir, int save,
+                        char *err, size_t errlen);
+void zt__rank_files_close(zt__rank_files *x);
 
 /* Shared by the step paths. */
 int zt__trainer_check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen);

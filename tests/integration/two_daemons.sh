@@ -3,10 +3,12 @@
 # (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the cross-host path): ztd A coordinates, ztd B runs
 # the part. ZeRO stages 1, 2 and 3, and pushed data (A forwards B its ranks' micro-batches), give
 # the losses of one daemon with both GPUs (2 ranks: every sum has two terms, so bitwise); a
-# cancel on A stops both; a graceful stop of A checkpoints and
-# the job resumes when A restarts, starting a new part on B, with the losses of the
-# uninterrupted run; a killed B fails A's job naming the peer, and A serves on. Skips (77)
-# without two GPUs.
+# cancel on A stops both; a graceful stop of A checkpoints (per rank: B sees A's directory, so
+# each daemon's rank writes its own file) and the job resumes when A restarts, starting a new
+# part on B, with the losses of the uninterrupted run; a killed B fails A's job naming the
+# peer, and A serves on; the stop's checkpoint resumed by one daemon owning both GPUs (the same
+# world, each rank its own file) gives the uninterrupted run's losses too. Skips (77) without
+# two GPUs.
 . "$(dirname "$0")/lib.sh"
 
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -112,6 +114,27 @@ j=$(new_job "$ZT_TMP/resume.json") || exit 1
 wait_step "$j" 12
 stop_ztd
 wait_b_end cancelled
+# the stop's checkpoint: per rank, rank 1's file written by B into A's directory
+ck=$(ls -d "$STATE/jobs/$j/checkpoints"/step-* 2>/dev/null | tail -n 1)
+[ -n "$ck" ] || fail "no checkpoint after the stop: $(ls "$STATE/jobs/$j/checkpoints")"
+for f in manifest.json model.safetensors rank-0.safetensors rank-1.safetensors; do
+  [ -s "$ck/$f" ] || fail "$ck lacks $f: $(ls "$ck")"
+done
+[ ! -e "$ck/optimizer.safetensors" ] || fail "$ck is flat: $(ls "$ck")"
+python3 - "$ck" <<'PY' || fail "the manifest of $ck"
+import json, os, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "manifest.json")))
+assert m["layout"] == "per-rank" and m["world"] == 2 and m["zero_stage"] == 3, m
+assert [e["file"] for e in m["ranks"]] == ["rank-0.safetensors", "rank-1.safetensors"], m["ranks"]
+for e in m["ranks"]:
+    assert os.path.getsize(os.path.join(d, e["file"])) == e["bytes"], e
+PY
+echo "the stop's checkpoint $(basename "$ck") is per rank: $(ls "$ck" | tr '\n' ' ')"
+# the job as it stopped, for one daemon owning both GPUs to resume (below)
+stopped=$j
+mkdir -p "$ZT_TMP/one-state/jobs"
+cp -a "$STATE/jobs/$j" "$ZT_TMP/one-state/jobs/$j" || fail "copying job $j"
 start_a
 wait_end "$j" done 300
 wait_b_end done
@@ -157,5 +180,24 @@ print("run %s (stages 1-3, then pushed data): 20 losses of two daemons vs one da
 assert worst <= 1e-6, worst
 PY
 done
+stop_ztd
+
+# the two-daemon checkpoint of the stop resumed by one daemon owning both GPUs: the same world
+# (its spec's gpus 2 without peers), each rank reading its own file, the losses bitwise the
+# uninterrupted two-daemon run's
+python3 - "$ZT_TMP/one-state/jobs/$stopped/spec.json" <<'PY' || fail "editing the copied spec"
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["parallel"] = {"gpus": 2, "zero_stage": s["parallel"]["zero_stage"]}
+json.dump(s, open(sys.argv[1], "w"))
+PY
+STATE="$ZT_TMP/one-state"
+start_ztd --backend cuda --gpus 0,1
+wait_end "$stopped" done 300
+grep -q "resumes from .*$(basename "$ck")" "$STATE/jobs/$stopped/log" ||
+  fail "no resume from $(basename "$ck") in $(cat "$STATE/jobs/$stopped/log")"
+cmp <(losses "$ZT_TMP/state/jobs/$full") <(losses "$STATE/jobs/$stopped") ||
+  fail "one daemon's resume of the two-daemon checkpoint differs from the uninterrupted run"
+echo "the two-daemon checkpoint resumed by one daemon with both GPUs: 2000 losses bitwise equal to the uninterrupted run"
 stop_ztd
 echo "two_daemons: ok"

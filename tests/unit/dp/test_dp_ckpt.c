@@ -280,14 +280,14 @@ static int rec_get(void *arg, int r, int u, float *p, float *m, float *v, char *
 static int threads(zt_trainer *t, const char *what) {
   int fails = 0, stage;
   char err[512];
-  const zt_shard_table *tab = t->path->shards(t, &stage);
+  const zt_shard_table *tab = t->path->shards(t, &stage, NULL);
   const zt_model *m = zt_trainer_model(t);
   size_t n = zt_model_num_params(m);
   for (int load = 0; load < 2; load++) {
     recorder x = {.m = m, .tab = tab};
     pthread_mutex_init(&x.mu, NULL);
     pthread_cond_init(&x.cv, NULL);
-    zt__shard_io io = {&x, rec_begin, rec_put, rec_get, rec_end};
+    zt__shard_io io = {&x, rec_begin, rec_put, rec_get, rec_end, NULL, NULL};
     int rc = load ? t->path->load_shards(t, &io, err, sizeof err)
                   : t->path->save_shards(t, &io, err, sizeof err);
     fails += MC_EXPECT(rc == 0, "%s %s: %s", what, load ? "load_shards" : "save_shards", err);

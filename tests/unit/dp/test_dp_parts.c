@@ -7,33 +7,50 @@
  *   offload (optimizer host, some or all units; params host for stage 3);
  * - step flags set on either part come back ORed in both parts' results (and in the one
  *   trainer's; a plain trainer reports 0);
- * - a checkpoint saved by the rank-0 part while the other sends its state is flat, its
- *   model.safetensors byte for byte the one trainer's (whose checkpoint is per rank), and so is
- *   an export;
- * - loaded by the rank-0 part while the other receives (the parts' flat checkpoint, or with an
- *   uneven split the one trainer's per-rank one), it resumes with the same losses as the
- *   uninterrupted run; the parts' loaded into a plain trainer and into a W 2 trainer of another
- *   stage it gives the state gathered from the parts, and goes on as the existing cross-world
- *   test does;
+ * - a checkpoint saved by the rank-0 part while the other sends its state (both parts see the
+ *   directory) is per rank, each part's ranks writing their own files: manifest.json,
+ *   model.safetensors and every rank's file byte for byte the one trainer's, nothing of the flat
+ *   layout, no probe marker or temporary directory left; an export is the one trainer's too;
+ * - loaded by the rank-0 part while the other receives (the parts' checkpoint, or with an
+ *   uneven split the one trainer's), each rank reading its own file, it resumes with the same
+ *   losses as the uninterrupted run; the parts' loaded into the one trainer of all the ranks it
+ *   gives the state the resumed parts gathered and goes on bitwise as the uninterrupted run;
+ *   into a plain trainer and into a W 2 trainer of another stage it gives that state too, and
+ *   goes on as the existing cross-world test does; the plain trainer's flat checkpoint of it
+ *   scattered into the parts gives that state;
  * - the state moves in pieces of whole units (trainer_internal.h), which the other part follows:
  *   a save and a load through the parts take the heap zt_trainer_checkpoint_bytes says on a
  *   model whose flat parameters would not fit in it (counted through the sanitizer allocator's
  *   hooks; skipped without them);
  * - a non-finite step still reports the flags; a load the rank-0 part gives up before the
  *   state releases the other part (-ECANCELED) and both go on, as after a save that fails
- *   between its pieces (a file size limit); a load given up after a piece fails both parts
- *   (-EIO, their states partly the checkpoint's) and both refuse steps; mismatched state calls
- *   abort both parts (then -EIO); bad rank0 / local, ranks that do not match them, and state
- *   calls on the wrong part are refused naming the field or the call to make. */
+ *   between its pieces (a file size limit past the ranks' files but within the gathered
+ *   model.safetensors), whose temporary directory goes, the previous checkpoint staying; a load
+ *   given up after a piece fails both parts (-EIO, their states partly the checkpoint's) and
+ *   both refuse steps; mismatched state calls abort both parts (then -EIO); bad rank0 / local,
+ *   ranks that do not match them, and state calls on the wrong part are refused naming the
+ *   field or the call to make;
+ * - a rank's file that fails (a file size limit only the smallest rank's file fits under) fails
+ *   the save on both parts with its code and a message naming it, also on the part whose rank
+ *   wrote its file; nothing changed, both go on;
+ * - parts that do not see the same directory (the other part's threads with a working
+ *   directory of their own, unshare(CLONE_FS), and relative paths; skipped where unshare is
+ *   forbidden): a save the other part does not see is flat, through rank 0; a per-rank
+ *   checkpoint whose manifest the other part does not see (its view holds another one) is
+ *   scattered through rank 0, the state saved; a save where the other part sees the marker but
+ *   its rank cannot create its file fails on both parts, the rank-0 part naming that file. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/train/trainer_internal.h"
@@ -49,7 +66,7 @@ typedef struct run_out {
 
 /* One trainer call, run on this thread or another. */
 typedef enum call_kind {
-  DO_STEPS, DO_SAVE, DO_EXPORT, DO_GET_STATE, DO_SEND, DO_LOAD, DO_RECEIVE, DO_HALF_LOAD
+  DO_STEPS, DO_SAVE, DO_EXPORT, DO_GET_STATE, DO_SEND, DO_LOAD, DO_RECEIVE, DO_HALF_LOAD, DO_OPEN
 } call_kind;
 
 typedef struct call {
@@ -63,15 +80,28 @@ typedef struct call {
   const char *path;  /* DO_SAVE, DO_EXPORT, DO_LOAD */
   int step, adam_step; /* DO_RECEIVE */
   float *state;      /* DO_GET_STATE: params, m, v back to back */
+  /* DO_OPEN: the part of x's world that runs ranks rank0 .. rank0 + local - 1, into t */
+  const zt_model_cfg *mc;
+  const zt_train_cfg *tc;
+  dpt_ranks *x;
+  int stage, rank0, local;
+  /* run on a thread with a working directory of its own, cwd (unshare(CLONE_FS)), whose
+   * threads (a part's ranks' when it opens one) share it; NULL: the process's */
+  const char *cwd;
   int rc;
   char err[512];
 } call;
 
 static void *call_run(void *arg) {
   call *c = arg;
-  size_t n = zt_model_num_params(zt_trainer_model(c->t));
   c->err[0] = 0;
   c->rc = 0;
+  if (c->cwd && (unshare(CLONE_FS) < 0 || chdir(c->cwd) < 0)) {
+    c->rc = -errno;
+    snprintf(c->err, sizeof c->err, "a working directory of its own (%s): %s", c->cwd,
+             strerror(errno));
+    return NULL;
+  }
   switch (c->kind) {
   case DO_STEPS:
     for (int i = c->from; i < c->to && c->rc == 0; i++) {
@@ -86,8 +116,11 @@ static void *call_run(void *arg) {
     break;
   case DO_SAVE: c->rc = zt_trainer_save(c->t, c->path, c->err, sizeof c->err); break;
   case DO_EXPORT: c->rc = zt_trainer_export(c->t, c->path, c->err, sizeof c->err); break;
-  case DO_GET_STATE: c->rc = zt_trainer_get_state(c->t, c->state, c->state + n, c->state + 2 * n);
+  case DO_GET_STATE: {
+    size_t n = zt_model_num_params(zt_trainer_model(c->t));
+    c->rc = zt_trainer_get_state(c->t, c->state, c->state + n, c->state + 2 * n);
     break;
+  }
   case DO_SEND: c->rc = zt_trainer_dp_send_state(c->t, c->err, sizeof c->err); break;
   case DO_LOAD: c->rc = zt_trainer_load(c->t, c->path, c->err, sizeof c->err); break;
   case DO_RECEIVE:
@@ -104,6 +137,7 @@ static void *call_run(void *arg) {
     free(z);
     break;
   }
+  case DO_OPEN: c->t = dpt_open_dp(c->mc, c->tc, c->x, c->stage, c->rank0, c->local); break;
   }
   return NULL;
 }
@@ -165,6 +199,30 @@ static int close_run(const run_out *a, const run_out *ref, int from, int to, dou
                        "%s: step %d loss %.17g norm %.17g, reference %.17g %.17g", what, i + 1,
                        a->loss[i], a->norm[i], ref->loss[i], ref->norm[i]);
   }
+  return fails;
+}
+
+/* A per-rank checkpoint in dir of W ranks, byte for byte the one in ref (manifest, gathered
+ * parameters, every rank's file), with nothing of the flat layout, no probe marker left and no
+ * temporary directory beside it. */
+static int same_ranked(const char *ref, const char *dir, int W, const char *what) {
+  char a[700], b[700];
+  int fails = 0;
+  const char *same[] = {"manifest.json", "model.safetensors"};
+  const char *none[] = {"optimizer.safetensors", "trainer.json", "probe"};
+  for (size_t i = 0; i < 2 + (size_t)W; i++) {
+    char rank[32];
+    snprintf(rank, sizeof rank, "rank-%zu.safetensors", i - 2);
+    snprintf(a, sizeof a, "%s/%s", ref, i < 2 ? same[i] : rank);
+    snprintf(b, sizeof b, "%s/%s", dir, i < 2 ? same[i] : rank);
+    fails += mc_same_file(a, b);
+  }
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(b, sizeof b, "%s/%s", dir, none[i]);
+    fails += MC_EXPECT(access(b, F_OK) < 0, "%s: %s in a per-rank checkpoint", what, b);
+  }
+  snprintf(b, sizeof b, "%s.tmp", dir);
+  fails += MC_EXPECT(access(b, F_OK) < 0, "%s: %s left behind", what, b);
   return fails;
 }
 
@@ -257,14 +315,9 @@ static int parts(const cfg *c) {
   together(&ca, &cb);
   fails += both_ok(&ca, &cb, "export / send_state");
   fails += mc_same_file(file_a, file_b);
-  /* the parts' checkpoint is flat, the one trainer's per rank: the parameters are the same */
-  snprintf(file_a, sizeof file_a, "%s/model.safetensors", dir_ref);
-  snprintf(file_b, sizeof file_b, "%s/model.safetensors", dir_parts);
-  fails += mc_same_file(file_a, file_b);
-  snprintf(file_a, sizeof file_a, "%s/manifest.json", dir_ref);
-  snprintf(file_b, sizeof file_b, "%s/optimizer.safetensors", dir_parts);
-  fails += MC_EXPECT(access(file_a, F_OK) == 0 && access(file_b, F_OK) == 0, "%s: the one "
-                     "trainer's checkpoint has no manifest or the parts' no optimizer file", what);
+  /* every part sees the directory: per rank, each part's ranks' files its own, every file
+   * byte for byte the one trainer's */
+  fails += same_ranked(dir_ref, dir_parts, W, what);
   fails += steps_together(a, b, tok, per, SAVE_AT, DPT_STEPS, fa, fb, &oa, &ob, what);
   fails += same_run(&oa, &ref, 0, DPT_STEPS, "rank-0 part vs one trainer");
   fails += same_run(&ob, &ref, 0, DPT_STEPS, "other part vs one trainer");
@@ -290,9 +343,25 @@ static int parts(const cfg *c) {
   fails += same_run(&oa, &ref, SAVE_AT, DPT_STEPS, "resumed rank-0 part vs one trainer");
   fails += same_run(&ob, &ref, SAVE_AT, DPT_STEPS, "resumed other part vs one trainer");
 
+  /* the parts' checkpoint in the one trainer of all the ranks: each rank its own file, the
+   * state the resumed parts gathered, and on bitwise as the uninterrupted run */
+  dpt_ranks_open(&xr, W);
+  tr = dpt_open_dp(&mc, &tc, &xr, c->stage, 0, 0);
+  fails += MC_EXPECT(zt_trainer_load(tr, dir_parts, err, sizeof err) == 0, "one trainer load: %s",
+                     err);
+  float *got_all = dpt_state_of(tr);
+  size_t bytes = 3 * zt_model_num_params(zt_trainer_model(tr)) * sizeof(float);
+  fails += MC_EXPECT(memcmp(got_all, got, bytes) == 0, "%s: the one trainer loaded another "
+                     "state than the resumed parts", what);
+  free(got_all);
+  run_out ow;
+  fails += run_steps(tr, tok, per, SAVE_AT, DPT_STEPS, fboth, &ow, "one trainer loaded");
+  fails += same_run(&ow, &ref, SAVE_AT, DPT_STEPS, "one trainer loaded vs uninterrupted");
+  zt_trainer_close(tr);
+  dpt_ranks_close(&xr);
+
   /* the parts' checkpoint in a plain trainer and in a W 2 trainer of another stage: the state
    * the resumed parts gathered, then the losses as in the cross-world test */
-  size_t bytes = 3 * zt_model_num_params(zt_trainer_model(b)) * sizeof(float);
   zt_backend be;
   if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
   zt_train_cfg tcp = tc;
@@ -302,6 +371,19 @@ static int parts(const cfg *c) {
   float *want = dpt_state_of(tp);
   fails += MC_EXPECT(memcmp(got, want, bytes) == 0, "%s: the resumed parts' state is not the "
                      "plain trainer's of the same checkpoint", what);
+  /* its flat checkpoint scattered into the parts (the ranks' chunks cut out of each unit,
+   * wherever each part keeps them) */
+  char dir_flat[600];
+  snprintf(dir_flat, sizeof dir_flat, "%s/flat", dir);
+  fails += MC_EXPECT(zt_trainer_save(tp, dir_flat, err, sizeof err) == 0, "plain save: %s", err);
+  ca = (call){.kind = DO_LOAD, .t = a, .path = dir_flat};
+  cb = (call){.kind = DO_RECEIVE, .t = b, .step = SAVE_AT, .adam_step = SAVE_AT};
+  together(&ca, &cb);
+  fails += both_ok(&ca, &cb, "flat load / receive_state");
+  float *got_flat = parts_state(a, b, &fails);
+  fails += MC_EXPECT(memcmp(got_flat, want, bytes) == 0, "%s: a flat checkpoint scattered into "
+                     "the parts is not its state", what);
+  free(got_flat);
   run_out op;
   fails += run_steps(tp, tok, per, SAVE_AT, DPT_STEPS, NULL, &op, "plain loaded");
   fails += close_run(&op, &ref, SAVE_AT, DPT_STEPS, c->tol, "plain loaded vs one trainer");
@@ -422,47 +504,96 @@ static int abandoned_and_mismatched(void) {
   return fails;
 }
 
-/* A save that fails between its pieces (a file size limit: the optimizer file's second moment
- * lies past it) releases the other part (-ECANCELED) and both go on. A load given up after its
- * first piece leaves both parts' states partly the checkpoint's: both fail (-EIO) and refuse
- * the next step. */
+/* The size of dir's file name (it must exist). */
+static long long file_size(const char *dir, const char *name) {
+  char path[700];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (stat(path, &st) < 0) {
+    fprintf(stderr, "%s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  return (long long)st.st_size;
+}
+
+/* zt_trainer_save on a, with send_state on b, under a file size limit of `limit` bytes. */
+static void save_limited(call *ca, call *cb, zt_trainer *a, zt_trainer *b, const char *path,
+                         long long limit) {
+  struct rlimit old, lim;
+  if (getrlimit(RLIMIT_FSIZE, &old) < 0) exit(1);
+  lim = old;
+  lim.rlim_cur = (rlim_t)limit;
+  signal(SIGXFSZ, SIG_IGN);
+  if (setrlimit(RLIMIT_FSIZE, &lim) < 0) exit(1);
+  *ca = (call){.kind = DO_SAVE, .t = a, .path = path};
+  *cb = (call){.kind = DO_SEND, .t = b};
+  together(ca, cb);
+  if (setrlimit(RLIMIT_FSIZE, &old) < 0) exit(1);
+  signal(SIGXFSZ, SIG_DFL);
+}
+
+/* A failed save leaves no temporary directory and the previous checkpoint of step `step`,
+ * which loads. */
+static int kept_previous(const char *path, const zt_model_cfg *mc, int W, int step,
+                         const char *what) {
+  char tmp[700], err[512];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fails = MC_EXPECT(access(tmp, F_OK) < 0, "%s: %s left behind", what, tmp);
+  zt_backend be;
+  if (zt_backend_cpu_open(&be, 1) < 0) exit(1);
+  zt_train_cfg tcp = dpt_train_cfg(W, 0, ZT_F32);
+  zt_trainer *tp = dpt_open_plain(mc, &tcp, &be);
+  fails += MC_EXPECT(zt_trainer_load(tp, path, err, sizeof err) == 0 &&
+                     zt_trainer_step_count(tp) == step, "%s: the previous checkpoint: %s", what,
+                     err);
+  zt_trainer_close(tp);
+  zt_backend_cpu_close(&be);
+  return fails;
+}
+
+/* A per-rank save that fails between its pieces (a file size limit that every rank's file fits
+ * under but the gathered model.safetensors, written a piece at a time after them, does not)
+ * releases the other part (-ECANCELED), its temporary directory goes and the previous
+ * checkpoint stays; both go on. A load given up after its first piece leaves both parts'
+ * states partly the checkpoint's: both fail (-EIO) and refuse the next step. */
 static int given_up_between_pieces(void) {
   zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
   zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
-  int32_t *tok = dpt_tokens(&mc, 3, 9);
-  size_t per = dpt_step_tokens(&mc, 3);
+  int32_t *tok = dpt_tokens(&mc, 4, 9);
+  size_t per = dpt_step_tokens(&mc, 4);
   const char *dir = mc_tmpdir();
   char path[600];
   snprintf(path, sizeof path, "%s/ckpt", dir);
   dpt_ranks x;
-  dpt_ranks_open(&x, 3);
-  zt_trainer *a = dpt_open_dp(&mc, &tc, &x, 2, 0, 1), *b = dpt_open_dp(&mc, &tc, &x, 2, 1, 2);
+  dpt_ranks_open(&x, 4);
+  zt_trainer *a = dpt_open_dp(&mc, &tc, &x, 2, 0, 1), *b = dpt_open_dp(&mc, &tc, &x, 2, 1, 3);
   int fails = MC_EXPECT(zt_model_num_units(zt_trainer_model(a)) > 2, "the model has %d units",
                         zt_model_num_units(zt_trainer_model(a)));
-  struct rlimit old, lim;
-  if (getrlimit(RLIMIT_FSIZE, &old) < 0) exit(1);
-  lim = old;
-  lim.rlim_cur = 16 * 1024;
-  signal(SIGXFSZ, SIG_IGN);
-  if (setrlimit(RLIMIT_FSIZE, &lim) < 0) exit(1);
+  run_out oa, ob;
+  fails += steps_together(a, b, tok, per, 0, 1, NULL, NULL, &oa, &ob, "before the saves");
   call ca = {.kind = DO_SAVE, .t = a, .path = path}, cb = {.kind = DO_SEND, .t = b};
   together(&ca, &cb);
-  if (setrlimit(RLIMIT_FSIZE, &old) < 0) exit(1);
-  signal(SIGXFSZ, SIG_DFL);
-  fails += MC_EXPECT(ca.rc == -EFBIG && strstr(ca.err, "optimizer.safetensors"), "a save past "
+  fails += both_ok(&ca, &cb, "the previous save");
+  /* W 4: a rank's file holds 3 x a quarter of the parameters */
+  long long rank = file_size(path, "rank-0.safetensors");
+  long long model = file_size(path, "model.safetensors");
+  fails += MC_EXPECT(rank < model, "a rank's file %lld bytes, the model file %lld", rank, model);
+  fails += steps_together(a, b, tok, per, 1, 2, NULL, NULL, &oa, &ob, "between the saves");
+  save_limited(&ca, &cb, a, b, path, (rank + model) / 2);
+  fails += MC_EXPECT(ca.rc == -EFBIG && strstr(ca.err, "model.safetensors"), "a save past "
                      "the file size limit: %d %s", ca.rc, ca.err);
   fails += MC_EXPECT(cb.rc == -ECANCELED && strstr(cb.err, "gave up"), "send against a save "
                      "that failed between pieces: %d %s", cb.rc, cb.err);
-  run_out oa, ob;
-  fails += steps_together(a, b, tok, per, 0, 1, NULL, NULL, &oa, &ob, "after the failed save");
+  fails += kept_previous(path, &mc, 4, 1, "a save failed between its pieces");
+  fails += steps_together(a, b, tok, per, 2, 3, NULL, NULL, &oa, &ob, "after the failed save");
   ca = (call){.kind = DO_HALF_LOAD, .t = a};
   cb = (call){.kind = DO_RECEIVE, .t = b, .step = 1, .adam_step = 1};
   together(&ca, &cb);
   fails += MC_EXPECT(ca.rc == 0, "the first piece of a load: %d %s", ca.rc, ca.err);
   fails += MC_EXPECT(cb.rc == -EIO && strstr(cb.err, "gave up its load") &&
-                     zt_trainer_step_count(b) == 1, "receive against a load given up after a "
+                     zt_trainer_step_count(b) == 3, "receive against a load given up after a "
                      "piece: %d %s", cb.rc, cb.err);
-  ca = (call){.kind = DO_STEPS, .t = a, .tok = tok, .per = per, .from = 1, .to = 2, .out = &oa};
+  ca = (call){.kind = DO_STEPS, .t = a, .tok = tok, .per = per, .from = 3, .to = 4, .out = &oa};
   cb = ca;
   cb.t = b;
   cb.out = &ob;
@@ -473,6 +604,201 @@ static int given_up_between_pieces(void) {
   zt_trainer_close(a);
   dpt_ranks_close(&x);
   mc_rmtree(dir);
+  free(tok);
+  return fails;
+}
+
+/* A rank's file of a per-rank save that fails fails the save on every part with that rank's
+ * code, the exchanged verdict: under a file size limit that only the last rank's file (the
+ * smallest: the units' last chunks are short) fits under, the rank-0 part (ranks 0, 1) fails
+ * naming its rank 0's file, and the other part, whose rank 2 wrote its file, names the same
+ * file as another part's. Nothing changed: the temporary directory goes, the previous
+ * checkpoint stays, both parts go on and save again. */
+static int rank_file_failed(void) {
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 3, 12);
+  size_t per = dpt_step_tokens(&mc, 3);
+  const char *dir = mc_tmpdir();
+  char path[600];
+  snprintf(path, sizeof path, "%s/ckpt", dir);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 3);
+  zt_trainer *a = dpt_open_dp(&mc, &tc, &x, 2, 0, 2), *b = dpt_open_dp(&mc, &tc, &x, 2, 2, 1);
+  run_out oa, ob;
+  int fails = steps_together(a, b, tok, per, 0, 1, NULL, NULL, &oa, &ob, "before the saves");
+  call ca = {.kind = DO_SAVE, .t = a, .path = path}, cb = {.kind = DO_SEND, .t = b};
+  together(&ca, &cb);
+  fails += both_ok(&ca, &cb, "the previous save");
+  long long first = file_size(path, "rank-0.safetensors");
+  long long last = file_size(path, "rank-2.safetensors");
+  fails += MC_EXPECT(last < first, "rank 2's file %lld bytes, rank 0's %lld", last, first);
+  fails += steps_together(a, b, tok, per, 1, 2, NULL, NULL, &oa, &ob, "between the saves");
+  save_limited(&ca, &cb, a, b, path, last);
+  printf("a rank's file past the file size limit: %s | %s\n", ca.err, cb.err);
+  fails += MC_EXPECT(ca.rc == -EFBIG && strstr(ca.err, "rank-0.safetensors"), "the rank-0 part's "
+                     "save with its rank 0's file past the limit: %d %s", ca.rc, ca.err);
+  fails += MC_EXPECT(cb.rc == -EFBIG && strstr(cb.err, "rank-0.safetensors") &&
+                     strstr(cb.err, "another part"), "the other part's send: %d %s", cb.rc,
+                     cb.err);
+  fails += kept_previous(path, &mc, 3, 1, "a rank's file failed");
+  fails += steps_together(a, b, tok, per, 2, 3, NULL, NULL, &oa, &ob, "after the failed save");
+  ca = (call){.kind = DO_SAVE, .t = a, .path = path};
+  cb = (call){.kind = DO_SEND, .t = b};
+  together(&ca, &cb);
+  fails += both_ok(&ca, &cb, "the save after");
+  fails += kept_previous(path, &mc, 3, 3, "the save after");
+  zt_trainer_close(b);
+  zt_trainer_close(a);
+  dpt_ranks_close(&x);
+  mc_rmtree(dir);
+  free(tok);
+  return fails;
+}
+
+/* The file dir/name exists (want 1) or not (want 0). */
+static int exists(const char *dir, const char *name, int want, const char *what) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return MC_EXPECT((access(path, F_OK) == 0) == want, "%s: %s %s", what, path,
+                   want ? "is missing" : "is there");
+}
+
+/* Whether a thread can have a working directory of its own (unshare(CLONE_FS); a seccomp
+ * profile may forbid it): 0, or the errno. */
+static void *try_unshare(void *arg) {
+  *(int *)arg = unshare(CLONE_FS) == 0 ? 0 : errno;
+  return NULL;
+}
+
+/* Parts that do not see the same directory. The rank-0 part and its ranks' threads see this
+ * process's working directory, A; the other part is opened and called from threads with a
+ * working directory of their own, B, so that a relative checkpoint path names another
+ * directory there, as on a daemon whose host does not share the coordinator's files. W 2, a
+ * rank each:
+ * - a save to a relative path: the other part does not see the marker, so the checkpoint is
+ *   flat, gathered through rank 0 (nothing in B);
+ * - a save to an absolute path both see is per rank, and loads into one trainer of both ranks
+ *   (each rank its own file) with the state saved, going on bitwise as the parts;
+ * - a per-rank checkpoint loaded by a relative path where B holds another checkpoint (of the
+ *   step after) under that name: the other part's manifest is not the one rank 0 probed, so the
+ *   state is scattered from rank 0's files: the state saved, whose steps go on bitwise;
+ * - the same save where B's view of the temporary directory shows rank 0's marker (a symbolic
+ *   link) but rank 1 cannot create its file there (a directory in its way): rank 1's failure
+ *   fails the save on both parts, the rank-0 part's error naming rank 1's file; both go on. */
+static int views(void) {
+  int cannot = 0;
+  pthread_t th;
+  if (pthread_create(&th, NULL, try_unshare, &cannot) != 0) exit(1);
+  pthread_join(th, NULL);
+  if (cannot) {
+    printf("parts with views of their own: skipped (unshare(CLONE_FS): %s)\n",
+           strerror(cannot));
+    return 0;
+  }
+  zt_model_cfg mc = dpt_model_cfg(ZT_ARCH_GPT);
+  zt_train_cfg tc = dpt_train_cfg(1, 0.5f, ZT_F32);
+  int32_t *tok = dpt_tokens(&mc, 2, 13);
+  size_t per = dpt_step_tokens(&mc, 2);
+  const char *dir = mc_tmpdir();
+  char A[600], B[600], path[700], link_at[700];
+  snprintf(A, sizeof A, "%s/a", dir);
+  snprintf(B, sizeof B, "%s/b", dir);
+  int home = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (home < 0 || mkdir(A, 0755) < 0 || mkdir(B, 0755) < 0 || chdir(A) < 0) exit(1);
+  dpt_ranks x;
+  dpt_ranks_open(&x, 2);
+  call ca = {.kind = DO_OPEN, .mc = &mc, .tc = &tc, .x = &x, .stage = 2, .rank0 = 0, .local = 1};
+  call cb = ca;
+  cb.rank0 = 1;
+  cb.cwd = B;
+  together(&ca, &cb);
+  int fails = both_ok(&ca, &cb, "opening the parts");
+  if (fails) exit(1);
+  zt_trainer *a = ca.t, *b = cb.t;
+  run_out oa, ob, again;
+  fails += steps_together(a, b, tok, per, 0, 1, NULL, NULL, &oa, &ob, "views");
+  float *s1 = parts_state(a, b, &fails);
+
+  /* the other part does not see "flat.tmp": the flat layout, through rank 0 */
+  ca = (call){.kind = DO_SAVE, .t = a, .path = "flat"};
+  cb = (call){.kind = DO_SEND, .t = b, .cwd = B};
+  together(&ca, &cb);
+  fails += both_ok(&ca, &cb, "a save the other part does not see");
+  fails += exists(A, "flat/optimizer.safetensors", 1, "a save the other part does not see");
+  fails += exists(A, "flat/manifest.json", 0, "a save the other part does not see");
+  fails += exists(B, "flat", 0, "a save the other part does not see");
+  fails += exists(B, "flat.tmp", 0, "a save the other part does not see");
+
+  /* "ranked" is step 1's per-rank checkpoint in A, step 2's in B (absolute paths: both parts
+   * see them) */
+  snprintf(path, sizeof path, "%s/ranked", A);
+  ca = (call){.kind = DO_SAVE, .t = a, .path = path};
+  together(&ca, &cb);
+  fails += both_ok(&ca, &cb, "a save both parts see");
+  fails += exists(path, "rank-1.safetensors", 1, "a save both parts see");
+  fails += exists(path, "manifest.json", 1, "a save both parts see");
+  fails += steps_together(a, b, tok, per, 1, 2, NULL, NULL, &oa, &ob, "views");
+  /* the two parts' checkpoint in one trainer of both ranks: each rank its own file, step 1's
+   * state, and step 2 bitwise the parts' */
+  dpt_ranks y;
+  dpt_ranks_open(&y, 2);
+  zt_trainer *all = dpt_open_dp(&mc, &tc, &y, 2, 0, 0);
+  char err[512];
+  fails += MC_EXPECT(zt_trainer_load(all, path, err, sizeof err) == 0, "one trainer of both "
+                     "ranks: %s", err);
+  float *s_all = dpt_state_of(all);
+  size_t bytes = 3 * zt_model_num_params(zt_trainer_model(a)) * sizeof(float);
+  fails += MC_EXPECT(!memcmp(s_all, s1, bytes), "the parts' checkpoint in one trainer of both "
+                     "ranks: not step 1's state");
+  fails += run_steps(all, tok, per, 1, 2, NULL, &again, "one trainer of both ranks");
+  fails += same_run(&again, &oa, 1, 2, "one trainer of both ranks vs the parts");
+  free(s_all);
+  zt_trainer_close(all);
+  dpt_ranks_close(&y);
+  snprintf(path, sizeof path, "%s/ranked", B);
+  ca = (call){.kind = DO_SAVE, .t = a, .path = path};
+  together(&ca, &cb);
+  fails += both_ok(&ca, &cb, "step 2's save");
+  ca = (call){.kind = DO_LOAD, .t = a, .path = "ranked"};
+  cb = (call){.kind = DO_RECEIVE, .t = b, .step = 1, .adam_step = 1, .cwd = B};
+  together(&ca, &cb);
+  fails += both_ok(&ca, &cb, "a load whose manifest the other part does not see");
+  float *got = parts_state(a, b, &fails);
+  fails += MC_EXPECT(!memcmp(got, s1, bytes), "a load whose manifest the other part does not "
+                     "see: not step 1's state");
+  fails += steps_together(a, b, tok, per, 1, 2, NULL, NULL, &again, &ob, "views");
+  fails += same_run(&again, &oa, 1, 2, "after the load through rank 0");
+
+  /* rank 1 sees rank 0's marker in "bad.tmp" but cannot create its file there */
+  snprintf(path, sizeof path, "%s/bad.tmp", B);
+  snprintf(link_at, sizeof link_at, "%s/bad.tmp/probe", A);
+  if (mkdir(path, 0755) < 0) exit(1);
+  snprintf(path, sizeof path, "%s/bad.tmp/probe", B);
+  if (symlink(link_at, path) < 0) exit(1);
+  snprintf(path, sizeof path, "%s/bad.tmp/rank-1.safetensors.tmp", B);
+  if (mkdir(path, 0755) < 0) exit(1);
+  ca = (call){.kind = DO_SAVE, .t = a, .path = "bad"};
+  cb = (call){.kind = DO_SEND, .t = b, .cwd = B};
+  together(&ca, &cb);
+  printf("the other part's rank cannot write its file: %s | %s\n", ca.err, cb.err);
+  fails += MC_EXPECT(ca.rc == -EISDIR && strstr(ca.err, "bad.tmp/rank-1.safetensors") &&
+                     strstr(ca.err, "another part"), "the rank-0 part's save: %d %s", ca.rc,
+                     ca.err);
+  fails += MC_EXPECT(cb.rc == -EISDIR && strstr(cb.err, "rank-1.safetensors"), "the other "
+                     "part's send: %d %s", cb.rc, cb.err);
+  fails += exists(A, "bad", 0, "a failed save");
+  fails += exists(A, "bad.tmp", 0, "a failed save");
+  fails += steps_together(a, b, tok, per, 2, 3, NULL, NULL, &oa, &ob, "after the failed save");
+
+  zt_trainer_close(b);
+  zt_trainer_close(a);
+  dpt_ranks_close(&x);
+  if (fchdir(home) < 0) exit(1);
+  close(home);
+  mc_rmtree(dir);
+  free(got);
+  free(s1);
   free(tok);
   return fails;
 }
@@ -671,6 +997,8 @@ int main(void) {
   fails += nonfinite_flags();
   fails += abandoned_and_mismatched();
   fails += given_up_between_pieces();
+  fails += rank_file_failed();
+  fails += views();
   if (counted)
     fails += parts_memory();
   else
