@@ -1,7 +1,8 @@
 /* The data-parallel step (engine/train/dp.h): the rank threads, the per-stage buffers, the
- * step's walk over the units with its collectives, the gather/scatter between the shards and
- * the flat layout (direct copies when every rank is here, collectives for a part), and the
- * ranks' files of per-rank checkpoints (all ranks here, or every part's at once). */
+ * step's walk over the units with its collectives (the communicator's queue, the host tier,
+ * optimizer and params nvme), the path table and the open. The state between steps, the
+ * gather/scatter between the shards and the flat layout and the ranks' files of per-rank
+ * checkpoints, is dp_state.c's; what the two share, dp_internal.h. */
 #include "engine/train/dp.h"
 
 #include <errno.h>
@@ -16,7 +17,7 @@
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
-#include "engine/log.h"
+#include "engine/train/dp_internal.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
@@ -40,214 +41,7 @@
  * queued when the host waits for a copy. */
 #define TAKE_UP_LAG 2
 
-/* The head of a part's state call, broadcast from global rank 0 in the exchange buffer (free
- * between steps, and at least X_MICRO + 2 doubles): what the call is, for a gather which of
- * params, m, v (bits 0, 1, 2) it reads (a probe: 1 for a save, 0 for a load), the units
- * [u0, u1) it moves (all of them for a probe and the ranks' files), and for a probe the length
- * of what follows it: the token and the directory, each ended by a NUL, broadcast through the
- * state calls' scratch (bcast_host). */
-#define H_OP 0
-#define H_MASK 1
-#define H_U0 2
-#define H_U1 3
-#define H_LEN 4
-#define H_BYTES (5 * sizeof(double))
-/* A part's state calls: a gather or scatter of a piece of units, rank 0's part giving up its
- * call, and a per-rank checkpoint's: the probe of its directory, every rank's file written or
- * read (dp.h). */
-enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON, ST_PROBE, ST_SHARDS_OUT, ST_SHARDS_IN };
-/* The longest probe (the token, the directory and their NULs) */
-#define PROBE_MAX (ZT_PATH_MAX + 256)
-
-/* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
-typedef struct adam_seg {
-  int unit;
-  size_t off, n; /* within the rank's chunk of the unit */
-  int decay;
-} adam_seg;
-
-/* CMD_READ / CMD_WRITE: every rank copies its own chunks (all ranks here); CMD_SHARDS_OUT /
- * _IN: every rank moves its own chunks to / from its file of a per-rank checkpoint, and
- * CMD_SHARDS_GATHER then all-gathers stages 1-2's parameters; CMD_STATE: the collective state
- * call of a part. */
-typedef enum dp_cmd {
-  CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_SHARDS_OUT, CMD_SHARDS_IN, CMD_SHARDS_GATHER,
-  CMD_STATE, CMD_CLOSE
-} dp_cmd;
-
-struct dp_state;
-
-/* optimizer nvme: a staging of one host unit's chunk of masters, m and v (and the compute copy
- * the AdamW writes), moving FREE -> READING -> UPDATING -> WRITING -> FREE as offload_step.c's
- * sets do; the state calls use set 0 synchronously between steps. */
-typedef enum nv_state { NV_FREE, NV_READING, NV_UPDATING, NV_WRITING } nv_state;
-typedef struct nv_set {
-  float *buf[3];
-  uint16_t *lp;             /* bf16 / fp16; NULL in fp32 */
-  int unit;                 /* -1 none */
-  nv_state st;
-  int req[3];
-} nv_set;
-
-typedef struct dp_rank_state {
-  struct dp_state *s;
-  int r;                    /* the global rank */
-  /* the rank as a trainer of its own for the shared helpers (zt__trainer_stage_micro): the
-   * model (shared, read only), the config, its backend, activations and host staging */
-  zt_trainer view;
-  zt_comm comm;
-  void *stream;
-  pthread_t thread;
-  /* backend memory; see dp.h for what each stage keeps */
-  float *params;            /* stages 1-2: the padded layout; 3: the packed shard */
-  void *params_lp;          /* the bf16 compute copy, same layout; NULL in fp32 */
-  float *grads;             /* stage 1: the padded layout; 2-3: the packed shard */
-  float *m, *v;             /* the packed shard */
-  float *gunit[2], *gembed; /* 2-3: a unit's gradients (padded), alternating by unit so that
-                               one is reduced while the next unit's backward fills the other;
-                               gpt: the embedding's */
-  float *gscratch;          /* 2-3: a reduce-scattered chunk of a later micro-batch */
-  float *pslot[2];          /* 3: gathered units */
-  void *lpslot[2];
-  float *pembed;            /* 3, gpt: the gathered embedding */
-  void *lpembed;
-  double *xchg;             /* W exchange records */
-  double *h_xchg;           /* host copy of them */
-  /* the host tier (optimizer host, dp.h): units ng.. in the packed layout from dev_packed */
-  zt_host_arena *host;
-  zt_copy_engine *copy;
-  zt_backend hbe;           /* math on the host tier: the rank's own backend on the cpu, a cpu
-                               backend of its own beside a GPU */
-  int own_hbe;
-  float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients (optimizer nvme: the gradients,
-                                      the host units' masters, m and v (host_units), and with
-                                      params host hm, every unit's parameters the gathers read;
-                                      params nvme: the host units' alone) */
-  float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
-  uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes, beside hm */
-  /* optimizer nvme: the rank's store in dir, a file per NVMe unit and kind (unit u's kind i:
-   * ext[3 * u + i]), and two staging sets (unit u's in sets[u & 1]: one updated while the
-   * next is read ahead) */
-  zt_nvme_store *store;
-  int *ext;
-  nv_set sets[2];
-  int64_t up_tick;          /* the H2D ticket of the last chunk uploaded from a set */
-  uint64_t nvme_bytes;      /* the files' whole blocks */
-  char nvdir[ZT_PATH_MAX + 64]; /* its directory rank-R; "" none */
-  float *gout[2];           /* device chunks: a host unit's reduce-scattered gradients (stages
-                               2-3, alternating by unit) and the state calls' uploads ([0]) */
-  int64_t gout_tick[2];     /* the D2H ticket that last read each */
-  float *pchunk[2];         /* params host / nvme: a host unit's chunk staged for its gather */
-  void *lpchunk[2];
-  int chunk_unit[2];        /* the unit staged in each, -1 none */
-  int64_t chunk_tick[2], h2d_last; /* copy tickets (h2d_last: the last from hm); 0 none */
-  /* params nvme: two page-locked stagings of an NVMe unit's parameter chunk, read from its
-   * master file ahead of the walk (unit u's into pstage[u & 1]) and copied from there into
-   * chunk buffer u & 1 */
-  float *pstage[2];
-  int pstage_unit[2];       /* the unit read or being read into each, -1 none */
-  int pstage_req[2];        /* the read's request while not waited for, -1 none */
-  int64_t pstage_tick[2];   /* the H2D ticket that last read each; 0 none */
-  int dir;                  /* the walk: 1 forward, -1 backward */
-  zt_cpu_adam_task *tasks;  /* per AdamW call (segs), those of host units */
-  int *first_seg;           /* unit u's calls: segs[first_seg[u] .. first_seg[u + 1]) */
-  int64_t *unit_tick;       /* per unit: the D2H ticket of its gradients this micro-batch */
-  double *usumsq;           /* per host unit: its sum of squares, taken up in the backward */
-  char *submitted;          /* per unit: its host AdamW started and not waited for */
-  char *began;              /* per unit: its host update began this step */
-  int take_up;              /* the next unit (walking down) the backward takes up */
-  int updated, nonfinite;   /* host units updated during the backward; one was not finite */
-  int slot_unit[2];         /* 3: the unit in each slot, -1 none */
-  int embed_gathered;
-  /* The communicator's queue (comm.h): the tickets of the collectives that overlap the compute
-   * (0: none pending, or run on the compute stream, which orders them): the last reduction
-   * that read each unit gradient buffer and the embedding's, each slot's and the embedding's
-   * gather (3), each unit's gather of its updated parameters (1-2, read by the next step);
-   * the latest ticket the compute waited for, which covers every earlier one (the queue runs
-   * in order). A later micro-batch's reduced chunk is added to the shard one unit late
-   * (add_unit, -1 none), so that its reduction overlaps the next unit's backward. */
-  long long gunit_tick[2], gembed_tick, slot_tick[2], embed_tick, *gather_tick, q_waited;
-  long long add_tick;
-  int add_unit;
-  adam_seg *segs;
-  int nsegs;
-  size_t bytes;             /* backend bytes held */
-  int rc;
-  /* CMD_STATE: the call failed alike on every rank without a failure of the collectives, the
-   * communicators intact (rank 0's part gave up its call; a rank's file of a per-rank save
-   * failed, which every rank learned from the exchange) */
-  int abandoned;
-  int got_op;               /* CMD_STATE: the call rank 0's part said (ST_*) */
-  int piece[2];             /* CMD_STATE: the units [u0, u1) rank 0's part said it moves */
-  int probe_all;            /* ST_PROBE: every rank of every part saw the directory */
-  char *blob;               /* ST_PROBE: the token and the directory (rank 0's) */
-  char err[512];            /* room for a checkpoint file's path */
-  /* the step's results, the same on every rank */
-  double loss, norm;
-  unsigned flags;
-  int skipped;              /* fp16: the gradient overflowed, nothing was updated */
-} dp_rank_state;
-
-typedef struct dp_state {
-  zt_dp_cfg dc;
-  zt_shard_table *tab;
-  int nu;
-  int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
-  size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
-  size_t rec;               /* doubles per exchange record */
-  int nl;                   /* the part's ranks: global dc.rank0 .. dc.rank0 + nl - 1 */
-  dp_rank_state *ranks;     /* nl, in rank order */
-  /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
-   * device's packed buffers hold dev_packed elements, the host's host_n */
-  int ng, params_host;      /* params_host: the host units' parameters are not on the device
-                               between uses (params host or nvme, stage 3) */
-  int params_nvme;          /* params nvme: the NVMe units' chunks are read from their master
-                               files before each gather; the host tier holds none of them */
-  size_t dev_packed, host_n;
-  int nvme;                 /* optimizer nvme: units nv0.. keep masters, m and v in files */
-  int nv0;                  /* the first NVMe unit: ng + dc.host_units with optimizer nvme, else
-                               nu; units ng..nv0-1 keep theirs on the host tier */
-  size_t hopt_n;            /* those host units' elements (a prefix of host_n) */
-  size_t nv_chunk;          /* the largest NVMe unit's chunk (a set's floats) */
-  char nvme_dir[ZT_PATH_MAX + 32]; /* the trainer's zt-offload.XXXXXX under dc.nvme_dir */
-  zt_cpu_pool *pool;        /* the host units' AdamW, shared by the part's ranks */
-  int n_threads;            /* rank threads started */
-  pthread_mutex_t mu;
-  pthread_cond_t cmd_cv, done_cv;
-  dp_cmd cmd;
-  uint64_t gen;
-  int done;
-  /* the command's arguments */
-  const int32_t *tokens;
-  float lr;
-  int adam_step;
-  float loss_scale;         /* fp16: the scaler's scale for this step; 1 otherwise */
-  float *out[3];            /* CMD_READ, a gather: params, m, v (any NULL) */
-  const float *in[3];       /* CMD_WRITE, a scatter */
-  int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
-  /* CMD_STATE: this part's call (rank 0's part: ST_*; the others: ST_GATHER for send,
-   * ST_SCATTER for receive); rank 0: the gather's tensors or whether a probe is a save's */
-  int op, mask;
-  const char *blob;         /* rank 0's ST_PROBE: the token and the directory, blob_len bytes */
-  size_t blob_len;
-  /* CMD_SHARDS_OUT / _IN, ST_SHARDS_OUT / _IN: the checkpoint's files. A part without rank 0
-   * opens its ranks' own after a probe every part passed (files, fio; io NULL with io_rc and
-   * io_err when that failed, which its ranks then report in the call) */
-  const zt__shard_io *io;
-  zt__rank_files *files;
-  zt__shard_io fio;
-  int io_rc;
-  char io_err[512];
-  /* a part's sequence of state calls (trainer_internal.h): its op (ST_GATHER, ST_SCATTER) and
-   * the units moved so far (0: none open) */
-  int seq_op, seq_next;
-  unsigned flags;           /* this part's flags for its next step */
-  int broken;               /* a rank failed mid-step and aborted the communicators */
-} dp_state;
-
-static int rank_fail(dp_rank_state *k, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int rank_fail(dp_rank_state *k, int rc, const char *fmt, ...) {
+int zt__dp_rank_fail(dp_rank_state *k, int rc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = snprintf(k->err, sizeof k->err, "rank %d: ", k->r);
@@ -256,13 +50,13 @@ static int rank_fail(dp_rank_state *k, int rc, const char *fmt, ...) {
   return rc;
 }
 
-static int comm_fail(dp_rank_state *k, int rc, const char *what) {
-  return rank_fail(k, rc, "%s: %s", what, k->comm.ops->error_text(k->comm.ctx));
+int zt__dp_comm_fail(dp_rank_state *k, int rc, const char *what) {
+  return zt__dp_rank_fail(k, rc, "%s: %s", what, k->comm.ops->error_text(k->comm.ctx));
 }
 
-static int backend_fail(dp_rank_state *k, int rc) {
+int zt__dp_backend_fail(dp_rank_state *k, int rc) {
   const zt_backend *be = &k->view.be;
-  return rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+  return zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
 }
 
 /* ---- open and close (on the rank's thread) ------------------------------------------------ */
@@ -272,8 +66,8 @@ static void *rank_alloc(dp_rank_state *k, size_t bytes, int *rc) {
   const zt_backend *be = &k->view.be;
   void *p = be->ops->alloc(be->ctx, bytes);
   if (!p) {
-    *rc = rank_fail(k, -ENOMEM, "backend %s: cannot allocate %zu bytes (%zu held)",
-                    be->ops->name, bytes, k->bytes);
+    *rc = zt__dp_rank_fail(k, -ENOMEM, "backend %s: cannot allocate %zu bytes (%zu held)",
+                           be->ops->name, bytes, k->bytes);
     return NULL;
   }
   be->ops->zero(be->ctx, p, bytes);
@@ -341,11 +135,6 @@ static size_t host_master_floats(const dp_state *s) {
   return !s->nvme || (s->params_host && !s->params_nvme) ? s->host_n : s->hopt_n;
 }
 
-/* Whether the host tier's masters (and compute copy) hold host unit u's parameters. */
-static int hm_holds(const dp_state *s, int u) {
-  return u < s->nv0 || (s->params_host && !s->params_nvme);
-}
-
 /* The host tier's arena: gradients, the staging, masters, m, v and the bf16 copy, each as far
  * as it goes (above), with optimizer nvme two sets (their compute copy unless params nvme,
  * whose gathers cast it on the device), and with params nvme two parameter stagings. */
@@ -382,13 +171,13 @@ static size_t host_at(const dp_state *s, const zt_shard *sh) {
   return sh->packed_off - s->dev_packed;
 }
 
-static int on_host(const dp_state *s, int u) { return u >= s->ng; }
+int zt__dp_on_host(const dp_state *s, int u) { return u >= s->ng; }
 
 /* A host unit whose masters, m and v are in files (optimizer nvme, past host_units). */
-static int on_nvme(const dp_state *s, int u) { return u >= s->nv0; }
+int zt__dp_on_nvme(const dp_state *s, int u) { return u >= s->nv0; }
 
 static int host_fail(dp_rank_state *k, int rc) {
-  return rank_fail(k, rc, "host tier: %s", zt_host_arena_error(k->host));
+  return zt__dp_rank_fail(k, rc, "host tier: %s", zt_host_arena_error(k->host));
 }
 
 static const char *const kind_names[3] = {"master", "exp_avg", "exp_avg_sq"};
@@ -403,26 +192,26 @@ static int nv_open(dp_rank_state *k) {
   if ((size_t)snprintf(k->nvdir, sizeof k->nvdir, "%s/rank-%d", s->nvme_dir, k->r) >=
       sizeof k->nvdir) {
     k->nvdir[0] = 0;
-    return rank_fail(k, -ENAMETOOLONG, "offload.nvme_dir: %s: %s", s->nvme_dir,
-                     strerror(ENAMETOOLONG));
+    return zt__dp_rank_fail(k, -ENAMETOOLONG, "offload.nvme_dir: %s: %s", s->nvme_dir,
+                            strerror(ENAMETOOLONG));
   }
   if (mkdir(k->nvdir, 0700) < 0) {
     rc = -errno;
     k->nvdir[0] = 0;
-    return rank_fail(k, rc, "offload.nvme_dir: %s/rank-%d: %s", s->nvme_dir, k->r,
-                     strerror(-rc));
+    return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s/rank-%d: %s", s->nvme_dir, k->r,
+                            strerror(-rc));
   }
   if (!(k->ext = malloc(3 * (size_t)s->nu * sizeof *k->ext)))
-    return rank_fail(k, -ENOMEM, "out of host memory");
+    return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   if ((rc = zt_nvme_store_open(&k->store, k->nvdir, NULL, why, sizeof why)) < 0)
-    return rank_fail(k, rc, "offload.nvme_dir: %s", why);
+    return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", why);
   for (int u = s->nv0; u < s->nu; u++)
     for (int i = 0; i < 3; i++) {
       char name[64];
       uint64_t bytes = s->tab->chunk[u] * sizeof(float);
       snprintf(name, sizeof name, "%s.%s", zt_model_unit(m, u)->name, kind_names[i]);
       if ((rc = zt_nvme_store_alloc(k->store, name, bytes)) < 0)
-        return rank_fail(k, rc, "offload.nvme_dir: %s", zt_nvme_store_error(k->store));
+        return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", zt_nvme_store_error(k->store));
       k->ext[3 * u + i] = rc;
       k->nvme_bytes += (bytes + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN;
     }
@@ -438,7 +227,7 @@ static int host_open(dp_rank_state *k) {
   int on_gpu = strcmp(be->ops->name, "cuda") == 0, rc;
   if ((rc = zt_host_arena_open(&k->host, host_tier_bytes(s, tc),
                                on_gpu ? zt_host_mem_cuda() : NULL)) < 0)
-    return rank_fail(k, rc, "opening the host tier failed: %s", strerror(-rc));
+    return zt__dp_rank_fail(k, rc, "opening the host tier failed: %s", strerror(-rc));
   float **bufs[5];
   size_t len[5], hm = host_master_floats(s);
   int nb = 0, lp = tc->precision != ZT_F32;
@@ -492,20 +281,20 @@ static int host_open(dp_rank_state *k) {
     int threads = cores > s->nl ? (int)(cores / s->nl) : 1;
     if ((rc = zt_backend_cpu_open(&k->hbe, threads)) < 0) {
       k->hbe = *be;
-      return rank_fail(k, rc, "opening a cpu backend for the host tier failed (%d)", rc);
+      return zt__dp_rank_fail(k, rc, "opening a cpu backend for the host tier failed (%d)", rc);
     }
     k->own_hbe = 1;
   }
   rc = on_gpu ? zt_copy_cuda_open(&k->copy, zt_backend_device(be), k->stream)
               : zt_copy_cpu_open(&k->copy, 0);
-  if (rc < 0) return rank_fail(k, rc, "opening the copy engine failed: %s", strerror(-rc));
+  if (rc < 0) return zt__dp_rank_fail(k, rc, "opening the copy engine failed: %s", strerror(-rc));
   k->tasks = calloc((size_t)k->nsegs, sizeof *k->tasks);
   k->unit_tick = calloc((size_t)s->nu, sizeof *k->unit_tick);
   k->usumsq = calloc((size_t)s->nu, sizeof *k->usumsq);
   k->submitted = calloc((size_t)s->nu, 1);
   k->began = calloc((size_t)s->nu, 1);
   if (!k->tasks || !k->unit_tick || !k->usumsq || !k->submitted || !k->began)
-    return rank_fail(k, -ENOMEM, "out of host memory");
+    return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
   return 0;
 }
@@ -519,19 +308,19 @@ static int rank_open(dp_rank_state *k) {
   size_t ds = zt_dtype_size(tc->precision), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   int stage = s->dc.zero_stage, rc = be->ops->set_allow_tf32(be->ctx, tc->tf32);
   if (rc < 0)
-    return rank_fail(k, rc, "train.tf32: the %s backend cannot set this matmul mode",
-                     be->ops->name);
+    return zt__dp_rank_fail(k, rc, "train.tf32: the %s backend cannot set this matmul mode",
+                            be->ops->name);
   char why[200];
   rc = zt_acts_open_dt(&k->view.acts, k->view.model, be, tc->micro_batch, tc->ckpt_every,
                        tc->precision, why, sizeof why);
-  if (rc < 0) return rank_fail(k, rc, "%s", why);
+  if (rc < 0) return zt__dp_rank_fail(k, rc, "%s", why);
   k->bytes += zt_acts_bytes(k->view.acts);
   k->view.h_tok = malloc(N * sizeof *k->view.h_tok);
   k->view.h_tgt = malloc(N * sizeof *k->view.h_tgt);
   k->h_xchg = malloc((size_t)s->dc.world * s->rec * sizeof *k->h_xchg);
   k->gather_tick = calloc((size_t)s->nu, sizeof *k->gather_tick);
   if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || !k->gather_tick || build_segs(k) < 0)
-    return rank_fail(k, -ENOMEM, "out of host memory");
+    return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   size_t pn = dev_param_floats(s);
   k->params = rank_alloc(k, pn * sizeof(float), &rc);
   if (tc->precision != ZT_F32) k->params_lp = rank_alloc(k, pn * ds, &rc);
@@ -564,7 +353,7 @@ static int rank_open(dp_rank_state *k) {
   }
   if (rc == 0 && s->host_n) rc = host_open(k);
   if (rc == 0 && (rc = be->ops->sync(be->ctx)) < 0)
-    rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+    zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
   return rc;
 }
 
@@ -617,11 +406,11 @@ static void rank_close(dp_rank_state *k) {
   free(k->segs);
 }
 
-/* ---- the flat layout <-> the rank's buffers ----------------------------------------------- */
+/* ---- the step (on every rank's thread at once) -------------------------------------------- */
 
 /* Where rank k keeps unit u's parameters of its chunk sh (stage 3: the shard; else the padded
  * copy) */
-static size_t param_at(const dp_rank_state *k, const zt_shard *sh) {
+size_t zt__dp_param_at(const dp_rank_state *k, const zt_shard *sh) {
   return k->s->dc.zero_stage == 3 ? sh->packed_off : sh->padded_off;
 }
 
@@ -629,181 +418,13 @@ static size_t grad_at(const dp_rank_state *k, const zt_shard *sh) {
   return k->s->dc.zero_stage == 1 ? sh->padded_off : sh->packed_off;
 }
 
-/* optimizer nvme: starts the reads (write 0) or writes of set x's unit, its whole chunk (the
- * padding zero); on a failure waits for those started. The store's message names the file. */
-static int nv_io(dp_rank_state *k, nv_set *x, int write) {
-  size_t bytes = k->s->tab->chunk[x->unit] * sizeof(float);
-  for (int i = 0; i < 3; i++) {
-    int ext = k->ext[3 * x->unit + i];
-    int rc = write ? zt_nvme_write(k->store, ext, 0, x->buf[i], bytes)
-                   : zt_nvme_read(k->store, ext, 0, x->buf[i], bytes);
-    if (rc < 0) {
-      while (i-- > 0) zt_nvme_wait(k->store, x->req[i]);
-      return rc;
-    }
-    x->req[i] = rc;
-  }
-  return 0;
-}
-
-static int nv_wait(dp_rank_state *k, nv_set *x) {
-  int rc = 0;
-  for (int i = 0; i < 3; i++) {
-    int r = zt_nvme_wait(k->store, x->req[i]);
-    if (r < 0 && rc == 0) rc = r;
-  }
-  return rc;
-}
-
-/* The message of a failed NVMe call (the store's names the file). */
-static void nv_why(const dp_rank_state *k, int rc, char *why, size_t len) {
-  const char *e = zt_nvme_store_error(k->store);
-  snprintf(why, len, "optimizer nvme: %s", e[0] ? e : strerror(-rc));
-}
-
-static int nv_fail(dp_rank_state *k, int rc) {
-  char why[400];
-  nv_why(k, rc, why, sizeof why);
-  return rank_fail(k, rc, "%s", why);
-}
-
-/* Set 0's unit read or written in full, synchronously (the state calls, between steps). */
-static int nv_sync_io(dp_rank_state *k, int u, int write) {
-  nv_set *x = &k->sets[0];
-  x->unit = u;
-  int rc = nv_io(k, x, write);
-  if (rc == 0) rc = nv_wait(k, x);
-  x->unit = -1;
-  return rc;
-}
-
-/* Where a state call finds host unit u's chunk of masters, m and v: the host tier, or for an
- * NVMe unit set 0, read from the unit's files when `fetch`. A negative errno from the store
- * (nv_why). */
-static int tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
-  const dp_state *s = k->s;
-  if (!on_nvme(s, u)) {
-    size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed;
-    x[0] = k->hm + at;
-    x[1] = k->hmom + at;
-    x[2] = k->hvar + at;
-    return 0;
-  }
-  for (int i = 0; i < 3; i++) x[i] = k->sets[0].buf[i];
-  return fetch ? nv_sync_io(k, u, 0) : 0;
-}
-
-/* A state call wrote host unit u's whole chunk (its padding zero) into tier_get's x: an NVMe
- * unit's goes to its files, and with params host to the host's parameters; the host's compute
- * copy follows the masters where the host keeps them. */
-static int tier_put(dp_rank_state *k, int u, float *x[3]) {
-  const dp_state *s = k->s;
-  size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed, c = s->tab->chunk[u];
-  int nv = on_nvme(s, u);
-  if (nv) {
-    int rc = nv_sync_io(k, u, 1);
-    if (rc < 0) return rc;
-    if (hm_holds(s, u)) memcpy(k->hm + at, x[0], c * sizeof(float));
-  }
-  if (k->hlp && hm_holds(s, u))
-    k->hbe.ops->cast(k->hbe.ctx, k->hlp + at, k->view.tc.precision, x[0], ZT_F32, c);
-  return 0;
-}
-
-/* Each rank copies out its own chunks of units [u0, u1): the ranks' chunks cover the flat
- * layout once (so only with every rank here). */
-static int rank_read(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  const float *src[3] = {k->params, k->m, k->v};
-  size_t base = zt_model_unit(k->view.model, s->u0)->offset;
-  for (int u = s->u0; u < s->u1; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t at[3] = {param_at(k, sh), sh->packed_off, sh->packed_off};
-    float *hx[3];
-    int rc;
-    if (on_host(s, u) && sh->count && (s->out[0] || s->out[1] || s->out[2]) &&
-        (rc = tier_get(k, u, 1, hx)) < 0)
-      return nv_fail(k, rc);
-    for (int i = 0; i < 3; i++) {
-      if (!s->out[i] || !sh->count) continue;
-      float *dst = s->out[i] + (sh->flat_off - base);
-      if (on_host(s, u))
-        memcpy(dst, hx[i], sh->count * sizeof(float));
-      else
-        be->ops->to_host(be->ctx, dst, src[i] + at[i], sh->count * sizeof(float));
-    }
-  }
-  int rc = be->ops->sync(be->ctx);
-  return rc < 0 ? rank_fail(k, rc, "backend %s: %s", be->ops->name,
-                            be->ops->error_text(be->ctx))
-                : 0;
-}
-
-/* Units [u0, u1): stages 1-2 take every unit's parameters (the padding stays zero), stage 3
- * its chunks; the compute copies follow, unit by unit. Needs only the rank's own share of the
- * flat layout, so a part writes its ranks alone. */
-static int rank_write(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  const zt_model *m = k->view.model;
-  int stage = s->dc.zero_stage;
-  size_t base = zt_model_unit(m, s->u0)->offset;
-  for (int u = s->u0; u < s->u1; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u];
-    /* the device's parameters of the unit: stages 1-2 the unit padded, 3 the rank's chunk
-     * (none for a host unit with params host) */
-    size_t at = stage < 3 ? s->tab->padded_unit[u] : sh->packed_off;
-    size_t pn = stage < 3 ? c * (size_t)s->dc.world : c;
-    int on_dev = stage < 3 || !on_host(s, u) || !s->params_host;
-    if (stage < 3) {
-      const zt_unit_info *ui = zt_model_unit(m, u);
-      be->ops->to_device(be->ctx, k->params + at, s->in[0] + (ui->offset - base),
-                         ui->numel * sizeof(float));
-    } else if (sh->count && on_dev) {
-      be->ops->to_device(be->ctx, k->params + at, s->in[0] + (sh->flat_off - base),
-                         sh->count * sizeof(float));
-    }
-    if (k->params_lp && on_dev)
-      be->ops->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
-                    k->view.tc.precision, k->params + at, ZT_F32, pn);
-    /* in[1] and in[2] NULL: the moments stay the zeros they were allocated as (the open);
-     * an NVMe unit's files get its whole chunk, zeros where nothing is given */
-    if (on_host(s, u)) {
-      float *x[3];
-      int rc;
-      tier_get(k, u, 0, x);
-      for (int i = 0; i < 3; i++) {
-        if (s->in[i] && sh->count)
-          memcpy(x[i], s->in[i] + (sh->flat_off - base), sh->count * sizeof(float));
-        else if (on_nvme(s, u))
-          memset(x[i], 0, sh->count * sizeof(float));
-        if (on_nvme(s, u)) memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
-      }
-      if ((rc = tier_put(k, u, x)) < 0) return nv_fail(k, rc);
-    } else if (sh->count && s->in[1]) {
-      be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + (sh->flat_off - base),
-                         sh->count * sizeof(float));
-      be->ops->to_device(be->ctx, k->v + sh->packed_off, s->in[2] + (sh->flat_off - base),
-                         sh->count * sizeof(float));
-    }
-  }
-  int rc = be->ops->sync(be->ctx);
-  return rc < 0 ? rank_fail(k, rc, "backend %s: %s", be->ops->name,
-                            be->ops->error_text(be->ctx))
-                : 0;
-}
-
-/* ---- the step (on every rank's thread at once) -------------------------------------------- */
-
-static void *lp_of(const dp_rank_state *k, void *base, size_t elem) {
+void *zt__dp_lp_of(const dp_rank_state *k, void *base, size_t elem) {
   return (char *)base + elem * zt_dtype_size(k->view.tc.precision);
 }
 
 static int copy_fail(dp_rank_state *k, int rc, const char *what) {
-  return rank_fail(k, rc < 0 ? rc : -EIO, "copy engine: %s failed (%s)", what,
-                   strerror(rc < 0 ? -rc : EIO));
+  return zt__dp_rank_fail(k, rc < 0 ? rc : -EIO, "copy engine: %s failed (%s)", what,
+                          strerror(rc < 0 ? -rc : EIO));
 }
 
 /* ---- the communicator's queue: collectives that overlap the compute ------------------------ */
@@ -816,20 +437,20 @@ static void *q_stream(const dp_rank_state *k) { return k->comm.ops->queue(k->com
 /* The queue's next collectives start after the compute queued so far. */
 static int q_begin(dp_rank_state *k) {
   int rc = k->comm.ops->queue_after(k->comm.ctx, k->stream);
-  return rc < 0 ? comm_fail(k, rc, "ordering a collective after the compute") : 0;
+  return rc < 0 ? zt__dp_comm_fail(k, rc, "ordering a collective after the compute") : 0;
 }
 
 /* A ticket for the collectives queued so far (>= 1), or the failure. */
 static long long q_mark(dp_rank_state *k) {
   long long t = k->comm.ops->queue_mark(k->comm.ctx);
-  return t < 0 ? comm_fail(k, (int)t, "marking the collectives queued") : t;
+  return t < 0 ? zt__dp_comm_fail(k, (int)t, "marking the collectives queued") : t;
 }
 
 /* The compute queued next waits for ticket t (0: nothing to wait for). */
 static int q_wait(dp_rank_state *k, long long t) {
   if (t <= k->q_waited) return 0;
   int rc = k->comm.ops->stream_wait(k->comm.ctx, k->stream, t);
-  if (rc < 0) return comm_fail(k, rc, "ordering the compute after a collective");
+  if (rc < 0) return zt__dp_comm_fail(k, rc, "ordering the compute after a collective");
   k->q_waited = t;
   return 0;
 }
@@ -864,7 +485,7 @@ static int stage_chunk(dp_rank_state *k, int u) {
 
 static int nvp_fail(dp_rank_state *k, int rc) {
   const char *e = zt_nvme_store_error(k->store);
-  return rank_fail(k, rc, "params nvme: %s", e[0] ? e : strerror(-rc));
+  return zt__dp_rank_fail(k, rc, "params nvme: %s", e[0] ? e : strerror(-rc));
 }
 
 /* Staging b's read waited for, if one is; a failed one leaves it holding nothing. */
@@ -925,20 +546,20 @@ static void nvp_finish(dp_rank_state *k) {
  * embedding's) holds it. */
 static int walk_gathers(const dp_rank_state *k, int v) {
   const dp_state *s = k->s;
-  if (v < 0 || v >= s->nu || !on_host(s, v)) return 0;
+  if (v < 0 || v >= s->nu || !zt__dp_on_host(s, v)) return 0;
   return s->tied && v == 0 ? !k->embed_gathered : k->slot_unit[v & 1] != v;
 }
 
 /* params nvme: unit v's file read ahead of its staging, where the walk is to gather it from
  * NVMe and no chunk buffer holds it. */
 static int nvp_ahead(dp_rank_state *k, int v) {
-  if (!walk_gathers(k, v) || !on_nvme(k->s, v) || k->chunk_unit[v & 1] == v) return 0;
+  if (!walk_gathers(k, v) || !zt__dp_on_nvme(k->s, v) || k->chunk_unit[v & 1] == v) return 0;
   return nvp_read(k, v);
 }
 
 /* A host unit's chunk into chunk buffer u & 1, from the host tier or its file. */
 static int stage_unit(dp_rank_state *k, int u) {
-  return k->s->params_nvme && on_nvme(k->s, u) ? nvp_stage(k, u) : stage_chunk(k, u);
+  return k->s->params_nvme && zt__dp_on_nvme(k->s, u) ? nvp_stage(k, u) : stage_chunk(k, u);
 }
 
 /* Stage 3: unit u's parameters gathered into p (and the compute copy into lp), *tick the
@@ -955,8 +576,8 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *t
   zt_dtype dt = k->view.tc.precision;
   const zt_comm_ops *co = k->comm.ops;
   const float *src = k->params + sh->packed_off;
-  const void *lsrc = k->params_lp ? lp_of(k, k->params_lp, sh->packed_off) : NULL;
-  int host = s->params_host && on_host(s, u), rc;
+  const void *lsrc = k->params_lp ? zt__dp_lp_of(k, k->params_lp, sh->packed_off) : NULL;
+  int host = s->params_host && zt__dp_on_host(s, u), rc;
   if (host) {
     int b = u & 1;
     if (k->chunk_unit[b] != u && (rc = stage_unit(k, u)) < 0) return rc;
@@ -966,7 +587,7 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *t
     lsrc = k->lpchunk[b];
     /* a file holds the fp32 masters alone: the compute copy is their cast, as AdamW writes it,
      * made here where the gather waits for the copy anyway */
-    if (lp && s->params_nvme && on_nvme(s, u))
+    if (lp && s->params_nvme && zt__dp_on_nvme(s, u))
       be->ops->cast(be->ctx, k->lpchunk[b], dt, k->pchunk[b], ZT_F32, c);
   } else if ((rc = q_begin(k)) < 0) {
     return rc;
@@ -974,7 +595,7 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *t
   void *on = host ? k->stream : q_stream(k);
   rc = co->all_gather(k->comm.ctx, src, p, c * sizeof(float), on);
   if (rc == 0 && lp) rc = co->all_gather(k->comm.ctx, lsrc, lp, c * zt_dtype_size(dt), on);
-  if (rc < 0) return comm_fail(k, rc, "gathering parameters");
+  if (rc < 0) return zt__dp_comm_fail(k, rc, "gathering parameters");
   *tick = 0;
   if (!host && (*tick = q_mark(k)) < 0) return (int)*tick;
   int next = u + k->dir;
@@ -995,7 +616,7 @@ static int unit_params(dp_rank_state *k, int u, int use, const float **p, const 
   if (s->dc.zero_stage < 3) {
     size_t at = s->tab->padded_unit[u];
     *p = k->params + at;
-    *lp = k->params_lp ? lp_of(k, k->params_lp, at) : (const void *)*p;
+    *lp = k->params_lp ? zt__dp_lp_of(k, k->params_lp, at) : (const void *)*p;
     return use ? q_wait(k, k->gather_tick[u]) : 0;
   }
   float *fp;
@@ -1036,7 +657,7 @@ static int prefetch(dp_rank_state *k, int u) {
 }
 
 /* The gradient buffer unit u's backward adds into. */
-static float *unit_grads(dp_rank_state *k, int u) {
+float *zt__dp_unit_grads(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
   if (s->dc.zero_stage == 1) return k->grads + s->tab->padded_unit[u];
   return s->tied && u == 0 ? k->gembed : k->gunit[u & 1];
@@ -1061,7 +682,7 @@ static int submit_adam(dp_rank_state *k, int u, float scale) {
   const zt_train_cfg *c = &k->view.tc;
   size_t base = host_at(s, zt_shard_at(s->tab, u, k->r));
   const nv_set *x = &k->sets[u & 1];
-  int nv = on_nvme(s, u);
+  int nv = zt__dp_on_nvme(s, u);
   /* the state's chunk, and where the chunk's element 0 is */
   float *p = nv ? x->buf[0] : k->hm + base, *mo = nv ? x->buf[1] : k->hmom + base;
   float *va = nv ? x->buf[2] : k->hvar + base;
@@ -1081,7 +702,7 @@ static int submit_adam(dp_rank_state *k, int u, float scale) {
     int rc = zt_cpu_adam_submit(s->pool, task);
     if (rc < 0) {
       while (--i >= k->first_seg[u]) zt_cpu_adam_wait(s->pool, &k->tasks[i]);
-      return rank_fail(k, rc, "the host AdamW: %s", strerror(-rc));
+      return zt__dp_rank_fail(k, rc, "the host AdamW: %s", strerror(-rc));
     }
   }
   k->submitted[u] = 1;
@@ -1095,6 +716,44 @@ static void wait_adam(dp_rank_state *k, int u) {
   k->submitted[u] = 0;
 }
 
+/* optimizer nvme: starts the reads (write 0) or writes of set x's unit, its whole chunk (the
+ * padding zero); on a failure waits for those started. The store's message names the file. */
+int zt__dp_nv_io(dp_rank_state *k, nv_set *x, int write) {
+  size_t bytes = k->s->tab->chunk[x->unit] * sizeof(float);
+  for (int i = 0; i < 3; i++) {
+    int ext = k->ext[3 * x->unit + i];
+    int rc = write ? zt_nvme_write(k->store, ext, 0, x->buf[i], bytes)
+                   : zt_nvme_read(k->store, ext, 0, x->buf[i], bytes);
+    if (rc < 0) {
+      while (i-- > 0) zt_nvme_wait(k->store, x->req[i]);
+      return rc;
+    }
+    x->req[i] = rc;
+  }
+  return 0;
+}
+
+int zt__dp_nv_wait(dp_rank_state *k, nv_set *x) {
+  int rc = 0;
+  for (int i = 0; i < 3; i++) {
+    int r = zt_nvme_wait(k->store, x->req[i]);
+    if (r < 0 && rc == 0) rc = r;
+  }
+  return rc;
+}
+
+/* The message of a failed NVMe call (the store's names the file). */
+void zt__dp_nv_why(const dp_rank_state *k, int rc, char *why, size_t len) {
+  const char *e = zt_nvme_store_error(k->store);
+  snprintf(why, len, "optimizer nvme: %s", e[0] ? e : strerror(-rc));
+}
+
+int zt__dp_nv_fail(dp_rank_state *k, int rc) {
+  char why[400];
+  zt__dp_nv_why(k, rc, why, sizeof why);
+  return zt__dp_rank_fail(k, rc, "%s", why);
+}
+
 /* optimizer nvme: set x's updated chunk where the step reads it: with params nvme in the
  * master file written behind (nothing more to do), with params host into the host's parameters
  * (the copies staged from them so far landed first), else onto the device on the copy engine,
@@ -1103,7 +762,7 @@ static void wait_adam(dp_rank_state *k, int u) {
 static int nv_upload(dp_rank_state *k, const nv_set *x) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->tab, x->unit, k->r);
-  size_t c = s->tab->chunk[x->unit], at = host_at(s, sh), dev = param_at(k, sh);
+  size_t c = s->tab->chunk[x->unit], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
   int rc;
   if (s->params_nvme) return 0;
   if (s->params_host) {
@@ -1115,7 +774,7 @@ static int nv_upload(dp_rank_state *k, const nv_set *x) {
   }
   int64_t t = k->copy->ops->h2d(k->copy, k->params + dev, x->buf[0], c * sizeof(float));
   if (t > 0 && x->lp)
-    t = k->copy->ops->h2d(k->copy, lp_of(k, k->params_lp, dev), x->lp,
+    t = k->copy->ops->h2d(k->copy, zt__dp_lp_of(k, k->params_lp, dev), x->lp,
                           c * zt_dtype_size(k->view.tc.precision));
   if (t < 0) return copy_fail(k, (int)t, "copying updated parameters to the device");
   k->up_tick = t;
@@ -1126,18 +785,18 @@ static int nv_upload(dp_rank_state *k, const nv_set *x) {
  * a write (and the upload, which reads the set too) landed before the set is used again. */
 static int nv_retire(dp_rank_state *k, nv_set *x) {
   int rc = 0;
-  if (x->st == NV_READING && (rc = nv_wait(k, x)) < 0) rc = nv_fail(k, rc);
+  if (x->st == NV_READING && (rc = zt__dp_nv_wait(k, x)) < 0) rc = zt__dp_nv_fail(k, rc);
   if (x->st == NV_UPDATING) {
     wait_adam(k, x->unit);
     if ((rc = nv_upload(k, x)) == 0) {
-      if ((rc = nv_io(k, x, 1)) < 0)
-        rc = nv_fail(k, rc);
+      if ((rc = zt__dp_nv_io(k, x, 1)) < 0)
+        rc = zt__dp_nv_fail(k, rc);
       else
         x->st = NV_WRITING;
     }
   }
   if (x->st == NV_WRITING) {
-    if ((rc = nv_wait(k, x)) < 0) rc = nv_fail(k, rc);
+    if ((rc = zt__dp_nv_wait(k, x)) < 0) rc = zt__dp_nv_fail(k, rc);
     int r = k->up_tick ? k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->up_tick) : 0;
     if (r < 0 && rc == 0) rc = copy_fail(k, r, "copying updated parameters to the device");
   }
@@ -1153,9 +812,9 @@ static int nv_read(dp_rank_state *k, int u) {
   int rc = nv_retire(k, x);
   if (rc < 0) return rc;
   x->unit = u;
-  if ((rc = nv_io(k, x, 0)) < 0) {
+  if ((rc = zt__dp_nv_io(k, x, 0)) < 0) {
     x->unit = -1;
-    return nv_fail(k, rc);
+    return zt__dp_nv_fail(k, rc);
   }
   x->st = NV_READING;
   return 0;
@@ -1168,7 +827,8 @@ static int nv_read(dp_rank_state *k, int u) {
 static int nv_update(dp_rank_state *k, int u, float scale) {
   nv_set *x = &k->sets[u & 1];
   int rc = nv_read(k, u);
-  if (rc == 0 && x->st == NV_READING && (rc = nv_wait(k, x)) < 0) rc = nv_fail(k, rc);
+  if (rc == 0 && x->st == NV_READING && (rc = zt__dp_nv_wait(k, x)) < 0)
+    rc = zt__dp_nv_fail(k, rc);
   if (rc == 0 && x->lp)
     k->hbe.ops->cast(k->hbe.ctx, x->lp, k->view.tc.precision, x->buf[0], ZT_F32,
                      k->s->tab->chunk[u]);
@@ -1202,7 +862,7 @@ static int nv_finish(dp_rank_state *k) {
 /* Host unit u's AdamW, from the host tier or its files. */
 static int update_host_unit(dp_rank_state *k, int u, float scale) {
   k->began[u] = 1;
-  return on_nvme(k->s, u) ? nv_update(k, u, scale) : submit_adam(k, u, scale);
+  return zt__dp_on_nvme(k->s, u) ? nv_update(k, u, scale) : submit_adam(k, u, scale);
 }
 
 /* Host unit u's gradients of micro-batch j have landed (waited for): a later micro-batch's are
@@ -1261,23 +921,23 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
   const zt_comm_ops *co = k->comm.ops;
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t c = s->tab->chunk[u], W = (size_t)s->dc.world;
-  float *g = unit_grads(k, u);
+  float *g = zt__dp_unit_grads(k, u);
   int rc = 0;
   if (s->dc.zero_stage == 1) {
     if (j < k->view.tc.grad_accum - 1) return 0;
-    if (on_host(s, u)) {
+    if (zt__dp_on_host(s, u)) {
       if ((rc = co->all_reduce(k->comm.ctx, g, g, c * W, k->stream)) < 0)
-        return comm_fail(k, rc, "reducing gradients");
+        return zt__dp_comm_fail(k, rc, "reducing gradients");
       return grads_to_host(k, u, 0, k->grads + sh->padded_off);
     }
     if ((rc = q_begin(k)) < 0) return rc;
     if ((rc = co->all_reduce(k->comm.ctx, g, g, c * W, q_stream(k))) < 0)
-      return comm_fail(k, rc, "reducing gradients");
+      return zt__dp_comm_fail(k, rc, "reducing gradients");
     return 0;
   }
   long long *tick = g == k->gembed ? &k->gembed_tick : &k->gunit_tick[u & 1];
   if ((rc = flush_add(k)) < 0) return rc;
-  if (on_host(s, u)) {
+  if (zt__dp_on_host(s, u)) {
     *tick = 0; /* on the compute stream */
     /* the chunk buffer's last copy out is done before the collective rewrites it */
     int b = u & 1;
@@ -1285,7 +945,7 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
         (rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_D2H, k->gout_tick[b])) < 0)
       return copy_fail(k, rc, "ordering a reduction after a copy");
     if ((rc = co->reduce_scatter(k->comm.ctx, g, k->gout[b], c, k->stream)) < 0)
-      return comm_fail(k, rc, "reducing gradients");
+      return zt__dp_comm_fail(k, rc, "reducing gradients");
     if ((rc = grads_to_host(k, u, j, k->gout[b])) < 0) return rc;
     k->gout_tick[b] = k->unit_tick[u];
     return 0;
@@ -1293,7 +953,7 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
   if ((rc = q_begin(k)) < 0) return rc;
   rc = co->reduce_scatter(k->comm.ctx, g, j == 0 ? k->grads + sh->packed_off : k->gscratch, c,
                           q_stream(k));
-  if (rc < 0) return comm_fail(k, rc, "reducing gradients");
+  if (rc < 0) return zt__dp_comm_fail(k, rc, "reducing gradients");
   if ((*tick = q_mark(k)) < 0) return (int)*tick;
   if (j > 0) {
     k->add_unit = u;
@@ -1352,13 +1012,14 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   k->take_up = s->nu - 1;
   for (int u = s->nu - 1; u >= 0; u--) {
     if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u - 1)) < 0) return rc;
-    float *g = unit_grads(k, u);
+    float *g = zt__dp_unit_grads(k, u);
     if (stage >= 2 && g != k->gembed) {
       if ((rc = q_wait(k, k->gunit_tick[u & 1])) < 0) return rc;
       be->ops->zero(be->ctx, g, s->tab->chunk[u] * (size_t)W * sizeof(float));
     }
     if (counted)
-      zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp, s->tied ? unit_grads(k, 0) : NULL);
+      zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp,
+                                s->tied ? zt__dp_unit_grads(k, 0) : NULL);
     if ((rc = unit_grads_done(k, u, j)) < 0 ||
         (s->host_n && (rc = take_up_to(k, u + TAKE_UP_LAG + 1, j)) < 0))
       return rc;
@@ -1377,10 +1038,10 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated)
   be->ops->to_device(be->ctx, k->xchg + (size_t)k->r * R, rec, bytes);
   int rc = k->comm.ops->all_gather(k->comm.ctx, k->xchg + (size_t)k->r * R, k->xchg, bytes,
                                    k->stream);
-  if (rc < 0) return comm_fail(k, rc, "exchanging the loss and the norm");
+  if (rc < 0) return zt__dp_comm_fail(k, rc, "exchanging the loss and the norm");
   be->ops->to_host(be->ctx, k->h_xchg, k->xchg, (size_t)s->dc.world * bytes);
   if ((rc = be->ops->sync(be->ctx)) < 0)
-    return rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+    return zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
   double sumsq = 0, loss = 0;
   int micros = 0;
   *nonfinite = *updated = 0;
@@ -1410,30 +1071,30 @@ static void upload_unit(dp_rank_state *k, int u) {
   const zt_backend *be = &k->view.be;
   if (s->params_host) return;
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-  size_t c = s->tab->chunk[u], at = host_at(s, sh), dev = param_at(k, sh);
+  size_t c = s->tab->chunk[u], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
   be->ops->to_device(be->ctx, k->params + dev, k->hm + at, c * sizeof(float));
   if (k->hlp)
-    be->ops->to_device(be->ctx, lp_of(k, k->params_lp, dev), k->hlp + at,
+    be->ops->to_device(be->ctx, zt__dp_lp_of(k, k->params_lp, dev), k->hlp + at,
                        c * zt_dtype_size(k->view.tc.precision));
 }
 
 /* Stages 1-2: every rank gets unit u's updated parameters back. A device unit's gather runs
  * on the queue after its update, and the next step's compute waits for it only where it reads
  * the unit (unit_params); a host unit's on the compute stream, after its upload. */
-static int gather_updated(dp_rank_state *k, int u) {
+int zt__dp_gather_updated(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t at = s->tab->padded_unit[u], c = s->tab->chunk[u];
-  int dev = !on_host(s, u), rc = dev ? q_begin(k) : 0;
+  int dev = !zt__dp_on_host(s, u), rc = dev ? q_begin(k) : 0;
   void *on = dev ? q_stream(k) : k->stream;
   if (rc < 0) return rc;
   rc = k->comm.ops->all_gather(k->comm.ctx, k->params + sh->padded_off, k->params + at,
                                c * sizeof(float), on);
   if (rc == 0 && k->params_lp)
-    rc = k->comm.ops->all_gather(k->comm.ctx, lp_of(k, k->params_lp, sh->padded_off),
-                                 lp_of(k, k->params_lp, at),
+    rc = k->comm.ops->all_gather(k->comm.ctx, zt__dp_lp_of(k, k->params_lp, sh->padded_off),
+                                 zt__dp_lp_of(k, k->params_lp, at),
                                  c * zt_dtype_size(k->view.tc.precision), on);
-  if (rc < 0) return comm_fail(k, rc, "gathering the updated parameters");
+  if (rc < 0) return zt__dp_comm_fail(k, rc, "gathering the updated parameters");
   k->gather_tick[u] = 0;
   if (dev && (k->gather_tick[u] = q_mark(k)) < 0) return (int)k->gather_tick[u];
   return 0;
@@ -1466,7 +1127,7 @@ static int step_body(dp_rank_state *k) {
     const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
     int nf = 0;
     if (!sh->count) continue;
-    if (on_host(s, u))
+    if (zt__dp_on_host(s, u))
       rec[X_SUMSQ] += k->usumsq[u];
     else
       rec[X_SUMSQ] += o->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
@@ -1488,9 +1149,9 @@ static int step_body(dp_rank_state *k) {
     }
     /* every rank sees it; with no update anywhere nothing changed */
     if (!updated) return -ERANGE;
-    return rank_fail(k, -EIO, "the gradient has inf or nan values, and the AdamW overlapping "
-                     "the backward had updated units of a rank already (the state is no "
-                     "step's): load a checkpoint");
+    return zt__dp_rank_fail(k, -EIO, "the gradient has inf or nan values, and the AdamW "
+                            "overlapping the backward had updated units of a rank already (the "
+                            "state is no step's): load a checkpoint");
   }
   float scale = 1.0f;
   if (c->grad_clip > 0) {
@@ -1513,17 +1174,17 @@ static int step_body(dp_rank_state *k) {
     for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
       const adam_seg *g = &k->segs[i];
       const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
-      size_t pa = param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
+      size_t pa = zt__dp_param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
       float wd = g->decay ? c->weight_decay : 0.0f;
       if (k->params_lp)
         o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
                     k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step,
-                    scale, lp_of(k, k->params_lp, pa), c->precision);
+                    scale, zt__dp_lp_of(k, k->params_lp, pa), c->precision);
       else
         o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
                  k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
     }
-    if (stage < 3 && (rc = gather_updated(k, u)) < 0) break;
+    if (stage < 3 && (rc = zt__dp_gather_updated(k, u)) < 0) break;
   }
   if (s->nvme) {
     /* the sets' chunks were uploaded as each set was retired: the last two now, then the
@@ -1532,18 +1193,19 @@ static int step_body(dp_rank_state *k) {
     if (rc == 0 && k->up_tick &&
         (rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_H2D, k->up_tick)) < 0)
       rc = copy_fail(k, rc, "ordering a gather after its upload");
-    for (int u = s->nu - 1; rc == 0 && stage < 3 && u >= s->nv0; u--) rc = gather_updated(k, u);
+    for (int u = s->nu - 1; rc == 0 && stage < 3 && u >= s->nv0; u--)
+      rc = zt__dp_gather_updated(k, u);
   }
   /* the host units' (all of them without NVMe), updated last */
   for (int u = s->nv0 - 1; u >= s->ng; u--) {
     wait_adam(k, u);
     if (rc < 0) continue; /* the others are still waited for */
     upload_unit(k, u);
-    if (stage < 3) rc = gather_updated(k, u);
+    if (stage < 3) rc = zt__dp_gather_updated(k, u);
   }
   if (rc < 0) return rc;
   if ((rc = o->sync(be->ctx)) < 0)
-    return rank_fail(k, rc, "backend %s: %s", o->name, o->error_text(be->ctx));
+    return zt__dp_rank_fail(k, rc, "backend %s: %s", o->name, o->error_text(be->ctx));
   return 0;
 }
 
@@ -1566,419 +1228,6 @@ static int rank_step(dp_rank_state *k) {
   return rc;
 }
 
-/* ---- a per-rank checkpoint: each rank's own chunks (all ranks here) ------------------------ */
-
-/* The start of CMD_SHARDS_OUT / _IN: a staging of one chunk of each tensor (for the device
- * units) and the rank's file begun. */
-static int shards_begin(dp_rank_state *k, float **buf, char *why, size_t len) {
-  const dp_state *s = k->s;
-  size_t bytes = 3 * s->tab->max_chunk * sizeof(float);
-  *buf = s->ng ? malloc(bytes) : NULL;
-  if (s->ng && !*buf) {
-    snprintf(why, len, "out of host memory for a staging of %zu bytes", bytes);
-    return -ENOMEM;
-  }
-  return s->io->begin(s->io->arg, k->r, why, len);
-}
-
-/* ... and its end: the file finished, or closed unfinished after a failure (rc < 0, whose
- * message why holds). */
-static int shards_end(dp_rank_state *k, int rc, float *buf, char *why, size_t len) {
-  const zt__shard_io *io = k->s->io;
-  char ewhy[400] = "";
-  free(buf);
-  int erc = io->end(io->arg, k->r, rc == 0, ewhy, sizeof ewhy);
-  if (rc == 0 && erc < 0) {
-    rc = erc;
-    snprintf(why, len, "%s", ewhy);
-  }
-  return rc < 0 ? rank_fail(k, rc, "%s", why) : 0;
-}
-
-static int shards_backend_fail(dp_rank_state *k, int rc, char *why, size_t len) {
-  const zt_backend *be = &k->view.be;
-  snprintf(why, len, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
-  return rc;
-}
-
-/* CMD_SHARDS_OUT: the rank's chunks, unit by unit, to its file: a host unit's straight from the
- * host tier, a device unit's through the staging (the rank's stream, on its thread, so a cuda
- * rank reads its own device). */
-static int rank_shards_out(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  size_t mc = s->tab->max_chunk;
-  float *buf;
-  char why[400] = "";
-  int rc = shards_begin(k, &buf, why, sizeof why);
-  for (int u = 0; u < s->nu && rc == 0; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    if (!sh->count) continue;
-    const float *x[3];
-    if (on_host(s, u)) {
-      float *hx[3];
-      if ((rc = tier_get(k, u, 1, hx)) < 0) {
-        nv_why(k, rc, why, sizeof why);
-        break;
-      }
-      for (int i = 0; i < 3; i++) x[i] = hx[i];
-    } else {
-      const float *src[3] = {k->params + param_at(k, sh), k->m + sh->packed_off,
-                             k->v + sh->packed_off};
-      for (int i = 0; i < 3; i++) {
-        be->ops->to_host(be->ctx, buf + i * mc, src[i], sh->count * sizeof(float));
-        x[i] = buf + i * mc;
-      }
-      if ((rc = be->ops->sync(be->ctx)) < 0) {
-        rc = shards_backend_fail(k, rc, why, sizeof why);
-        break;
-      }
-    }
-    rc = s->io->put(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why);
-  }
-  return shards_end(k, rc, buf, why, sizeof why);
-}
-
-/* CMD_SHARDS_IN: the rank's chunks from its file, unit by unit, where it keeps them (as
- * rank_write puts them: a host unit's into the host tier, and its parameters onto the device
- * too unless params host; the compute copies follow). Stages 1-2 hold the other ranks' chunks
- * of the parameters as well: CMD_SHARDS_GATHER brings them once every rank has read its own. */
-static int rank_shards_in(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  zt_dtype dt = k->view.tc.precision;
-  size_t mc = s->tab->max_chunk;
-  float *buf;
-  char why[400] = "";
-  int rc = shards_begin(k, &buf, why, sizeof why);
-  for (int u = 0; u < s->nu && rc == 0; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    if (!sh->count) continue;
-    size_t c = s->tab->chunk[u], at = param_at(k, sh);
-    int host = on_host(s, u), dev_params = !host || !s->params_host;
-    float *x[3];
-    if (host)
-      tier_get(k, u, 0, x);
-    else
-      for (int i = 0; i < 3; i++) x[i] = buf + i * mc;
-    if ((rc = s->io->get(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why)) < 0) break;
-    for (int i = 0; host && on_nvme(s, u) && i < 3; i++)
-      memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
-    if (dev_params)
-      be->ops->to_device(be->ctx, k->params + at, x[0], sh->count * sizeof(float));
-    if (!host) {
-      be->ops->to_device(be->ctx, k->m + sh->packed_off, x[1], sh->count * sizeof(float));
-      be->ops->to_device(be->ctx, k->v + sh->packed_off, x[2], sh->count * sizeof(float));
-    }
-    /* the whole chunk: its padding is zero in both copies */
-    if (k->params_lp && dev_params)
-      be->ops->cast(be->ctx, lp_of(k, k->params_lp, at), dt, k->params + at, ZT_F32, c);
-    if (host && (rc = tier_put(k, u, x)) < 0) {
-      nv_why(k, rc, why, sizeof why);
-      break;
-    }
-    /* the staging (or set) is read again for the next unit */
-    if ((rc = be->ops->sync(be->ctx)) < 0) rc = shards_backend_fail(k, rc, why, sizeof why);
-  }
-  return shards_end(k, rc, buf, why, sizeof why);
-}
-
-/* CMD_SHARDS_GATHER (stages 1-2): every unit's parameters and compute copy, from every rank's
- * chunk, as after an update. */
-static int rank_shards_gather(dp_rank_state *k) {
-  const zt_backend *be = &k->view.be;
-  int rc = 0;
-  for (int u = 0; u < k->s->nu && rc == 0; u++) rc = gather_updated(k, u);
-  if (rc < 0) return rc;
-  return (rc = be->ops->sync(be->ctx)) < 0 ? backend_fail(k, rc) : 0;
-}
-
-/* ---- a part's state: collectives between steps ------------------------------------------- */
-
-/* A gather of units [u0, u1): per unit and tensor, the chunks all-gathered into the scratch
- * (stages 1-2 parameters: every rank's own copy is the unit already), of which rank 0 copies
- * the unit's real elements out (out holds the range). The scratch is the unit's gradient
- * buffer (unit_grads), dead between steps: the step zeroes stage 1's padded gradients at its
- * start and each unit's (and the embedding's) stage 2-3 buffer before the backward writes it,
- * so it never reads what a state call left there. */
-static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  const float *src[3] = {k->params, k->m, k->v};
-  size_t base = zt_model_unit(k->view.model, u0)->offset;
-  for (int u = u0; u < u1; u++) {
-    const zt_unit_info *ui = zt_model_unit(k->view.model, u);
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u];
-    float *scratch = unit_grads(k, u), *hx[3];
-    /* the host tier's chunks it reads (stages 1-2 take the parameters from the device) */
-    int from_host = on_host(s, u) && (mask & (s->dc.zero_stage < 3 ? 6 : 7)), rc;
-    if (from_host && (rc = tier_get(k, u, 1, hx)) < 0) return nv_fail(k, rc);
-    for (int i = 0; i < 3; i++) {
-      if (!(mask & 1 << i)) continue;
-      const float *unit = scratch;
-      if (i == 0 && s->dc.zero_stage < 3) {
-        unit = k->params + s->tab->padded_unit[u];
-      } else {
-        /* a host unit's chunk goes up first, ordered before the gather on the stream */
-        const float *from = i == 0 ? src[0] + param_at(k, sh) : src[i] + sh->packed_off;
-        if (on_host(s, u)) {
-          be->ops->to_device(be->ctx, k->gout[0], hx[i], c * sizeof(float));
-          from = k->gout[0];
-        }
-        rc = k->comm.ops->all_gather(k->comm.ctx, from, scratch, c * sizeof(float), k->stream);
-        if (rc < 0) return comm_fail(k, rc, "gathering the state");
-      }
-      /* ordered before the next unit's collective overwrites the scratch (one stream) */
-      if (k->r == 0 && ui->numel)
-        be->ops->to_host(be->ctx, s->out[i] + (ui->offset - base), unit,
-                         ui->numel * sizeof(float));
-    }
-    /* an NVMe unit: the set is read into again for the next unit */
-    if (from_host && on_nvme(s, u) && (rc = be->ops->sync(be->ctx)) < 0)
-      return backend_fail(k, rc);
-  }
-  int rc = be->ops->sync(be->ctx);
-  return rc < 0 ? backend_fail(k, rc) : 0;
-}
-
-/* A scatter of units [u0, u1): per unit and tensor, rank 0 uploads the unit padded with zeros
- * to the padded size, broadcasts it, and every rank copies its chunk out (a same-type cast is
- * the backend's device copy); the unit's compute copies follow. Stages 1-2 parameters are
- * broadcast straight into every rank's copy of the unit. The scratch is state_gather's. */
-static int state_scatter(dp_rank_state *k, int u0, int u1) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  const zt_ops *o = be->ops;
-  int stage = s->dc.zero_stage;
-  size_t base = zt_model_unit(k->view.model, u0)->offset;
-  for (int u = u0; u < u1; u++) {
-    const zt_unit_info *ui = zt_model_unit(k->view.model, u);
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u], padded = c * (size_t)s->dc.world;
-    float *scratch = unit_grads(k, u);
-    int host = on_host(s, u);
-    /* where the rank keeps its chunk of each: the device, the host tier or both (a host unit's
-     * parameters are on the device too unless params host) */
-    float *dst[3] = {NULL, NULL, NULL}, *hdst[3] = {NULL, NULL, NULL};
-    if (!host || (stage == 3 && !s->params_host)) dst[0] = k->params + param_at(k, sh);
-    if (!host) {
-      dst[1] = k->m + sh->packed_off;
-      dst[2] = k->v + sh->packed_off;
-    } else {
-      tier_get(k, u, 0, hdst);
-    }
-    for (int i = 0; i < 3; i++) {
-      float *unit = i == 0 && stage < 3 ? k->params + s->tab->padded_unit[u] : scratch;
-      if (k->r == 0) {
-        o->to_device(be->ctx, unit, s->in[i] + (ui->offset - base), ui->numel * sizeof(float));
-        if (padded > ui->numel)
-          o->zero(be->ctx, unit + ui->numel, (padded - ui->numel) * sizeof(float));
-      }
-      int rc = k->comm.ops->broadcast(k->comm.ctx, unit, unit, padded * sizeof(float), 0,
-                                      k->stream);
-      if (rc < 0) return comm_fail(k, rc, "scattering the state");
-      if (unit == scratch && dst[i])
-        o->cast(be->ctx, dst[i], ZT_F32, scratch + sh->unit_off, ZT_F32, c);
-      /* synchronous: the next unit's broadcast rewrites the scratch */
-      if (hdst[i]) o->to_host(be->ctx, hdst[i], unit + sh->unit_off, c * sizeof(float));
-    }
-    size_t at = stage < 3 ? s->tab->padded_unit[u] : param_at(k, sh);
-    if (k->params_lp && (stage < 3 || dst[0]))
-      o->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
-              k->view.tc.precision, k->params + at, ZT_F32, stage < 3 ? padded : c);
-    int rc;
-    if (host && (rc = tier_put(k, u, hdst)) < 0) return nv_fail(k, rc);
-  }
-  int rc = o->sync(be->ctx);
-  return rc < 0 ? backend_fail(k, rc) : 0;
-}
-
-/* ---- a part's per-rank checkpoint: every part's ranks move their own files ----------------- */
-
-/* The side of a part's state calls an op is on: what a part without rank 0 follows in
- * zt_trainer_dp_send_state (the state read: gathers, a save's probe and files) or in
- * zt_trainer_dp_receive_state (written: scatters, a load's probe and files). */
-static int side_of(int op, int mask) {
-  switch (op) {
-  case ST_GATHER:
-  case ST_SHARDS_OUT: return ST_GATHER;
-  case ST_SCATTER:
-  case ST_SHARDS_IN: return ST_SCATTER;
-  case ST_PROBE: return mask ? ST_GATHER : ST_SCATTER;
-  default: return op;
-  }
-}
-
-/* n bytes of host memory at buf broadcast from global rank 0 through the state calls' scratch
- * (the gradients, dead between steps: stage 1's padded ones, stages 2-3 a unit's buffer), a
- * scratch-full at a time. */
-static int bcast_host(dp_rank_state *k, char *buf, size_t n) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  int stage1 = s->dc.zero_stage == 1;
-  void *scratch = stage1 ? (void *)k->grads : (void *)k->gunit[0];
-  size_t cap = (stage1 ? s->tab->padded_total : s->slot_floats) * sizeof(float);
-  for (size_t off = 0; off < n; off += cap) {
-    size_t m = n - off < cap ? n - off : cap;
-    if (k->r == 0) be->ops->to_device(be->ctx, scratch, buf + off, m);
-    int rc = k->comm.ops->broadcast(k->comm.ctx, scratch, scratch, m, 0, k->stream);
-    if (rc < 0) return comm_fail(k, rc, "broadcasting the checkpoint's directory");
-    be->ops->to_host(be->ctx, buf + off, scratch, m);
-    if ((rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
-  }
-  return 0;
-}
-
-/* Each rank's verdict on its share of a state call (a: its result, b: what goes with it),
- * all-gathered in the exchange buffer: every rank's record r is then at h_xchg + r * rec. */
-static int share(dp_rank_state *k, double a, double b, const char *what) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  size_t R = s->rec, bytes = R * sizeof(double);
-  double *rec = k->h_xchg + (size_t)k->r * R;
-  rec[0] = a;
-  rec[1] = b;
-  be->ops->to_device(be->ctx, k->xchg + (size_t)k->r * R, rec, bytes);
-  int rc = k->comm.ops->all_gather(k->comm.ctx, k->xchg + (size_t)k->r * R, k->xchg, bytes,
-                                   k->stream);
-  if (rc < 0) return comm_fail(k, rc, what);
-  be->ops->to_host(be->ctx, k->h_xchg, k->xchg, (size_t)s->dc.world * bytes);
-  rc = be->ops->sync(be->ctx);
-  return rc < 0 ? backend_fail(k, rc) : 0;
-}
-
-/* ST_PROBE: rank 0's token and directory to every rank, which checks its own view of the
- * directory for the token (a save's marker, a load's manifest: zt__ckpt_probe_sees); the
- * verdicts are exchanged, so every rank of every part learns whether all saw it. */
-static int rank_probe(dp_rank_state *k, int save, size_t len) {
-  const dp_state *s = k->s;
-  if (len < 2 || len > PROBE_MAX)
-    return rank_fail(k, -EINVAL, "the part holding rank 0 sent a probe of %zu bytes", len);
-  if (!(k->blob = malloc(len))) return rank_fail(k, -ENOMEM, "out of host memory");
-  if (k->r == 0) memcpy(k->blob, s->blob, len);
-  int rc = bcast_host(k, k->blob, len);
-  if (rc < 0) return rc;
-  /* the token, NUL, the directory, NUL */
-  size_t tl = k->blob[len - 1] == 0 ? strlen(k->blob) : len;
-  int sees = tl + 1 < len && zt__ckpt_probe_sees(k->blob + tl + 1, save, k->blob);
-  if ((rc = share(k, sees, 0, "exchanging whether every part sees the checkpoint")) < 0)
-    return rc;
-  k->probe_all = 1;
-  for (int r = 0; r < s->dc.world; r++) k->probe_all &= k->h_xchg[(size_t)r * s->rec] != 0;
-  return 0;
-}
-
-/* The exchanged verdict of every rank's file (rc: this rank's, its message in k->err): 0 when
- * all went well; else the first rank that failed decides. That rank returns its own failure;
- * the other ranks of its part -ECANCELED (so that the part reports the failed rank's message);
- * the ranks of the other parts the failed rank's code (remote 0) or `remote`, with a message
- * naming its file as this part's io names it (its own part's error says more). */
-static int part_verdict(dp_rank_state *k, int rc, int remote, const char *doing) {
-  const dp_state *s = k->s;
-  int bad = -1;
-  for (int r = 0; r < s->dc.world && bad < 0; r++)
-    if (k->h_xchg[(size_t)r * s->rec] < 0) bad = r;
-  if (bad < 0) return 0;
-  if (rc < 0) return rc;
-  if (bad >= s->dc.rank0 && bad < s->dc.rank0 + s->nl)
-    return rank_fail(k, -ECANCELED, "rank %d of this part failed %s", bad, doing);
-  int frc = (int)k->h_xchg[(size_t)bad * s->rec];
-  const char *path = s->io && s->io->path ? s->io->path(s->io->arg, bad) : NULL;
-  return rank_fail(k, remote ? remote : frc, "%s%s%s (rank %d, of another part, failed %s; "
-                   "that part's error says more)", path ? path : "", path ? ": " : "",
-                   strerror(-frc), bad, doing);
-}
-
-/* ST_SHARDS_OUT: every rank of every part writes its own file (rank_shards_out), then the ranks
- * exchange their results and their files' sizes (for rank 0's manifest). A rank that failed
- * fails the save on every part, nothing else changed: no failure of the collectives. */
-static int part_shards_out(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  int rc = s->io ? rank_shards_out(k) : rank_fail(k, s->io_rc, "%s", s->io_err);
-  double bytes = rc == 0 ? (double)s->io->bytes[k->r] : 0;
-  int erc = share(k, rc, bytes, "exchanging the ranks' files of the checkpoint");
-  if (erc < 0) return erc;
-  rc = part_verdict(k, rc, 0, "to write its file of the checkpoint");
-  k->abandoned = rc < 0;
-  return rc;
-}
-
-/* ST_SHARDS_IN: every rank of every part reads its own file into its chunks (rank_shards_in),
- * the results exchanged, then (stages 1-2) every rank's copy of the parameters all-gathered.
- * A rank that failed leaves every part's state partly the checkpoint's: every rank fails as
- * inside the collectives (the trainers refuse what follows). */
-static int part_shards_in(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  int rc = s->io ? rank_shards_in(k) : rank_fail(k, s->io_rc, "%s", s->io_err);
-  int erc = share(k, rc, 0, "exchanging the ranks' reads of the checkpoint");
-  if (erc < 0) return erc;
-  if ((rc = part_verdict(k, rc, -EIO, "to read its file of the checkpoint: the state is partly "
-                         "the checkpoint's")) < 0)
-    return rc;
-  return s->dc.zero_stage < 3 ? rank_shards_gather(k) : 0;
-}
-
-/* CMD_STATE on every rank of every part: rank 0 says what its part's call is and which units
- * it moves, the others check that their part's matches before anything else moves. */
-static int rank_state(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  double *h = k->h_xchg;
-  k->abandoned = 0;
-  free(k->blob);
-  k->blob = NULL;
-  if (k->r == 0) {
-    h[H_OP] = s->op;
-    h[H_MASK] = s->mask;
-    h[H_U0] = s->u0;
-    h[H_U1] = s->u1;
-    h[H_LEN] = (double)s->blob_len;
-    be->ops->to_device(be->ctx, k->xchg, h, H_BYTES);
-  }
-  int rc = k->comm.ops->broadcast(k->comm.ctx, k->xchg, k->xchg, H_BYTES, 0, k->stream);
-  if (rc < 0) return comm_fail(k, rc, "broadcasting the state call");
-  be->ops->to_host(be->ctx, h, k->xchg, H_BYTES);
-  if ((rc = be->ops->sync(be->ctx)) < 0) return backend_fail(k, rc);
-  int op = (int)h[H_OP], mask = (int)h[H_MASK], u0 = (int)h[H_U0], u1 = (int)h[H_U1];
-  size_t len = h[H_LEN] >= 0 && h[H_LEN] <= PROBE_MAX ? (size_t)h[H_LEN] : 0;
-  k->got_op = op;
-  k->piece[0] = u0;
-  k->piece[1] = u1;
-  /* a load given up half way leaves every part's state partly the checkpoint's: as after a
-   * failure inside the collectives, every rank aborts and the trainers refuse what follows */
-  if (op == ST_ABANDON && s->seq_op == ST_SCATTER && s->seq_next > 0)
-    return rank_fail(k, -EIO, "the part holding rank 0 gave up its load (zt_trainer_load; its "
-                     "error says why) after units 0..%d of %d had been written: the state is "
-                     "partly the checkpoint's", s->seq_next - 1, s->nu);
-  if (op != s->op && op == ST_ABANDON) {
-    k->abandoned = 1;
-    return rank_fail(k, -ECANCELED, "the part holding rank 0 gave up its call (its "
-                     "zt_trainer_save, _load, _export or _get_state failed; its error says "
-                     "why): nothing was changed here");
-  }
-  if (side_of(op, mask) != side_of(s->op, s->mask))
-    return rank_fail(k, -EINVAL, "the part holding rank 0 %s while this part %s: the parts' "
-                     "calls must match (engine/train/dp.h)",
-                     side_of(op, mask) == ST_GATHER
-                         ? "reads the state (zt_trainer_save, _export or _get_state)"
-                         : "writes the state (zt_trainer_load)",
-                     side_of(s->op, s->mask) == ST_GATHER
-                         ? "sends it (zt_trainer_dp_send_state)"
-                         : "receives it (zt_trainer_dp_receive_state)");
-  if (op != ST_ABANDON && !(u0 >= 0 && u0 < u1 && u1 <= s->nu))
-    return rank_fail(k, -EINVAL, "the part holding rank 0 sent units [%d, %d) of a model of %d",
-                     u0, u1, s->nu);
-  switch (op) {
-  case ST_GATHER: return state_gather(k, mask, u0, u1);
-  case ST_SCATTER: return state_scatter(k, u0, u1);
-  case ST_PROBE: return rank_probe(k, mask, len);
-  case ST_SHARDS_OUT: return part_shards_out(k);
-  case ST_SHARDS_IN: return part_shards_in(k);
-  default: return 0;
-  }
-}
-
 /* ---- the rank threads ---------------------------------------------------------------------- */
 
 static int rank_run(dp_rank_state *k, dp_cmd cmd) {
@@ -1986,7 +1235,8 @@ static int rank_run(dp_rank_state *k, dp_cmd cmd) {
    * forward; every other command reads or writes the state, or frees it, after them */
   if (cmd != CMD_OPEN && cmd != CMD_STEP) {
     int rc = k->comm.ops->queue_sync(k->comm.ctx);
-    if (rc < 0 && cmd != CMD_CLOSE) return comm_fail(k, rc, "finishing the step's collectives");
+    if (rc < 0 && cmd != CMD_CLOSE)
+      return zt__dp_comm_fail(k, rc, "finishing the step's collectives");
   }
   switch (cmd) {
   case CMD_OPEN: return rank_open(k);
@@ -1997,20 +1247,20 @@ static int rank_run(dp_rank_state *k, dp_cmd cmd) {
     if (rc < 0 && rc != -ERANGE) k->comm.ops->abort(k->comm.ctx);
     return rc;
   }
-  case CMD_READ: return rank_read(k);
-  case CMD_WRITE: return rank_write(k);
-  case CMD_SHARDS_OUT: return rank_shards_out(k);
-  case CMD_SHARDS_IN: return rank_shards_in(k);
+  case CMD_READ: return zt__dp_rank_read(k);
+  case CMD_WRITE: return zt__dp_rank_write(k);
+  case CMD_SHARDS_OUT: return zt__dp_rank_shards_out(k);
+  case CMD_SHARDS_IN: return zt__dp_rank_shards_in(k);
   case CMD_SHARDS_GATHER: {
     /* a collective: as a step's, a rank that fails releases the others */
-    int rc = rank_shards_gather(k);
+    int rc = zt__dp_rank_shards_gather(k);
     if (rc < 0) k->comm.ops->abort(k->comm.ctx);
     return rc;
   }
   case CMD_STATE: {
     /* as a step's: a rank that fails mid-call releases the others; a call rank 0 gave up
      * before it began is no failure of the collectives */
-    int rc = rank_state(k);
+    int rc = zt__dp_rank_state(k);
     if (rc < 0 && !k->abandoned) k->comm.ops->abort(k->comm.ctx);
     return rc;
   }
@@ -2048,7 +1298,7 @@ static int failure_rank(int rc) {
 
 /* Runs cmd on every rank and waits for all of them. Returns a failed rank (-1: none): one whose
  * failure is its own before one cancelled by another's, before a non-finite gradient. */
-static int dispatch(dp_state *s, dp_cmd cmd) {
+int zt__dp_dispatch(dp_state *s, dp_cmd cmd) {
   pthread_mutex_lock(&s->mu);
   s->cmd = cmd;
   s->done = 0;
@@ -2064,7 +1314,7 @@ static int dispatch(dp_state *s, dp_cmd cmd) {
 
 /* ---- the path ------------------------------------------------------------------------------ */
 
-static int refuse_broken(const char *what, char *err, size_t errlen) {
+int zt__dp_refuse_broken(const char *what, char *err, size_t errlen) {
   snprintf(err, errlen, "%s: an earlier step or state call failed on a rank and aborted the "
            "communicators; close the trainer and open a new one (a checkpoint restores the "
            "state)", what);
@@ -2072,24 +1322,11 @@ static int refuse_broken(const char *what, char *err, size_t errlen) {
 }
 
 /* cmd on every rank here; 0, or the failed rank's code and message */
-static int run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen) {
-  int bad = dispatch(s, cmd);
+int zt__dp_run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen) {
+  int bad = zt__dp_dispatch(s, cmd);
   if (bad < 0) return 0;
   snprintf(err, errlen, "%s", s->ranks[bad].err);
   return s->ranks[bad].rc;
-}
-
-/* A part's collective state call (dp.h): op is this part's side of it. */
-static int state_call(dp_state *s, int op, int mask, char *err, size_t errlen) {
-  if (s->broken) return refuse_broken("the state call", err, errlen);
-  s->op = op;
-  s->mask = mask;
-  int bad = dispatch(s, CMD_STATE);
-  if (bad < 0) return 0;
-  const dp_rank_state *k = &s->ranks[bad];
-  if (!k->abandoned) s->broken = 1;
-  snprintf(err, errlen, "%s", k->err);
-  return k->rc;
 }
 
 static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
@@ -2099,7 +1336,7 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
   if (s->broken) {
     char what[32];
     snprintf(what, sizeof what, "step %d", step);
-    return refuse_broken(what, err, errlen);
+    return zt__dp_refuse_broken(what, err, errlen);
   }
   /* the whole step's W * G micro-batches, checked before any rank starts */
   zt_trainer whole = *t;
@@ -2111,7 +1348,7 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
   s->lr = zt_train_lr(&t->tc, step);
   s->adam_step = t->adam_step + 1;
   s->loss_scale = fp16 ? t->scaler.scale : 1.0f;
-  int bad = dispatch(s, CMD_STEP);
+  int bad = zt__dp_dispatch(s, CMD_STEP);
   s->flags = 0;
   const dp_rank_state *k0 = &s->ranks[0];
   zt_step_result r = {.step = step, .loss = k0->loss, .grad_norm = k0->norm, .lr = s->lr,
@@ -2145,149 +1382,6 @@ static int dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, ch
   return 0;
 }
 
-/* A part without rank 0 reaches the state through send / receive only. */
-static int refuse_part(const dp_state *s, const char *what, const char *instead, char *err,
-                       size_t errlen) {
-  snprintf(err, errlen, "%s: this data-parallel part runs ranks %d..%d of dp.world %d, not rank "
-           "0: the part holding rank 0 does it while this one calls %s", what, s->dc.rank0,
-           s->dc.rank0 + s->nl - 1, s->dc.world, instead);
-  return -EINVAL;
-}
-
-/* The rank-0 part's piece of its sequence (trainer_internal.h): a state collective the other
- * parts follow; the sequence ends with the piece that holds the last unit, or a failure. */
-static int lead_state(dp_state *s, int op, int mask, char *err, size_t errlen) {
-  int rc = state_call(s, op, mask, err, errlen);
-  s->seq_op = op;
-  s->seq_next = rc < 0 || s->u1 >= s->nu ? 0 : s->u1;
-  return rc;
-}
-
-static int dp_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, float *v,
-                         char *err, size_t errlen) {
-  dp_state *s = t->path_state;
-  s->out[0] = params;
-  s->out[1] = m;
-  s->out[2] = v;
-  s->u0 = u0;
-  s->u1 = u1;
-  if (s->nl == s->dc.world) return run_cmd(s, CMD_READ, err, errlen);
-  if (s->dc.rank0 != 0)
-    return refuse_part(s, "reading the state", "zt_trainer_dp_send_state", err, errlen);
-  return lead_state(s, ST_GATHER, (params ? 1 : 0) | (m ? 2 : 0) | (v ? 4 : 0), err, errlen);
-}
-
-static int dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,
-                          const float *v, char *err, size_t errlen) {
-  dp_state *s = t->path_state;
-  s->in[0] = params;
-  s->in[1] = m;
-  s->in[2] = v;
-  s->u0 = u0;
-  s->u1 = u1;
-  if (s->nl == s->dc.world) return run_cmd(s, CMD_WRITE, err, errlen);
-  if (s->dc.rank0 != 0)
-    return refuse_part(s, "writing the state", "zt_trainer_dp_receive_state", err, errlen);
-  return lead_state(s, ST_SCATTER, 7, err, errlen);
-}
-
-/* The rank-0 part's save / load / export failed before its sequence of state calls ended: the
- * other parts wait for its next piece, and learn from this one that it is not coming (after
- * part of a load, every part fails: rank_state). */
-static void dp_abandon_state(zt_trainer *t) {
-  dp_state *s = t->path_state;
-  char err[sizeof s->ranks[0].err];
-  if (s->nl < s->dc.world && s->dc.rank0 == 0 && !s->broken)
-    state_call(s, ST_ABANDON, 0, err, sizeof err);
-  s->seq_next = 0;
-}
-
-/* Per-rank checkpoints: with every rank here, or by the part holding rank 0 where every part
- * sees the checkpoint's directory (dp_probe; the other parts refuse checkpoints themselves, at
- * their first state call). */
-static const zt_shard_table *dp_shards(const zt_trainer *t, int *zero_stage, int *part) {
-  const dp_state *s = t->path_state;
-  if (s->dc.rank0 != 0) return NULL;
-  if (zero_stage) *zero_stage = s->dc.zero_stage;
-  if (part) *part = s->nl < s->dc.world;
-  return s->tab;
-}
-
-/* A part's per-rank call: every part's ranks move their own files (part_shards_out / _in). */
-static int part_files(dp_state *s, const zt__shard_io *io, int op, char *err, size_t errlen) {
-  s->io = io;
-  s->u0 = 0;
-  s->u1 = s->nu;
-  int rc = state_call(s, op, 0, err, errlen);
-  s->io = NULL;
-  return rc;
-}
-
-static int dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen) {
-  dp_state *s = t->path_state;
-  if (s->broken) return refuse_broken("the checkpoint", err, errlen);
-  if (s->nl == s->dc.world) {
-    s->io = io;
-    return run_cmd(s, CMD_SHARDS_OUT, err, errlen);
-  }
-  int rc = part_files(s, io, ST_SHARDS_OUT, err, errlen);
-  /* the other parts' files' sizes, from the exchange (this part's ranks, 0 .. nl - 1: the
-   * part holding rank 0 is the one that saves, set theirs in their ends) */
-  for (int r = s->nl; rc == 0 && r < s->dc.world; r++)
-    io->bytes[r] = (long long)s->ranks[0].h_xchg[(size_t)r * s->rec + 1];
-  return rc;
-}
-
-static int dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen) {
-  dp_state *s = t->path_state;
-  if (s->broken) return refuse_broken("the checkpoint load", err, errlen);
-  if (s->nl < s->dc.world) return part_files(s, io, ST_SHARDS_IN, err, errlen);
-  s->io = io;
-  int rc = run_cmd(s, CMD_SHARDS_IN, err, errlen);
-  if (rc == 0 && s->dc.zero_stage < 3 && (rc = run_cmd(s, CMD_SHARDS_GATHER, err, errlen)) < 0)
-    s->broken = 1;
-  return rc;
-}
-
-/* The part holding rank 0 asks every part whether it sees dir (trainer_internal.h): the token
- * and the directory follow the head of an ST_PROBE, every rank checks its own view and the
- * verdicts are exchanged. Those that did not see it are logged: the call then goes through the
- * flat layout, which the other parts follow as well. */
-static int dp_probe(zt_trainer *t, const char *dir, int save, const char *token, char *err,
-                    size_t errlen) {
-  dp_state *s = t->path_state;
-  const char *what = save ? "checkpoint" : "load";
-  size_t tl = strlen(token), len = tl + strlen(dir) + 2;
-  char *blob = len <= PROBE_MAX ? malloc(len) : NULL;
-  if (!blob) {
-    /* not asked, so no part waits for an answer */
-    zt_log(ZT_LOG_WARN, "dp", "%s: not probed (%s): the %s goes through rank 0 in the flat "
-           "layout", dir, len > PROBE_MAX ? "the path is too long" : "out of memory", what);
-    return 0;
-  }
-  memcpy(blob, token, tl + 1);
-  memcpy(blob + tl + 1, dir, len - tl - 1);
-  s->blob = blob;
-  s->blob_len = len;
-  s->u0 = 0;
-  s->u1 = s->nu;
-  int rc = state_call(s, ST_PROBE, save, err, errlen);
-  s->blob = NULL;
-  s->blob_len = 0;
-  free(blob);
-  if (rc < 0 || s->ranks[0].probe_all) return rc < 0 ? rc : 1;
-  char ranks[256] = "";
-  size_t n = 0;
-  for (int r = 0; r < s->dc.world && n < sizeof ranks; r++)
-    if (s->ranks[0].h_xchg[(size_t)r * s->rec] == 0)
-      n += (size_t)snprintf(ranks + n, sizeof ranks - n, "%s%d", n ? ", " : "", r);
-  zt_log(ZT_LOG_WARN, "dp", "%s: not seen as rank 0 sees it%s by global ranks %s (per-rank "
-         "checkpoints of a job over several daemons need a filesystem every daemon mounts at "
-         "the same path): the %s goes through rank 0 in the flat layout", dir,
-         save ? ", or not writable," : "", ranks, what);
-  return 0;
-}
-
 static size_t dp_backend_bytes(const zt_trainer *t) {
   const dp_state *s = t->path_state;
   size_t b = 0;
@@ -2299,7 +1393,7 @@ static void dp_close(zt_trainer *t) {
   dp_state *s = t->path_state;
   if (!s) return;
   if (s->n_threads) {
-    dispatch(s, CMD_CLOSE);
+    zt__dp_dispatch(s, CMD_CLOSE);
     for (int r = 0; r < s->n_threads; r++) pthread_join(s->ranks[r].thread, NULL);
   }
   pthread_mutex_destroy(&s->mu);
@@ -2314,28 +1408,28 @@ static void dp_close(zt_trainer *t) {
   t->path_state = NULL;
 }
 
-static const zt__train_path dp_path = {
+const zt__train_path zt__dp_path = {
     .step = dp_step,
-    .read_state = dp_read_state,
-    .write_state = dp_write_state,
-    .abandon_state = dp_abandon_state,
-    .shards = dp_shards,
-    .save_shards = dp_save_shards,
-    .load_shards = dp_load_shards,
-    .probe = dp_probe,
+    .read_state = zt__dp_read_state,
+    .write_state = zt__dp_write_state,
+    .abandon_state = zt__dp_abandon_state,
+    .shards = zt__dp_shards,
+    .save_shards = zt__dp_save_shards,
+    .load_shards = zt__dp_load_shards,
+    .probe = zt__dp_probe,
     .backend_bytes = dp_backend_bytes,
     .close = dp_close,
 };
 
 size_t zt_trainer_dp_rank_bytes(const zt_trainer *t, int rank) {
-  if (t->path != &dp_path) return 0;
+  if (t->path != &zt__dp_path) return 0;
   const dp_state *s = t->path_state;
   int i = rank - s->dc.rank0;
   return i >= 0 && i < s->nl ? s->ranks[i].bytes : 0;
 }
 
 size_t zt_trainer_dp_host_bytes(const zt_trainer *t, int rank) {
-  if (t->path != &dp_path) return 0;
+  if (t->path != &zt__dp_path) return 0;
   const dp_state *s = t->path_state;
   int i = rank - s->dc.rank0;
   if (i < 0 || i >= s->nl || !s->ranks[i].host) return 0;
@@ -2345,7 +1439,7 @@ size_t zt_trainer_dp_host_bytes(const zt_trainer *t, int rank) {
 }
 
 static const dp_rank_state *rank_here(const zt_trainer *t, int rank) {
-  if (t->path != &dp_path) return NULL;
+  if (t->path != &zt__dp_path) return NULL;
   const dp_state *s = t->path_state;
   int i = rank - s->dc.rank0;
   return i >= 0 && i < s->nl ? &s->ranks[i] : NULL;
@@ -2364,84 +1458,7 @@ int zt_trainer_dp_nvme_stats(const zt_trainer *t, int rank, zt_nvme_stats *out) 
 }
 
 void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags) {
-  if (t->path == &dp_path) ((dp_state *)t->path_state)->flags = flags;
-}
-
-/* The part for send / receive: a data-parallel one without rank 0. */
-static dp_state *other_part(zt_trainer *t, const char *call, char *err, size_t errlen) {
-  if (t->path != &dp_path) {
-    snprintf(err, errlen, "%s: not a data-parallel trainer", call);
-    return NULL;
-  }
-  dp_state *s = t->path_state;
-  if (s->dc.rank0 == 0) {
-    snprintf(err, errlen, "%s: this trainer holds rank 0 (dp.rank0 0), so it reads and writes "
-             "the state itself (zt_trainer_save, _load, _export, _get_state); sending and "
-             "receiving it are the other parts' side", call);
-    return NULL;
-  }
-  return s;
-}
-
-/* After a probe every part passed: this part's ranks' files in the probed directory (blob: the
- * token, NUL, the directory), for the per-rank call that follows. A failure to open them is
- * the ranks' to report in that call (io NULL, io_rc, io_err). */
-static void follow_files(dp_state *s, const zt_model *m, int save, const char *blob) {
-  zt__rank_files_close(s->files);
-  s->files = NULL;
-  s->io_rc = zt__rank_files_open(&s->files, &s->fio, m, s->tab, s->dc.zero_stage,
-                                 blob + strlen(blob) + 1, save, s->io_err, sizeof s->io_err);
-  s->io = s->io_rc == 0 ? &s->fio : NULL;
-}
-
-/* The other parts' side of the rank-0 part's sequence: a state collective per call of rank 0's
- * part, in the units rank 0 says, until the piece that holds the last unit, a load's ranks'
- * files (the call's last), or rank 0 giving up. A save's probe and files come before its
- * pieces, a load's probe before its files or its pieces. */
-static int follow_state(zt_trainer *t, dp_state *s, int op, char *err, size_t errlen) {
-  int rc;
-  s->seq_op = op;
-  s->seq_next = 0;
-  s->io_rc = -EINVAL;
-  snprintf(s->io_err, sizeof s->io_err, "the part holding rank 0 moves the ranks' files of a "
-           "checkpoint that not every part saw");
-  while ((rc = state_call(s, op, 0, err, errlen)) == 0) {
-    const dp_rank_state *k0 = &s->ranks[0];
-    if (k0->got_op == ST_PROBE && k0->probe_all)
-      follow_files(s, t->model, op == ST_GATHER, k0->blob);
-    if (k0->got_op == ST_SHARDS_IN) break;
-    if (k0->got_op == ST_GATHER || k0->got_op == ST_SCATTER) {
-      if (k0->piece[1] >= s->nu) break;
-      s->seq_next = k0->piece[1];
-    }
-  }
-  zt__rank_files_close(s->files);
-  s->files = NULL;
-  s->io = NULL;
-  s->seq_next = 0;
-  return rc;
-}
-
-int zt_trainer_dp_send_state(zt_trainer *t, char *err, size_t errlen) {
-  dp_state *s = other_part(t, "zt_trainer_dp_send_state", err, errlen);
-  return s ? follow_state(t, s, ST_GATHER, err, errlen) : -EINVAL;
-}
-
-int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *err,
-                                size_t errlen) {
-  const char *call = "zt_trainer_dp_receive_state";
-  dp_state *s = other_part(t, call, err, errlen);
-  if (!s) return -EINVAL;
-  if (step < 0 || step > 1 << 30 || adam_step < 0 || adam_step > step) {
-    snprintf(err, errlen, "%s: step %d and adam_step %d must satisfy 0 <= adam_step <= step <= "
-             "%d", call, step, adam_step, 1 << 30);
-    return -EINVAL;
-  }
-  int rc = follow_state(t, s, ST_SCATTER, err, errlen);
-  if (rc < 0) return rc;
-  t->step = step;
-  t->adam_step = adam_step;
-  return 0;
+  if (t->path == &zt__dp_path) ((dp_state *)t->path_state)->flags = flags;
 }
 
 /* ---- open ---------------------------------------------------------------------------------- */
@@ -2670,7 +1687,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   }
   t->tc = *tc;
   t->be = ranks[0].be; /* what checkpoint.c synchronises; the state is reached through the path */
-  t->path = &dp_path;
+  t->path = &zt__dp_path;
   t->path_state = s;
   zt_loss_scaler_init(&t->scaler);
   s->dc = *dpc;
@@ -2728,7 +1745,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     }
     s->n_threads++;
   }
-  int bad = dispatch(s, CMD_OPEN);
+  int bad = zt__dp_dispatch(s, CMD_OPEN);
   if (bad >= 0) {
     rc = s->ranks[bad].rc;
     snprintf(err, errlen, "%s", s->ranks[bad].err);
@@ -2743,7 +1760,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     s->u0 = u0;
     s->u1 = u1;
     if ((rc = zt__trainer_init_read(&in, u0, u1, init, err, errlen)) < 0 ||
-        (rc = run_cmd(s, CMD_WRITE, err, errlen)) < 0)
+        (rc = zt__dp_run_cmd(s, CMD_WRITE, err, errlen)) < 0)
       goto out;
   }
   *out = t;

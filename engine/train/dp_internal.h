@@ -1,0 +1,260 @@
+/* The data-parallel trainer's internals (engine/train/dp.h), shared by its two files:
+ * dp_step.c: the ranks' failures, their buffers' open and close, the step (the communicator's
+ *   queue, the host tier, optimizer and params nvme), the rank threads and their commands,
+ *   the path table and the open;
+ * dp_state.c: the state between steps: the flat layout <-> the ranks' buffers (all ranks
+ *   here), per-rank checkpoints, a part's state calls and per-rank checkpoints, and the
+ *   path's state entries with send / receive.
+ * Here: the trainer's and each rank's state, and the functions one file calls in the other. */
+#ifndef ZT_TRAIN_DP_INTERNAL_H
+#define ZT_TRAIN_DP_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/train/dp.h"
+#include "engine/train/trainer_internal.h"
+#include "offload/copy_engine.h"
+#include "offload/cpu_adam.h"
+#include "offload/cpu_pool.h"
+#include "offload/host_arena.h"
+#include "offload/nvme_store.h"
+#include "offload/shard.h"
+
+/* A part's state calls: a gather or scatter of a piece of units, rank 0's part giving up its
+ * call, and a per-rank checkpoint's: the probe of its directory, every rank's file written or
+ * read (dp.h). */
+enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON, ST_PROBE, ST_SHARDS_OUT, ST_SHARDS_IN };
+
+/* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
+typedef struct adam_seg {
+  int unit;
+  size_t off, n; /* within the rank's chunk of the unit */
+  int decay;
+} adam_seg;
+
+/* CMD_READ / CMD_WRITE: every rank copies its own chunks (all ranks here); CMD_SHARDS_OUT /
+ * _IN: every rank moves its own chunks to / from its file of a per-rank checkpoint, and
+ * CMD_SHARDS_GATHER then all-gathers stages 1-2's parameters; CMD_STATE: the collective state
+ * call of a part. */
+typedef enum dp_cmd {
+  CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_SHARDS_OUT, CMD_SHARDS_IN, CMD_SHARDS_GATHER,
+  CMD_STATE, CMD_CLOSE
+} dp_cmd;
+
+struct dp_state;
+
+/* optimizer nvme: a staging of one host unit's chunk of masters, m and v (and the compute copy
+ * the AdamW writes), moving FREE -> READING -> UPDATING -> WRITING -> FREE as offload_step.c's
+ * sets do; the state calls use set 0 synchronously between steps. */
+typedef enum nv_state { NV_FREE, NV_READING, NV_UPDATING, NV_WRITING } nv_state;
+typedef struct nv_set {
+  float *buf[3];
+  uint16_t *lp;             /* bf16 / fp16; NULL in fp32 */
+  int unit;                 /* -1 none */
+  nv_state st;
+  int req[3];
+} nv_set;
+
+typedef struct dp_rank_state {
+  struct dp_state *s;
+  int r;                    /* the global rank */
+  /* the rank as a trainer of its own for the shared helpers (zt__trainer_stage_micro): the
+   * model (shared, read only), the config, its backend, activations and host staging */
+  zt_trainer view;
+  zt_comm comm;
+  void *stream;
+  pthread_t thread;
+  /* backend memory; see dp.h for what each stage keeps */
+  float *params;            /* stages 1-2: the padded layout; 3: the packed shard */
+  void *params_lp;          /* the bf16 compute copy, same layout; NULL in fp32 */
+  float *grads;             /* stage 1: the padded layout; 2-3: the packed shard */
+  float *m, *v;             /* the packed shard */
+  float *gunit[2], *gembed; /* 2-3: a unit's gradients (padded), alternating by unit so that
+                               one is reduced while the next unit's backward fills the other;
+                               gpt: the embedding's */
+  float *gscratch;          /* 2-3: a reduce-scattered chunk of a later micro-batch */
+  float *pslot[2];          /* 3: gathered units */
+  void *lpslot[2];
+  float *pembed;            /* 3, gpt: the gathered embedding */
+  void *lpembed;
+  double *xchg;             /* W exchange records */
+  double *h_xchg;           /* host copy of them */
+  /* the host tier (optimizer host, dp.h): units ng.. in the packed layout from dev_packed */
+  zt_host_arena *host;
+  zt_copy_engine *copy;
+  zt_backend hbe;           /* math on the host tier: the rank's own backend on the cpu, a cpu
+                               backend of its own beside a GPU */
+  int own_hbe;
+  float *hm, *hmom, *hvar, *hgrad; /* masters, m, v, gradients (optimizer nvme: the gradients,
+                                      the host units' masters, m and v (host_units), and with
+                                      params host hm, every unit's parameters the gathers read;
+                                      params nvme: the host units' alone) */
+  float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
+  uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes, beside hm */
+  /* optimizer nvme: the rank's store in dir, a file per NVMe unit and kind (unit u's kind i:
+   * ext[3 * u + i]), and two staging sets (unit u's in sets[u & 1]: one updated while the
+   * next is read ahead) */
+  zt_nvme_store *store;
+  int *ext;
+  nv_set sets[2];
+  int64_t up_tick;          /* the H2D ticket of the last chunk uploaded from a set */
+  uint64_t nvme_bytes;      /* the files' whole blocks */
+  char nvdir[ZT_PATH_MAX + 64]; /* its directory rank-R; "" none */
+  float *gout[2];           /* device chunks: a host unit's reduce-scattered gradients (stages
+                               2-3, alternating by unit) and the state calls' uploads ([0]) */
+  int64_t gout_tick[2];     /* the D2H ticket that last read each */
+  float *pchunk[2];         /* params host / nvme: a host unit's chunk staged for its gather */
+  void *lpchunk[2];
+  int chunk_unit[2];        /* the unit staged in each, -1 none */
+  int64_t chunk_tick[2], h2d_last; /* copy tickets (h2d_last: the last from hm); 0 none */
+  /* params nvme: two page-locked stagings of an NVMe unit's parameter chunk, read from its
+   * master file ahead of the walk (unit u's into pstage[u & 1]) and copied from there into
+   * chunk buffer u & 1 */
+  float *pstage[2];
+  int pstage_unit[2];       /* the unit read or being read into each, -1 none */
+  int pstage_req[2];        /* the read's request while not waited for, -1 none */
+  int64_t pstage_tick[2];   /* the H2D ticket that last read each; 0 none */
+  int dir;                  /* the walk: 1 forward, -1 backward */
+  zt_cpu_adam_task *tasks;  /* per AdamW call (segs), those of host units */
+  int *first_seg;           /* unit u's calls: segs[first_seg[u] .. first_seg[u + 1]) */
+  int64_t *unit_tick;       /* per unit: the D2H ticket of its gradients this micro-batch */
+  double *usumsq;           /* per host unit: its sum of squares, taken up in the backward */
+  char *submitted;          /* per unit: its host AdamW started and not waited for */
+  char *began;              /* per unit: its host update began this step */
+  int take_up;              /* the next unit (walking down) the backward takes up */
+  int updated, nonfinite;   /* host units updated during the backward; one was not finite */
+  int slot_unit[2];         /* 3: the unit in each slot, -1 none */
+  int embed_gathered;
+  /* The communicator's queue (comm.h): the tickets of the collectives that overlap the compute
+   * (0: none pending, or run on the compute stream, which orders them): the last reduction
+   * that read each unit gradient buffer and the embedding's, each slot's and the embedding's
+   * gather (3), each unit's gather of its updated parameters (1-2, read by the next step);
+   * the latest ticket the compute waited for, which covers every earlier one (the queue runs
+   * in order). A later micro-batch's reduced chunk is added to the shard one unit late
+   * (add_unit, -1 none), so that its reduction overlaps the next unit's backward. */
+  long long gunit_tick[2], gembed_tick, slot_tick[2], embed_tick, *gather_tick, q_waited;
+  long long add_tick;
+  int add_unit;
+  adam_seg *segs;
+  int nsegs;
+  size_t bytes;             /* backend bytes held */
+  int rc;
+  /* CMD_STATE: the call failed alike on every rank without a failure of the collectives, the
+   * communicators intact (rank 0's part gave up its call; a rank's file of a per-rank save
+   * failed, which every rank learned from the exchange) */
+  int abandoned;
+  int got_op;               /* CMD_STATE: the call rank 0's part said (ST_*) */
+  int piece[2];             /* CMD_STATE: the units [u0, u1) rank 0's part said it moves */
+  int probe_all;            /* ST_PROBE: every rank of every part saw the directory */
+  char *blob;               /* ST_PROBE: the token and the directory (rank 0's) */
+  char err[512];            /* room for a checkpoint file's path */
+  /* the step's results, the same on every rank */
+  double loss, norm;
+  unsigned flags;
+  int skipped;              /* fp16: the gradient overflowed, nothing was updated */
+} dp_rank_state;
+
+typedef struct dp_state {
+  zt_dp_cfg dc;
+  zt_shard_table *tab;
+  int nu;
+  int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
+  size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
+  size_t rec;               /* doubles per exchange record */
+  int nl;                   /* the part's ranks: global dc.rank0 .. dc.rank0 + nl - 1 */
+  dp_rank_state *ranks;     /* nl, in rank order */
+  /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
+   * device's packed buffers hold dev_packed elements, the host's host_n */
+  int ng, params_host;      /* params_host: the host units' parameters are not on the device
+                               between uses (params host or nvme, stage 3) */
+  int params_nvme;          /* params nvme: the NVMe units' chunks are read from their master
+                               files before each gather; the host tier holds none of them */
+  size_t dev_packed, host_n;
+  int nvme;                 /* optimizer nvme: units nv0.. keep masters, m and v in files */
+  int nv0;                  /* the first NVMe unit: ng + dc.host_units with optimizer nvme, else
+                               nu; units ng..nv0-1 keep theirs on the host tier */
+  size_t hopt_n;            /* those host units' elements (a prefix of host_n) */
+  size_t nv_chunk;          /* the largest NVMe unit's chunk (a set's floats) */
+  char nvme_dir[ZT_PATH_MAX + 32]; /* the trainer's zt-offload.XXXXXX under dc.nvme_dir */
+  zt_cpu_pool *pool;        /* the host units' AdamW, shared by the part's ranks */
+  int n_threads;            /* rank threads started */
+  pthread_mutex_t mu;
+  pthread_cond_t cmd_cv, done_cv;
+  dp_cmd cmd;
+  uint64_t gen;
+  int done;
+  /* the command's arguments */
+  const int32_t *tokens;
+  float lr;
+  int adam_step;
+  float loss_scale;         /* fp16: the scaler's scale for this step; 1 otherwise */
+  float *out[3];            /* CMD_READ, a gather: params, m, v (any NULL) */
+  const float *in[3];       /* CMD_WRITE, a scatter */
+  int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
+  /* CMD_STATE: this part's call (rank 0's part: ST_*; the others: ST_GATHER for send,
+   * ST_SCATTER for receive); rank 0: the gather's tensors or whether a probe is a save's */
+  int op, mask;
+  const char *blob;         /* rank 0's ST_PROBE: the token and the directory, blob_len bytes */
+  size_t blob_len;
+  /* CMD_SHARDS_OUT / _IN, ST_SHARDS_OUT / _IN: the checkpoint's files. A part without rank 0
+   * opens its ranks' own after a probe every part passed (files, fio; io NULL with io_rc and
+   * io_err when that failed, which its ranks then report in the call) */
+  const zt__shard_io *io;
+  zt__rank_files *files;
+  zt__shard_io fio;
+  int io_rc;
+  char io_err[512];
+  /* a part's sequence of state calls (trainer_internal.h): its op (ST_GATHER, ST_SCATTER) and
+   * the units moved so far (0: none open) */
+  int seq_op, seq_next;
+  unsigned flags;           /* this part's flags for its next step */
+  int broken;               /* a rank failed mid-step and aborted the communicators */
+} dp_state;
+
+/* dp_step.c: a rank's failure, its message in k->err; returns rc */
+int zt__dp_rank_fail(dp_rank_state *k, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int zt__dp_comm_fail(dp_rank_state *k, int rc, const char *what);
+int zt__dp_backend_fail(dp_rank_state *k, int rc);
+/* dp_step.c: where a unit's state is */
+int zt__dp_on_host(const dp_state *s, int u);
+int zt__dp_on_nvme(const dp_state *s, int u);
+size_t zt__dp_param_at(const dp_rank_state *k, const zt_shard *sh);
+void *zt__dp_lp_of(const dp_rank_state *k, void *base, size_t elem);
+float *zt__dp_unit_grads(dp_rank_state *k, int u);
+/* dp_step.c: optimizer nvme's reads and writes of a set */
+int zt__dp_nv_io(dp_rank_state *k, nv_set *x, int write);
+int zt__dp_nv_wait(dp_rank_state *k, nv_set *x);
+void zt__dp_nv_why(const dp_rank_state *k, int rc, char *why, size_t len);
+int zt__dp_nv_fail(dp_rank_state *k, int rc);
+/* dp_step.c: stages 1-2's gather of a unit's parameters */
+int zt__dp_gather_updated(dp_rank_state *k, int u);
+/* dp_step.c: a command on every rank here, and the path */
+int zt__dp_dispatch(dp_state *s, dp_cmd cmd);
+int zt__dp_run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen);
+int zt__dp_refuse_broken(const char *what, char *err, size_t errlen);
+extern const zt__train_path zt__dp_path;
+
+/* dp_state.c: a rank's side of CMD_READ, _WRITE, _SHARDS_OUT, _SHARDS_IN, _SHARDS_GATHER and
+ * _STATE, on its thread */
+int zt__dp_rank_read(dp_rank_state *k);
+int zt__dp_rank_write(dp_rank_state *k);
+int zt__dp_rank_shards_out(dp_rank_state *k);
+int zt__dp_rank_shards_in(dp_rank_state *k);
+int zt__dp_rank_shards_gather(dp_rank_state *k);
+int zt__dp_rank_state(dp_rank_state *k);
+/* dp_state.c: the path's state entries (zt__train_path) */
+int zt__dp_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, float *v,
+                      char *err, size_t errlen);
+int zt__dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,
+                       const float *v, char *err, size_t errlen);
+void zt__dp_abandon_state(zt_trainer *t);
+const zt_shard_table *zt__dp_shards(const zt_trainer *t, int *zero_stage, int *part);
+int zt__dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
+int zt__dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
+int zt__dp_probe(zt_trainer *t, const char *dir, int save, const char *token, char *err,
+                 size_t errlen);
+
+#endif
