@@ -37,6 +37,7 @@ typedef struct cpu_engine {
   queue q[ZT_COPY_QUEUES];
   uint64_t compute_t0, compute_ns; /* the caller's, unlocked */
   uint64_t wait_ns;                /* the caller's time in cpu_wait, unlocked */
+  int64_t compute_tickets;         /* the caller's, unlocked */
 } cpu_engine;
 
 static void run_op(const copy_op *op) {
@@ -109,11 +110,15 @@ static int64_t submit(cpu_engine *e, zt_copy_queue qi, op_kind kind, void *dst, 
   return ticket;
 }
 
-static int64_t cpu_h2d(zt_copy_engine *base, void *dev, const void *host, size_t bytes) {
+/* `after` needs nothing here: the compute ran on the caller's thread before it submitted. */
+static int64_t cpu_h2d(zt_copy_engine *base, void *dev, const void *host, size_t bytes,
+                       int64_t after) {
+  (void)after;
   return submit((cpu_engine *)base, ZT_COPY_H2D, OP_COPY, dev, host, bytes);
 }
 
-static int64_t cpu_zero(zt_copy_engine *base, void *dev, size_t bytes) {
+static int64_t cpu_zero(zt_copy_engine *base, void *dev, size_t bytes, int64_t after) {
+  (void)after;
   return submit((cpu_engine *)base, ZT_COPY_H2D, OP_ZERO, dev, NULL, bytes);
 }
 
@@ -156,6 +161,10 @@ static int cpu_compute_mark(zt_copy_engine *base, int end) {
   return 0;
 }
 
+static int64_t cpu_compute_ticket(zt_copy_engine *base) {
+  return ++((cpu_engine *)base)->compute_tickets;
+}
+
 static void cpu_busy(zt_copy_engine *base, zt_copy_busy *out) {
   cpu_engine *e = (cpu_engine *)base;
   pthread_mutex_lock(&e->mu);
@@ -188,6 +197,7 @@ static const zt_copy_ops cpu_ops = {
     .wait = cpu_wait,
     .compute_wait = cpu_wait, /* the CPU backend computes on the caller's thread */
     .compute_mark = cpu_compute_mark,
+    .compute_ticket = cpu_compute_ticket,
     .busy = cpu_busy,
     .close = cpu_close,
 };

@@ -1,7 +1,8 @@
 /* The CUDA copy engine (offload/copy_engine.h): each queue is a CUDA stream of its own, and a
  * ticket is an event recorded behind its operation. Every operation first waits, on the GPU,
- * for the compute queued before it was submitted, so a copy never overwrites a buffer that a
- * queued kernel still reads, and a gradient never leaves before the backward that made it;
+ * for the compute queued before it was submitted, or (H2D) only for a compute ticket's mark, so
+ * a copy never overwrites a buffer that a queued kernel still reads, and a gradient never leaves
+ * before the backward that made it;
  * compute_wait makes the compute stream wait for a ticket, so the host never blocks to order
  * a fetch before its use. Only the job's runner thread calls the engine: no locks.
  *
@@ -38,6 +39,11 @@ typedef struct cuda_engine {
   int device;
   cudaStream_t compute;
   cudaEvent_t compute_ev;    /* re-recorded at each submit: a wait captures the record it sees */
+  /* compute ticket k is marks[k % RING]. Once RING later tickets have reused its event, a wait
+   * on k waits for a later mark: later than needed, never earlier. */
+  cudaEvent_t marks[RING];
+  int64_t compute_tickets;
+  int64_t marks_done;        /* a ticket known finished (seen when its event was reused) */
   queue q[ZT_COPY_QUEUES];
   cudaEvent_t span[RING][2]; /* compute span k: span[k % RING] while k > spans_accounted */
   int64_t spans, spans_accounted;
@@ -81,11 +87,18 @@ static int make_slot(queue *q) {
   return account(q, q->submitted + 1 - RING, 1);
 }
 
-/* Orders the queue after the compute queued so far; returns 0 or -EIO. */
-static int begin(cuda_engine *e, queue *q) {
+/* Orders the queue after the compute `after` names (ZT_COPY_AFTER_ALL: all queued so far; a
+ * compute ticket; 0: none); returns 0 or -EIO. */
+static int begin(cuda_engine *e, queue *q, int64_t after) {
+  if (after < ZT_COPY_AFTER_ALL || after > e->compute_tickets) return -EINVAL;
   int rc = make_slot(q);
-  if (rc == 0) rc = check(cudaEventRecord(e->compute_ev, e->compute), "recording the compute");
-  if (rc == 0) rc = check(cudaStreamWaitEvent(q->stream, e->compute_ev, 0), "ordering a copy");
+  cudaEvent_t ev = e->compute_ev;
+  if (after > 0 && after <= e->marks_done) after = 0;
+  if (after > 0) ev = e->marks[after % RING];
+  else if (after == ZT_COPY_AFTER_ALL && rc == 0)
+    rc = check(cudaEventRecord(e->compute_ev, e->compute), "recording the compute");
+  if (rc == 0 && after != 0)
+    rc = check(cudaStreamWaitEvent(q->stream, ev, 0), "ordering a copy");
   if (rc == 0)
     rc = check(cudaEventRecord(q->start[(q->submitted + 1) % RING], q->stream), "timing a copy");
   return rc;
@@ -97,19 +110,20 @@ static int64_t finish(queue *q, cudaError_t launched, const char *what) {
   return rc < 0 ? rc : ++q->submitted;
 }
 
-static int64_t cu_h2d(zt_copy_engine *base, void *dev, const void *host, size_t bytes) {
+static int64_t cu_h2d(zt_copy_engine *base, void *dev, const void *host, size_t bytes,
+                      int64_t after) {
   cuda_engine *e = (cuda_engine *)base;
   queue *q = &e->q[ZT_COPY_H2D];
-  int rc = begin(e, q);
+  int rc = begin(e, q, after);
   if (rc < 0) return rc;
   return finish(q, cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, q->stream),
                 "cudaMemcpyAsync host to device");
 }
 
-static int64_t cu_zero(zt_copy_engine *base, void *dev, size_t bytes) {
+static int64_t cu_zero(zt_copy_engine *base, void *dev, size_t bytes, int64_t after) {
   cuda_engine *e = (cuda_engine *)base;
   queue *q = &e->q[ZT_COPY_H2D];
-  int rc = begin(e, q);
+  int rc = begin(e, q, after);
   if (rc < 0) return rc;
   return finish(q, cudaMemsetAsync(dev, 0, bytes, q->stream), "cudaMemsetAsync");
 }
@@ -117,7 +131,7 @@ static int64_t cu_zero(zt_copy_engine *base, void *dev, size_t bytes) {
 static int64_t cu_d2h(zt_copy_engine *base, void *host, const void *dev, size_t bytes) {
   cuda_engine *e = (cuda_engine *)base;
   queue *q = &e->q[ZT_COPY_D2H];
-  int rc = begin(e, q);
+  int rc = begin(e, q, ZT_COPY_AFTER_ALL);
   if (rc < 0) return rc;
   return finish(q, cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, q->stream),
                 "cudaMemcpyAsync device to host");
@@ -152,6 +166,16 @@ static int cu_compute_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticke
   if (ticket <= q->completed) return 0;
   return check(cudaStreamWaitEvent(e->compute, q->ev[ticket % RING], 0),
                "ordering the compute after a copy");
+}
+
+static int64_t cu_compute_ticket(zt_copy_engine *base) {
+  cuda_engine *e = (cuda_engine *)base;
+  int64_t old = e->compute_tickets + 1 - RING; /* the ticket whose event this one reuses */
+  if (old > e->marks_done && cudaEventQuery(e->marks[old % RING]) == cudaSuccess)
+    e->marks_done = old;
+  int rc = check(cudaEventRecord(e->marks[(e->compute_tickets + 1) % RING], e->compute),
+                 "marking the compute");
+  return rc < 0 ? rc : ++e->compute_tickets;
 }
 
 /* Adds the compute spans finished up to `upto` (waiting for them when wait). */
@@ -206,6 +230,8 @@ static void cu_close(zt_copy_engine *base) {
     for (int j = 0; j < 2; j++)
       if (e->span[k][j]) cudaEventDestroy(e->span[k][j]);
   if (e->compute_ev) cudaEventDestroy(e->compute_ev);
+  for (int k = 0; k < RING; k++)
+    if (e->marks[k]) cudaEventDestroy(e->marks[k]);
   free(e);
 }
 
@@ -219,6 +245,7 @@ static const zt_copy_ops cuda_ops = {
     .wait = cu_wait,
     .compute_wait = cu_compute_wait,
     .compute_mark = cu_compute_mark,
+    .compute_ticket = cu_compute_ticket,
     .busy = cu_busy,
     .close = cu_close,
 };
@@ -233,6 +260,8 @@ int zt_copy_cuda_open(zt_copy_engine **out, int device, void *compute_stream) {
   int rc = check(cudaSetDevice(device), "cudaSetDevice");
   if (rc == 0)
     rc = check(cudaEventCreateWithFlags(&e->compute_ev, cudaEventDisableTiming), "cudaEventCreate");
+  for (int k = 0; rc == 0 && k < RING; k++)
+    rc = check(cudaEventCreateWithFlags(&e->marks[k], cudaEventDisableTiming), "cudaEventCreate");
   for (int i = 0; rc == 0 && i < ZT_COPY_QUEUES; i++) {
     rc = check(cudaStreamCreateWithFlags(&e->q[i].stream, cudaStreamNonBlocking),
                "cudaStreamCreate");

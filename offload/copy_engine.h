@@ -9,6 +9,14 @@
  * (host = device) when the device buffer already holds the running sum, which keeps the order of
  * additions that of a run without offload.
  *
+ * Ordering against the compute: a D2H operation follows every compute queued before it (a
+ * gradient never leaves before the backward that made it). An H2D operation (a fetch or a
+ * zeroing) names what it must follow, `after`: ZT_COPY_AFTER_ALL, every compute queued before it
+ * (the buffer may be read by any kernel queued); a ticket from compute_ticket, the compute queued
+ * before that ticket only (the buffer's last user was queued then, so a fetch into a buffer freed
+ * long ago starts as soon as the link is free instead of behind the compute queued since); 0,
+ * none (a buffer no compute has used).
+ *
  * The CPU backend's engine (below) runs each queue on its own worker thread with memcpy, so
  * overlap is real there too. The CUDA engine implements the same ops with cudaMemcpyAsync on two
  * copy streams and an event per ticket, each operation ordered after the compute queued before
@@ -22,6 +30,7 @@
 
 typedef enum zt_copy_queue { ZT_COPY_H2D = 0, ZT_COPY_D2H = 1 } zt_copy_queue;
 #define ZT_COPY_QUEUES 2
+#define ZT_COPY_AFTER_ALL (-1) /* an H2D operation's `after`: every compute queued before it */
 
 typedef struct zt_copy_engine zt_copy_engine;
 
@@ -40,8 +49,9 @@ typedef struct zt_copy_busy {
  * returns 0 or -errno. close waits for everything queued, then frees the engine. */
 typedef struct zt_copy_ops {
   const char *name;
-  int64_t (*h2d)(zt_copy_engine *e, void *dev, const void *host, size_t bytes);          /* H2D */
-  int64_t (*zero)(zt_copy_engine *e, void *dev, size_t bytes);                           /* H2D */
+  int64_t (*h2d)(zt_copy_engine *e, void *dev, const void *host, size_t bytes,
+                 int64_t after);                                                       /* H2D */
+  int64_t (*zero)(zt_copy_engine *e, void *dev, size_t bytes, int64_t after);            /* H2D */
   /* NULL where the engine cannot add on the host in queue order (cuda) */
   int64_t (*grad_accumulate)(zt_copy_engine *e, float *host, const float *dev, size_t n); /* D2H */
   int64_t (*d2h)(zt_copy_engine *e, void *host, const void *dev, size_t bytes);          /* D2H */
@@ -50,6 +60,9 @@ typedef struct zt_copy_ops {
   /* The backend's compute, from what is queued next, waits for the ticket: on the GPU without
    * blocking the host (cuda); by waiting where the compute runs on the calling thread (cpu). */
   int (*compute_wait)(zt_copy_engine *e, zt_copy_queue q, int64_t ticket);
+  /* A mark behind the compute queued so far, for an H2D operation's `after` (>= 1, increasing;
+   * -errno). */
+  int64_t (*compute_ticket)(zt_copy_engine *e);
   /* Brackets device compute to be timed: end 0 before it is queued, 1 after (cuda: events on
    * the compute stream; cpu: the caller's wall time between the two). */
   int (*compute_mark)(zt_copy_engine *e, int end);

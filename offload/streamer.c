@@ -19,16 +19,27 @@ typedef struct unit_state {
   pstate st;
   void *dev;         /* the parameter copy, from P_READING on */
   int64_t ticket;    /* H2D ticket of the copy (P_COPYING) */
+  int64_t fence;     /* the compute its copy followed: its buffer's last user (copy_engine.h) */
+  int64_t used;      /* the compute ticket of its last release since the copy; 0: none */
   int req;           /* NVMe request (P_READING) */
   int slot;          /* staging buffer in use, -1 none */
   int holds;
   int pending;       /* prefetched and not acquired since: a prefetch must not evict it */
   uint64_t last_use;
   float *grad;       /* gradient buffer held */
-  int64_t zero_ticket;
+  int64_t zero_ticket; /* its zeroing or resumed sum's copy; 0: none queued */
+  int64_t gfence;    /* the compute that zeroing or copy followed */
   float *wb;         /* gradient buffer being accumulated into the host */
   int64_t wb_ticket;
 } unit_state;
+
+/* Device bytes whose last user is the compute queued before `after` (a compute ticket). */
+typedef struct fence {
+  char *p;
+  size_t bytes;
+  int64_t after;
+} fence;
+#define FENCES_MAX 256
 
 struct zt_streamer {
   zt_streamer_cfg cfg;
@@ -39,6 +50,9 @@ struct zt_streamer {
   int n_staging;
   int cur, dir;    /* the unit acquired last and the direction of the walk (+1, -1, 0 unknown) */
   size_t param_used; /* arena footprints of the parameter copies */
+  fence *fences;     /* freed device buffers that queued compute may still use */
+  int n_fences;
+  int64_t floor;     /* every fence forgotten (FENCES_MAX) is at most this compute ticket */
   uint64_t tick;
   zt_streamer_stats st;
   char err[256];
@@ -71,6 +85,45 @@ static size_t dev_footprint(const zt_streamer_cfg *cfg, size_t bytes) {
   return zt_dev_arena_footprint(cfg->slot_bytes ? cfg->slot_bytes : bytes);
 }
 
+/* ---- fences: an H2D into a reused buffer waits for its last user only ------------------------ */
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* [p, p + bytes) is free; the compute queued before `after` may still use it. */
+static void fence_add(zt_streamer *s, void *p, size_t bytes, int64_t after) {
+  if (after <= s->floor) return;
+  for (int i = 0; i < s->n_fences; i++)
+    if (s->fences[i].p == (char *)p && s->fences[i].bytes == bytes) {
+      s->fences[i].after = max64(s->fences[i].after, after);
+      return;
+    }
+  if (s->n_fences == FENCES_MAX) { /* forget them behind the latest, which follows them all */
+    for (int i = 0; i < s->n_fences; i++) s->floor = max64(s->floor, s->fences[i].after);
+    s->n_fences = 0;
+  }
+  s->fences[s->n_fences++] = (fence){.p = p, .bytes = bytes, .after = after};
+}
+
+/* What an H2D into the new allocation [p, p + bytes) follows: the latest fence over any of its
+ * bytes. Fences it covers whole go: the allocation's own fence, which will be given back when
+ * it is freed (drop_params, free_grads), is at least theirs. */
+static int64_t fence_take(zt_streamer *s, void *p, size_t bytes) {
+  char *a = p, *b = a + bytes;
+  int64_t after = s->floor;
+  for (int i = 0; i < s->n_fences;) {
+    fence *f = &s->fences[i];
+    if (f->p < b && f->p + f->bytes > a) {
+      after = max64(after, f->after);
+      if (f->p >= a && f->p + f->bytes <= b) {
+        *f = s->fences[--s->n_fences];
+        continue;
+      }
+    }
+    i++;
+  }
+  return after;
+}
+
 /* The parameter part of the minimum. */
 static size_t min_param_bytes(const zt_streamer_cfg *cfg) {
   int held = cfg->max_acquired ? cfg->max_acquired : 1;
@@ -93,7 +146,9 @@ size_t zt_streamer_min_device_bytes(const zt_streamer_cfg *cfg) {
     return SIZE_MAX;
   }
   for (int i = 0; i < cfg->n_units; i++)
-    v[i] = cfg->units[i].grad_floats ? dev_footprint(cfg, cfg->units[i].grad_floats * sizeof(float)) : 0;
+    v[i] = cfg->units[i].grad_floats && !cfg->units[i].dev_grads
+               ? dev_footprint(cfg, cfg->units[i].grad_floats * sizeof(float))
+               : 0;
   size_t grads = largest_sum(v, cfg->n_units, held);
   free(v);
   return params + grads;
@@ -129,12 +184,14 @@ static int submit_h2d(zt_streamer *s, int i, const void *src) {
   int64_t t = -EINVAL;
   size_t bytes = 0;
   if (src) {
-    t = o->h2d(s->cfg.copy, x->dev, src, x->u.param_bytes);
+    t = o->h2d(s->cfg.copy, x->dev, src, x->u.param_bytes, x->fence);
     bytes = x->u.param_bytes;
   }
   for (int k = 0; !src && k < x->u.n_pieces; k++) {
     const zt_stream_piece *pc = &x->u.pieces[k];
-    if ((t = o->h2d(s->cfg.copy, (char *)x->dev + pc->dev_offset, pc->host, pc->bytes)) < 0) break;
+    if ((t = o->h2d(s->cfg.copy, (char *)x->dev + pc->dev_offset, pc->host, pc->bytes,
+                    x->fence)) < 0)
+      break;
     bytes += pc->bytes;
   }
   if (t < 0) return fail(s, (int)t, "streamer: queueing the copy of unit %d failed: %s", i, strerror((int)-t));
@@ -147,8 +204,10 @@ static int submit_h2d(zt_streamer *s, int i, const void *src) {
 /* Drops the device copy of a unit whose fetch failed or that is evicted/invalidated. */
 static void drop_params(zt_streamer *s, unit_state *x) {
   if (x->dev) {
+    size_t fp = dev_footprint(&s->cfg, x->u.param_bytes);
+    fence_add(s, x->dev, fp, max64(x->fence, x->used));
     zt_dev_arena_free(s->cfg.dev, x->dev);
-    s->param_used -= dev_footprint(&s->cfg, x->u.param_bytes);
+    s->param_used -= fp;
   }
   x->dev = NULL;
   free_slot(s, x);
@@ -204,11 +263,20 @@ static int land(zt_streamer *s, int i, int *stalled) {
   return 0;
 }
 
+/* Frees an arena gradient buffer (not a caller's dev_grads) that the compute queued before
+ * `after` may still use. */
+static void free_grads(zt_streamer *s, unit_state *x, float *g, int64_t after) {
+  if (g == x->u.dev_grads) return;
+  fence_add(s, g, dev_footprint(&s->cfg, x->u.grad_floats * sizeof(float)), after);
+  zt_dev_arena_free(s->cfg.dev, g);
+}
+
 static int finish_writeback(zt_streamer *s, int i) {
   unit_state *x = &s->u[i];
   int rc = copy_wait(s, ZT_COPY_D2H, x->wb_ticket);
-  /* a failed copy leaves the host gradients wrong but the buffer free to reuse */
-  zt_dev_arena_free(s->cfg.dev, x->wb);
+  /* a failed copy leaves the host gradients wrong but the buffer free to reuse; the copy
+   * followed every compute queued before it, the buffer's users included */
+  free_grads(s, x, x->wb, x->gfence);
   x->wb = NULL;
   return rc;
 }
@@ -235,15 +303,18 @@ static int pick_victim(const zt_streamer *s, int for_prefetch) {
   return best;
 }
 
+/* among those that free arena memory */
 static int oldest_writeback(const zt_streamer *s) {
   int best = -1;
   for (int j = 0; j < s->n; j++)
-    if (s->u[j].wb && (best < 0 || s->u[j].wb_ticket < s->u[best].wb_ticket)) best = j;
+    if (s->u[j].wb && !s->u[j].u.dev_grads && (best < 0 || s->u[j].wb_ticket < s->u[best].wb_ticket)) best = j;
   return best;
 }
 
-/* is_param: the allocation is a parameter copy, which must also stay within param_budget. */
-static int make_room(zt_streamer *s, size_t bytes, int is_param, int for_prefetch, void **out) {
+/* is_param: the allocation is a parameter copy, which must also stay within param_budget.
+ * *after: the compute a copy into it must follow (fence_take). */
+static int make_room(zt_streamer *s, size_t bytes, int is_param, int for_prefetch, void **out,
+                     int64_t *after) {
   size_t fp = dev_footprint(&s->cfg, bytes);
   for (;;) {
     int over = is_param && s->cfg.param_budget && s->param_used + fp > s->cfg.param_budget;
@@ -253,6 +324,7 @@ static int make_room(zt_streamer *s, size_t bytes, int is_param, int for_prefetc
     if (rc != -ENOMEM) {
       if (rc < 0) return fail(s, rc, "streamer: %s", zt_dev_arena_error(s->cfg.dev));
       if (is_param) s->param_used += fp;
+      *after = fence_take(s, *out, fp);
       return 0;
     }
     /* A gradient buffer first takes the place of a write-back (memory that is dead once its
@@ -299,11 +371,12 @@ static int get_slot(zt_streamer *s) {
 
 static int start_fetch(zt_streamer *s, int i, int for_prefetch) {
   unit_state *x = &s->u[i];
-  int rc = make_room(s, x->u.param_bytes, 1, for_prefetch, &x->dev);
+  int rc = make_room(s, x->u.param_bytes, 1, for_prefetch, &x->dev, &x->fence);
   if (rc < 0) {
     x->dev = NULL;
     return rc;
   }
+  x->used = 0;
   s->st.fetches++;
   if (x->u.host_params || x->u.n_pieces) {
     rc = submit_h2d(s, i, x->u.host_params);
@@ -361,7 +434,9 @@ static int check_cfg(const zt_streamer_cfg *c, char *err, size_t errlen) {
     if (nvme_home && !c->nvme) BAD("streamer: unit %d lives on NVMe but no store is given", i);
     if (nvme_home && !c->host) BAD("streamer: unit %d lives on NVMe but no host arena is given for staging", i);
     if (u->grad_floats && !u->host_grads) BAD("streamer: unit %d has gradients but no host gradient buffer", i);
-    if (c->slot_bytes && (u->param_bytes > c->slot_bytes || u->grad_floats * sizeof(float) > c->slot_bytes))
+    if (u->dev_grads && !u->grad_floats) BAD("streamer: unit %d has a device gradient buffer but no gradients", i);
+    if (c->slot_bytes && (u->param_bytes > c->slot_bytes ||
+                          (!u->dev_grads && u->grad_floats * sizeof(float) > c->slot_bytes)))
       BAD("streamer: unit %d does not fit a slot of %zu bytes", i, c->slot_bytes);
   }
   return 0;
@@ -399,6 +474,10 @@ int zt_streamer_open(zt_streamer **out, const zt_streamer_cfg *cfg, char *err, s
   }
   zt_streamer *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
+  if (!(s->fences = malloc(FENCES_MAX * sizeof *s->fences))) {
+    free(s);
+    return -ENOMEM;
+  }
   s->cfg = *cfg;
   s->n = cfg->n_units;
   s->cur = -1;
@@ -443,8 +522,8 @@ void zt_streamer_close(zt_streamer *s) {
     drop_params(s, x);
     if (x->wb) finish_writeback(s, i);
     if (x->grad) {
-      copy_wait(s, ZT_COPY_H2D, x->zero_ticket);
-      zt_dev_arena_free(s->cfg.dev, x->grad);
+      if (x->zero_ticket) copy_wait(s, ZT_COPY_H2D, x->zero_ticket);
+      free_grads(s, x, x->grad, 0);
     }
   }
   for (int k = 0; s->staging && k < s->n_staging; k++)
@@ -452,6 +531,7 @@ void zt_streamer_close(zt_streamer *s) {
   free(s->staging);
   free(s->slot_owner);
   free(s->u);
+  free(s->fences);
   free(s);
 }
 
@@ -500,29 +580,30 @@ int zt_streamer_acquire(zt_streamer *s, int unit, unsigned flags, void **params,
       rc = finish_writeback(s, unit);
       if (rc < 0) goto out;
     }
-    void *g = NULL;
-    rc = make_room(s, x->u.grad_floats * sizeof(float), 0, 0, &g);
-    if (rc < 0) goto out;
+    void *g = x->u.dev_grads;
+    int64_t gf = ZT_COPY_AFTER_ALL, t = 0; /* the caller's buffer: any compute may use it */
+    if (!g && (rc = make_room(s, x->u.grad_floats * sizeof(float), 0, 0, &g, &gf)) < 0) goto out;
     size_t gb = x->u.grad_floats * sizeof(float);
-    int64_t t = flags & ZT_STREAM_GRADS_RESUME
-                    ? s->cfg.copy->ops->h2d(s->cfg.copy, g, x->u.host_grads, gb)
-                    : s->cfg.copy->ops->zero(s->cfg.copy, g, gb);
+    int resume = (flags & ZT_STREAM_GRADS_RESUME) != 0;
+    if (!resume || !x->u.dev_grads) /* a device buffer resumes from itself */
+      t = resume ? s->cfg.copy->ops->h2d(s->cfg.copy, g, x->u.host_grads, gb, gf)
+                 : s->cfg.copy->ops->zero(s->cfg.copy, g, gb, gf);
+    x->gfence = gf;
     if (t < 0) {
-      zt_dev_arena_free(s->cfg.dev, g);
+      free_grads(s, x, g, gf);
       rc = fail(s, (int)t, "streamer: queueing the start of unit %d's gradients failed", unit);
       goto out;
     }
     x->grad = g;
     x->zero_ticket = t;
-    if (flags & ZT_STREAM_GRADS_RESUME) s->st.bytes_h2d += gb;
+    if (t && resume) s->st.bytes_h2d += gb;
   }
   int stalled;
   rc = land(s, unit, &stalled);
   if (rc < 0) goto out;
   s->st.stalls += (uint64_t)stalled;
   if (want_grads) {
-    rc = compute_wait(s, ZT_COPY_H2D, x->zero_ticket);
-    if (rc < 0) goto out;
+    if (x->zero_ticket && (rc = compute_wait(s, ZT_COPY_H2D, x->zero_ticket)) < 0) goto out;
     *grads = x->grad;
   }
   *params = x->dev;
@@ -530,8 +611,8 @@ out:
   if (rc < 0) {
     x->holds--;
     if (want_grads && x->grad) {
-      copy_wait(s, ZT_COPY_H2D, x->zero_ticket);
-      zt_dev_arena_free(s->cfg.dev, x->grad);
+      if (x->zero_ticket) copy_wait(s, ZT_COPY_H2D, x->zero_ticket);
+      free_grads(s, x, x->grad, x->gfence);
       x->grad = NULL;
     }
   }
@@ -545,12 +626,16 @@ int zt_streamer_release(zt_streamer *s, int unit, unsigned flags) {
   if (x->holds <= 0) return fail(s, -EINVAL, "streamer: unit %d released but not held", unit);
   x->holds--;
   x->last_use = ++s->tick;
+  /* the compute queued while it was held is its buffers' last use so far */
+  int64_t now = s->cfg.copy->ops->compute_ticket(s->cfg.copy);
+  if (now < 0) return fail(s, (int)now, "streamer: marking the compute failed: %s", strerror((int)-now));
+  x->used = now;
   if (x->holds == 0 && x->grad) {
     if ((flags & ZT_STREAM_DIRTY) && !(flags & ZT_STREAM_STORE) &&
         !s->cfg.copy->ops->grad_accumulate) {
       rc = fail(s, -ENOTSUP, "streamer: the %s copy engine cannot accumulate on the host; "
                 "release with ZT_STREAM_STORE", s->cfg.copy->ops->name);
-      zt_dev_arena_free(s->cfg.dev, x->grad);
+      free_grads(s, x, x->grad, now);
     } else if (flags & ZT_STREAM_DIRTY) {
       int64_t t = flags & ZT_STREAM_STORE
                       ? s->cfg.copy->ops->d2h(s->cfg.copy, x->u.host_grads, x->grad,
@@ -559,15 +644,16 @@ int zt_streamer_release(zt_streamer *s, int unit, unsigned flags) {
                                                           x->u.grad_floats);
       if (t < 0) {
         rc = fail(s, (int)t, "streamer: queueing the gradient write-back of unit %d failed", unit);
-        zt_dev_arena_free(s->cfg.dev, x->grad);
+        free_grads(s, x, x->grad, now);
       } else {
         x->wb = x->grad;
         x->wb_ticket = t;
+        x->gfence = now;
         s->st.grad_writebacks++;
         s->st.bytes_d2h += x->u.grad_floats * sizeof(float);
       }
     } else {
-      zt_dev_arena_free(s->cfg.dev, x->grad);
+      free_grads(s, x, x->grad, now);
     }
     x->grad = NULL;
   }

@@ -21,6 +21,11 @@
  * left the call fails with -ENOMEM and the numbers. The walk's direction is that of the last
  * two different units acquired.
  *
+ * Reuse: each release takes a compute ticket (copy_engine.h), the last use of the unit's device
+ * buffers so far. A buffer freed keeps its ticket as a fence, and a copy into memory that was
+ * freed follows only the fences over it: a prefetch into a slot whose unit computed long ago
+ * starts at once rather than behind all the compute queued since.
+ *
  * One thread (the job's runner) calls the streamer; the copy engine works behind it. */
 #ifndef ZT_OFFLOAD_STREAMER_H
 #define ZT_OFFLOAD_STREAMER_H
@@ -52,6 +57,11 @@ typedef struct zt_stream_unit {
   uint64_t nvme_offset;
   size_t grad_floats;      /* fp32 gradient elements; 0: the unit has no gradients */
   float *host_grads;       /* the unit's fp32 host gradients, accumulated into */
+  /* a device buffer of the caller's, grad_floats long, outside the arena, that keeps the unit's
+   * gradients between acquires (the step's running sum stays on the device): an acquire with
+   * ZT_STREAM_GRADS gives it, zeroed, or as it is with ZT_STREAM_GRADS_RESUME; a dirty release
+   * copies it to host_grads; a clean one leaves it. NULL: buffers from the arena */
+  float *dev_grads;
 } zt_stream_unit;
 
 typedef struct zt_streamer_cfg {

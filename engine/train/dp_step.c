@@ -468,9 +468,11 @@ static int stage_chunk(dp_rank_state *k, int u) {
   const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
   size_t c = s->tab->chunk[u], at = host_at(s, sh);
   int b = u & 1;
-  int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->hm + at, c * sizeof(float));
+  int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->hm + at, c * sizeof(float),
+                                ZT_COPY_AFTER_ALL);
   if (t > 0 && k->hlp)
-    t = k->copy->ops->h2d(k->copy, k->lpchunk[b], k->hlp + at, c * sizeof(uint16_t));
+    t = k->copy->ops->h2d(k->copy, k->lpchunk[b], k->hlp + at, c * sizeof(uint16_t),
+                          ZT_COPY_AFTER_ALL);
   if (t < 0) return copy_fail(k, (int)t, "copying a parameter chunk to the device");
   k->chunk_unit[b] = u;
   k->chunk_tick[b] = k->h2d_last = t;
@@ -526,7 +528,7 @@ static int nvp_stage(dp_rank_state *k, int u) {
   int b = u & 1, rc;
   if ((rc = nvp_read(k, u)) < 0 || (rc = nvp_settle(k, b)) < 0) return rc;
   int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->pstage[b],
-                                k->s->tab->chunk[u] * sizeof(float));
+                                k->s->tab->chunk[u] * sizeof(float), ZT_COPY_AFTER_ALL);
   if (t < 0) return copy_fail(k, (int)t, "copying a parameter chunk to the device");
   k->chunk_unit[b] = u;
   k->chunk_tick[b] = k->pstage_tick[b] = t;
@@ -772,10 +774,11 @@ static int nv_upload(dp_rank_state *k, const nv_set *x) {
     if (x->lp) memcpy(k->hlp + at, x->lp, c * sizeof(uint16_t));
     return 0;
   }
-  int64_t t = k->copy->ops->h2d(k->copy, k->params + dev, x->buf[0], c * sizeof(float));
+  int64_t t = k->copy->ops->h2d(k->copy, k->params + dev, x->buf[0], c * sizeof(float),
+                                ZT_COPY_AFTER_ALL);
   if (t > 0 && x->lp)
     t = k->copy->ops->h2d(k->copy, zt__dp_lp_of(k, k->params_lp, dev), x->lp,
-                          c * zt_dtype_size(k->view.tc.precision));
+                          c * zt_dtype_size(k->view.tc.precision), ZT_COPY_AFTER_ALL);
   if (t < 0) return copy_fail(k, (int)t, "copying updated parameters to the device");
   k->up_tick = t;
   return 0;

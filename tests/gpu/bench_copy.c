@@ -125,7 +125,7 @@ static rate engine_once(bufs *b, zt_copy_engine *e, const int use[2]) {
   for (size_t off = 0; off < b->bytes; off += b->unit) {
     size_t n = b->bytes - off < b->unit ? b->bytes - off : b->unit;
     if (use[0]) {
-      c.last[0] = ok(e->ops->h2d(e, b->dev_in + off, b->reg_in + off, n), "h2d");
+      c.last[0] = ok(e->ops->h2d(e, b->dev_in + off, b->reg_in + off, n, ZT_COPY_AFTER_ALL), "h2d");
       ok(e->ops->compute_wait(e, ZT_COPY_H2D, c.last[0]), "compute_wait");
     }
     if (use[1]) c.last[1] = ok(e->ops->d2h(e, b->reg_out + off, b->dev_out + off, n), "d2h");
@@ -168,7 +168,7 @@ static int check_data(bufs *b, zt_copy_engine *e) {
   engine_ctx c = {.e = e};
   for (size_t off = 0; off < b->bytes; off += b->unit) {
     size_t n = b->bytes - off < b->unit ? b->bytes - off : b->unit;
-    c.last[0] = ok(e->ops->h2d(e, b->dev_in + off, b->reg_in + off, n), "h2d");
+    c.last[0] = ok(e->ops->h2d(e, b->dev_in + off, b->reg_in + off, n, ZT_COPY_AFTER_ALL), "h2d");
     c.last[1] = ok(e->ops->d2h(e, b->reg_out + off, b->dev_out + off, n), "d2h");
   }
   ok(e->ops->wait(e, ZT_COPY_H2D, c.last[0]), "wait");

@@ -54,7 +54,7 @@ static void test_copy(void) {
   zt_copy_busy b = {0};
   e->ops->busy(e, &b);
   OT_CHECK(b.wait_ns == 0, "waited %llu ns before any wait", (unsigned long long)b.wait_ns);
-  int64_t t = e->ops->h2d(e, dst, src, bytes);
+  int64_t t = e->ops->h2d(e, dst, src, bytes, ZT_COPY_AFTER_ALL);
   OT_CHECK(t > 0, "h2d: %lld", (long long)t);
   OT_CHECK(e->ops->wait(e, ZT_COPY_H2D, t) == 0, "wait");
   e->ops->busy(e, &b);
