@@ -230,7 +230,8 @@ int main(int argc, char **argv) {
     zt_offload_stats os;
     if (offload && zt_trainer_offload_stats(t, &os) == 0)
       printf(", \"offload\": {\"device_budget\": %zu, \"act_bytes\": %zu, \"arena_budget\": %zu, "
-             "\"arena_peak\": %zu, \"host_bytes\": %zu, \"params\": \"%s\", \"ckpt_every\": %d, "
+             "\"arena_peak\": %zu, \"host_bytes\": %zu, \"params\": \"%s\", \"grads\": \"%s\", "
+             "\"dsum_bytes\": %zu, \"ckpt_every\": %d, "
              "\"est_step_s\": %.4f, \"gpu_units\": %d, "
              "\"gpu_unit_bytes\": %zu, \"fetches\": %llu, \"evictions\": %llu, "
              "\"bytes_h2d\": %llu, \"bytes_d2h\": %llu, "
@@ -239,7 +240,9 @@ int main(int argc, char **argv) {
              "\"adam\": %.4f, \"adam_threads\": %d, \"nvme\": %.4f, \"wait_copy\": %.4f, "
              "\"wait_adam\": %.4f, \"wait_nvme\": %.4f}}",
              os.device_budget, os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
-             zt_offload_place_name(os.params), os.ckpt_every, os.est_step_s, os.gpu_units, os.gpu_unit_bytes, (unsigned long long)os.fetches,
+             zt_offload_place_name(os.params), zt_offload_place_name(os.grads), os.dsum_bytes,
+             os.ckpt_every, os.est_step_s, os.gpu_units, os.gpu_unit_bytes,
+             (unsigned long long)os.fetches,
              (unsigned long long)os.evictions, (unsigned long long)os.bytes_h2d,
              (unsigned long long)os.bytes_d2h, (unsigned long long)os.nvme_bytes_read,
              (unsigned long long)os.nvme_bytes_written, os.step_ns / 1e9, os.compute_ns / 1e9,

@@ -321,7 +321,7 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
            (int)json_integer_value(json_object_get(off, "units")), host, nv,
            json_string_value(json_object_get(off, "params")), ckpt);
   } else if (off) {
-    char act[32], units[32], arena[32], nvme[32];
+    char act[32], units[32], arena[32], nvme[32], sums[32];
     ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(off, "host_bytes")));
     ztctl_fmt_bytes(dev, sizeof dev, json_number_value(json_object_get(off, "device_bytes")));
     ztctl_fmt_bytes(act, sizeof act, json_number_value(json_object_get(off, "act_bytes")));
@@ -329,20 +329,24 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
                     json_number_value(json_object_get(off, "gpu_unit_bytes")));
     ztctl_fmt_bytes(arena, sizeof arena, json_number_value(json_object_get(off, "arena_bytes")));
     ztctl_fmt_bytes(nvme, sizeof nvme, json_number_value(json_object_get(off, "nvme_bytes")));
+    ztctl_fmt_bytes(sums, sizeof sums, json_number_value(json_object_get(off, "dsum_bytes")));
     int every = (int)json_integer_value(json_object_get(off, "ckpt_every"));
     char ckpt[32] = "none";
     if (every) snprintf(ckpt, sizeof ckpt, "every %d block(s)", every);
     printf("offload: device %s = activations %s + %d of %d units with their optimizer on the "
-           "device %s + streaming arena %s\n", dev, act,
+           "device %s + gradient sums %s + streaming arena %s\n", dev, act,
            (int)json_integer_value(json_object_get(off, "gpu_units")),
-           (int)json_integer_value(json_object_get(off, "units")), units, arena);
+           (int)json_integer_value(json_object_get(off, "units")), units, sums, arena);
     int n_units = (int)json_integer_value(json_object_get(off, "units"));
     int gpu_units = (int)json_integer_value(json_object_get(off, "gpu_units"));
     int host_units = (int)json_integer_value(json_object_get(off, "host_units"));
     printf("offload: host tier %s (the optimizer of %d units), NVMe files %s (of %d units); "
-           "parameters between uses on the %s; activation checkpointing %s; estimated %.3f "
-           "s/step\n", host, host_units, nvme, n_units - gpu_units - host_units,
-           json_string_value(json_object_get(off, "params")), ckpt,
+           "parameters between uses on the %s; the step's gradient sums on the %s; activation "
+           "checkpointing %s; estimated %.3f s/step\n", host, host_units, nvme,
+           n_units - gpu_units - host_units, json_string_value(json_object_get(off, "params")),
+           !strcmp(json_string_value(json_object_get(off, "grads")) ?: "", "gpu") ? "device"
+                                                                                : "host",
+           ckpt,
            json_number_value(json_object_get(off, "est_step_s")));
     char h2d[32], d2h[32], io[32];
     ztctl_fmt_bytes(h2d, sizeof h2d, json_number_value(json_object_get(off, "h2d_bytes")));

@@ -155,6 +155,11 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
              "step of one rank delays its update)", ranks);
     return -ENOTSUP;
   }
+  if (o->grads == ZT_PLACE_GPU) {
+    snprintf(err, errlen, "offload.grads gpu with %s is not supported (the ranks reduce their "
+             "gradients where their placement puts them, engine/train/dp.h); use auto", ranks);
+    return -ENOTSUP;
+  }
   /* each rank reads its chunks of the parameters from its master files (engine/train/dp.h):
    * stage 3's chunks, optimizer nvme's files */
   if (o->params == ZT_PLACE_NVME &&

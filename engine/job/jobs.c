@@ -850,8 +850,8 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
                           zt_backend_ops_of(jobs->cfg.backend), &p, err, errlen) == 0)
     json_object_set_new(
         j, "offload",
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:I, "
-                  "s:I, s:I}",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:I, s:f, "
+                  "s:I, s:I, s:I}",
                   "host_bytes",
                   (json_int_t)p.host_bytes, "device_bytes", (json_int_t)p.device_bytes,
                   "nvme_bytes", (json_int_t)p.nvme_bytes, "act_bytes", (json_int_t)p.act_bytes,
@@ -859,6 +859,7 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
                   (json_int_t)p.arena_bytes, "units", p.units, "gpu_units", p.gpu_units,
                   "host_units", p.host_units, "grad_slots", p.grad_slots,
                   "ckpt_every", p.ckpt_every, "params", zt_offload_place_name(p.params),
+                  "grads", zt_offload_place_name(p.grads), "dsum_bytes", (json_int_t)p.dsum_bytes,
                   "est_step_s", p.est_step_s, "h2d_bytes", (json_int_t)p.h2d_bytes,
                   "d2h_bytes", (json_int_t)p.d2h_bytes, "nvme_step_bytes",
                   (json_int_t)p.nvme_step_bytes));

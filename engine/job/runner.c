@@ -259,14 +259,16 @@ static json_t *timeline_json(const zt_offload_stats *a, const zt_offload_stats *
 static json_t *offload_json(const runner *r, const zt_offload_stats *os,
                             const zt_offload_stats *prev) {
   json_t *o = json_pack(
-      "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:s}", "device_budget",
+      "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:s, s:s}",
+      "device_budget",
       (json_int_t)os->device_budget, "arena_budget", (json_int_t)os->arena_budget, "arena_peak",
       (json_int_t)os->arena_peak, "host_bytes", (json_int_t)os->host_bytes, "host_pinned",
       (json_int_t)os->host_pinned, "nvme_bytes", (json_int_t)r->nvme_bytes, "bytes_h2d",
       (json_int_t)os->bytes_h2d, "bytes_d2h", (json_int_t)os->bytes_d2h, "nvme_bytes_read",
       (json_int_t)os->nvme_bytes_read, "nvme_bytes_written", (json_int_t)os->nvme_bytes_written,
       "adam_overlapped", (json_int_t)os->adam_overlapped, "gpu_units", os->gpu_units,
-      "ckpt_every", os->ckpt_every, "params", zt_offload_place_name(os->params));
+      "ckpt_every", os->ckpt_every, "params", zt_offload_place_name(os->params), "grads",
+      zt_offload_place_name(os->grads));
   json_t *tl = prev ? timeline_json(prev, os) : NULL;
   if (o && tl) json_object_set_new(o, "timeline", tl);
   else json_decref(tl);

@@ -8,9 +8,20 @@
  * of the last micro-batch are on the host, while the device computes the next unit.
  *
  * The math is that of zt_trainer_step without offload, bit for bit: micro-batches add up in the
- * device gradient buffer, which starts as the host's running sum (ZT_STREAM_GRADS_RESUME), so
- * every gradient sees the same additions in the same order; with clipping the norm is the
- * backend's sum_squares over the same flat buffer; cpu_adam is bitwise the backend's adamw.
+ * device gradient buffer, which keeps the step's running sum (below, "Gradient sums") or starts
+ * as the host's (ZT_STREAM_GRADS_RESUME), so every gradient sees the same additions in the same
+ * order; with clipping the norm is the backend's sum_squares over the same flat buffer; cpu_adam
+ * is bitwise the backend's adamw.
+ *
+ * Gradient sums (offload.grads) with several micro-batches a step: gpu keeps the streamed units'
+ * running sums on the device, in one backend buffer over their parameters (4 bytes a parameter
+ * of device memory), zeroed at the start of the step; each micro-batch's backward adds into it
+ * and only the last one's gradients go to the host, once a step. host keeps no such buffer: each
+ * later micro-batch brings the unit's running sum up from the host before its backward and takes
+ * it back after, two copies on the backward's path per unit and micro-batch, for no device
+ * memory beyond the arena's gradient buffers. auto: with a gpu_budget, the plan the cost model
+ * finds faster (it charges host's copies to the step); without one, gpu. One micro-batch a step
+ * makes the two the same: auto is host.
  *
  * Clipping needs the global norm before any update, so with train.grad_clip > 0 the updates wait
  * for the whole backward; without it they overlap the backward. A gradient with inf/nan is then
@@ -44,8 +55,9 @@
  *
  * The gradients on the host: a flat fp32 buffer over the streamed units, which clipping (and
  * fp16's overflow check) reads whole before any update and later micro-batches resume from
- * (ZT_STREAM_GRADS_RESUME, the running sum of the step). Without these (train.grad_clip 0,
- * grad_accum 1, not fp16) a unit's gradients are needed on the host only from their write-back
+ * (grads host with several micro-batches: the running sum of the step). Without these
+ * (train.grad_clip 0, one micro-batch or grads gpu, not fp16) a unit's gradients are needed on
+ * the host only from their write-back
  * until its AdamW has read them: they go to a ring of grad_slots buffers of the largest
  * streamed unit, unit u to slot (u - gpu_units) mod grad_slots. The bound: the backward takes a
  * unit's gradients up (waits for their write-back, then submits its AdamW) two units behind the
@@ -108,7 +120,7 @@
  * updates them there); bf16/fp16 has a second compute copy and, for the fp32 tensors the units'
  * ops read, a stream copy (as NVMe units have) in two buffers too; NVMe units' stream copy is
  * doubled. The buffers swap at the drain. The update needs the step's whole gradients while the
- * next step writes its own back, unit by unit: a unit's write-back of its first micro-batch
+ * next step writes its own back, unit by unit: a unit's first write-back of the step
  * waits for the pending update of that unit, so the gradient ring is not used (the flat buffer
  * is), nor (on the cpu backend) do the device units alias the host's buffers. Refused with
  * params nvme (the streamer reads the master files the update rewrites) and, in ztd, with more
@@ -116,7 +128,7 @@
  *
  * Scope today: the cpu and cuda backends, precision fp32, bf16 or fp16; params gpu (every unit
  * resident), host (streamed within gpu_budget) or nvme (fp32 only: the files hold the masters);
- * grads on the host; optimizer on the device for the leading units, on the host, on nvme, or on
+ * the step's gradient sums on the device or the host; optimizer on the device for the leading units, on the host, on nvme, or on
  * the host for a run of units and nvme for the rest. Other placements are refused with a
  * message naming the field. */
 #ifndef ZT_TRAIN_OFFLOAD_H
@@ -137,7 +149,8 @@ typedef enum zt_offload_place {
 typedef struct zt_offload_cfg {
   zt_offload_place params;    /* home of the compute parameters between uses; auto: with a
                                  gpu_budget the planner's choice of gpu or host, else gpu */
-  zt_offload_place grads;     /* fp32 gradients of the step; auto: host */
+  zt_offload_place grads;     /* where the streamed units' gradients sum over the step's
+                                 micro-batches (above, "Gradient sums"): gpu, host or auto */
   zt_offload_place optimizer; /* fp32 masters, AdamW m and v; auto: with a gpu_budget the
                                  leading units the plan fits on the device (gpu_units), the
                                  rest on the host; with a host_budget and an nvme_dir, the host
@@ -192,7 +205,7 @@ int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_tra
  * choices included) without allocating. */
 typedef struct zt_offload_plan {
   size_t host_bytes;       /* the host arena */
-  size_t device_bytes;     /* act_bytes + gpu_unit_bytes + arena_bytes */
+  size_t device_bytes;     /* act_bytes + gpu_unit_bytes + dsum_bytes + arena_bytes */
   uint64_t nvme_bytes;     /* the NVMe files, in the store's whole blocks */
   size_t act_bytes;        /* activations of one micro-batch */
   size_t gpu_unit_bytes;   /* the units whose optimizer lives on the device */
@@ -203,6 +216,8 @@ typedef struct zt_offload_plan {
   int grad_slots;          /* the host's gradient ring (0: one flat buffer) */
   int ckpt_every;          /* activation checkpointing as resolved */
   zt_offload_place params; /* the parameters' home between uses, as resolved */
+  zt_offload_place grads;  /* where the step's gradient sums are kept, as resolved: gpu, host */
+  size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
   double est_step_s;       /* the cost model's step time (engine/tunables.h's rates) */
   /* the transfers a step is expected to make: parameters and running gradient sums to the
    * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
@@ -216,13 +231,16 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
                         const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen);
 
 typedef struct zt_offload_stats {
-  size_t device_budget;  /* gpu_budget as resolved: activations + arena */
+  size_t device_budget;  /* gpu_budget as resolved: activations + device units + gradient sums +
+                            arena */
   size_t act_bytes;      /* activations of one micro-batch (backend memory) */
   int gpu_units;         /* leading units with their optimizer on the device */
   int host_units;        /* the units after them with their optimizer on the host */
   int grad_slots;        /* the host's gradient ring (0: one flat buffer) */
   int ckpt_every;        /* the plan's activation checkpointing (train's, or auto's choice) */
   zt_offload_place params; /* the plan's home of the parameters between uses */
+  zt_offload_place grads;  /* where the step's gradient sums are kept: gpu, host */
+  size_t dsum_bytes;     /* grads gpu: their device buffer */
   double est_step_s;     /* the plan's step time by the planner's cost model */
   size_t gpu_unit_bytes; /* their device buffers */
   uint64_t gpu_unit_updates; /* unit updates run by the backend's AdamW */

@@ -112,6 +112,11 @@ typedef struct off_state {
   size_t ng_floats;
   float *d_master, *d_m, *d_v, *d_grad;
   void *d_lp;
+  /* grads gpu (offload.h "Gradient sums on the device"): the streamed units' running sums in a
+   * backend buffer over their parameters [ng_floats, n), each unit's its streamer dev_grads */
+  int dsum;
+  float *d_sum;
+  size_t dsum_bytes;   /* its footprint in the plan */
   int d_alias;
   size_t dev_unit_bytes;
   uint64_t gpu_unit_updates;
@@ -175,8 +180,8 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
       return -EINVAL;
     }
   if (c->grads == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.grads: nvme is not supported (gradients are accumulated on "
-             "the host)");
+    snprintf(err, errlen, "offload.grads: nvme is not supported (the step's gradients sum on "
+             "the device or the host)");
     return -ENOTSUP;
   }
   if (c->params == ZT_PLACE_NVME && c->optimizer != ZT_PLACE_NVME) {
@@ -188,10 +193,9 @@ int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
     snprintf(err, errlen, "offload.nvme_dir is required with an nvme placement");
     return -EINVAL;
   }
-  if (c->grads == ZT_PLACE_GPU || c->optimizer == ZT_PLACE_GPU) {
-    snprintf(err, errlen, "offload.%s: gpu keeps the optimizer on the device, which is the run "
-             "without offload; leave the offload object out for it",
-             c->grads == ZT_PLACE_GPU ? "grads" : "optimizer");
+  if (c->optimizer == ZT_PLACE_GPU) {
+    snprintf(err, errlen, "offload.optimizer: gpu keeps the optimizer on the device, which is "
+             "the run without offload; leave the offload object out for it");
     return -ENOTSUP;
   }
   if (c->gpu_units < -1) {
@@ -632,10 +636,15 @@ static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
 }
 
 /* first: the first counted micro-batch of the step, whose gradient buffers start at zero; later
- * ones continue the host's running sum. */
-static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_t errlen) {
+ * ones continue the host's running sum. last: the last counted one. With the sums on the device
+ * (dsum, zeroed by the step) every micro-batch resumes them and only the last writes them back. */
+static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *err,
+                         size_t errlen) {
   off_state *s = t->path_state;
-  unsigned gflags = ZT_STREAM_GRADS | (first ? 0u : ZT_STREAM_GRADS_RESUME);
+  unsigned gflags = ZT_STREAM_GRADS | (first && !s->dsum ? 0u : ZT_STREAM_GRADS_RESUME);
+  /* this walk's write-backs, and whether they are the step's first to the host */
+  unsigned dirty = s->dsum && !last ? 0u : ZT_STREAM_DIRTY | ZT_STREAM_STORE;
+  int first_to_host = s->dsum ? last : first;
   int done = s->nu - 1; /* the next unit to hand to unit_done */
   for (int u = s->nu - 1; u >= 0; u--) {
     void *p = NULL, *e = NULL;
@@ -657,10 +666,11 @@ static int walk_backward(zt_trainer *t, int first, overlap *ov, char *err, size_
       s->copy->ops->compute_mark(s->copy, 1);
     }
     /* a failed step's gradients are dropped, not written back */
-    unsigned rflags = rc == 0 ? ZT_STREAM_DIRTY | ZT_STREAM_STORE : 0;
+    unsigned rflags = rc == 0 ? dirty : 0;
     /* delayed: the first write-back replaces the gradients the pending update reads */
     int prc = 0;
-    if (rflags && first && s->pend && u >= s->ng && (prc = pend_wait_unit(t, u)) < 0) rflags = 0;
+    if (rflags && first_to_host && s->pend && u >= s->ng && (prc = pend_wait_unit(t, u)) < 0)
+      rflags = 0;
     /* the ring: the write-back of unit u (unit 0's too, held since the head) goes to the slot
      * whose previous user, ring units back, may still be read by its AdamW */
     if (s->ring && u >= s->ng && u + s->ring < s->nu) wait_unit_runs(s, u + s->ring);
@@ -721,8 +731,14 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
   /* delayed_update: this step's update of the streamed units runs during the next step */
   int defer = s->delayed && step > 1;
   memset(s->updated, 0, (size_t)s->nu);
-  /* the device-resident units accumulate every micro-batch in place, as without offload */
+  /* the device-resident units accumulate every micro-batch in place, as without offload; so do
+   * the streamed ones with dsum, once the last step's write-backs of their sums have landed */
   if (s->ng) o->zero(t->be.ctx, s->d_grad, s->ng_floats * sizeof(float));
+  if (s->dsum && (rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
+    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    return rc;
+  }
+  if (s->dsum) o->zero(t->be.ctx, s->d_sum, (n - s->ng_floats) * sizeof(float));
   overlap ov = {.on = 0, .hp = &hp, .bad_unit = -1};
   double loss = 0;
   int counted_micros = 0;
@@ -740,7 +756,7 @@ static int off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     s->copy->ops->compute_mark(s->copy, 1);
     /* clipping needs the norm, fp16 the overflow verdict, of the whole backward first */
     ov.on = !defer && k == last && c->grad_clip == 0 && s->dt != ZT_F16;
-    if ((rc = walk_backward(t, counted_micros == 0, &ov, err, errlen)) < 0) goto out;
+    if ((rc = walk_backward(t, counted_micros == 0, k == last, &ov, err, errlen)) < 0) goto out;
     loss += loss_sum / n_counted;
     counted_micros++;
   }
@@ -1005,7 +1021,7 @@ static int off_write_state(zt_trainer *t, int u0, int u1, const float *params, c
 
 static size_t off_backend_bytes(const zt_trainer *t) {
   const off_state *s = t->path_state;
-  return s->act_bytes + s->dev_unit_bytes + s->arena_budget;
+  return s->act_bytes + s->dev_unit_bytes + s->dsum_bytes + s->arena_budget;
 }
 
 static void off_close(zt_trainer *t) {
@@ -1033,6 +1049,7 @@ static void off_close(zt_trainer *t) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
       if (dev[i]) t->be.ops->free(t->be.ctx, dev[i]);
   }
+  if (s->d_sum) t->be.ops->free(t->be.ctx, s->d_sum);
   if (s->own_hbe) zt_backend_close(&s->hbe);
   free(s);
   t->path_state = NULL;
@@ -1261,9 +1278,10 @@ static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
-/* Every unit's parameters, the gradient buffers held and one write-back in flight, in slots. */
-static size_t all_resident_bytes(int nu, int held, size_t slot) {
-  return (size_t)(nu + held + 1) * zt_dev_arena_footprint(slot);
+/* Every unit's parameters, and (without dsum) the gradient buffers held and one write-back in
+ * flight, in slots. */
+static size_t all_resident_bytes(int nu, int held, int dsum, size_t slot) {
+  return (size_t)(nu + (dsum ? 0 : held + 1)) * zt_dev_arena_footprint(slot);
 }
 
 /* Every size the offloaded trainer takes, from the layout and the activation bytes alone: the
@@ -1279,6 +1297,8 @@ typedef struct off_sizes {
   int ng;              /* leading units with their optimizer on the device */
   size_t dev_units;    /* their device bytes */
   int all_resident;    /* the arena holds every streamed unit: each is fetched once a step */
+  int dsum;            /* grads gpu: the streamed units' gradient sums on the device */
+  size_t dsum_bytes;   /* their device buffer */
   /* the host side (host_sizes) */
   int nh;              /* units [ng, nh) with their optimizer on the host, [nh, nu) on NVMe */
   int alias;           /* the device units' buffers are the host's (open_device_units) */
@@ -1354,7 +1374,8 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   /* the ring needs the updates to overlap the backward (offload.h): not with fp16, nor with
    * the delayed update, which needs the whole step's gradients while the next step runs */
   z->ring_floats = z->largest_f32 / sizeof(float);
-  if (tc->grad_clip == 0 && tc->grad_accum == 1 && dt != ZT_F16 && !oc->delayed_update)
+  if (tc->grad_clip == 0 && (tc->grad_accum == 1 || z->dsum) && dt != ZT_F16 &&
+      !oc->delayed_update)
     z->ring = ring_slots(m, tc, oc->grad_slots, nu - z->ng, z->ring_floats * sizeof(float));
   z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring && !oc->delayed_update;
   z->lo = z->alias ? 0 : unit_start(m, z->ng);
@@ -1433,13 +1454,16 @@ static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt
   return 0;
 }
 
-/* The device side with units 0..ng-1 on the device and the rest streamed; -ENOMEM (err says
- * why, with the numbers) when they do not fit gpu_budget. */
+/* The device side with units 0..ng-1 on the device and the rest streamed, their gradient sums
+ * on the device (dsum) or not; -ENOMEM (err says why, with the numbers) when they do not fit
+ * gpu_budget. */
 static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, size_t act_bytes,
-                     int ng, off_sizes *z, char *err, size_t errlen) {
+                     int ng, int dsum, off_sizes *z, char *err, size_t errlen) {
   int nu = zt_model_num_units(m), ns = nu - ng;
+  size_t sum_floats = zt_model_num_params(m) - unit_start(m, ng);
   *z = (off_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1, .ng = ng,
-                   .dev_units = dev_unit_bytes(m, ng, dt)};
+                   .dev_units = dev_unit_bytes(m, ng, dt), .dsum = dsum,
+                   .dsum_bytes = dsum ? zt_dev_arena_footprint(sum_floats * sizeof(float)) : 0};
   zt_stream_unit *units = calloc((size_t)ns, sizeof *units);
   if (!units) {
     snprintf(err, errlen, "out of memory");
@@ -1447,15 +1471,17 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
   }
   for (int i = 0; i < ns; i++) {
     const zt_unit_info *ui = zt_model_unit(m, ng + i);
+    /* with dsum no gradient buffer comes from the arena */
     units[i] = (zt_stream_unit){.param_bytes = unit_param_bytes(m, ng + i, dt),
-                                .grad_floats = ui->numel};
+                                .grad_floats = dsum ? 0 : ui->numel};
     if (units[i].param_bytes > z->largest) z->largest = units[i].param_bytes;
     if (ui->numel * sizeof(float) > z->largest_f32) z->largest_f32 = ui->numel * sizeof(float);
   }
   /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
    * arena from fragmenting, so the budget that opens is the budget that runs. A slot holds a
-   * device copy or a gradient buffer (fp32, larger than a 16-bit device copy). */
-  z->slot = z->largest > z->largest_f32 ? z->largest : z->largest_f32;
+   * device copy or a gradient buffer (fp32, larger than a 16-bit device copy), with dsum a
+   * device copy only. */
+  z->slot = z->largest > z->largest_f32 || dsum ? z->largest : z->largest_f32;
   zt_streamer_cfg sc = {.n_units = ns, .units = units, .prefetch_depth = oc->prefetch,
                         .max_acquired = z->held, .slot_bytes = z->slot};
   size_t need = zt_streamer_min_device_bytes(&sc);
@@ -1464,7 +1490,8 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  size_t resident = all_resident_bytes(ns, z->held, z->slot), fixed = act_bytes + z->dev_units;
+  size_t resident = all_resident_bytes(ns, z->held, dsum, z->slot);
+  size_t fixed = act_bytes + z->dev_units + z->dsum_bytes;
   zt_offload_place params = oc->params != ZT_PLACE_AUTO ? oc->params
                             : oc->gpu_budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
   if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
@@ -1472,17 +1499,18 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
     if (oc->gpu_budget && fixed + resident > oc->gpu_budget) {
       snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
                "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
-               "parameters and gradient buffers %zu); offload.gpu_budget is %zu (params host "
-               "streams the units)", fixed + resident, act_bytes, ng, z->dev_units, resident,
-               oc->gpu_budget);
+               "gradient sums on the device %zu + parameters and gradient buffers %zu); "
+               "offload.gpu_budget is %zu (params host streams the units)", fixed + resident,
+               act_bytes, ng, z->dev_units, z->dsum_bytes, resident, oc->gpu_budget);
       return -ENOMEM;
     }
   } else {
     if (oc->gpu_budget < fixed + need) {
       snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
-               "(activations %zu + %d unit(s) with their optimizer on the device %zu + %d "
-               "unit(s) held and %d prefetched with their gradients %zu)", oc->gpu_budget,
-               fixed + need, act_bytes, ng, z->dev_units, z->held, oc->prefetch, need);
+               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
+               "gradient sums on the device %zu + %d unit(s) held and %d prefetched with their "
+               "gradients %zu)", oc->gpu_budget, fixed + need, act_bytes, ng, z->dev_units,
+               z->dsum_bytes, z->held, oc->prefetch, need);
       return -ENOMEM;
     }
     z->arena = oc->gpu_budget - fixed;
@@ -1504,8 +1532,9 @@ typedef struct off_plan {
 
 /* The copies a step of the plan is expected to make: each streamed unit's device copy fetched
  * once a step when the arena holds them all, else in each forward and backward (the streamer
- * keeps what fits, so this is the most); from the second micro-batch on its running gradient
- * sum copied back; its gradients to the host every micro-batch. */
+ * keeps what fits, so this is the most); its gradients to the host every micro-batch and from
+ * the second micro-batch on its running sum copied back, or with dsum its sum to the host once
+ * a step. */
 static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_plan *p,
                            double *h2d, double *d2h) {
   double ga = tc->grad_accum, fetch = 0, grads = 0;
@@ -1514,8 +1543,9 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_
     grads += (double)zt_model_unit(m, u)->numel * sizeof(float);
   }
   double fetches = p->params == ZT_PLACE_GPU || p->z.all_resident ? 1 : 2 * ga;
-  *h2d = fetch * fetches + grads * (ga - 1);
-  *d2h = grads * ga;
+  double moves = p->z.dsum ? 1 : ga;
+  *h2d = fetch * fetches + grads * (moves - 1);
+  *d2h = grads * moves;
 }
 
 /* The cost model that ranks the plans that fit (tunables in engine/tunables.h): per step, the
@@ -1525,9 +1555,11 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_
  * of the device units it hides under (nothing hides it with clipping or fp16, which need the
  * whole backward first; the last streamed unit's update never is), the copies beyond the
  * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
- * checkpointing against units on the device against resident parameters against NVMe. With the
- * delayed update the host's work runs beside the next step's instead: the step is the longer of
- * the two. */
+ * checkpointing against units on the device against resident parameters against NVMe. Running
+ * gradient sums on the host (no dsum) put two copies of each streamed unit's gradients on the
+ * backward's path in every later micro-batch: up before its backward, back after it (session 6
+ * measured them as 21% of a grad_accum 4 step). With the delayed update the host's work runs
+ * beside the next step's instead: the step is the longer of the two. */
 static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
@@ -1546,7 +1578,8 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
   double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
-  double rest = fmax(0, copies - compute) + p_dev * 18 / 3e12;
+  double resumed = p->z.dsum ? 0 : 2 * (ga - 1) * p_cpu * sizeof(float) / ZT_TUNE_PLAN_LINK_BYTES;
+  double rest = fmax(0, copies - compute) + resumed + p_dev * 18 / 3e12;
   if (p->delayed) return fmax(compute + rest, cpu);
   return compute + fmax(last, cpu - hidden) + rest;
 }
@@ -1554,8 +1587,8 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_pla
 /* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
  * the host and NVMe sides follow (place_optimizer). */
 static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                    const zt_ops *ops, int ck, zt_offload_place place, int ng, off_plan *p,
-                    char *err, size_t errlen) {
+                    const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
+                    off_plan *p, char *err, size_t errlen) {
   zt_offload_cfg c = *oc;
   c.params = place;
   *p = (off_plan){.ckpt_every = ck, .params = place, .delayed = oc->delayed_update,
@@ -1565,7 +1598,7 @@ static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_
              "activations", ck);
     return -EINVAL;
   }
-  int rc = sizes_for(m, &c, tc->precision, p->act_bytes, ng, &p->z, err, errlen);
+  int rc = sizes_for(m, &c, tc->precision, p->act_bytes, ng, dsum, &p->z, err, errlen);
   if (rc == 0)
     rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, &p->z, err, errlen);
   if (rc == 0) p->est_s = plan_cost(m, tc, p);
@@ -1573,11 +1606,12 @@ static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_
 }
 
 /* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
- * (activation checkpointing, params gpu or host, the units with their optimizer on the device)
- * searched for the cheapest plan by plan_cost that fits, the host and NVMe sides of each
- * decided by place_optimizer. Without a budget auto means the plain choice: no checkpointing,
- * every unit resident, no unit's optimizer on the device (the budget is then what that takes).
- * At least one unit is always streamed. */
+ * (activation checkpointing, params gpu or host, the units with their optimizer on the device,
+ * with several micro-batches the gradient sums on the device or the host) searched for the
+ * cheapest plan by plan_cost that fits, the host and NVMe sides of each decided by
+ * place_optimizer. Without a budget auto means the plain choice: no checkpointing, every unit
+ * resident, no unit's optimizer on the device, the sums on the device when there are several
+ * micro-batches (the budget is then what that takes). At least one unit is always streamed. */
 static int off_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                        const zt_ops *ops, off_plan *best, char *err, size_t errlen) {
   int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers, budget = oc->gpu_budget > 0;
@@ -1598,26 +1632,31 @@ static int off_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
   int ng_hi = oc->gpu_units >= 0 ? oc->gpu_units
               : oc->optimizer == ZT_PLACE_AUTO && budget ? nu - 1 : 0;
   int ng_lo = oc->gpu_units >= 0 ? oc->gpu_units : 0;
+  int several = tc->grad_accum > 1;
+  int ds_hi = oc->grads == ZT_PLACE_GPU || (oc->grads == ZT_PLACE_AUTO && several);
+  int ds_lo = oc->grads == ZT_PLACE_GPU || (oc->grads == ZT_PLACE_AUTO && several && !budget);
   int found = 0;
   for (int ck = ck_lo; ck <= ck_hi; ck++)
     for (int pl = 0; pl < 2; pl++) {
       if (pl && places[1] == places[0]) break;
-      for (int ng = ng_hi; ng >= ng_lo; ng--) {
-        char why[512];
-        off_plan p;
-        int rc = plan_try(m, tc, oc, ops, ck, places[pl], ng, &p, why, sizeof why);
-        if (rc == -EINVAL && !p.act_bytes) {
-          snprintf(err, errlen, "%s", why);
-          return rc;
+      for (int ng = ng_hi; ng >= ng_lo; ng--)
+        for (int ds = ds_hi; ds >= ds_lo; ds--) {
+          char why[512];
+          off_plan p;
+          int rc = plan_try(m, tc, oc, ops, ck, places[pl], ng, ds, &p, why, sizeof why);
+          if (rc == -EINVAL && !p.act_bytes) {
+            snprintf(err, errlen, "%s", why);
+            return rc;
+          }
+          if (rc < 0) continue;
+          if (!found || p.est_s < best->est_s) *best = p;
+          found = 1;
         }
-        if (rc < 0) continue;
-        if (!found || p.est_s < best->est_s) *best = p;
-        found = 1;
-      }
     }
   if (found) return 0;
   /* nothing fits: the refusal of the plan that needs the least device memory */
-  return plan_try(m, tc, oc, ops, ck_auto ? 1 : ck_lo, places[1], ng_lo, best, err, errlen);
+  return plan_try(m, tc, oc, ops, ck_auto ? 1 : ck_lo, places[1], ng_lo, ds_lo, best, err,
+                  errlen);
 }
 
 /* What the offloaded step runs on today: the cpu and cuda backends, fp32, bf16 or fp16 compute
@@ -1648,7 +1687,8 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
   if (rc == 0) rc = off_plan_of(m, tc, oc, ops, &p, err, errlen);
   if (rc == 0) {
     *out = (zt_offload_plan){.host_bytes = p.z.host,
-                             .device_bytes = p.act_bytes + p.z.dev_units + p.z.arena,
+                             .device_bytes = p.act_bytes + p.z.dev_units + p.z.dsum_bytes +
+                                             p.z.arena,
                              .nvme_bytes = nvme_file_bytes(m, p.z.nh),
                              .act_bytes = p.act_bytes,
                              .gpu_unit_bytes = p.z.dev_units,
@@ -1659,6 +1699,8 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
                              .grad_slots = p.z.ring,
                              .ckpt_every = p.ckpt_every,
                              .params = p.params,
+                             .grads = p.z.dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
+                             .dsum_bytes = p.z.dsum_bytes,
                              .est_step_s = p.est_s};
     double h2d, d2h;
     plan_transfers(m, tc, &p, &h2d, &d2h);
@@ -1782,6 +1824,8 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   s->ring_floats = z.ring_floats;
   s->ng_floats = s->ng ? zt_model_unit(t->model, s->ng)->offset : 0;
   s->dev_unit_bytes = z.dev_units;
+  s->dsum = z.dsum;
+  s->dsum_bytes = z.dsum_bytes;
   s->host_bytes = z.host;
   if ((rc = zt_host_arena_open(&s->host, s->host_bytes, on_gpu ? zt_host_mem_cuda() : NULL)) < 0) {
     snprintf(err, errlen, "offload: opening the host arena failed (%d)", rc);
@@ -1852,13 +1896,20 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
    * their file; bf16/fp16: the pieces its ops read, from the masters and the compute copy;
    * delayed: pieces too, which the drain points at the buffers made current */
   if ((s->dt != ZT_F32 || s->delayed) && (rc = build_pieces(t)) < 0) goto no_memory;
+  if (s->dsum && !(s->d_sum = be->ops->alloc(be->ctx, (n - s->ng_floats) * sizeof(float)))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "offload: allocating %zu device bytes for the streamed units' gradient "
+             "sums failed", (n - s->ng_floats) * sizeof(float));
+    goto out;
+  }
   /* the streamer's unit i is unit ng + i */
   for (int u = s->ng; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
     zt_stream_unit *x = &units[u - s->ng];
     *x = (zt_stream_unit){.param_bytes = unit_param_bytes(t->model, u, s->dt),
                           .grad_floats = ui->numel,
-                          .host_grads = grads_of(t, u)};
+                          .host_grads = grads_of(t, u),
+                          .dev_grads = s->d_sum ? s->d_sum + (ui->offset - s->ng_floats) : NULL};
     if (s->pieces) {
       x->pieces = s->pieces + s->first_piece[u];
       x->n_pieces = s->first_piece[u + 1] - s->first_piece[u];
@@ -1921,7 +1972,10 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
   s->copy->ops->busy(s->copy, &cb);
   zt_cpu_pool_stats ps;
   zt_cpu_pool_get_stats(s->pool, &ps);
-  *out = (zt_offload_stats){.device_budget = s->act_bytes + s->dev_unit_bytes + s->arena_budget,
+  *out = (zt_offload_stats){.device_budget = s->act_bytes + s->dev_unit_bytes + s->dsum_bytes +
+                                             s->arena_budget,
+                            .grads = s->dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
+                            .dsum_bytes = s->dsum_bytes,
                             .gpu_units = s->ng,
                             .host_units = s->nh - s->ng,
                             .grad_slots = s->ring,

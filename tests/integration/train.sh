@@ -30,12 +30,13 @@ o = p["offload"]
 assert p["backend"] == sys.argv[2] and p["params"] > 0, p
 assert o["device_bytes"] == p["backend_bytes"] == int(sys.argv[1]), p
 assert o["host_bytes"] > 0 and o["nvme_bytes"] > 0 and o["units"] > o["gpu_units"] == 0, p
-assert o["device_bytes"] == o["act_bytes"] + o["gpu_unit_bytes"] + o["arena_bytes"], p
+assert o["device_bytes"] == o["act_bytes"] + o["gpu_unit_bytes"] + o["dsum_bytes"] + o["arena_bytes"], p
+assert (o["grads"] == "gpu") == (o["dsum_bytes"] > 0) and o["grads"] in ("gpu", "host"), p
 assert o["params"] == "nvme" and o["ckpt_every"] == 0 and o["est_step_s"] > 0, p' "$need" "$backend" || fail "plan of the offloaded job: $(ztctl --json plan "$ZT_TMP/off.json")"
 # the human form says the same: the device side by part, the tiers, the plan's choices
-ztctl plan "$ZT_TMP/off.json" | grep -q "^offload: device .* = activations .* + 0 of [0-9]* units with their optimizer on the device .* + streaming arena" ||
+ztctl plan "$ZT_TMP/off.json" | grep -q "^offload: device .* = activations .* + 0 of [0-9]* units with their optimizer on the device .* + gradient sums .* + streaming arena" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"
-ztctl plan "$ZT_TMP/off.json" | grep -q "parameters between uses on the nvme; activation checkpointing none; estimated .* s/step" ||
+ztctl plan "$ZT_TMP/off.json" | grep -Eq "parameters between uses on the nvme; the step's gradient sums on the (host|device); activation checkpointing none; estimated .* s/step" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"
 ztctl plan "$ZT_TMP/off.json" | grep -q "^offload: expected per step: .* to the device, .* to the host, .* of NVMe I/O" ||
   fail "ztctl plan: $(ztctl plan "$ZT_TMP/off.json")"

@@ -187,6 +187,7 @@ def main():
               f"(arena peak {z['offload']['arena_peak'] / 2**30:.2f} of {z['offload']['arena_budget'] / 2**30:.2f}), "
               f"host {z['offload']['host_bytes'] / 2**30:.2f} GiB, {o['gpu_units']} units' optimizer "
               f"on the GPU ({o['gpu_unit_bytes'] / 2**30:.2f} GiB); plan: params {o['params']}, "
+              f"gradient sums {o['grads']} ({o['dsum_bytes'] / 2**30:.2f} GiB), "
               f"checkpointing every {o['ckpt_every']}, estimated {o['est_step_s'] * 1e3:.0f} ms",
               flush=True)
         print("    waited on: " + ", ".join(f"{k} {v:.0%}" for k, v in waits.items()), flush=True)

@@ -7,7 +7,8 @@
  * late, step 1's at once). The delayed losses equal the run without the delay in steps 1-2 and
  * differ from it from step 3 on, so a delay silently ignored fails. fp32, bf16 and fp16 (a scale
  * that overflows at first, skipped steps), clipping or not, one micro-batch a step (a step of
- * padding alone among them) or two, parameters resident or streamed, the optimizer on the host,
+ * padding alone among them) or two (their gradient sums on the host or the device),
+ * parameters resident or streamed, the optimizer on the host,
  * on NVMe or split, device units beside streamed ones. The state after the run (its pending
  * update drained) is the reference's; a checkpoint in the middle holds the state with every
  * update landed, and a trainer resumed from it continues bitwise as the one that wrote it. The
@@ -439,6 +440,13 @@ int main(void) {
     fails += check_case(a, "host, resident", train_cfg(0), host, 0, NULL);
     g_ga = 2;
     fails += check_case(a, "host, streamed, clipped", train_cfg(0.5f), host, 1, dir);
+    /* the step's gradient sums on the host and on the device: the first write-back to the host
+     * of a step waits for the pending update of the unit either way */
+    zt_offload_cfg sums = host;
+    sums.grads = ZT_PLACE_HOST;
+    fails += check_case(a, "grads host, streamed", train_cfg(0), sums, 1, NULL);
+    sums.grads = ZT_PLACE_GPU;
+    fails += check_case(a, "grads gpu, streamed, clipped", train_cfg(0.5f), sums, 1, NULL);
     zt_offload_cfg dev = host;
     dev.gpu_units = 2;
     fails += check_case(a, "2 device units, host", train_cfg(0), dev, 0, NULL);

@@ -7,8 +7,8 @@
  * overruns the host, on NVMe alone the NVMe budget, and clipping (the flat gradient buffer)
  * leaves too little host for the split. Prints the plan. Then GPT-2 124M and 1.5B (B 8, T 1024,
  * bf16) under gpu_budget 24 GiB with everything auto, issue 5's benchmark: 124M keeps every unit
- * on the device without recompute (the target is the no-budget time), 1.5B fits the budget;
- * both plans are printed. */
+ * on the device without recompute (the target is the no-budget time), 1.5B fits the budget,
+ * with grad_accum 4 keeping the step's gradient sums on the device; the plans are printed. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,14 +20,16 @@
 
 #define GiB ((size_t)1 << 30)
 
-/* GPT-2 of d_model d and L layers (vocab 50304, T 1024, B 8, bf16) under 24 GiB, all auto. */
-static int gpt2_plan(const zt_ops *ops, int d, int L, int nh, zt_offload_plan *p) {
+/* GPT-2 of d_model d and L layers (vocab 50304, T 1024, B 8, ga micro-batches a step, bf16)
+ * under 24 GiB, all auto. */
+static int gpt2_plan(const zt_ops *ops, int d, int L, int nh, int ga, zt_offload_plan *p) {
   char err[1024];
   zt_model_cfg mc = {.arch = ZT_ARCH_GPT, .vocab = 50304, .seq_len = 1024, .d_model = d,
                      .n_heads = nh, .n_layers = L, .init_seed = 1};
   zt_train_cfg tc;
   zt_train_cfg_defaults(&tc);
   tc.micro_batch = 8;
+  tc.grad_accum = ga;
   tc.precision = ZT_BF16;
   tc.ckpt_every = ZT_CKPT_AUTO;
   zt_offload_cfg oc;
@@ -35,9 +37,10 @@ static int gpt2_plan(const zt_ops *ops, int d, int L, int nh, zt_offload_plan *p
   oc.gpu_budget = 24 * GiB;
   int rc = zt_offload_estimate(&mc, &tc, &oc, ops, p, err, sizeof err);
   if (MC_EXPECT(rc == 0, "GPT-2 d %d: %s", d, err)) return 1;
-  printf("GPT-2 d %d, %d layers on %s under 24 GiB: %d of %d units' optimizer on the device, "
-         "params %s, checkpointing every %d, device %zu bytes, host %zu, estimated %.0f ms\n", d,
-         L, ops->name, p->gpu_units, p->units, zt_offload_place_name(p->params), p->ckpt_every,
+  printf("GPT-2 d %d, %d layers, grad_accum %d on %s under 24 GiB: %d of %d units' optimizer "
+         "on the device, params %s, gradient sums on the %s, checkpointing every %d, device %zu "
+         "bytes, host %zu, estimated %.0f ms\n", d, L, ga, ops->name, p->gpu_units, p->units,
+         zt_offload_place_name(p->params), zt_offload_place_name(p->grads), p->ckpt_every,
          p->device_bytes, p->host_bytes, p->est_step_s * 1e3);
   return MC_EXPECT(p->device_bytes <= 24 * GiB, "over the budget: %zu", p->device_bytes);
 }
@@ -94,7 +97,7 @@ int main(void) {
   }
 
   zt_offload_plan small, big;
-  if (gpt2_plan(ops, 768, 12, 12, &small) == 0)
+  if (gpt2_plan(ops, 768, 12, 12, 1, &small) == 0)
     fails += MC_EXPECT(small.ckpt_every == 0 && small.params == ZT_PLACE_GPU &&
                            small.gpu_units >= small.units - 1,
                        "124M: checkpointing %d, params %s, %d of %d units on the device",
@@ -102,7 +105,14 @@ int main(void) {
                        small.units);
   else
     fails++;
-  fails += gpt2_plan(ops, 1600, 48, 25, &big);
+  fails += gpt2_plan(ops, 1600, 48, 25, 1, &big);
+  /* four micro-batches a step: the running sums stay on the device (host's would cross the
+   * link twice per unit and later micro-batch) */
+  if (gpt2_plan(ops, 1600, 48, 25, 4, &big) == 0)
+    fails += MC_EXPECT(big.grads == ZT_PLACE_GPU && big.dsum_bytes > 0, "1.5B, grad_accum 4: "
+                       "sums on the %s", zt_offload_place_name(big.grads));
+  else
+    fails++;
 
   /* the optimizer on the host alone: the host budget cannot hold it */
   zt_offload_cfg host = oc;

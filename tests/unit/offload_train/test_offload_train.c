@@ -13,7 +13,9 @@
  * in, started at a loss scale that overflows and with a short growth interval: the same steps
  * skipped and the same scales as without offload, the skipped steps updating nothing (not even
  * a refetch of the resident units), a checkpoint in the middle carrying the scaler; a step
- * whose gradients are nan is skipped, never an error. */
+ * whose gradients are nan is skipped, never an error. The step's gradient sums over several
+ * micro-batches on the device (grads gpu, which also takes the ring without clipping) and on the
+ * host (grads host, each later micro-batch resuming from them) in the placements above. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -239,8 +241,24 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   if (oc.host_units >= 0)
     fails += MC_EXPECT(st.host_units == oc.host_units, "%s: %d units on the host, asked %d",
                        what, st.host_units, oc.host_units);
-  /* the gradient ring exactly when no clipping and one micro-batch a step, not in fp16 */
-  int ring = tc.grad_clip == 0 && tc.grad_accum == 1 && tc.precision != ZT_F16;
+  /* the step's gradient sums where asked; auto without a budget: on the device with several
+   * micro-batches (with one the two are the same: host) */
+  zt_offload_place sums = oc.grads != ZT_PLACE_AUTO ? oc.grads
+                          : tc.grad_accum > 1 && !oc.gpu_budget ? ZT_PLACE_GPU
+                          : tc.grad_accum == 1 ? ZT_PLACE_HOST
+                                               : st.grads;
+  fails += MC_EXPECT(st.grads == sums && (st.dsum_bytes > 0) == (sums == ZT_PLACE_GPU),
+                     "%s: gradient sums on the %s (%zu device bytes), expected %s", what,
+                     zt_offload_place_name(st.grads), st.dsum_bytes, zt_offload_place_name(sums));
+  /* with them on the device each streamed unit's gradients go to the host once a step */
+  if (sums == ZT_PLACE_GPU)
+    fails += MC_EXPECT(st.grad_writebacks <= (uint64_t)STEPS * nu, "%s: %llu write-backs over "
+                       "%d steps of %d streamed units", what,
+                       (unsigned long long)st.grad_writebacks, STEPS, nu);
+  /* the gradient ring exactly when no clipping, one micro-batch a step or the sums on the
+   * device, not in fp16 */
+  int ring = tc.grad_clip == 0 && (tc.grad_accum == 1 || sums == ZT_PLACE_GPU) &&
+             tc.precision != ZT_F16;
   /* asked: that many (at most the streamed units); the planner's: the tiny model's CPU AdamW
    * of a unit outlasts its backward by the cost model's rates, so every streamed unit, which
    * the flat buffer holds (0 slots) */
@@ -262,6 +280,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   fails += MC_EXPECT(plan.gpu_units == st.gpu_units && plan.host_units == st.host_units &&
                      plan.grad_slots == st.grad_slots && plan.ckpt_every == st.ckpt_every &&
                      plan.params == st.params && plan.est_step_s == st.est_step_s &&
+                     plan.grads == st.grads && plan.dsum_bytes == st.dsum_bytes &&
                      plan.act_bytes == st.act_bytes && plan.arena_bytes == st.arena_budget &&
                      plan.gpu_unit_bytes == st.gpu_unit_bytes,
                      "%s: the plan is not what the trainer runs", what);
@@ -281,7 +300,8 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   fails += MC_EXPECT(st.host_used == st.host_bytes, "%s: host arena %zu bytes, %zu used", what,
                      st.host_bytes, st.host_used);
   fails += MC_EXPECT(est_host == st.host_bytes && est_dev == st.device_budget &&
-                     st.device_budget == st.act_bytes + st.gpu_unit_bytes + st.arena_budget,
+                     st.device_budget ==
+                         st.act_bytes + st.gpu_unit_bytes + st.dsum_bytes + st.arena_budget,
                      "%s: estimate host %zu device %zu, trainer host %zu device %zu", what,
                      est_host, est_dev, st.host_bytes, st.device_budget);
   fails += MC_EXPECT(st.adam_units == (uint64_t)(STEPS - skipped) * nu, "%s: %llu unit "
@@ -589,10 +609,6 @@ static int check_refusals(void) {
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
                      strstr(err, "offload.grads"), "nvme grads: %s", err);
   zt_offload_cfg_defaults(&oc);
-  oc.grads = ZT_PLACE_GPU;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
-                     strstr(err, "offload.grads"), "gpu grads: %s", err);
-  zt_offload_cfg_defaults(&oc);
   oc.prefetch = 17;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.prefetch"), "prefetch: %s", err);
@@ -851,6 +867,14 @@ int main(int argc, char **argv) {
       g_ga = 2;
       fails += check_case(archs[i], "2 micro-batches, 2 host units, rest nvme, streamed",
                           train_cfg(0, 0), oc, 1);
+      oc.grads = ZT_PLACE_GPU;
+      fails += check_case(archs[i], "grads gpu, 2 host units, rest nvme, streamed, clipped",
+                          train_cfg(0.5f, 0), oc, 1);
+      oc.params = ZT_PLACE_NVME;
+      fails += check_case(archs[i], "grads gpu, params nvme past 2 host units, ring",
+                          train_cfg(0, 1), oc, 1);
+      oc.params = ZT_PLACE_HOST;
+      oc.grads = ZT_PLACE_AUTO;
       g_ga = GA;
       fails += check_resume(archs[i], oc, all_host, 0.5f, "2 host units into host", tmp);
       bf = train_cfg(0.5f, 0);
@@ -916,11 +940,37 @@ int main(int argc, char **argv) {
     fails += check_case(archs[i], "bf16, ring, 2 device units", bf, oc, 0);
     oc.gpu_units = -1;
     fails += check_resume(archs[i], oc, oc, 0, "ring", tmp);
+    /* several micro-batches with the sums on the device: the ring too */
+    oc.grads = ZT_PLACE_GPU;
+    g_ga = GA;
+    fails += check_case(archs[i], "grads gpu, ring, streamed", train_cfg(0, 0), oc, 1);
+    bf = train_cfg(0, 0);
+    bf.precision = ZT_BF16;
+    oc.gpu_units = 2;
+    fails += check_case(archs[i], "bf16, grads gpu, ring, 2 device units", bf, oc, 0);
+    oc.gpu_units = -1;
+    oc.grads = ZT_PLACE_AUTO;
     oc.grad_slots = 0;
     g_ga = 2;
     fails += check_case(archs[i], "2 micro-batches, overlapped, streamed", train_cfg(0, 0), oc,
                         1);
     g_ga = GA;
+    /* the step's gradient sums on the host (each later micro-batch resumes from them) and on
+     * the device, both ways of updating */
+    oc.grads = ZT_PLACE_HOST;
+    fails += check_case(archs[i], "grads host, streamed, overlapped", train_cfg(0, 0), oc, 1);
+    fails += check_case(archs[i], "grads host, resident, clipped", train_cfg(0.5f, 0), oc, 0);
+    oc.grads = ZT_PLACE_GPU;
+    fails += check_case(archs[i], "grads gpu, streamed, clipped, checkpointed",
+                        train_cfg(0.5f, 1), oc, 1);
+    bf = train_cfg(0, 0);
+    bf.precision = ZT_BF16;
+    oc.gpu_units = 2;
+    fails += check_case(archs[i], "bf16, grads gpu, 2 device units, streamed, overlapped", bf,
+                        oc, 1);
+    oc.gpu_units = -1;
+    fails += check_resume(archs[i], oc, oc, 0, "grads gpu", tmp);
+    oc.grads = ZT_PLACE_AUTO;
     fails += check_auto_units(archs[i]);
     fails += check_auto_ckpt(archs[i]);
     /* fp16: the placements bf16 runs in; the updates always after the backward */
@@ -938,6 +988,11 @@ int main(int argc, char **argv) {
     g_ga = 1; /* no ring in fp16: the flat gradients */
     fails += check_case(archs[i], "fp16, one micro-batch, streamed", train_cfg(0, 0), oc, 1);
     g_ga = GA;
+    oc.grads = ZT_PLACE_GPU;
+    fails += check_case(archs[i], "fp16, grads gpu, streamed", train_cfg(0, 0), oc, 1);
+    oc.grads = ZT_PLACE_HOST;
+    fails += check_case(archs[i], "fp16, grads host, streamed", train_cfg(0, 0), oc, 1);
+    oc.grads = ZT_PLACE_AUTO;
     fails += check_resume(archs[i], oc, oc, 0, "fp16, host", tmp);
     g_dt = ZT_F32;
   }
