@@ -628,10 +628,15 @@ int zt_streamer_release(zt_streamer *s, int unit, unsigned flags) {
   x->last_use = ++s->tick;
   /* the compute queued while it was held is its buffers' last use so far */
   int64_t now = s->cfg.copy->ops->compute_ticket(s->cfg.copy);
-  if (now < 0) return fail(s, (int)now, "streamer: marking the compute failed: %s", strerror((int)-now));
+  if (now < 0) { /* the release still happens; a failed engine fails every later copy too */
+    rc = fail(s, (int)now, "streamer: marking the compute failed: %s", strerror((int)-now));
+    now = x->used;
+  }
   x->used = now;
   if (x->holds == 0 && x->grad) {
-    if ((flags & ZT_STREAM_DIRTY) && !(flags & ZT_STREAM_STORE) &&
+    if (rc < 0) {
+      free_grads(s, x, x->grad, now);
+    } else if ((flags & ZT_STREAM_DIRTY) && !(flags & ZT_STREAM_STORE) &&
         !s->cfg.copy->ops->grad_accumulate) {
       rc = fail(s, -ENOTSUP, "streamer: the %s copy engine cannot accumulate on the host; "
                 "release with ZT_STREAM_STORE", s->cfg.copy->ops->name);

@@ -256,10 +256,13 @@ static int stream_fail(zt_trainer *t, int rc, char *err, size_t errlen) {
   return rc;
 }
 
-/* Prefetches are advisory: -EAGAIN (no room without waiting) leaves the fetch to the acquire. */
+/* The walk's next `prefetch` streamed units after u; in the forward through the device units,
+ * the first streamed ones, whose copies then run beside those units' compute. Prefetches are
+ * advisory: -EAGAIN (no room without waiting) leaves the fetch to the acquire. */
 static int prefetch_from(off_state *s, int u, int dir) {
-  for (int d = 1; d <= s->oc.prefetch; d++) {
-    int v = u + d * dir;
+  int v0 = dir > 0 && u + 1 < s->ng ? s->ng : u + dir;
+  for (int d = 0; d < s->oc.prefetch; d++) {
+    int v = v0 + d * dir;
     if (v < s->ng || v >= s->nu) break;
     int rc = zt_streamer_prefetch(s->st, v - s->ng);
     if (rc < 0 && rc != -EAGAIN) return rc;
