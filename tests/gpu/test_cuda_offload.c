@@ -1,6 +1,7 @@
 /* The offloaded step on the cuda backend against the cuda run without offload, for both archs in
  * fp32, bf16 and fp16 (V 256, T 64, C 128, NH 4, L 4, B 4, grad_accum 2, clipping on and off),
- * with every unit resident, streamed from the host within the smallest budget that opens, and
+ * with every unit resident (the step's gradient sums on the device, and on the host), streamed
+ * from the host within the smallest budget that opens, and
  * with the optimizer state on NVMe, and with the first two units' optimizer on the device:
  * per-step losses within TOL_F32 / TOL_LP relative (the AdamW runs on the CPU there, on the GPU
  * here: the same formula, rounded differently); the arena's peak within its budget; the host
@@ -144,8 +145,9 @@ static void stream_within_least(const zt_backend *gpu, const zt_model_cfg *mc,
   oc->gpu_budget = hi;
 }
 
-typedef enum placement { RESIDENT, STREAMED, OPT_NVME, DEVICE_UNITS } placement;
-static const char *const placement_names[] = {"resident", "streamed", "optimizer nvme",
+typedef enum placement { RESIDENT, SUMS_HOST, STREAMED, OPT_NVME, DEVICE_UNITS } placement;
+static const char *const placement_names[] = {"resident", "resident, sums on the host",
+                                              "streamed", "optimizer nvme",
                                               "2 device units, streamed"};
 
 static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, placement pl,
@@ -171,7 +173,8 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   zt_trainer *a = NULL, *b = NULL;
   double ref[STEPS], off[STEPS];
   if (pl == DEVICE_UNITS) oc.gpu_units = 2;
-  if (pl != RESIDENT) stream_within_least(gpu, &mc, &tc, &oc);
+  if (pl == SUMS_HOST) oc.grads = ZT_PLACE_HOST;
+  if (pl != RESIDENT && pl != SUMS_HOST) stream_within_least(gpu, &mc, &tc, &oc);
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, gpu, err, sizeof err) == 0, "%s: %s", what, err) ||
       MC_EXPECT(zt_trainer_open_offload(&b, &mc, &tc, &oc, gpu, err, sizeof err) == 0, "%s: %s",
                 what, err)) {
@@ -195,11 +198,15 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
                      st.host_pinned, st.host_bytes);
   /* fp16: one step skipped, which updates nothing and leaves the device copies valid */
   int skipped = dt == ZT_F16;
-  if (pl == RESIDENT) {
-    /* the pieces once a step but after the skipped one, and from the second micro-batch on each
-     * unit's running sum */
+  if (pl == RESIDENT || pl == SUMS_HOST) {
+    /* the pieces once a step but after the skipped one; with the sums on the host (without a
+     * budget auto keeps them on the device) from the second micro-batch on each unit's running
+     * sum */
+    zt_offload_place sums = pl == SUMS_HOST ? ZT_PLACE_HOST : ZT_PLACE_GPU;
     uint64_t want = (STEPS - skipped) * piece_bytes(&mc, dt) +
-                    STEPS * (GA - 1) * piece_bytes(&mc, ZT_F32);
+                    (sums == ZT_PLACE_HOST ? STEPS * (GA - 1) * piece_bytes(&mc, ZT_F32) : 0);
+    fails += MC_EXPECT(st.grads == sums, "%s: gradient sums on the %s", what,
+                       zt_offload_place_name(st.grads));
     fails += MC_EXPECT(st.bytes_h2d == want, "%s: %llu bytes to the device, the pieces are %llu",
                        what, (unsigned long long)st.bytes_h2d, (unsigned long long)want);
   } else {
@@ -311,6 +318,7 @@ int main(void) {
   for (int i = 0; i < 2; i++)
     for (int d = 0; d < 3; d++) {
       fails += check(&gpu, archs[i], dts[d], 0, RESIDENT, tmp);
+      fails += check(&gpu, archs[i], dts[d], 0, SUMS_HOST, tmp);
       fails += check(&gpu, archs[i], dts[d], 1.0f, STREAMED, tmp);
       if (have_uring) fails += check(&gpu, archs[i], dts[d], 0, OPT_NVME, tmp);
       fails += check(&gpu, archs[i], dts[d], 1.0f, DEVICE_UNITS, tmp);

@@ -211,8 +211,8 @@ static int same_ranked(const char *ref, const char *dir, int W, const char *what
   const char *same[] = {"manifest.json", "model.safetensors"};
   const char *none[] = {"optimizer.safetensors", "trainer.json", "probe"};
   for (size_t i = 0; i < 2 + (size_t)W; i++) {
-    char rank[32];
-    snprintf(rank, sizeof rank, "rank-%zu.safetensors", i - 2);
+    char rank[48];
+    snprintf(rank, sizeof rank, "rank-%zu.safetensors", i < 2 ? 0 : i - 2);
     snprintf(a, sizeof a, "%s/%s", ref, i < 2 ? same[i] : rank);
     snprintf(b, sizeof b, "%s/%s", dir, i < 2 ? same[i] : rank);
     fails += mc_same_file(a, b);
