@@ -4,7 +4,7 @@
  * collective) and then driven from two threads at once, against one trainer running all W
  * ranks on the same tokens. For stages 1, 2, 3, both archs, an even and uneven split, and bf16:
  * - losses and norms bitwise those of the one trainer, on both parts, also when the parts
- *   offload (optimizer host, some or all units; params host for stage 3);
+ *   offload (optimizer host or nvme, some or all units; params host or nvme for stage 3);
  * - step flags set on either part come back ORed in both parts' results (and in the one
  *   trainer's; a plain trainer reports 0);
  * - a checkpoint saved by the rank-0 part while the other sends its state (both parts see the
@@ -980,6 +980,9 @@ int main(void) {
       /* optimizer nvme: the state calls read and write each rank's files */
       {ZT_ARCH_GPT, 2, 3, 1, 2, 0.5f, ZT_F32, 1e-6, ZT_PLACE_NVME, ZT_PLACE_AUTO, 1},
       {ZT_ARCH_GPT, 3, 3, 2, 2, 0.0f, ZT_BF16, 1e-4, ZT_PLACE_NVME, ZT_PLACE_HOST, 0},
+      /* params nvme: each rank's chunks read from its master files before each gather */
+      {ZT_ARCH_GPT, 3, 3, 1, 2, 0.5f, ZT_F32, 1e-6, ZT_PLACE_NVME, ZT_PLACE_NVME, 1},
+      {ZT_ARCH_ENCODER, 3, 3, 2, 2, 0.0f, ZT_BF16, 1e-4, ZT_PLACE_NVME, ZT_PLACE_NVME, 0},
   };
   int fails = 0, counted = mc_heap_count_start() == 0;
   /* io_uring may be forbidden here (a sandbox, an old kernel) */
