@@ -15,7 +15,8 @@
 # in files): a stage 2 job trains bitwise as on the device, its plan moves bytes from NVMe to the
 # host tier, and host_units without optimizer nvme or past the model's units is refused. Params
 # nvme (stage 3, optimizer nvme: each rank reads its chunks of the NVMe units' parameters from
-# its master files before each gather): a job trains bitwise as on the device, its plan says
+# its master files before each gather): a job trains bitwise as on the device (also under a
+# gpu_budget that auto resolves), its plan says
 # params nvme with the files of optimizer nvme and the device bytes of params host, and fewer
 # host bytes than params host; below stage 3 or without optimizer nvme it is refused.
 . "$(dirname "$0")/lib.sh"
@@ -56,7 +57,7 @@ offload.optimizer nvme" ztctl "$op" "$ZT_TMP/pn2.json"
     ztctl "$op" "$ZT_TMP/nodir.json"
   expect_fail 1 "offload.params: host with parallel.gpus 2 needs parallel.zero_stage 3" \
     ztctl "$op" "$ZT_TMP/ph2.json"
-  expect_fail 1 "offload.grads: gpu keeps the optimizer on the device" \
+  expect_fail 1 "offload.grads gpu with parallel.gpus 2 is not supported" \
     ztctl "$op" "$ZT_TMP/grads.json"
   expect_fail 1 "offload.gpu_units must be in [0, 4]" ztctl "$op" "$ZT_TMP/units.json"
   expect_fail 1 "offload.host_units with parallel.gpus 2 needs offload.optimizer nvme" \
@@ -159,13 +160,22 @@ for cfg in "1 " '1 {"optimizer": "host"}' "2 " '2 {"optimizer": "host", "gpu_uni
   ospec "$ZT_TMP/t${#jobs[@]}.json" "${cfg%% *}" "${cfg#* }"
   jobs+=("$(new_job "$ZT_TMP/t${#jobs[@]}.json")") || exit 1
 done
+# params nvme under a gpu_budget per rank: auto resolves the device units and the checkpointing
+ospec "$ZT_TMP/t11.json" 3 "{\"optimizer\": \"nvme\", \"params\": \"nvme\", \"gpu_budget\": 750000, \"nvme_dir\": \"$NVME\"}"
+python3 - "$ZT_TMP/t11.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["train"]["activation_checkpointing"] = {"every": "auto"}
+json.dump(s, open(sys.argv[1], "w"))
+PY
+jobs+=("$(new_job "$ZT_TMP/t11.json")") || exit 1
 for j in "${jobs[@]}"; do wait_end "$j" done 300; done
 shows=()
 for j in "${jobs[@]}"; do shows+=("$(ztctl --json show "$j")"); done
 python3 - "${shows[@]}" <<'PY' || fail "offloaded losses"
 import json, sys
 j = [json.loads(a) for a in sys.argv[1:]]
-pairs = [(0, 1), (2, 3), (4, 5), (4, 6), (0, 7), (4, 8), (2, 9), (4, 10)]
+pairs = [(0, 1), (2, 3), (4, 5), (4, 6), (0, 7), (4, 8), (2, 9), (4, 10), (4, 11)]
 for a, b in pairs:
     la, lb = j[a]["losses"], j[b]["losses"]
     assert len(la) == 20 and la == lb, (a, b, la, lb)
@@ -177,6 +187,10 @@ assert j[6]["spec"]["offload"]["optimizer"] == "host" and j[6]["spec"]["offload"
 assert j[8]["spec"]["offload"]["optimizer"] == "nvme" and j[8]["spec"]["offload"]["gpu_units"] == 1
 assert j[9]["spec"]["offload"]["optimizer"] == "nvme" and j[9]["spec"]["offload"]["host_units"] == 2
 assert j[10]["spec"]["offload"]["params"] == "nvme" and j[10]["spec"]["offload"]["gpu_units"] == 0
+o = j[11]["spec"]["offload"]
+assert o["params"] == "nvme" and o["optimizer"] == "nvme" and o["gpu_units"] >= 0, o
+print("params nvme in 750000 bytes a rank: %d unit(s)' optimizer on the device, checkpointing "
+      "every %s" % (o["gpu_units"], j[11]["spec"]["train"]["activation_checkpointing"]))
 PY
 [ -z "$(ls -A "$NVME")" ] || fail "files left in nvme_dir: $(find "$NVME")"
 for j in "${jobs[@]}"; do check_learned "$j"; done
