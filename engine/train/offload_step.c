@@ -1360,8 +1360,8 @@ static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int 
 }
 
 /* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
- * host units; the gradients (flat over [lo, n), or the ring:
- * no clipping and one micro-batch a step, offload.h); the bf16/fp16 compute copy over [lo, n); with
+ * host units; the gradients (flat over [lo, n), or the ring: no clipping, one micro-batch a
+ * step or the sums on the device, offload.h); the bf16/fp16 compute copy over [lo, n); with
  * NVMe units the two staging sets of master, m and v, and the stream copies (params host or
  * gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units may
  * alias the host's buffers. delayed_update (offload.h): the flat gradients, no alias, the host
