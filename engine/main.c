@@ -16,9 +16,13 @@
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
-#include "engine/log.h"
+#include "engine/base/log.h"
 #include "engine/server/server.h"
-#include "engine/tunables.h"
+#include "engine/base/tunables.h"
+#include "proto/zt_proto.h"
+
+_Static_assert(ZT_TUNE_MAX_FRAME_DEFAULT == ZT_PROTO_FRAME_MAX_DEFAULT,
+               "ztd's default --max-frame is the protocol's");
 
 #ifndef ZT_VERSION
 #define ZT_VERSION "unknown"

@@ -1,7 +1,7 @@
 /* The CPU copy engine: each queue is a fixed ring of operations served in order by one worker
  * thread. Submitting blocks only when the ring is full (a sign the caller runs far ahead). */
 #include "offload/copy_engine.h"
-#include "offload/clock.h"
+#include "engine/base/clock.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -18,8 +18,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "engine/log.h"
-#include "offload/clock.h"
+#include "engine/base/log.h"
+#include "engine/base/clock.h"
 #include "offload/host_arena.h"
 
 /* Tickets in flight per queue before submitting waits for the oldest; compute spans likewise. */

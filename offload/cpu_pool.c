@@ -2,7 +2,7 @@
  * chunk is big enough (tens of thousands of elements) that taking the mutex per chunk costs
  * nothing measurable. */
 #include "offload/cpu_pool.h"
-#include "offload/clock.h"
+#include "engine/base/clock.h"
 
 #include <errno.h>
 #include <pthread.h>

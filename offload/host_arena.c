@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 typedef struct host_block {
   void *p;

@@ -18,8 +18,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "engine/log.h"
-#include "offload/clock.h"
+#include "engine/base/log.h"
+#include "engine/base/clock.h"
 
 #define NVME_MAX_FIXED 16
 #define NVME_NAME_MAX 200

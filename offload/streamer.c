@@ -4,7 +4,7 @@
  * the calls made so far; the copy engine's progress is observed only by waiting, so runs with
  * the same calls make the same transfers. */
 #include "offload/streamer.h"
-#include "offload/clock.h"
+#include "engine/base/clock.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -10,7 +10,7 @@
 
 #include "engine/job/spec.h"
 #include "engine/train/cfg_json.h"
-#include "engine/train/offload_json.h"
+#include "engine/train/offload/offload_json.h"
 #include "engine/train/trainer.h"
 #include "engine/kernels/backend.h"
 

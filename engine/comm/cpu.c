@@ -45,7 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 #define ERR_LEN 512
 

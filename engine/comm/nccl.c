@@ -35,7 +35,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 _Static_assert(sizeof(zt_comm_nccl_id) == sizeof(ncclUniqueId),
                "zt_comm_nccl_id holds an ncclUniqueId");

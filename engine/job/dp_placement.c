@@ -1,4 +1,4 @@
-/* Offload for a job of several ranks (engine/train/dp.h "Offload"): the spec's "offload" object
+/* Offload for a job of several ranks (engine/train/dp/dp.h "Offload"): the spec's "offload" object
  * resolved into each rank's placement at admission, so that the stored spec says what runs and a
  * restart runs the same. */
 #include <errno.h>
@@ -157,10 +157,10 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
   }
   if (o->grads == ZT_PLACE_GPU) {
     snprintf(err, errlen, "offload.grads gpu with %s is not supported (the ranks reduce their "
-             "gradients where their placement puts them, engine/train/dp.h); use auto", ranks);
+             "gradients where their placement puts them, engine/train/dp/dp.h); use auto", ranks);
     return -ENOTSUP;
   }
-  /* each rank reads its chunks of the parameters from its master files (engine/train/dp.h):
+  /* each rank reads its chunks of the parameters from its master files (engine/train/dp/dp.h):
    * stage 3's chunks, optimizer nvme's files */
   if (o->params == ZT_PLACE_NVME &&
       (s->zero_stage != 3 || o->optimizer != ZT_PLACE_NVME)) {

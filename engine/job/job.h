@@ -10,7 +10,7 @@
 #include <uv.h>
 #include "engine/job/data.h"
 #include "engine/job/jobs.h"
-#include "engine/log.h"
+#include "engine/base/log.h"
 #include "engine/job/spec.h"
 
 /* Paths under the state dir are bounded so that every message naming one fits ZT__ERR_MAX. */

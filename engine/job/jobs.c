@@ -15,7 +15,7 @@
 #include "engine/job/job.h"
 #include "engine/job/store.h"
 #include "engine/kernels/backend.h"
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 /* Largest chunk zt_jobs_export_chunk reads in one call (a frame must hold it). */
 #define EXPORT_CHUNK_MAX (16u << 20)

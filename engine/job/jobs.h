@@ -17,7 +17,7 @@
 #include <uv.h>
 
 #define ZT_JOB_ID_MAX 64
-/* The most devices a daemon schedules jobs on (engine/train/dp.h's ZT_DP_MAX_WORLD). */
+/* The most devices a daemon schedules jobs on (engine/train/dp/dp.h's ZT_DP_MAX_WORLD). */
 #define ZT_JOBS_MAX_GPUS 64
 
 typedef enum zt_job_state {

@@ -4,7 +4,7 @@
  * stays open for the job's life, watching that part's events: a part that fails, or a connection
  * that drops, is reported at once so that the coordinator's ranks stop waiting for it in NCCL.
  * When the coordinator's runner ends, it waits a while for the parts to end by themselves (they
- * stop at the same step, decided together: engine/train/dp.h's step flags), then closes the
+ * stop at the same step, decided together: engine/train/dp/dp.h's step flags), then closes the
  * connections, which ends any part still running.
  *
  * Pushed data (a stream job): the client pushes every rank's micro-batches to the coordinator,

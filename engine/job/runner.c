@@ -16,9 +16,9 @@
 #include "engine/job/job.h"
 #include "engine/job/peers.h"
 #include "engine/job/store.h"
-#include "engine/log.h"
-#include "engine/train/dp.h"
-#include "engine/tunables.h"
+#include "engine/base/log.h"
+#include "engine/train/dp/dp.h"
+#include "engine/base/tunables.h"
 
 typedef struct runner {
   zt__job *job;
@@ -39,7 +39,7 @@ typedef struct runner {
   void (*comm_close)(zt_comm *c);
   zt_comm_cpu_group *group;
   zt__token_file tokens;
-  int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp.h) */
+  int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
   int32_t *batch;         /* the step's micro-batches, back to back */
   int have;               /* stream: micro-batches of the next step already in batch */
   FILE *losses;
@@ -218,7 +218,7 @@ static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
   uint64_t need;
   if (rc != -ENOSPC && rc != -EFBIG && rc != -EDQUOT) return;
   if (r->world > 1) {
-    /* the ranks here, each its files (engine/train/dp.h) */
+    /* the ranks here, each its files (engine/train/dp/dp.h) */
     zt_train_cfg tc = zt__job_rank_train_cfg(s);
     zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
     if ((need = zt_dp_estimate_nvme_bytes(&s->model, &tc, &dpc)) == UINT64_MAX) return;
@@ -560,7 +560,7 @@ static int open_job(runner *r) {
   return 0;
 }
 
-/* A job spanning daemons stopped after `step` because a part asked (engine/train/dp.h's
+/* A job spanning daemons stopped after `step` because a part asked (engine/train/dp/dp.h's
  * flags): this part's own request decides how it ends (cancelled, or stopped by its daemon's
  * shutdown: the coordinator resumes on restart); a stop asked by another part fails the
  * coordinator's job, naming why, and ends this part as cancelled. */

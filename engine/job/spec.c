@@ -10,8 +10,8 @@
 #include <unistd.h>
 #include "engine/job/data.h"
 #include "engine/kernels/backend.h"
-#include "engine/train/dp.h"
-#include "engine/train/offload_json.h"
+#include "engine/train/dp/dp.h"
+#include "engine/train/offload/offload_json.h"
 #include "offload/nvme_store.h"
 
 /* Bounds on each dimension. They are far above anything that fits a machine: their job is to

@@ -11,8 +11,8 @@
 #include <jansson.h>
 #include "engine/job/jobs.h"
 #include "engine/model/model.h"
-#include "engine/train/dp.h"
-#include "engine/train/offload.h"
+#include "engine/train/dp/dp.h"
+#include "engine/train/offload/offload.h"
 #include "engine/train/trainer.h"
 
 #define ZT_JOB_NAME_MAX 64
@@ -33,9 +33,9 @@ typedef struct zt_job_spec {
   char data_path[ZT_PATH_MAX];   /* file source: absolute path of the token file */
   int ckpt_every;                /* 0 = only at the end and on shutdown */
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
-  int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload.h) */
+  int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload/offload.h) */
   zt_offload_cfg offload;
-  int gpus;                      /* parallel.gpus: ranks, one per device (engine/train/dp.h) */
+  int gpus;                      /* parallel.gpus: ranks, one per device (engine/train/dp/dp.h) */
   int zero_stage;                /* parallel.zero_stage: 1, 2 or 3 (no effect with one rank) */
   int n_peers;                   /* parallel.peers: the daemons running ranks gpus * (i + 1) .. */
   char peers[ZT_JOB_MAX_PEERS][ZT_JOB_PEER_MAX];

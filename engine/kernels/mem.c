@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 /* bytes rounded up to the block alignment (0 takes a slot too, as cudaMalloc(0) would fail);
  * SIZE_MAX when that overflows */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
+#include "engine/base/log.h"
 #include "engine/server/server.h"
 
 typedef struct zt_write {

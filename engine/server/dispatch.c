@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "engine/kernels/backend.h"
-#include "engine/log.h"
+#include "engine/base/log.h"
 #include "engine/server/server.h"
 #include "proto/zt_proto_json.h"
 

@@ -11,7 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "engine/log.h"
+#include "engine/base/log.h"
 #include "engine/server/server.h"
 
 _Static_assert(ZT_TUNE_MAX_GPUS == ZT_JOBS_MAX_GPUS, "--gpus fills zt_jobs_config.gpus");

@@ -12,7 +12,7 @@
 #include <uv.h>
 
 #include "engine/job/jobs.h"
-#include "engine/tunables.h"
+#include "engine/base/tunables.h"
 #include "proto/zt_proto.h"
 
 typedef struct zt_server_config {

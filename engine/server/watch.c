@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
+#include "engine/base/log.h"
 #include "engine/server/server.h"
 #include "proto/zt_proto_json.h"
 

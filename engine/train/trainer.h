@@ -30,7 +30,7 @@ typedef struct zt_train_cfg {
    * internals, for one extra forward of those blocks per micro-batch; losses and gradients are
    * bitwise those of the run without. JSON: "activation_checkpointing": {"every": k}.
    * ZT_CKPT_AUTO (JSON "auto"): the offloaded step's planner picks k with the rest of its plan
-   * under offload.gpu_budget (engine/train/offload.h); without offload it means none. */
+   * under offload.gpu_budget (engine/train/offload/offload.h); without offload it means none. */
   int ckpt_every;
   /* Mixed precision (JSON "precision": "fp32" | "bf16" | "fp16"): fp32 master parameters,
    * gradients and AdamW state always; with bf16/fp16 a compute copy of the parameters in that
@@ -55,7 +55,7 @@ typedef struct zt_step_result {
   int skipped;          /* fp16: 1 when the gradients overflowed and nothing was updated */
   float loss_scale;     /* fp16: the loss scale after this step's update; 1 otherwise */
   unsigned flags;       /* data parallelism: the OR over the world's ranks of the step flags
-                           contributed to this step (engine/train/dp.h); 0 otherwise */
+                           contributed to this step (engine/train/dp/dp.h); 0 otherwise */
 } zt_step_result;
 
 typedef struct zt_trainer zt_trainer;

@@ -31,7 +31,7 @@ typedef struct zt__shard_io {
 } zt__shard_io;
 
 /* A step path other than the all-on-the-backend one (the offloaded step, built on offload/ and
- * linked only by programs that use it, engine/train/offload.h). Checkpoints and
+ * linked only by programs that use it, engine/train/offload/offload.h). Checkpoints and
  * zt_trainer_get_state reach a path's state through read_state / write_state, a range of whole
  * units at a time (checkpoint.c). */
 typedef struct zt__train_path {

@@ -1,4 +1,4 @@
-/* Data parallelism on two GPUs (engine/train/dp.h over NCCL): for both archs in fp32, bf16 and
+/* Data parallelism on two GPUs (engine/train/dp/dp.h over NCCL): for both archs in fp32, bf16 and
  * fp16 (the loss scale as the one GPU's), ZeRO stages 1, 2 and 3 with two ranks (micro-batch B each) against one GPU with grad_accum 2 on
  * the same tokens, STEPS steps: per-step losses within TOL_F32 / TOL_BF16 relative (NCCL adds
  * the two ranks' gradients where one GPU adds two micro-batches, and bf16 rounds what follows),
@@ -24,7 +24,7 @@
 
 #include "engine/comm/comm_nccl.h"
 #include "engine/kernels/backend.h"
-#include "engine/train/dp.h"
+#include "engine/train/dp/dp.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "engine/kernels/cuda/cuda_backend.h"
-#include "engine/train/offload.h"
+#include "engine/train/offload/offload.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"

@@ -35,7 +35,7 @@ assert len(par["rank_bytes"]) == 2 and p["backend_bytes"] == sum(par["rank_bytes
     fail "plan of stage $stage: $(ztctl --json plan "$ZT_TMP/s$stage.json")"
 done
 
-# Offloaded (engine/train/dp.h "Offload"): stage 2 with the optimizer of all but the first
+# Offloaded (engine/train/dp/dp.h "Offload"): stage 2 with the optimizer of all but the first
 # unit on the host, stage 3 with the parameters on the host too.
 python3 - "$ZT_TMP" <<'PY'
 import json, sys

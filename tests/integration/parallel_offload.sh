@@ -1,5 +1,5 @@
 #!/bin/bash
-# Offload with several ranks through ztd (engine/train/dp.h "Offload", engine/job/
+# Offload with several ranks through ztd (engine/train/dp/dp.h "Offload", engine/job/
 # dp_placement.c) on a cpu daemon of two simulated ranks: ZeRO stages 1-3 with each rank's
 # optimizer on the host (all units, or all but the leading ones; stage 3 with the parameters on
 # the host too) train with losses bitwise those of the same job on the device; the stored spec

@@ -8,7 +8,7 @@
 #include "engine/kernels/cuda/cuda.h"
 #include "engine/kernels/cuda/cuda_backend.h"
 #include "engine/kernels/mem.h"
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 /* The context: what the ops see (cuda.h) first, so that their ctx is this, and the accounting
  * of alloc/free, which only this file and backend.h's calls use. */

@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "engine/kernels/cuda/cuda_backend.h"
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 int zt_cuda_devices(zt_device_info *out, int max) {
   static int logged;

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "engine/comm/comm.h"
-#include "engine/train/dp.h"
+#include "engine/train/dp/dp.h"
 
 #define DPT_STEPS 5 /* the steps of every run */
 #define DPT_MAXW 4  /* the largest group a test opens */

@@ -1,4 +1,4 @@
-/* Data parallelism with offload (engine/train/dp.h "Offload") on simulated ranks: every ZeRO
+/* Data parallelism with offload (engine/train/dp/dp.h "Offload") on simulated ranks: every ZeRO
  * stage × every placement a data-parallel job takes (optimizer on the device, on the host for
  * all units or all but the leading ones, and for stage 3 the parameters on the host too), both
  * archs, W 2 and 3, grad_accum 2 (the host staging) with clipping (the updates after the

@@ -1,4 +1,4 @@
-/* Data-parallel parts (engine/train/dp.h): one CPU communicator group of world W driven as two
+/* Data-parallel parts (engine/train/dp/dp.h): one CPU communicator group of world W driven as two
  * parts, the one holding rank 0 and the rest, each a zt_trainer_open_dp with its own threads,
  * opened one after the other on this thread (so the initial parameter write needs no
  * collective) and then driven from two threads at once, against one trainer running all W

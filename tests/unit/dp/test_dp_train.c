@@ -1,4 +1,4 @@
-/* The data-parallel trainer (engine/train/dp.h) on simulated ranks (CPU backends, the CPU
+/* The data-parallel trainer (engine/train/dp/dp.h) on simulated ranks (CPU backends, the CPU
  * communicator group) against one trainer with grad_accum W * G on the same tokens, for both
  * archs, W in {1, 2, 3} and ZeRO stages 1, 2 and 3: the first step's loss bitwise equal (same
  * parameters, same micro-batches, the loss added in the same order), every later loss and norm

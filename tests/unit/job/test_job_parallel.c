@@ -11,7 +11,7 @@
 #include "engine/comm/comm.h"
 #include "engine/job/spec.h"
 #include "engine/kernels/backend.h"
-#include "engine/train/dp.h"
+#include "engine/train/dp/dp.h"
 #include "jobtest.h"
 
 #define RANKS 4

@@ -10,7 +10,7 @@
 
 #include "engine/model/model.h"
 #include "offload/device_arena.h"
-#include "offload/planner.h"
+#include "engine/plan/planner.h"
 #include "offload/streamer.h"
 #include "otest.h"
 

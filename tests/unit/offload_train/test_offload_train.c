@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/train/offload.h"
-#include "engine/train/offload_json.h"
+#include "engine/train/offload/offload.h"
+#include "engine/train/offload/offload_json.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"

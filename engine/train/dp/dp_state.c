@@ -1,17 +1,17 @@
-/* The data-parallel trainer's state between steps (engine/train/dp.h): the gather/scatter
+/* The data-parallel trainer's state between steps (engine/train/dp/dp.h): the gather/scatter
  * between the shards and the flat layout (direct copies when every rank is here, collectives
  * for a part, which the other parts follow through send / receive), and the ranks' files of
  * per-rank checkpoints (all ranks here, or every part's at once). A rank's side runs on its
  * thread (dp_step.c's rank_run), the trainer's on the caller's. */
-#include "engine/train/dp.h"
+#include "engine/train/dp/dp.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
-#include "engine/train/dp_internal.h"
+#include "engine/base/log.h"
+#include "engine/train/dp/dp_internal.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/shard.h"
 
@@ -561,7 +561,7 @@ int zt__dp_rank_state(dp_rank_state *k) {
   }
   if (side_of(op, mask) != side_of(s->op, s->mask))
     return zt__dp_rank_fail(k, -EINVAL, "the part holding rank 0 %s while this part %s: the "
-                            "parts' calls must match (engine/train/dp.h)",
+                            "parts' calls must match (engine/train/dp/dp.h)",
                             side_of(op, mask) == ST_GATHER
                                 ? "reads the state (zt_trainer_save, _export or _get_state)"
                                 : "writes the state (zt_trainer_load)",

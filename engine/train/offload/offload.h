@@ -93,7 +93,7 @@
  *
  * The plan (zt_offload_estimate, the same computation as the open): with a gpu_budget, what the
  * spec leaves to auto (activation checkpointing, params gpu or host, the device units) is
- * searched for the cheapest plan that fits by a cost model whose rates are in engine/tunables.h;
+ * searched for the cheapest plan that fits by a cost model whose rates are in engine/base/tunables.h;
  * with optimizer auto, a host_budget and an nvme_dir each candidate keeps on the host as many
  * units as the host_budget holds. The host arena is the plan's host_bytes exactly; beside it the
  * open holds the initial parameters in a flat buffer (4 bytes a parameter) until they are in
@@ -218,7 +218,7 @@ typedef struct zt_offload_plan {
   zt_offload_place params; /* the parameters' home between uses, as resolved */
   zt_offload_place grads;  /* where the step's gradient sums are kept, as resolved: gpu, host */
   size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
-  double est_step_s;       /* the cost model's step time (engine/tunables.h's rates) */
+  double est_step_s;       /* the cost model's step time (engine/base/tunables.h's rates) */
   /* the transfers a step is expected to make: parameters and running gradient sums to the
    * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
    * NVMe reads plus writes */

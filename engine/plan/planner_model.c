@@ -1,6 +1,6 @@
 /* The planner's view of a model: unit sizes from engine/model/model.h's public API, activation
  * bytes from zt_acts_size for the backend that will run it. */
-#include "offload/planner.h"
+#include "engine/plan/planner.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* The data-parallel trainer's internals (engine/train/dp.h), shared by its two files:
+/* The data-parallel trainer's internals (engine/train/dp/dp.h), shared by its two files:
  * dp_step.c: the ranks' failures, their buffers' open and close, the step (the communicator's
  *   queue, the host tier, optimizer and params nvme), the rank threads and their commands,
  *   the path table and the open;
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/train/dp.h"
+#include "engine/train/dp/dp.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"

@@ -3,10 +3,8 @@
 #ifndef ZT_TUNABLES_H
 #define ZT_TUNABLES_H
 
-#include "proto/zt_proto.h"
-
 /* --max-frame: the longest frame a client may send (and the longest reply ztd builds). */
-#define ZT_TUNE_MAX_FRAME_DEFAULT ZT_PROTO_FRAME_MAX_DEFAULT
+#define ZT_TUNE_MAX_FRAME_DEFAULT (64u << 20) /* proto/zt_proto.h's ZT_PROTO_FRAME_MAX_DEFAULT */
 /* Below this a frame could not carry one export chunk plus its envelope. */
 #define ZT_TUNE_MAX_FRAME_MIN (64u << 10)
 #define ZT_TUNE_MAX_FRAME_MAX (1u << 30)
@@ -41,7 +39,7 @@
 #define ZT_TUNE_TOKEN_MIN 16
 #define ZT_TUNE_TOKEN_MAX 4096
 
-/* The offload planner's cost model (engine/train/offload_step.c), the rates it ranks plans by.
+/* The offload planner's cost model (engine/train/offload/offload_step.c), the rates it ranks plans by.
  * Measured on the H200 machine (docs/BENCHMARKS.md); the CPU backend plans with the same rates,
  * as the GPU it stands in for, so CI runs the plans a GPU would. */
 #define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 3.5e14  /* bf16 step, flops by 6*N*tokens + attention */

@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-#include "engine/train/offload.h"
+#include "engine/train/offload/offload.h"
 
 /* Starts from zt_offload_cfg_defaults, overrides the keys present, then checks; unknown keys
  * and bad values are refused naming the field ("offload.gpu_budget must be ..."). */

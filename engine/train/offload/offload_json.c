@@ -1,10 +1,10 @@
-/* The "offload" object of a spec file (engine/train/offload.h, docs/spec.md):
+/* The "offload" object of a spec file (engine/train/offload/offload.h, docs/spec.md):
  * {"params": "gpu|host|nvme|auto", "grads": "gpu|host|auto", "optimizer": "host|nvme|auto",
  *  "gpu_budget": SIZE, "prefetch": N, "gpu_units": N, "host_units": N, "host_budget": SIZE,
  *  "nvme_budget": SIZE, "nvme_dir": "/abs/dir", "grad_slots": N, "delayed_update": BOOL}; SIZE is an
  * integer of bytes or a string "<number> <unit>" with unit B, KiB, MiB, GiB or TiB ("512MiB",
  * "1.5 GiB"). */
-#include "engine/train/offload_json.h"
+#include "engine/train/offload/offload_json.h"
 
 #include <errno.h>
 #include <math.h>

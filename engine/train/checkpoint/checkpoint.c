@@ -51,7 +51,7 @@
 
 #include "engine/model/safetensors.h"
 #include "engine/train/cfg_json.h"
-#include "engine/train/dp.h"
+#include "engine/train/dp/dp.h"
 #include "engine/train/trainer_internal.h"
 
 #define CKPT_FORMAT 1

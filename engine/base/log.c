@@ -1,4 +1,4 @@
-#include "engine/log.h"
+#include "engine/base/log.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,9 +1,9 @@
-/* The data-parallel step (engine/train/dp.h): the rank threads, the per-stage buffers, the
+/* The data-parallel step (engine/train/dp/dp.h): the rank threads, the per-stage buffers, the
  * step's walk over the units with its collectives (the communicator's queue, the host tier,
  * optimizer and params nvme), the path table and the open. The state between steps, the
  * gather/scatter between the shards and the flat layout and the ranks' files of per-rank
  * checkpoints, is dp_state.c's; what the two share, dp_internal.h. */
-#include "engine/train/dp.h"
+#include "engine/train/dp/dp.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
-#include "engine/train/dp_internal.h"
+#include "engine/train/dp/dp_internal.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"

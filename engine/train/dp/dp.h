@@ -46,7 +46,7 @@
  * after the queue's, so each rank still issues one sequence of collectives.
  *
  * Checkpoints. A trainer that runs every rank (local == world) writes them per rank
- * (engine/train/checkpoint.c): every rank, on its own thread and all at once, reads its own
+ * (engine/train/checkpoint/checkpoint.c): every rank, on its own thread and all at once, reads its own
  * chunks (from its device on its stream, through a staging of one chunk, or straight from its
  * host tier) into a file of its own, beside a manifest of the layout and model.safetensors, the
  * parameters gathered. Loading such a checkpoint into the same world, every rank reads its own
@@ -202,7 +202,7 @@
 #include <stdint.h>
 
 #include "engine/comm/comm.h"
-#include "engine/train/offload.h"
+#include "engine/train/offload/offload.h"
 #include "engine/train/trainer.h"
 #include "offload/nvme_store.h"
 

@@ -1,6 +1,6 @@
-/* The offloaded step (engine/train/offload.h): the trainer's state in the host arena, the units
+/* The offloaded step (engine/train/offload/offload.h): the trainer's state in the host arena, the units
  * walked through the streamer, AdamW per unit on the CPU pool. */
-#include "engine/train/offload.h"
+#include "engine/train/offload/offload.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 
 #include "engine/kernels/backend.h"
 #include "engine/train/trainer_internal.h"
-#include "engine/tunables.h"
+#include "engine/base/tunables.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
 #include "offload/cpu_pool.h"
@@ -19,7 +19,7 @@
 #include "offload/host_arena.h"
 #include "offload/nvme_store.h"
 #include "offload/streamer.h"
-#include "offload/clock.h"
+#include "engine/base/clock.h"
 
 #define PREFETCH_MAX 16
 /* walk_backward: how many units behind the backward each unit's gradients are taken up */
@@ -1551,7 +1551,7 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_
   *d2h = grads * moves;
 }
 
-/* The cost model that ranks the plans that fit (tunables in engine/tunables.h): per step, the
+/* The cost model that ranks the plans that fit (tunables in engine/base/tunables.h): per step, the
  * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
  * forward), the host's work on the streamed units (their sum of squares on the runner and their
  * AdamW on the pool, beside which the NVMe units' state is read and written) less the backward

@@ -1,7 +1,7 @@
 /* The planner: every combination the policy allows (optimizer tier x params' home x
  * checkpointing) is costed with the most resident units that fit the device; the fastest that
  * fits every budget wins. Bytes and transfers follow the accounting in planner.h. */
-#include "offload/planner.h"
+#include "engine/plan/planner.h"
 
 #include <errno.h>
 #include <math.h>
