@@ -8,41 +8,8 @@
 #include <stdint.h>
 #include "engine/kernels/ops.h"
 #include "engine/model/model.h"
+#include "engine/plan/recipe.h"
 
-typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_schedule;
-
-/* zt_train_cfg.ckpt_every: chosen by the offload planner */
-#define ZT_CKPT_AUTO (-1)
-
-typedef struct zt_train_cfg {
-  int steps;            /* optimizer steps */
-  int micro_batch;      /* B */
-  int grad_accum;       /* micro-batches per optimizer step */
-  float lr, beta1, beta2, eps, weight_decay; /* AdamW; defaults as torch: 1e-3, 0.9, 0.999, 1e-8, 0.01 */
-  zt_schedule schedule; /* warmup (linear from 0) then constant or cosine to min_lr */
-  int warmup_steps;
-  float min_lr;
-  float grad_clip;      /* max global L2 norm; 0 = off */
-  uint64_t seed;        /* data order */
-  /* Activation checkpointing: 0 = none; k > 0 = blocks 0, k, 2k, ... keep only their input and
-   * output and recompute their internals in backward (1 = every block). The checkpointed blocks
-   * share one set of internal buffers, so the activations shrink by (their count - 1) blocks'
-   * internals, for one extra forward of those blocks per micro-batch; losses and gradients are
-   * bitwise those of the run without. JSON: "activation_checkpointing": {"every": k}.
-   * ZT_CKPT_AUTO (JSON "auto"): the offloaded step's planner picks k with the rest of its plan
-   * under offload.gpu_budget (engine/train/offload/offload.h); without offload it means none. */
-  int ckpt_every;
-  /* Mixed precision (JSON "precision": "fp32" | "bf16" | "fp16"): fp32 master parameters,
-   * gradients and AdamW state always; with bf16/fp16 a compute copy of the parameters in that
-   * type feeds the matmuls (rewritten by each AdamW step) and every activation is stored in it.
-   * fp16 adds dynamic loss scaling (loss_scale.h): steps whose gradients overflow are skipped. */
-  zt_dtype precision;
-  /* JSON "tf32": true lets fp32 matmuls use TF32 tensor cores (cuda backend only). */
-  int tf32;
-} zt_train_cfg;
-
-void zt_train_cfg_defaults(zt_train_cfg *c);
-int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen);
 /* The learning rate at optimizer step s (1-based), as the schedule gives it. */
 float zt_train_lr(const zt_train_cfg *c, int step);
 

@@ -138,60 +138,6 @@
 #include <stdint.h>
 #include "engine/train/trainer.h"
 
-/* A placement of one kind ("gpu" | "host" | "nvme" | "auto" in the spec). */
-typedef enum zt_offload_place {
-  ZT_PLACE_AUTO = 0,
-  ZT_PLACE_GPU = 1,
-  ZT_PLACE_HOST = 2,
-  ZT_PLACE_NVME = 3,
-} zt_offload_place;
-
-typedef struct zt_offload_cfg {
-  zt_offload_place params;    /* home of the compute parameters between uses; auto: with a
-                                 gpu_budget the planner's choice of gpu or host, else gpu */
-  zt_offload_place grads;     /* where the streamed units' gradients sum over the step's
-                                 micro-batches (above, "Gradient sums"): gpu, host or auto */
-  zt_offload_place optimizer; /* fp32 masters, AdamW m and v; auto: with a gpu_budget the
-                                 leading units the plan fits on the device (gpu_units), the
-                                 rest on the host; with a host_budget and an nvme_dir, the host
-                                 for the units that fit it (host_units) and nvme for the rest;
-                                 else host */
-  size_t gpu_budget;          /* device bytes for activations + the arena; 0: what every unit
-                                 resident needs */
-  int prefetch;               /* units fetched ahead of the one computing, [0, 16] */
-  int gpu_units;              /* the first gpu_units units keep masters, m, v, gradients and
-                                 compute copy on the device, updated there; -1 (default): with
-                                 optimizer auto and a gpu_budget, as many as the budget holds,
-                                 else none */
-  int host_units;             /* optimizer nvme or auto: the host_units units after the device
-                                 units keep masters, m and v on the host, the rest on nvme;
-                                 -1 (default): with optimizer auto, a host_budget and an
-                                 nvme_dir, as many as the host_budget holds; else with nvme
-                                 none, with auto all */
-  size_t host_budget;         /* the host arena's limit, bytes; 0: none */
-  uint64_t nvme_budget;       /* the NVMe files' limit, bytes; 0: none (ztd still checks the
-                                 free space of nvme_dir) */
-  int grad_slots;             /* the host's gradient ring where it applies (above, "The
-                                 gradients on the host"): 0 (default) the fewest slots that
-                                 keep the backward from waiting for the CPU AdamW, by the cost
-                                 model (0 slots, the flat buffer, where that is all the
-                                 streamed units); else that many, >= 4 (at most the streamed
-                                 units) */
-  int delayed_update;         /* 1: from step 2 on, the streamed units' update of a step runs
-                                 during the next step (above, "Delayed update"); 0: none */
-  char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new
-                                 directory in it (zt-offload.XXXXXX, removed when it closes);
-                                 required with an nvme placement */
-} zt_offload_cfg;
-
-void zt_offload_cfg_defaults(zt_offload_cfg *c);
-const char *zt_offload_place_name(zt_offload_place p);
-/* "gpu" | "host" | "nvme" | "auto"; -EINVAL otherwise. */
-int zt_offload_place_parse(const char *s, zt_offload_place *out);
-/* 0, or -EINVAL / -ENOTSUP with a message naming the field ("offload.params: nvme needs
- * offload.optimizer nvme"). */
-int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen);
-
 /* zt_trainer_open for an offloaded step. -ENOMEM with the numbers when gpu_budget cannot hold
  * the activations plus the streamer's minimum; -ENOTSUP for a backend other than cpu or cuda,
  * or params nvme with bf16/fp16. Every other trainer call works as without offload

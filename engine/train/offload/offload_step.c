@@ -21,12 +21,10 @@
 #include "offload/streamer.h"
 #include "engine/base/clock.h"
 
-#define PREFETCH_MAX 16
-/* walk_backward: how many units behind the backward each unit's gradients are taken up */
-#define UNIT_DONE_LAG 2
-/* the gradient ring's slots (offload.h "The gradients on the host" gives the bound) */
-#define GRAD_RING_SLOTS (UNIT_DONE_LAG + 2)
-#define GRAD_RING_MAX 4096
+/* the policy's limits (engine/plan/recipe.h) */
+#define PREFETCH_MAX ZT_OFFLOAD_PREFETCH_MAX
+#define UNIT_DONE_LAG ZT_OFFLOAD_UNIT_DONE_LAG
+#define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
 /* AdamW worker threads. On the CPU backend one keeps the update of a unit running beside the
  * backend's own threads on the runner's backward, unpinned, since the backend's threads take the
  * cores they find. Beside a GPU the update is the host's main work: a thread per core, pinned. */
@@ -143,98 +141,6 @@ typedef struct off_state {
   uint64_t adam_units, adam_overlapped;
   int broken;          /* a failed step left part of the parameters updated */
 } off_state;
-
-void zt_offload_cfg_defaults(zt_offload_cfg *c) {
-  memset(c, 0, sizeof *c);
-  c->params = ZT_PLACE_AUTO;
-  c->grads = ZT_PLACE_AUTO;
-  c->optimizer = ZT_PLACE_AUTO;
-  c->prefetch = 1;
-  c->gpu_units = -1;
-  c->host_units = -1;
-}
-
-static const char *const place_names[] = {"auto", "gpu", "host", "nvme"};
-
-const char *zt_offload_place_name(zt_offload_place p) {
-  return p >= ZT_PLACE_AUTO && p <= ZT_PLACE_NVME ? place_names[p] : "?";
-}
-
-int zt_offload_place_parse(const char *s, zt_offload_place *out) {
-  for (int i = 0; i <= ZT_PLACE_NVME; i++)
-    if (!strcmp(s, place_names[i])) {
-      *out = (zt_offload_place)i;
-      return 0;
-    }
-  return -EINVAL;
-}
-
-int zt_offload_cfg_check(const zt_offload_cfg *c, char *err, size_t errlen) {
-  const struct {
-    const char *field;
-    zt_offload_place v;
-  } kinds[] = {{"params", c->params}, {"grads", c->grads}, {"optimizer", c->optimizer}};
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    if (kinds[i].v < ZT_PLACE_AUTO || kinds[i].v > ZT_PLACE_NVME) {
-      snprintf(err, errlen, "offload.%s must be gpu, host, nvme or auto", kinds[i].field);
-      return -EINVAL;
-    }
-  if (c->grads == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.grads: nvme is not supported (the step's gradients sum on "
-             "the device or the host)");
-    return -ENOTSUP;
-  }
-  if (c->params == ZT_PLACE_NVME && c->optimizer != ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.params: nvme needs offload.optimizer nvme (with fp32 "
-             "compute the parameters are the masters, read from their files)");
-    return -ENOTSUP;
-  }
-  if ((c->params == ZT_PLACE_NVME || c->optimizer == ZT_PLACE_NVME) && !c->nvme_dir[0]) {
-    snprintf(err, errlen, "offload.nvme_dir is required with an nvme placement");
-    return -EINVAL;
-  }
-  if (c->optimizer == ZT_PLACE_GPU) {
-    snprintf(err, errlen, "offload.optimizer: gpu keeps the optimizer on the device, which is "
-             "the run without offload; leave the offload object out for it");
-    return -ENOTSUP;
-  }
-  if (c->gpu_units < -1) {
-    snprintf(err, errlen, "offload.gpu_units must be >= 0 (got %d)", c->gpu_units);
-    return -EINVAL;
-  }
-  if (c->host_units < -1) {
-    snprintf(err, errlen, "offload.host_units must be >= 0 (got %d)", c->host_units);
-    return -EINVAL;
-  }
-  if (c->host_units >= 0 && c->optimizer == ZT_PLACE_HOST) {
-    snprintf(err, errlen, "offload.host_units splits the optimizer between the host and NVMe: "
-             "it needs offload.optimizer nvme or auto (with host every streamed unit's is on "
-             "the host)");
-    return -EINVAL;
-  }
-  if (c->delayed_update != 0 && c->delayed_update != 1) {
-    snprintf(err, errlen, "offload.delayed_update must be true or false");
-    return -EINVAL;
-  }
-  if (c->delayed_update && c->params == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.delayed_update: params nvme streams the units from their "
-             "master files, which the delayed update rewrites while the next step reads them; "
-             "use params host");
-    return -ENOTSUP;
-  }
-  if (c->prefetch < 0 || c->prefetch > PREFETCH_MAX) {
-    snprintf(err, errlen, "offload.prefetch must be in [0, %d] (got %d)", PREFETCH_MAX,
-             c->prefetch);
-    return -EINVAL;
-  }
-  if (c->grad_slots && (c->grad_slots < GRAD_RING_SLOTS || c->grad_slots > GRAD_RING_MAX)) {
-    snprintf(err, errlen, "offload.grad_slots must be 0 (the planner's) or in [%d, %d] (got %d): "
-             "the backward takes a unit's gradients up %d units behind it", GRAD_RING_SLOTS,
-             GRAD_RING_MAX, c->grad_slots, UNIT_DONE_LAG);
-    return -EINVAL;
-  }
-  return 0;
-}
 
 /* ---- the step -------------------------------------------------------------------------------- */
 
