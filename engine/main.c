@@ -17,6 +17,7 @@
 
 #include "engine/kernels/backend.h"
 #include "engine/base/log.h"
+#include "engine/base/sizes.h"
 #include "engine/server/server.h"
 #include "engine/base/tunables.h"
 #include "proto/zt_proto.h"
@@ -58,28 +59,6 @@ static int usage_error(const char *fmt, ...) {
   fprintf(stderr, "\n(ztd --help lists the options)\n");
   va_end(ap);
   return 2;
-}
-
-/* "24GiB", "512MiB", "1GB", "4096" -> bytes; -EINVAL for anything else or an overflow. */
-static int parse_size(const char *s, uint64_t *out) {
-  static const struct {
-    const char *suffix;
-    uint64_t mult;
-  } units[] = {{"", 1},          {"B", 1},           {"KiB", 1ull << 10}, {"MiB", 1ull << 20},
-               {"GiB", 1ull << 30}, {"TiB", 1ull << 40}, {"KB", 1000ull},   {"MB", 1000000ull},
-               {"GB", 1000000000ull}, {"TB", 1000000000000ull}};
-  if (*s < '0' || *s > '9') return -EINVAL;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno) return -EINVAL;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].suffix) != 0) continue;
-    if (v > UINT64_MAX / units[i].mult) return -EINVAL;
-    *out = v * units[i].mult;
-    return 0;
-  }
-  return -EINVAL;
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out) {
@@ -247,7 +226,7 @@ int main(int argc, char **argv) {
     case OPT_GPU_MEM:
     case OPT_HOST_MEM:
     case OPT_MAX_FRAME:
-      if (parse_size(optarg, &size) < 0 || size == 0)
+      if (zt_size_parse(optarg, &size) < 0 || size == 0)
         return usage_error("%s %s: expected a size such as 24GiB, 512MiB or 4096",
                            opt == OPT_GPU_MEM ? "--gpu-mem-limit"
                            : opt == OPT_HOST_MEM ? "--host-mem-limit" : "--max-frame",

@@ -9,8 +9,6 @@
 #include <jansson.h>
 
 #include "engine/job/spec.h"
-#include "engine/train/cfg_json.h"
-#include "engine/train/offload/offload_json.h"
 #include "engine/train/trainer.h"
 #include "engine/kernels/backend.h"
 
@@ -19,21 +17,14 @@ static const char usage[] =
     "              [--device N] [--ckpt-every K] [--init X.safetensors] [--save DIR] [--json]\n"
     "              [--offload]\n"
     "\n"
-    "SPEC.json is a ztd job spec (docs/spec.md; recognised by its \"data\", which ztrain\n"
-    "ignores: the tokens come from FILE) or the trainer's flat config, a \"model\" and a\n"
-    "\"train\" object (other top-level keys are ignored):\n"
-    "  model: arch (\"gpt\" | \"encoder\"), vocab, seq_len, d_model, n_heads, n_layers,\n"
-    "         d_ff (0 = arch default: gpt 4*d_model, encoder 2048), init_seed, init_path\n"
-    "  train: steps, micro_batch, grad_accum, lr, beta1, beta2, eps, weight_decay,\n"
-    "         schedule (\"constant\" | \"cosine\"), warmup_steps, min_lr, grad_clip (0 = off),\n"
-    "         seed, activation_checkpointing: {\"every\": K} (0 = off, K = blocks 0, K, 2K, ...),\n"
-    "         precision (\"fp32\" | \"bf16\" | \"fp16\"), tf32 (true: TF32 fp32 matmuls, cuda)\n"
+    "SPEC.json is a ztd job spec (docs/spec.md): its \"model\", \"train\" and \"offload\"\n"
+    "objects; \"data\" is ignored (the tokens come from FILE) and \"parallel\" must be one GPU.\n"
     "FILE: raw little-endian int32 tokens, steps * grad_accum micro-batches of\n"
     "  micro_batch rows of seq_len + 1 tokens (inputs x[0:T], targets x[1:T+1]; -1 = padding).\n"
     "--backend cuda runs on GPU --device N (default 0) when the build has CUDA;\n"
     "  --threads N sets the cpu backend's threads (0 = all).\n"
     "--ckpt-every K overrides train.activation_checkpointing.every.\n"
-    "--init overrides model.init_path (safetensors, HF GPT-2 / PyTorch names).\n"
+    "--init overrides model.init (safetensors, HF GPT-2 / PyTorch names).\n"
     "--save DIR writes a checkpoint after the last step.\n"
     "An \"offload\" object in SPEC.json (params, grads, optimizer: \"gpu\" | \"host\" | \"nvme\" |\n"
     "  \"auto\"; gpu_budget: bytes or \"512MiB\"; prefetch; gpu_units; nvme_dir; docs/spec.md)\n"
@@ -90,17 +81,9 @@ out:
   return rc;
 }
 
-/* SPEC.json is a ztd job spec (it has "data") or the trainer's flat config
- * (engine/train/cfg_json.h, the parity data's format). */
+/* SPEC.json: a ztd job spec of one rank. */
 static int load_spec(const char *path, zt_model_cfg *mc, zt_train_cfg *tc, zt_offload_cfg *oc,
                      int *has_offload, char *err, size_t errlen) {
-  json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
-  int job_spec = j && json_object_get(j, "data");
-  json_decref(j);
-  if (!job_spec) {
-    int rc = zt_spec_load(path, mc, tc, err, errlen);
-    return rc < 0 ? rc : zt_offload_spec_load(path, oc, has_offload, err, errlen);
-  }
   zt_job_spec s;
   int rc = zt_job_spec_load(path, &s, err, errlen);
   if (rc < 0) return rc;

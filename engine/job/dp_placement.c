@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/base/sizes.h"
 #include "engine/job/spec.h"
 #include "engine/model/model.h"
 
@@ -131,8 +132,8 @@ static int resolve_placement(zt_job_spec *s, const zt_ops *ops, int units, int L
   size_t least = rank_bytes(s, ops, off_place(s), params, o->gpu_units > 0 ? o->gpu_units : 0,
                             every);
   char a[32], b[32];
-  zt__format_bytes(a, sizeof a, (double)least);
-  zt__format_bytes(b, sizeof b, (double)o->gpu_budget);
+  zt_size_format(a, sizeof a, (double)least);
+  zt_size_format(b, sizeof b, (double)o->gpu_budget);
   snprintf(err, errlen, "offload.gpu_budget %s per GPU is too small for %s: with the optimizer "
            "of %d unit(s) on the GPU and the rest's on the %s, the parameters %s%s a rank "
            "needs %s", b, ranks, o->gpu_units > 0 ? o->gpu_units : 0,

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "engine/base/sizes.h"
 #include "engine/comm/comm.h"
 #ifdef ZT_HAVE_NCCL
 #include "engine/comm/comm_nccl.h"
@@ -229,7 +230,7 @@ static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
   } else {
     need = plan.nvme_bytes;
   }
-  zt__format_bytes(bytes, sizeof bytes, (double)need);
+  zt_size_format(bytes, sizeof bytes, (double)need);
   snprintf(why, sizeof why, "%s", r->err);
   /* cut to fit: the trainer's message first, then the directory */
   snprintf(r->err, sizeof r->err, "%.1400s (the job's NVMe tier needs %s, %" PRIu64 " bytes, in "

@@ -11,348 +11,33 @@
 #include "engine/job/data.h"
 #include "engine/kernels/backend.h"
 #include "engine/train/dp/dp.h"
-#include "engine/train/offload/offload_json.h"
+#include "engine/base/json_field.h"
+#include "engine/base/sizes.h"
+#include "engine/train/config.h"
 #include "offload/nvme_store.h"
 
-/* Bounds on each dimension. They are far above anything that fits a machine: their job is to
- * keep the arithmetic of the memory estimate finite, so the memory check can answer with numbers
- * instead of an overflow. */
-#define VOCAB_MAX 16777216
-#define SEQ_LEN_MAX 131072
-#define D_MODEL_MAX 65536
-#define N_HEADS_MAX 4096
-#define N_LAYERS_MAX 4096
-#define D_FF_MAX 1048576
-#define STEPS_MAX 1000000000
-#define BATCH_MAX 65536
 #define KEEP_MAX 1000
-#define LR_MAX 10.0
 
 static const char *const k_top[] = {"name",       "model",   "train",    "data",
                                     "checkpoint", "offload", "parallel", NULL};
-static const char *const k_model[] = {"arch",     "vocab", "seq_len", "d_model", "n_heads",
-                                      "n_layers", "d_ff",  "init",    NULL};
-static const char *const k_init[] = {"seed", "safetensors", NULL};
-static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum",
-                                      "precision", "tf32",        "optimizer",
-                                      "schedule",  "grad_clip",   "seed",
-                                      "activation_checkpointing", NULL};
-static const char *const k_act_ckpt[] = {"every", NULL};
-static const char *const k_opt[] = {"name", "lr", "betas", "eps", "weight_decay", NULL};
-static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
 static const char *const k_data_file[] = {"source", "path", NULL};
 static const char *const k_data_stream[] = {"source", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
 static const char *const k_parallel[] = {"gpus", "zero_stage", "peers", NULL};
 
-static void field(char *out, size_t n, const char *path, const char *key) {
-  if (path[0])
-    snprintf(out, n, "%s.%s", path, key);
-  else
-    snprintf(out, n, "%s", key);
-}
-
-static int check_keys(const json_t *obj, const char *path, const char *const *allowed, char *err,
-                      size_t errlen) {
-  const char *key;
-  json_t *v;
-  json_object_foreach((json_t *)obj, key, v) {
-    int known = 0;
-    for (int i = 0; allowed[i]; i++) known |= strcmp(key, allowed[i]) == 0;
-    if (!known) {
-      char f[160];
-      field(f, sizeof f, path, key);
-      snprintf(err, errlen, "unknown field '%s'", f);
-      return -EINVAL;
-    }
-  }
-  return 0;
-}
-
-/* *out = the member or NULL when absent and optional. */
-static int get_object(const json_t *obj, const char *path, const char *key, int required,
-                      const json_t **out, char *err, size_t errlen) {
-  char f[160];
-  field(f, sizeof f, path, key);
-  const json_t *v = json_object_get(obj, key);
-  *out = NULL;
-  if (!v) {
-    if (!required) return 0;
-    snprintf(err, errlen, "%s is required", f);
-    return -EINVAL;
-  }
-  if (!json_is_object(v)) {
-    snprintf(err, errlen, "%s must be an object", f);
-    return -EINVAL;
-  }
-  *out = v;
-  return 0;
-}
-
-static int get_int(const json_t *obj, const char *path, const char *key, int required,
-                   int64_t min, int64_t max, int64_t dflt, int64_t *out, char *err,
-                   size_t errlen) {
-  char f[160];
-  field(f, sizeof f, path, key);
-  const json_t *v = json_object_get(obj, key);
-  if (!v && !required) {
-    *out = dflt;
-    return 0;
-  }
-  if (!v) {
-    snprintf(err, errlen, "%s is required", f);
-    return -EINVAL;
-  }
-  if (!json_is_integer(v) || json_integer_value(v) < min) {
-    snprintf(err, errlen, "%s must be a %s integer", f, min > 0 ? "positive" : "non-negative");
-    return -EINVAL;
-  }
-  if (json_integer_value(v) > max) {
-    snprintf(err, errlen, "%s must be at most %" PRId64, f, max);
-    return -EINVAL;
-  }
-  *out = json_integer_value(v);
-  return 0;
-}
-
-static int get_int32(const json_t *obj, const char *path, const char *key, int required,
-                     int min, int max, int dflt, int *out, char *err, size_t errlen) {
-  int64_t v;
-  int rc = get_int(obj, path, key, required, min, max, dflt, &v, err, errlen);
-  if (rc == 0) *out = (int)v;
-  return rc;
-}
-
-/* A number in [lo, hi] (or (lo, hi] with lo_open). */
-static int check_num(const json_t *v, const char *f, double lo, int lo_open, double hi,
-                     int hi_open, float *out, char *err, size_t errlen) {
-  double x = json_is_number(v) ? json_number_value(v) : 0.0;
-  if (!json_is_number(v) || x < lo || (lo_open && x == lo) || x > hi || (hi_open && x == hi)) {
-    snprintf(err, errlen, "%s must be a number in %c%g, %g%c", f, lo_open ? '(' : '[', lo, hi,
-             hi_open ? ')' : ']');
-    return -EINVAL;
-  }
-  *out = (float)x;
-  return 0;
-}
-
-static int get_num(const json_t *obj, const char *path, const char *key, double lo, int lo_open,
-                   double hi, int hi_open, float dflt, float *out, char *err, size_t errlen) {
-  char f[160];
-  field(f, sizeof f, path, key);
-  const json_t *v = json_object_get(obj, key);
-  if (!v) {
-    *out = dflt;
-    return 0;
-  }
-  return check_num(v, f, lo, lo_open, hi, hi_open, out, err, errlen);
-}
-
-/* *out = the string, or dflt when absent (dflt NULL = required). */
-static int get_string(const json_t *obj, const char *path, const char *key, const char *dflt,
-                      const char **out, char *err, size_t errlen) {
-  char f[160];
-  field(f, sizeof f, path, key);
-  const json_t *v = json_object_get(obj, key);
-  if (!v && dflt) {
-    *out = dflt;
-    return 0;
-  }
-  if (!v) {
-    snprintf(err, errlen, "%s is required", f);
-    return -EINVAL;
-  }
-  if (!json_is_string(v)) {
-    snprintf(err, errlen, "%s must be a string", f);
-    return -EINVAL;
-  }
-  *out = json_string_value(v);
-  return 0;
-}
-
-static int get_abs_path(const json_t *obj, const char *path, const char *key, char *out,
-                        size_t outlen, char *err, size_t errlen) {
-  char f[160];
-  field(f, sizeof f, path, key);
-  const json_t *v = json_object_get(obj, key);
-  if (!v) {
-    snprintf(err, errlen, "%s is required", f);
-    return -EINVAL;
-  }
-  const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-  if (!s || s[0] != '/') {
-    snprintf(err, errlen, "%s must be an absolute path", f);
-    return -EINVAL;
-  }
-  if (strlen(s) >= outlen) {
-    snprintf(err, errlen, "%s is longer than %zu bytes", f, outlen - 1);
-    return -EINVAL;
-  }
-  snprintf(out, outlen, "%s", s);
-  return 0;
-}
-
-static int parse_model(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
-  int rc;
-  const char *arch;
-  const json_t *init;
-  if ((rc = check_keys(m, "model", k_model, err, errlen)) < 0) return rc;
-  if ((rc = get_string(m, "model", "arch", NULL, &arch, err, errlen)) < 0) return rc;
-  if (zt_arch_parse(arch, &c->arch) < 0) {
-    snprintf(err, errlen, "model.arch must be \"gpt\" or \"encoder\", not \"%.64s\"", arch);
-    return -EINVAL;
-  }
-  if ((rc = get_int32(m, "model", "vocab", 1, 1, VOCAB_MAX, 0, &c->vocab, err, errlen)) < 0 ||
-      (rc = get_int32(m, "model", "seq_len", 1, 1, SEQ_LEN_MAX, 0, &c->seq_len, err, errlen)) < 0 ||
-      (rc = get_int32(m, "model", "d_model", 1, 1, D_MODEL_MAX, 0, &c->d_model, err, errlen)) < 0 ||
-      (rc = get_int32(m, "model", "n_heads", 1, 1, N_HEADS_MAX, 0, &c->n_heads, err, errlen)) < 0 ||
-      (rc = get_int32(m, "model", "n_layers", 1, 1, N_LAYERS_MAX, 0, &c->n_layers, err,
-                      errlen)) < 0 ||
-      (rc = get_int32(m, "model", "d_ff", 0, 0, D_FF_MAX, 0, &c->d_ff, err, errlen)) < 0)
-    return rc;
-  if ((rc = get_object(m, "model", "init", 0, &init, err, errlen)) < 0) return rc;
-  c->init_seed = 0;
-  c->init_path[0] = '\0';
-  if (init) {
-    if ((rc = check_keys(init, "model.init", k_init, err, errlen)) < 0) return rc;
-    int has_seed = json_object_get(init, "seed") != NULL;
-    int has_file = json_object_get(init, "safetensors") != NULL;
-    if (has_seed == has_file) {
-      snprintf(err, errlen, "model.init takes exactly one of seed or safetensors");
-      return -EINVAL;
-    }
-    int64_t seed;
-    if (has_seed &&
-        (rc = get_int(init, "model.init", "seed", 1, 0, INT64_MAX, 0, &seed, err, errlen)) < 0)
-      return rc;
-    if (has_seed) c->init_seed = (uint64_t)seed;
-    if (has_file && (rc = get_abs_path(init, "model.init", "safetensors", c->init_path,
-                                       sizeof c->init_path, err, errlen)) < 0)
-      return rc;
-  }
-  return zt_model_cfg_check(c, err, errlen);
-}
-
-static int parse_train(const json_t *t, zt_train_cfg *c, char *err, size_t errlen) {
-  int rc;
-  const char *s;
-  const json_t *opt, *sched;
-  zt_train_cfg_defaults(c);
-  if ((rc = check_keys(t, "train", k_train, err, errlen)) < 0) return rc;
-  if ((rc = get_int32(t, "train", "steps", 1, 1, STEPS_MAX, 0, &c->steps, err, errlen)) < 0 ||
-      (rc = get_int32(t, "train", "micro_batch", 1, 1, BATCH_MAX, 0, &c->micro_batch, err,
-                      errlen)) < 0 ||
-      (rc = get_int32(t, "train", "grad_accum", 0, 1, BATCH_MAX, 1, &c->grad_accum, err,
-                      errlen)) < 0)
-    return rc;
-  if ((rc = get_string(t, "train", "precision", "fp32", &s, err, errlen)) < 0) return rc;
-  if (zt_dtype_parse(s, &c->precision) < 0) {
-    snprintf(err, errlen, "train.precision must be \"fp32\", \"bf16\" or \"fp16\"");
-    return -EINVAL;
-  }
-  const json_t *tf32 = json_object_get(t, "tf32");
-  if (tf32 && !json_is_boolean(tf32)) {
-    snprintf(err, errlen, "train.tf32 must be true or false");
-    return -EINVAL;
-  }
-  c->tf32 = tf32 && json_is_true(tf32);
-
-  c->lr = 1e-3f;
-  c->beta1 = 0.9f;
-  c->beta2 = 0.999f;
-  c->eps = 1e-8f;
-  c->weight_decay = 0.01f;
-  if ((rc = get_object(t, "train", "optimizer", 0, &opt, err, errlen)) < 0) return rc;
-  if (opt) {
-    if ((rc = check_keys(opt, "train.optimizer", k_opt, err, errlen)) < 0) return rc;
-    if ((rc = get_string(opt, "train.optimizer", "name", "adamw", &s, err, errlen)) < 0) return rc;
-    if (strcmp(s, "adamw") != 0) {
-      snprintf(err, errlen, "train.optimizer.name must be \"adamw\"");
-      return -EINVAL;
-    }
-    if ((rc = get_num(opt, "train.optimizer", "lr", 0, 1, LR_MAX, 0, c->lr, &c->lr, err,
-                      errlen)) < 0 ||
-        (rc = get_num(opt, "train.optimizer", "eps", 0, 1, 1, 0, c->eps, &c->eps, err,
-                      errlen)) < 0 ||
-        (rc = get_num(opt, "train.optimizer", "weight_decay", 0, 0, 1, 0, c->weight_decay,
-                      &c->weight_decay, err, errlen)) < 0)
-      return rc;
-    const json_t *betas = json_object_get(opt, "betas");
-    if (betas) {
-      if (!json_is_array(betas) || json_array_size(betas) != 2) {
-        snprintf(err, errlen, "train.optimizer.betas must be an array of two numbers");
-        return -EINVAL;
-      }
-      if ((rc = check_num(json_array_get(betas, 0), "train.optimizer.betas[0]", 0, 0, 1, 1,
-                          &c->beta1, err, errlen)) < 0 ||
-          (rc = check_num(json_array_get(betas, 1), "train.optimizer.betas[1]", 0, 0, 1, 1,
-                          &c->beta2, err, errlen)) < 0)
-        return rc;
-    }
-  }
-
-  c->schedule = ZT_SCHED_CONSTANT;
-  c->warmup_steps = 0;
-  c->min_lr = 0.0f;
-  if ((rc = get_object(t, "train", "schedule", 0, &sched, err, errlen)) < 0) return rc;
-  if (sched) {
-    if ((rc = check_keys(sched, "train.schedule", k_sched, err, errlen)) < 0) return rc;
-    if ((rc = get_string(sched, "train.schedule", "name", "constant", &s, err, errlen)) < 0)
-      return rc;
-    if (strcmp(s, "constant") == 0) {
-      c->schedule = ZT_SCHED_CONSTANT;
-    } else if (strcmp(s, "cosine") == 0) {
-      c->schedule = ZT_SCHED_COSINE;
-    } else {
-      snprintf(err, errlen, "train.schedule.name must be \"constant\" or \"cosine\"");
-      return -EINVAL;
-    }
-    if ((rc = get_int32(sched, "train.schedule", "warmup_steps", 0, 0, STEPS_MAX, 0,
-                        &c->warmup_steps, err, errlen)) < 0 ||
-        (rc = get_num(sched, "train.schedule", "min_lr", 0, 0, LR_MAX, 0, 0.0f, &c->min_lr, err,
-                      errlen)) < 0)
-      return rc;
-  }
-  c->grad_clip = 0.0f;
-  if ((rc = get_num(t, "train", "grad_clip", 0, 0, 1e6, 0, 0.0f, &c->grad_clip, err, errlen)) < 0)
-    return rc;
-  const json_t *act;
-  if ((rc = get_object(t, "train", "activation_checkpointing", 0, &act, err, errlen)) < 0)
-    return rc;
-  if (act) {
-    const json_t *every = json_object_get(act, "every");
-    if ((rc = check_keys(act, "train.activation_checkpointing", k_act_ckpt, err, errlen)) < 0)
-      return rc;
-    /* "auto": the offload planner's choice, or the least recompute that fits (jobs.c) */
-    if (json_is_string(every) && !strcmp(json_string_value(every), "auto")) {
-      c->ckpt_every = ZT_CKPT_AUTO;
-    } else if (json_is_string(every)) {
-      snprintf(err, errlen, "train.activation_checkpointing.every must be a non-negative "
-               "integer or \"auto\"");
-      return -EINVAL;
-    } else if ((rc = get_int32(act, "train.activation_checkpointing", "every", 0, 0, 1048576, 0,
-                             &c->ckpt_every, err, errlen)) < 0)
-      return rc;
-  }
-  int64_t seed;
-  if ((rc = get_int(t, "train", "seed", 0, 0, INT64_MAX, 0, &seed, err, errlen)) < 0) return rc;
-  c->seed = (uint64_t)seed;
-  return zt_train_cfg_check(c, err, errlen);
-}
-
 static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen) {
   int rc;
   const char *src;
-  if ((rc = get_string(d, "data", "source", NULL, &src, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_string(d, "data", "source", NULL, &src, err, errlen)) < 0) return rc;
   if (strcmp(src, "file") == 0) {
     s->source = ZT_DATA_FILE;
-    if ((rc = check_keys(d, "data", k_data_file, err, errlen)) < 0) return rc;
-    return get_abs_path(d, "data", "path", s->data_path, sizeof s->data_path, err, errlen);
+    if ((rc = zt_json_check_keys(d, "data", k_data_file, err, errlen)) < 0) return rc;
+    return zt_json_get_abs_path(d, "data", "path", s->data_path, sizeof s->data_path, err, errlen);
   }
   if (strcmp(src, "stream") == 0) {
     s->source = ZT_DATA_STREAM;
     s->data_path[0] = '\0';
-    return check_keys(d, "data", k_data_stream, err, errlen);
+    return zt_json_check_keys(d, "data", k_data_stream, err, errlen);
   }
   snprintf(err, errlen, "data.source must be \"file\" or \"stream\"");
   return -EINVAL;
@@ -396,14 +81,14 @@ static int parse_parallel(const json_t *p, zt_job_spec *s, char *err, size_t err
   s->gpus = 1;
   s->zero_stage = 1;
   if (!p) return 0;
-  if ((rc = check_keys(p, "parallel", k_parallel, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_check_keys(p, "parallel", k_parallel, err, errlen)) < 0) return rc;
   const json_t *g = json_object_get(p, "gpus");
   if (json_is_string(g) && strcmp(json_string_value(g), "all") == 0) {
     s->gpus = ZT_JOB_GPUS_ALL;
   } else if (g && (!json_is_integer(g) || json_integer_value(g) < 1)) {
     snprintf(err, errlen, "parallel.gpus must be a positive integer or \"all\"");
     return -EINVAL;
-  } else if ((rc = get_int32(p, "parallel", "gpus", 0, 1, ZT_DP_MAX_WORLD, 1, &s->gpus, err,
+  } else if ((rc = zt_json_get_int32(p, "parallel", "gpus", 0, 1, ZT_DP_MAX_WORLD, 1, &s->gpus, err,
                              errlen)) < 0) {
     return rc;
   }
@@ -431,8 +116,8 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
     snprintf(err, errlen, "the job spec must be an object");
     return -EINVAL;
   }
-  if ((rc = check_keys(j, "", k_top, err, errlen)) < 0) return rc;
-  if ((rc = get_string(j, "", "name", "", &name, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_check_keys(j, "", k_top, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_string(j, "", "name", "", &name, err, errlen)) < 0) return rc;
   size_t nlen = strlen(name);
   int printable = 1;
   for (size_t i = 0; i < nlen; i++) printable &= (unsigned char)name[i] >= 0x20;
@@ -442,52 +127,37 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
     return -EINVAL;
   }
   memcpy(s->name, name, nlen + 1);
-  if ((rc = get_object(j, "", "model", 1, &model, err, errlen)) < 0 ||
-      (rc = parse_model(model, &s->model, err, errlen)) < 0)
+  if ((rc = zt_json_get_object(j, "", "model", 1, &model, err, errlen)) < 0 ||
+      (rc = zt_config_model_from_json(model, &s->model, err, errlen)) < 0)
     return rc;
-  if ((rc = get_object(j, "", "train", 1, &train, err, errlen)) < 0 ||
-      (rc = parse_train(train, &s->train, err, errlen)) < 0)
+  if ((rc = zt_json_get_object(j, "", "train", 1, &train, err, errlen)) < 0 ||
+      (rc = zt_config_train_from_json(train, &s->train, err, errlen)) < 0)
     return rc;
-  if ((rc = get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
+  if ((rc = zt_json_get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
       (rc = parse_data(data, s, err, errlen)) < 0)
     return rc;
   const json_t *off;
-  if ((rc = get_object(j, "", "offload", 0, &off, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_object(j, "", "offload", 0, &off, err, errlen)) < 0) return rc;
   if (off) {
     s->has_offload = 1;
-    if ((rc = zt_offload_cfg_from_json(off, &s->offload, err, errlen)) < 0) return rc;
+    if ((rc = zt_config_offload_from_json(off, &s->offload, err, errlen)) < 0) return rc;
   }
   const json_t *par;
-  if ((rc = get_object(j, "", "parallel", 0, &par, err, errlen)) < 0 ||
+  if ((rc = zt_json_get_object(j, "", "parallel", 0, &par, err, errlen)) < 0 ||
       (rc = parse_parallel(par, s, err, errlen)) < 0)
     return rc;
   s->ckpt_every = 0;
   s->ckpt_keep = 2;
-  if ((rc = get_object(j, "", "checkpoint", 0, &ckpt, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_object(j, "", "checkpoint", 0, &ckpt, err, errlen)) < 0) return rc;
   if (ckpt) {
-    if ((rc = check_keys(ckpt, "checkpoint", k_ckpt, err, errlen)) < 0 ||
-        (rc = get_int32(ckpt, "checkpoint", "every", 0, 0, STEPS_MAX, 0, &s->ckpt_every, err,
+    if ((rc = zt_json_check_keys(ckpt, "checkpoint", k_ckpt, err, errlen)) < 0 ||
+        (rc = zt_json_get_int32(ckpt, "checkpoint", "every", 0, 0, ZT_TRAIN_MAX_STEPS, 0, &s->ckpt_every, err,
                         errlen)) < 0 ||
-        (rc = get_int32(ckpt, "checkpoint", "keep", 0, 1, KEEP_MAX, 2, &s->ckpt_keep, err,
+        (rc = zt_json_get_int32(ckpt, "checkpoint", "keep", 0, 1, KEEP_MAX, 2, &s->ckpt_keep, err,
                         errlen)) < 0)
       return rc;
   }
   return 0;
-}
-
-void zt__format_bytes(char *out, size_t outlen, double bytes) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 6) {
-    bytes /= 1024.0;
-    u++;
-  }
-  char num[64];
-  snprintf(num, sizeof num, "%.2f", bytes);
-  char *end = num + strlen(num);
-  while (end[-1] == '0') *--end = '\0';
-  if (end[-1] == '.') end[-1] = '\0';
-  snprintf(out, outlen, "%s %s", num, units[u]);
 }
 
 /* A generous double-precision count of what the trainer will allocate; it only guards the
@@ -529,8 +199,8 @@ static int check_nvme_space(const char *dir, uint64_t need, char *err, size_t er
   uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
   if (avail < need) {
     char a[32], b[32];
-    zt__format_bytes(a, sizeof a, (double)need);
-    zt__format_bytes(b, sizeof b, (double)avail);
+    zt_size_format(a, sizeof a, (double)need);
+    zt_size_format(b, sizeof b, (double)avail);
     snprintf(err, errlen, "offload.nvme_dir: %s has %s free (%" PRIu64 " bytes); the job's NVMe "
              "tier needs %s (%" PRIu64 " bytes)", dir, b, avail, a, need);
     return -ENOSPC;
@@ -583,8 +253,8 @@ static int too_big(double need, double limit, const char *what, const char *part
                    const zt_jobs_config *cfg, char *err, size_t errlen) {
   if (limit <= 0 || need <= limit) return 0;
   char a[32], b[32];
-  zt__format_bytes(a, sizeof a, need);
-  zt__format_bytes(b, sizeof b, limit);
+  zt_size_format(a, sizeof a, need);
+  zt_size_format(b, sizeof b, limit);
   snprintf(err, errlen, "job needs %s %s on the %s backend; %s %s", a, part, cfg->backend, what,
            b);
   return -ENOMEM;
@@ -755,9 +425,9 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   if (limit > 0 && on_device > limit) {
     char a[32], b[32], r[32], ranks[96];
     zt__job_ranks_text(s, ranks, sizeof ranks);
-    zt__format_bytes(a, sizeof a, on_device);
-    zt__format_bytes(b, sizeof b, limit);
-    zt__format_bytes(r, sizeof r, need);
+    zt_size_format(a, sizeof a, on_device);
+    zt_size_format(b, sizeof b, limit);
+    zt_size_format(r, sizeof r, need);
     if (W == 1)
       snprintf(err, errlen, "job needs %s on the %s backend; %s %s", a, cfg->backend, what, b);
     else if (on_cpu)
@@ -782,33 +452,13 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
 }
 
 json_t *zt__job_spec_to_json(const zt_job_spec *s) {
-  const zt_model_cfg *m = &s->model;
-  const zt_train_cfg *t = &s->train;
-  json_t *init = m->init_path[0] ? json_pack("{s:s}", "safetensors", m->init_path)
-                                 : json_pack("{s:I}", "seed", (json_int_t)m->init_seed);
   json_t *data = s->source == ZT_DATA_FILE
                      ? json_pack("{s:s, s:s}", "source", "file", "path", s->data_path)
                      : json_pack("{s:s}", "source", "stream");
-  json_t *out = json_pack(
-      "{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}, "
-      "s:{s:i, s:i, s:i, s:s, s:b, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, "
-      "s:I, s:{s:o}}, "
-      "s:o, s:{s:i, s:i}}",
-      "name", s->name,
-      "model", "arch", zt_arch_name(m->arch), "vocab", m->vocab, "seq_len", m->seq_len,
-      "d_model", m->d_model, "n_heads", m->n_heads, "n_layers", m->n_layers, "d_ff", m->d_ff,
-      "init", init,
-      "train", "steps", t->steps, "micro_batch", t->micro_batch, "grad_accum", t->grad_accum,
-      "precision", zt_dtype_name(t->precision), "tf32", t->tf32,
-      "optimizer", "name", "adamw", "lr", (double)t->lr, "betas", (double)t->beta1,
-      (double)t->beta2, "eps", (double)t->eps, "weight_decay", (double)t->weight_decay,
-      "schedule", "name", t->schedule == ZT_SCHED_COSINE ? "cosine" : "constant",
-      "warmup_steps", t->warmup_steps, "min_lr", (double)t->min_lr,
-      "grad_clip", (double)t->grad_clip, "seed", (json_int_t)t->seed,
-      "activation_checkpointing", "every",
-      t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every),
-      "data", data,
-      "checkpoint", "every", s->ckpt_every, "keep", s->ckpt_keep);
+  json_t *out = json_pack("{s:s, s:o, s:o, s:o, s:{s:i, s:i}}", "name", s->name, "model",
+                          zt_config_model_to_json(&s->model), "train",
+                          zt_config_train_to_json(&s->train), "data", data, "checkpoint",
+                          "every", s->ckpt_every, "keep", s->ckpt_keep);
   json_t *par = out ? json_pack("{s:i, s:i}", "gpus", s->gpus, "zero_stage", s->zero_stage)
                    : NULL;
   json_t *peers = s->n_peers ? json_array() : NULL;
@@ -817,24 +467,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   if (par && peers) json_object_set_new(par, "peers", peers);
   else json_decref(peers);
   if (out) json_object_set_new(out, "parallel", par);
-  if (out && s->has_offload) {
-    const zt_offload_cfg *o = &s->offload;
-    json_t *off = json_pack("{s:s, s:s, s:s, s:I, s:i}", "params", zt_offload_place_name(o->params),
-                            "grads", zt_offload_place_name(o->grads), "optimizer",
-                            zt_offload_place_name(o->optimizer), "gpu_budget",
-                            (json_int_t)o->gpu_budget, "prefetch", o->prefetch);
-    if (off && o->nvme_dir[0]) json_object_set_new(off, "nvme_dir", json_string(o->nvme_dir));
-    if (off && o->gpu_units >= 0) json_object_set_new(off, "gpu_units", json_integer(o->gpu_units));
-    if (off && o->host_units >= 0)
-      json_object_set_new(off, "host_units", json_integer(o->host_units));
-    if (off && o->host_budget)
-      json_object_set_new(off, "host_budget", json_integer((json_int_t)o->host_budget));
-    if (off && o->nvme_budget)
-      json_object_set_new(off, "nvme_budget", json_integer((json_int_t)o->nvme_budget));
-    if (off && o->grad_slots) json_object_set_new(off, "grad_slots", json_integer(o->grad_slots));
-    if (off && o->delayed_update) json_object_set_new(off, "delayed_update", json_true());
-    json_object_set_new(out, "offload", off);
-  }
+  if (out && s->has_offload) json_object_set_new(out, "offload", zt_config_offload_to_json(&s->offload));
   return out;
 }
 

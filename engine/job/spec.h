@@ -100,7 +100,5 @@ zt_dp_cfg zt__job_dp_cfg(const zt_job_spec *s, int rank0, int local);
 
 /* "parallel.gpus 2", or with peers "4 ranks (parallel.gpus 2 on each of 2 daemons)" */
 void zt__job_ranks_text(const zt_job_spec *s, char *out, size_t outlen);
-/* "1.21 TiB", "24 GiB", "512 B" */
-void zt__format_bytes(char *out, size_t outlen, double bytes);
 
 #endif

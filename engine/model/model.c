@@ -11,14 +11,6 @@
 
 #include "engine/model/safetensors.h"
 
-/* Sanity bounds: far above anything trained here, low enough that every size below stays
- * representable and a typo is caught before it turns into a huge allocation. */
-#define MAX_VOCAB (1 << 24)
-#define MAX_SEQ (1 << 16)
-#define MAX_DMODEL 65536
-#define MAX_LAYERS 1024
-#define MAX_DFF (1 << 20)
-#define MAX_PARAMS (1ull << 36)
 
 static const zt__arch *const archs[] = {&zt__arch_gpt, &zt__arch_encoder};
 
@@ -54,11 +46,11 @@ int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
     snprintf(err, errlen, "model.arch must be gpt or encoder");
     return -EINVAL;
   }
-  if (c->vocab < 1 || c->vocab > MAX_VOCAB) return bad(err, errlen, "vocab", c->vocab, 1, MAX_VOCAB);
-  if (c->seq_len < 1 || c->seq_len > MAX_SEQ)
-    return bad(err, errlen, "seq_len", c->seq_len, 1, MAX_SEQ);
-  if (c->d_model < 1 || c->d_model > MAX_DMODEL)
-    return bad(err, errlen, "d_model", c->d_model, 1, MAX_DMODEL);
+  if (c->vocab < 1 || c->vocab > ZT_MODEL_MAX_VOCAB) return bad(err, errlen, "vocab", c->vocab, 1, ZT_MODEL_MAX_VOCAB);
+  if (c->seq_len < 1 || c->seq_len > ZT_MODEL_MAX_SEQ)
+    return bad(err, errlen, "seq_len", c->seq_len, 1, ZT_MODEL_MAX_SEQ);
+  if (c->d_model < 1 || c->d_model > ZT_MODEL_MAX_DMODEL)
+    return bad(err, errlen, "d_model", c->d_model, 1, ZT_MODEL_MAX_DMODEL);
   if (c->n_heads < 1 || c->n_heads > c->d_model)
     return bad(err, errlen, "n_heads", c->n_heads, 1, c->d_model);
   if (c->d_model % c->n_heads) {
@@ -66,9 +58,9 @@ int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
              c->n_heads);
     return -EINVAL;
   }
-  if (c->n_layers < 1 || c->n_layers > MAX_LAYERS)
-    return bad(err, errlen, "n_layers", c->n_layers, 1, MAX_LAYERS);
-  if (c->d_ff < 0 || c->d_ff > MAX_DFF) return bad(err, errlen, "d_ff", c->d_ff, 0, MAX_DFF);
+  if (c->n_layers < 1 || c->n_layers > ZT_MODEL_MAX_LAYERS)
+    return bad(err, errlen, "n_layers", c->n_layers, 1, ZT_MODEL_MAX_LAYERS);
+  if (c->d_ff < 0 || c->d_ff > ZT_MODEL_MAX_DFF) return bad(err, errlen, "d_ff", c->d_ff, 0, ZT_MODEL_MAX_DFF);
   if (memchr(c->init_path, 0, sizeof c->init_path) == NULL) {
     snprintf(err, errlen, "model.init_path is not terminated");
     return -EINVAL;
@@ -78,9 +70,9 @@ int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
   double C = c->d_model, F = c->d_ff ? c->d_ff : (a->default_d_ff > 0 ? a->default_d_ff : 4 * C);
   double n = 2.0 * c->vocab * C + (double)c->seq_len * C + c->vocab + 2 * C +
              (double)c->n_layers * (4 * C * C + 2 * C * F + 9 * C + F);
-  if (n > (double)MAX_PARAMS) {
+  if (n > (double)ZT_MODEL_MAX_PARAMS) {
     snprintf(err, errlen, "model has about %.3g parameters; at most %llu (2^36) are supported "
-             "(check model.d_model, model.n_layers, model.vocab, model.d_ff)", n, MAX_PARAMS);
+             "(check model.d_model, model.n_layers, model.vocab, model.d_ff)", n, ZT_MODEL_MAX_PARAMS);
     return -EINVAL;
   }
   return 0;

@@ -12,6 +12,16 @@ typedef enum zt_arch { ZT_ARCH_GPT = 1, ZT_ARCH_ENCODER = 2 } zt_arch;
 
 #define ZT_PATH_MAX 4096
 
+/* The bounds of every model dimension, far above anything trained here: they keep every size
+ * representable and catch a typo before it turns into a huge allocation. zt_model_cfg_check and
+ * the config reader (engine/train/config.c) use these; docs/spec.md lists them. */
+#define ZT_MODEL_MAX_VOCAB (1 << 24)
+#define ZT_MODEL_MAX_SEQ (1 << 17) /* 131072, Llama 3.1's context */
+#define ZT_MODEL_MAX_DMODEL 65536
+#define ZT_MODEL_MAX_LAYERS 1024
+#define ZT_MODEL_MAX_DFF (1 << 20)
+#define ZT_MODEL_MAX_PARAMS (1ull << 36)
+
 typedef struct zt_model_cfg {
   zt_arch arch;
   int vocab;

@@ -31,29 +31,30 @@ static int range_i(char *err, size_t errlen, const char *f, int v, int lo, int h
   return -EINVAL;
 }
 
-static int range_f(char *err, size_t errlen, const char *f, float v, double lo, double hi,
-                   int hi_open) {
-  if (isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi)) return 0;
-  snprintf(err, errlen, "train.%s must be in [%g, %g%s (got %g)", f, lo, hi, hi_open ? ")" : "]",
-           (double)v);
+static int range_f(char *err, size_t errlen, const char *f, float v, double lo, int lo_open,
+                   double hi, int hi_open) {
+  if (isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi)) return 0;
+  snprintf(err, errlen, "train.%s must be in %c%g, %g%c (got %g)", f, lo_open ? '(' : '[', lo,
+           hi, hi_open ? ')' : ']', (double)v);
   return -EINVAL;
 }
 
+/* The fields by their paths in the job spec (docs/spec.md), the bounds of recipe.h. */
 int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
   int rc;
-  if ((rc = range_i(err, errlen, "steps", c->steps, 1, 1 << 30)) < 0 ||
-      (rc = range_i(err, errlen, "micro_batch", c->micro_batch, 1, 1 << 20)) < 0 ||
-      (rc = range_i(err, errlen, "grad_accum", c->grad_accum, 1, 1 << 20)) < 0 ||
-      (rc = range_f(err, errlen, "lr", c->lr, 0, 10, 0)) < 0 ||
-      (rc = range_f(err, errlen, "beta1", c->beta1, 0, 1, 1)) < 0 ||
-      (rc = range_f(err, errlen, "beta2", c->beta2, 0, 1, 1)) < 0 ||
-      (rc = range_f(err, errlen, "eps", c->eps, 1e-30, 1, 0)) < 0 ||
-      (rc = range_f(err, errlen, "weight_decay", c->weight_decay, 0, 10, 0)) < 0 ||
-      (rc = range_i(err, errlen, "warmup_steps", c->warmup_steps, 0, c->steps)) < 0 ||
-      (rc = range_f(err, errlen, "min_lr", c->min_lr, 0, c->lr, 0)) < 0 ||
-      (rc = range_f(err, errlen, "grad_clip", c->grad_clip, 0, 1e30, 0)) < 0 ||
+  if ((rc = range_i(err, errlen, "steps", c->steps, 1, ZT_TRAIN_MAX_STEPS)) < 0 ||
+      (rc = range_i(err, errlen, "micro_batch", c->micro_batch, 1, ZT_TRAIN_MAX_BATCH)) < 0 ||
+      (rc = range_i(err, errlen, "grad_accum", c->grad_accum, 1, ZT_TRAIN_MAX_BATCH)) < 0 ||
+      (rc = range_f(err, errlen, "optimizer.lr", c->lr, 0, 1, ZT_TRAIN_MAX_LR, 0)) < 0 ||
+      (rc = range_f(err, errlen, "optimizer.betas[0]", c->beta1, 0, 0, 1, 1)) < 0 ||
+      (rc = range_f(err, errlen, "optimizer.betas[1]", c->beta2, 0, 0, 1, 1)) < 0 ||
+      (rc = range_f(err, errlen, "optimizer.eps", c->eps, 0, 1, 1, 0)) < 0 ||
+      (rc = range_f(err, errlen, "optimizer.weight_decay", c->weight_decay, 0, 0, 1, 0)) < 0 ||
+      (rc = range_i(err, errlen, "schedule.warmup_steps", c->warmup_steps, 0, c->steps)) < 0 ||
+      (rc = range_f(err, errlen, "schedule.min_lr", c->min_lr, 0, 0, c->lr, 0)) < 0 ||
+      (rc = range_f(err, errlen, "grad_clip", c->grad_clip, 0, 0, ZT_TRAIN_MAX_GRAD_CLIP, 0)) < 0 ||
       (rc = range_i(err, errlen, "activation_checkpointing.every", c->ckpt_every, ZT_CKPT_AUTO,
-                    1 << 20)) < 0)
+                    ZT_TRAIN_MAX_CKPT_EVERY)) < 0)
     return rc;
   if (c->precision != ZT_F32 && c->precision != ZT_BF16 && c->precision != ZT_F16) {
     snprintf(err, errlen, "train.precision must be fp32, bf16 or fp16");
@@ -64,7 +65,7 @@ int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
     return -EINVAL;
   }
   if (c->schedule != ZT_SCHED_CONSTANT && c->schedule != ZT_SCHED_COSINE) {
-    snprintf(err, errlen, "train.schedule must be constant or cosine");
+    snprintf(err, errlen, "train.schedule.name must be constant or cosine");
     return -EINVAL;
   }
   return 0;

@@ -11,6 +11,14 @@
 
 typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_schedule;
 
+/* The bounds of the training fields: zt_train_cfg_check and the config reader use these;
+ * docs/spec.md lists them. */
+#define ZT_TRAIN_MAX_STEPS 1000000000
+#define ZT_TRAIN_MAX_BATCH 65536      /* train.micro_batch, train.grad_accum */
+#define ZT_TRAIN_MAX_LR 10.0
+#define ZT_TRAIN_MAX_GRAD_CLIP 1e6
+#define ZT_TRAIN_MAX_CKPT_EVERY 1048576
+
 /* zt_train_cfg.ckpt_every: chosen by the offload planner */
 #define ZT_CKPT_AUTO (-1)
 

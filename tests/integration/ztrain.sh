@@ -1,7 +1,7 @@
 #!/bin/bash
-# ztrain takes a ztd job spec as well as the trainer's flat config: the same recipe written both
-# ways trains to bitwise the same losses on the same tokens; a multi-rank job spec is refused
-# (ztrain runs one rank) and a broken file is named.
+# ztrain reads ztd job specs (one JSON reader for ztd and ztrain): it trains one, twice to the
+# same bits; the trainer's old flat config is refused naming its first unknown field; a multi-rank
+# job spec is refused (ztrain runs one rank) and a broken file is named.
 . "$(dirname "$0")/lib.sh"
 
 spec "$ZT_TMP/job.json" stream 4
@@ -24,13 +24,15 @@ open(f"{d}/tok.bin", "wb").write(struct.pack(f"<{n}i", *(random.randrange(m["voc
 open(f"{d}/bad.json", "w").write('{"model": ')
 PY
 a=$("$ZTRAIN" --spec "$ZT_TMP/job.json" --batches "$ZT_TMP/tok.bin" --json) || fail "ztrain job spec: $a"
-b=$("$ZTRAIN" --spec "$ZT_TMP/flat.json" --batches "$ZT_TMP/tok.bin" --json) || fail "ztrain flat: $b"
-python3 - "$a" "$b" <<'PY' || fail "the two formats train differently"
+b=$("$ZTRAIN" --spec "$ZT_TMP/job.json" --batches "$ZT_TMP/tok.bin" --json) || fail "ztrain again: $b"
+python3 - "$a" "$b" <<'PY' || fail "the same spec trains differently"
 import json, sys
 a, b = (json.loads(x) for x in sys.argv[1:3])
 assert a["losses"] == b["losses"] and len(a["losses"]) == 4, (a["losses"], b["losses"])
-print("ztrain: a job spec and the flat config train alike:", a["losses"])
+print("ztrain: a job spec trains, twice alike:", a["losses"])
 PY
+out=$("$ZTRAIN" --spec "$ZT_TMP/flat.json" --batches "$ZT_TMP/tok.bin" 2>&1) && fail "flat config accepted"
+case "$out" in *"unknown field 'model.init_seed'"*) ;; *) fail "flat config: $out" ;; esac
 out=$("$ZTRAIN" --spec "$ZT_TMP/two.json" --batches "$ZT_TMP/tok.bin" 2>&1) && fail "2 ranks accepted"
 case "$out" in *"parallel.gpus 2: ztrain runs one rank"*) ;; *) fail "refusal: $out" ;; esac
 out=$("$ZTRAIN" --spec "$ZT_TMP/bad.json" --batches "$ZT_TMP/tok.bin" 2>&1) && fail "bad JSON accepted"

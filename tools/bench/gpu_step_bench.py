@@ -88,8 +88,10 @@ def zt_step_time(cfg, batches, ztrain, precision):
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
                 "train": {"steps": WARMUP + STEPS, "micro_batch": cfg["B"], "grad_accum": 1,
-                          "lr": 1e-4, "precision": "bf16" if precision == "bf16" else "fp32",
-                          "tf32": precision == "tf32"}}
+                          "optimizer": {"lr": 1e-4},
+                          "precision": "bf16" if precision == "bf16" else "fp32",
+                          "tf32": precision == "tf32"},
+                "data": {"source": "stream"}}
         with open(os.path.join(d, "spec.json"), "w") as f:
             json.dump(spec, f)
         batches.astype("<i4").tofile(os.path.join(d, "batches.bin"))

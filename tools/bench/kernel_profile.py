@@ -64,9 +64,11 @@ def zt_profile(ncu, ztrain, cfg, precision, steps):
     with tempfile.TemporaryDirectory() as d:
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
-                "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": 1, "lr": 1e-4,
+                "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": 1,
+                          "optimizer": {"lr": 1e-4},
                           "precision": "bf16" if precision == "bf16" else "fp32",
-                          "tf32": precision == "tf32"}}
+                          "tf32": precision == "tf32"},
+                "data": {"source": "stream"}}
         with open(os.path.join(d, "spec.json"), "w") as f:
             json.dump(spec, f)
         import numpy as np

@@ -55,13 +55,15 @@ def main():
     params = VOCAB * C + SEQ * C + L * (12 * C * C + 13 * C) + 2 * C
     spec = {
         "model": {"arch": "gpt", "vocab": VOCAB, "seq_len": SEQ, "d_model": C,
-                  "n_heads": args.heads, "n_layers": L, "init_seed": 1},
-        "train": {"steps": args.steps, "micro_batch": 1, "grad_accum": 1, "lr": 1e-4,
-                  "weight_decay": 0.01, "grad_clip": 0, "precision": "bf16",
+                  "n_heads": args.heads, "n_layers": L, "init": {"seed": 1}},
+        "train": {"steps": args.steps, "micro_batch": 1, "grad_accum": 1,
+                  "optimizer": {"lr": 1e-4, "weight_decay": 0.01}, "grad_clip": 0,
+                  "precision": "bf16",
                   "activation_checkpointing": {"every": 1}},
         "offload": {"optimizer": "auto", "params": "auto", "gpu_budget": size(args.gpu_budget),
                     "host_budget": size(args.host_budget),
                     "nvme_budget": size(args.nvme_budget), "nvme_dir": args.nvme_dir},
+        "data": {"source": "stream"},
     }
     tmp = tempfile.mkdtemp(prefix="zt-big.")
     spec_path, tok_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "tokens.bin")

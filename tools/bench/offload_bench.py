@@ -109,9 +109,10 @@ def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, g
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
                 "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": grad_accum,
-                          "lr": 1e-4, "precision": "bf16",
+                          "optimizer": {"lr": 1e-4}, "precision": "bf16",
                           "activation_checkpointing": {"every": ckpt if ckpt == "auto"
-                                                       else int(ckpt)}}}
+                                                       else int(ckpt)}},
+                "data": {"source": "stream"}}
         if params != "none":
             spec["offload"] = {"params": params, "optimizer": optimizer, "gpu_budget": budget,
                                "prefetch": 2, "delayed_update": delayed}

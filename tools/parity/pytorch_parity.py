@@ -49,6 +49,21 @@ TRAIN = dict(steps=20, micro_batch=4, grad_accum=2, lr=1e-3, beta1=0.9, beta2=0.
 TOLERANCE = 1e-4
 
 
+def job_spec(cfg):
+    """The ztd job spec (docs/spec.md) of cfg and TRAIN; ztrain reads it, data from --batches."""
+    t = TRAIN
+    return {"model": dict(cfg, init={"seed": 0}),
+            "train": {"steps": t["steps"], "micro_batch": t["micro_batch"],
+                      "grad_accum": t["grad_accum"],
+                      "optimizer": {"name": "adamw", "lr": t["lr"],
+                                    "betas": [t["beta1"], t["beta2"]], "eps": t["eps"],
+                                    "weight_decay": t["weight_decay"]},
+                      "schedule": {"name": t["schedule"], "warmup_steps": t["warmup_steps"],
+                                   "min_lr": t["min_lr"]},
+                      "grad_clip": t["grad_clip"], "seed": t["seed"]},
+            "data": {"source": "stream"}}
+
+
 # ---- models -------------------------------------------------------------------------------
 
 class Conv1D(nn.Module):
@@ -263,7 +278,7 @@ def main():
             flat = batches.flatten().tolist()
             f.write(struct.pack("<%di" % len(flat), *flat))
         with open(os.path.join(d, "spec.json"), "w") as f:
-            json.dump({"model": dict(cfg, init_seed=0), "train": TRAIN}, f, indent=2)
+            json.dump(job_spec(cfg), f, indent=2)
         losses = train(model, batches, cfg["vocab"])
         with open(os.path.join(d, "losses.json"), "w") as f:
             json.dump({"losses": losses, "torch": torch.__version__}, f, indent=2)

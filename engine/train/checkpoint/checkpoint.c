@@ -50,7 +50,7 @@
 #include <unistd.h>
 
 #include "engine/model/safetensors.h"
-#include "engine/train/cfg_json.h"
+#include "engine/train/config.h"
 #include "engine/train/dp/dp.h"
 #include "engine/train/trainer_internal.h"
 
@@ -274,8 +274,8 @@ static json_t *state_json(const zt_trainer *t, json_t *head) {
   json_t *j = json_pack("{s:i, s:i, s:f, s:i, s:s, s:o, s:o}", "step", t->step, "adam_step",
                         t->adam_step, "loss_scale", (double)t->scaler.scale,
                         "loss_scale_good_steps", t->scaler.good_steps, "arch",
-                        zt_arch_name(mc->arch), "model", zt_model_cfg_to_json(mc), "train",
-                        zt_train_cfg_to_json(&t->tc));
+                        zt_arch_name(mc->arch), "model", zt_config_model_to_json(mc), "train",
+                        zt_config_train_to_json(&t->tc));
   int bad = !j || !head || json_object_update(head, j) < 0;
   json_decref(j);
   if (bad) {
@@ -828,7 +828,16 @@ static int check_model(const zt_model *m, const json_t *jm, const char *path, ch
                        size_t errlen) {
   zt_model_cfg c;
   zt_model *saved = NULL;
-  int rc = zt_model_cfg_from_json(jm, &c, err, errlen);
+  /* only the dimensions are compared: the init (named init_seed / init_path by checkpoints
+   * written before the job spec's vocabulary, init since) is not read */
+  json_t *dims = json_is_object(jm) ? json_deep_copy(jm) : NULL;
+  if (dims) {
+    json_object_del(dims, "init");
+    json_object_del(dims, "init_seed");
+    json_object_del(dims, "init_path");
+  }
+  int rc = zt_config_model_from_json(dims, &c, err, errlen);
+  json_decref(dims);
   if (rc < 0 || (rc = zt_model_create(&saved, &c, err, errlen)) < 0) {
     char why[256];
     snprintf(why, sizeof why, "%s", err);

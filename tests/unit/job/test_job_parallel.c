@@ -8,6 +8,7 @@
  * ranks and the waiting job then takes the first free ones, with status naming the holders. */
 #include <errno.h>
 #include <string.h>
+#include "engine/base/sizes.h"
 #include "engine/comm/comm.h"
 #include "engine/job/spec.h"
 #include "engine/kernels/backend.h"
@@ -338,8 +339,8 @@ int main(void) {
     limited.host_mem_limit = rank;
     CHECK(zt__job_spec_check_resources(&s, &limited, &needs, err, sizeof err) == -ENOMEM);
     char want[256], one[32], two[32];
-    zt__format_bytes(one, sizeof one, (double)rank);
-    zt__format_bytes(two, sizeof two, 2.0 * (double)rank);
+    zt_size_format(one, sizeof one, (double)rank);
+    zt_size_format(two, sizeof two, 2.0 * (double)rank);
     snprintf(want, sizeof want, "job needs %s on the cpu backend (2 ranks of %s: parallel.gpus 2, "
              "zero_stage %d); host limit %s", two, one, stage, one);
     if (strcmp(err, want) != 0) {

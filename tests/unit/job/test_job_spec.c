@@ -90,6 +90,8 @@ static const bad_case k_bad[] = {
   {"train.optimizer.betas", "[0.9]", -EINVAL, "train.optimizer.betas"},
   {"train.optimizer.betas", "[0.9, 1.0]", -EINVAL, "train.optimizer.betas[1]"},
   {"train.optimizer.eps", "-1e-8", -EINVAL, "train.optimizer.eps"},
+  /* a value a float holds as 0 is refused, not trained with lr 0 */
+  {"train.optimizer.lr", "1e-50", -EINVAL, "train.optimizer.lr is 1e-50"},
   {"train.optimizer.momentum", "0.9", -EINVAL, "unknown field 'train.optimizer.momentum'"},
   {"train.schedule.name", "\"linear\"", -EINVAL, "train.schedule.name"},
   {"train.schedule.warmup_steps", "-1", -EINVAL, "train.schedule.warmup_steps"},

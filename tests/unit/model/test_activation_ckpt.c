@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/train/cfg_json.h"
+#include "engine/train/config.h"
 #include "tests/unit/model/mcheck.h"
 
 #define LAYERS 3
@@ -195,32 +195,35 @@ static int test_memory(zt_arch arch) {
   return fails;
 }
 
+/* the train object's required fields */
+#define REQ "\"steps\": 3, \"micro_batch\": 1, "
+
 static int test_json(void) {
   char err[256];
   int fails = 0;
   zt_train_cfg c;
   json_error_t je;
-  json_t *o = json_loads("{\"steps\": 3, \"activation_checkpointing\": {\"every\": 2}}", 0, &je);
-  fails += MC_EXPECT(zt_train_cfg_from_json(o, &c, err, sizeof err) == 0 && c.ckpt_every == 2,
+  json_t *o = json_loads("{" REQ "\"activation_checkpointing\": {\"every\": 2}}", 0, &je);
+  fails += MC_EXPECT(zt_config_train_from_json(o, &c, err, sizeof err) == 0 && c.ckpt_every == 2,
                      "parse: %s", err);
-  json_t *back = zt_train_cfg_to_json(&c);
+  json_t *back = zt_config_train_to_json(&c);
   zt_train_cfg d;
-  fails += MC_EXPECT(zt_train_cfg_from_json(back, &d, err, sizeof err) == 0 && d.ckpt_every == 2,
+  fails += MC_EXPECT(zt_config_train_from_json(back, &d, err, sizeof err) == 0 && d.ckpt_every == 2,
                      "round trip: %s", err);
   json_decref(back);
   json_decref(o);
-  o = json_loads("{\"steps\": 3}", 0, &je);
-  fails += MC_EXPECT(zt_train_cfg_from_json(o, &c, err, sizeof err) == 0 && c.ckpt_every == 0,
+  o = json_loads("{\"steps\": 3, \"micro_batch\": 1}", 0, &je);
+  fails += MC_EXPECT(zt_config_train_from_json(o, &c, err, sizeof err) == 0 && c.ckpt_every == 0,
                      "default: %d", c.ckpt_every);
   json_decref(o);
-  static const char *const bad[] = {"{\"activation_checkpointing\": {\"every\": -1}}",
-                                    "{\"activation_checkpointing\": {\"every\": \"2\"}}",
-                                    "{\"activation_checkpointing\": {\"evry\": 1}}",
-                                    "{\"activation_checkpointing\": 1}"};
+  static const char *const bad[] = {"{" REQ "\"activation_checkpointing\": {\"every\": -1}}",
+                                    "{" REQ "\"activation_checkpointing\": {\"every\": \"2\"}}",
+                                    "{" REQ "\"activation_checkpointing\": {\"evry\": 1}}",
+                                    "{" REQ "\"activation_checkpointing\": 1}"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o = json_loads(bad[i], 0, &je);
     err[0] = 0;
-    fails += MC_EXPECT(zt_train_cfg_from_json(o, &c, err, sizeof err) == -EINVAL &&
+    fails += MC_EXPECT(zt_config_train_from_json(o, &c, err, sizeof err) == -EINVAL &&
                        strstr(err, "train.activation_checkpointing"), "%s accepted or unnamed: %s",
                        bad[i], err);
     json_decref(o);

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/train/cfg_json.h"
+#include "engine/train/config.h"
 #include "tests/unit/model/mcheck.h"
 #ifdef ZT_HAVE_CUDA
 #include "engine/kernels/cuda/cuda_backend.h"
@@ -24,13 +24,18 @@ static int run_arch(const zt_backend *be, const char *root, const char *arch, do
   zt_model_cfg mc;
   zt_train_cfg tc;
   snprintf(p, sizeof p, "%s/%s/spec.json", root, arch);
-  if (zt_spec_load(p, &mc, &tc, err, sizeof err) < 0) {
-    fprintf(stderr, "FAIL %s\n", err);
+  json_error_t je;
+  json_t *spec = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+  int bad = !spec || zt_config_model_from_json(json_object_get(spec, "model"), &mc, err,
+                                               sizeof err) < 0 ||
+            zt_config_train_from_json(json_object_get(spec, "train"), &tc, err, sizeof err) < 0;
+  json_decref(spec);
+  if (bad) {
+    fprintf(stderr, "FAIL %s: %s\n", p, spec ? err : je.text);
     return 1;
   }
   snprintf(mc.init_path, sizeof mc.init_path, "%s/%s/init.safetensors", root, arch);
   snprintf(p, sizeof p, "%s/%s/losses.json", root, arch);
-  json_error_t je;
   json_t *j = json_load_file(p, 0, &je);
   json_t *want = json_object_get(j, "losses");
   if (!json_is_array(want) || json_array_size(want) != (size_t)tc.steps) {

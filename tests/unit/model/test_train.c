@@ -36,11 +36,11 @@ static int test_schedule(void) {
   char err[256];
   c.warmup_steps = 30;
   fails += MC_EXPECT(zt_train_cfg_check(&c, err, sizeof err) == -EINVAL &&
-                     strstr(err, "train.warmup_steps"), "warmup > steps: %s", err);
+                     strstr(err, "train.schedule.warmup_steps"), "warmup > steps: %s", err);
   c.warmup_steps = 0;
   c.beta2 = 1.0f;
   fails += MC_EXPECT(zt_train_cfg_check(&c, err, sizeof err) == -EINVAL &&
-                     strstr(err, "train.beta2"), "beta2 = 1: %s", err);
+                     strstr(err, "train.optimizer.betas[1]"), "beta2 = 1: %s", err);
   return fails;
 }
 

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "engine/train/offload/offload.h"
-#include "engine/train/offload/offload_json.h"
+#include "engine/train/config.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
@@ -374,12 +374,12 @@ static int check_json_and_refusals(void) {
   char err[512];
   zt_offload_cfg oc;
   json_t *j = json_loads("{\"delayed_update\": true}", 0, NULL);
-  int rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+  int rc = zt_config_offload_from_json(j, &oc, err, sizeof err);
   json_decref(j);
   fails += MC_EXPECT(rc == 0 && oc.delayed_update == 1, "delayed_update true: rc %d (%s)", rc,
                      err);
   j = json_loads("{\"delayed_update\": false}", 0, NULL);
-  rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+  rc = zt_config_offload_from_json(j, &oc, err, sizeof err);
   json_decref(j);
   fails += MC_EXPECT(rc == 0 && oc.delayed_update == 0, "delayed_update false: rc %d (%s)", rc,
                      err);
@@ -388,7 +388,7 @@ static int check_json_and_refusals(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     j = json_loads(bad[i], 0, NULL);
     err[0] = 0;
-    rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+    rc = zt_config_offload_from_json(j, &oc, err, sizeof err);
     json_decref(j);
     fails += MC_EXPECT(rc == -EINVAL && strstr(err, "offload.delayed_update must be true or "
                                                     "false"), "%s: rc %d, '%s'", bad[i], rc, err);

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "engine/train/offload/offload.h"
-#include "engine/train/offload/offload_json.h"
+#include "engine/train/config.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
@@ -737,7 +737,9 @@ static int check_json(void) {
       {"{\"params\": \"host\", \"gpu_budget\": \"1.5 KiB\", \"prefetch\": 3}", 1536, NULL},
       {"{\"gpu_budget\": 4096}", 4096, NULL},
       {"{\"gpu_budget\": \"2GiB\"}", (size_t)2 << 30, NULL},
-      {"{\"gpu_budget\": \"2 GB\"}", SIZE_MAX, "offload.gpu_budget"},
+      /* the units of ztd's SIZE flags: GB is 10^9 */
+      {"{\"gpu_budget\": \"2 GB\"}", 2000000000, NULL},
+      {"{\"gpu_budget\": \"2 XB\"}", SIZE_MAX, "offload.gpu_budget"},
       {"{\"gpu_budget\": \"0.1B\"}", SIZE_MAX, "offload.gpu_budget"},
       {"{\"optimizer\": \"disk\"}", SIZE_MAX, "offload.optimizer"},
       {"{\"optimizer\": \"nvme\", \"nvme_dir\": \"rel/dir\"}", SIZE_MAX, "offload.nvme_dir"},
@@ -748,7 +750,7 @@ static int check_json(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     json_t *j = json_loads(cases[i].json, 0, NULL);
     err[0] = 0;
-    int rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+    int rc = zt_config_offload_from_json(j, &oc, err, sizeof err);
     json_decref(j);
     if (cases[i].budget == SIZE_MAX)
       fails += MC_EXPECT(rc < 0 && strstr(err, cases[i].err), "%s: rc %d, '%s'", cases[i].json,
@@ -758,14 +760,14 @@ static int check_json(void) {
                          "%zu", cases[i].json, rc, err, oc.gpu_budget);
   }
   json_t *j = json_loads("{\"params\": \"host\", \"prefetch\": 3}", 0, NULL);
-  zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+  zt_config_offload_from_json(j, &oc, err, sizeof err);
   json_decref(j);
   fails += MC_EXPECT(oc.params == ZT_PLACE_HOST && oc.prefetch == 3 &&
                      oc.optimizer == ZT_PLACE_AUTO && oc.host_units == -1 && !oc.host_budget &&
                      !oc.nvme_budget, "fields not applied");
   j = json_loads("{\"optimizer\": \"nvme\", \"nvme_dir\": \"/tmp\", \"host_units\": 5, "
                  "\"host_budget\": \"110 GiB\", \"nvme_budget\": 55000000000}", 0, NULL);
-  int rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+  int rc = zt_config_offload_from_json(j, &oc, err, sizeof err);
   json_decref(j);
   fails += MC_EXPECT(rc == 0 && oc.host_units == 5 && oc.host_budget == (size_t)110 << 30 &&
                      oc.nvme_budget == 55000000000ull, "split fields: rc %d (%s)", rc, err);
@@ -780,7 +782,7 @@ static int check_json(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     j = json_loads(bad[i].json, 0, NULL);
     err[0] = 0;
-    rc = zt_offload_cfg_from_json(j, &oc, err, sizeof err);
+    rc = zt_config_offload_from_json(j, &oc, err, sizeof err);
     json_decref(j);
     fails += MC_EXPECT(rc == -EINVAL && strstr(err, bad[i].err), "%s: rc %d, '%s'", bad[i].json,
                        rc, err);

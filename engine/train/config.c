@@ -1,0 +1,279 @@
+/* The model, train and offload objects of a job spec <-> their structs (config.h). */
+#include "engine/train/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/base/json_field.h"
+
+static const char *const k_model[] = {"arch",     "vocab", "seq_len", "d_model", "n_heads",
+                                      "n_layers", "d_ff",  "init",    NULL};
+static const char *const k_init[] = {"seed", "safetensors", NULL};
+static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum",
+                                      "precision", "tf32",        "optimizer",
+                                      "schedule",  "grad_clip",   "seed",
+                                      "activation_checkpointing", NULL};
+static const char *const k_act_ckpt[] = {"every", NULL};
+static const char *const k_opt[] = {"name", "lr", "betas", "eps", "weight_decay", NULL};
+static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
+static const char *const k_offload[] = {"params",      "grads",       "optimizer",  "gpu_budget",
+                                        "host_budget", "nvme_budget", "prefetch",   "gpu_units",
+                                        "host_units",  "grad_slots",  "delayed_update",
+                                        "nvme_dir",    NULL};
+
+int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
+  int rc;
+  const char *arch;
+  const json_t *init;
+  memset(c, 0, sizeof *c);
+  if (!json_is_object(m)) {
+    snprintf(err, errlen, "model must be an object");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_check_keys(m, "model", k_model, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_string(m, "model", "arch", NULL, &arch, err, errlen)) < 0) return rc;
+  if (zt_arch_parse(arch, &c->arch) < 0) {
+    snprintf(err, errlen, "model.arch must be \"gpt\" or \"encoder\", not \"%.64s\"", arch);
+    return -EINVAL;
+  }
+  if ((rc = zt_json_get_int32(m, "model", "vocab", 1, 1, ZT_MODEL_MAX_VOCAB, 0, &c->vocab, err,
+                              errlen)) < 0 ||
+      (rc = zt_json_get_int32(m, "model", "seq_len", 1, 1, ZT_MODEL_MAX_SEQ, 0, &c->seq_len, err,
+                              errlen)) < 0 ||
+      (rc = zt_json_get_int32(m, "model", "d_model", 1, 1, ZT_MODEL_MAX_DMODEL, 0, &c->d_model,
+                              err, errlen)) < 0 ||
+      (rc = zt_json_get_int32(m, "model", "n_heads", 1, 1, ZT_MODEL_MAX_DMODEL, 0, &c->n_heads,
+                              err, errlen)) < 0 ||
+      (rc = zt_json_get_int32(m, "model", "n_layers", 1, 1, ZT_MODEL_MAX_LAYERS, 0, &c->n_layers,
+                              err, errlen)) < 0 ||
+      (rc = zt_json_get_int32(m, "model", "d_ff", 0, 0, ZT_MODEL_MAX_DFF, 0, &c->d_ff, err,
+                              errlen)) < 0)
+    return rc;
+  if ((rc = zt_json_get_object(m, "model", "init", 0, &init, err, errlen)) < 0) return rc;
+  if (init) {
+    if ((rc = zt_json_check_keys(init, "model.init", k_init, err, errlen)) < 0) return rc;
+    int has_seed = json_object_get(init, "seed") != NULL;
+    int has_file = json_object_get(init, "safetensors") != NULL;
+    if (has_seed == has_file) {
+      snprintf(err, errlen, "model.init takes exactly one of seed or safetensors");
+      return -EINVAL;
+    }
+    int64_t seed;
+    if (has_seed && (rc = zt_json_get_int(init, "model.init", "seed", 1, 0, INT64_MAX, 0, &seed,
+                                          err, errlen)) < 0)
+      return rc;
+    if (has_seed) c->init_seed = (uint64_t)seed;
+    if (has_file && (rc = zt_json_get_abs_path(init, "model.init", "safetensors", c->init_path,
+                                               sizeof c->init_path, err, errlen)) < 0)
+      return rc;
+  }
+  return zt_model_cfg_check(c, err, errlen);
+}
+
+json_t *zt_config_model_to_json(const zt_model_cfg *c) {
+  json_t *init = c->init_path[0] ? json_pack("{s:s}", "safetensors", c->init_path)
+                                 : json_pack("{s:I}", "seed", (json_int_t)c->init_seed);
+  return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "arch", zt_arch_name(c->arch),
+                   "vocab", c->vocab, "seq_len", c->seq_len, "d_model", c->d_model, "n_heads",
+                   c->n_heads, "n_layers", c->n_layers, "d_ff", c->d_ff, "init", init);
+}
+
+static int parse_optimizer(const json_t *opt, zt_train_cfg *c, char *err, size_t errlen) {
+  const char *s;
+  int rc;
+  if ((rc = zt_json_check_keys(opt, "train.optimizer", k_opt, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_string(opt, "train.optimizer", "name", "adamw", &s, err, errlen)) < 0)
+    return rc;
+  if (strcmp(s, "adamw") != 0) {
+    snprintf(err, errlen, "train.optimizer.name must be \"adamw\"");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_get_num(opt, "train.optimizer", "lr", 0, 1, ZT_TRAIN_MAX_LR, 0, c->lr, &c->lr,
+                            err, errlen)) < 0 ||
+      (rc = zt_json_get_num(opt, "train.optimizer", "eps", 0, 1, 1, 0, c->eps, &c->eps, err,
+                            errlen)) < 0 ||
+      (rc = zt_json_get_num(opt, "train.optimizer", "weight_decay", 0, 0, 1, 0, c->weight_decay,
+                            &c->weight_decay, err, errlen)) < 0)
+    return rc;
+  const json_t *betas = json_object_get(opt, "betas");
+  if (!betas) return 0;
+  if (!json_is_array(betas) || json_array_size(betas) != 2) {
+    snprintf(err, errlen, "train.optimizer.betas must be an array of two numbers");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_check_num(json_array_get(betas, 0), "train.optimizer.betas[0]", 0, 0, 1, 1,
+                              &c->beta1, err, errlen)) < 0)
+    return rc;
+  return zt_json_check_num(json_array_get(betas, 1), "train.optimizer.betas[1]", 0, 0, 1, 1,
+                           &c->beta2, err, errlen);
+}
+
+static int parse_schedule(const json_t *sched, zt_train_cfg *c, char *err, size_t errlen) {
+  const char *s;
+  int rc;
+  if ((rc = zt_json_check_keys(sched, "train.schedule", k_sched, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_string(sched, "train.schedule", "name", "constant", &s, err, errlen)) < 0)
+    return rc;
+  if (strcmp(s, "constant") == 0) {
+    c->schedule = ZT_SCHED_CONSTANT;
+  } else if (strcmp(s, "cosine") == 0) {
+    c->schedule = ZT_SCHED_COSINE;
+  } else {
+    snprintf(err, errlen, "train.schedule.name must be \"constant\" or \"cosine\"");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_get_int32(sched, "train.schedule", "warmup_steps", 0, 0, ZT_TRAIN_MAX_STEPS,
+                              0, &c->warmup_steps, err, errlen)) < 0)
+    return rc;
+  return zt_json_get_num(sched, "train.schedule", "min_lr", 0, 0, ZT_TRAIN_MAX_LR, 0, 0.0f,
+                         &c->min_lr, err, errlen);
+}
+
+int zt_config_train_from_json(const json_t *t, zt_train_cfg *c, char *err, size_t errlen) {
+  int rc;
+  const char *s;
+  const json_t *opt, *sched, *act;
+  zt_train_cfg_defaults(c);
+  if (!json_is_object(t)) {
+    snprintf(err, errlen, "train must be an object");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_check_keys(t, "train", k_train, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_int32(t, "train", "steps", 1, 1, ZT_TRAIN_MAX_STEPS, 0, &c->steps, err,
+                              errlen)) < 0 ||
+      (rc = zt_json_get_int32(t, "train", "micro_batch", 1, 1, ZT_TRAIN_MAX_BATCH, 0,
+                              &c->micro_batch, err, errlen)) < 0 ||
+      (rc = zt_json_get_int32(t, "train", "grad_accum", 0, 1, ZT_TRAIN_MAX_BATCH, 1,
+                              &c->grad_accum, err, errlen)) < 0)
+    return rc;
+  if ((rc = zt_json_get_string(t, "train", "precision", "fp32", &s, err, errlen)) < 0) return rc;
+  if (zt_dtype_parse(s, &c->precision) < 0) {
+    snprintf(err, errlen, "train.precision must be \"fp32\", \"bf16\" or \"fp16\"");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_get_bool(t, "train", "tf32", 0, &c->tf32, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_object(t, "train", "optimizer", 0, &opt, err, errlen)) < 0) return rc;
+  if (opt && (rc = parse_optimizer(opt, c, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_object(t, "train", "schedule", 0, &sched, err, errlen)) < 0) return rc;
+  if (sched && (rc = parse_schedule(sched, c, err, errlen)) < 0) return rc;
+  if ((rc = zt_json_get_num(t, "train", "grad_clip", 0, 0, ZT_TRAIN_MAX_GRAD_CLIP, 0, 0.0f,
+                            &c->grad_clip, err, errlen)) < 0)
+    return rc;
+  if ((rc = zt_json_get_object(t, "train", "activation_checkpointing", 0, &act, err, errlen)) < 0)
+    return rc;
+  if (act) {
+    const json_t *every = json_object_get(act, "every");
+    if ((rc = zt_json_check_keys(act, "train.activation_checkpointing", k_act_ckpt, err,
+                                 errlen)) < 0)
+      return rc;
+    /* "auto": the offload planner's choice, or the least recompute that fits (engine/job) */
+    if (json_is_string(every) && !strcmp(json_string_value(every), "auto")) {
+      c->ckpt_every = ZT_CKPT_AUTO;
+    } else if (json_is_string(every)) {
+      snprintf(err, errlen, "train.activation_checkpointing.every must be a non-negative "
+               "integer or \"auto\"");
+      return -EINVAL;
+    } else if ((rc = zt_json_get_int32(act, "train.activation_checkpointing", "every", 0, 0,
+                                       ZT_TRAIN_MAX_CKPT_EVERY, 0, &c->ckpt_every, err,
+                                       errlen)) < 0) {
+      return rc;
+    }
+  }
+  int64_t seed;
+  if ((rc = zt_json_get_int(t, "train", "seed", 0, 0, INT64_MAX, 0, &seed, err, errlen)) < 0)
+    return rc;
+  c->seed = (uint64_t)seed;
+  return zt_train_cfg_check(c, err, errlen);
+}
+
+json_t *zt_config_train_to_json(const zt_train_cfg *t) {
+  return json_pack(
+      "{s:i, s:i, s:i, s:s, s:b, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, "
+      "s:I, s:{s:o}}",
+      "steps", t->steps, "micro_batch", t->micro_batch, "grad_accum", t->grad_accum,
+      "precision", zt_dtype_name(t->precision), "tf32", t->tf32,
+      "optimizer", "name", "adamw", "lr", (double)t->lr, "betas", (double)t->beta1,
+      (double)t->beta2, "eps", (double)t->eps, "weight_decay", (double)t->weight_decay,
+      "schedule", "name", t->schedule == ZT_SCHED_COSINE ? "cosine" : "constant",
+      "warmup_steps", t->warmup_steps, "min_lr", (double)t->min_lr,
+      "grad_clip", (double)t->grad_clip, "seed", (json_int_t)t->seed,
+      "activation_checkpointing", "every",
+      t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every));
+}
+
+static int get_place(const json_t *o, const char *key, zt_offload_place *out, char *err,
+                     size_t errlen) {
+  const json_t *v = json_object_get(o, key);
+  if (!v) return 0;
+  if (!json_is_string(v) || zt_offload_place_parse(json_string_value(v), out) < 0) {
+    snprintf(err, errlen, "offload.%s must be \"gpu\", \"host\", \"nvme\" or \"auto\"", key);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* A count of units, slots or prefetches: -1 (dflt) when absent; the policy check bounds it. */
+static int get_count(const json_t *o, const char *key, int dflt, int *out, char *err,
+                     size_t errlen) {
+  const json_t *v = json_object_get(o, key);
+  if (!v) {
+    *out = dflt;
+    return 0;
+  }
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20) {
+    snprintf(err, errlen, "offload.%s must be an integer >= 0", key);
+    return -EINVAL;
+  }
+  *out = (int)json_integer_value(v);
+  return 0;
+}
+
+int zt_config_offload_from_json(const json_t *o, zt_offload_cfg *c, char *err, size_t errlen) {
+  int rc;
+  uint64_t gpu_budget, host_budget;
+  zt_offload_cfg_defaults(c);
+  if (!json_is_object(o)) {
+    snprintf(err, errlen, "offload must be an object");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_check_keys(o, "offload", k_offload, err, errlen)) < 0 ||
+      (rc = get_place(o, "params", &c->params, err, errlen)) < 0 ||
+      (rc = get_place(o, "grads", &c->grads, err, errlen)) < 0 ||
+      (rc = get_place(o, "optimizer", &c->optimizer, err, errlen)) < 0 ||
+      (rc = zt_json_get_size(o, "offload", "gpu_budget", 0, &gpu_budget, err, errlen)) < 0 ||
+      (rc = zt_json_get_size(o, "offload", "host_budget", 0, &host_budget, err, errlen)) < 0 ||
+      (rc = zt_json_get_size(o, "offload", "nvme_budget", 0, &c->nvme_budget, err, errlen)) < 0 ||
+      (rc = get_count(o, "prefetch", c->prefetch, &c->prefetch, err, errlen)) < 0 ||
+      (rc = get_count(o, "grad_slots", 0, &c->grad_slots, err, errlen)) < 0 ||
+      (rc = get_count(o, "gpu_units", -1, &c->gpu_units, err, errlen)) < 0 ||
+      (rc = get_count(o, "host_units", -1, &c->host_units, err, errlen)) < 0 ||
+      (rc = zt_json_get_bool(o, "offload", "delayed_update", 0, &c->delayed_update, err,
+                             errlen)) < 0)
+    return rc;
+  c->gpu_budget = (size_t)gpu_budget;
+  c->host_budget = (size_t)host_budget;
+  if (json_object_get(o, "nvme_dir") &&
+      (rc = zt_json_get_abs_path(o, "offload", "nvme_dir", c->nvme_dir, sizeof c->nvme_dir, err,
+                                 errlen)) < 0)
+    return rc;
+  return zt_offload_cfg_check(c, err, errlen);
+}
+
+json_t *zt_config_offload_to_json(const zt_offload_cfg *o) {
+  json_t *off = json_pack("{s:s, s:s, s:s, s:I, s:i}", "params", zt_offload_place_name(o->params),
+                          "grads", zt_offload_place_name(o->grads), "optimizer",
+                          zt_offload_place_name(o->optimizer), "gpu_budget",
+                          (json_int_t)o->gpu_budget, "prefetch", o->prefetch);
+  if (!off) return NULL;
+  if (o->nvme_dir[0]) json_object_set_new(off, "nvme_dir", json_string(o->nvme_dir));
+  if (o->gpu_units >= 0) json_object_set_new(off, "gpu_units", json_integer(o->gpu_units));
+  if (o->host_units >= 0) json_object_set_new(off, "host_units", json_integer(o->host_units));
+  if (o->host_budget)
+    json_object_set_new(off, "host_budget", json_integer((json_int_t)o->host_budget));
+  if (o->nvme_budget)
+    json_object_set_new(off, "nvme_budget", json_integer((json_int_t)o->nvme_budget));
+  if (o->grad_slots) json_object_set_new(off, "grad_slots", json_integer(o->grad_slots));
+  if (o->delayed_update) json_object_set_new(off, "delayed_update", json_true());
+  return off;
+}
