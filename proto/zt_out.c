@@ -42,10 +42,46 @@ const uint8_t *zt_out_finish(zt_out *o, size_t *len) {
   return (const uint8_t *)o->buf.data;
 }
 
+/* The length of the valid UTF-8 sequence at s (n bytes left), or 0: overlong forms, surrogates
+ * and code points past U+10FFFF are invalid, as strict decoders have them. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+  if (s[0] < 0x80) return 1;
+  size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+  if (!len || len > n || s[0] > 0xf4) return 0;
+  for (size_t i = 1; i < len; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  if (len == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
+  if (len == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
+  return len;
+}
+
+/* Strings go out as valid UTF-8 whatever a request put in them (a message may quote a field
+ * name or value): each byte of an invalid sequence becomes the four characters \xNN. */
 void zt_out_str(zt_out *o, const char *s) {
-  size_t n = strlen(s);
-  msgpack_pack_str(&o->pk, n);
-  msgpack_pack_str_body(&o->pk, s, n);
+  const unsigned char *u = (const unsigned char *)s;
+  size_t n = strlen(s), out = 0;
+  for (size_t i = 0; i < n;) {
+    size_t k = utf8_seq(u + i, n - i);
+    out += k ? k : 4;
+    i += k ? k : 1;
+  }
+  msgpack_pack_str(&o->pk, out);
+  if (out == n) {
+    msgpack_pack_str_body(&o->pk, s, n);
+    return;
+  }
+  for (size_t i = 0; i < n;) {
+    size_t k = utf8_seq(u + i, n - i);
+    if (k) {
+      msgpack_pack_str_body(&o->pk, s + i, k);
+      i += k;
+      continue;
+    }
+    static const char hex[] = "0123456789abcdef";
+    char esc[4] = {'\\', 'x', hex[u[i] >> 4], hex[u[i] & 15]};
+    msgpack_pack_str_body(&o->pk, esc, 4);
+    i++;
+  }
 }
 
 void zt_out_kv_str(zt_out *o, const char *k, const char *v) {

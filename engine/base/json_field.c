@@ -132,6 +132,11 @@ int zt_json_get_string(const json_t *obj, const char *path, const char *key, con
     snprintf(err, errlen, "%s must be a string", f);
     return -EINVAL;
   }
+  /* C strings end at a NUL: a value with one inside would be cut there silently */
+  if (strlen(json_string_value(v)) != json_string_length(v)) {
+    snprintf(err, errlen, "%s must not contain NUL bytes", f);
+    return -EINVAL;
+  }
   *out = json_string_value(v);
   return 0;
 }
@@ -146,6 +151,10 @@ int zt_json_get_abs_path(const json_t *obj, const char *path, const char *key, c
     return -EINVAL;
   }
   const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+  if (s && strlen(s) != json_string_length(v)) {
+    snprintf(err, errlen, "%s must not contain NUL bytes", f);
+    return -EINVAL;
+  }
   if (!s || s[0] != '/') {
     snprintf(err, errlen, "%s must be an absolute path", f);
     return -EINVAL;

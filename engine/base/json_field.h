@@ -30,7 +30,7 @@ int zt_json_check_num(const json_t *v, const char *field, double lo, int lo_open
 /* The member as zt_json_check_num reads it; dflt when absent. */
 int zt_json_get_num(const json_t *obj, const char *path, const char *key, double lo, int lo_open,
                     double hi, int hi_open, float dflt, float *out, char *err, size_t errlen);
-/* A string; dflt when absent (dflt NULL: required). The string is obj's. */
+/* A string without NUL bytes; dflt when absent (dflt NULL: required). The string is obj's. */
 int zt_json_get_string(const json_t *obj, const char *path, const char *key, const char *dflt,
                        const char **out, char *err, size_t errlen);
 /* A required absolute path shorter than outlen, copied into out. */

@@ -35,6 +35,23 @@
  * which ends them. Covers a part's last checkpoint exchange and its status writes. */
 #define ZT_TUNE_PART_END_WAIT_S 60
 
+/* Before its hello (with the token, on TCP) is accepted a connection may send frames of at most
+ * this many bytes (a hello with the longest token fits), must say hello within this many
+ * milliseconds, and counts against a cap of unauthenticated connections per listener; every
+ * listener also caps its connections. Over a cap a new connection is closed at once. */
+#define ZT_TUNE_PREAUTH_FRAME_MAX (8u << 10)
+#define ZT_TUNE_HELLO_TIMEOUT_MS 10000
+#define ZT_TUNE_MAX_PREAUTH_CONNS 64
+#define ZT_TUNE_MAX_CONNS 1024
+
+/* Failed TCP tokens: after this many from one peer address, hellos from it are refused without
+ * a look at the token for a backoff that doubles with each further failure up to the maximum;
+ * the log says so once per backoff. The table remembers this many addresses. */
+#define ZT_TUNE_TOKEN_FREE_FAILURES 3
+#define ZT_TUNE_TOKEN_BACKOFF_MS 1000
+#define ZT_TUNE_TOKEN_BACKOFF_MAX_MS 30000
+#define ZT_TUNE_TOKEN_PEERS 256
+
 /* Length limits of the TCP token file: shorter tokens are refused as guessable. */
 #define ZT_TUNE_TOKEN_MIN 16
 #define ZT_TUNE_TOKEN_MAX 4096

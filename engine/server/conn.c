@@ -7,8 +7,15 @@
  * replies wait (the client is slow: it gets back-pressure, nothing is lost). Events are pushed,
  * not requested, so back-pressure cannot hold them: a watcher whose queue is over the cap is
  * dropped (closed) rather than let a client that does not read grow the daemon's memory; it can
- * reconnect and watch again, and `show` has the whole loss history. */
+ * reconnect and watch again, and `show` has the whole loss history.
+ *
+ * Before its hello is accepted (the token too, on TCP) a connection may send only small frames
+ * (ZT_TUNE_PREAUTH_FRAME_MAX: a longer one is refused from its header, before it is read), must
+ * say hello within ZT_TUNE_HELLO_TIMEOUT_MS, and counts against its listener's cap of such
+ * connections; every listener caps its connections too. A client that half-closes keeps its
+ * connection until the replies of its pending requests (a checkpoint) are written. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +40,7 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void conn_on_close(uv_handle_t *h) {
   zt_conn *c = h->data;
   zt_server *srv = c->srv;
+  if (--c->handles > 0) return;
   zt_frame_reader_close(&c->reader);
   free(c->stash);
   free(c);
@@ -57,7 +65,22 @@ void zt__conn_close(zt_conn *c) {
   c->prev = c->next = NULL;
   if (c->reading) uv_read_stop(&c->h.stream);
   c->reading = false;
+  srv->n_conns[c->is_tcp]--;
+  if (!c->hello_done) srv->n_preauth[c->is_tcp]--;
+  if (srv->n_conns[c->is_tcp] < ZT_TUNE_MAX_CONNS &&
+      srv->n_preauth[c->is_tcp] < ZT_TUNE_MAX_PREAUTH_CONNS)
+    srv->cap_logged[c->is_tcp] = false;
+  uv_close((uv_handle_t *)&c->hello_timer, conn_on_close);
   uv_close(&c->h.handle, conn_on_close);
+}
+
+void zt__conn_authenticated(zt_conn *c) {
+  if (c->hello_done) return;
+  c->hello_done = true;
+  c->srv->n_preauth[c->is_tcp]--;
+  uv_timer_stop(&c->hello_timer);
+  /* from the next frame's header on */
+  c->reader.max_frame = c->srv->cfg->max_frame;
 }
 
 void zt__conn_close_when_flushed(zt_conn *c) {
@@ -84,9 +107,11 @@ void zt__conn_pending_drop(zt_conn *c, zt_pending *p) {
     if (*pp == p) {
       *pp = p->next;
       free(p);
-      return;
+      break;
     }
   }
+  /* a half-closed client waited for this reply; it was queued before the drop */
+  if (c->eof && !c->pending && !c->closing) zt__conn_close_when_flushed(c);
 }
 
 static void conn_on_write(uv_write_t *req, int status) {
@@ -206,12 +231,18 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   zt_conn *c = s->data;
   if (nread == 0) return;
   if (nread < 0) {
-    /* EOF mid-frame or a reset: nothing can be answered, close quietly. */
-    if (nread != UV_EOF) ZT_LOGD("conn", "read: %s", uv_strerror((int)nread));
-    if (nread == UV_EOF && !c->pending && c->wq_bytes > 0)
-      zt__conn_close_when_flushed(c);
-    else
+    if (nread != UV_EOF) {
+      /* a reset: nothing can be answered, close quietly */
+      ZT_LOGD("conn", "read: %s", uv_strerror((int)nread));
       zt__conn_close(c);
+    } else if (c->pending) {
+      /* a half-close: the replies of the pending requests still go out (pending_drop) */
+      c->eof = true;
+      uv_read_stop(&c->h.stream);
+      c->reading = false;
+    } else {
+      zt__conn_close_when_flushed(c);
+    }
     return;
   }
   size_t len = (size_t)nread;
@@ -235,6 +266,15 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   c->reading = false;
 }
 
+static void on_hello_timeout(uv_timer_t *t) {
+  zt_conn *c = t->data;
+  ZT_LOGD("conn", "%s: no hello within %d ms; closing", c->is_tcp ? c->peer : "unix client",
+          ZT_TUNE_HELLO_TIMEOUT_MS);
+  zt__conn_close(c);
+}
+
+static void close_refused(uv_handle_t *h) { free(h->data); }
+
 int zt__conn_accept(zt_server *srv, uv_stream_t *listener, bool is_tcp) {
   zt_conn *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
@@ -246,15 +286,44 @@ int zt__conn_accept(zt_server *srv, uv_stream_t *listener, bool is_tcp) {
     return rc;
   }
   c->h.handle.data = c;
-  zt_frame_reader_init(&c->reader, srv->cfg->max_frame);
+  if ((rc = uv_accept(listener, &c->h.stream)) < 0) {
+    uv_close(&c->h.handle, close_refused);
+    return rc;
+  }
+  /* over a cap the connection is taken off the backlog and closed unread */
+  if (srv->n_conns[is_tcp] >= ZT_TUNE_MAX_CONNS ||
+      srv->n_preauth[is_tcp] >= ZT_TUNE_MAX_PREAUTH_CONNS) {
+    if (!srv->cap_logged[is_tcp])
+      ZT_LOGW("conn", "%s listener: %d connections, %d of them before hello (caps %d, %d): "
+              "refusing new ones", is_tcp ? "tcp" : "unix", srv->n_conns[is_tcp],
+              srv->n_preauth[is_tcp], ZT_TUNE_MAX_CONNS, ZT_TUNE_MAX_PREAUTH_CONNS);
+    srv->cap_logged[is_tcp] = true;
+    uv_close(&c->h.handle, close_refused);
+    return 0;
+  }
+  if (is_tcp) {
+    struct sockaddr_storage sa;
+    int len = sizeof sa;
+    snprintf(c->peer, sizeof c->peer, "?");
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&sa, &len) == 0) {
+      if (sa.ss_family == AF_INET6)
+        uv_ip6_name((const struct sockaddr_in6 *)&sa, c->peer, sizeof c->peer);
+      else if (sa.ss_family == AF_INET)
+        uv_ip4_name((const struct sockaddr_in *)&sa, c->peer, sizeof c->peer);
+    }
+    uv_tcp_nodelay(&c->h.tcp, 1);
+  }
+  uv_timer_init(srv->loop, &c->hello_timer);
+  c->hello_timer.data = c;
+  c->handles = 2;
+  zt_frame_reader_init(&c->reader, ZT_TUNE_PREAUTH_FRAME_MAX < srv->cfg->max_frame
+                                       ? ZT_TUNE_PREAUTH_FRAME_MAX
+                                       : srv->cfg->max_frame);
   c->next = srv->conns;
   if (c->next) c->next->prev = c;
   srv->conns = c;
-  rc = uv_accept(listener, &c->h.stream);
-  if (rc < 0) {
-    zt__conn_close(c);
-    return rc;
-  }
-  if (is_tcp) uv_tcp_nodelay(&c->h.tcp, 1);
+  srv->n_conns[is_tcp]++;
+  srv->n_preauth[is_tcp]++;
+  uv_timer_start(&c->hello_timer, on_hello_timeout, ZT_TUNE_HELLO_TIMEOUT_MS, 0);
   return conn_start_reading(c);
 }

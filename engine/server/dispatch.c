@@ -101,14 +101,6 @@ static int job_error(zt_proto_error *err, int rc, const char *msg) {
 
 /* ---- handlers ----------------------------------------------------------------------------- */
 
-/* Time depends on the lengths only, never on where the contents first differ. */
-static bool token_equal(const char *got, size_t got_len, const char *want, size_t want_len) {
-  volatile unsigned char acc = (unsigned char)(got_len != want_len);
-  for (size_t i = 0; i < want_len; i++)
-    acc |= (unsigned char)((i < got_len ? got[i] : 0) ^ want[i]);
-  return acc == 0;
-}
-
 static int handle_hello(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   uint64_t version = 0;
   int rc = required(zt_msg_get_u64(req->body, NULL, "version", true, &version, err));
@@ -121,17 +113,15 @@ static int handle_hello(zt_conn *c, const zt_request *req, zt_proto_error *err) 
     size_t tlen = 0;
     rc = zt_msg_get_str(req->body, NULL, "token", false, &tok, &tlen, err);
     if (rc == -EINVAL) return rc;
-    /* Clients send the file's contents; a trailing newline is not part of the secret. */
-    while (tlen > 0 && (tok[tlen - 1] == '\n' || tok[tlen - 1] == '\r')) tlen--;
-    const zt_server_config *cfg = c->srv->cfg;
-    if (rc < 0 || !token_equal(tok ? tok : "", tlen, cfg->token, cfg->token_len)) {
-      ZT_LOGW("server", "TCP client refused: wrong or missing token");
-      zt__reply_error(c, req->id, -EACCES, "token: wrong or missing");
+    char why[160];
+    if ((rc = zt__auth_token(c->srv, c->peer, rc < 0 ? NULL : tok, rc < 0 ? 0 : tlen, why,
+                             sizeof why)) < 0) {
+      zt__reply_error(c, req->id, rc, why);
       zt__conn_close_when_flushed(c);
       return 0;
     }
   }
-  c->hello_done = true;
+  zt__conn_authenticated(c);
   json_t *r = json_pack("{s:i, s:s, s:I}", "version", ZT_PROTO_VERSION, "server", "ztd " ZT_VERSION,
                         "max_frame", (json_int_t)c->srv->cfg->max_frame);
   return reply_owned(c, req->id, r, err);
@@ -284,12 +274,15 @@ static void on_async_done(void *owner, int rc, json_t *reply, const char *messag
   zt_conn *c = p->conn;
   uint32_t id = p->id;
   zt_proto_op op = p->op;
-  zt__conn_pending_drop(c, p);
+  /* the reply is queued before the request leaves the pending list: a half-closed client's
+   * connection closes once its last pending reply is out (a failed write may have closed it,
+   * and dropped p, already) */
   if (rc < 0) {
     zt__reply_error(c, id, rc, message && message[0] ? message : "failed");
   } else {
     zt__reply_ok(c, id, reply);
   }
+  zt__conn_pending_drop(c, p);
   if (op == ZT_OP_BATCH) zt__conn_resume(c, ZT_CONN_PAUSE_CREDIT);
 }
 

@@ -44,6 +44,14 @@ typedef struct zt_conn zt_conn;
 typedef struct zt_pending zt_pending;
 typedef struct zt_watch zt_watch;
 
+/* A TCP peer address that sent wrong tokens (auth.c). */
+typedef struct zt_auth_peer {
+  char addr[64];
+  int failures;                 /* wrong tokens since the last right one */
+  uint64_t until_ms;            /* the loop's time until which its hellos are refused */
+  uint64_t last_ms;             /* its last failure, for eviction from a full table */
+} zt_auth_peer;
+
 typedef struct zt_server {
   uv_loop_t *loop;
   const zt_server_config *cfg;
@@ -57,6 +65,11 @@ typedef struct zt_server {
   zt_watch *watches;            /* subscriptions, see watch.c */
   bool stopping;                /* a graceful stop has begun */
   bool jobs_stopped;            /* the job layer has checkpointed and stopped */
+  /* connections per listener [0 unix, 1 tcp], and of those the ones not past their hello */
+  int n_conns[2], n_preauth[2];
+  bool cap_logged[2];           /* a refusal over a cap is logged once until one fits again */
+  zt_auth_peer auth_peers[ZT_TUNE_TOKEN_PEERS];
+  int n_auth_peers;
 } zt_server;
 
 /* Why a connection is not reading right now (bits; reading resumes when none is left). */
@@ -85,6 +98,7 @@ struct zt_conn {
   } h;
   bool is_tcp;
   bool hello_done;
+  bool eof;                     /* the client half-closed: close once pending replies are out */
   bool closing;                 /* uv_close has been called */
   bool close_when_flushed;      /* framing lost or the daemon stops: close once replies are out */
   bool reading;                 /* uv_read_start is in effect */
@@ -96,11 +110,18 @@ struct zt_conn {
   size_t wq_bytes;              /* bytes handed to uv_write and not yet written */
   zt_pending *pending;
   zt_conn *prev, *next;
+  uv_timer_t hello_timer;       /* closes a connection that does not say hello in time */
+  int handles;                  /* libuv handles still to close before the struct is freed */
+  char peer[64];                /* TCP: the peer's address, for the token backoff and the log */
   uint8_t rbuf[ZT_TUNE_READ_CHUNK];
 };
 
 /* conn.c */
 int zt__conn_accept(zt_server *srv, uv_stream_t *listener, bool is_tcp);
+/* The hello was accepted: frames up to --max-frame, the hello timer stops. */
+void zt__conn_authenticated(zt_conn *c);
+/* A pending request finished: a half-closed connection may close now. */
+void zt__conn_pending_done(zt_conn *c);
 /* Queues a finished frame (takes a copy). A reply is always queued; an event (is_event) is
  * refused and the connection dropped when the write queue is over its cap. */
 int zt__conn_send(zt_conn *c, const uint8_t *frame, size_t len, bool is_event);
@@ -112,6 +133,11 @@ void zt__conn_close_when_flushed(zt_conn *c);
 zt_pending *zt__conn_pending_add(zt_conn *c, uint32_t id, zt_proto_op op);
 /* Unlinks and frees p (after its reply was sent or its request failed). */
 void zt__conn_pending_drop(zt_conn *c, zt_pending *p);
+
+/* auth.c: the token a TCP client's hello gives, from peer (its address): 0; -EACCES (wrong or
+ * missing: counted against the peer); -EAGAIN while the peer is backing off. why says it. */
+int zt__auth_token(zt_server *srv, const char *peer, const char *tok, size_t tlen, char *why,
+                   size_t whylen);
 
 /* dispatch.c: one complete frame body from c. */
 void zt__dispatch(zt_conn *c, const uint8_t *body, size_t len);

@@ -112,6 +112,8 @@ static const bad_case k_bad[] = {
   {"checkpoint.every", "-1", -EINVAL, "checkpoint.every must be a non-negative integer"},
   {"checkpoint.often", "1", -EINVAL, "unknown field 'checkpoint.often'"},
   {"name", "7", -EINVAL, "name must be a string"},
+  {"name", "\"a\\u0000b\"", -EINVAL, "name must not contain NUL bytes"},
+  {"data.path", "\"/tmp/x\\u0000.tok\"", -EINVAL, "data.path must not contain NUL bytes"},
   {"name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", -EINVAL,
    "name must be at most 64"},
   /* About 51 G parameters: fits the model's bounds, not this machine. */
@@ -152,7 +154,7 @@ int main(void) {
       v = json_string(p);
     } else if (c->value) {
       json_error_t je;
-      v = json_loads(c->value, JSON_DECODE_ANY, &je);
+      v = json_loads(c->value, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
       CHECK(v != NULL);
     }
     set_path(spec, c->path, v);

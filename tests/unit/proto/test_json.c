@@ -76,7 +76,10 @@ static void test_refusals(void) {
 
   zt_out_init(&o);
   msgpack_pack_map(&o.pk, 1);
-  zt_out_kv_str(&o, "bad", "\xff\xfe");
+  /* raw bytes: zt_out_str itself would escape them into valid UTF-8 */
+  zt_out_str(&o, "bad");
+  msgpack_pack_str(&o.pk, 2);
+  msgpack_pack_str_body(&o.pk, "\xff\xfe", 2);
   frame = zt_out_finish(&o, &len);
   CHECK(zt_msg_decode(&m, frame + 4, len - 4, &err) == 0);
   CHECK(zt_proto_to_json(m.root, &err) == NULL && strstr(err.message, "'bad' is not valid UTF-8"));
@@ -84,8 +87,30 @@ static void test_refusals(void) {
   zt_out_close(&o);
 }
 
+/* zt_out_str sends valid UTF-8 whatever it is given: each byte of an invalid sequence (a stray
+ * 0xff, a surrogate) as the text \xNN, valid sequences (é) untouched. */
+static void test_utf8_out(void) {
+  zt_out o;
+  zt_msg m;
+  zt_proto_error err;
+  size_t len;
+  zt_out_init(&o);
+  msgpack_pack_map(&o.pk, 1);
+  zt_out_kv_str(&o, "msg", "ok \xff\xc3\xa9 \xed\xa0\x80!");
+  const uint8_t *frame = zt_out_finish(&o, &len);
+  CHECK(zt_msg_decode(&m, frame + 4, len - 4, &err) == 0);
+  const char *got = NULL;
+  size_t got_len = 0;
+  CHECK(zt_msg_get_str(m.root, NULL, "msg", true, &got, &got_len, &err) == 0);
+  static const char want[] = "ok \\xff\xc3\xa9 \\xed\\xa0\\x80!";
+  CHECK(got_len == sizeof want - 1 && !memcmp(got, want, got_len));
+  zt_msg_close(&m);
+  zt_out_close(&o);
+}
+
 int main(void) {
   test_round_trip();
   test_refusals();
+  test_utf8_out();
   return TEST_DONE();
 }
