@@ -1,4 +1,5 @@
-/* Timings of the CUDA ops at GPT-2 small sizes (B=8, T=1024, C=768, NH=12, V=50257), for
+/* Timings of the CUDA ops at GPT-2 small sizes (B=8, T=1024, C=768, NH=12, V=50257), and the
+ * llama family's ops in bf16 at Llama-3.2-1B's (C 2048, NH 32, NKV 8, hs 64, F 8192), for
  * tuning and docs/BENCHMARKS.md. Each figure is the best of 10 runs after a warm-up, timed on
  * the host around the op and a sync. Run: meson test -C BUILD --benchmark --suite gpu -v
  * (or the executable directly). Exits 77 without a GPU. */
@@ -75,7 +76,7 @@ int main(void) {
   const zt_ops *op = be.ops;
   void *ctx = be.ctx;
   const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
-  const int N = B * T;
+  const int N = B * T, hs = C / NH;
   double t;
 
   float *x = dev_floats((size_t)N * C), *w = dev_floats((size_t)4 * C * C);
@@ -92,20 +93,20 @@ int main(void) {
 
   float *qkv = dev_floats((size_t)N * 3 * C), *att_out = dev_floats((size_t)N * C);
   float *dqkv = dev_floats((size_t)N * 3 * C);
-  size_t saved_bytes = op->attention_saved_bytes(B, T, C, NH);
+  size_t saved_bytes = op->attention_saved_bytes(B, T, NH, NH, hs);
   void *saved = op->alloc(ctx, saved_bytes);
   if (!saved)
     return 1;
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, C, NH, causal));
+    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, NH, NH, hs, causal));
     printf("attention_fwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B, T,
            C, NH, causal, t * 1e3, saved_bytes / 1048576.0);
-    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, C, NH, causal));
+    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, NH, NH, hs, causal));
     printf("attention_bwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
   }
   /* bf16: the flash kernels (flash_attention.cu), inputs rounded from the fp32 ones */
-  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, C, NH);
+  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, NH, NH, hs);
   void *qkv16 = op->alloc(ctx, n3 * 2), *dqkv16 = op->alloc(ctx, n3 * 2);
   void *out16 = op->alloc(ctx, (size_t)N * C * 2), *dout16 = op->alloc(ctx, (size_t)N * C * 2);
   void *saved16 = op->alloc(ctx, saved16_bytes);
@@ -115,14 +116,50 @@ int main(void) {
   op->cast(ctx, dqkv16, ZT_BF16, qkv, ZT_F32, n3);
   op->cast(ctx, dout16, ZT_BF16, x, ZT_F32, (size_t)N * C);
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, C, NH, causal));
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, NH, NH, hs, causal));
     printf("attention_fwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B,
            T, C, NH, causal, t * 1e3, saved16_bytes / 1048576.0);
     BEST_OF(10, t,
-            op->attention_bwd_dt(ctx, ZT_BF16, dqkv16, dout16, qkv16, saved16, B, T, C, NH,
+            op->attention_bwd_dt(ctx, ZT_BF16, dqkv16, dout16, qkv16, saved16, B, T, NH, NH, hs,
                                  causal));
     printf("attention_bwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
+  }
+
+  /* the llama family in bf16: grouped-query flash attention, rmsnorm, rope, swiglu */
+  {
+    const int LC = 2048, LNH = 32, LNKV = 8, LHS = 64, LF = 8192, R = (LNH + 2 * LNKV) * LHS;
+    size_t nq = (size_t)N * R, no = (size_t)N * LNH * LHS, nf = (size_t)N * LF;
+    size_t sb = op->attention_saved_bytes_dt(ZT_BF16, B, T, LNH, LNKV, LHS);
+    float *src = dev_floats(nf * 2), *nw = dev_floats(LC), *rs = dev_floats(N);
+    float *dnw = dev_floats(LC), *inv_freq = dev_floats(LHS / 2);
+    void *a = op->alloc(ctx, nq * 2), *da = op->alloc(ctx, nq * 2), *o = op->alloc(ctx, no * 2);
+    void *sv = op->alloc(ctx, sb), *h1 = op->alloc(ctx, nf * 4), *h2 = op->alloc(ctx, nf * 4);
+    int32_t *pos = dev_tokens(N, T);
+    if (!a || !da || !o || !sv || !h1 || !h2)
+      return 1;
+    op->cast(ctx, a, ZT_BF16, src, ZT_F32, nq);
+    op->cast(ctx, da, ZT_BF16, src, ZT_F32, nq);
+    op->cast(ctx, h1, ZT_BF16, src, ZT_F32, nf * 2);
+    op->cast(ctx, h2, ZT_BF16, src, ZT_F32, nf * 2);
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, o, sv, a, B, T, LNH, LNKV, LHS, 1));
+    printf("attention_fwd bf16 GQA B=%d T=%d NH=%d NKV=%d hs=%d causal: %8.3f ms\n", B, T, LNH,
+           LNKV, LHS, t * 1e3);
+    BEST_OF(10, t, op->attention_bwd_dt(ctx, ZT_BF16, da, o, a, sv, B, T, LNH, LNKV, LHS, 1));
+    printf("attention_bwd bf16 GQA B=%d T=%d NH=%d NKV=%d hs=%d causal: %8.3f ms\n", B, T, LNH,
+           LNKV, LHS, t * 1e3);
+    BEST_OF(10, t, op->rmsnorm_fwd_dt(ctx, ZT_BF16, h1, rs, h2, nw, N, 1, LC, LC, 1e-5f));
+    printf("rmsnorm_fwd bf16 N=%d C=%d: %8.3f ms\n", N, LC, t * 1e3);
+    BEST_OF(10, t, op->rmsnorm_bwd_dt(ctx, ZT_BF16, h1, dnw, h2, h2, nw, rs, N, 1, LC, LC));
+    printf("rmsnorm_bwd bf16 N=%d C=%d: %8.3f ms\n", N, LC, t * 1e3);
+    BEST_OF(10, t, op->rope_fwd_dt(ctx, ZT_BF16, a, inv_freq, pos, N, LNH, LHS, R));
+    printf("rope_fwd bf16 N=%d H=%d hs=%d (q of qkv rows): %8.3f ms\n", N, LNH, LHS, t * 1e3);
+    BEST_OF(10, t, op->swiglu_fwd_dt(ctx, ZT_BF16, h1, h2, N, LF));
+    printf("swiglu_fwd bf16 N=%d F=%d: %8.3f ms %6.0f GB/s\n", N, LF, t * 1e3,
+           6.0 * nf / t * 1e-9);
+    BEST_OF(10, t, op->swiglu_bwd_dt(ctx, ZT_BF16, h1, h2, h2, N, LF));
+    printf("swiglu_bwd bf16 N=%d F=%d: %8.3f ms %6.0f GB/s\n", N, LF, t * 1e3,
+           14.0 * nf / t * 1e-9);
   }
 
   float *mean = dev_floats(N), *rstd = dev_floats(N), *lnw = dev_floats(C);

@@ -1,6 +1,7 @@
 /* The CUDA backend's typed ops (bf16 and fp16 activations, ops.h) against the CPU reference's
- * typed ops on the same bits, plus cast, adamw_dt and the TF32 switch. Prints one line per
- * comparison with the worst errors. Exits 77 without a GPU.
+ * typed ops on the same bits (the llama family's rmsnorm, rope, swiglu, grouped-query
+ * attention and per-row loss among them), plus cast, adamw_dt and the TF32 switch. Prints one
+ * line per comparison with the worst errors. Exits 77 without a GPU.
  *
  * Tolerances. Both backends widen the same dt inputs, compute in fp32 and round each stored
  * output once; they differ in fp32 summation order and a few device math functions, and the
@@ -173,26 +174,100 @@ static void test_layernorm(zt_dtype dt, int N, int C) {
   free_all(all, sizeof all / sizeof *all);
 }
 
-static void test_attention(zt_dtype dt, int B, int T, int C, int NH, int causal) {
+static void test_attention(zt_dtype dt, int B, int T, int NH, int NKV, int hs, int causal) {
   double u = u_of(dt);
   char what[96];
-  size_t n = (size_t)B * T * C;
-  tb qkv = make(dt, 3 * n, -1, 1), out = make(dt, n, 0, 0);
-  void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
-  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
-  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, C, NH, causal);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, C, NH, causal);
-  snprintf(what, sizeof what, "attention_fwd B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
-           causal);
+  size_t n = (size_t)B * T * NH * hs, nqkv = (size_t)B * T * (NH + 2 * NKV) * hs;
+  tb qkv = make(dt, nqkv, -1, 1), out = make(dt, n, 0, 0);
+  void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NKV, hs));
+  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NKV, hs));
+  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal);
+  snprintf(what, sizeof what, "attention_fwd B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T, NH,
+           NKV, hs, causal);
   check(what, &out, 4 * u, 4 * u);
-  tb dout = make(dt, n, -1, 1), dqkv = make(dt, 3 * n, -1, 1);
-  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dqkv.h, dout.h, qkv.h, saved_h, B, T, C, NH, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dqkv.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
-  snprintf(what, sizeof what, "attention_bwd B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
-           causal);
+  tb dout = make(dt, n, -1, 1), dqkv = make(dt, nqkv, -1, 1);
+  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dqkv.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs,
+                            causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dqkv.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs,
+                            causal);
+  snprintf(what, sizeof what, "attention_bwd B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T, NH,
+           NKV, hs, causal);
   check(what, &dqkv, 16 * u, 8 * u);
   free(saved_h);
   tb *all[] = {&qkv, &out, &dout, &dqkv};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+/* H heads of C inside rows of `stride` values (H = 1, stride = C: the block norm). */
+static void test_rmsnorm(zt_dtype dt, int N, int H, int C, ptrdiff_t stride) {
+  double u = u_of(dt);
+  char what[96];
+  size_t n = (size_t)N * stride, rows = (size_t)N * H;
+  tb inp = make(dt, n, -2, 3), w = make(ZT_F32, C, 0.5f, 1.5f), out = make(dt, n, -1, 1);
+  tb rstd = make(ZT_F32, rows, 0, 0);
+  cpu.ops->rmsnorm_fwd_dt(cpu.ctx, dt, out.h, rstd.h, inp.h, w.h, N, H, C, stride, 1e-5f);
+  gpu.ops->rmsnorm_fwd_dt(gpu.ctx, dt, out.d, rstd.d, inp.d, w.d, N, H, C, stride, 1e-5f);
+  snprintf(what, sizeof what, "rmsnorm_fwd N=%d H=%d C=%d stride=%td", N, H, C, stride);
+  check(what, &out, 4 * u, 4 * u);
+  snprintf(what, sizeof what, "rmsnorm_fwd rstd (fp32) N=%d H=%d C=%d", N, H, C);
+  check(what, &rstd, F32_SCALE, F32_SCALE);
+  tb dout = make(dt, n, -1, 1), dinp = make(dt, n, -1, 1), dw = make(ZT_F32, C, -1, 1);
+  gpu.ops->to_device(gpu.ctx, rstd.d, rstd.h, rows * 4);
+  cpu.ops->rmsnorm_bwd_dt(cpu.ctx, dt, dinp.h, dw.h, dout.h, inp.h, w.h, rstd.h, N, H, C, stride);
+  gpu.ops->rmsnorm_bwd_dt(gpu.ctx, dt, dinp.d, dw.d, dout.d, inp.d, w.d, rstd.d, N, H, C, stride);
+  snprintf(what, sizeof what, "rmsnorm_bwd dinp N=%d H=%d C=%d stride=%td", N, H, C, stride);
+  check(what, &dinp, 4 * u, 4 * u);
+  snprintf(what, sizeof what, "rmsnorm_bwd dw (fp32) N=%d H=%d C=%d", N, H, C);
+  check(what, &dw, F32_SCALE, F32_SCALE);
+  tb *all[] = {&inp, &w, &out, &rstd, &dout, &dinp, &dw};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+/* The q heads of qkv rows: the rotation of the same dt values, rounded once on both sides. */
+static void test_rope(zt_dtype dt, int N, int NH, int NKV, int hs) {
+  double u = u_of(dt);
+  char what[96];
+  ptrdiff_t stride = (ptrdiff_t)(NH + 2 * NKV) * hs;
+  size_t n = (size_t)N * stride, es = zt_dtype_size(dt);
+  tb x = make(dt, n, -2, 2), dx = make(dt, n, -1, 1), f = make(ZT_F32, hs / 2, 0, 0);
+  for (int i = 0; i < hs / 2; i++)
+    ((float *)f.h)[i] = (float)(1.0 / pow(10000.0, 2.0 * i / hs));
+  gpu.ops->to_device(gpu.ctx, f.d, f.h, (size_t)hs / 2 * 4);
+  int32_t *pos = malloc((size_t)N * sizeof *pos);
+  for (int i = 0; i < N; i++) pos[i] = i % 3 == 2 ? kc_int(&rng, 32768) : i;
+  int32_t *dpos = twin_dev_alloc(&gpu, (size_t)N * sizeof *pos);
+  gpu.ops->to_device(gpu.ctx, dpos, pos, (size_t)N * sizeof *pos);
+  cpu.ops->rope_fwd_dt(cpu.ctx, dt, x.h, f.h, pos, N, NH, hs, stride);
+  gpu.ops->rope_fwd_dt(gpu.ctx, dt, x.d, f.d, dpos, N, NH, hs, stride);
+  snprintf(what, sizeof what, "rope_fwd N=%d H=%d hs=%d (q of qkv rows)", N, NH, hs);
+  check(what, &x, 4 * u, 4 * u);
+  cpu.ops->rope_bwd_dt(cpu.ctx, dt, (char *)dx.h + (size_t)NH * hs * es, f.h, pos, N, NKV, hs,
+                       stride);
+  gpu.ops->rope_bwd_dt(gpu.ctx, dt, (char *)dx.d + (size_t)NH * hs * es, f.d, dpos, N, NKV, hs,
+                       stride);
+  snprintf(what, sizeof what, "rope_bwd N=%d H=%d hs=%d (k of qkv rows)", N, NKV, hs);
+  check(what, &dx, 4 * u, 4 * u);
+  free(pos);
+  tb *all[] = {&x, &dx, &f};
+  free_all(all, sizeof all / sizeof *all);
+}
+
+static void test_swiglu(zt_dtype dt, int N, int F) {
+  double u = u_of(dt);
+  size_t n = (size_t)N * F;
+  tb inp = make(dt, 2 * n, -6, 6), out = make(dt, n, 0, 0), dout = make(dt, n, -1, 1);
+  tb dinp = make(dt, 2 * n, -1, 1);
+  cpu.ops->swiglu_fwd_dt(cpu.ctx, dt, out.h, inp.h, N, F);
+  gpu.ops->swiglu_fwd_dt(gpu.ctx, dt, out.d, inp.d, N, F);
+  char what[96];
+  snprintf(what, sizeof what, "swiglu_fwd N=%d F=%d", N, F);
+  check(what, &out, 4 * u, 4 * u);
+  cpu.ops->swiglu_bwd_dt(cpu.ctx, dt, dinp.h, inp.h, dout.h, N, F);
+  gpu.ops->swiglu_bwd_dt(gpu.ctx, dt, dinp.d, inp.d, dout.d, N, F);
+  snprintf(what, sizeof what, "swiglu_bwd (adds into dinp) N=%d F=%d", N, F);
+  check(what, &dinp, 4 * u, 4 * u);
+  tb *all[] = {&inp, &out, &dout, &dinp};
   free_all(all, sizeof all / sizeof *all);
 }
 
@@ -276,6 +351,27 @@ static void test_crossentropy(zt_dtype dt, int N, int V, int V_alloc) {
   free_all(all, 1);
 }
 
+/* The rows entry: the same dlogits as crossentropy_fwd_bwd_dt, row losses added in fp32. */
+static void test_crossentropy_rows(zt_dtype dt, int N, int V, int V_alloc) {
+  double u = u_of(dt);
+  int32_t *tgt = malloc((size_t)N * sizeof *tgt);
+  for (int i = 0; i < N; i++) tgt[i] = i % 5 == 2 ? -1 : kc_int(&rng, V);
+  int32_t *dtgt = twin_dev_alloc(&gpu, (size_t)N * sizeof *tgt);
+  gpu.ops->to_device(gpu.ctx, dtgt, tgt, (size_t)N * sizeof *tgt);
+  tb logits = make(dt, (size_t)N * V_alloc, -6, 6), rows = make(ZT_F32, N, 0, 1);
+  float dscale = dt == ZT_F16 ? 65536.0f / N : 1.0f / N;
+  cpu.ops->crossentropy_rows_dt(cpu.ctx, dt, logits.h, tgt, N, V, V_alloc, -1, dscale, rows.h);
+  gpu.ops->crossentropy_rows_dt(gpu.ctx, dt, logits.d, dtgt, N, V, V_alloc, -1, dscale, rows.d);
+  char what[96];
+  snprintf(what, sizeof what, "crossentropy_rows N=%d V=%d dlogits", N, V);
+  check(what, &logits, 4 * u, 4 * u);
+  snprintf(what, sizeof what, "crossentropy_rows N=%d V=%d row_loss (fp32, adds)", N, V);
+  check(what, &rows, F32_SCALE, F32_SCALE);
+  free(tgt);
+  tb *all[] = {&logits, &rows};
+  free_all(all, sizeof all / sizeof *all);
+}
+
 static void test_cast_adamw(zt_dtype dt, size_t n) {
   tb p32 = make(ZT_F32, n, -2, 2), lp = make(dt, n, 0, 0), back = make(ZT_F32, n, 0, 0);
   /* a few values where rounding matters: ties, fp16 subnormals, overflow, inf, -0 */
@@ -356,14 +452,25 @@ int main(void) {
     test_layernorm(dt, 111, 48);
     test_layernorm(dt, 512, 768);
     for (int causal = 0; causal < 2; causal++) {
-      test_attention(dt, 3, 37, 48, 3, causal);
-      test_attention(dt, 2, 200, 256, 4, causal);
+      test_attention(dt, 3, 37, 3, 3, 16, causal);
+      test_attention(dt, 2, 200, 4, 4, 64, causal);
+      test_attention(dt, 2, 77, 8, 2, 128, causal); /* grouped-query, the flash path */
+      test_attention(dt, 2, 77, 6, 2, 48, causal);  /* grouped-query, the cuBLAS path */
     }
+    test_rmsnorm(dt, 111, 1, 48, 48);
+    test_rmsnorm(dt, 256, 1, 2048, 2048);
+    test_rmsnorm(dt, 77, 8, 128, (8 + 2 * 2) * 128);
+    test_rope(dt, 77, 8, 2, 128);
+    test_rope(dt, 130, 32, 8, 64);
+    test_swiglu(dt, 111, 67);
+    test_swiglu(dt, 256, 2816);
     test_pointwise(dt, 111 * 48 + 5);
     test_pointwise(dt, (size_t)1 << 20);
     test_embedding(dt, 3, 37, 48, 67);
     test_crossentropy(dt, 111, 67, 72);
     test_crossentropy(dt, 64, 50257, 50304);
+    test_crossentropy_rows(dt, 111, 67, 72);
+    test_crossentropy_rows(dt, 64, 32000, 32000);
     test_cast_adamw(dt, 10007);
   }
   test_tf32();

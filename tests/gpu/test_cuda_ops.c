@@ -1,8 +1,11 @@
 /* Every op of the CUDA backend against its CPU twin (the reference) on the same seeded inputs:
  * small odd shapes (T not a multiple of 32, V_alloc > V, ignored targets), larger ones, causal
- * and bidirectional attention; backward ops start from non-zero gradients so that the ADD
+ * and bidirectional attention, multi-head and grouped-query (the llama family's NH 32 NKV 8
+ * hs 64 and NH 8 NKV 2 hs 128), rmsnorm on block rows and on the heads inside qkv rows, rope,
+ * swiglu, the per-row loss and sum; backward ops start from non-zero gradients so that the ADD
  * semantics are checked; then determinism (the same op twice gives the same bits) and the
- * sticky error path. Prints the worst error of every comparison. Exits 77 without a GPU. */
+ * sticky error path. Prints the worst error of every comparison (op, shape, max abs and rel
+ * error). Exits 77 without a GPU. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -245,43 +248,126 @@ static void test_layernorm(kc_rng *r, int N, int C) {
     free_buf(all[i]);
 }
 
-static void test_attention(kc_rng *r, int B, int T, int C, int NH, int causal) {
-  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+static void test_attention(kc_rng *r, int B, int T, int NH, int NKV, int hs, int causal) {
+  size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hs, nout = (size_t)B * T * NH * hs;
   size_t np = (size_t)B * NH * T * T; /* both backends keep P (B,NH,T,T) first in saved */
-  int hs = C / NH;
   buf qkv = random_buf(r, nqkv, -1, 1), out = zero_buf(nout);
-  float *saved_h = kc_floats(cpu.ops->attention_saved_bytes(B, T, C, NH) / sizeof(float));
-  size_t gbytes = gpu.ops->attention_saved_bytes(B, T, C, NH);
+  float *saved_h = kc_floats(cpu.ops->attention_saved_bytes(B, T, NH, NKV, hs) / sizeof(float));
+  size_t gbytes = gpu.ops->attention_saved_bytes(B, T, NH, NKV, hs);
   float *saved_d = twin_dev_alloc(&gpu, gbytes);
   char what[128];
 
-  cpu.ops->attention_fwd(cpu.ctx, out.h, saved_h, qkv.h, B, T, C, NH, causal);
-  gpu.ops->attention_fwd(gpu.ctx, out.d, saved_d, qkv.d, B, T, C, NH, causal);
-  snprintf(what, sizeof what, "attention_fwd P B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
-           causal);
+  cpu.ops->attention_fwd(cpu.ctx, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal);
+  gpu.ops->attention_fwd(gpu.ctx, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal);
+  snprintf(what, sizeof what, "attention_fwd P B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T, NH,
+           NKV, hs, causal);
   float *p_got = download(saved_d, np);
   expect_close(what, p_got, saved_h, np, 1e-6, 1e-4);
   free(p_got);
-  check("attention_fwd out", out, sum_atol(T), 1e-4);
+  snprintf(what, sizeof what, "attention_fwd out NH=%d NKV=%d hs=%d", NH, NKV, hs);
+  check(what, out, sum_atol(T), 1e-4);
 
-  /* The backward from the CPU's P on both sides, so that it is tested alone. */
+  /* The backward from the CPU's P on both sides, so that it is tested alone. dk and dv of a
+   * shared head sum over its group: longer sums. */
   gpu.ops->to_device(gpu.ctx, saved_d, saved_h, np * sizeof(float));
   buf dout = random_buf(r, nout, -1, 1), dqkv = random_buf(r, nqkv, -1, 1);
-  cpu.ops->attention_bwd(cpu.ctx, dqkv.h, dout.h, qkv.h, saved_h, B, T, C, NH, causal);
-  gpu.ops->attention_bwd(gpu.ctx, dqkv.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
-  snprintf(what, sizeof what, "attention_bwd dqkv B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
-           causal);
-  check(what, dqkv, sum_atol(T + hs), 1e-4);
+  cpu.ops->attention_bwd(cpu.ctx, dqkv.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs, causal);
+  gpu.ops->attention_bwd(gpu.ctx, dqkv.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal);
+  snprintf(what, sizeof what, "attention_bwd dqkv B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T,
+           NH, NKV, hs, causal);
+  check(what, dqkv, sum_atol(NH / NKV * T + hs), 1e-4);
 
   buf d1 = zero_buf(nqkv), d2 = zero_buf(nqkv);
-  gpu.ops->attention_bwd(gpu.ctx, d1.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
-  gpu.ops->attention_bwd(gpu.ctx, d2.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
-  expect_same_bits("attention_bwd twice", d1.d, d2.d, nqkv);
+  gpu.ops->attention_bwd(gpu.ctx, d1.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal);
+  gpu.ops->attention_bwd(gpu.ctx, d2.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal);
+  snprintf(what, sizeof what, "attention_bwd twice NH=%d NKV=%d hs=%d", NH, NKV, hs);
+  expect_same_bits(what, d1.d, d2.d, nqkv);
 
   buf *all[] = {&qkv, &out, &dout, &dqkv, &d1, &d2};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++)
     free_buf(all[i]);
   free(saved_h);
+}
+
+/* N rows of H heads of C inside rows of `stride` floats (H = 1, stride = C: the block norm). */
+static void test_rmsnorm(kc_rng *r, int N, int H, int C, ptrdiff_t stride) {
+  size_t n = (size_t)N * stride, rows = (size_t)N * H;
+  buf inp = random_buf(r, n, -2, 3), w = random_buf(r, C, 0.5f, 1.5f);
+  buf out = random_buf(r, n, -1, 1), rstd = zero_buf(rows); /* out's gaps must survive */
+  char what[128];
+  cpu.ops->rmsnorm_fwd(cpu.ctx, out.h, rstd.h, inp.h, w.h, N, H, C, stride, 1e-6f);
+  gpu.ops->rmsnorm_fwd(gpu.ctx, out.d, rstd.d, inp.d, w.d, N, H, C, stride, 1e-6f);
+  snprintf(what, sizeof what, "rmsnorm_fwd out N=%d H=%d C=%d stride=%td", N, H, C, stride);
+  check(what, out, 1e-5, 1e-5);
+  snprintf(what, sizeof what, "rmsnorm_fwd rstd N=%d H=%d C=%d", N, H, C);
+  check(what, rstd, 1e-6, 1e-6);
+
+  /* the backward from the CPU's rstd on both sides */
+  gpu.ops->to_device(gpu.ctx, rstd.d, rstd.h, rows * sizeof(float));
+  buf dout = random_buf(r, n, -1, 1), dinp = random_buf(r, n, -1, 1), dw = random_buf(r, C, -1, 1);
+  cpu.ops->rmsnorm_bwd(cpu.ctx, dinp.h, dw.h, dout.h, inp.h, w.h, rstd.h, N, H, C, stride);
+  gpu.ops->rmsnorm_bwd(gpu.ctx, dinp.d, dw.d, dout.d, inp.d, w.d, rstd.d, N, H, C, stride);
+  snprintf(what, sizeof what, "rmsnorm_bwd dinp N=%d H=%d C=%d stride=%td", N, H, C, stride);
+  check(what, dinp, 1e-5, 1e-4);
+  snprintf(what, sizeof what, "rmsnorm_bwd dw N=%d H=%d C=%d (sum over N*H rows)", N, H, C);
+  check(what, dw, 2 * sum_atol((int)rows), 1e-4);
+
+  buf i1 = zero_buf(n), i2 = zero_buf(n), w1 = zero_buf(C), w2 = zero_buf(C);
+  gpu.ops->rmsnorm_bwd(gpu.ctx, i1.d, w1.d, dout.d, inp.d, w.d, rstd.d, N, H, C, stride);
+  gpu.ops->rmsnorm_bwd(gpu.ctx, i2.d, w2.d, dout.d, inp.d, w.d, rstd.d, N, H, C, stride);
+  snprintf(what, sizeof what, "rmsnorm_bwd twice: dinp N=%d H=%d C=%d", N, H, C);
+  expect_same_bits(what, i1.d, i2.d, n);
+  snprintf(what, sizeof what, "rmsnorm_bwd twice: dw N=%d H=%d C=%d", N, H, C);
+  expect_same_bits(what, w1.d, w2.d, C);
+
+  buf *all[] = {&inp, &w, &out, &rstd, &dout, &dinp, &dw, &i1, &i2, &w1, &w2};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    free_buf(all[i]);
+}
+
+/* The k heads of qkv rows (NH query heads first), positions of packed documents, some large
+ * (the angle's range reduction); forward, then backward on another tensor. */
+static void test_rope(kc_rng *r, int N, int NH, int NKV, int hs) {
+  ptrdiff_t stride = (ptrdiff_t)(NH + 2 * NKV) * hs;
+  size_t n = (size_t)N * stride;
+  float *f = kc_floats(hs / 2);
+  for (int i = 0; i < hs / 2; i++)
+    f[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hs));
+  buf inv_freq = upload(f, hs / 2);
+  int32_t *pos = malloc(N * sizeof(int32_t));
+  for (int i = 0; i < N; i++)
+    pos[i] = i % 5 == 4 ? kc_int(r, 1 << 17) : i % 37;
+  int32_t *dpos = upload_tokens(pos, N);
+  buf x = random_buf(r, n, -2, 2), dx = random_buf(r, n, -1, 1);
+  char what[128];
+  cpu.ops->rope_fwd(cpu.ctx, x.h + NH * hs, inv_freq.h, pos, N, NKV, hs, stride);
+  gpu.ops->rope_fwd(gpu.ctx, x.d + NH * hs, inv_freq.d, dpos, N, NKV, hs, stride);
+  snprintf(what, sizeof what, "rope_fwd N=%d H=%d hs=%d stride=%td", N, NKV, hs, stride);
+  check(what, x, 1e-6, 1e-6);
+  cpu.ops->rope_bwd(cpu.ctx, dx.h + NH * hs, inv_freq.h, pos, N, NKV, hs, stride);
+  gpu.ops->rope_bwd(gpu.ctx, dx.d + NH * hs, inv_freq.d, dpos, N, NKV, hs, stride);
+  snprintf(what, sizeof what, "rope_bwd N=%d H=%d hs=%d stride=%td", N, NKV, hs, stride);
+  check(what, dx, 1e-6, 1e-6);
+  free(f), free(pos);
+  free_buf(&inv_freq), free_buf(&x), free_buf(&dx);
+}
+
+static void test_swiglu(kc_rng *r, int N, int F) {
+  size_t n = (size_t)N * F;
+  buf inp = random_buf(r, 2 * n, -8, 8), out = zero_buf(n), dout = random_buf(r, n, -1, 1);
+  buf dinp = random_buf(r, 2 * n, -1, 1);
+  char what[96];
+  cpu.ops->swiglu_fwd(cpu.ctx, out.h, inp.h, N, F);
+  gpu.ops->swiglu_fwd(gpu.ctx, out.d, inp.d, N, F);
+  snprintf(what, sizeof what, "swiglu_fwd N=%d F=%d", N, F);
+  check(what, out, 1e-6, 1e-5);
+  cpu.ops->swiglu_bwd(cpu.ctx, dinp.h, inp.h, dout.h, N, F);
+  gpu.ops->swiglu_bwd(gpu.ctx, dinp.d, inp.d, dout.d, N, F);
+  snprintf(what, sizeof what, "swiglu_bwd (adds, gate | up) N=%d F=%d", N, F);
+  check(what, dinp, 1e-6, 1e-5);
+  buf *all[] = {&inp, &out, &dout, &dinp};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    free_buf(all[i]);
 }
 
 static void test_pointwise(kc_rng *r, size_t n) {
@@ -373,6 +459,49 @@ static void test_crossentropy(kc_rng *r, int N, int V, int V_alloc, int ignore_e
   free(tg);
 }
 
+/* The rows entry (fp32) in two chunks into one row_loss, as the chunked head calls it. */
+static void test_crossentropy_rows(kc_rng *r, int N, int V, int V_alloc) {
+  const int ignore_index = -100, n0 = N / 3;
+  size_t n = (size_t)N * V_alloc;
+  int32_t *tg = malloc(N * sizeof(int32_t));
+  for (int i = 0; i < N; i++)
+    tg[i] = i % 5 == 1 ? ignore_index : kc_int(r, V);
+  int32_t *dtg = upload_tokens(tg, N);
+  buf logits = random_buf(r, n, -6, 6), row_loss = random_buf(r, N, 0, 1);
+  char what[128];
+  float dscale = 1.0f / N;
+  for (int part = 0; part < 2; part++) {
+    int first = part ? n0 : 0, rows = part ? N - n0 : n0;
+    size_t off = (size_t)first * V_alloc;
+    cpu.ops->crossentropy_rows_dt(cpu.ctx, ZT_F32, logits.h + off, tg + first, rows, V, V_alloc,
+                                  ignore_index, dscale, row_loss.h + first);
+    gpu.ops->crossentropy_rows_dt(gpu.ctx, ZT_F32, logits.d + off, dtg + first, rows, V, V_alloc,
+                                  ignore_index, dscale, row_loss.d + first);
+  }
+  snprintf(what, sizeof what, "crossentropy_rows_dt fp32 N=%d V=%d dlogits", N, V);
+  check(what, logits, 1e-7, 1e-5);
+  snprintf(what, sizeof what, "crossentropy_rows_dt fp32 N=%d V=%d row_loss (adds)", N, V);
+  check(what, row_loss, 1e-6, 1e-5);
+  free_buf(&logits), free_buf(&row_loss);
+  free(tg);
+}
+
+static void test_sum(kc_rng *r, size_t n) {
+  buf x = random_buf(r, n, -3, 5);
+  double sc = cpu.ops->sum(cpu.ctx, x.h, n), sg = gpu.ops->sum(gpu.ctx, x.d, n);
+  double sg2 = gpu.ops->sum(gpu.ctx, x.d, n), mag = 0;
+  for (size_t i = 0; i < n; i++)
+    mag += fabs(x.h[i]);
+  int ok = fabs(sc - sg) <= 1e-12 * mag && memcmp(&sg, &sg2, sizeof sg) == 0;
+  printf("sum n=%-10zu cpu %.17g gpu %.17g abs %.2e (of sum|x| %.3e)  %s\n", n, sc, sg,
+         fabs(sc - sg), mag, ok ? "ok" : "FAIL");
+  if (!ok)
+    fprintf(stderr, "FAIL sum n=%zu: cpu %.17g gpu %.17g (twice %.17g), tolerance %.3g\n", n, sc,
+            sg, sg2, 1e-12 * mag);
+  failures += !ok;
+  free_buf(&x);
+}
+
 static void test_sum_squares(kc_rng *r, size_t n) {
   buf x = random_buf(r, n, -3, 3);
   int nf_c = -1, nf_g = -1;
@@ -456,18 +585,33 @@ int main(void) {
   test_layernorm(&r, 111, 48);
   test_layernorm(&r, 512, 768);
   for (int causal = 0; causal < 2; causal++) {
-    test_attention(&r, 3, 37, 48, 3, causal);
-    test_attention(&r, 2, 200, 256, 4, causal);
+    test_attention(&r, 3, 37, 3, 3, 16, causal);
+    test_attention(&r, 2, 200, 4, 4, 64, causal);
+    test_attention(&r, 2, 77, 8, 2, 128, causal);
   }
-  test_attention(&r, 1, 1, 8, 2, 1);
+  test_attention(&r, 1, 1, 2, 2, 4, 1);
+  test_attention(&r, 1, 150, 32, 8, 64, 1);
+  test_attention(&r, 1, 1, 4, 1, 8, 1);
+  test_rmsnorm(&r, 111, 1, 48, 48);
+  test_rmsnorm(&r, 256, 1, 2048, 2048);
+  test_rmsnorm(&r, 77, 8, 128, (8 + 2 * 2) * 128); /* Qwen3's q norm: 8 heads in qkv rows */
+  test_rmsnorm(&r, 77, 2, 64, (4 + 2 * 2) * 64 + 8);
+  test_rope(&r, 77, 8, 2, 128);
+  test_rope(&r, 300, 32, 8, 64);
+  test_swiglu(&r, 111, 67);
+  test_swiglu(&r, 256, 2816);
   test_pointwise(&r, 111 * 48 + 5);
   test_pointwise(&r, (size_t)1 << 20);
   test_crossentropy(&r, 111, 67, 72, 7);
   test_crossentropy(&r, 64, 50257, 50304, 5);
   test_crossentropy(&r, 5, 67, 72, 1); /* nothing counted: loss 0, gradient all zero */
   test_crossentropy(&r, 300, 1000, 1000, 0);
+  test_crossentropy_rows(&r, 111, 67, 72);
+  test_crossentropy_rows(&r, 64, 32000, 32000);
   test_sum_squares(&r, 7);
   test_sum_squares(&r, 1000003);
+  test_sum(&r, 7);
+  test_sum(&r, 1000003);
   test_adamw(&r, 10007);
 
   rc = gpu.ops->sync(gpu.ctx);

@@ -99,18 +99,37 @@ void zt__cuda_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const 
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C);
 
+/* rmsnorm.cu */
+void zt__cuda_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *w,
+                          int N, int H, int C, ptrdiff_t stride, float eps);
+void zt__cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dw, const float *dout,
+                          const float *inp, const float *w, const float *rstd, int N, int H,
+                          int C, ptrdiff_t stride);
+
 /* attention.c (cuBLAS) and its kernels in attention.cu */
-size_t zt__cuda_attention_saved_bytes(int B, int T, int C, int NH);
+size_t zt__cuda_attention_saved_bytes(int B, int T, int NH, int NKV, int hs);
 void zt__cuda_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                            int C, int NH, int causal);
+                            int NH, int NKV, int hs, int causal);
 void zt__cuda_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                            const void *saved, int B, int T, int C, int NH, int causal);
+                            const void *saved, int B, int T, int NH, int NKV, int hs,
+                            int causal);
 /* att holds rows of T scores; each becomes its softmax over the first (causal ? t+1 : T)
  * entries (t = row % T), the rest 0. */
 int zt__cuda_softmax_rows(zt__cuda_ctx *ctx, float *att, size_t rows, int T, int causal);
 /* dp (rows of T) becomes dS = P * (dP - rowsum(P * dP)) * scale, 0 where the mask hides. */
 int zt__cuda_softmax_bwd_rows(zt__cuda_ctx *ctx, float *dp, const float *att, size_t rows,
                               int T, int causal, float scale);
+
+/* rope.cu */
+void zt__cuda_rope_fwd(void *ctx, float *x, const float *inv_freq, const int32_t *pos, int N,
+                       int H, int hs, ptrdiff_t stride);
+void zt__cuda_rope_bwd(void *ctx, float *dx, const float *inv_freq, const int32_t *pos, int N,
+                       int H, int hs, ptrdiff_t stride);
+
+/* swiglu.cu */
+void zt__cuda_swiglu_fwd(void *ctx, float *out, const float *inp, int N, int F);
+void zt__cuda_swiglu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, int N,
+                         int F);
 
 /* pointwise.cu */
 void zt__cuda_gelu_fwd(void *ctx, float *out, const float *inp, size_t n);
@@ -124,6 +143,7 @@ int zt__cuda_broadcast_rows(zt__cuda_ctx *ctx, float *out, const float *bias, in
 
 /* reduce.cu */
 double zt__cuda_sum_squares(void *ctx, const float *x, size_t n, int *nonfinite);
+double zt__cuda_sum(void *ctx, const float *x, size_t n);
 /* dst[c] += sum_n src[n][c] for src (N, C), in a fixed order. */
 int zt__cuda_column_sums_add(zt__cuda_ctx *ctx, float *dst, const float *src, int N, int C);
 
@@ -161,12 +181,21 @@ void zt__cuda_layernorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *mean, f
 void zt__cuda_layernorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *db,
                                const void *dout, const void *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C);
-size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH);
+void zt__cuda_rmsnorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *rstd, const void *inp,
+                             const float *w, int N, int H, int C, ptrdiff_t stride, float eps);
+void zt__cuda_rmsnorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, const void *dout,
+                             const void *inp, const float *w, const float *rstd, int N, int H,
+                             int C, ptrdiff_t stride);
+size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
 void zt__cuda_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                               int B, int T, int C, int NH, int causal);
+                               int B, int T, int NH, int NKV, int hs, int causal);
 void zt__cuda_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                               const void *qkv, const void *saved, int B, int T, int C, int NH,
-                               int causal);
+                               const void *qkv, const void *saved, int B, int T, int NH, int NKV,
+                               int hs, int causal);
+void zt__cuda_rope_fwd_dt(void *ctx, zt_dtype dt, void *x, const float *inv_freq,
+                          const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
+void zt__cuda_rope_bwd_dt(void *ctx, zt_dtype dt, void *dx, const float *inv_freq,
+                          const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
 /* zt__cuda_softmax_bwd_rows with the probabilities stored as att_t */
 int zt__cuda_softmax_bwd_rows_dt(zt__cuda_ctx *ctx, zt_dtype att_t, float *dp, const void *att,
                                  size_t rows, int T, int causal, float scale);
@@ -177,6 +206,9 @@ void zt__cuda_relu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, si
 void zt__cuda_relu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
                           size_t n);
 void zt__cuda_add_dt(void *ctx, zt_dtype dt, void *out, const void *a, const void *b, size_t n);
+void zt__cuda_swiglu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, int N, int F);
+void zt__cuda_swiglu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp,
+                            const void *dout, int N, int F);
 /* out (N, OC) of type dt: every row = bias rounded to dt */
 int zt__cuda_broadcast_rows_dt(zt__cuda_ctx *ctx, zt_dtype dt, void *out, const float *bias,
                                int N, int OC);
@@ -190,6 +222,9 @@ void zt__cuda_crossentropy_fwd_bwd_dt(void *ctx, zt_dtype dt, void *logits,
 void zt__cuda_crossentropy_fwd_dt(void *ctx, zt_dtype dt, const void *logits,
                                   const int32_t *targets, int N, int V, int V_alloc,
                                   int ignore_index, double *loss_sum, int *n_counted);
+void zt__cuda_crossentropy_rows_dt(void *ctx, zt_dtype dt, void *logits, const int32_t *targets,
+                                   int N, int V, int V_alloc, int ignore_index, float dscale,
+                                   float *row_loss);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,12 @@
 // every accumulator are fp32, and each output is rounded once. Exponentials are exp2 of scores
 // prescaled by scale * log2(e).
 //
+// Grouped-query attention: query head h reads kv head h / group (group = NH/NKV) in place. The
+// forward and the dQ kernel run a block per query head as for multi-head attention; the dK/dV
+// kernel runs a block per (key tile, kv head) that loops over the group's query heads in order,
+// each one's query tiles in order, so a shared head's dK and dV are summed over its group in
+// registers, in a fixed order, and written once.
+//
 // Determinism: no atomics. The forward and the dQ kernel own their query rows, the dK/dV kernel
 // its key rows (so the backward computes S and dP twice, once in each kernel, the price of
 // having no atomics); every sum runs in an order fixed by the shapes.
@@ -195,8 +201,8 @@ template <int HS> struct fa_fwd_geom {
 
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
-    fa_fwd_kernel(E *out, E *o_copy, float *lse, const E *qkv, int T, int C, int NH, int causal,
-                  float scale_log2, bool vec) {
+    fa_fwd_kernel(E *out, E *o_copy, float *lse, const E *qkv, int T, int NH, int NKV,
+                  int causal, float scale_log2, bool vec) {
   constexpr int LD = fa_pitch<HS>::LD, BN = fa_fwd_geom<HS>::BN;
   extern __shared__ __align__(128) unsigned char sm[];
   E *sq = (E *)sm, *sk = sq + ROWS * LD, *sv = sk + 2 * BN * LD; // K and V: two tiles each
@@ -204,21 +210,23 @@ static __global__ void __launch_bounds__(THREADS)
   int q0 = (int)(gridDim.x - 1 - blockIdx.x) * ROWS, h = blockIdx.y, b = blockIdx.z;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
-  size_t C3 = 3 * (size_t)C;
-  const E *qg = qkv + (size_t)b * T * C3 + (size_t)h * HS, *kg = qg + C, *vg = qg + 2 * (size_t)C;
+  size_t C = (size_t)NH * HS, R = (size_t)(NH + 2 * NKV) * HS;
+  const E *qg = qkv + (size_t)b * T * R + (size_t)h * HS;
+  const E *kg = qkv + (size_t)b * T * R + C + (size_t)(h / (NH / NKV)) * HS;
+  const E *vg = kg + (size_t)NKV * HS;
 
   int kend = causal ? min(T, q0 + ROWS) : T, ntiles = (kend + BN - 1) / BN;
-  fa_load_tile<E, HS, ROWS>(sq, qg, C3, q0, T, vec);
-  fa_load_tile<E, HS, BN>(sk, kg, C3, 0, T, vec);
-  fa_load_tile<E, HS, BN>(sv, vg, C3, 0, T, vec);
+  fa_load_tile<E, HS, ROWS>(sq, qg, R, q0, T, vec);
+  fa_load_tile<E, HS, BN>(sk, kg, R, 0, T, vec);
+  fa_load_tile<E, HS, BN>(sv, vg, R, 0, T, vec);
   fa_cp_commit();
   float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   fa_zero(o);
   for (int j = 0; j < ntiles; j++) {
     E *kt = sk + (j & 1) * BN * LD, *vt = sv + (j & 1) * BN * LD;
     if (j + 1 < ntiles) { // the next tile into the other buffers while this one computes
-      fa_load_tile<E, HS, BN>(sk + ((j + 1) & 1) * BN * LD, kg, C3, (j + 1) * BN, T, vec);
-      fa_load_tile<E, HS, BN>(sv + ((j + 1) & 1) * BN * LD, vg, C3, (j + 1) * BN, T, vec);
+      fa_load_tile<E, HS, BN>(sk + ((j + 1) & 1) * BN * LD, kg, R, (j + 1) * BN, T, vec);
+      fa_load_tile<E, HS, BN>(sv + ((j + 1) & 1) * BN * LD, vg, R, (j + 1) * BN, T, vec);
       fa_cp_commit();
       fa_cp_wait<1>();
     } else {
@@ -327,28 +335,32 @@ template <int HS> struct fa_bwd_geom {
   static constexpr size_t q_bytes = tiles;
 };
 
-// dK and dV: one block per (64 keys, head, batch element), looping over the query tiles that
-// see its keys; dqkv's k and v rows of the block are added to once, at the end.
+// dK and dV: one block per (64 keys, kv head, batch element), looping over the group's query
+// heads in order and, for each, over the query tiles that see its keys; dqkv's k and v rows of
+// the block are added to once, at the end.
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
     fa_bwd_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
-                     int T, int C, int NH, int causal, float scale, float scale_log2, bool vec) {
+                     int T, int NH, int NKV, int causal, float scale, float scale_log2, bool vec) {
   constexpr int LD = fa_pitch<HS>::LD, N = fa_bwd_geom<HS>::N;
   extern __shared__ __align__(128) unsigned char sm[];
   E *sk = (E *)sm, *sv = sk + ROWS * LD, *sq = sv + ROWS * LD, *sdo = sq + 2 * N * LD;
   float *slse = (float *)(sdo + 2 * N * LD), *sD = slse + 2 * N; // LSE * log2(e), D
   // the causal key tiles early in the sequence have the most queries and come first already
-  int k0 = (int)blockIdx.x * ROWS, h = blockIdx.y, b = blockIdx.z;
+  int k0 = (int)blockIdx.x * ROWS, g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int key[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
-  size_t C3 = 3 * (size_t)C;
-  const E *qg = qkv + (size_t)b * T * C3 + (size_t)h * HS, *kg = qg + C, *vg = qg + 2 * (size_t)C;
-  const E *dog = dout + (size_t)b * T * C + (size_t)h * HS;
-  const float *lg = lse + ((size_t)b * NH + h) * T, *Dg = D + ((size_t)b * NH + h) * T;
-  // a query tile's rows, LSE and D into buffer i
-  auto load = [&](int i, int q0) {
-    fa_load_tile<E, HS, N>(sq + i * N * LD, qg, C3, q0, T, vec);
-    fa_load_tile<E, HS, N>(sdo + i * N * LD, dog, C, q0, T, vec);
+  size_t C = (size_t)NH * HS, R = (size_t)(NH + 2 * NKV) * HS;
+  const E *qkv_b = qkv + (size_t)b * T * R, *dout_b = dout + (size_t)b * T * C;
+  const E *kg = qkv_b + C + (size_t)g * HS, *vg = kg + (size_t)NKV * HS;
+  int qstart = causal ? k0 : 0, ntiles = (T - qstart + N - 1) / N;
+  // tile it of the loop: query head g*group + it/ntiles, its query tile it%ntiles; its rows,
+  // LSE and D into buffer i
+  auto load = [&](int i, int it) {
+    int h = g * group + it / ntiles, q0 = qstart + it % ntiles * N;
+    const float *lg = lse + ((size_t)b * NH + h) * T, *Dg = D + ((size_t)b * NH + h) * T;
+    fa_load_tile<E, HS, N>(sq + i * N * LD, qkv_b + (size_t)h * HS, R, q0, T, vec);
+    fa_load_tile<E, HS, N>(sdo + i * N * LD, dout_b + (size_t)h * HS, C, q0, T, vec);
     if (threadIdx.x < N) {
       int q = q0 + threadIdx.x;
       slse[i * N + threadIdx.x] = q < T ? lg[q] * LOG2E : 0.0f;
@@ -356,18 +368,17 @@ static __global__ void __launch_bounds__(THREADS)
     }
   };
 
-  int qstart = causal ? k0 : 0, ntiles = (T - qstart + N - 1) / N;
-  fa_load_tile<E, HS, ROWS>(sk, kg, C3, k0, T, vec);
-  fa_load_tile<E, HS, ROWS>(sv, vg, C3, k0, T, vec);
-  load(0, qstart);
+  fa_load_tile<E, HS, ROWS>(sk, kg, R, k0, T, vec);
+  fa_load_tile<E, HS, ROWS>(sv, vg, R, k0, T, vec);
+  load(0, 0);
   fa_cp_commit();
   float dk[HS / 8][4], dv[HS / 8][4];
   fa_zero(dk);
   fa_zero(dv);
-  for (int j = 0; j < ntiles; j++) {
-    int q0 = qstart + j * N, i = j & 1;
-    if (j + 1 < ntiles) {
-      load(i ^ 1, q0 + N);
+  for (int it = 0; it < group * ntiles; it++) {
+    int q0 = qstart + it % ntiles * N, i = it & 1;
+    if (it + 1 < group * ntiles) {
+      load(i ^ 1, it + 1);
       fa_cp_commit();
       fa_cp_wait<1>();
     } else {
@@ -396,9 +407,9 @@ static __global__ void __launch_bounds__(THREADS)
     fa_py<E, HS, N>(dk, dpt, qt); // dK += dS^T Q
     __syncthreads();              // every warp is done with this tile before it is refilled
   }
-  E *dkg = dqkv + (size_t)b * T * C3 + (size_t)h * HS + C, *dvg = dkg + C;
-  fa_add_rows<E, HS>(dkg, C3, k0 + warp * 16, T, dk);
-  fa_add_rows<E, HS>(dvg, C3, k0 + warp * 16, T, dv);
+  E *dkg = dqkv + (size_t)b * T * R + C + (size_t)g * HS, *dvg = dkg + (size_t)NKV * HS;
+  fa_add_rows<E, HS>(dkg, R, k0 + warp * 16, T, dk);
+  fa_add_rows<E, HS>(dvg, R, k0 + warp * 16, T, dv);
 }
 
 // dQ: one block per (64 queries, head, batch element), looping over the visible key tiles;
@@ -406,15 +417,17 @@ static __global__ void __launch_bounds__(THREADS)
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
     fa_bwd_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
-                    int T, int C, int NH, int causal, float scale, float scale_log2, bool vec) {
+                    int T, int NH, int NKV, int causal, float scale, float scale_log2, bool vec) {
   constexpr int LD = fa_pitch<HS>::LD, N = fa_bwd_geom<HS>::N;
   extern __shared__ __align__(128) unsigned char sm[];
   E *sq = (E *)sm, *sdo = sq + ROWS * LD, *sk = sdo + ROWS * LD, *sv = sk + 2 * N * LD;
   int q0 = (int)(gridDim.x - 1 - blockIdx.x) * ROWS, h = blockIdx.y, b = blockIdx.z;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
-  size_t C3 = 3 * (size_t)C;
-  const E *qg = qkv + (size_t)b * T * C3 + (size_t)h * HS, *kg = qg + C, *vg = qg + 2 * (size_t)C;
+  size_t C = (size_t)NH * HS, R = (size_t)(NH + 2 * NKV) * HS;
+  const E *qg = qkv + (size_t)b * T * R + (size_t)h * HS;
+  const E *kg = qkv + (size_t)b * T * R + C + (size_t)(h / (NH / NKV)) * HS;
+  const E *vg = kg + (size_t)NKV * HS;
   const E *dog = dout + (size_t)b * T * C + (size_t)h * HS;
   const float *lg = lse + ((size_t)b * NH + h) * T, *Dg = D + ((size_t)b * NH + h) * T;
   float l2[2], Dr[2];
@@ -425,18 +438,18 @@ static __global__ void __launch_bounds__(THREADS)
   }
 
   int kend = causal ? min(T, q0 + ROWS) : T, ntiles = (kend + N - 1) / N;
-  fa_load_tile<E, HS, ROWS>(sq, qg, C3, q0, T, vec);
+  fa_load_tile<E, HS, ROWS>(sq, qg, R, q0, T, vec);
   fa_load_tile<E, HS, ROWS>(sdo, dog, C, q0, T, vec);
-  fa_load_tile<E, HS, N>(sk, kg, C3, 0, T, vec);
-  fa_load_tile<E, HS, N>(sv, vg, C3, 0, T, vec);
+  fa_load_tile<E, HS, N>(sk, kg, R, 0, T, vec);
+  fa_load_tile<E, HS, N>(sv, vg, R, 0, T, vec);
   fa_cp_commit();
   float dq[HS / 8][4];
   fa_zero(dq);
   for (int j = 0; j < ntiles; j++) {
     int k0 = j * N, i = j & 1;
     if (j + 1 < ntiles) {
-      fa_load_tile<E, HS, N>(sk + (i ^ 1) * N * LD, kg, C3, k0 + N, T, vec);
-      fa_load_tile<E, HS, N>(sv + (i ^ 1) * N * LD, vg, C3, k0 + N, T, vec);
+      fa_load_tile<E, HS, N>(sk + (i ^ 1) * N * LD, kg, R, k0 + N, T, vec);
+      fa_load_tile<E, HS, N>(sv + (i ^ 1) * N * LD, vg, R, k0 + N, T, vec);
       fa_cp_commit();
       fa_cp_wait<1>();
     } else {
@@ -463,7 +476,7 @@ static __global__ void __launch_bounds__(THREADS)
     fa_py<E, HS, N>(dq, dp, kt); // dQ += dS K
     __syncthreads();             // every warp is done with this tile before it is refilled
   }
-  fa_add_rows<E, HS>(dqkv + (size_t)b * T * C3 + (size_t)h * HS, C3, q0 + warp * 16, T, dq);
+  fa_add_rows<E, HS>(dqkv + (size_t)b * T * R + (size_t)h * HS, R, q0 + warp * 16, T, dq);
 }
 
 // ---- host side ---------------------------------------------------------------------------------
@@ -474,26 +487,27 @@ typedef struct fa_layout {
   size_t o_off, d_off, bytes;
 } fa_layout;
 
-static fa_layout layout(zt_dtype dt, int B, int T, int C, int NH) {
+static fa_layout layout(zt_dtype dt, int B, int T, int NH, int hs) {
   size_t rows = (size_t)B * NH * T;
   fa_layout l;
   l.o_off = align256(rows * sizeof(float));
-  l.d_off = l.o_off + align256((size_t)B * T * C * zt_dtype_size(dt));
+  l.d_off = l.o_off + align256((size_t)B * T * NH * hs * zt_dtype_size(dt));
   l.bytes = l.d_off + rows * sizeof(float);
   return l;
 }
 
-extern "C" bool zt__cuda_flash_supported(zt_dtype dt, int B, int C, int NH) {
-  if (dt == ZT_F32 || NH <= 0 || C <= 0 || C % NH != 0 || B > 65535 || NH > 65535)
+extern "C" bool zt__cuda_flash_supported(zt_dtype dt, int B, int NH, int NKV, int hs) {
+  if (dt == ZT_F32 || NH <= 0 || NKV <= 0 || NH % NKV != 0 || B > 65535 || NH > 65535)
     return false;
-  int hs = C / NH;
-  return hs == 32 || hs == 64 || hs == 128;
+  return hs == 32 || hs == 64 || hs == 80 || hs == 96 || hs == 128;
 }
 
-extern "C" size_t zt__cuda_flash_saved_bytes(zt_dtype dt, int B, int T, int C, int NH) {
+extern "C" size_t zt__cuda_flash_saved_bytes(zt_dtype dt, int B, int T, int NH, int NKV,
+                                             int hs) {
+  (void)NKV; // K and V are read in place: nothing here depends on the kv heads
   if (B <= 0 || T <= 0)
     return 0;
-  return layout(dt, B, T, C, NH).bytes;
+  return layout(dt, B, T, NH, hs).bytes;
 }
 
 // The 16-byte tile loads need the tensors they read 16-byte aligned (row and head offsets are
@@ -513,7 +527,7 @@ static int allow_smem(zt__cuda_ctx *ctx, K kernel, size_t bytes, const char *wha
 
 template <class E, int HS>
 static int fwd(zt__cuda_ctx *ctx, fa_layout l, E *out, void *saved, const E *qkv, int B, int T,
-               int C, int NH, int causal, float scale) {
+               int NH, int NKV, int causal, float scale) {
   constexpr size_t smem = fa_fwd_geom<HS>::bytes;
   float *lse = (float *)saved;
   E *o_copy = (E *)((char *)saved + l.o_off);
@@ -521,14 +535,14 @@ static int fwd(zt__cuda_ctx *ctx, fa_layout l, E *out, void *saved, const E *qkv
   dim3 grid((unsigned)((T + ROWS - 1) / ROWS), (unsigned)NH, (unsigned)B);
   if (allow_smem(ctx, fa_fwd_kernel<E, HS>, smem, "fa_fwd_kernel smem") < 0)
     return ctx->err;
-  fa_fwd_kernel<E, HS><<<grid, THREADS, smem, ctx->stream>>>(out, o_copy, lse, qkv, T, C, NH,
+  fa_fwd_kernel<E, HS><<<grid, THREADS, smem, ctx->stream>>>(out, o_copy, lse, qkv, T, NH, NKV,
                                                              causal, scale * LOG2E, vec);
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_fwd_kernel", __FILE__, __LINE__);
 }
 
 template <class E, int HS>
 static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *qkv,
-               const void *saved, int B, int T, int C, int NH, int causal, float scale) {
+               const void *saved, int B, int T, int NH, int NKV, int causal, float scale) {
   typedef fa_bwd_geom<HS> G;
   const float *lse = (const float *)saved;
   const E *o_copy = (const E *)((const char *)saved + l.o_off);
@@ -537,20 +551,21 @@ static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *
   size_t rows = (size_t)B * NH * T;
   bool vec = aligned16(qkv) && aligned16(dout);
   dim3 grid((unsigned)((T + ROWS - 1) / ROWS), (unsigned)NH, (unsigned)B);
+  dim3 kv_grid((unsigned)((T + ROWS - 1) / ROWS), (unsigned)NKV, (unsigned)B);
   fa_rowdot_kernel<E><<<(unsigned)((rows + 7) / 8), 256, 0, ctx->stream>>>(D, dout, o_copy, rows,
-                                                                          T, C, NH, HS);
+                                                                          T, NH * HS, NH, HS);
   if (zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_rowdot_kernel", __FILE__, __LINE__) < 0)
     return ctx->err;
   if (allow_smem(ctx, fa_bwd_kv_kernel<E, HS>, G::kv_bytes, "fa_bwd_kv_kernel smem") < 0)
     return ctx->err;
-  fa_bwd_kv_kernel<E, HS><<<grid, THREADS, G::kv_bytes, ctx->stream>>>(
-      dqkv, dout, qkv, lse, D, T, C, NH, causal, scale, scale * LOG2E, vec);
+  fa_bwd_kv_kernel<E, HS><<<kv_grid, THREADS, G::kv_bytes, ctx->stream>>>(
+      dqkv, dout, qkv, lse, D, T, NH, NKV, causal, scale, scale * LOG2E, vec);
   if (zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_bwd_kv_kernel", __FILE__, __LINE__) < 0)
     return ctx->err;
   if (allow_smem(ctx, fa_bwd_q_kernel<E, HS>, G::q_bytes, "fa_bwd_q_kernel smem") < 0)
     return ctx->err;
   fa_bwd_q_kernel<E, HS><<<grid, THREADS, G::q_bytes, ctx->stream>>>(
-      dqkv, dout, qkv, lse, D, T, C, NH, causal, scale, scale * LOG2E, vec);
+      dqkv, dout, qkv, lse, D, T, NH, NKV, causal, scale, scale * LOG2E, vec);
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_bwd_q_kernel", __FILE__, __LINE__);
 }
 
@@ -573,6 +588,12 @@ static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *
     } else if ((hs) == 64) {                                                                   \
       constexpr int HS = 64;                                                                   \
       __VA_ARGS__;                                                                             \
+    } else if ((hs) == 80) {                                                                   \
+      constexpr int HS = 80;                                                                   \
+      __VA_ARGS__;                                                                             \
+    } else if ((hs) == 96) {                                                                   \
+      constexpr int HS = 96;                                                                   \
+      __VA_ARGS__;                                                                             \
     } else {                                                                                   \
       constexpr int HS = 128;                                                                  \
       __VA_ARGS__;                                                                             \
@@ -580,23 +601,22 @@ static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *
   } while (0)
 
 extern "C" int zt__cuda_flash_fwd(zt__cuda_ctx *ctx, zt_dtype dt, void *out, void *saved,
-                                  const void *qkv, int B, int T, int C, int NH, int causal) {
-  int hs = C / NH;
+                                  const void *qkv, int B, int T, int NH, int NKV, int hs,
+                                  int causal) {
   float scale = 1.0f / sqrtf((float)hs);
-  fa_layout l = layout(dt, B, T, C, NH);
+  fa_layout l = layout(dt, B, T, NH, hs);
   FA_DISPATCH(dt, hs,
-              fwd<E, HS>(ctx, l, (E *)out, saved, (const E *)qkv, B, T, C, NH, causal, scale));
+              fwd<E, HS>(ctx, l, (E *)out, saved, (const E *)qkv, B, T, NH, NKV, causal, scale));
   return ctx->err;
 }
 
 extern "C" int zt__cuda_flash_bwd(zt__cuda_ctx *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                                  const void *qkv, const void *saved, int B, int T, int C,
-                                  int NH, int causal) {
-  int hs = C / NH;
+                                  const void *qkv, const void *saved, int B, int T, int NH,
+                                  int NKV, int hs, int causal) {
   float scale = 1.0f / sqrtf((float)hs);
-  fa_layout l = layout(dt, B, T, C, NH);
+  fa_layout l = layout(dt, B, T, NH, hs);
   FA_DISPATCH(dt, hs,
-              bwd<E, HS>(ctx, l, (E *)dqkv, (const E *)dout, (const E *)qkv, saved, B, T, C, NH,
-                         causal, scale));
+              bwd<E, HS>(ctx, l, (E *)dqkv, (const E *)dout, (const E *)qkv, saved, B, T, NH,
+                         NKV, causal, scale));
   return ctx->err;
 }

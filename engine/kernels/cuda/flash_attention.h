@@ -1,12 +1,13 @@
 /* Fused (flash-style) attention for bf16/fp16 activations on tensor cores (flash_attention.cu),
  * which attention.c's typed entries choose at run time where it applies; the cuBLAS path keeps
  * fp32 and the head sizes not covered here. Same math as the CPU reference (scale 1/sqrt(hs),
- * max subtracted, causal masks keys after the query) without the (B,NH,T,T) probabilities.
+ * max subtracted, causal masks keys after the query, query head h reading kv head h/(NH/NKV))
+ * without the (B,NH,T,T) probabilities.
  *
  * saved (zt__cuda_flash_saved_bytes, each part 256-byte aligned):
  *   LSE (B,NH,T) fp32  the log-sum-exp of each query's scaled scores, from which the backward
  *                      recomputes P = exp(s - LSE) tile by tile;
- *   O   (B,T,C)  dt    a copy of the output: the backward needs D = rowsum(dO * O) and the op
+ *   O   (B,T,NH*hs) dt a copy of the output: the backward needs D = rowsum(dO * O) and the op
  *                      does not receive out (recomputing O would cost a second forward);
  *   D   (B,NH,T) fp32  scratch the backward writes (kept here so the memory planner counts it;
  *                      the forward leaves it alone). */
@@ -19,16 +20,16 @@
 extern "C" {
 #endif
 
-/* Whether the flash kernels cover the shape: dt bf16 or fp16, hs = C/NH of 32, 64 or 128,
- * B and NH within a grid dimension. */
-bool zt__cuda_flash_supported(zt_dtype dt, int B, int C, int NH);
-size_t zt__cuda_flash_saved_bytes(zt_dtype dt, int B, int T, int C, int NH);
+/* Whether the flash kernels cover the shape: dt bf16 or fp16, hs of 32, 64, 80, 96 or 128,
+ * NH a multiple of NKV, B and NH within a grid dimension. */
+bool zt__cuda_flash_supported(zt_dtype dt, int B, int NH, int NKV, int hs);
+size_t zt__cuda_flash_saved_bytes(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
 /* Both return 0 or the context's error; callers check zt__cuda_flash_supported first. */
 int zt__cuda_flash_fwd(zt__cuda_ctx *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                       int B, int T, int C, int NH, int causal);
+                       int B, int T, int NH, int NKV, int hs, int causal);
 int zt__cuda_flash_bwd(zt__cuda_ctx *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                       const void *qkv, const void *saved, int B, int T, int C, int NH,
-                       int causal);
+                       const void *qkv, const void *saved, int B, int T, int NH, int NKV,
+                       int hs, int causal);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,9 @@
 // (a function of N only) each take rows blk, blk + G, ... in order and keep their own double
 // sum; one block then adds the G partials in a fixed tree, and the result travels through the
 // pinned buffer. Targets outside [0, V) (other than ignore_index) would index out of the row
-// on the device; they are counted as ignored rather than read.
+// on the device; they are counted as ignored rather than read. crossentropy_rows_dt adds each
+// row's loss (rounded to fp32) to row_loss instead and returns nothing: no partials, no copy,
+// no synchronisation.
 #include <math.h>
 
 #include "engine/kernels/cuda/lowp.cuh"
@@ -31,7 +33,8 @@ static_assert(sizeof(ce_scratch) <= ZT__CUDA_SCRATCH_BYTES, "scratch too small")
 static_assert(sizeof(ce_totals) <= ZT__CUDA_PINNED_BYTES, "pinned buffer too small");
 } // namespace
 
-// grad NULL: loss only; else grad may be logits itself. T: the logits' storage type
+// grad NULL: loss only; else grad may be logits itself. sc NULL: the row losses go to
+// row_loss instead of the block partials. T: the logits' storage type
 // (lowp.cuh), float for fp32; the arithmetic is fp32/double either way. V8: rows read and
 // written eight elements a thread with 16-byte accesses (V_alloc a multiple of 8, the rows
 // 16-byte aligned).
@@ -42,9 +45,9 @@ static_assert(sizeof(ce_totals) <= ZT__CUDA_PINNED_BYTES, "pinned buffer too sma
 // rounding of it); the threads' sums meet in double at the row's max. The gradient pass reads
 // the row again (mostly from L2).
 template <class T, bool V8>
-static __global__ void crossentropy_kernel(ce_scratch *sc, T *grad, const T *logits,
-                                           const int32_t *targets, int N, int V, int V_alloc,
-                                           int ignore_index, float dscale) {
+static __global__ void crossentropy_kernel(ce_scratch *sc, float *row_loss, T *grad,
+                                           const T *logits, const int32_t *targets, int N,
+                                           int V, int V_alloc, int ignore_index, float dscale) {
   double block_loss = 0.0;
   int block_count = 0;
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
@@ -91,8 +94,13 @@ static __global__ void crossentropy_kernel(ce_scratch *sc, T *grad, const T *log
     double sum_exp =
         zt__block_sum(tmax == -INFINITY ? 0.0 : (double)(tsum * expf(tmax - maxv)));
     if (threadIdx.x == 0) {
-      block_loss += maxv + log(sum_exp) - x_target;
-      block_count++;
+      double loss = maxv + log(sum_exp) - x_target;
+      if (sc) {
+        block_loss += loss;
+        block_count++;
+      } else {
+        row_loss[n] += (float)loss;
+      }
     }
     if (g) {
       float mul = (float)(1.0 / sum_exp) * dscale;
@@ -119,7 +127,7 @@ static __global__ void crossentropy_kernel(ce_scratch *sc, T *grad, const T *log
       }
     }
   }
-  if (threadIdx.x == 0) {
+  if (sc && threadIdx.x == 0) {
     sc->loss[blockIdx.x] = block_loss;
     sc->count[blockIdx.x] = block_count;
   }
@@ -140,6 +148,23 @@ static __global__ void crossentropy_total_kernel(ce_scratch *sc, int nparts) {
   }
 }
 
+// The row kernel on the context's stream: into the scratch's partials, or into row_loss when
+// it is not NULL. 0 or the context's error.
+template <class T>
+static int crossentropy_launch(zt__cuda_ctx *ctx, float *row_loss, T *grad, const T *logits,
+                               const int32_t *targets, int N, int V, int V_alloc,
+                               int ignore_index, float dscale) {
+  ce_scratch *sc = row_loss ? nullptr : (ce_scratch *)ctx->scratch;
+  int blocks = N < CE_MAX_BLOCKS ? N : CE_MAX_BLOCKS;
+  if (zt__aligned8((size_t)V_alloc, logits, grad))
+    crossentropy_kernel<T, true><<<blocks, CE_THREADS, 0, ctx->stream>>>(
+        sc, row_loss, grad, logits, targets, N, V, V_alloc, ignore_index, dscale);
+  else
+    crossentropy_kernel<T, false><<<blocks, CE_THREADS, 0, ctx->stream>>>(
+        sc, row_loss, grad, logits, targets, N, V, V_alloc, ignore_index, dscale);
+  return zt__cuda_check_rt(ctx, cudaGetLastError(), "crossentropy_kernel", __FILE__, __LINE__);
+}
+
 template <class T>
 static void crossentropy(zt__cuda_ctx *ctx, T *grad, const T *logits,
                          const int32_t *targets, int N, int V, int V_alloc, int ignore_index,
@@ -157,13 +182,9 @@ static void crossentropy(zt__cuda_ctx *ctx, T *grad, const T *logits,
     return;
   }
   blocks = N < CE_MAX_BLOCKS ? N : CE_MAX_BLOCKS;
-  if (zt__aligned8((size_t)V_alloc, logits, grad))
-    crossentropy_kernel<T, true><<<blocks, CE_THREADS, 0, ctx->stream>>>(
-        sc, grad, logits, targets, N, V, V_alloc, ignore_index, dscale);
-  else
-    crossentropy_kernel<T, false><<<blocks, CE_THREADS, 0, ctx->stream>>>(
-        sc, grad, logits, targets, N, V, V_alloc, ignore_index, dscale);
-  ZT__CU(ctx, cudaGetLastError());
+  if (crossentropy_launch<T>(ctx, nullptr, grad, logits, targets, N, V, V_alloc, ignore_index,
+                             dscale) < 0)
+    goto out;
   crossentropy_total_kernel<<<1, CE_THREADS, 0, ctx->stream>>>(sc, blocks);
   ZT__CU(ctx, cudaGetLastError());
   ZT__CU(ctx, cudaMemcpyAsync(host, &sc->total, sizeof(*host), cudaMemcpyDeviceToHost,
@@ -205,4 +226,20 @@ extern "C" void zt__cuda_crossentropy_fwd_dt(void *ctx, zt_dtype dt, const void 
   ZT__DISPATCH(dt, T,
                crossentropy<T>((zt__cuda_ctx *)ctx, (T *)nullptr, (const T *)logits, targets, N,
                                V, V_alloc, ignore_index, 0.0f, loss_sum, n_counted));
+}
+
+extern "C" void zt__cuda_crossentropy_rows_dt(void *vctx, zt_dtype dt, void *logits,
+                                              const int32_t *targets, int N, int V, int V_alloc,
+                                              int ignore_index, float dscale, float *row_loss) {
+  zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
+  if (ctx->err)
+    return;
+  ZT__ARG(ctx, N >= 0 && V > 0 && V_alloc >= V && row_loss);
+  if (N == 0)
+    return;
+  ZT__DISPATCH(dt, T,
+               crossentropy_launch<T>(ctx, row_loss, (T *)logits, (const T *)logits, targets, N,
+                                      V, V_alloc, ignore_index, dscale));
+out:
+  return;
 }

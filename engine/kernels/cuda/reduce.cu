@@ -1,17 +1,18 @@
-// sum_squares (in double, two passes: per-block partials, then one block adds them in order)
-// and the column sums of the bias gradient.
+// sum_squares and sum (in double, two passes: per-block partials, then one block adds them in
+// order) and the column sums of the bias gradient.
 #include <math.h>
 
 #include "engine/kernels/cuda/lowp.cuh"
 #include "engine/kernels/cuda/reduce.cuh"
 
-#define SUMSQ_MAX_BLOCKS 1024
+#define SUM_MAX_BLOCKS 1024
 
-static __global__ void sum_squares_partial(double *part, const float *x, size_t n) {
+template <bool SQUARE>
+static __global__ void sum_partial(double *part, const float *x, size_t n) {
   double acc = 0.0;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
-    acc += (double)x[i] * x[i];
+    acc += SQUARE ? (double)x[i] * x[i] : (double)x[i];
   acc = zt__block_sum(acc);
   if (threadIdx.x == 0)
     part[blockIdx.x] = acc;
@@ -27,10 +28,10 @@ static __global__ void sum_partials(double *result, const double *part, int npar
     *result = acc;
 }
 
-extern "C" double zt__cuda_sum_squares(void *vctx, const float *x, size_t n, int *nonfinite) {
-  zt__cuda_ctx *ctx = (zt__cuda_ctx *)vctx;
-  double *part = (double *)ctx->scratch, *result = part + SUMSQ_MAX_BLOCKS;
-  double total = NAN; // what a failed context reports
+// The sum of x[i] (or of x[i]^2) on the host; NaN after a failure.
+template <bool SQUARE> static double sum_on_host(zt__cuda_ctx *ctx, const float *x, size_t n) {
+  double *part = (double *)ctx->scratch, *result = part + SUM_MAX_BLOCKS;
+  double total = NAN;
   unsigned blocks;
   if (ctx->err)
     goto out;
@@ -39,9 +40,9 @@ extern "C" double zt__cuda_sum_squares(void *vctx, const float *x, size_t n, int
     goto out;
   }
   blocks = zt__cuda_blocks(n, ZT__CUDA_THREADS);
-  if (blocks > SUMSQ_MAX_BLOCKS)
-    blocks = SUMSQ_MAX_BLOCKS;
-  sum_squares_partial<<<blocks, ZT__CUDA_THREADS, 0, ctx->stream>>>(part, x, n);
+  if (blocks > SUM_MAX_BLOCKS)
+    blocks = SUM_MAX_BLOCKS;
+  sum_partial<SQUARE><<<blocks, ZT__CUDA_THREADS, 0, ctx->stream>>>(part, x, n);
   ZT__CU(ctx, cudaGetLastError());
   sum_partials<<<1, ZT__CUDA_THREADS, 0, ctx->stream>>>(result, part, (int)blocks);
   ZT__CU(ctx, cudaGetLastError());
@@ -50,11 +51,20 @@ extern "C" double zt__cuda_sum_squares(void *vctx, const float *x, size_t n, int
   ZT__CU(ctx, cudaStreamSynchronize(ctx->stream));
   total = *(const double *)ctx->pinned;
 out:
+  return total;
+}
+
+extern "C" double zt__cuda_sum_squares(void *vctx, const float *x, size_t n, int *nonfinite) {
+  double total = sum_on_host<true>((zt__cuda_ctx *)vctx, x, n);
   // A square of a finite float cannot overflow a double, so the sum is finite exactly when
   // every value is (and NaN after a failure, which callers treat as an overflow).
   if (nonfinite)
     *nonfinite = !isfinite(total);
   return total;
+}
+
+extern "C" double zt__cuda_sum(void *vctx, const float *x, size_t n) {
+  return sum_on_host<false>((zt__cuda_ctx *)vctx, x, n);
 }
 
 namespace {
