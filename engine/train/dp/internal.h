@@ -1,11 +1,13 @@
-/* The data-parallel trainer's internals (engine/train/dp/dp.h), shared by its two files:
- * dp_step.c: the ranks' failures, their buffers' open and close, the step (the communicator's
- *   queue, the host tier, optimizer and params nvme), the rank threads and their commands,
- *   the path table and the open;
- * dp_state.c: the state between steps: the flat layout <-> the ranks' buffers (all ranks
- *   here), per-rank checkpoints, a part's state calls and per-rank checkpoints, and the
- *   path's state entries with send / receive.
- * Here: the trainer's and each rank's state, and the functions one file calls in the other. */
+/* The data-parallel trainer's internals (engine/train/dp/dp.h), shared by its files:
+ * threads.c: the rank threads, the commands they run, a rank's failure;
+ * offload.c: a rank's host tier and NVMe files in the step (where a unit's state is, the chunks
+ *   staged for gathers, the host AdamW, optimizer nvme's sets);
+ * step.c:    the step's walk over the units with its collectives, the exchange, the update;
+ * state.c:   the state between steps with every rank here (the flat layout, per-rank files);
+ * parts.c:   a part's state calls as collectives, the path's state entries, send / receive,
+ *   the step flags;
+ * ranks.c:   the world, each rank's buffers, the estimates, the open, the close, the path.
+ * Here: the trainer's and each rank's state, and the functions one file calls in another. */
 #ifndef ZT_TRAIN_DP_INTERNAL_H
 #define ZT_TRAIN_DP_INTERNAL_H
 
@@ -26,6 +28,16 @@
  * call, and a per-rank checkpoint's: the probe of its directory, every rank's file written or
  * read (dp.h). */
 enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON, ST_PROBE, ST_SHARDS_OUT, ST_SHARDS_IN };
+
+/* A rank's record in the exchange after the backward: its sum of squares, non-finite flag, its
+ * part's step flags (an unsigned int: exact in a double) and the host units its AdamW updated
+ * during the backward, then for each of its micro-batches the mean loss and whether it
+ * counted. */
+#define X_SUMSQ 0
+#define X_NONFINITE 1
+#define X_FLAGS 2
+#define X_UPDATED 3
+#define X_MICRO 4
 
 /* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
 typedef struct adam_seg {
@@ -213,39 +225,65 @@ typedef struct dp_state {
   int broken;               /* a rank failed mid-step and aborted the communicators */
 } dp_state;
 
-/* dp_step.c: a rank's failure, its message in k->err; returns rc */
+/* threads.c: a rank's failure, its message in k->err; returns rc */
 int zt__dp_rank_fail(dp_rank_state *k, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int zt__dp_comm_fail(dp_rank_state *k, int rc, const char *what);
 int zt__dp_backend_fail(dp_rank_state *k, int rc);
-/* dp_step.c: where a unit's state is */
+/* threads.c: a rank's thread; a command on every rank here */
+void *zt__dp_rank_main(void *arg);
+int zt__dp_dispatch(dp_state *s, dp_cmd cmd);
+int zt__dp_run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen);
+int zt__dp_refuse_broken(const char *what, char *err, size_t errlen);
+
+/* offload.c: where a unit's state is */
 int zt__dp_on_host(const dp_state *s, int u);
 int zt__dp_on_nvme(const dp_state *s, int u);
 size_t zt__dp_param_at(const dp_rank_state *k, const zt_shard *sh);
 void *zt__dp_lp_of(const dp_rank_state *k, void *base, size_t elem);
-float *zt__dp_unit_grads(dp_rank_state *k, int u);
-/* dp_step.c: optimizer nvme's reads and writes of a set */
+int zt__dp_copy_fail(dp_rank_state *k, int rc, const char *what);
+/* offload.c: the host units' chunks staged for the walk's gathers (params host / nvme) */
+void zt__dp_nvp_finish(dp_rank_state *k);
+int zt__dp_walk_gathers(const dp_rank_state *k, int v);
+int zt__dp_nvp_ahead(dp_rank_state *k, int v);
+int zt__dp_stage_unit(dp_rank_state *k, int u);
+/* offload.c: the host units' gradients and their AdamW */
+int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev);
+void zt__dp_wait_adam(dp_rank_state *k, int u);
+int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale);
+int zt__dp_take_up_to(dp_rank_state *k, int to, int j);
+void zt__dp_upload_unit(dp_rank_state *k, int u);
+/* offload.c: optimizer nvme's reads and writes of a set */
 int zt__dp_nv_io(dp_rank_state *k, nv_set *x, int write);
 int zt__dp_nv_wait(dp_rank_state *k, nv_set *x);
 void zt__dp_nv_why(const dp_rank_state *k, int rc, char *why, size_t len);
 int zt__dp_nv_fail(dp_rank_state *k, int rc);
-/* dp_step.c: stages 1-2's gather of a unit's parameters */
-int zt__dp_gather_updated(dp_rank_state *k, int u);
-/* dp_step.c: a command on every rank here, and the path */
-int zt__dp_dispatch(dp_state *s, dp_cmd cmd);
-int zt__dp_run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen);
-int zt__dp_refuse_broken(const char *what, char *err, size_t errlen);
-extern const zt__train_path zt__dp_path;
+int zt__dp_nv_read(dp_rank_state *k, int u);
+int zt__dp_nv_finish(dp_rank_state *k);
 
-/* dp_state.c: a rank's side of CMD_READ, _WRITE, _SHARDS_OUT, _SHARDS_IN, _SHARDS_GATHER and
- * _STATE, on its thread */
+/* step.c: the gradient buffer unit u's backward adds into (the state calls' scratch) */
+float *zt__dp_unit_grads(dp_rank_state *k, int u);
+/* step.c: stages 1-2's gather of a unit's parameters */
+int zt__dp_gather_updated(dp_rank_state *k, int u);
+/* step.c: a rank's side of CMD_STEP, and the path's step */
+int zt__dp_rank_step(dp_rank_state *k);
+int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                size_t errlen);
+
+/* state.c: where a state call finds host unit u's chunks, and puts them back */
+int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]);
+int zt__dp_tier_put(dp_rank_state *k, int u, float *x[3]);
+/* state.c: a rank's side of CMD_READ, _WRITE, _SHARDS_OUT, _SHARDS_IN and _SHARDS_GATHER, on
+ * its thread */
 int zt__dp_rank_read(dp_rank_state *k);
 int zt__dp_rank_write(dp_rank_state *k);
 int zt__dp_rank_shards_out(dp_rank_state *k);
 int zt__dp_rank_shards_in(dp_rank_state *k);
 int zt__dp_rank_shards_gather(dp_rank_state *k);
+
+/* parts.c: a rank's side of CMD_STATE, on its thread */
 int zt__dp_rank_state(dp_rank_state *k);
-/* dp_state.c: the path's state entries (zt__train_path) */
+/* parts.c: the path's state entries (zt__train_path) */
 int zt__dp_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, float *v,
                       char *err, size_t errlen);
 int zt__dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,
@@ -256,5 +294,10 @@ int zt__dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t 
 int zt__dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
 int zt__dp_probe(zt_trainer *t, const char *dir, int save, const char *token, char *err,
                  size_t errlen);
+
+/* ranks.c: a rank's side of CMD_OPEN and CMD_CLOSE, on its thread; the path table */
+int zt__dp_rank_open(dp_rank_state *k);
+void zt__dp_rank_close(dp_rank_state *k);
+extern const zt__train_path zt__dp_path;
 
 #endif
