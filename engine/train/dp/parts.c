@@ -258,9 +258,9 @@ static int part_shards_in(dp_rank_state *k) {
   return s->dc.zero_stage < 3 ? zt__dp_rank_shards_gather(k) : 0;
 }
 
-/* CMD_STATE on every rank of every part: rank 0 says what its part's call is and which units
+/* cmd_state on every rank of every part: rank 0 says what its part's call is and which units
  * it moves, the others check that their part's matches before anything else moves. */
-int zt__dp_rank_state(dp_rank_state *k) {
+static int rank_state(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   double *h = k->h_xchg;
@@ -319,6 +319,16 @@ int zt__dp_rank_state(dp_rank_state *k) {
   }
 }
 
+/* As in a step, a rank that fails mid-call releases the others; a call rank 0 gave up before it
+ * began is no failure of the collectives. */
+static int run_state(dp_rank_state *k) {
+  int rc = rank_state(k);
+  if (rc < 0 && !k->abandoned) k->comm.ops->abort(k->comm.ctx);
+  return rc;
+}
+
+const zt__dp_cmd zt__dp_cmd_state = {.run = run_state, .after_queue = 1};
+
 /* ---- the trainer's side: the path's state calls, send and receive -------------------------- */
 
 /* A part's collective state call (dp.h): op is this part's side of it. */
@@ -326,7 +336,7 @@ static int state_call(dp_state *s, int op, int mask, char *err, size_t errlen) {
   if (s->broken) return zt__dp_refuse_broken("the state call", err, errlen);
   s->op = op;
   s->mask = mask;
-  int bad = zt__dp_dispatch(s, CMD_STATE);
+  int bad = zt__dp_dispatch(s, &zt__dp_cmd_state);
   if (bad < 0) return 0;
   const dp_rank_state *k = &s->ranks[bad];
   if (!k->abandoned) s->broken = 1;
@@ -360,7 +370,7 @@ int zt__dp_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, fl
   s->out[2] = v;
   s->u0 = u0;
   s->u1 = u1;
-  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, CMD_READ, err, errlen);
+  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, &zt__dp_cmd_read, err, errlen);
   if (s->dc.rank0 != 0)
     return refuse_part(s, "reading the state", "zt_trainer_dp_send_state", err, errlen);
   return lead_state(s, ST_GATHER, (params ? 1 : 0) | (m ? 2 : 0) | (v ? 4 : 0), err, errlen);
@@ -374,7 +384,7 @@ int zt__dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const
   s->in[2] = v;
   s->u0 = u0;
   s->u1 = u1;
-  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, CMD_WRITE, err, errlen);
+  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, &zt__dp_cmd_write, err, errlen);
   if (s->dc.rank0 != 0)
     return refuse_part(s, "writing the state", "zt_trainer_dp_receive_state", err, errlen);
   return lead_state(s, ST_SCATTER, 7, err, errlen);
@@ -382,7 +392,7 @@ int zt__dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const
 
 /* The rank-0 part's save / load / export failed before its sequence of state calls ended: the
  * other parts wait for its next piece, and learn from this one that it is not coming (after
- * part of a load, every part fails: zt__dp_rank_state). */
+ * part of a load, every part fails: rank_state). */
 void zt__dp_abandon_state(zt_trainer *t) {
   dp_state *s = t->path_state;
   char err[sizeof s->ranks[0].err];
@@ -417,7 +427,7 @@ int zt__dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t 
   if (s->broken) return zt__dp_refuse_broken("the checkpoint", err, errlen);
   if (s->nl == s->dc.world) {
     s->io = io;
-    return zt__dp_run_cmd(s, CMD_SHARDS_OUT, err, errlen);
+    return zt__dp_run_cmd(s, &zt__dp_cmd_shards_out, err, errlen);
   }
   int rc = part_files(s, io, ST_SHARDS_OUT, err, errlen);
   /* the other parts' files' sizes, from the exchange (this part's ranks, 0 .. nl - 1: the
@@ -432,9 +442,9 @@ int zt__dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t 
   if (s->broken) return zt__dp_refuse_broken("the checkpoint load", err, errlen);
   if (s->nl < s->dc.world) return part_files(s, io, ST_SHARDS_IN, err, errlen);
   s->io = io;
-  int rc = zt__dp_run_cmd(s, CMD_SHARDS_IN, err, errlen);
+  int rc = zt__dp_run_cmd(s, &zt__dp_cmd_shards_in, err, errlen);
   if (rc == 0 && s->dc.zero_stage < 3 &&
-      (rc = zt__dp_run_cmd(s, CMD_SHARDS_GATHER, err, errlen)) < 0)
+      (rc = zt__dp_run_cmd(s, &zt__dp_cmd_shards_gather, err, errlen)) < 0)
     s->broken = 1;
   return rc;
 }

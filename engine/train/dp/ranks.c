@@ -253,7 +253,7 @@ static int host_open(dp_rank_state *k) {
   return 0;
 }
 
-int zt__dp_rank_open(dp_rank_state *k) {
+static int rank_open(dp_rank_state *k) {
   dp_state *s = k->s;
   const zt_train_cfg *tc = &k->view.tc;
   const zt_backend *be = &k->view.be;
@@ -311,7 +311,7 @@ int zt__dp_rank_open(dp_rank_state *k) {
   return rc;
 }
 
-/* The backend bytes zt__dp_rank_open allocates besides the activations, from the same layout: what
+/* The backend bytes rank_open allocates besides the activations, from the same layout: what
  * zt_dp_estimate_rank_bytes adds up without opening (tests compare the two). */
 static size_t rank_buffer_bytes(const dp_state *s, const zt_train_cfg *tc) {
   const zt_shard_table *tab = s->tab;
@@ -328,7 +328,7 @@ static size_t rank_buffer_bytes(const dp_state *s, const zt_train_cfg *tc) {
   return b;
 }
 
-void zt__dp_rank_close(dp_rank_state *k) {
+static int rank_close(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   /* the copies in flight read or write device buffers */
   zt_copy_close(k->copy);
@@ -358,7 +358,11 @@ void zt__dp_rank_close(dp_rank_state *k) {
   free(k->view.h_tgt);
   free(k->h_xchg);
   free(k->segs);
+  return 0;
 }
+
+const zt__dp_cmd zt__dp_cmd_open = {.run = rank_open};
+const zt__dp_cmd zt__dp_cmd_close = {.run = rank_close, .after_queue = 1, .last = 1};
 
 static size_t dp_backend_bytes(const zt_trainer *t) {
   const dp_state *s = t->path_state;
@@ -371,7 +375,7 @@ static void dp_close(zt_trainer *t) {
   dp_state *s = t->path_state;
   if (!s) return;
   if (s->n_threads) {
-    zt__dp_dispatch(s, CMD_CLOSE);
+    zt__dp_dispatch(s, &zt__dp_cmd_close);
     for (int r = 0; r < s->n_threads; r++) pthread_join(s->ranks[r].thread, NULL);
   }
   pthread_mutex_destroy(&s->mu);
@@ -719,7 +723,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     }
     s->n_threads++;
   }
-  int bad = zt__dp_dispatch(s, CMD_OPEN);
+  int bad = zt__dp_dispatch(s, &zt__dp_cmd_open);
   if (bad >= 0) {
     rc = s->ranks[bad].rc;
     snprintf(err, errlen, "%s", s->ranks[bad].err);
@@ -728,13 +732,13 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   /* every part computes the same init and writes its own ranks' share of it: no collective */
   if ((rc = zt__trainer_init_open(&in, t->model, err, errlen)) < 0) goto out;
   s->in[0] = init;
-  s->in[1] = s->in[2] = NULL; /* the moments start as the zeros zt__dp_rank_open allocated */
+  s->in[1] = s->in[2] = NULL; /* the moments start as the zeros rank_open allocated */
   for (int u0 = 0, u1; u0 < s->nu; u0 = u1) {
     u1 = zt__trainer_piece_end(t->model, u0, cap);
     s->u0 = u0;
     s->u1 = u1;
     if ((rc = zt__trainer_init_read(&in, u0, u1, init, err, errlen)) < 0 ||
-        (rc = zt__dp_run_cmd(s, CMD_WRITE, err, errlen)) < 0)
+        (rc = zt__dp_run_cmd(s, &zt__dp_cmd_write, err, errlen)) < 0)
       goto out;
   }
   *out = t;

@@ -63,7 +63,7 @@ int zt__dp_tier_put(dp_rank_state *k, int u, float *x[3]) {
 
 /* Each rank copies out its own chunks of units [u0, u1): the ranks' chunks cover the flat
  * layout once (so only with every rank here). */
-int zt__dp_rank_read(dp_rank_state *k) {
+static int rank_read(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   const float *src[3] = {k->params, k->m, k->v};
@@ -94,7 +94,7 @@ int zt__dp_rank_read(dp_rank_state *k) {
 /* Units [u0, u1): stages 1-2 take every unit's parameters (the padding stays zero), stage 3
  * its chunks; the compute copies follow, unit by unit. Needs only the rank's own share of the
  * flat layout, so a part writes its ranks alone. */
-int zt__dp_rank_write(dp_rank_state *k) {
+static int rank_write(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   const zt_model *m = k->view.model;
@@ -146,9 +146,12 @@ int zt__dp_rank_write(dp_rank_state *k) {
                 : 0;
 }
 
+const zt__dp_cmd zt__dp_cmd_read = {.run = rank_read, .after_queue = 1};
+const zt__dp_cmd zt__dp_cmd_write = {.run = rank_write, .after_queue = 1};
+
 /* ---- a per-rank checkpoint: each rank's own chunks (all ranks here) ------------------------ */
 
-/* The start of CMD_SHARDS_OUT / _IN: a staging of one chunk of each tensor (for the device
+/* The start of shards_out / _in: a staging of one chunk of each tensor (for the device
  * units) and the rank's file begun. */
 static int shards_begin(dp_rank_state *k, float **buf, char *why, size_t len) {
   const dp_state *s = k->s;
@@ -181,7 +184,7 @@ static int shards_backend_fail(dp_rank_state *k, int rc, char *why, size_t len) 
   return rc;
 }
 
-/* CMD_SHARDS_OUT: the rank's chunks, unit by unit, to its file: a host unit's straight from the
+/* shards_out: the rank's chunks, unit by unit, to its file: a host unit's straight from the
  * host tier, a device unit's through the staging (the rank's stream, on its thread, so a cuda
  * rank reads its own device). */
 int zt__dp_rank_shards_out(dp_rank_state *k) {
@@ -219,10 +222,10 @@ int zt__dp_rank_shards_out(dp_rank_state *k) {
   return shards_end(k, rc, buf, why, sizeof why);
 }
 
-/* CMD_SHARDS_IN: the rank's chunks from its file, unit by unit, where it keeps them (as
- * zt__dp_rank_write puts them: a host unit's into the host tier, and its parameters onto the
+/* shards_in: the rank's chunks from its file, unit by unit, where it keeps them (as
+ * rank_write puts them: a host unit's into the host tier, and its parameters onto the
  * device too unless params host; the compute copies follow). Stages 1-2 hold the other ranks'
- * chunks of the parameters as well: CMD_SHARDS_GATHER brings them once every rank has read its
+ * chunks of the parameters as well: shards_gather brings them once every rank has read its
  * own. */
 int zt__dp_rank_shards_in(dp_rank_state *k) {
   const dp_state *s = k->s;
@@ -264,7 +267,7 @@ int zt__dp_rank_shards_in(dp_rank_state *k) {
   return shards_end(k, rc, buf, why, sizeof why);
 }
 
-/* CMD_SHARDS_GATHER (stages 1-2): every unit's parameters and compute copy, from every rank's
+/* shards_gather (stages 1-2): every unit's parameters and compute copy, from every rank's
  * chunk, as after an update. */
 int zt__dp_rank_shards_gather(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
@@ -273,3 +276,14 @@ int zt__dp_rank_shards_gather(dp_rank_state *k) {
   if (rc < 0) return rc;
   return (rc = be->ops->sync(be->ctx)) < 0 ? zt__dp_backend_fail(k, rc) : 0;
 }
+
+/* The command: a collective, so as in a step a rank that fails releases the others. */
+static int rank_shards_gather(dp_rank_state *k) {
+  int rc = zt__dp_rank_shards_gather(k);
+  if (rc < 0) k->comm.ops->abort(k->comm.ctx);
+  return rc;
+}
+
+const zt__dp_cmd zt__dp_cmd_shards_out = {.run = zt__dp_rank_shards_out, .after_queue = 1};
+const zt__dp_cmd zt__dp_cmd_shards_in = {.run = zt__dp_rank_shards_in, .after_queue = 1};
+const zt__dp_cmd zt__dp_cmd_shards_gather = {.run = rank_shards_gather, .after_queue = 1};

@@ -458,7 +458,7 @@ static int step_body(dp_rank_state *k) {
 
 /* The step of rank k; whatever its result, no host AdamW is left running and (optimizer nvme)
  * every set is retired, so that the state calls and close find the host tier at rest. */
-int zt__dp_rank_step(dp_rank_state *k) {
+static int rank_step(dp_rank_state *k) {
   const dp_state *s = k->s;
   int rc = step_body(k);
   for (int u = s->ng; s->host_n && u < s->nu; u++) zt__dp_wait_adam(k, u);
@@ -472,8 +472,13 @@ int zt__dp_rank_step(dp_rank_state *k) {
     else
       rc = r;
   }
+  /* a rank that fails alone must not leave the others waiting in a collective; -ERANGE is
+   * every rank's verdict on the same exchanged norm */
+  if (rc < 0 && rc != -ERANGE) k->comm.ops->abort(k->comm.ctx);
   return rc;
 }
+
+const zt__dp_cmd zt__dp_cmd_step = {.run = rank_step};
 
 int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                 size_t errlen) {
@@ -494,7 +499,7 @@ int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char 
   s->lr = zt_train_lr(&t->tc, step);
   s->adam_step = t->adam_step + 1;
   s->loss_scale = fp16 ? t->scaler.scale : 1.0f;
-  int bad = zt__dp_dispatch(s, CMD_STEP);
+  int bad = zt__dp_dispatch(s, &zt__dp_cmd_step);
   s->flags = 0;
   const dp_rank_state *k0 = &s->ranks[0];
   zt_step_result r = {.step = step, .loss = k0->loss, .grad_norm = k0->norm, .lr = s->lr,

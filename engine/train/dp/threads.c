@@ -30,43 +30,12 @@ int zt__dp_backend_fail(dp_rank_state *k, int rc) {
 
 /* ---- the rank threads ---------------------------------------------------------------------- */
 
-static int rank_run(dp_rank_state *k, dp_cmd cmd) {
-  /* a step leaves the gathers of the updated parameters on the queue for the next step's
-   * forward; every other command reads or writes the state, or frees it, after them */
-  if (cmd != CMD_OPEN && cmd != CMD_STEP) {
+static int rank_run(dp_rank_state *k, const zt__dp_cmd *cmd) {
+  if (cmd->after_queue) {
     int rc = k->comm.ops->queue_sync(k->comm.ctx);
-    if (rc < 0 && cmd != CMD_CLOSE)
-      return zt__dp_comm_fail(k, rc, "finishing the step's collectives");
+    if (rc < 0 && !cmd->last) return zt__dp_comm_fail(k, rc, "finishing the step's collectives");
   }
-  switch (cmd) {
-  case CMD_OPEN: return zt__dp_rank_open(k);
-  case CMD_STEP: {
-    /* a rank that fails alone must not leave the others waiting in a collective; -ERANGE is
-     * every rank's verdict on the same exchanged norm */
-    int rc = zt__dp_rank_step(k);
-    if (rc < 0 && rc != -ERANGE) k->comm.ops->abort(k->comm.ctx);
-    return rc;
-  }
-  case CMD_READ: return zt__dp_rank_read(k);
-  case CMD_WRITE: return zt__dp_rank_write(k);
-  case CMD_SHARDS_OUT: return zt__dp_rank_shards_out(k);
-  case CMD_SHARDS_IN: return zt__dp_rank_shards_in(k);
-  case CMD_SHARDS_GATHER: {
-    /* a collective: as a step's, a rank that fails releases the others */
-    int rc = zt__dp_rank_shards_gather(k);
-    if (rc < 0) k->comm.ops->abort(k->comm.ctx);
-    return rc;
-  }
-  case CMD_STATE: {
-    /* as a step's: a rank that fails mid-call releases the others; a call rank 0 gave up
-     * before it began is no failure of the collectives */
-    int rc = zt__dp_rank_state(k);
-    if (rc < 0 && !k->abandoned) k->comm.ops->abort(k->comm.ctx);
-    return rc;
-  }
-  case CMD_CLOSE: zt__dp_rank_close(k); return 0;
-  }
-  return -EINVAL;
+  return cmd->run(k);
 }
 
 void *zt__dp_rank_main(void *arg) {
@@ -79,16 +48,16 @@ void *zt__dp_rank_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     while (s->gen == seen) pthread_cond_wait(&s->cmd_cv, &s->mu);
     seen = s->gen;
-    dp_cmd cmd = s->cmd;
+    const zt__dp_cmd *cmd = s->cmd;
     pthread_mutex_unlock(&s->mu);
     k->err[0] = 0;
-    k->rc = bound < 0 && cmd != CMD_CLOSE ? bound : rank_run(k, cmd);
-    if (bound < 0 && cmd != CMD_CLOSE)
+    k->rc = bound < 0 && !cmd->last ? bound : rank_run(k, cmd);
+    if (bound < 0 && !cmd->last)
       snprintf(k->err, sizeof k->err, "rank %d: making its device current failed", k->r);
     pthread_mutex_lock(&s->mu);
     if (++s->done == s->n_threads) pthread_cond_signal(&s->done_cv);
     pthread_mutex_unlock(&s->mu);
-    if (cmd == CMD_CLOSE) return NULL;
+    if (cmd->last) return NULL;
   }
 }
 
@@ -98,7 +67,7 @@ static int failure_rank(int rc) {
 
 /* Runs cmd on every rank and waits for all of them. Returns a failed rank (-1: none): one whose
  * failure is its own before one cancelled by another's, before a non-finite gradient. */
-int zt__dp_dispatch(dp_state *s, dp_cmd cmd) {
+int zt__dp_dispatch(dp_state *s, const zt__dp_cmd *cmd) {
   pthread_mutex_lock(&s->mu);
   s->cmd = cmd;
   s->done = 0;
@@ -112,7 +81,7 @@ int zt__dp_dispatch(dp_state *s, dp_cmd cmd) {
   return bad;
 }
 
-/* ---- the path ------------------------------------------------------------------------------ */
+/* ---- the trainer's side -------------------------------------------------------------------- */
 
 int zt__dp_refuse_broken(const char *what, char *err, size_t errlen) {
   snprintf(err, errlen, "%s: an earlier step or state call failed on a rank and aborted the "
@@ -122,7 +91,7 @@ int zt__dp_refuse_broken(const char *what, char *err, size_t errlen) {
 }
 
 /* cmd on every rank here; 0, or the failed rank's code and message */
-int zt__dp_run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen) {
+int zt__dp_run_cmd(dp_state *s, const zt__dp_cmd *cmd, char *err, size_t errlen) {
   int bad = zt__dp_dispatch(s, cmd);
   if (bad < 0) return 0;
   snprintf(err, errlen, "%s", s->ranks[bad].err);
