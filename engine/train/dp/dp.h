@@ -202,12 +202,10 @@
 #include <stdint.h>
 
 #include "engine/comm/comm.h"
+#include "engine/plan/dp_plan.h"
 #include "engine/train/offload/offload.h"
 #include "engine/train/trainer.h"
 #include "offload/nvme_store.h"
-
-/* The most ranks one trainer runs: a rank per device of a machine (ZT_MAX_DEVICES). */
-#define ZT_DP_MAX_WORLD 64
 
 typedef struct zt_dp_cfg {
   int world;      /* W ranks, [1, ZT_DP_MAX_WORLD] */

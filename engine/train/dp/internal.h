@@ -8,10 +8,11 @@
  * state.c:   the state between steps with every rank here: the flat layout, per-rank files;
  * parts.c:   a part's state calls as collectives (the probe, every part's ranks' files), the
  *   path's state entries, send / receive and the step flags;
- * ranks.c:   the world and every rank's buffers, the estimates, the open and the close, the
- *   path table (which parts.c also compares a trainer's path with) and the accessors.
+ * ranks.c:   the world and every rank's buffers as the plan lists them (engine/plan/dp_plan.h,
+ *   whose sums the estimates are), the open and the close, the path table (which parts.c also
+ *   compares a trainer's path with) and the accessors.
  * Here: the trainer's and each rank's state, the commands, and each file's functions that the
- * files below it call. */
+ * files listed after it call. */
 #ifndef ZT_TRAIN_DP_INTERNAL_H
 #define ZT_TRAIN_DP_INTERNAL_H
 
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/plan/dp_plan.h"
 #include "engine/train/dp/dp.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
@@ -42,6 +44,7 @@ enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON, ST_PROBE, ST_SHARDS_OUT, ST_SHARDS
 #define X_FLAGS 2
 #define X_UPDATED 3
 #define X_MICRO 4
+_Static_assert(X_MICRO == ZT_DP_XCHG_SCALARS, "the plan sizes the exchange records");
 
 /* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
 typedef struct adam_seg {
@@ -166,25 +169,9 @@ typedef struct dp_rank_state {
 
 typedef struct dp_state {
   zt_dp_cfg dc;
-  zt_shard_table *tab;
-  int nu;
-  int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
-  size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
-  size_t rec;               /* doubles per exchange record */
+  zt_dp_plan plan;          /* the shard table, the units' placement, every buffer's bytes */
   int nl;                   /* the part's ranks: global dc.rank0 .. dc.rank0 + nl - 1 */
   dp_rank_state *ranks;     /* nl, in rank order */
-  /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
-   * device's packed buffers hold dev_packed elements, the host's host_n */
-  int ng, params_host;      /* params_host: the host units' parameters are not on the device
-                               between uses (params host or nvme, stage 3) */
-  int params_nvme;          /* params nvme: the NVMe units' chunks are read from their master
-                               files before each gather; the host tier holds none of them */
-  size_t dev_packed, host_n;
-  int nvme;                 /* optimizer nvme: units nv0.. keep masters, m and v in files */
-  int nv0;                  /* the first NVMe unit: ng + dc.host_units with optimizer nvme, else
-                               nu; units ng..nv0-1 keep theirs on the host tier */
-  size_t hopt_n;            /* those host units' elements (a prefix of host_n) */
-  size_t nv_chunk;          /* the largest NVMe unit's chunk (a set's floats) */
   char nvme_dir[ZT_PATH_MAX + 32]; /* the trainer's zt-offload.XXXXXX under dc.nvme_dir */
   zt_cpu_pool *pool;        /* the host units' AdamW, shared by the part's ranks */
   int n_threads;            /* rank threads started */

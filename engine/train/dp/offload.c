@@ -16,13 +16,13 @@
 
 /* A host unit's first element in the host tier. */
 static size_t host_at(const dp_state *s, const zt_shard *sh) {
-  return sh->packed_off - s->dev_packed;
+  return sh->packed_off - s->plan.dev_packed;
 }
 
-int zt__dp_on_host(const dp_state *s, int u) { return u >= s->ng; }
+int zt__dp_on_host(const dp_state *s, int u) { return u >= s->plan.ng; }
 
 /* A host unit whose masters, m and v are in files (optimizer nvme, past host_units). */
-int zt__dp_on_nvme(const dp_state *s, int u) { return u >= s->nv0; }
+int zt__dp_on_nvme(const dp_state *s, int u) { return u >= s->plan.nv0; }
 
 /* Where rank k keeps unit u's parameters of its chunk sh (stage 3: the shard; else the padded
  * copy) */
@@ -43,8 +43,8 @@ int zt__dp_copy_fail(dp_rank_state *k, int rc, const char *what) {
  * u & 1, ordered after the compute queued so far (the gather that last read it). */
 static int stage_chunk(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
-  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-  size_t c = s->tab->chunk[u], at = host_at(s, sh);
+  const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+  size_t c = s->plan.tab->chunk[u], at = host_at(s, sh);
   int b = u & 1;
   int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->hm + at, c * sizeof(float),
                                 ZT_COPY_AFTER_ALL);
@@ -91,7 +91,7 @@ static int nvp_read(dp_rank_state *k, int u) {
     return zt__dp_copy_fail(k, rc, "copying a parameter chunk to the device");
   k->pstage_tick[b] = 0;
   k->pstage_unit[b] = -1;
-  size_t bytes = k->s->tab->chunk[u] * sizeof(float);
+  size_t bytes = k->s->plan.tab->chunk[u] * sizeof(float);
   if ((rc = zt_nvme_read(k->store, k->ext[3 * u], 0, k->pstage[b], bytes)) < 0)
     return nvp_fail(k, rc);
   k->pstage_unit[b] = u;
@@ -106,7 +106,7 @@ static int nvp_stage(dp_rank_state *k, int u) {
   int b = u & 1, rc;
   if ((rc = nvp_read(k, u)) < 0 || (rc = nvp_settle(k, b)) < 0) return rc;
   int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->pstage[b],
-                                k->s->tab->chunk[u] * sizeof(float), ZT_COPY_AFTER_ALL);
+                                k->s->plan.tab->chunk[u] * sizeof(float), ZT_COPY_AFTER_ALL);
   if (t < 0) return zt__dp_copy_fail(k, (int)t, "copying a parameter chunk to the device");
   k->chunk_unit[b] = u;
   k->chunk_tick[b] = k->pstage_tick[b] = t;
@@ -126,8 +126,8 @@ void zt__dp_nvp_finish(dp_rank_state *k) {
  * embedding's) holds it. */
 int zt__dp_walk_gathers(const dp_rank_state *k, int v) {
   const dp_state *s = k->s;
-  if (v < 0 || v >= s->nu || !zt__dp_on_host(s, v)) return 0;
-  return s->tied && v == 0 ? !k->embed_gathered : k->slot_unit[v & 1] != v;
+  if (v < 0 || v >= s->plan.nu || !zt__dp_on_host(s, v)) return 0;
+  return s->plan.tied && v == 0 ? !k->embed_gathered : k->slot_unit[v & 1] != v;
 }
 
 /* params nvme: unit v's file read ahead of its staging, where the walk is to gather it from
@@ -139,7 +139,7 @@ int zt__dp_nvp_ahead(dp_rank_state *k, int v) {
 
 /* A host unit's chunk into chunk buffer u & 1, from the host tier or its file. */
 int zt__dp_stage_unit(dp_rank_state *k, int u) {
-  return k->s->params_nvme && zt__dp_on_nvme(k->s, u) ? nvp_stage(k, u) : stage_chunk(k, u);
+  return k->s->plan.params_nvme && zt__dp_on_nvme(k->s, u) ? nvp_stage(k, u) : stage_chunk(k, u);
 }
 
 /* A host unit's reduced chunk at dev goes to the host tier behind the collective: the first
@@ -147,8 +147,8 @@ int zt__dp_stage_unit(dp_rank_state *k, int u) {
  * micro-batch). */
 int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
   const dp_state *s = k->s;
-  float *h = (j == 0 ? k->hgrad : k->hstage) + host_at(s, zt_shard_at(s->tab, u, k->r));
-  int64_t t = k->copy->ops->d2h(k->copy, h, dev, s->tab->chunk[u] * sizeof(float));
+  float *h = (j == 0 ? k->hgrad : k->hstage) + host_at(s, zt_shard_at(s->plan.tab, u, k->r));
+  int64_t t = k->copy->ops->d2h(k->copy, h, dev, s->plan.tab->chunk[u] * sizeof(float));
   if (t < 0) return zt__dp_copy_fail(k, (int)t, "copying gradients to the host");
   k->unit_tick[u] = t;
   return 0;
@@ -159,7 +159,7 @@ int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
 static int submit_adam(dp_rank_state *k, int u, float scale) {
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
-  size_t base = host_at(s, zt_shard_at(s->tab, u, k->r));
+  size_t base = host_at(s, zt_shard_at(s->plan.tab, u, k->r));
   const nv_set *x = &k->sets[u & 1];
   int nv = zt__dp_on_nvme(s, u);
   /* the state's chunk, and where the chunk's element 0 is */
@@ -198,7 +198,7 @@ void zt__dp_wait_adam(dp_rank_state *k, int u) {
 /* optimizer nvme: starts the reads (write 0) or writes of set x's unit, its whole chunk (the
  * padding zero); on a failure waits for those started. The store's message names the file. */
 int zt__dp_nv_io(dp_rank_state *k, nv_set *x, int write) {
-  size_t bytes = k->s->tab->chunk[x->unit] * sizeof(float);
+  size_t bytes = k->s->plan.tab->chunk[x->unit] * sizeof(float);
   for (int i = 0; i < 3; i++) {
     int ext = k->ext[3 * x->unit + i];
     int rc = write ? zt_nvme_write(k->store, ext, 0, x->buf[i], bytes)
@@ -240,11 +240,11 @@ int zt__dp_nv_fail(dp_rank_state *k, int rc) {
  * old parameters). */
 static int nv_upload(dp_rank_state *k, const nv_set *x) {
   const dp_state *s = k->s;
-  const zt_shard *sh = zt_shard_at(s->tab, x->unit, k->r);
-  size_t c = s->tab->chunk[x->unit], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
+  const zt_shard *sh = zt_shard_at(s->plan.tab, x->unit, k->r);
+  size_t c = s->plan.tab->chunk[x->unit], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
   int rc;
-  if (s->params_nvme) return 0;
-  if (s->params_host) {
+  if (s->plan.params_nvme) return 0;
+  if (s->plan.params_host) {
     if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
       return zt__dp_copy_fail(k, rc, "copying a parameter chunk to the device");
     memcpy(k->hm + at, x->buf[0], c * sizeof(float));
@@ -311,7 +311,7 @@ static int nv_update(dp_rank_state *k, int u, float scale) {
     rc = zt__dp_nv_fail(k, rc);
   if (rc == 0 && x->lp)
     k->hbe.ops->cast(k->hbe.ctx, x->lp, k->view.tc.precision, x->buf[0], ZT_F32,
-                     k->s->tab->chunk[u]);
+                     k->s->plan.tab->chunk[u]);
   if (rc == 0) {
     x->st = NV_UPDATING;
     rc = submit_adam(k, u, scale);
@@ -321,7 +321,7 @@ static int nv_update(dp_rank_state *k, int u, float scale) {
     x->unit = -1;
     return rc;
   }
-  return u - 1 >= k->s->nv0 ? zt__dp_nv_read(k, u - 1) : 0;
+  return u - 1 >= k->s->plan.nv0 ? zt__dp_nv_read(k, u - 1) : 0;
 }
 
 /* Every set retired, the higher unit's first; the first failure's message is kept. */
@@ -351,8 +351,8 @@ int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale) {
  * its AdamW starts unless a gradient of this rank was not finite. */
 static int take_up_unit(dp_rank_state *k, int u, int j) {
   const dp_state *s = k->s;
-  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-  size_t at = host_at(s, sh), c = s->tab->chunk[u];
+  const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+  size_t at = host_at(s, sh), c = s->plan.tab->chunk[u];
   int rc = k->copy->ops->wait(k->copy, ZT_COPY_D2H, k->unit_tick[u]);
   if (rc < 0) return zt__dp_copy_fail(k, rc, "copying gradients to the host");
   if (j > 0 && s->dc.zero_stage >= 2)
@@ -372,7 +372,7 @@ static int take_up_unit(dp_rank_state *k, int u, int j) {
 int zt__dp_take_up_to(dp_rank_state *k, int to, int j) {
   const dp_state *s = k->s;
   if (s->dc.zero_stage == 1 && j < k->view.tc.grad_accum - 1) return 0; /* nothing copied */
-  for (; k->take_up >= to && k->take_up >= s->ng; k->take_up--) {
+  for (; k->take_up >= to && k->take_up >= s->plan.ng; k->take_up--) {
     int rc = take_up_unit(k, k->take_up, j);
     if (rc < 0) return rc;
   }
@@ -384,9 +384,9 @@ int zt__dp_take_up_to(dp_rank_state *k, int to, int j) {
 void zt__dp_upload_unit(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  if (s->params_host) return;
-  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-  size_t c = s->tab->chunk[u], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
+  if (s->plan.params_host) return;
+  const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+  size_t c = s->plan.tab->chunk[u], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
   be->ops->to_device(be->ctx, k->params + dev, k->hm + at, c * sizeof(float));
   if (k->hlp)
     be->ops->to_device(be->ctx, zt__dp_lp_of(k, k->params_lp, dev), k->hlp + at,

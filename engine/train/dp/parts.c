@@ -46,8 +46,8 @@ static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
   size_t base = zt_model_unit(k->view.model, u0)->offset;
   for (int u = u0; u < u1; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u];
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    size_t c = s->plan.tab->chunk[u];
     float *scratch = zt__dp_unit_grads(k, u), *hx[3];
     /* the host tier's chunks it reads (stages 1-2 take the parameters from the device) */
     int from_host = zt__dp_on_host(s, u) && (mask & (s->dc.zero_stage < 3 ? 6 : 7)), rc;
@@ -56,7 +56,7 @@ static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
       if (!(mask & 1 << i)) continue;
       const float *unit = scratch;
       if (i == 0 && s->dc.zero_stage < 3) {
-        unit = k->params + s->tab->padded_unit[u];
+        unit = k->params + s->plan.tab->padded_unit[u];
       } else {
         /* a host unit's chunk goes up first, ordered before the gather on the stream */
         const float *from = i == 0 ? src[0] + zt__dp_param_at(k, sh) : src[i] + sh->packed_off;
@@ -92,14 +92,14 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
   size_t base = zt_model_unit(k->view.model, u0)->offset;
   for (int u = u0; u < u1; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u], padded = c * (size_t)s->dc.world;
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    size_t c = s->plan.tab->chunk[u], padded = c * (size_t)s->dc.world;
     float *scratch = zt__dp_unit_grads(k, u);
     int host = zt__dp_on_host(s, u);
     /* where the rank keeps its chunk of each: the device, the host tier or both (a host unit's
      * parameters are on the device too unless params host) */
     float *dst[3] = {NULL, NULL, NULL}, *hdst[3] = {NULL, NULL, NULL};
-    if (!host || (stage == 3 && !s->params_host)) dst[0] = k->params + zt__dp_param_at(k, sh);
+    if (!host || (stage == 3 && !s->plan.params_host)) dst[0] = k->params + zt__dp_param_at(k, sh);
     if (!host) {
       dst[1] = k->m + sh->packed_off;
       dst[2] = k->v + sh->packed_off;
@@ -107,7 +107,7 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
       zt__dp_tier_get(k, u, 0, hdst);
     }
     for (int i = 0; i < 3; i++) {
-      float *unit = i == 0 && stage < 3 ? k->params + s->tab->padded_unit[u] : scratch;
+      float *unit = i == 0 && stage < 3 ? k->params + s->plan.tab->padded_unit[u] : scratch;
       if (k->r == 0) {
         o->to_device(be->ctx, unit, s->in[i] + (ui->offset - base), ui->numel * sizeof(float));
         if (padded > ui->numel)
@@ -121,7 +121,7 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
       /* synchronous: the next unit's broadcast rewrites the scratch */
       if (hdst[i]) o->to_host(be->ctx, hdst[i], unit + sh->unit_off, c * sizeof(float));
     }
-    size_t at = stage < 3 ? s->tab->padded_unit[u] : zt__dp_param_at(k, sh);
+    size_t at = stage < 3 ? s->plan.tab->padded_unit[u] : zt__dp_param_at(k, sh);
     if (k->params_lp && (stage < 3 || dst[0]))
       o->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
               k->view.tc.precision, k->params + at, ZT_F32, stage < 3 ? padded : c);
@@ -156,7 +156,7 @@ static int bcast_host(dp_rank_state *k, char *buf, size_t n) {
   const zt_backend *be = &k->view.be;
   int stage1 = s->dc.zero_stage == 1;
   void *scratch = stage1 ? (void *)k->grads : (void *)k->gunit[0];
-  size_t cap = (stage1 ? s->tab->padded_total : s->slot_floats) * sizeof(float);
+  size_t cap = (stage1 ? s->plan.tab->padded_total : s->plan.slot_floats) * sizeof(float);
   for (size_t off = 0; off < n; off += cap) {
     size_t m = n - off < cap ? n - off : cap;
     if (k->r == 0) be->ops->to_device(be->ctx, scratch, buf + off, m);
@@ -173,7 +173,7 @@ static int bcast_host(dp_rank_state *k, char *buf, size_t n) {
 static int share(dp_rank_state *k, double a, double b, const char *what) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  size_t R = s->rec, bytes = R * sizeof(double);
+  size_t R = s->plan.rec, bytes = R * sizeof(double);
   double *rec = k->h_xchg + (size_t)k->r * R;
   rec[0] = a;
   rec[1] = b;
@@ -203,7 +203,7 @@ static int rank_probe(dp_rank_state *k, int save, size_t len) {
   if ((rc = share(k, sees, 0, "exchanging whether every part sees the checkpoint")) < 0)
     return rc;
   k->probe_all = 1;
-  for (int r = 0; r < s->dc.world; r++) k->probe_all &= k->h_xchg[(size_t)r * s->rec] != 0;
+  for (int r = 0; r < s->dc.world; r++) k->probe_all &= k->h_xchg[(size_t)r * s->plan.rec] != 0;
   return 0;
 }
 
@@ -216,12 +216,12 @@ static int part_verdict(dp_rank_state *k, int rc, int remote, const char *doing)
   const dp_state *s = k->s;
   int bad = -1;
   for (int r = 0; r < s->dc.world && bad < 0; r++)
-    if (k->h_xchg[(size_t)r * s->rec] < 0) bad = r;
+    if (k->h_xchg[(size_t)r * s->plan.rec] < 0) bad = r;
   if (bad < 0) return 0;
   if (rc < 0) return rc;
   if (bad >= s->dc.rank0 && bad < s->dc.rank0 + s->nl)
     return zt__dp_rank_fail(k, -ECANCELED, "rank %d of this part failed %s", bad, doing);
-  int frc = (int)k->h_xchg[(size_t)bad * s->rec];
+  int frc = (int)k->h_xchg[(size_t)bad * s->plan.rec];
   const char *path = s->io && s->io->path ? s->io->path(s->io->arg, bad) : NULL;
   return zt__dp_rank_fail(k, remote ? remote : frc, "%s%s%s (rank %d, of another part, failed %s; "
                           "that part's error says more)", path ? path : "", path ? ": " : "",
@@ -290,7 +290,7 @@ static int rank_state(dp_rank_state *k) {
     return zt__dp_rank_fail(k, -EIO, "the part holding rank 0 gave up its load "
                             "(zt_trainer_load; its error says why) after units 0..%d of %d had "
                             "been written: the state is partly the checkpoint's",
-                            s->seq_next - 1, s->nu);
+                            s->seq_next - 1, s->plan.nu);
   if (op != s->op && op == ST_ABANDON) {
     k->abandoned = 1;
     return zt__dp_rank_fail(k, -ECANCELED, "the part holding rank 0 gave up its call (its "
@@ -306,9 +306,9 @@ static int rank_state(dp_rank_state *k) {
                             side_of(s->op, s->mask) == ST_GATHER
                                 ? "sends it (zt_trainer_dp_send_state)"
                                 : "receives it (zt_trainer_dp_receive_state)");
-  if (op != ST_ABANDON && !(u0 >= 0 && u0 < u1 && u1 <= s->nu))
+  if (op != ST_ABANDON && !(u0 >= 0 && u0 < u1 && u1 <= s->plan.nu))
     return zt__dp_rank_fail(k, -EINVAL, "the part holding rank 0 sent units [%d, %d) of a "
-                            "model of %d", u0, u1, s->nu);
+                            "model of %d", u0, u1, s->plan.nu);
   switch (op) {
   case ST_GATHER: return state_gather(k, mask, u0, u1);
   case ST_SCATTER: return state_scatter(k, u0, u1);
@@ -358,7 +358,7 @@ static int refuse_part(const dp_state *s, const char *what, const char *instead,
 static int lead_state(dp_state *s, int op, int mask, char *err, size_t errlen) {
   int rc = state_call(s, op, mask, err, errlen);
   s->seq_op = op;
-  s->seq_next = rc < 0 || s->u1 >= s->nu ? 0 : s->u1;
+  s->seq_next = rc < 0 || s->u1 >= s->plan.nu ? 0 : s->u1;
   return rc;
 }
 
@@ -409,14 +409,14 @@ const zt_shard_table *zt__dp_shards(const zt_trainer *t, int *zero_stage, int *p
   if (s->dc.rank0 != 0) return NULL;
   if (zero_stage) *zero_stage = s->dc.zero_stage;
   if (part) *part = s->nl < s->dc.world;
-  return s->tab;
+  return s->plan.tab;
 }
 
 /* A part's per-rank call: every part's ranks move their own files (part_shards_out / _in). */
 static int part_files(dp_state *s, const zt__shard_io *io, int op, char *err, size_t errlen) {
   s->io = io;
   s->u0 = 0;
-  s->u1 = s->nu;
+  s->u1 = s->plan.nu;
   int rc = state_call(s, op, 0, err, errlen);
   s->io = NULL;
   return rc;
@@ -433,7 +433,7 @@ int zt__dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t 
   /* the other parts' files' sizes, from the exchange (this part's ranks, 0 .. nl - 1: the
    * part holding rank 0 is the one that saves, set theirs in their ends) */
   for (int r = s->nl; rc == 0 && r < s->dc.world; r++)
-    io->bytes[r] = (long long)s->ranks[0].h_xchg[(size_t)r * s->rec + 1];
+    io->bytes[r] = (long long)s->ranks[0].h_xchg[(size_t)r * s->plan.rec + 1];
   return rc;
 }
 
@@ -470,7 +470,7 @@ int zt__dp_probe(zt_trainer *t, const char *dir, int save, const char *token, ch
   s->blob = blob;
   s->blob_len = len;
   s->u0 = 0;
-  s->u1 = s->nu;
+  s->u1 = s->plan.nu;
   int rc = state_call(s, ST_PROBE, save, err, errlen);
   s->blob = NULL;
   s->blob_len = 0;
@@ -479,7 +479,7 @@ int zt__dp_probe(zt_trainer *t, const char *dir, int save, const char *token, ch
   char ranks[256] = "";
   size_t n = 0;
   for (int r = 0; r < s->dc.world && n < sizeof ranks; r++)
-    if (s->ranks[0].h_xchg[(size_t)r * s->rec] == 0)
+    if (s->ranks[0].h_xchg[(size_t)r * s->plan.rec] == 0)
       n += (size_t)snprintf(ranks + n, sizeof ranks - n, "%s%d", n ? ", " : "", r);
   zt_log(ZT_LOG_WARN, "dp", "%s: not seen as rank 0 sees it%s by global ranks %s (per-rank "
          "checkpoints of a job over several daemons need a filesystem every daemon mounts at "
@@ -510,7 +510,7 @@ static dp_state *other_part(zt_trainer *t, const char *call, char *err, size_t e
 static void follow_files(dp_state *s, const zt_model *m, int save, const char *blob) {
   zt__rank_files_close(s->files);
   s->files = NULL;
-  s->io_rc = zt__rank_files_open(&s->files, &s->fio, m, s->tab, s->dc.zero_stage,
+  s->io_rc = zt__rank_files_open(&s->files, &s->fio, m, s->plan.tab, s->dc.zero_stage,
                                  blob + strlen(blob) + 1, save, s->io_err, sizeof s->io_err);
   s->io = s->io_rc == 0 ? &s->fio : NULL;
 }
@@ -532,7 +532,7 @@ static int follow_state(zt_trainer *t, dp_state *s, int op, char *err, size_t er
       follow_files(s, t->model, op == ST_GATHER, k0->blob);
     if (k0->got_op == ST_SHARDS_IN) break;
     if (k0->got_op == ST_GATHER || k0->got_op == ST_SCATTER) {
-      if (k0->piece[1] >= s->nu) break;
+      if (k0->piece[1] >= s->plan.nu) break;
       s->seq_next = k0->piece[1];
     }
   }

@@ -1,7 +1,8 @@
 /* The data-parallel trainer's world and ranks (engine/train/dp/dp.h): the configuration's
- * checks, the shard table and the units' placement, each rank's buffers (the device's, the host
- * tier, the NVMe files) opened and closed on its thread, the estimates of those bytes, the open
- * and the close, the path table and the per-rank accessors. */
+ * checks, each rank's buffers (the device's, the host tier, the NVMe files) opened as the plan
+ * lists them (engine/plan/dp_plan.h: the shard table, the units' placement, every buffer's
+ * bytes) and closed, on its thread, the estimates, the open and the close, the path table and
+ * the per-rank accessors. */
 #include "engine/train/dp/dp.h"
 
 #include <errno.h>
@@ -45,11 +46,11 @@ static int build_segs(dp_rank_state *k) {
   const zt_model *m = k->view.model;
   int nt = zt_model_num_tensors(m);
   k->segs = calloc((size_t)nt, sizeof *k->segs);
-  k->first_seg = calloc((size_t)s->nu + 1, sizeof *k->first_seg);
+  k->first_seg = calloc((size_t)s->plan.nu + 1, sizeof *k->first_seg);
   if (!k->segs || !k->first_seg) return -ENOMEM;
   for (int i = 0; i < nt; i++) {
     const zt_tensor_info *ti = zt_model_tensor(m, i);
-    const zt_shard *sh = zt_shard_at(s->tab, ti->unit, k->r);
+    const zt_shard *sh = zt_shard_at(s->plan.tab, ti->unit, k->r);
     size_t t0 = ti->offset - zt_model_unit(m, ti->unit)->offset, t1 = t0 + ti->numel;
     size_t lo = t0 > sh->unit_off ? t0 : sh->unit_off;
     size_t hi = t1 < sh->unit_off + sh->count ? t1 : sh->unit_off + sh->count;
@@ -64,70 +65,11 @@ static int build_segs(dp_rank_state *k) {
         (adam_seg){.unit = ti->unit, .off = lo - sh->unit_off, .n = hi - lo, .decay = ti->decay};
   }
   /* the calls follow the tensors, which follow the units */
-  for (int u = s->nu, i = k->nsegs; u >= 0; u--) {
+  for (int u = s->plan.nu, i = k->nsegs; u >= 0; u--) {
     while (i > 0 && k->segs[i - 1].unit >= u) i--;
     k->first_seg[u] = i;
   }
   return 0;
-}
-
-/* Elements of the device's parameter buffer: stages 1-2 the padded layout, stage 3 the packed
- * shard (of the device units only with params host). */
-static size_t dev_param_floats(const dp_state *s) {
-  if (s->dc.zero_stage < 3) return s->tab->padded_total;
-  return s->params_host ? s->dev_packed : s->tab->packed_total;
-}
-
-/* Stage 1's gradients are the padded layout; 2-3 the device units' packed shard. */
-static size_t dev_grad_floats(const dp_state *s) {
-  return s->dc.zero_stage == 1 ? s->tab->padded_total : s->dev_packed;
-}
-
-static int gout_count(const dp_state *s) {
-  return !s->host_n ? 0 : s->dc.zero_stage >= 2 ? 2 : 1;
-}
-
-static int has_hstage(const dp_state *s, const zt_train_cfg *tc) {
-  return s->host_n && s->dc.zero_stage >= 2 && tc->grad_accum > 1;
-}
-
-/* The elements of the host tier's masters and compute copy: the host units' (ng..nv0-1), and
- * with optimizer nvme and params host the NVMe units' too, as the parameters the gathers are
- * staged from (params nvme reads those from the files). m and v are the host units' alone
- * (hopt_n). */
-static size_t host_master_floats(const dp_state *s) {
-  return !s->nvme || (s->params_host && !s->params_nvme) ? s->host_n : s->hopt_n;
-}
-
-/* The host tier's arena: gradients, the staging, masters, m, v and the bf16 copy, each as far
- * as it goes (above), with optimizer nvme two sets (their compute copy unless params nvme,
- * whose gathers cast it on the device), and with params nvme two parameter stagings. */
-static size_t host_tier_bytes(const dp_state *s, const zt_train_cfg *tc) {
-  if (!s->host_n) return 0;
-  size_t hm = host_master_floats(s);
-  int lp = tc->precision != ZT_F32;
-  size_t b = (1 + (size_t)has_hstage(s, tc)) *
-             zt_host_arena_footprint(s->host_n * sizeof(float));
-  if (hm) b += zt_host_arena_footprint(hm * sizeof(float));
-  if (hm && lp) b += zt_host_arena_footprint(hm * sizeof(uint16_t));
-  if (s->hopt_n) b += 2 * zt_host_arena_footprint(s->hopt_n * sizeof(float));
-  if (s->nvme)
-    b += 2 * (3 * zt_host_arena_footprint(s->nv_chunk * sizeof(float)) +
-              (lp && !s->params_nvme ? zt_host_arena_footprint(s->nv_chunk * sizeof(uint16_t))
-                                     : 0));
-  if (s->params_nvme) b += 2 * zt_host_arena_footprint(s->nv_chunk * sizeof(float));
-  return b;
-}
-
-/* The rank's files: a master, exp_avg and exp_avg_sq of its chunk per NVMe unit, each in the
- * store's whole blocks. */
-static uint64_t nvme_file_bytes(const dp_state *s) {
-  uint64_t sum = 0;
-  for (int u = s->nv0; u < s->nu; u++) {
-    uint64_t file = s->tab->chunk[u] * sizeof(float);
-    sum += 3 * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
-  }
-  return sum;
 }
 
 static int host_fail(dp_rank_state *k, int rc) {
@@ -155,14 +97,14 @@ static int nv_open(dp_rank_state *k) {
     return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s/rank-%d: %s", s->nvme_dir, k->r,
                             strerror(-rc));
   }
-  if (!(k->ext = malloc(3 * (size_t)s->nu * sizeof *k->ext)))
+  if (!(k->ext = malloc(3 * (size_t)s->plan.nu * sizeof *k->ext)))
     return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   if ((rc = zt_nvme_store_open(&k->store, k->nvdir, NULL, why, sizeof why)) < 0)
     return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", why);
-  for (int u = s->nv0; u < s->nu; u++)
+  for (int u = s->plan.nv0; u < s->plan.nu; u++)
     for (int i = 0; i < 3; i++) {
       char name[64];
-      uint64_t bytes = s->tab->chunk[u] * sizeof(float);
+      uint64_t bytes = s->plan.tab->chunk[u] * sizeof(float);
       snprintf(name, sizeof name, "%s.%s", zt_model_unit(m, u)->name, kind_names[i]);
       if ((rc = zt_nvme_store_alloc(k->store, name, bytes)) < 0)
         return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", zt_nvme_store_error(k->store));
@@ -177,58 +119,39 @@ static int nv_open(dp_rank_state *k) {
 static int host_open(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  const zt_train_cfg *tc = &k->view.tc;
+  const zt_dp_host_bufs *h = &s->plan.host;
   int on_gpu = strcmp(be->ops->name, "cuda") == 0, rc;
-  if ((rc = zt_host_arena_open(&k->host, host_tier_bytes(s, tc),
+  if ((rc = zt_host_arena_open(&k->host, zt_dp_plan_host_bytes(&s->plan),
                                on_gpu ? zt_host_mem_cuda() : NULL)) < 0)
     return zt__dp_rank_fail(k, rc, "opening the host tier failed: %s", strerror(-rc));
-  float **bufs[5];
-  size_t len[5], hm = host_master_floats(s);
-  int nb = 0, lp = tc->precision != ZT_F32;
-  bufs[nb] = &k->hgrad;
-  len[nb++] = s->host_n;
-  if (has_hstage(s, tc)) {
-    bufs[nb] = &k->hstage;
-    len[nb++] = s->host_n;
-  }
-  if (hm) {
-    bufs[nb] = &k->hm;
-    len[nb++] = hm;
-  }
-  if (s->hopt_n) {
-    bufs[nb] = &k->hmom;
-    len[nb++] = s->hopt_n;
-    bufs[nb] = &k->hvar;
-    len[nb++] = s->hopt_n;
-  }
-  for (int i = 0; i < nb; i++) {
-    if ((rc = zt_host_arena_alloc(k->host, len[i] * sizeof(float), (void **)bufs[i])) < 0)
+  float **bufs[5] = {&k->hgrad, &k->hstage, &k->hm, &k->hmom, &k->hvar};
+  size_t len[5] = {h->grads, h->stage, h->masters, h->moments, h->moments};
+  for (int i = 0; i < 5; i++) {
+    if (!len[i]) continue;
+    if ((rc = zt_host_arena_alloc(k->host, len[i], (void **)bufs[i])) < 0)
       return host_fail(k, rc);
-    memset(*bufs[i], 0, len[i] * sizeof(float));
+    memset(*bufs[i], 0, len[i]);
   }
-  if (lp && hm && (rc = zt_host_arena_alloc(k->host, hm * sizeof(uint16_t), (void **)&k->hlp)) < 0)
+  if (h->lp && (rc = zt_host_arena_alloc(k->host, h->lp, (void **)&k->hlp)) < 0)
     return host_fail(k, rc);
   /* page-aligned and pinned: O_DIRECT reads and writes, and the uploads, straight from them */
-  for (int i = 0; s->nvme && i < 2; i++) {
+  for (int i = 0; s->plan.nvme && i < 2; i++) {
     nv_set *x = &k->sets[i];
     for (int j = 0; j < 3; j++) {
-      if ((rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(float),
-                                    (void **)&x->buf[j])) < 0)
+      if ((rc = zt_host_arena_alloc(k->host, h->set, (void **)&x->buf[j])) < 0)
         return host_fail(k, rc);
-      memset(x->buf[j], 0, s->nv_chunk * sizeof(float));
+      memset(x->buf[j], 0, h->set);
     }
-    if (lp && !s->params_nvme &&
-        (rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(uint16_t), (void **)&x->lp)) < 0)
+    if (h->set_lp && (rc = zt_host_arena_alloc(k->host, h->set_lp, (void **)&x->lp)) < 0)
       return host_fail(k, rc);
     x->unit = -1;
   }
   for (int i = 0; i < 2; i++) {
     k->pstage_unit[i] = k->pstage_req[i] = -1;
-    if (s->params_nvme && (rc = zt_host_arena_alloc(k->host, s->nv_chunk * sizeof(float),
-                                                    (void **)&k->pstage[i])) < 0)
+    if (h->pstage && (rc = zt_host_arena_alloc(k->host, h->pstage, (void **)&k->pstage[i])) < 0)
       return host_fail(k, rc);
   }
-  if (s->nvme && (rc = nv_open(k)) < 0) return rc;
+  if (s->plan.nvme && (rc = nv_open(k)) < 0) return rc;
   k->hbe = *be;
   if (on_gpu) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -243,10 +166,10 @@ static int host_open(dp_rank_state *k) {
               : zt_copy_cpu_open(&k->copy, 0);
   if (rc < 0) return zt__dp_rank_fail(k, rc, "opening the copy engine failed: %s", strerror(-rc));
   k->tasks = calloc((size_t)k->nsegs, sizeof *k->tasks);
-  k->unit_tick = calloc((size_t)s->nu, sizeof *k->unit_tick);
-  k->usumsq = calloc((size_t)s->nu, sizeof *k->usumsq);
-  k->submitted = calloc((size_t)s->nu, 1);
-  k->began = calloc((size_t)s->nu, 1);
+  k->unit_tick = calloc((size_t)s->plan.nu, sizeof *k->unit_tick);
+  k->usumsq = calloc((size_t)s->plan.nu, sizeof *k->usumsq);
+  k->submitted = calloc((size_t)s->plan.nu, 1);
+  k->began = calloc((size_t)s->plan.nu, 1);
   if (!k->tasks || !k->unit_tick || !k->usumsq || !k->submitted || !k->began)
     return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
@@ -258,9 +181,9 @@ static int rank_open(dp_rank_state *k) {
   const zt_train_cfg *tc = &k->view.tc;
   const zt_backend *be = &k->view.be;
   const zt_model_cfg *mc = zt_model_cfg_of(k->view.model);
-  const zt_shard_table *tab = s->tab;
-  size_t ds = zt_dtype_size(tc->precision), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
-  int stage = s->dc.zero_stage, rc = be->ops->set_allow_tf32(be->ctx, tc->tf32);
+  const zt_dp_dev_bufs *b = &s->plan.dev;
+  size_t N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
+  int rc = be->ops->set_allow_tf32(be->ctx, tc->tf32);
   if (rc < 0)
     return zt__dp_rank_fail(k, rc, "train.tf32: the %s backend cannot set this matmul mode",
                             be->ops->name);
@@ -271,61 +194,35 @@ static int rank_open(dp_rank_state *k) {
   k->bytes += zt_acts_bytes(k->view.acts);
   k->view.h_tok = malloc(N * sizeof *k->view.h_tok);
   k->view.h_tgt = malloc(N * sizeof *k->view.h_tgt);
-  k->h_xchg = malloc((size_t)s->dc.world * s->rec * sizeof *k->h_xchg);
-  k->gather_tick = calloc((size_t)s->nu, sizeof *k->gather_tick);
+  k->h_xchg = malloc((size_t)s->dc.world * s->plan.rec * sizeof *k->h_xchg);
+  k->gather_tick = calloc((size_t)s->plan.nu, sizeof *k->gather_tick);
   if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || !k->gather_tick || build_segs(k) < 0)
     return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
-  size_t pn = dev_param_floats(s);
-  k->params = rank_alloc(k, pn * sizeof(float), &rc);
-  if (tc->precision != ZT_F32) k->params_lp = rank_alloc(k, pn * ds, &rc);
-  k->grads = rank_alloc(k, dev_grad_floats(s) * sizeof(float), &rc);
-  k->m = rank_alloc(k, s->dev_packed * sizeof(float), &rc);
-  k->v = rank_alloc(k, s->dev_packed * sizeof(float), &rc);
-  k->xchg = rank_alloc(k, (size_t)s->dc.world * s->rec * sizeof(double), &rc);
-  for (int i = 0; i < gout_count(s); i++)
-    k->gout[i] = rank_alloc(k, tab->max_chunk * sizeof(float), &rc);
-  for (int i = 0; s->params_host && i < 2; i++) {
-    k->pchunk[i] = rank_alloc(k, tab->max_chunk * sizeof(float), &rc);
-    if (tc->precision != ZT_F32) k->lpchunk[i] = rank_alloc(k, tab->max_chunk * ds, &rc);
+  /* the plan's buffers, in its order (a size 0 is none) */
+  k->params = rank_alloc(k, b->params, &rc);
+  k->params_lp = rank_alloc(k, b->params_lp, &rc);
+  k->grads = rank_alloc(k, b->grads, &rc);
+  k->m = rank_alloc(k, b->moments, &rc);
+  k->v = rank_alloc(k, b->moments, &rc);
+  k->xchg = rank_alloc(k, b->xchg, &rc);
+  for (int i = 0; i < 2; i++) k->gout[i] = rank_alloc(k, b->gout[i], &rc);
+  for (int i = 0; i < 2; i++) {
+    k->pchunk[i] = rank_alloc(k, b->pchunk, &rc);
+    k->lpchunk[i] = rank_alloc(k, b->lpchunk, &rc);
   }
-  if (stage >= 2) {
-    for (int i = 0; i < 2; i++) k->gunit[i] = rank_alloc(k, s->slot_floats * sizeof(float), &rc);
-    if (s->tied)
-      k->gembed = rank_alloc(k, tab->chunk[0] * (size_t)s->dc.world * sizeof(float), &rc);
-    k->gscratch = rank_alloc(k, tab->max_chunk * sizeof(float), &rc);
+  for (int i = 0; i < 2; i++) k->gunit[i] = rank_alloc(k, b->gunit, &rc);
+  k->gembed = rank_alloc(k, b->gembed, &rc);
+  k->gscratch = rank_alloc(k, b->gscratch, &rc);
+  for (int i = 0; i < 2; i++) {
+    k->pslot[i] = rank_alloc(k, b->pslot, &rc);
+    k->lpslot[i] = rank_alloc(k, b->lpslot, &rc);
   }
-  if (stage == 3) {
-    for (int i = 0; i < 2; i++) {
-      k->pslot[i] = rank_alloc(k, s->slot_floats * sizeof(float), &rc);
-      if (tc->precision != ZT_F32) k->lpslot[i] = rank_alloc(k, s->slot_floats * ds, &rc);
-    }
-    if (s->tied) {
-      size_t e = tab->chunk[0] * (size_t)s->dc.world;
-      k->pembed = rank_alloc(k, e * sizeof(float), &rc);
-      if (tc->precision != ZT_F32) k->lpembed = rank_alloc(k, e * ds, &rc);
-    }
-  }
-  if (rc == 0 && s->host_n) rc = host_open(k);
+  k->pembed = rank_alloc(k, b->pembed, &rc);
+  k->lpembed = rank_alloc(k, b->lpembed, &rc);
+  if (rc == 0 && s->plan.host_n) rc = host_open(k);
   if (rc == 0 && (rc = be->ops->sync(be->ctx)) < 0)
     zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
   return rc;
-}
-
-/* The backend bytes rank_open allocates besides the activations, from the same layout: what
- * zt_dp_estimate_rank_bytes adds up without opening (tests compare the two). */
-static size_t rank_buffer_bytes(const dp_state *s, const zt_train_cfg *tc) {
-  const zt_shard_table *tab = s->tab;
-  size_t f = sizeof(float), W = (size_t)s->dc.world;
-  size_t lp = tc->precision != ZT_F32 ? zt_dtype_size(tc->precision) : 0;
-  int stage = s->dc.zero_stage;
-  size_t b = dev_param_floats(s) * (f + lp) + dev_grad_floats(s) * f + 2 * s->dev_packed * f +
-             W * s->rec * sizeof(double) + (size_t)gout_count(s) * tab->max_chunk * f;
-  if (s->params_host) b += 2 * tab->max_chunk * (f + lp);
-  if (stage >= 2)
-    b += 2 * s->slot_floats * f + (s->tied ? tab->chunk[0] * W * f : 0) + tab->max_chunk * f;
-  if (stage == 3)
-    b += 2 * s->slot_floats * (f + lp) + (s->tied ? tab->chunk[0] * W * (f + lp) : 0);
-  return b;
 }
 
 static int rank_close(dp_rank_state *k) {
@@ -382,7 +279,7 @@ static void dp_close(zt_trainer *t) {
   pthread_cond_destroy(&s->cmd_cv);
   pthread_cond_destroy(&s->done_cv);
   zt_cpu_pool_close(s->pool);
-  zt_shard_table_free(s->tab);
+  zt_dp_plan_free(&s->plan);
   /* the ranks' directories and files went with their stores */
   if (s->nvme_dir[0]) rmdir(s->nvme_dir);
   free(s->ranks);
@@ -441,15 +338,16 @@ int zt_trainer_dp_nvme_stats(const zt_trainer *t, int rank, zt_nvme_stats *out) 
 
 /* ---- open ---------------------------------------------------------------------------------- */
 
+/* The placement of c as the plan reads it. */
+static void offload_of(const zt_dp_cfg *c, zt_offload_cfg *o) {
+  *o = (zt_offload_cfg){.optimizer = c->optimizer, .params = c->params,
+                        .gpu_units = c->gpu_units, .host_units = c->host_units};
+  snprintf(o->nvme_dir, sizeof o->nvme_dir, "%s", c->nvme_dir ? c->nvme_dir : "");
+}
+
 int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
-  if (c->world < 1 || c->world > ZT_DP_MAX_WORLD) {
-    snprintf(err, errlen, "dp.world must be in [1, %d] (got %d)", ZT_DP_MAX_WORLD, c->world);
-    return -EINVAL;
-  }
-  if (c->zero_stage < 1 || c->zero_stage > 3) {
-    snprintf(err, errlen, "dp.zero_stage must be 1, 2 or 3 (got %d)", c->zero_stage);
-    return -EINVAL;
-  }
+  int rc = zt_dp_plan_check_world(c->world, c->zero_stage, err, errlen);
+  if (rc < 0) return rc;
   if (c->rank0 < 0 || c->rank0 >= c->world) {
     snprintf(err, errlen, "dp.rank0 must be in [0, %d] (dp.world %d) (got %d)", c->world - 1,
              c->world, c->rank0);
@@ -465,50 +363,9 @@ int zt_dp_cfg_check(const zt_dp_cfg *c, char *err, size_t errlen) {
              c->world - c->rank0, c->world, c->rank0, c->local);
     return -EINVAL;
   }
-  const struct {
-    const char *field;
-    zt_offload_place v;
-  } places[] = {{"optimizer", c->optimizer}, {"params", c->params}};
-  for (int i = 0; i < 2; i++)
-    if (places[i].v < ZT_PLACE_AUTO || places[i].v > ZT_PLACE_NVME) {
-      snprintf(err, errlen, "dp.%s must be auto, gpu, host or nvme", places[i].field);
-      return -EINVAL;
-    }
-  int off = c->optimizer == ZT_PLACE_HOST || c->optimizer == ZT_PLACE_NVME;
-  if (c->params == ZT_PLACE_HOST && (c->zero_stage != 3 || !off)) {
-    snprintf(err, errlen, "dp.params: host needs zero_stage 3 (stages 1-2 keep every unit's "
-             "parameters on every device) and optimizer host or nvme (the masters the chunks "
-             "are copied from) (got zero_stage %d, optimizer %s)", c->zero_stage,
-             zt_offload_place_name(c->optimizer));
-    return -EINVAL;
-  }
-  if (c->params == ZT_PLACE_NVME && (c->zero_stage != 3 || c->optimizer != ZT_PLACE_NVME)) {
-    snprintf(err, errlen, "dp.params: nvme needs zero_stage 3 (stages 1-2 keep every unit's "
-             "parameters on every device) and optimizer nvme (the master files the chunks are "
-             "read from) (got zero_stage %d, optimizer %s)", c->zero_stage,
-             zt_offload_place_name(c->optimizer));
-    return -EINVAL;
-  }
-  if (off && c->gpu_units < 0) {
-    snprintf(err, errlen, "dp.gpu_units must be >= 0 with optimizer %s (got %d)",
-             zt_offload_place_name(c->optimizer), c->gpu_units);
-    return -EINVAL;
-  }
-  if (c->host_units < 0 || (c->host_units && c->optimizer != ZT_PLACE_NVME)) {
-    snprintf(err, errlen, "dp.host_units splits the host units' optimizer between the host and "
-             "NVMe: it must be >= 0, and 0 unless optimizer is nvme (got %d with optimizer %s)",
-             c->host_units, zt_offload_place_name(c->optimizer));
-    return -EINVAL;
-  }
-  if (c->optimizer == ZT_PLACE_NVME && (!c->nvme_dir || !c->nvme_dir[0])) {
-    snprintf(err, errlen, "dp.nvme_dir is required with optimizer nvme");
-    return -EINVAL;
-  }
-  if (c->optimizer == ZT_PLACE_NVME && strlen(c->nvme_dir) + 20 >= ZT_PATH_MAX) {
-    snprintf(err, errlen, "dp.nvme_dir is longer than %d bytes", ZT_PATH_MAX - 21);
-    return -ENAMETOOLONG;
-  }
-  return 0;
+  zt_offload_cfg o;
+  offload_of(c, &o);
+  return zt_dp_plan_check_place(&o, c->zero_stage, err, errlen);
 }
 
 /* fp16: every rank scales the loss by the trainer's scaler and skips the same overflowed steps,
@@ -521,38 +378,6 @@ static int fp16_supported(const zt_train_cfg *tc, const zt_dp_cfg *c, char *err,
              "not have the loss scale); use bf16 or fp32", c->local, c->world);
     return -ENOTSUP;
   }
-  return 0;
-}
-
-/* The units on the device and the two tiers' sizes, from the table. */
-static int place_units(dp_state *s, char *err, size_t errlen) {
-  s->ng = s->nu;
-  if (s->dc.optimizer == ZT_PLACE_HOST || s->dc.optimizer == ZT_PLACE_NVME) {
-    if (s->dc.gpu_units > s->nu) {
-      snprintf(err, errlen, "dp.gpu_units must be in [0, %d] (the model's units) (got %d)",
-               s->nu, s->dc.gpu_units);
-      return -EINVAL;
-    }
-    s->ng = s->dc.gpu_units;
-  }
-  if (s->dc.host_units > s->nu - s->ng) {
-    snprintf(err, errlen, "dp.host_units must be in [0, %d] (the units after dp.gpu_units %d "
-             "of the model's %d) (got %d)", s->nu - s->ng, s->ng, s->nu, s->dc.host_units);
-    return -EINVAL;
-  }
-  s->params_host =
-      (s->dc.params == ZT_PLACE_HOST || s->dc.params == ZT_PLACE_NVME) && s->ng < s->nu;
-  s->dev_packed = s->ng < s->nu ? zt_shard_at(s->tab, s->ng, 0)->packed_off
-                                : s->tab->packed_total;
-  s->host_n = s->tab->packed_total - s->dev_packed;
-  s->nv0 = s->dc.optimizer == ZT_PLACE_NVME ? s->ng + s->dc.host_units : s->nu;
-  s->nvme = s->nv0 < s->nu;
-  /* without NVMe units (host_units all the rest) params nvme is params host */
-  s->params_nvme = s->dc.params == ZT_PLACE_NVME && s->nvme;
-  s->hopt_n = (s->nvme ? zt_shard_at(s->tab, s->nv0, 0)->packed_off : s->tab->packed_total) -
-              s->dev_packed;
-  for (int u = s->nv0; u < s->nu; u++)
-    if (s->tab->chunk[u] > s->nv_chunk) s->nv_chunk = s->tab->chunk[u];
   return 0;
 }
 
@@ -582,65 +407,32 @@ static int check_ranks(const zt_dp_cfg *dc, int nl, const zt_dp_rank *ranks, cha
   return 0;
 }
 
-/* The shard table (the checkpoint estimate builds the same: zt__trainer_shard_table) and the
- * size of a slot. */
-static int build_table(zt_trainer *t, dp_state *s) {
-  int rc = zt__trainer_shard_table(t->model, s->dc.world, &s->tab);
-  if (rc < 0) return rc;
-  /* the units a slot or the unit gradient buffer holds: all but a tied embedding */
-  for (int u = s->tied; u < s->nu; u++) {
-    size_t f = s->tab->chunk[u] * (size_t)s->dc.world;
-    if (f > s->slot_floats) s->slot_floats = f;
-  }
-  return 0;
-}
-
-/* What a rank holds: with ops its device bytes (zt_dp_estimate_rank_bytes); without, its host
- * tier or (nvme) its files. */
-static uint64_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_dp_cfg *dpc,
-                         const zt_ops *ops, int nvme) {
+/* The configurations the open refuses before the plan's checks: a part's own. */
+static int refused(const zt_train_cfg *tc, const zt_dp_cfg *dpc, zt_offload_cfg *o) {
   char err[256];
-  uint64_t bytes = UINT64_MAX;
-  zt_trainer t = {0};
-  dp_state s = {.dc = *dpc};
-  if (zt_train_cfg_check(tc, err, sizeof err) < 0 ||
-      zt_dp_cfg_check(dpc, err, sizeof err) < 0 || fp16_supported(tc, dpc, err, sizeof err) < 0 ||
-      zt_model_create(&t.model, mc, err, sizeof err) < 0)
-    return SIZE_MAX;
-  s.nu = zt_model_num_units(t.model);
-  s.tied = mc->arch == ZT_ARCH_GPT;
-  s.rec = X_MICRO + 2 * (size_t)tc->grad_accum;
-  if (build_table(&t, &s) == 0 && place_units(&s, err, sizeof err) == 0) {
-    if (nvme) {
-      bytes = nvme_file_bytes(&s);
-    } else if (!ops) {
-      bytes = host_tier_bytes(&s, tc);
-    } else {
-      size_t acts = zt_acts_size_dt(t.model, ops, tc->micro_batch, tc->ckpt_every,
-                                    tc->precision);
-      if (acts) bytes = acts + rank_buffer_bytes(&s, tc);
-    }
-  }
-  zt_shard_table_free(s.tab);
-  zt_model_destroy(t.model);
-  return bytes;
+  offload_of(dpc, o);
+  return zt_dp_cfg_check(dpc, err, sizeof err) < 0 || fp16_supported(tc, dpc, err, sizeof err) < 0;
 }
 
 size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_dp_cfg *dpc, const zt_ops *ops) {
-  uint64_t b = ops ? estimate(mc, tc, dpc, ops, 0) : UINT64_MAX;
-  return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
+  zt_offload_cfg o;
+  if (refused(tc, dpc, &o)) return SIZE_MAX;
+  return zt_dp_plan_rank_bytes(mc, tc, &o, dpc->world, dpc->zero_stage, ops);
 }
 
 size_t zt_dp_estimate_host_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_dp_cfg *dpc) {
-  uint64_t b = estimate(mc, tc, dpc, NULL, 0);
-  return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
+  zt_offload_cfg o;
+  if (refused(tc, dpc, &o)) return SIZE_MAX;
+  return zt_dp_plan_host_tier_bytes(mc, tc, &o, dpc->world, dpc->zero_stage);
 }
 
 uint64_t zt_dp_estimate_nvme_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                    const zt_dp_cfg *dpc) {
-  return estimate(mc, tc, dpc, NULL, 1);
+  zt_offload_cfg o;
+  if (refused(tc, dpc, &o)) return UINT64_MAX;
+  return zt_dp_plan_nvme_file_bytes(mc, tc, &o, dpc->world, dpc->zero_stage);
 }
 
 int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
@@ -674,21 +466,22 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   pthread_cond_init(&s->cmd_cv, NULL);
   pthread_cond_init(&s->done_cv, NULL);
   if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
-  s->nu = zt_model_num_units(t->model);
-  s->tied = mc->arch == ZT_ARCH_GPT;
-  s->rec = X_MICRO + 2 * (size_t)tc->grad_accum;
   s->ranks = calloc((size_t)s->nl, sizeof *s->ranks);
   /* the initial parameters a piece of units at a time (as offload_step.c's
    * write_initial_state), not a flat copy of the model */
   size_t cap = zt__trainer_piece_cap(t->model);
   init = malloc(cap * sizeof *init);
-  if (!s->ranks || !init || (rc = build_table(t, s)) < 0) {
-    rc = rc < 0 ? rc : -ENOMEM;
-    snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
+  if (!s->ranks || !init) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
     goto out;
   }
-  if ((rc = place_units(s, err, errlen)) < 0) goto out;
-  if (s->nvme) {
+  zt_offload_cfg o;
+  offload_of(dpc, &o);
+  if ((rc = zt_dp_plan_make(&s->plan, t->model, tc, &o, dpc->world, dpc->zero_stage, err,
+                            errlen)) < 0)
+    goto out;
+  if (s->plan.nvme) {
     /* a directory of its own, so that trainers can share nvme_dir; the ranks' inside it */
     snprintf(s->nvme_dir, sizeof s->nvme_dir, "%s/zt-offload.XXXXXX", dpc->nvme_dir);
     if (!mkdtemp(s->nvme_dir)) {
@@ -698,7 +491,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
       goto out;
     }
   }
-  if (s->host_n) {
+  if (s->plan.host_n) {
     /* beside GPUs the host's main work: a thread per core, pinned; on the cpu backend one
      * beside the ranks' own threads */
     int on_gpu = strcmp(ranks[0].be.ops->name, "cuda") == 0;
@@ -733,7 +526,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   if ((rc = zt__trainer_init_open(&in, t->model, err, errlen)) < 0) goto out;
   s->in[0] = init;
   s->in[1] = s->in[2] = NULL; /* the moments start as the zeros rank_open allocated */
-  for (int u0 = 0, u1; u0 < s->nu; u0 = u1) {
+  for (int u0 = 0, u1; u0 < s->plan.nu; u0 = u1) {
     u1 = zt__trainer_piece_end(t->model, u0, cap);
     s->u0 = u0;
     s->u1 = u1;

@@ -25,7 +25,7 @@ static int nv_sync_io(dp_rank_state *k, int u, int write) {
 
 /* Whether the host tier's masters (and compute copy) hold host unit u's parameters. */
 static int hm_holds(const dp_state *s, int u) {
-  return u < s->nv0 || (s->params_host && !s->params_nvme);
+  return u < s->plan.nv0 || (s->plan.params_host && !s->plan.params_nvme);
 }
 
 /* Where a state call finds host unit u's chunk of masters, m and v: the host tier, or for an
@@ -34,7 +34,7 @@ static int hm_holds(const dp_state *s, int u) {
 int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
   const dp_state *s = k->s;
   if (!zt__dp_on_nvme(s, u)) {
-    size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed;
+    size_t at = zt_shard_at(s->plan.tab, u, k->r)->packed_off - s->plan.dev_packed;
     x[0] = k->hm + at;
     x[1] = k->hmom + at;
     x[2] = k->hvar + at;
@@ -49,7 +49,8 @@ int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
  * copy follows the masters where the host keeps them. */
 int zt__dp_tier_put(dp_rank_state *k, int u, float *x[3]) {
   const dp_state *s = k->s;
-  size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed, c = s->tab->chunk[u];
+  size_t at = zt_shard_at(s->plan.tab, u, k->r)->packed_off - s->plan.dev_packed;
+  size_t c = s->plan.tab->chunk[u];
   int nv = zt__dp_on_nvme(s, u);
   if (nv) {
     int rc = nv_sync_io(k, u, 1);
@@ -69,7 +70,7 @@ static int rank_read(dp_rank_state *k) {
   const float *src[3] = {k->params, k->m, k->v};
   size_t base = zt_model_unit(k->view.model, s->u0)->offset;
   for (int u = s->u0; u < s->u1; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
     size_t at[3] = {zt__dp_param_at(k, sh), sh->packed_off, sh->packed_off};
     float *hx[3];
     int rc;
@@ -101,13 +102,13 @@ static int rank_write(dp_rank_state *k) {
   int stage = s->dc.zero_stage;
   size_t base = zt_model_unit(m, s->u0)->offset;
   for (int u = s->u0; u < s->u1; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u];
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    size_t c = s->plan.tab->chunk[u];
     /* the device's parameters of the unit: stages 1-2 the unit padded, 3 the rank's chunk
      * (none for a host unit with params host) */
-    size_t at = stage < 3 ? s->tab->padded_unit[u] : sh->packed_off;
+    size_t at = stage < 3 ? s->plan.tab->padded_unit[u] : sh->packed_off;
     size_t pn = stage < 3 ? c * (size_t)s->dc.world : c;
-    int on_dev = stage < 3 || !zt__dp_on_host(s, u) || !s->params_host;
+    int on_dev = stage < 3 || !zt__dp_on_host(s, u) || !s->plan.params_host;
     if (stage < 3) {
       const zt_unit_info *ui = zt_model_unit(m, u);
       be->ops->to_device(be->ctx, k->params + at, s->in[0] + (ui->offset - base),
@@ -155,9 +156,9 @@ const zt__dp_cmd zt__dp_cmd_write = {.run = rank_write, .after_queue = 1};
  * units) and the rank's file begun. */
 static int shards_begin(dp_rank_state *k, float **buf, char *why, size_t len) {
   const dp_state *s = k->s;
-  size_t bytes = 3 * s->tab->max_chunk * sizeof(float);
-  *buf = s->ng ? malloc(bytes) : NULL;
-  if (s->ng && !*buf) {
+  size_t bytes = 3 * s->plan.tab->max_chunk * sizeof(float);
+  *buf = s->plan.ng ? malloc(bytes) : NULL;
+  if (s->plan.ng && !*buf) {
     snprintf(why, len, "out of host memory for a staging of %zu bytes", bytes);
     return -ENOMEM;
   }
@@ -190,12 +191,12 @@ static int shards_backend_fail(dp_rank_state *k, int rc, char *why, size_t len) 
 int zt__dp_rank_shards_out(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  size_t mc = s->tab->max_chunk;
+  size_t mc = s->plan.tab->max_chunk;
   float *buf;
   char why[400] = "";
   int rc = shards_begin(k, &buf, why, sizeof why);
-  for (int u = 0; u < s->nu && rc == 0; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  for (int u = 0; u < s->plan.nu && rc == 0; u++) {
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
     if (!sh->count) continue;
     const float *x[3];
     if (zt__dp_on_host(s, u)) {
@@ -231,15 +232,15 @@ int zt__dp_rank_shards_in(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   zt_dtype dt = k->view.tc.precision;
-  size_t mc = s->tab->max_chunk;
+  size_t mc = s->plan.tab->max_chunk;
   float *buf;
   char why[400] = "";
   int rc = shards_begin(k, &buf, why, sizeof why);
-  for (int u = 0; u < s->nu && rc == 0; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  for (int u = 0; u < s->plan.nu && rc == 0; u++) {
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
     if (!sh->count) continue;
-    size_t c = s->tab->chunk[u], at = zt__dp_param_at(k, sh);
-    int host = zt__dp_on_host(s, u), dev_params = !host || !s->params_host;
+    size_t c = s->plan.tab->chunk[u], at = zt__dp_param_at(k, sh);
+    int host = zt__dp_on_host(s, u), dev_params = !host || !s->plan.params_host;
     float *x[3];
     if (host)
       zt__dp_tier_get(k, u, 0, x);
@@ -272,7 +273,7 @@ int zt__dp_rank_shards_in(dp_rank_state *k) {
 int zt__dp_rank_shards_gather(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   int rc = 0;
-  for (int u = 0; u < k->s->nu && rc == 0; u++) rc = zt__dp_gather_updated(k, u);
+  for (int u = 0; u < k->s->plan.nu && rc == 0; u++) rc = zt__dp_gather_updated(k, u);
   if (rc < 0) return rc;
   return (rc = be->ops->sync(be->ctx)) < 0 ? zt__dp_backend_fail(k, rc) : 0;
 }

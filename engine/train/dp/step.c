@@ -68,13 +68,13 @@ static int q_wait_all(dp_rank_state *k) {
 static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *tick) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-  size_t c = s->tab->chunk[u];
+  const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+  size_t c = s->plan.tab->chunk[u];
   zt_dtype dt = k->view.tc.precision;
   const zt_comm_ops *co = k->comm.ops;
   const float *src = k->params + sh->packed_off;
   const void *lsrc = k->params_lp ? zt__dp_lp_of(k, k->params_lp, sh->packed_off) : NULL;
-  int host = s->params_host && zt__dp_on_host(s, u), rc;
+  int host = s->plan.params_host && zt__dp_on_host(s, u), rc;
   if (host) {
     int b = u & 1;
     if (k->chunk_unit[b] != u && (rc = zt__dp_stage_unit(k, u)) < 0) return rc;
@@ -84,7 +84,7 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *t
     lsrc = k->lpchunk[b];
     /* a file holds the fp32 masters alone: the compute copy is their cast, as AdamW writes it,
      * made here where the gather waits for the copy anyway */
-    if (lp && s->params_nvme && zt__dp_on_nvme(s, u))
+    if (lp && s->plan.params_nvme && zt__dp_on_nvme(s, u))
       be->ops->cast(be->ctx, k->lpchunk[b], dt, k->pchunk[b], ZT_F32, c);
   } else if ((rc = q_begin(k)) < 0) {
     return rc;
@@ -99,7 +99,7 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *t
   if (host && zt__dp_walk_gathers(k, next) && k->chunk_unit[next & 1] != next &&
       (rc = zt__dp_stage_unit(k, next)) < 0)
     return rc;
-  for (int i = 1; s->params_nvme && i <= 2; i++)
+  for (int i = 1; s->plan.params_nvme && i <= 2; i++)
     if ((rc = zt__dp_nvp_ahead(k, u + i * k->dir)) < 0) return rc;
   return 0;
 }
@@ -111,7 +111,7 @@ static int gather_unit(dp_rank_state *k, int u, float *p, void *lp, long long *t
 static int unit_params(dp_rank_state *k, int u, int use, const float **p, const void **lp) {
   const dp_state *s = k->s;
   if (s->dc.zero_stage < 3) {
-    size_t at = s->tab->padded_unit[u];
+    size_t at = s->plan.tab->padded_unit[u];
     *p = k->params + at;
     *lp = k->params_lp ? zt__dp_lp_of(k, k->params_lp, at) : (const void *)*p;
     return use ? q_wait(k, k->gather_tick[u]) : 0;
@@ -119,7 +119,7 @@ static int unit_params(dp_rank_state *k, int u, int use, const float **p, const 
   float *fp;
   void *l;
   long long *tick;
-  if (s->tied && u == 0) {
+  if (s->plan.tied && u == 0) {
     fp = k->pembed;
     l = k->lpembed;
     tick = &k->embed_tick;
@@ -149,15 +149,15 @@ static int unit_params(dp_rank_state *k, int u, int use, const float **p, const 
 static int prefetch(dp_rank_state *k, int u) {
   const float *p;
   const void *lp;
-  if (k->s->dc.zero_stage < 3 || u < 0 || u >= k->s->nu) return 0;
+  if (k->s->dc.zero_stage < 3 || u < 0 || u >= k->s->plan.nu) return 0;
   return unit_params(k, u, 0, &p, &lp);
 }
 
 /* The gradient buffer unit u's backward adds into. */
 float *zt__dp_unit_grads(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
-  if (s->dc.zero_stage == 1) return k->grads + s->tab->padded_unit[u];
-  return s->tied && u == 0 ? k->gembed : k->gunit[u & 1];
+  if (s->dc.zero_stage == 1) return k->grads + s->plan.tab->padded_unit[u];
+  return s->plan.tied && u == 0 ? k->gembed : k->gunit[u & 1];
 }
 
 /* Stages 2-3: the reduced chunk of a later micro-batch, waiting in gscratch, added to its
@@ -168,8 +168,8 @@ static int flush_add(dp_rank_state *k) {
   if (u < 0) return 0;
   k->add_unit = -1;
   if ((rc = q_wait(k, k->add_tick)) < 0) return rc;
-  float *shard = k->grads + zt_shard_at(k->s->tab, u, k->r)->packed_off;
-  be->ops->add(be->ctx, shard, shard, k->gscratch, k->s->tab->chunk[u]);
+  float *shard = k->grads + zt_shard_at(k->s->plan.tab, u, k->r)->packed_off;
+  be->ops->add(be->ctx, shard, shard, k->gscratch, k->s->plan.tab->chunk[u]);
   return 0;
 }
 
@@ -180,8 +180,8 @@ static int flush_add(dp_rank_state *k) {
 static int unit_grads_done(dp_rank_state *k, int u, int j) {
   const dp_state *s = k->s;
   const zt_comm_ops *co = k->comm.ops;
-  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-  size_t c = s->tab->chunk[u], W = (size_t)s->dc.world;
+  const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+  size_t c = s->plan.tab->chunk[u], W = (size_t)s->dc.world;
   float *g = zt__dp_unit_grads(k, u);
   int rc = 0;
   if (s->dc.zero_stage == 1) {
@@ -239,9 +239,9 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   const void *lp, *elp = NULL;
   int rc;
   k->dir = 1;
-  for (int u = 0; u < s->nu; u++) {
+  for (int u = 0; u < s->plan.nu; u++) {
     if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
-    if (u == 0 && s->tied) { /* only the gpt head reads another unit's parameters */
+    if (u == 0 && s->plan.tied) { /* only the gpt head reads another unit's parameters */
       e = p;
       elp = lp;
     }
@@ -249,7 +249,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   }
   /* params nvme: the files of the backward's first two gathers (below the units the slots keep)
    * read during the last forwards and the loss */
-  for (int v = s->nu - 1, n = 0; s->params_nvme && v >= 0 && n < 2; v--)
+  for (int v = s->plan.nu - 1, n = 0; s->plan.params_nvme && v >= 0 && n < 2; v--)
     if (zt__dp_walk_gathers(k, v)) {
       if ((rc = zt__dp_nvp_ahead(k, v)) < 0) return rc;
       n++;
@@ -265,28 +265,28 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
     rec[X_MICRO + 2 * j + 1] = 1;
   }
   /* stages 2-3: a gradient buffer is zeroed once the reduction that last read it is done */
-  if (stage >= 2 && s->tied) {
+  if (stage >= 2 && s->plan.tied) {
     if ((rc = q_wait(k, k->gembed_tick)) < 0) return rc;
-    be->ops->zero(be->ctx, k->gembed, s->tab->chunk[0] * (size_t)W * sizeof(float));
+    be->ops->zero(be->ctx, k->gembed, s->plan.tab->chunk[0] * (size_t)W * sizeof(float));
   }
   k->dir = -1;
-  k->take_up = s->nu - 1;
-  for (int u = s->nu - 1; u >= 0; u--) {
+  k->take_up = s->plan.nu - 1;
+  for (int u = s->plan.nu - 1; u >= 0; u--) {
     if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u - 1)) < 0) return rc;
     float *g = zt__dp_unit_grads(k, u);
     if (stage >= 2 && g != k->gembed) {
       if ((rc = q_wait(k, k->gunit_tick[u & 1])) < 0) return rc;
-      be->ops->zero(be->ctx, g, s->tab->chunk[u] * (size_t)W * sizeof(float));
+      be->ops->zero(be->ctx, g, s->plan.tab->chunk[u] * (size_t)W * sizeof(float));
     }
     if (counted)
       zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp,
-                                s->tied ? zt__dp_unit_grads(k, 0) : NULL);
+                                s->plan.tied ? zt__dp_unit_grads(k, 0) : NULL);
     if ((rc = unit_grads_done(k, u, j)) < 0 ||
-        (s->host_n && (rc = zt__dp_take_up_to(k, u + TAKE_UP_LAG + 1, j)) < 0))
+        (s->plan.host_n && (rc = zt__dp_take_up_to(k, u + TAKE_UP_LAG + 1, j)) < 0))
       return rc;
   }
   if ((rc = flush_add(k)) < 0) return rc;
-  return s->host_n ? zt__dp_take_up_to(k, 0, j) : 0;
+  return s->plan.host_n ? zt__dp_take_up_to(k, 0, j) : 0;
 }
 
 /* The step's scalars from every rank's record, added in rank and micro-batch order (the loss
@@ -295,7 +295,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
 static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  size_t R = s->rec, bytes = R * sizeof(double);
+  size_t R = s->plan.rec, bytes = R * sizeof(double);
   be->ops->to_device(be->ctx, k->xchg + (size_t)k->r * R, rec, bytes);
   int rc = k->comm.ops->all_gather(k->comm.ctx, k->xchg + (size_t)k->r * R, k->xchg, bytes,
                                    k->stream);
@@ -330,8 +330,8 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated)
  * the unit (unit_params); a host unit's on the compute stream, after its upload. */
 int zt__dp_gather_updated(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
-  const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-  size_t at = s->tab->padded_unit[u], c = s->tab->chunk[u];
+  const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+  size_t at = s->plan.tab->padded_unit[u], c = s->plan.tab->chunk[u];
   int dev = !zt__dp_on_host(s, u), rc = dev ? q_begin(k) : 0;
   void *on = dev ? q_stream(k) : k->stream;
   if (rc < 0) return rc;
@@ -353,25 +353,25 @@ static int step_body(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   const zt_ops *o = be->ops;
   int stage = s->dc.zero_stage, rc;
-  double *rec = k->h_xchg + (size_t)k->r * s->rec;
-  memset(rec, 0, s->rec * sizeof *rec);
+  double *rec = k->h_xchg + (size_t)k->r * s->plan.rec;
+  memset(rec, 0, s->plan.rec * sizeof *rec);
   rec[X_FLAGS] = s->flags; /* every rank of the part: an OR does not count them twice */
   /* the parameters changed since the last step */
   k->slot_unit[0] = k->slot_unit[1] = -1;
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
   k->embed_gathered = 0;
   k->add_unit = -1;
-  if (stage == 1) o->zero(be->ctx, k->grads, s->tab->padded_total * sizeof(float));
+  if (stage == 1) o->zero(be->ctx, k->grads, s->plan.tab->padded_total * sizeof(float));
   k->updated = k->nonfinite = 0;
-  if (s->host_n) memset(k->began, 0, (size_t)s->nu);
+  if (s->plan.host_n) memset(k->began, 0, (size_t)s->plan.nu);
   for (int j = 0; j < c->grad_accum; j++)
     if ((rc = rank_micro(k, j, rec)) < 0) return rc;
   /* the reductions and gathers on the queue are done before the shards are read */
   if ((rc = q_wait_all(k)) < 0) return rc;
   /* the norm over this rank's real gradient elements, unit by unit wherever they are (a host
    * unit's summed when the backward took it up) */
-  for (int u = 0; u < s->nu; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
+  for (int u = 0; u < s->plan.nu; u++) {
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
     int nf = 0;
     if (!sh->count) continue;
     if (zt__dp_on_host(s, u))
@@ -383,12 +383,13 @@ static int step_body(dp_rank_state *k) {
   if (k->nonfinite) rec[X_NONFINITE] = 1;
   rec[X_UPDATED] = k->updated;
   /* optimizer nvme, the updates after the exchange: the first one's state read meanwhile */
-  if (s->nvme && !k->began[s->nu - 1] && (rc = zt__dp_nv_read(k, s->nu - 1)) < 0) return rc;
+  if (s->plan.nvme && !k->began[s->plan.nu - 1] && (rc = zt__dp_nv_read(k, s->plan.nu - 1)) < 0)
+    return rc;
   int nonfinite = 0, updated = 0;
   if ((rc = exchange(k, rec, &nonfinite, &updated)) < 0) return rc;
   k->skipped = 0;
   if (nonfinite) {
-    for (int u = s->ng; u < s->nu; u++) zt__dp_wait_adam(k, u);
+    for (int u = s->plan.ng; u < s->plan.nu; u++) zt__dp_wait_adam(k, u);
     /* fp16: GradScaler skips the update (every rank sees the overflow; none updated) */
     if (c->precision == ZT_F16) {
       k->skipped = 1;
@@ -412,15 +413,15 @@ static int step_body(dp_rank_state *k) {
    * source any more */
   if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
     return zt__dp_copy_fail(k, rc, "copying a parameter chunk to the device");
-  for (int u = s->nu - 1; u >= s->ng; u--)
+  for (int u = s->plan.nu - 1; u >= s->plan.ng; u--)
     if (!k->began[u] && (rc = zt__dp_update_host_unit(k, u, scale)) < 0) return rc;
   /* the device units' updates; stages 1-2: every rank gets every unit's updated parameters
    * back, each device unit's gathered on the queue while the next one's update runs, then each
    * host unit's once its AdamW is done, uploaded and gathered while the pool updates the next */
-  for (int u = 0; u < s->ng; u++) {
+  for (int u = 0; u < s->plan.ng; u++) {
     for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
       const adam_seg *g = &k->segs[i];
-      const zt_shard *sh = zt_shard_at(s->tab, g->unit, k->r);
+      const zt_shard *sh = zt_shard_at(s->plan.tab, g->unit, k->r);
       size_t pa = zt__dp_param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
       float wd = g->decay ? c->weight_decay : 0.0f;
       if (k->params_lp)
@@ -433,18 +434,18 @@ static int step_body(dp_rank_state *k) {
     }
     if (stage < 3 && (rc = zt__dp_gather_updated(k, u)) < 0) break;
   }
-  if (s->nvme) {
+  if (s->plan.nvme) {
     /* the sets' chunks were uploaded as each set was retired: the last two now, then the
      * gathers ordered after the uploads */
     if (rc == 0) rc = zt__dp_nv_finish(k);
     if (rc == 0 && k->up_tick &&
         (rc = k->copy->ops->compute_wait(k->copy, ZT_COPY_H2D, k->up_tick)) < 0)
       rc = zt__dp_copy_fail(k, rc, "ordering a gather after its upload");
-    for (int u = s->nu - 1; rc == 0 && stage < 3 && u >= s->nv0; u--)
+    for (int u = s->plan.nu - 1; rc == 0 && stage < 3 && u >= s->plan.nv0; u--)
       rc = zt__dp_gather_updated(k, u);
   }
   /* the host units' (all of them without NVMe), updated last */
-  for (int u = s->nv0 - 1; u >= s->ng; u--) {
+  for (int u = s->plan.nv0 - 1; u >= s->plan.ng; u--) {
     zt__dp_wait_adam(k, u);
     if (rc < 0) continue; /* the others are still waited for */
     zt__dp_upload_unit(k, u);
@@ -461,9 +462,9 @@ static int step_body(dp_rank_state *k) {
 static int rank_step(dp_rank_state *k) {
   const dp_state *s = k->s;
   int rc = step_body(k);
-  for (int u = s->ng; s->host_n && u < s->nu; u++) zt__dp_wait_adam(k, u);
-  if (s->params_nvme) zt__dp_nvp_finish(k);
-  if (s->nvme) {
+  for (int u = s->plan.ng; s->plan.host_n && u < s->plan.nu; u++) zt__dp_wait_adam(k, u);
+  if (s->plan.params_nvme) zt__dp_nvp_finish(k);
+  if (s->plan.nvme) {
     char keep[sizeof k->err];
     memcpy(keep, k->err, sizeof keep);
     int r = zt__dp_nv_finish(k);
