@@ -259,7 +259,8 @@ int zt_trainer_open_dp(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cf
                        size_t errlen);
 
 /* The backend bytes every rank of zt_trainer_open_dp with this configuration holds (the ranks
- * hold the same), computed without opening anything, for admission: equal to
+ * hold the same), computed without opening anything (engine/plan/dp_plan.h's sums, which the
+ * open allocates), for admission: equal to
  * zt_trainer_dp_rank_bytes after the open on backends with op table `ops`
  * (zt_backend_ops_of). SIZE_MAX for a configuration the open refuses. */
 size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,

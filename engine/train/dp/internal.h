@@ -234,6 +234,7 @@ int zt__dp_refuse_broken(const char *what, char *err, size_t errlen);
 /* offload.c: where a unit's state is */
 int zt__dp_on_host(const dp_state *s, int u);
 int zt__dp_on_nvme(const dp_state *s, int u);
+size_t zt__dp_host_at(const dp_state *s, const zt_shard *sh);
 size_t zt__dp_param_at(const dp_rank_state *k, const zt_shard *sh);
 void *zt__dp_lp_of(const dp_rank_state *k, void *base, size_t elem);
 int zt__dp_copy_fail(dp_rank_state *k, int rc, const char *what);

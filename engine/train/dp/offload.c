@@ -15,7 +15,7 @@
 #include "offload/shard.h"
 
 /* A host unit's first element in the host tier. */
-static size_t host_at(const dp_state *s, const zt_shard *sh) {
+size_t zt__dp_host_at(const dp_state *s, const zt_shard *sh) {
   return sh->packed_off - s->plan.dev_packed;
 }
 
@@ -44,7 +44,7 @@ int zt__dp_copy_fail(dp_rank_state *k, int rc, const char *what) {
 static int stage_chunk(dp_rank_state *k, int u) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
-  size_t c = s->plan.tab->chunk[u], at = host_at(s, sh);
+  size_t c = s->plan.tab->chunk[u], at = zt__dp_host_at(s, sh);
   int b = u & 1;
   int64_t t = k->copy->ops->h2d(k->copy, k->pchunk[b], k->hm + at, c * sizeof(float),
                                 ZT_COPY_AFTER_ALL);
@@ -147,7 +147,7 @@ int zt__dp_stage_unit(dp_rank_state *k, int u) {
  * micro-batch). */
 int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
   const dp_state *s = k->s;
-  float *h = (j == 0 ? k->hgrad : k->hstage) + host_at(s, zt_shard_at(s->plan.tab, u, k->r));
+  float *h = (j == 0 ? k->hgrad : k->hstage) + zt__dp_host_at(s, zt_shard_at(s->plan.tab, u, k->r));
   int64_t t = k->copy->ops->d2h(k->copy, h, dev, s->plan.tab->chunk[u] * sizeof(float));
   if (t < 0) return zt__dp_copy_fail(k, (int)t, "copying gradients to the host");
   k->unit_tick[u] = t;
@@ -159,7 +159,7 @@ int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
 static int submit_adam(dp_rank_state *k, int u, float scale) {
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
-  size_t base = host_at(s, zt_shard_at(s->plan.tab, u, k->r));
+  size_t base = zt__dp_host_at(s, zt_shard_at(s->plan.tab, u, k->r));
   const nv_set *x = &k->sets[u & 1];
   int nv = zt__dp_on_nvme(s, u);
   /* the state's chunk, and where the chunk's element 0 is */
@@ -241,7 +241,7 @@ int zt__dp_nv_fail(dp_rank_state *k, int rc) {
 static int nv_upload(dp_rank_state *k, const nv_set *x) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->plan.tab, x->unit, k->r);
-  size_t c = s->plan.tab->chunk[x->unit], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
+  size_t c = s->plan.tab->chunk[x->unit], at = zt__dp_host_at(s, sh), dev = zt__dp_param_at(k, sh);
   int rc;
   if (s->plan.params_nvme) return 0;
   if (s->plan.params_host) {
@@ -352,7 +352,7 @@ int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale) {
 static int take_up_unit(dp_rank_state *k, int u, int j) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
-  size_t at = host_at(s, sh), c = s->plan.tab->chunk[u];
+  size_t at = zt__dp_host_at(s, sh), c = s->plan.tab->chunk[u];
   int rc = k->copy->ops->wait(k->copy, ZT_COPY_D2H, k->unit_tick[u]);
   if (rc < 0) return zt__dp_copy_fail(k, rc, "copying gradients to the host");
   if (j > 0 && s->dc.zero_stage >= 2)
@@ -386,7 +386,7 @@ void zt__dp_upload_unit(dp_rank_state *k, int u) {
   const zt_backend *be = &k->view.be;
   if (s->plan.params_host) return;
   const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
-  size_t c = s->plan.tab->chunk[u], at = host_at(s, sh), dev = zt__dp_param_at(k, sh);
+  size_t c = s->plan.tab->chunk[u], at = zt__dp_host_at(s, sh), dev = zt__dp_param_at(k, sh);
   be->ops->to_device(be->ctx, k->params + dev, k->hm + at, c * sizeof(float));
   if (k->hlp)
     be->ops->to_device(be->ctx, zt__dp_lp_of(k, k->params_lp, dev), k->hlp + at,

@@ -220,8 +220,7 @@ static int rank_open(dp_rank_state *k) {
   k->pembed = rank_alloc(k, b->pembed, &rc);
   k->lpembed = rank_alloc(k, b->lpembed, &rc);
   if (rc == 0 && s->plan.host_n) rc = host_open(k);
-  if (rc == 0 && (rc = be->ops->sync(be->ctx)) < 0)
-    zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+  if (rc == 0 && (rc = be->ops->sync(be->ctx)) < 0) zt__dp_backend_fail(k, rc);
   return rc;
 }
 

@@ -34,7 +34,7 @@ static int hm_holds(const dp_state *s, int u) {
 int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
   const dp_state *s = k->s;
   if (!zt__dp_on_nvme(s, u)) {
-    size_t at = zt_shard_at(s->plan.tab, u, k->r)->packed_off - s->plan.dev_packed;
+    size_t at = zt__dp_host_at(s, zt_shard_at(s->plan.tab, u, k->r));
     x[0] = k->hm + at;
     x[1] = k->hmom + at;
     x[2] = k->hvar + at;
@@ -44,13 +44,12 @@ int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
   return fetch ? nv_sync_io(k, u, 0) : 0;
 }
 
-/* A state call wrote host unit u's whole chunk (its padding zero) into zt__dp_tier_get's x: an NVMe
- * unit's goes to its files, and with params host to the host's parameters; the host's compute
- * copy follows the masters where the host keeps them. */
+/* A state call wrote host unit u's whole chunk (its padding zero) into zt__dp_tier_get's x: an
+ * NVMe unit's goes to its files, and with params host to the host's parameters; the host's
+ * compute copy follows the masters where the host keeps them. */
 int zt__dp_tier_put(dp_rank_state *k, int u, float *x[3]) {
   const dp_state *s = k->s;
-  size_t at = zt_shard_at(s->plan.tab, u, k->r)->packed_off - s->plan.dev_packed;
-  size_t c = s->plan.tab->chunk[u];
+  size_t at = zt__dp_host_at(s, zt_shard_at(s->plan.tab, u, k->r)), c = s->plan.tab->chunk[u];
   int nv = zt__dp_on_nvme(s, u);
   if (nv) {
     int rc = nv_sync_io(k, u, 1);
@@ -87,9 +86,7 @@ static int rank_read(dp_rank_state *k) {
     }
   }
   int rc = be->ops->sync(be->ctx);
-  return rc < 0 ? zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name,
-                                   be->ops->error_text(be->ctx))
-                : 0;
+  return rc < 0 ? zt__dp_backend_fail(k, rc) : 0;
 }
 
 /* Units [u0, u1): stages 1-2 take every unit's parameters (the padding stays zero), stage 3
@@ -142,9 +139,7 @@ static int rank_write(dp_rank_state *k) {
     }
   }
   int rc = be->ops->sync(be->ctx);
-  return rc < 0 ? zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name,
-                                   be->ops->error_text(be->ctx))
-                : 0;
+  return rc < 0 ? zt__dp_backend_fail(k, rc) : 0;
 }
 
 const zt__dp_cmd zt__dp_cmd_read = {.run = rank_read, .after_queue = 1};

@@ -301,8 +301,7 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated)
                                    k->stream);
   if (rc < 0) return zt__dp_comm_fail(k, rc, "exchanging the loss and the norm");
   be->ops->to_host(be->ctx, k->h_xchg, k->xchg, (size_t)s->dc.world * bytes);
-  if ((rc = be->ops->sync(be->ctx)) < 0)
-    return zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
+  if ((rc = be->ops->sync(be->ctx)) < 0) return zt__dp_backend_fail(k, rc);
   double sumsq = 0, loss = 0;
   int micros = 0;
   *nonfinite = *updated = 0;
@@ -452,8 +451,7 @@ static int step_body(dp_rank_state *k) {
     if (stage < 3) rc = zt__dp_gather_updated(k, u);
   }
   if (rc < 0) return rc;
-  if ((rc = o->sync(be->ctx)) < 0)
-    return zt__dp_rank_fail(k, rc, "backend %s: %s", o->name, o->error_text(be->ctx));
+  if ((rc = o->sync(be->ctx)) < 0) return zt__dp_backend_fail(k, rc);
   return 0;
 }
 
