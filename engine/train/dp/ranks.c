@@ -406,7 +406,8 @@ static int check_ranks(const zt_dp_cfg *dc, int nl, const zt_dp_rank *ranks, cha
   return 0;
 }
 
-/* The configurations the open refuses before the plan's checks: a part's own. */
+/* Whether the open refuses dpc (its checks, fp16 for a part); dpc's placement as the plan reads
+ * it in *o. */
 static int refused(const zt_train_cfg *tc, const zt_dp_cfg *dpc, zt_offload_cfg *o) {
   char err[256];
   offload_of(dpc, o);
