@@ -91,8 +91,9 @@ zt_train_cfg zt__job_rank_train_cfg(const zt_job_spec *s);
  * offload object, or the most leading units' optimizer on the GPU and the rest's on the host,
  * or for stage 3 the parameters on the host too; "activation_checkpointing" "auto": the least
  * recompute with which a placement fits), the choice written into s. Without a budget "auto"
- * puts the optimizer on the host and leaves "auto" checkpointing to fit the device. No-op for one rank or without offload. 0, or -EINVAL / -ENOTSUP naming the field, -ENOMEM with the numbers
- * (engine/job/dp_placement.c). */
+ * puts the optimizer on the host and leaves "auto" checkpointing to fit the device. No-op for
+ * one rank or without offload. 0, or -EINVAL / -ENOTSUP naming the field, -ENOMEM with the
+ * numbers (engine/job/dp_placement.c; the search is the planner's, zt_dp_plan_place). */
 int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, size_t errlen);
 /* The data-parallel configuration of a resolved spec, for the part running ranks
  * rank0 .. rank0 + local - 1 (local 0: all). */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/kernels/backend.h"
+#include "engine/plan/dp_plan.h"
 
 /* In double: warmup lr * s / warmup for s <= warmup; then lr (constant) or the cosine from lr to
  * min_lr over the remaining steps, min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with
@@ -149,14 +150,7 @@ void zt__trainer_piece_tensors(const zt_model *m, int u0, int u1, int *first, in
 }
 
 int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab) {
-  int nu = zt_model_num_units(m);
-  zt_shard_unit *units = calloc((size_t)nu, sizeof *units);
-  if (!units) return -ENOMEM;
-  for (int u = 0; u < nu; u++)
-    units[u] = (zt_shard_unit){zt_model_unit(m, u)->offset, zt_model_unit(m, u)->numel};
-  int rc = zt_shard_table_build(tab, units, nu, world, ZT__DP_ALIGN);
-  free(units);
-  return rc;
+  return zt_dp_plan_shard_table(m, world, tab);
 }
 
 int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen) {

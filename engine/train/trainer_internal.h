@@ -99,7 +99,7 @@ struct zt_trainer {
   int part_loaded;
 };
 
-/* A data-parallel part without rank 0 following a per-rank save or load (dp_state.c): its side
+/* A data-parallel part without rank 0 following a per-rank save or load (dp/parts.c): its side
  * of the probe, and its ranks' files in the probed directory, through the same code as the
  * part holding rank 0 uses. zt__ckpt_probe_sees: 1 when dir, as this process sees it, holds
  * the token (save: dir's marker file holds it and this process may write into dir; load:
@@ -138,12 +138,10 @@ size_t zt__trainer_piece_cap(const zt_model *m);
 int zt__trainer_piece_end(const zt_model *m, int u0, size_t cap);
 /* The tensors of units [u0, u1): [first, end). */
 void zt__trainer_piece_tensors(const zt_model *m, int u0, int u1, int *first, int *end);
-/* The shard table of a data-parallel trainer of model m and `world` ranks: each unit split into
- * world chunks of a multiple of ZT__DP_ALIGN elements (8: 16 bytes of bf16, 32 of fp32, so that
- * every chunk a collective reads or writes starts 16-byte aligned in either type). The
- * checkpoint estimate (zt_checkpoint_estimate_bytes_dp) sizes a per-rank checkpoint's stagings
- * from it. 0, or zt_shard_table_build's error. */
-#define ZT__DP_ALIGN 8
+/* The shard table of a data-parallel trainer of model m and `world` ranks
+ * (engine/plan/dp_plan.h's zt_dp_plan_shard_table): the checkpoint estimate
+ * (zt_checkpoint_estimate_bytes_dp) sizes a per-rank checkpoint's stagings from it. 0, or
+ * zt_shard_table_build's error. */
 int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab);
 /* Stages micro-batch k of the step's tokens into the acts; returns the tokens counted as
  * targets (0: a micro-batch of padding alone, nothing staged). */

@@ -9,7 +9,7 @@
  * stream), on cudaMalloc'd buffers, for the units of GPT-2 1.5B (d 1600, 48 layers, vocab
  * 50304, seq 1024; engine/model/gpt.c): the embedding (wte + wpe), 48 blocks of 12 d^2 + 13 d
  * parameters, the head (ln_f, 2 d). Each unit of n elements is cut as the trainer cuts it
- * (offload/shard.h with engine/train/dp/dp_step.c's DP_ALIGN): chunk = ceil(n / W) rounded up to 8,
+ * (offload/shard.h with engine/plan/dp_plan.h's ZT_DP_ALIGN): chunk = ceil(n / W) rounded up to 8,
  * the padded unit W * chunk. Phases:
  *   all_reduce      one all-reduce of the whole model's fp32 gradients (the sum of the units'
  *                   n, in place): NCCL's own figure, the baseline;
@@ -45,7 +45,7 @@
 #include "engine/comm/comm_nccl.h"
 
 #define W 2
-#define ALIGN 8 /* engine/train/dp/dp_step.c's DP_ALIGN */
+#define ALIGN 8 /* engine/plan/dp_plan.h's ZT_DP_ALIGN */
 #define D_MODEL 1600
 #define N_LAYERS 48
 #define VOCAB 50304

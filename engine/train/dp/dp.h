@@ -202,12 +202,10 @@
 #include <stdint.h>
 
 #include "engine/comm/comm.h"
+#include "engine/plan/dp_plan.h"
 #include "engine/train/offload/offload.h"
 #include "engine/train/trainer.h"
 #include "offload/nvme_store.h"
-
-/* The most ranks one trainer runs: a rank per device of a machine (ZT_MAX_DEVICES). */
-#define ZT_DP_MAX_WORLD 64
 
 typedef struct zt_dp_cfg {
   int world;      /* W ranks, [1, ZT_DP_MAX_WORLD] */
@@ -261,7 +259,8 @@ int zt_trainer_open_dp(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cf
                        size_t errlen);
 
 /* The backend bytes every rank of zt_trainer_open_dp with this configuration holds (the ranks
- * hold the same), computed without opening anything, for admission: equal to
+ * hold the same), computed without opening anything (engine/plan/dp_plan.h's sums, which the
+ * open allocates), for admission: equal to
  * zt_trainer_dp_rank_bytes after the open on backends with op table `ops`
  * (zt_backend_ops_of). SIZE_MAX for a configuration the open refuses. */
 size_t zt_dp_estimate_rank_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,

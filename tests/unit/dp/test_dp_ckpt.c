@@ -45,6 +45,8 @@
 #include <unistd.h>
 
 #include "engine/model/safetensors.h"
+/* internal: the ranks' threads are watched through the path's save_shards / load_shards driven
+ * with a recording zt__shard_io, below the public save and load */
 #include "engine/train/trainer_internal.h"
 #include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"

@@ -41,7 +41,7 @@
 #include <sys/stat.h>
 
 #include "engine/kernels/backend.h"
-#include "engine/train/trainer_internal.h"
+#include "engine/plan/dp_plan.h"
 #include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"
 
@@ -109,7 +109,7 @@ static uint64_t nvme_unit_bytes(zt_trainer *t, int W, const placement *p) {
   zt_shard_table *tab;
   const zt_model *m = zt_trainer_model(t);
   uint64_t sum = 0;
-  if (zt__trainer_shard_table(m, W, &tab) < 0) exit(1);
+  if (zt_dp_plan_shard_table(m, W, &tab) < 0) exit(1);
   for (int u = p->gpu_units + p->host_units; u < zt_model_num_units(m); u++)
     sum += 3 * tab->chunk[u] * sizeof(float);
   zt_shard_table_free(tab);
@@ -127,7 +127,7 @@ static uint64_t param_read_bytes(zt_trainer *t, int W, const placement *p) {
   int nu = zt_model_num_units(m), tied = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT;
   uint64_t sum = 0;
   if (p->params != ZT_PLACE_NVME) return 0;
-  if (zt__trainer_shard_table(m, W, &tab) < 0) exit(1);
+  if (zt_dp_plan_shard_table(m, W, &tab) < 0) exit(1);
   for (int u = p->gpu_units + p->host_units; u < nu; u++)
     sum += (1 + (u < nu - 2 && !(tied && u == 0))) * tab->chunk[u] * sizeof(float);
   zt_shard_table_free(tab);

@@ -53,6 +53,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* internal: a load given up after its first piece is made through the path's write_state and
+ * abandon_state, as zt_trainer_load makes one when it fails there */
 #include "engine/train/trainer_internal.h"
 #include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* internal: the fp16 test sets the trainer's loss scale past fp16's range and reads its AdamW
+ * step, which no public call gives */
 #include "engine/train/trainer_internal.h"
 #include "tests/unit/dp/dptest.h"
 #include "tests/unit/model/mcheck.h"

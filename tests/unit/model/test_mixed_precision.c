@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* internal: the trainer's loss scaler is set past fp16's range and its AdamW step read, which
+ * no public call gives */
 #include "engine/train/trainer_internal.h"
 #include "tests/unit/model/mcheck.h"
 

@@ -1,11 +1,18 @@
-/* The data-parallel trainer's internals (engine/train/dp/dp.h), shared by its two files:
- * dp_step.c: the ranks' failures, their buffers' open and close, the step (the communicator's
- *   queue, the host tier, optimizer and params nvme), the rank threads and their commands,
- *   the path table and the open;
- * dp_state.c: the state between steps: the flat layout <-> the ranks' buffers (all ranks
- *   here), per-rank checkpoints, a part's state calls and per-rank checkpoints, and the
- *   path's state entries with send / receive.
- * Here: the trainer's and each rank's state, and the functions one file calls in the other. */
+/* The data-parallel trainer's internals (engine/train/dp/dp.h), shared by its files. Each file
+ * calls only those listed before it, which know nothing of it:
+ * threads.c: the rank threads, a command run on every rank here, a rank's failure;
+ * offload.c: a rank's host tier and NVMe files in the step: where a unit's state is, the chunks
+ *   staged for gathers (params host / nvme), the host AdamW, optimizer nvme's sets;
+ * step.c:    the step's walk over the units with its collectives (the communicator's queue),
+ *   the exchange, the update, and the path's step;
+ * state.c:   the state between steps with every rank here: the flat layout, per-rank files;
+ * parts.c:   a part's state calls as collectives (the probe, every part's ranks' files), the
+ *   path's state entries, send / receive and the step flags;
+ * ranks.c:   the world and every rank's buffers as the plan lists them (engine/plan/dp_plan.h,
+ *   whose sums the estimates are), the open and the close, the path table (which parts.c also
+ *   compares a trainer's path with) and the accessors.
+ * Here: the trainer's and each rank's state, the commands, and each file's functions that the
+ * files listed after it call. */
 #ifndef ZT_TRAIN_DP_INTERNAL_H
 #define ZT_TRAIN_DP_INTERNAL_H
 
@@ -13,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/plan/dp_plan.h"
 #include "engine/train/dp/dp.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
@@ -27,6 +35,17 @@
  * read (dp.h). */
 enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON, ST_PROBE, ST_SHARDS_OUT, ST_SHARDS_IN };
 
+/* A rank's record in the exchange after the backward: its sum of squares, non-finite flag, its
+ * part's step flags (an unsigned int: exact in a double) and the host units its AdamW updated
+ * during the backward, then for each of its micro-batches the mean loss and whether it
+ * counted. */
+#define X_SUMSQ 0
+#define X_NONFINITE 1
+#define X_FLAGS 2
+#define X_UPDATED 3
+#define X_MICRO 4
+_Static_assert(X_MICRO == ZT_DP_XCHG_SCALARS, "the plan sizes the exchange records");
+
 /* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
 typedef struct adam_seg {
   int unit;
@@ -34,16 +53,8 @@ typedef struct adam_seg {
   int decay;
 } adam_seg;
 
-/* CMD_READ / CMD_WRITE: every rank copies its own chunks (all ranks here); CMD_SHARDS_OUT /
- * _IN: every rank moves its own chunks to / from its file of a per-rank checkpoint, and
- * CMD_SHARDS_GATHER then all-gathers stages 1-2's parameters; CMD_STATE: the collective state
- * call of a part. */
-typedef enum dp_cmd {
-  CMD_OPEN, CMD_STEP, CMD_READ, CMD_WRITE, CMD_SHARDS_OUT, CMD_SHARDS_IN, CMD_SHARDS_GATHER,
-  CMD_STATE, CMD_CLOSE
-} dp_cmd;
-
 struct dp_state;
+struct zt__dp_cmd;
 
 /* optimizer nvme: a staging of one host unit's chunk of masters, m and v (and the compute copy
  * the AdamW writes), moving FREE -> READING -> UPDATING -> WRITING -> FREE as offload_step.c's
@@ -141,12 +152,12 @@ typedef struct dp_rank_state {
   int nsegs;
   size_t bytes;             /* backend bytes held */
   int rc;
-  /* CMD_STATE: the call failed alike on every rank without a failure of the collectives, the
+  /* cmd_state: the call failed alike on every rank without a failure of the collectives, the
    * communicators intact (rank 0's part gave up its call; a rank's file of a per-rank save
    * failed, which every rank learned from the exchange) */
   int abandoned;
-  int got_op;               /* CMD_STATE: the call rank 0's part said (ST_*) */
-  int piece[2];             /* CMD_STATE: the units [u0, u1) rank 0's part said it moves */
+  int got_op;               /* cmd_state: the call rank 0's part said (ST_*) */
+  int piece[2];             /* cmd_state: the units [u0, u1) rank 0's part said it moves */
   int probe_all;            /* ST_PROBE: every rank of every part saw the directory */
   char *blob;               /* ST_PROBE: the token and the directory (rank 0's) */
   char err[512];            /* room for a checkpoint file's path */
@@ -158,31 +169,15 @@ typedef struct dp_rank_state {
 
 typedef struct dp_state {
   zt_dp_cfg dc;
-  zt_shard_table *tab;
-  int nu;
-  int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
-  size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
-  size_t rec;               /* doubles per exchange record */
+  zt_dp_plan plan;          /* the shard table, the units' placement, every buffer's bytes */
   int nl;                   /* the part's ranks: global dc.rank0 .. dc.rank0 + nl - 1 */
   dp_rank_state *ranks;     /* nl, in rank order */
-  /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
-   * device's packed buffers hold dev_packed elements, the host's host_n */
-  int ng, params_host;      /* params_host: the host units' parameters are not on the device
-                               between uses (params host or nvme, stage 3) */
-  int params_nvme;          /* params nvme: the NVMe units' chunks are read from their master
-                               files before each gather; the host tier holds none of them */
-  size_t dev_packed, host_n;
-  int nvme;                 /* optimizer nvme: units nv0.. keep masters, m and v in files */
-  int nv0;                  /* the first NVMe unit: ng + dc.host_units with optimizer nvme, else
-                               nu; units ng..nv0-1 keep theirs on the host tier */
-  size_t hopt_n;            /* those host units' elements (a prefix of host_n) */
-  size_t nv_chunk;          /* the largest NVMe unit's chunk (a set's floats) */
   char nvme_dir[ZT_PATH_MAX + 32]; /* the trainer's zt-offload.XXXXXX under dc.nvme_dir */
   zt_cpu_pool *pool;        /* the host units' AdamW, shared by the part's ranks */
   int n_threads;            /* rank threads started */
   pthread_mutex_t mu;
   pthread_cond_t cmd_cv, done_cv;
-  dp_cmd cmd;
+  const struct zt__dp_cmd *cmd;
   uint64_t gen;
   int done;
   /* the command's arguments */
@@ -190,15 +185,15 @@ typedef struct dp_state {
   float lr;
   int adam_step;
   float loss_scale;         /* fp16: the scaler's scale for this step; 1 otherwise */
-  float *out[3];            /* CMD_READ, a gather: params, m, v (any NULL) */
-  const float *in[3];       /* CMD_WRITE, a scatter */
+  float *out[3];            /* cmd_read, a gather: params, m, v (any NULL) */
+  const float *in[3];       /* cmd_write, a scatter */
   int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
-  /* CMD_STATE: this part's call (rank 0's part: ST_*; the others: ST_GATHER for send,
+  /* cmd_state: this part's call (rank 0's part: ST_*; the others: ST_GATHER for send,
    * ST_SCATTER for receive); rank 0: the gather's tensors or whether a probe is a save's */
   int op, mask;
   const char *blob;         /* rank 0's ST_PROBE: the token and the directory, blob_len bytes */
   size_t blob_len;
-  /* CMD_SHARDS_OUT / _IN, ST_SHARDS_OUT / _IN: the checkpoint's files. A part without rank 0
+  /* cmd_shards_out / _in, ST_SHARDS_OUT / _IN: the checkpoint's files. A part without rank 0
    * opens its ranks' own after a probe every part passed (files, fio; io NULL with io_rc and
    * io_err when that failed, which its ranks then report in the call) */
   const zt__shard_io *io;
@@ -213,39 +208,80 @@ typedef struct dp_state {
   int broken;               /* a rank failed mid-step and aborted the communicators */
 } dp_state;
 
-/* dp_step.c: a rank's failure, its message in k->err; returns rc */
+/* A command that every rank here runs at once, each on its thread (zt__dp_dispatch), as run;
+ * after_queue: first the collectives the last step left on the communicator's queue are
+ * finished (the step leaves its gathers of the updated parameters there for the next step's
+ * forward; a command that reads or writes the state, or frees it, runs after them); last: the
+ * close, after which the thread ends, run whatever failed before. Each file defines its own
+ * (zt__dp_cmd_*, below); a command of the collectives aborts the communicators where its rank
+ * fails alone, so that no other rank is left waiting in one. */
+typedef struct zt__dp_cmd {
+  int (*run)(dp_rank_state *k);
+  int after_queue, last;
+} zt__dp_cmd;
+
+/* threads.c: a rank's failure, its message in k->err; returns rc */
 int zt__dp_rank_fail(dp_rank_state *k, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int zt__dp_comm_fail(dp_rank_state *k, int rc, const char *what);
 int zt__dp_backend_fail(dp_rank_state *k, int rc);
-/* dp_step.c: where a unit's state is */
+/* threads.c: a rank's thread; a command on every rank here */
+void *zt__dp_rank_main(void *arg);
+int zt__dp_dispatch(dp_state *s, const zt__dp_cmd *cmd);
+int zt__dp_run_cmd(dp_state *s, const zt__dp_cmd *cmd, char *err, size_t errlen);
+int zt__dp_refuse_broken(const char *what, char *err, size_t errlen);
+
+/* offload.c: where a unit's state is */
 int zt__dp_on_host(const dp_state *s, int u);
 int zt__dp_on_nvme(const dp_state *s, int u);
+size_t zt__dp_host_at(const dp_state *s, const zt_shard *sh);
 size_t zt__dp_param_at(const dp_rank_state *k, const zt_shard *sh);
 void *zt__dp_lp_of(const dp_rank_state *k, void *base, size_t elem);
-float *zt__dp_unit_grads(dp_rank_state *k, int u);
-/* dp_step.c: optimizer nvme's reads and writes of a set */
+int zt__dp_copy_fail(dp_rank_state *k, int rc, const char *what);
+/* offload.c: the host units' chunks staged for the walk's gathers (params host / nvme) */
+void zt__dp_nvp_finish(dp_rank_state *k);
+int zt__dp_walk_gathers(const dp_rank_state *k, int v);
+int zt__dp_nvp_ahead(dp_rank_state *k, int v);
+int zt__dp_stage_unit(dp_rank_state *k, int u);
+/* offload.c: the host units' gradients and their AdamW */
+int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev);
+void zt__dp_wait_adam(dp_rank_state *k, int u);
+int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale);
+int zt__dp_take_up_to(dp_rank_state *k, int to, int j);
+void zt__dp_upload_unit(dp_rank_state *k, int u);
+/* offload.c: optimizer nvme's reads and writes of a set */
 int zt__dp_nv_io(dp_rank_state *k, nv_set *x, int write);
 int zt__dp_nv_wait(dp_rank_state *k, nv_set *x);
 void zt__dp_nv_why(const dp_rank_state *k, int rc, char *why, size_t len);
 int zt__dp_nv_fail(dp_rank_state *k, int rc);
-/* dp_step.c: stages 1-2's gather of a unit's parameters */
-int zt__dp_gather_updated(dp_rank_state *k, int u);
-/* dp_step.c: a command on every rank here, and the path */
-int zt__dp_dispatch(dp_state *s, dp_cmd cmd);
-int zt__dp_run_cmd(dp_state *s, dp_cmd cmd, char *err, size_t errlen);
-int zt__dp_refuse_broken(const char *what, char *err, size_t errlen);
-extern const zt__train_path zt__dp_path;
+int zt__dp_nv_read(dp_rank_state *k, int u);
+int zt__dp_nv_finish(dp_rank_state *k);
 
-/* dp_state.c: a rank's side of CMD_READ, _WRITE, _SHARDS_OUT, _SHARDS_IN, _SHARDS_GATHER and
- * _STATE, on its thread */
-int zt__dp_rank_read(dp_rank_state *k);
-int zt__dp_rank_write(dp_rank_state *k);
+/* step.c: the gradient buffer unit u's backward adds into (the state calls' scratch) */
+float *zt__dp_unit_grads(dp_rank_state *k, int u);
+/* step.c: stages 1-2's gather of a unit's parameters */
+int zt__dp_gather_updated(dp_rank_state *k, int u);
+/* step.c: the step on every rank, and the path's */
+extern const zt__dp_cmd zt__dp_cmd_step;
+int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                size_t errlen);
+
+/* state.c: where a state call finds host unit u's chunks, and puts them back */
+int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]);
+int zt__dp_tier_put(dp_rank_state *k, int u, float *x[3]);
+/* state.c: every rank copies its own chunks out of (read) or into (write) the flat layout, moves
+ * them to (shards_out) or from (shards_in) its file of a per-rank checkpoint, or all-gathers
+ * stages 1-2's parameters after them (shards_gather); a rank's side of the last three, on its
+ * thread, for a part's collective calls */
+extern const zt__dp_cmd zt__dp_cmd_read, zt__dp_cmd_write, zt__dp_cmd_shards_out,
+    zt__dp_cmd_shards_in, zt__dp_cmd_shards_gather;
 int zt__dp_rank_shards_out(dp_rank_state *k);
 int zt__dp_rank_shards_in(dp_rank_state *k);
 int zt__dp_rank_shards_gather(dp_rank_state *k);
-int zt__dp_rank_state(dp_rank_state *k);
-/* dp_state.c: the path's state entries (zt__train_path) */
+
+/* parts.c: a part's collective state call on every rank here */
+extern const zt__dp_cmd zt__dp_cmd_state;
+/* parts.c: the path's state entries (zt__train_path) */
 int zt__dp_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, float *v,
                       char *err, size_t errlen);
 int zt__dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,
@@ -256,5 +292,9 @@ int zt__dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t 
 int zt__dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t errlen);
 int zt__dp_probe(zt_trainer *t, const char *dir, int save, const char *token, char *err,
                  size_t errlen);
+
+/* ranks.c: every rank's buffers opened or closed; the path table */
+extern const zt__dp_cmd zt__dp_cmd_open, zt__dp_cmd_close;
+extern const zt__train_path zt__dp_path;
 
 #endif

@@ -1,8 +1,9 @@
-/* The data-parallel trainer's state between steps (engine/train/dp/dp.h): the gather/scatter
- * between the shards and the flat layout (direct copies when every rank is here, collectives
- * for a part, which the other parts follow through send / receive), and the ranks' files of
- * per-rank checkpoints (all ranks here, or every part's at once). A rank's side runs on its
- * thread (dp_step.c's rank_run), the trainer's on the caller's. */
+/* A data-parallel trainer that runs a part of the world's ranks (engine/train/dp/dp.h "Parts"):
+ * the state calls as collectives between steps (gathers and scatters through the flat layout,
+ * the probe of a per-rank checkpoint's directory, every part's ranks moving their own files),
+ * the path's state entries, which go straight to the ranks when every rank is here (state.c),
+ * the other parts' send / receive, and the step flags. A rank's side runs on its thread, the
+ * trainer's on the caller's. */
 #include "engine/train/dp/dp.h"
 
 #include <errno.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 
 #include "engine/base/log.h"
-#include "engine/train/dp/dp_internal.h"
+#include "engine/train/dp/internal.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/shard.h"
 
@@ -30,269 +31,6 @@
 /* The longest probe (the token, the directory and their NULs) */
 #define PROBE_MAX (ZT_PATH_MAX + 256)
 
-/* ---- the flat layout <-> the rank's buffers ----------------------------------------------- */
-
-/* Set 0's unit read or written in full, synchronously (the state calls, between steps). */
-static int nv_sync_io(dp_rank_state *k, int u, int write) {
-  nv_set *x = &k->sets[0];
-  x->unit = u;
-  int rc = zt__dp_nv_io(k, x, write);
-  if (rc == 0) rc = zt__dp_nv_wait(k, x);
-  x->unit = -1;
-  return rc;
-}
-
-/* Whether the host tier's masters (and compute copy) hold host unit u's parameters. */
-static int hm_holds(const dp_state *s, int u) {
-  return u < s->nv0 || (s->params_host && !s->params_nvme);
-}
-
-/* Where a state call finds host unit u's chunk of masters, m and v: the host tier, or for an
- * NVMe unit set 0, read from the unit's files when `fetch`. A negative errno from the store
- * (zt__dp_nv_why). */
-static int tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
-  const dp_state *s = k->s;
-  if (!zt__dp_on_nvme(s, u)) {
-    size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed;
-    x[0] = k->hm + at;
-    x[1] = k->hmom + at;
-    x[2] = k->hvar + at;
-    return 0;
-  }
-  for (int i = 0; i < 3; i++) x[i] = k->sets[0].buf[i];
-  return fetch ? nv_sync_io(k, u, 0) : 0;
-}
-
-/* A state call wrote host unit u's whole chunk (its padding zero) into tier_get's x: an NVMe
- * unit's goes to its files, and with params host to the host's parameters; the host's compute
- * copy follows the masters where the host keeps them. */
-static int tier_put(dp_rank_state *k, int u, float *x[3]) {
-  const dp_state *s = k->s;
-  size_t at = zt_shard_at(s->tab, u, k->r)->packed_off - s->dev_packed, c = s->tab->chunk[u];
-  int nv = zt__dp_on_nvme(s, u);
-  if (nv) {
-    int rc = nv_sync_io(k, u, 1);
-    if (rc < 0) return rc;
-    if (hm_holds(s, u)) memcpy(k->hm + at, x[0], c * sizeof(float));
-  }
-  if (k->hlp && hm_holds(s, u))
-    k->hbe.ops->cast(k->hbe.ctx, k->hlp + at, k->view.tc.precision, x[0], ZT_F32, c);
-  return 0;
-}
-
-/* Each rank copies out its own chunks of units [u0, u1): the ranks' chunks cover the flat
- * layout once (so only with every rank here). */
-int zt__dp_rank_read(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  const float *src[3] = {k->params, k->m, k->v};
-  size_t base = zt_model_unit(k->view.model, s->u0)->offset;
-  for (int u = s->u0; u < s->u1; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t at[3] = {zt__dp_param_at(k, sh), sh->packed_off, sh->packed_off};
-    float *hx[3];
-    int rc;
-    if (zt__dp_on_host(s, u) && sh->count && (s->out[0] || s->out[1] || s->out[2]) &&
-        (rc = tier_get(k, u, 1, hx)) < 0)
-      return zt__dp_nv_fail(k, rc);
-    for (int i = 0; i < 3; i++) {
-      if (!s->out[i] || !sh->count) continue;
-      float *dst = s->out[i] + (sh->flat_off - base);
-      if (zt__dp_on_host(s, u))
-        memcpy(dst, hx[i], sh->count * sizeof(float));
-      else
-        be->ops->to_host(be->ctx, dst, src[i] + at[i], sh->count * sizeof(float));
-    }
-  }
-  int rc = be->ops->sync(be->ctx);
-  return rc < 0 ? zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name,
-                                   be->ops->error_text(be->ctx))
-                : 0;
-}
-
-/* Units [u0, u1): stages 1-2 take every unit's parameters (the padding stays zero), stage 3
- * its chunks; the compute copies follow, unit by unit. Needs only the rank's own share of the
- * flat layout, so a part writes its ranks alone. */
-int zt__dp_rank_write(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  const zt_model *m = k->view.model;
-  int stage = s->dc.zero_stage;
-  size_t base = zt_model_unit(m, s->u0)->offset;
-  for (int u = s->u0; u < s->u1; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u];
-    /* the device's parameters of the unit: stages 1-2 the unit padded, 3 the rank's chunk
-     * (none for a host unit with params host) */
-    size_t at = stage < 3 ? s->tab->padded_unit[u] : sh->packed_off;
-    size_t pn = stage < 3 ? c * (size_t)s->dc.world : c;
-    int on_dev = stage < 3 || !zt__dp_on_host(s, u) || !s->params_host;
-    if (stage < 3) {
-      const zt_unit_info *ui = zt_model_unit(m, u);
-      be->ops->to_device(be->ctx, k->params + at, s->in[0] + (ui->offset - base),
-                         ui->numel * sizeof(float));
-    } else if (sh->count && on_dev) {
-      be->ops->to_device(be->ctx, k->params + at, s->in[0] + (sh->flat_off - base),
-                         sh->count * sizeof(float));
-    }
-    if (k->params_lp && on_dev)
-      be->ops->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
-                    k->view.tc.precision, k->params + at, ZT_F32, pn);
-    /* in[1] and in[2] NULL: the moments stay the zeros they were allocated as (the open);
-     * an NVMe unit's files get its whole chunk, zeros where nothing is given */
-    if (zt__dp_on_host(s, u)) {
-      float *x[3];
-      int rc;
-      tier_get(k, u, 0, x);
-      for (int i = 0; i < 3; i++) {
-        if (s->in[i] && sh->count)
-          memcpy(x[i], s->in[i] + (sh->flat_off - base), sh->count * sizeof(float));
-        else if (zt__dp_on_nvme(s, u))
-          memset(x[i], 0, sh->count * sizeof(float));
-        if (zt__dp_on_nvme(s, u)) memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
-      }
-      if ((rc = tier_put(k, u, x)) < 0) return zt__dp_nv_fail(k, rc);
-    } else if (sh->count && s->in[1]) {
-      be->ops->to_device(be->ctx, k->m + sh->packed_off, s->in[1] + (sh->flat_off - base),
-                         sh->count * sizeof(float));
-      be->ops->to_device(be->ctx, k->v + sh->packed_off, s->in[2] + (sh->flat_off - base),
-                         sh->count * sizeof(float));
-    }
-  }
-  int rc = be->ops->sync(be->ctx);
-  return rc < 0 ? zt__dp_rank_fail(k, rc, "backend %s: %s", be->ops->name,
-                                   be->ops->error_text(be->ctx))
-                : 0;
-}
-
-/* ---- a per-rank checkpoint: each rank's own chunks (all ranks here) ------------------------ */
-
-/* The start of CMD_SHARDS_OUT / _IN: a staging of one chunk of each tensor (for the device
- * units) and the rank's file begun. */
-static int shards_begin(dp_rank_state *k, float **buf, char *why, size_t len) {
-  const dp_state *s = k->s;
-  size_t bytes = 3 * s->tab->max_chunk * sizeof(float);
-  *buf = s->ng ? malloc(bytes) : NULL;
-  if (s->ng && !*buf) {
-    snprintf(why, len, "out of host memory for a staging of %zu bytes", bytes);
-    return -ENOMEM;
-  }
-  return s->io->begin(s->io->arg, k->r, why, len);
-}
-
-/* ... and its end: the file finished, or closed unfinished after a failure (rc < 0, whose
- * message why holds). */
-static int shards_end(dp_rank_state *k, int rc, float *buf, char *why, size_t len) {
-  const zt__shard_io *io = k->s->io;
-  char ewhy[400] = "";
-  free(buf);
-  int erc = io->end(io->arg, k->r, rc == 0, ewhy, sizeof ewhy);
-  if (rc == 0 && erc < 0) {
-    rc = erc;
-    snprintf(why, len, "%s", ewhy);
-  }
-  return rc < 0 ? zt__dp_rank_fail(k, rc, "%s", why) : 0;
-}
-
-static int shards_backend_fail(dp_rank_state *k, int rc, char *why, size_t len) {
-  const zt_backend *be = &k->view.be;
-  snprintf(why, len, "backend %s: %s", be->ops->name, be->ops->error_text(be->ctx));
-  return rc;
-}
-
-/* CMD_SHARDS_OUT: the rank's chunks, unit by unit, to its file: a host unit's straight from the
- * host tier, a device unit's through the staging (the rank's stream, on its thread, so a cuda
- * rank reads its own device). */
-int zt__dp_rank_shards_out(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  size_t mc = s->tab->max_chunk;
-  float *buf;
-  char why[400] = "";
-  int rc = shards_begin(k, &buf, why, sizeof why);
-  for (int u = 0; u < s->nu && rc == 0; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    if (!sh->count) continue;
-    const float *x[3];
-    if (zt__dp_on_host(s, u)) {
-      float *hx[3];
-      if ((rc = tier_get(k, u, 1, hx)) < 0) {
-        zt__dp_nv_why(k, rc, why, sizeof why);
-        break;
-      }
-      for (int i = 0; i < 3; i++) x[i] = hx[i];
-    } else {
-      const float *src[3] = {k->params + zt__dp_param_at(k, sh), k->m + sh->packed_off,
-                             k->v + sh->packed_off};
-      for (int i = 0; i < 3; i++) {
-        be->ops->to_host(be->ctx, buf + i * mc, src[i], sh->count * sizeof(float));
-        x[i] = buf + i * mc;
-      }
-      if ((rc = be->ops->sync(be->ctx)) < 0) {
-        rc = shards_backend_fail(k, rc, why, sizeof why);
-        break;
-      }
-    }
-    rc = s->io->put(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why);
-  }
-  return shards_end(k, rc, buf, why, sizeof why);
-}
-
-/* CMD_SHARDS_IN: the rank's chunks from its file, unit by unit, where it keeps them (as
- * zt__dp_rank_write puts them: a host unit's into the host tier, and its parameters onto the
- * device too unless params host; the compute copies follow). Stages 1-2 hold the other ranks'
- * chunks of the parameters as well: CMD_SHARDS_GATHER brings them once every rank has read its
- * own. */
-int zt__dp_rank_shards_in(dp_rank_state *k) {
-  const dp_state *s = k->s;
-  const zt_backend *be = &k->view.be;
-  zt_dtype dt = k->view.tc.precision;
-  size_t mc = s->tab->max_chunk;
-  float *buf;
-  char why[400] = "";
-  int rc = shards_begin(k, &buf, why, sizeof why);
-  for (int u = 0; u < s->nu && rc == 0; u++) {
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    if (!sh->count) continue;
-    size_t c = s->tab->chunk[u], at = zt__dp_param_at(k, sh);
-    int host = zt__dp_on_host(s, u), dev_params = !host || !s->params_host;
-    float *x[3];
-    if (host)
-      tier_get(k, u, 0, x);
-    else
-      for (int i = 0; i < 3; i++) x[i] = buf + i * mc;
-    if ((rc = s->io->get(s->io->arg, k->r, u, x[0], x[1], x[2], why, sizeof why)) < 0) break;
-    for (int i = 0; host && zt__dp_on_nvme(s, u) && i < 3; i++)
-      memset(x[i] + sh->count, 0, (c - sh->count) * sizeof(float));
-    if (dev_params)
-      be->ops->to_device(be->ctx, k->params + at, x[0], sh->count * sizeof(float));
-    if (!host) {
-      be->ops->to_device(be->ctx, k->m + sh->packed_off, x[1], sh->count * sizeof(float));
-      be->ops->to_device(be->ctx, k->v + sh->packed_off, x[2], sh->count * sizeof(float));
-    }
-    /* the whole chunk: its padding is zero in both copies */
-    if (k->params_lp && dev_params)
-      be->ops->cast(be->ctx, zt__dp_lp_of(k, k->params_lp, at), dt, k->params + at, ZT_F32, c);
-    if (host && (rc = tier_put(k, u, x)) < 0) {
-      zt__dp_nv_why(k, rc, why, sizeof why);
-      break;
-    }
-    /* the staging (or set) is read again for the next unit */
-    if ((rc = be->ops->sync(be->ctx)) < 0) rc = shards_backend_fail(k, rc, why, sizeof why);
-  }
-  return shards_end(k, rc, buf, why, sizeof why);
-}
-
-/* CMD_SHARDS_GATHER (stages 1-2): every unit's parameters and compute copy, from every rank's
- * chunk, as after an update. */
-int zt__dp_rank_shards_gather(dp_rank_state *k) {
-  const zt_backend *be = &k->view.be;
-  int rc = 0;
-  for (int u = 0; u < k->s->nu && rc == 0; u++) rc = zt__dp_gather_updated(k, u);
-  if (rc < 0) return rc;
-  return (rc = be->ops->sync(be->ctx)) < 0 ? zt__dp_backend_fail(k, rc) : 0;
-}
-
 /* ---- a part's state: collectives between steps ------------------------------------------- */
 
 /* A gather of units [u0, u1): per unit and tensor, the chunks all-gathered into the scratch
@@ -308,17 +46,17 @@ static int state_gather(dp_rank_state *k, int mask, int u0, int u1) {
   size_t base = zt_model_unit(k->view.model, u0)->offset;
   for (int u = u0; u < u1; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u];
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    size_t c = s->plan.tab->chunk[u];
     float *scratch = zt__dp_unit_grads(k, u), *hx[3];
     /* the host tier's chunks it reads (stages 1-2 take the parameters from the device) */
     int from_host = zt__dp_on_host(s, u) && (mask & (s->dc.zero_stage < 3 ? 6 : 7)), rc;
-    if (from_host && (rc = tier_get(k, u, 1, hx)) < 0) return zt__dp_nv_fail(k, rc);
+    if (from_host && (rc = zt__dp_tier_get(k, u, 1, hx)) < 0) return zt__dp_nv_fail(k, rc);
     for (int i = 0; i < 3; i++) {
       if (!(mask & 1 << i)) continue;
       const float *unit = scratch;
       if (i == 0 && s->dc.zero_stage < 3) {
-        unit = k->params + s->tab->padded_unit[u];
+        unit = k->params + s->plan.tab->padded_unit[u];
       } else {
         /* a host unit's chunk goes up first, ordered before the gather on the stream */
         const float *from = i == 0 ? src[0] + zt__dp_param_at(k, sh) : src[i] + sh->packed_off;
@@ -354,22 +92,22 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
   size_t base = zt_model_unit(k->view.model, u0)->offset;
   for (int u = u0; u < u1; u++) {
     const zt_unit_info *ui = zt_model_unit(k->view.model, u);
-    const zt_shard *sh = zt_shard_at(s->tab, u, k->r);
-    size_t c = s->tab->chunk[u], padded = c * (size_t)s->dc.world;
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    size_t c = s->plan.tab->chunk[u], padded = c * (size_t)s->dc.world;
     float *scratch = zt__dp_unit_grads(k, u);
     int host = zt__dp_on_host(s, u);
     /* where the rank keeps its chunk of each: the device, the host tier or both (a host unit's
      * parameters are on the device too unless params host) */
     float *dst[3] = {NULL, NULL, NULL}, *hdst[3] = {NULL, NULL, NULL};
-    if (!host || (stage == 3 && !s->params_host)) dst[0] = k->params + zt__dp_param_at(k, sh);
+    if (!host || (stage == 3 && !s->plan.params_host)) dst[0] = k->params + zt__dp_param_at(k, sh);
     if (!host) {
       dst[1] = k->m + sh->packed_off;
       dst[2] = k->v + sh->packed_off;
     } else {
-      tier_get(k, u, 0, hdst);
+      zt__dp_tier_get(k, u, 0, hdst);
     }
     for (int i = 0; i < 3; i++) {
-      float *unit = i == 0 && stage < 3 ? k->params + s->tab->padded_unit[u] : scratch;
+      float *unit = i == 0 && stage < 3 ? k->params + s->plan.tab->padded_unit[u] : scratch;
       if (k->r == 0) {
         o->to_device(be->ctx, unit, s->in[i] + (ui->offset - base), ui->numel * sizeof(float));
         if (padded > ui->numel)
@@ -383,12 +121,12 @@ static int state_scatter(dp_rank_state *k, int u0, int u1) {
       /* synchronous: the next unit's broadcast rewrites the scratch */
       if (hdst[i]) o->to_host(be->ctx, hdst[i], unit + sh->unit_off, c * sizeof(float));
     }
-    size_t at = stage < 3 ? s->tab->padded_unit[u] : zt__dp_param_at(k, sh);
+    size_t at = stage < 3 ? s->plan.tab->padded_unit[u] : zt__dp_param_at(k, sh);
     if (k->params_lp && (stage < 3 || dst[0]))
       o->cast(be->ctx, (char *)k->params_lp + at * zt_dtype_size(k->view.tc.precision),
               k->view.tc.precision, k->params + at, ZT_F32, stage < 3 ? padded : c);
     int rc;
-    if (host && (rc = tier_put(k, u, hdst)) < 0) return zt__dp_nv_fail(k, rc);
+    if (host && (rc = zt__dp_tier_put(k, u, hdst)) < 0) return zt__dp_nv_fail(k, rc);
   }
   int rc = o->sync(be->ctx);
   return rc < 0 ? zt__dp_backend_fail(k, rc) : 0;
@@ -418,7 +156,7 @@ static int bcast_host(dp_rank_state *k, char *buf, size_t n) {
   const zt_backend *be = &k->view.be;
   int stage1 = s->dc.zero_stage == 1;
   void *scratch = stage1 ? (void *)k->grads : (void *)k->gunit[0];
-  size_t cap = (stage1 ? s->tab->padded_total : s->slot_floats) * sizeof(float);
+  size_t cap = (stage1 ? s->plan.tab->padded_total : s->plan.slot_floats) * sizeof(float);
   for (size_t off = 0; off < n; off += cap) {
     size_t m = n - off < cap ? n - off : cap;
     if (k->r == 0) be->ops->to_device(be->ctx, scratch, buf + off, m);
@@ -435,7 +173,7 @@ static int bcast_host(dp_rank_state *k, char *buf, size_t n) {
 static int share(dp_rank_state *k, double a, double b, const char *what) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
-  size_t R = s->rec, bytes = R * sizeof(double);
+  size_t R = s->plan.rec, bytes = R * sizeof(double);
   double *rec = k->h_xchg + (size_t)k->r * R;
   rec[0] = a;
   rec[1] = b;
@@ -465,7 +203,7 @@ static int rank_probe(dp_rank_state *k, int save, size_t len) {
   if ((rc = share(k, sees, 0, "exchanging whether every part sees the checkpoint")) < 0)
     return rc;
   k->probe_all = 1;
-  for (int r = 0; r < s->dc.world; r++) k->probe_all &= k->h_xchg[(size_t)r * s->rec] != 0;
+  for (int r = 0; r < s->dc.world; r++) k->probe_all &= k->h_xchg[(size_t)r * s->plan.rec] != 0;
   return 0;
 }
 
@@ -478,12 +216,12 @@ static int part_verdict(dp_rank_state *k, int rc, int remote, const char *doing)
   const dp_state *s = k->s;
   int bad = -1;
   for (int r = 0; r < s->dc.world && bad < 0; r++)
-    if (k->h_xchg[(size_t)r * s->rec] < 0) bad = r;
+    if (k->h_xchg[(size_t)r * s->plan.rec] < 0) bad = r;
   if (bad < 0) return 0;
   if (rc < 0) return rc;
   if (bad >= s->dc.rank0 && bad < s->dc.rank0 + s->nl)
     return zt__dp_rank_fail(k, -ECANCELED, "rank %d of this part failed %s", bad, doing);
-  int frc = (int)k->h_xchg[(size_t)bad * s->rec];
+  int frc = (int)k->h_xchg[(size_t)bad * s->plan.rec];
   const char *path = s->io && s->io->path ? s->io->path(s->io->arg, bad) : NULL;
   return zt__dp_rank_fail(k, remote ? remote : frc, "%s%s%s (rank %d, of another part, failed %s; "
                           "that part's error says more)", path ? path : "", path ? ": " : "",
@@ -520,9 +258,9 @@ static int part_shards_in(dp_rank_state *k) {
   return s->dc.zero_stage < 3 ? zt__dp_rank_shards_gather(k) : 0;
 }
 
-/* CMD_STATE on every rank of every part: rank 0 says what its part's call is and which units
+/* cmd_state on every rank of every part: rank 0 says what its part's call is and which units
  * it moves, the others check that their part's matches before anything else moves. */
-int zt__dp_rank_state(dp_rank_state *k) {
+static int rank_state(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   double *h = k->h_xchg;
@@ -552,7 +290,7 @@ int zt__dp_rank_state(dp_rank_state *k) {
     return zt__dp_rank_fail(k, -EIO, "the part holding rank 0 gave up its load "
                             "(zt_trainer_load; its error says why) after units 0..%d of %d had "
                             "been written: the state is partly the checkpoint's",
-                            s->seq_next - 1, s->nu);
+                            s->seq_next - 1, s->plan.nu);
   if (op != s->op && op == ST_ABANDON) {
     k->abandoned = 1;
     return zt__dp_rank_fail(k, -ECANCELED, "the part holding rank 0 gave up its call (its "
@@ -568,9 +306,9 @@ int zt__dp_rank_state(dp_rank_state *k) {
                             side_of(s->op, s->mask) == ST_GATHER
                                 ? "sends it (zt_trainer_dp_send_state)"
                                 : "receives it (zt_trainer_dp_receive_state)");
-  if (op != ST_ABANDON && !(u0 >= 0 && u0 < u1 && u1 <= s->nu))
+  if (op != ST_ABANDON && !(u0 >= 0 && u0 < u1 && u1 <= s->plan.nu))
     return zt__dp_rank_fail(k, -EINVAL, "the part holding rank 0 sent units [%d, %d) of a "
-                            "model of %d", u0, u1, s->nu);
+                            "model of %d", u0, u1, s->plan.nu);
   switch (op) {
   case ST_GATHER: return state_gather(k, mask, u0, u1);
   case ST_SCATTER: return state_scatter(k, u0, u1);
@@ -581,6 +319,16 @@ int zt__dp_rank_state(dp_rank_state *k) {
   }
 }
 
+/* As in a step, a rank that fails mid-call releases the others; a call rank 0 gave up before it
+ * began is no failure of the collectives. */
+static int run_state(dp_rank_state *k) {
+  int rc = rank_state(k);
+  if (rc < 0 && !k->abandoned) k->comm.ops->abort(k->comm.ctx);
+  return rc;
+}
+
+const zt__dp_cmd zt__dp_cmd_state = {.run = run_state, .after_queue = 1};
+
 /* ---- the trainer's side: the path's state calls, send and receive -------------------------- */
 
 /* A part's collective state call (dp.h): op is this part's side of it. */
@@ -588,7 +336,7 @@ static int state_call(dp_state *s, int op, int mask, char *err, size_t errlen) {
   if (s->broken) return zt__dp_refuse_broken("the state call", err, errlen);
   s->op = op;
   s->mask = mask;
-  int bad = zt__dp_dispatch(s, CMD_STATE);
+  int bad = zt__dp_dispatch(s, &zt__dp_cmd_state);
   if (bad < 0) return 0;
   const dp_rank_state *k = &s->ranks[bad];
   if (!k->abandoned) s->broken = 1;
@@ -610,7 +358,7 @@ static int refuse_part(const dp_state *s, const char *what, const char *instead,
 static int lead_state(dp_state *s, int op, int mask, char *err, size_t errlen) {
   int rc = state_call(s, op, mask, err, errlen);
   s->seq_op = op;
-  s->seq_next = rc < 0 || s->u1 >= s->nu ? 0 : s->u1;
+  s->seq_next = rc < 0 || s->u1 >= s->plan.nu ? 0 : s->u1;
   return rc;
 }
 
@@ -622,7 +370,7 @@ int zt__dp_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, fl
   s->out[2] = v;
   s->u0 = u0;
   s->u1 = u1;
-  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, CMD_READ, err, errlen);
+  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, &zt__dp_cmd_read, err, errlen);
   if (s->dc.rank0 != 0)
     return refuse_part(s, "reading the state", "zt_trainer_dp_send_state", err, errlen);
   return lead_state(s, ST_GATHER, (params ? 1 : 0) | (m ? 2 : 0) | (v ? 4 : 0), err, errlen);
@@ -636,7 +384,7 @@ int zt__dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const
   s->in[2] = v;
   s->u0 = u0;
   s->u1 = u1;
-  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, CMD_WRITE, err, errlen);
+  if (s->nl == s->dc.world) return zt__dp_run_cmd(s, &zt__dp_cmd_write, err, errlen);
   if (s->dc.rank0 != 0)
     return refuse_part(s, "writing the state", "zt_trainer_dp_receive_state", err, errlen);
   return lead_state(s, ST_SCATTER, 7, err, errlen);
@@ -644,7 +392,7 @@ int zt__dp_write_state(zt_trainer *t, int u0, int u1, const float *params, const
 
 /* The rank-0 part's save / load / export failed before its sequence of state calls ended: the
  * other parts wait for its next piece, and learn from this one that it is not coming (after
- * part of a load, every part fails: zt__dp_rank_state). */
+ * part of a load, every part fails: rank_state). */
 void zt__dp_abandon_state(zt_trainer *t) {
   dp_state *s = t->path_state;
   char err[sizeof s->ranks[0].err];
@@ -661,14 +409,14 @@ const zt_shard_table *zt__dp_shards(const zt_trainer *t, int *zero_stage, int *p
   if (s->dc.rank0 != 0) return NULL;
   if (zero_stage) *zero_stage = s->dc.zero_stage;
   if (part) *part = s->nl < s->dc.world;
-  return s->tab;
+  return s->plan.tab;
 }
 
 /* A part's per-rank call: every part's ranks move their own files (part_shards_out / _in). */
 static int part_files(dp_state *s, const zt__shard_io *io, int op, char *err, size_t errlen) {
   s->io = io;
   s->u0 = 0;
-  s->u1 = s->nu;
+  s->u1 = s->plan.nu;
   int rc = state_call(s, op, 0, err, errlen);
   s->io = NULL;
   return rc;
@@ -679,13 +427,13 @@ int zt__dp_save_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t 
   if (s->broken) return zt__dp_refuse_broken("the checkpoint", err, errlen);
   if (s->nl == s->dc.world) {
     s->io = io;
-    return zt__dp_run_cmd(s, CMD_SHARDS_OUT, err, errlen);
+    return zt__dp_run_cmd(s, &zt__dp_cmd_shards_out, err, errlen);
   }
   int rc = part_files(s, io, ST_SHARDS_OUT, err, errlen);
   /* the other parts' files' sizes, from the exchange (this part's ranks, 0 .. nl - 1: the
    * part holding rank 0 is the one that saves, set theirs in their ends) */
   for (int r = s->nl; rc == 0 && r < s->dc.world; r++)
-    io->bytes[r] = (long long)s->ranks[0].h_xchg[(size_t)r * s->rec + 1];
+    io->bytes[r] = (long long)s->ranks[0].h_xchg[(size_t)r * s->plan.rec + 1];
   return rc;
 }
 
@@ -694,9 +442,9 @@ int zt__dp_load_shards(zt_trainer *t, const zt__shard_io *io, char *err, size_t 
   if (s->broken) return zt__dp_refuse_broken("the checkpoint load", err, errlen);
   if (s->nl < s->dc.world) return part_files(s, io, ST_SHARDS_IN, err, errlen);
   s->io = io;
-  int rc = zt__dp_run_cmd(s, CMD_SHARDS_IN, err, errlen);
+  int rc = zt__dp_run_cmd(s, &zt__dp_cmd_shards_in, err, errlen);
   if (rc == 0 && s->dc.zero_stage < 3 &&
-      (rc = zt__dp_run_cmd(s, CMD_SHARDS_GATHER, err, errlen)) < 0)
+      (rc = zt__dp_run_cmd(s, &zt__dp_cmd_shards_gather, err, errlen)) < 0)
     s->broken = 1;
   return rc;
 }
@@ -722,7 +470,7 @@ int zt__dp_probe(zt_trainer *t, const char *dir, int save, const char *token, ch
   s->blob = blob;
   s->blob_len = len;
   s->u0 = 0;
-  s->u1 = s->nu;
+  s->u1 = s->plan.nu;
   int rc = state_call(s, ST_PROBE, save, err, errlen);
   s->blob = NULL;
   s->blob_len = 0;
@@ -731,7 +479,7 @@ int zt__dp_probe(zt_trainer *t, const char *dir, int save, const char *token, ch
   char ranks[256] = "";
   size_t n = 0;
   for (int r = 0; r < s->dc.world && n < sizeof ranks; r++)
-    if (s->ranks[0].h_xchg[(size_t)r * s->rec] == 0)
+    if (s->ranks[0].h_xchg[(size_t)r * s->plan.rec] == 0)
       n += (size_t)snprintf(ranks + n, sizeof ranks - n, "%s%d", n ? ", " : "", r);
   zt_log(ZT_LOG_WARN, "dp", "%s: not seen as rank 0 sees it%s by global ranks %s (per-rank "
          "checkpoints of a job over several daemons need a filesystem every daemon mounts at "
@@ -762,7 +510,7 @@ static dp_state *other_part(zt_trainer *t, const char *call, char *err, size_t e
 static void follow_files(dp_state *s, const zt_model *m, int save, const char *blob) {
   zt__rank_files_close(s->files);
   s->files = NULL;
-  s->io_rc = zt__rank_files_open(&s->files, &s->fio, m, s->tab, s->dc.zero_stage,
+  s->io_rc = zt__rank_files_open(&s->files, &s->fio, m, s->plan.tab, s->dc.zero_stage,
                                  blob + strlen(blob) + 1, save, s->io_err, sizeof s->io_err);
   s->io = s->io_rc == 0 ? &s->fio : NULL;
 }
@@ -784,7 +532,7 @@ static int follow_state(zt_trainer *t, dp_state *s, int op, char *err, size_t er
       follow_files(s, t->model, op == ST_GATHER, k0->blob);
     if (k0->got_op == ST_SHARDS_IN) break;
     if (k0->got_op == ST_GATHER || k0->got_op == ST_SCATTER) {
-      if (k0->piece[1] >= s->nu) break;
+      if (k0->piece[1] >= s->plan.nu) break;
       s->seq_next = k0->piece[1];
     }
   }
@@ -815,4 +563,8 @@ int zt_trainer_dp_receive_state(zt_trainer *t, int step, int adam_step, char *er
   t->step = step;
   t->adam_step = adam_step;
   return 0;
+}
+
+void zt_trainer_dp_set_flags(zt_trainer *t, unsigned flags) {
+  if (t->path == &zt__dp_path) ((dp_state *)t->path_state)->flags = flags;
 }
