@@ -251,6 +251,13 @@ static int load_end(void *arg, int r, int ok, char *err, size_t errlen) {
 
 static const char *rank_path(void *arg, int r) { return ((rank_set *)arg)->rf[r].path; }
 
+/* The io of x's files for the step path: a save's writers (the sizes into x->bytes) or a load's
+ * readers. */
+static zt__shard_io rank_io(rank_set *x, int save) {
+  return save ? (zt__shard_io){x, save_begin, save_put, NULL, save_end, x->bytes, rank_path}
+              : (zt__shard_io){x, load_begin, NULL, load_get, load_end, NULL, rank_path};
+}
+
 /* The manifest: the layout, each unit's range and chunk, each rank's file and size, then
  * trainer.json's fields. */
 static json_t *manifest_json(const zt_trainer *t, const rank_set *x) {
@@ -296,7 +303,7 @@ int zt__ckpt_save_ranked(zt_trainer *t, const zt_shard_table *tab, int stage, co
     goto out;
   }
   if ((rc = rank_set_open(&x, t->model, &l, tmp, NULL, err, errlen)) < 0) goto out;
-  zt__shard_io io = {&x, save_begin, save_put, NULL, save_end, x.bytes, rank_path};
+  zt__shard_io io = rank_io(&x, 1);
   if ((rc = t->path->save_shards(t, &io, why, sizeof why)) < 0) {
     q->failed = 1; /* a part's: every part's call ended with the exchanged verdict */
     snprintf(err, errlen, "%s: writing the ranks' files failed: %s", tmp, why);
@@ -318,6 +325,15 @@ out:
   return rc;
 }
 
+/* A load's manifest: its tree, and the layout read_layout takes from it (names point into j). */
+typedef struct manifest {
+  json_t *j;
+  rank_layout l;
+  size_t *chunk;        /* a unit's chunk */
+  const char **names;   /* a rank's file */
+  long long *bytes;     /* a rank's file's size */
+} manifest;
+
 /* A manifest's non-negative integer field. */
 static int json_size(const json_t *o, const char *key, long long max, long long *v) {
   const json_t *x = json_object_get(o, key);
@@ -327,10 +343,10 @@ static int json_size(const json_t *o, const char *key, long long max, long long 
 }
 
 /* The manifest's layout, checked against the model: its units the model's, chunks that cover
- * them, a file of a plain name and a size per rank. names[r] point into j. */
-static int read_layout(const zt_model *m, const json_t *j, const char *file, rank_layout *l,
-                       size_t *chunk, const char **names, long long *bytes, char *err,
+ * them, a file of a plain name and a size per rank. */
+static int read_layout(const zt_model *m, manifest *mf, const char *file, char *err,
                        size_t errlen) {
+  const json_t *j = mf->j;
   int nu = zt_model_num_units(m);
   long long world, stage, align, v;
   const json_t *ju = json_object_get(j, "units"), *jr = json_object_get(j, "ranks");
@@ -371,7 +387,7 @@ static int read_layout(const zt_model *m, const json_t *j, const char *file, ran
                ui->numel, ui->offset);
       return -EINVAL;
     }
-    chunk[u] = (size_t)c;
+    mf->chunk[u] = (size_t)c;
   }
   if (!json_is_array(jr) || json_array_size(jr) != (size_t)world) {
     snprintf(err, errlen, "%s: ranks must list world %lld files (it has %zu)", file, world,
@@ -390,11 +406,44 @@ static int read_layout(const zt_model *m, const json_t *j, const char *file, ran
       snprintf(err, errlen, "%s: ranks[%d].bytes must be an integer >= 0", file, r);
       return -EINVAL;
     }
-    names[r] = name;
-    bytes[r] = v;
+    mf->names[r] = name;
+    mf->bytes[r] = v;
   }
-  *l = (rank_layout){(int)world, (int)stage, (size_t)align, chunk};
+  mf->l = (rank_layout){(int)world, (int)stage, (size_t)align, mf->chunk};
   return 0;
+}
+
+/* The manifest `file` of the checkpoint dir parsed; its layout is read_layout's to check. Close
+ * after a failed open too. */
+static int manifest_open(manifest *mf, const zt_model *m, const char *dir, const char *file,
+                         char *err, size_t errlen) {
+  json_error_t je;
+  mf->chunk = calloc((size_t)zt_model_num_units(m), sizeof *mf->chunk);
+  mf->names = calloc(ZT_DP_MAX_WORLD, sizeof *mf->names);
+  mf->bytes = calloc(ZT_DP_MAX_WORLD, sizeof *mf->bytes);
+  if (!mf->chunk || !mf->names || !mf->bytes) {
+    snprintf(err, errlen, "%s: out of memory", dir);
+    return -ENOMEM;
+  }
+  if (!(mf->j = json_load_file(file, 0, &je))) {
+    snprintf(err, errlen, "%s: not a JSON manifest (line %d: %s)", file, je.line, je.text);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static void manifest_close(manifest *mf) {
+  json_decref(mf->j);
+  free(mf->chunk);
+  free(mf->names);
+  free(mf->bytes);
+}
+
+/* Whether layout l (of nu units) is tab's: the same world, each unit's chunk the same. */
+static int layout_is(const rank_layout *l, const zt_shard_table *tab, int nu) {
+  int same = tab && tab->world == l->world;
+  for (int u = 0; same && u < nu; u++) same = tab->chunk[u] == l->chunk[u];
+  return same;
 }
 
 /* The per-rank layout: the manifest and every rank's file checked, then the state: each rank's
@@ -404,24 +453,13 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
                          ckpt_head *h, char *err, size_t errlen) {
   const zt_model *md = t->model;
   int nu = zt_model_num_units(md), rc = 0;
-  size_t cap = zt__trainer_piece_cap(md), *chunk = calloc((size_t)nu, sizeof *chunk);
-  const char **names = calloc(ZT_DP_MAX_WORLD, sizeof *names);
-  long long *bytes = calloc(ZT_DP_MAX_WORLD, sizeof *bytes);
+  size_t cap = zt__trainer_piece_cap(md);
+  manifest mf = {0};
   rank_set x = {0};
-  rank_layout l;
   float *buf = NULL;
-  json_error_t je;
-  json_t *j = json_load_file(file, 0, &je);
-  if (!chunk || !names || !bytes) {
-    rc = -ENOMEM;
-    snprintf(err, errlen, "%s: out of memory", dir);
-    goto out;
-  }
-  if (!j) {
-    rc = -EINVAL;
-    snprintf(err, errlen, "%s: not a JSON manifest (line %d: %s)", file, je.line, je.text);
-    goto out;
-  }
+  if ((rc = manifest_open(&mf, md, dir, file, err, errlen)) < 0) goto out;
+  const json_t *j = mf.j;
+  const rank_layout *l = &mf.l;
   const char *layout = json_string_value(json_object_get(j, "layout"));
   if (json_integer_value(json_object_get(j, "format")) != MANIFEST_FORMAT || !layout ||
       strcmp(layout, LAYOUT_PER_RANK) || !zt__ckpt_step_in_range(json_object_get(j, "step"))) {
@@ -431,11 +469,11 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
     goto out;
   }
   if ((rc = zt__ckpt_read_head(t, j, file, h, err, errlen)) < 0 ||
-      (rc = read_layout(md, j, file, &l, chunk, names, bytes, err, errlen)) < 0 ||
-      (rc = rank_set_open(&x, md, &l, dir, names, err, errlen)) < 0)
+      (rc = read_layout(md, &mf, file, err, errlen)) < 0 ||
+      (rc = rank_set_open(&x, md, l, dir, mf.names, err, errlen)) < 0)
     goto out;
   /* every file whole before any of the state is written */
-  for (int r = 0; r < l.world; r++) {
+  for (int r = 0; r < l->world; r++) {
     rank_file *f = &x.rf[r];
     struct stat st;
     if (stat(f->path, &st) < 0) {
@@ -444,10 +482,10 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
                errno == ENOENT ? "missing" : strerror(errno), r);
       goto out;
     }
-    if ((long long)st.st_size != bytes[r]) {
+    if ((long long)st.st_size != mf.bytes[r]) {
       rc = -EINVAL;
       snprintf(err, errlen, "%s: %lld bytes, " MANIFEST " ranks[%d].bytes says %lld", f->path,
-               (long long)st.st_size, r, bytes[r]);
+               (long long)st.st_size, r, mf.bytes[r]);
       goto out;
     }
     if ((rc = rank_file_open(&x, r, err, errlen)) < 0) goto out;
@@ -456,8 +494,7 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
   int part = 0;
   const zt_shard_table *tab =
       t->path && t->path->shards ? t->path->shards(t, NULL, &part) : NULL;
-  int same = tab && tab->world == l.world;
-  for (int u = 0; same && u < nu; u++) same = tab->chunk[u] == l.chunk[u];
+  int same = layout_is(l, tab, nu);
   /* a part's ranks read their own files only where every part sees this checkpoint */
   if (same && part) {
     if ((rc = zt__ckpt_probe_parts(t, dir, 0, file, q, err, errlen)) < 0) goto out;
@@ -465,7 +502,7 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
     rc = 0;
   }
   if (same) {
-    zt__shard_io io = {&x, load_begin, NULL, load_get, load_end, NULL, rank_path};
+    zt__shard_io io = rank_io(&x, 0);
     char why[512] = "";
     q->shards = 1;
     if ((rc = t->path->load_shards(t, &io, why, sizeof why)) < 0)
@@ -482,12 +519,12 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
     u1 = zt__trainer_piece_end(md, u0, cap);
     size_t base = zt_model_unit(md, u0)->offset;
     /* one file open at a time: its chunks of the piece's units */
-    for (int r = 0; r < l.world; r++) {
+    for (int r = 0; r < l->world; r++) {
       rank_file *f = &x.rf[r];
       if ((rc = rank_file_open(&x, r, err, errlen)) < 0) goto out;
       for (int u = u0; u < u1 && rc == 0; u++) {
-        size_t c = rank_count(md, &l, u, r);
-        size_t at = zt_model_unit(md, u)->offset + (size_t)r * l.chunk[u] - base;
+        size_t c = rank_count(md, l, u, r);
+        size_t at = zt_model_unit(md, u)->offset + (size_t)r * l->chunk[u] - base;
         for (int k = 0; c && k < 3 && rc == 0; k++)
           rc = zt_st_read_f32(f->f, f->found[3 * u + k], buf + (size_t)k * cap + at, 0, err,
                               errlen);
@@ -500,11 +537,8 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
   }
 out:
   rank_set_close(&x);
-  json_decref(j);
+  manifest_close(&mf);
   free(buf);
-  free(chunk);
-  free(names);
-  free(bytes);
   return rc;
 }
 
@@ -518,15 +552,12 @@ int zt__rank_files_open(zt__rank_files **out, zt__shard_io *io, const zt_model *
                         const zt_shard_table *tab, int zero_stage, const char *dir, int save,
                         char *err, size_t errlen) {
   int nu = zt_model_num_units(m), rc = 0;
-  rank_layout l = {tab->world, zero_stage, tab->align, tab->chunk}, ml;
+  rank_layout l = {tab->world, zero_stage, tab->align, tab->chunk};
   zt__rank_files *x = calloc(1, sizeof *x);
-  size_t *chunk = save ? NULL : calloc((size_t)nu, sizeof *chunk);
-  const char **names = save ? NULL : calloc(ZT_DP_MAX_WORLD, sizeof *names);
-  long long *bytes = save ? NULL : calloc(ZT_DP_MAX_WORLD, sizeof *bytes);
+  manifest mf = {0};
   char *file = NULL;
-  json_t *j = NULL;
   *out = x;
-  if (!x || (!save && (!chunk || !names || !bytes || asprintf(&file, "%s/" MANIFEST, dir) < 0))) {
+  if (!x || (!save && asprintf(&file, "%s/" MANIFEST, dir) < 0)) {
     file = NULL;
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", dir);
@@ -534,31 +565,21 @@ int zt__rank_files_open(zt__rank_files **out, zt__shard_io *io, const zt_model *
   }
   if (!save) {
     /* the files the manifest names, in the layout it was probed for: this trainer's */
-    json_error_t je;
-    if (!(j = json_load_file(file, 0, &je))) {
-      rc = -EINVAL;
-      snprintf(err, errlen, "%s: not a JSON manifest (line %d: %s)", file, je.line, je.text);
+    if ((rc = manifest_open(&mf, m, dir, file, err, errlen)) < 0 ||
+        (rc = read_layout(m, &mf, file, err, errlen)) < 0)
       goto out;
-    }
-    if ((rc = read_layout(m, j, file, &ml, chunk, names, bytes, err, errlen)) < 0) goto out;
-    int same = ml.world == tab->world;
-    for (int u = 0; same && u < nu; u++) same = ml.chunk[u] == tab->chunk[u];
-    if (!same) {
+    if (!layout_is(&mf.l, tab, nu)) {
       rc = -EINVAL;
       snprintf(err, errlen, "%s: its layout (world %d and the units' chunks) is not this "
-               "trainer's", file, ml.world);
+               "trainer's", file, mf.l.world);
       goto out;
     }
   }
-  if ((rc = rank_set_open(&x->x, m, &l, dir, names, err, errlen)) < 0) goto out;
-  *io = save ? (zt__shard_io){&x->x, save_begin, save_put, NULL, save_end, x->x.bytes, rank_path}
-             : (zt__shard_io){&x->x, load_begin, NULL, load_get, load_end, NULL, rank_path};
+  if ((rc = rank_set_open(&x->x, m, &l, dir, mf.names, err, errlen)) < 0) goto out;
+  *io = rank_io(&x->x, save);
 out:
-  json_decref(j);
+  manifest_close(&mf);
   free(file);
-  free(chunk);
-  free(names);
-  free(bytes);
   return rc;
 }
 
