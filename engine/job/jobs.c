@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "engine/job/job.h"
+#include "engine/job/internal.h"
 #include "engine/job/store.h"
 #include "engine/kernels/backend.h"
 #include "engine/base/log.h"

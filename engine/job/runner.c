@@ -13,7 +13,7 @@
 #include "engine/comm/comm_nccl.h"
 #endif
 #include "engine/kernels/backend.h"
-#include "engine/job/job.h"
+#include "engine/job/internal.h"
 #include "engine/job/peers.h"
 #include "engine/job/store.h"
 #include "engine/base/log.h"

@@ -1,8 +1,8 @@
 /* Internals shared by the registry (jobs.c, the loop thread) and the runner (runner.c, one
  * thread per running job). The fields a runner and the loop both touch are guarded by
  * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
-#ifndef ZT_JOB_JOB_H
-#define ZT_JOB_JOB_H
+#ifndef ZT_JOB_INTERNAL_H
+#define ZT_JOB_INTERNAL_H
 
 #include <pthread.h>
 #include <stdint.h>
