@@ -1,6 +1,7 @@
-/* Internals shared by the registry (jobs.c, the loop thread) and the runner (runner.c, one
- * thread per running job). The fields a runner and the loop both touch are guarded by
- * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
+/* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, credit.c,
+ * report.c, export.c, recover.c) and the runner (runner.c, one thread per running job). The
+ * fields a runner and the loop both touch are guarded by zt_jobs.mu; the rest belong to the
+ * loop thread, or to the runner while it runs. */
 #ifndef ZT_JOB_INTERNAL_H
 #define ZT_JOB_INTERNAL_H
 
@@ -138,10 +139,11 @@ struct zt_jobs {
   void *shutdown_user;
 };
 
-/* Runner -> loop: appends under mu and wakes the loop. obj is stolen; text may be NULL. */
+/* Runner -> loop (queue.c): appends under mu and wakes the loop. obj is stolen; text may be
+ * NULL. */
 void zt__jobs_post(zt__job *job, zt__msg_kind kind, json_t *obj, int rc, uint64_t gen,
                    const char *text);
-/* Writes jobs/<id>/status.json from the job's current fields (taken under mu). */
+/* report.c. Writes jobs/<id>/status.json from the job's current fields (taken under mu). */
 int zt__job_write_status(zt__job *job, char *err, size_t errlen);
 /* A line for the daemon's log that also goes to the job's own log, jobs/<id>/log (state
  * changes, resumes, checkpoints, errors: what a user reads to learn what happened to a job). */
@@ -149,7 +151,32 @@ void zt__job_log(const zt__job *job, zt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* {"event": kind, "job": id} to add fields to. */
 json_t *zt__job_event(const zt__job *job, const char *kind);
+
+/* The loop thread's, by file (the definitions say more). registry.c: the jobs table, a job's
+ * lifetime, its state's names. */
+int zt__job_state_parse(const char *s, zt_job_state *out);
+int zt__job_state_terminal(zt_job_state s);
+zt_job_state zt__job_state_of(zt__job *job);
+zt__job *zt__jobs_find(zt_jobs *jobs, const char *id);
+int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job **out);
+void zt__job_free(zt__job *job);
+int zt__jobs_add(zt_jobs *jobs, zt__job *job);
 int64_t zt__now(void);
+/* queue.c: the queue, the devices, the runners' messages. */
+void zt__jobs_on_async(uv_async_t *h);
+int zt__jobs_free_devices(const zt_jobs *jobs);
+void zt__jobs_start(zt_jobs *jobs, zt__job *job);
+void zt__jobs_maybe_start(zt_jobs *jobs);
+void zt__jobs_enqueue(zt_jobs *jobs, zt__job *job);
+void zt__job_fail(zt_jobs *jobs, zt__job *job, const char *error);
+/* credit.c: pushed batches and checkpoint requests answered. */
+void zt__job_refill(zt__job *job);
+void zt__job_fail_pending(zt__job *job, int rc, const char *message);
+void zt__job_answer_checkpoints(zt__job *job, const zt__msg *m);
+/* report.c: an event to the watchers (stolen). */
+void zt__jobs_emit(zt_jobs *jobs, zt__job *job, json_t *ev);
+/* recover.c: the state dir's jobs read back (zt_jobs_open). */
+int zt__jobs_scan(zt_jobs *jobs, char *err, size_t errlen);
 
 /* The runner thread (runner.c). */
 void *zt__runner_main(void *arg);
