@@ -83,11 +83,8 @@ void zt__job_answer_checkpoints(zt__job *job, const zt__msg *m) {
 
 int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, size_t n_tokens,
                        zt_jobs_done_cb done, void *owner, char *err, size_t errlen) {
-  zt__job *job = zt__jobs_find(jobs, id);
-  if (!job) {
-    snprintf(err, errlen, "no job %s", id);
-    return -ENOENT;
-  }
+  zt__job *job = zt__jobs_find(jobs, id, err, errlen);
+  if (!job) return -ENOENT;
   if (job->spec.source != ZT_DATA_STREAM) {
     snprintf(err, errlen, "job %s reads its data from a file; it takes no batches", id);
     return -EINVAL;
@@ -146,11 +143,8 @@ int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, siz
 
 int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void *owner,
                        char *err, size_t errlen) {
-  zt__job *job = zt__jobs_find(jobs, id);
-  if (!job) {
-    snprintf(err, errlen, "no job %s", id);
-    return -ENOENT;
-  }
+  zt__job *job = zt__jobs_find(jobs, id, err, errlen);
+  if (!job) return -ENOENT;
   zt_job_state s = zt__job_state_of(job);
   if (s != ZT_JOB_RUNNING || !job->has_thread) {
     snprintf(err, errlen, "job %s is %s; only a running job checkpoints", id,

@@ -16,14 +16,11 @@
 int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
                          uint8_t **data, size_t *len, uint64_t *total, uint64_t *step,
                          char *err, size_t errlen) {
-  zt__job *job = zt__jobs_find(jobs, id);
+  zt__job *job = zt__jobs_find(jobs, id, err, errlen);
   int rc = 0, fd = -1;
   *data = NULL;
   *len = 0;
-  if (!job) {
-    snprintf(err, errlen, "no job %s", id);
-    return -ENOENT;
-  }
+  if (!job) return -ENOENT;
   /* The runner may remove the oldest checkpoint while we look: try the newest again. */
   char path[ZT__JOB_DIR_MAX + 64];
   for (int attempt = 0; attempt < 3 && fd < 0; attempt++) {

@@ -161,7 +161,7 @@ json_t *zt__job_event(const zt__job *job, const char *kind);
 int zt__job_state_parse(const char *s, zt_job_state *out);
 int zt__job_state_terminal(zt_job_state s);
 zt_job_state zt__job_state_of(zt__job *job);
-zt__job *zt__jobs_find(zt_jobs *jobs, const char *id);
+zt__job *zt__jobs_find(zt_jobs *jobs, const char *id, char *err, size_t errlen);
 int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job **out);
 void zt__job_free(zt__job *job);
 int zt__jobs_add(zt_jobs *jobs, zt__job *job);

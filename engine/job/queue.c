@@ -36,6 +36,20 @@ void zt__jobs_post(zt__job *job, zt__msg_kind kind, json_t *obj, int rc, uint64_
   uv_async_send(jobs->async);
 }
 
+/* The "state" and "end" events of a job that ends on the loop thread, without a runner (the
+ * runner posts its own): error only for a failed one. */
+static void emit_end(zt_jobs *jobs, zt__job *job, const char *state, const char *error) {
+  json_t *ev = zt__job_event(job, "state");
+  json_object_set_new(ev, "state", json_string(state));
+  if (error) json_object_set_new(ev, "error", json_string(error));
+  zt__jobs_emit(jobs, job, ev);
+  ev = zt__job_event(job, "end");
+  json_object_set_new(ev, "state", json_string(state));
+  json_object_set_new(ev, "step", json_integer(job->step));
+  if (error) json_object_set_new(ev, "error", json_string(error));
+  zt__jobs_emit(jobs, job, ev);
+}
+
 void zt__job_fail(zt_jobs *jobs, zt__job *job, const char *error) {
   pthread_mutex_lock(&jobs->mu);
   job->state = ZT_JOB_FAILED;
@@ -45,15 +59,7 @@ void zt__job_fail(zt_jobs *jobs, zt__job *job, const char *error) {
   char err[ZT__ERR_MAX];
   if (zt__job_write_status(job, err, sizeof err) < 0) ZT_LOGE("job", "%s: %s", job->id, err);
   zt__job_log(job, ZT_LOG_ERROR, "failed: %s", error);
-  json_t *ev = zt__job_event(job, "state");
-  json_object_set_new(ev, "state", json_string("failed"));
-  json_object_set_new(ev, "error", json_string(error));
-  zt__jobs_emit(jobs, job, ev);
-  ev = zt__job_event(job, "end");
-  json_object_set_new(ev, "state", json_string("failed"));
-  json_object_set_new(ev, "step", json_integer(job->step));
-  json_object_set_new(ev, "error", json_string(error));
-  zt__jobs_emit(jobs, job, ev);
+  emit_end(jobs, job, "failed", error);
   char msg[ZT__ERR_MAX + 64];
   snprintf(msg, sizeof msg, "job %s failed: %s", job->id, error);
   zt__job_fail_pending(job, -EINVAL, msg);
@@ -213,11 +219,8 @@ void zt__jobs_on_async(uv_async_t *h) {
 void zt__jobs_enqueue(zt_jobs *jobs, zt__job *job) { jobs->queue[jobs->n_queue++] = job; }
 
 int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
-  zt__job *job = zt__jobs_find(jobs, id);
-  if (!job) {
-    snprintf(err, errlen, "no job %s", id);
-    return -ENOENT;
-  }
+  zt__job *job = zt__jobs_find(jobs, id, err, errlen);
+  if (!job) return -ENOENT;
   zt_job_state s = zt__job_state_of(job);
   if (zt__job_state_terminal(s)) {
     snprintf(err, errlen, "job %s is already %s", id, zt_job_state_name(s));
@@ -244,13 +247,7 @@ int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
   pthread_mutex_unlock(&jobs->mu);
   zt__job_log(job, ZT_LOG_INFO, "cancelled while queued");
   int rc = zt__job_write_status(job, err, errlen);
-  json_t *ev = zt__job_event(job, "state");
-  json_object_set_new(ev, "state", json_string("cancelled"));
-  zt__jobs_emit(jobs, job, ev);
-  ev = zt__job_event(job, "end");
-  json_object_set_new(ev, "state", json_string("cancelled"));
-  json_object_set_new(ev, "step", json_integer(job->step));
-  zt__jobs_emit(jobs, job, ev);
+  emit_end(jobs, job, "cancelled", NULL);
   char msg[ZT__ERR_MAX];
   snprintf(msg, sizeof msg, "job %s is cancelled", id);
   zt__job_fail_pending(job, -EINVAL, msg);

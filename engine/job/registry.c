@@ -33,9 +33,11 @@ int zt__job_state_terminal(zt_job_state s) { return s >= ZT_JOB_DONE; }
 
 int64_t zt__now(void) { return (int64_t)time(NULL); }
 
-zt__job *zt__jobs_find(zt_jobs *jobs, const char *id) {
+/* The job of that id; NULL with the message of -ENOENT if there is none. */
+zt__job *zt__jobs_find(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
   for (int i = 0; i < jobs->n_all; i++)
     if (strcmp(jobs->all[i]->id, id) == 0) return jobs->all[i];
+  snprintf(err, errlen, "no job %s", id);
   return NULL;
 }
 

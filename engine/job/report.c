@@ -180,10 +180,9 @@ json_t *zt_jobs_list(zt_jobs *jobs) {
 }
 
 json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen) {
-  zt__job *job = zt__jobs_find(jobs, id);
+  zt__job *job = zt__jobs_find(jobs, id, err, errlen);
   if (!job) {
     *rc = -ENOENT;
-    snprintf(err, errlen, "no job %s", id);
     return NULL;
   }
   pthread_mutex_lock(&jobs->mu);
