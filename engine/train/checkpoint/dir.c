@@ -1,5 +1,5 @@
 /* defines: zt_trainer_save and zt_trainer_load (engine/train/trainer.h; called by the job's
- * runner, ztrain and the data-parallel parts): the checkpoint directory.
+ * runner and ztrain): the checkpoint directory.
  *
  * A save writes DIR.tmp, every file and the directory fsynced, then swaps it into place with
  * renameat2(RENAME_EXCHANGE) so DIR is always either the old or the new complete checkpoint; the

@@ -1,5 +1,5 @@
 /* defines: the flat layout (internal.h; dir.c saves and loads it) and zt_trainer_export
- * (engine/train/trainer.h; ztd's export, ztrain).
+ * (engine/train/trainer.h; the tests: ztd's export serves a checkpoint's model.safetensors).
  *
  * model.safetensors, optimizer.safetensors and trainer.json hold the state in the model's
  * layout; any trainer loads it. A per-rank checkpoint's model.safetensors is the same file

@@ -1,7 +1,7 @@
 /* defines: what both layouts share (internal.h): the trainer's state a piece at a time,
  * trainer.json's fields, the model check of a load; the host memory a checkpoint takes
  * (zt_trainer_checkpoint_bytes, zt_checkpoint_estimate_bytes*: job admission) and
- * zt_trainer_get_state (tests, parity tools).
+ * zt_trainer_get_state (the tests).
  *
  * The state moves in pieces: runs of whole units of at most the largest unit's parameters, in
  * unit order. A save reads a piece from the trainer (its backend, or its step path's tiers)
