@@ -82,7 +82,7 @@ int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], ch
                    size_t errlen);
 /* Daemon to daemon (the coordinator of a job spanning daemons calls it over TCP): validates the
  * job's normalised spec and its part ({"world", "rank0", "nccl_id", "resume_step",
- * "coordinator"}: engine/job/job.h) and starts the part now on parallel.gpus free devices
+ * "coordinator"}: engine/job/internal.h) and starts the part now on parallel.gpus free devices
  * (-EBUSY when they are not free: the coordinator waits for its parts, so they never queue).
  * The part ends when zt_jobs_forget(owner) reports the connection gone. */
 int zt_jobs_join(zt_jobs *jobs, const json_t *spec, const json_t *part, void *owner,

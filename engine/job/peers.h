@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "engine/job/job.h"
+#include "engine/job/internal.h"
 
 typedef struct zt__peers zt__peers;
 

@@ -1,5 +1,6 @@
-/* The step loop of one job, on its own thread: backend, trainer, data, losses.log, checkpoints.
- * Everything the loop thread must see goes through zt__jobs_post. */
+/* defines: zt__runner_main and zt__runner_interrupt (internal.h; queue.c starts the runner on
+ * the job's own thread): the step loop of one job: its trainer opened (and resumed), data,
+ * losses.log, checkpoints. Everything the loop thread must see goes through zt__jobs_post. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -7,111 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include "engine/base/sizes.h"
-#include "engine/comm/comm.h"
-#ifdef ZT_HAVE_NCCL
-#include "engine/comm/comm_nccl.h"
-#endif
 #include "engine/kernels/backend.h"
-#include "engine/job/job.h"
+#include "engine/job/internal.h"
 #include "engine/job/peers.h"
 #include "engine/job/store.h"
 #include "engine/base/log.h"
 #include "engine/train/dp/dp.h"
 #include "engine/base/tunables.h"
 
-typedef struct runner {
-  zt__job *job;
-  zt_trainer *trainer;
-  /* a rank per device the job holds here: its backend, and with several its communicator; the
-   * job's world spans the peers' parts too (ranks rank0 .. rank0 + local - 1 are here) */
-  int world, rank0, local;
-  int spans;              /* the job spans daemons: this is its coordinator or a part */
-#ifdef ZT_HAVE_NCCL
-  zt_comm_nccl_cancel *cancel; /* ends this daemon's NCCL waits (job->interrupt) */
-#endif
-  zt__peers *peers;       /* the coordinator's parts on its peers */
-  int resume_step;        /* the checkpoint the job starts from, 0 none */
-  int together;           /* the parts stopped after the same step as this one */
-  zt_dp_rank ranks[ZT_JOBS_MAX_GPUS];
-  int n_be;                              /* backends opened, ranks 0 .. n_be-1 */
-  char comm_open[ZT_JOBS_MAX_GPUS];
-  void (*comm_close)(zt_comm *c);
-  zt_comm_cpu_group *group;
-  zt__token_file tokens;
-  int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
-  int32_t *batch;         /* the step's micro-batches, back to back */
-  int have;               /* stream: micro-batches of the next step already in batch */
-  FILE *losses;
-  char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */
-  zt_offload_stats last;      /* offloaded: the stats after the previous step (the timeline) */
-  uint64_t nvme_bytes;        /* offloaded: the NVMe tier of its plan */
-  char err[ZT__ERR_MAX];
-} runner;
-
 static double mono_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int64_t host_rss(void) {
-  long pages = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "re");
-  if (!f) return -1;
-  int n = fscanf(f, "%ld %ld", &pages, &resident);
-  fclose(f);
-  return n == 2 ? (int64_t)resident * sysconf(_SC_PAGE_SIZE) : -1;
-}
-
-/* What the job holds now: its backends' figures (zt_backend_mem_stats) summed over its ranks
- * and per device; with offload (os) the device arena, the block the offloaded step
- * sub-allocates, counts as reserved and the pinned host tier as pinned (a parallel job's ranks'
- * host tiers too). NULL: out of memory. */
-static json_t *memory_json(const runner *r, size_t backend_bytes, const zt_offload_stats *os) {
-  uint64_t alloc = 0, peak = 0, reserved = 0, pinned = os ? os->host_pinned : 0, live = 0,
-           total = 0;
-  json_t *devs = json_array();
-  json_t *m = json_pack("{s:s, s:I}", "backend", r->job->jobs->cfg.backend, "backend_bytes",
-                        (json_int_t)backend_bytes);
-  if (!m || !devs) goto fail;
-  for (int i = 0; i < r->n_be; i++) {
-    zt_backend_mem b;
-    if (zt_backend_mem_stats(&r->ranks[i].be, &b) < 0) continue;
-    uint64_t res = b.reserved + (os && i == 0 ? os->arena_budget : 0);
-    if (json_array_append_new(devs, json_pack("{s:i, s:I, s:I, s:I}", "device",
-                                              r->job->held[i], "allocated",
-                                              (json_int_t)b.allocated, "peak", (json_int_t)b.peak,
-                                              "reserved", (json_int_t)res)) < 0)
-      goto fail;
-    alloc += b.allocated;
-    peak += b.peak;
-    reserved += res;
-    pinned += b.host_pinned;
-    /* a parallel job's offload host tier, per rank */
-    if (r->trainer && r->world > 1) pinned += zt_trainer_dp_host_bytes(r->trainer, r->rank0 + i);
-    live += b.allocations;
-    total += b.allocations_total;
-  }
-  json_t *figures = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "allocated",
-                              (json_int_t)alloc, "peak", (json_int_t)peak, "reserved",
-                              (json_int_t)reserved, "host_pinned", (json_int_t)pinned,
-                              "allocations", (json_int_t)live, "allocations_total",
-                              (json_int_t)total, "devices", devs);
-  devs = NULL;
-  if (!figures || json_object_update(m, figures) < 0) {
-    json_decref(figures);
-    goto fail;
-  }
-  json_decref(figures);
-  int64_t rss = host_rss();
-  if (rss >= 0) json_object_set_new(m, "host_rss", json_integer(rss));
-  return m;
-fail:
-  json_decref(devs);
-  json_decref(m);
-  return NULL;
 }
 
 /* Saves the trainer at its current step (unless the newest checkpoint already is that step),
@@ -235,254 +144,6 @@ static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
   /* cut to fit: the trainer's message first, then the directory */
   snprintf(r->err, sizeof r->err, "%.1400s (the job's NVMe tier needs %s, %" PRIu64 " bytes, in "
            "offload.nvme_dir %.500s)", why, bytes, need, s->offload.nvme_dir);
-}
-
-/* The step just done, from the stats before and after it: the fraction of its wall time each
- * resource was busy (the AdamW pool's per thread), and the fraction the trainer's thread waited
- * on each, as zt_offload_stats times them. NULL when no time passed (a resumed job's first
- * report). */
-static json_t *timeline_json(const zt_offload_stats *a, const zt_offload_stats *b) {
-  double wall = (double)(b->step_ns - a->step_ns);
-  if (wall <= 0) return NULL;
-  int threads = b->adam_threads > 0 ? b->adam_threads : 1;
-  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:{s:f, s:f, s:f}}", "step_s", wall / 1e9,
-                   "compute", (double)(b->compute_ns - a->compute_ns) / wall, "h2d",
-                   (double)(b->h2d_ns - a->h2d_ns) / wall, "d2h",
-                   (double)(b->d2h_ns - a->d2h_ns) / wall, "optimizer",
-                   (double)(b->adam_ns - a->adam_ns) / wall / threads, "nvme",
-                   (double)(b->nvme_ns - a->nvme_ns) / wall, "waits", "copy",
-                   (double)(b->wait_copy_ns - a->wait_copy_ns) / wall, "optimizer",
-                   (double)(b->wait_adam_ns - a->wait_adam_ns) / wall, "nvme",
-                   (double)(b->wait_nvme_ns - a->wait_nvme_ns) / wall);
-}
-
-/* The offloaded step's own figures; with the stats of the step before (prev), its timeline. */
-static json_t *offload_json(const runner *r, const zt_offload_stats *os,
-                            const zt_offload_stats *prev) {
-  json_t *o = json_pack(
-      "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:s, s:s}",
-      "device_budget",
-      (json_int_t)os->device_budget, "arena_budget", (json_int_t)os->arena_budget, "arena_peak",
-      (json_int_t)os->arena_peak, "host_bytes", (json_int_t)os->host_bytes, "host_pinned",
-      (json_int_t)os->host_pinned, "nvme_bytes", (json_int_t)r->nvme_bytes, "bytes_h2d",
-      (json_int_t)os->bytes_h2d, "bytes_d2h", (json_int_t)os->bytes_d2h, "nvme_bytes_read",
-      (json_int_t)os->nvme_bytes_read, "nvme_bytes_written", (json_int_t)os->nvme_bytes_written,
-      "adam_overlapped", (json_int_t)os->adam_overlapped, "gpu_units", os->gpu_units,
-      "ckpt_every", os->ckpt_every, "params", zt_offload_place_name(os->params), "grads",
-      zt_offload_place_name(os->grads));
-  json_t *tl = prev ? timeline_json(prev, os) : NULL;
-  if (o && tl) json_object_set_new(o, "timeline", tl);
-  else json_decref(tl);
-  return o;
-}
-
-/* job->memory, what status and show report: a copy of mem (NULL: left as it was). */
-static void publish_memory(runner *r, const json_t *mem) {
-  json_t *copy = mem ? json_deep_copy(mem) : NULL;
-  if (!copy) return;
-  pthread_mutex_lock(&r->job->jobs->mu);
-  json_decref(r->job->memory);
-  r->job->memory = copy;
-  pthread_mutex_unlock(&r->job->jobs->mu);
-}
-
-/* After the trainer: what the job left on its backends (nothing, unless it leaked) and their
- * peaks; an offloaded job's tiers and timeline as its last step reported them. */
-static void publish_closed(runner *r) {
-  json_t *left = memory_json(r, 0, NULL);
-  pthread_mutex_lock(&r->job->jobs->mu);
-  json_t *off = json_object_get(r->job->memory, "offload");
-  if (left && off) json_object_set(left, "offload", off);
-  pthread_mutex_unlock(&r->job->jobs->mu);
-  publish_memory(r, left);
-  json_decref(left);
-}
-
-/* Once the trainer is open, before the first step: what it took. */
-static void publish_opened(runner *r) {
-  const zt_job_spec *s = &r->job->spec;
-  zt_offload_stats os;
-  int off = s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0;
-  json_t *mem = memory_json(r, zt_trainer_backend_bytes(r->trainer), off ? &os : NULL);
-  if (mem && off) json_object_set_new(mem, "offload", offload_json(r, &os, NULL));
-  publish_memory(r, mem);
-  json_decref(mem);
-}
-
-#ifdef ZT_HAVE_NCCL
-/* The NCCL communicators of a job's ranks. ncclCommInitRank returns once every rank has called
- * it, so each rank calls it on a thread of its own; all the threads exist before any of them
- * calls, because ranks whose thread could not be made would leave the others waiting forever. */
-typedef struct nccl_group {
-  runner *r;
-  zt_comm_nccl_id id;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int go; /* 0 wait, 1 open, -1 leave */
-  int rank_rc[ZT_JOBS_MAX_GPUS];
-  char rank_err[ZT_JOBS_MAX_GPUS][256];
-} nccl_group;
-
-typedef struct nccl_arg {
-  nccl_group *g;
-  int rank;
-} nccl_arg;
-
-static void *nccl_open_main(void *arg) {
-  nccl_arg *a = arg;
-  nccl_group *g = a->g;
-  runner *r = g->r;
-  pthread_mutex_lock(&g->mu);
-  while (!g->go) pthread_cond_wait(&g->cv, &g->mu);
-  int go = g->go;
-  pthread_mutex_unlock(&g->mu);
-  if (go > 0)
-    g->rank_rc[a->rank] =
-        zt_comm_nccl_open(&r->ranks[a->rank].comm, r->world, r->rank0 + a->rank, &g->id,
-                          r->job->held[a->rank], r->cancel, g->rank_err[a->rank],
-                          sizeof g->rank_err[0]);
-  return NULL;
-}
-
-/* A part lost by the coordinator (engine/job/peers.h): its ranks here stop waiting for it. */
-static void on_peer_lost(void *arg, const char *why) {
-  runner *r = arg;
-  zt__job_log(r->job, ZT_LOG_ERROR, "%s", why);
-  zt_comm_nccl_cancel_fire(r->cancel, why);
-}
-
-/* The NCCL group's id: a part takes the coordinator's; the coordinator makes it and, when the
- * job spans daemons, starts the parts on its peers with it before its own ranks wait in
- * ncclCommInitRank for theirs. */
-static int group_id(runner *r, zt_comm_nccl_id *id) {
-  const zt__job *job = r->job;
-  char hex[sizeof job->part.nccl_id];
-  if (job->part.member) {
-    for (size_t i = 0; i < sizeof id->bytes; i++) {
-      unsigned v;
-      sscanf(job->part.nccl_id + 2 * i, "%2x", &v);
-      id->bytes[i] = (char)v;
-    }
-    return 0;
-  }
-  int rc = zt_comm_nccl_get_id(id, r->err, sizeof r->err);
-  if (rc < 0 || !r->spans) return rc;
-  for (size_t i = 0; i < sizeof id->bytes; i++)
-    snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->bytes[i]);
-  return zt__peers_start(&r->peers, job, hex, r->resume_step, on_peer_lost, r, r->err,
-                         sizeof r->err);
-}
-
-static int open_nccl(runner *r) {
-  nccl_group *g = calloc(1, sizeof *g);
-  pthread_t th[ZT_JOBS_MAX_GPUS];
-  nccl_arg args[ZT_JOBS_MAX_GPUS];
-  int rc, started = 0;
-  if (!g) {
-    snprintf(r->err, sizeof r->err, "out of memory");
-    return -ENOMEM;
-  }
-  g->r = r;
-  r->comm_close = zt_comm_nccl_close;
-  if ((rc = group_id(r, &g->id)) < 0) goto out;
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
-  for (; started < r->local; started++) {
-    args[started] = (nccl_arg){g, started};
-    g->rank_rc[started] = -ECANCELED;
-    if ((rc = -pthread_create(&th[started], NULL, nccl_open_main, &args[started])) < 0) break;
-  }
-  pthread_mutex_lock(&g->mu);
-  g->go = rc < 0 ? -1 : 1;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&g->mu);
-  pthread_cond_destroy(&g->cv);
-  if (rc < 0) {
-    snprintf(r->err, sizeof r->err, "starting the NCCL thread of rank %d: %s", started,
-             strerror(-rc));
-    goto out;
-  }
-  for (int i = 0; i < r->local; i++) {
-    r->comm_open[i] = g->rank_rc[i] == 0;
-    if (g->rank_rc[i] < 0 && rc == 0) {
-      rc = g->rank_rc[i];
-      snprintf(r->err, sizeof r->err, "%s", g->rank_err[i]); /* names the rank and device */
-    }
-  }
-out:
-  free(g);
-  return rc;
-}
-#endif
-
-/* A backend per device the job holds (cuda: that GPU; cpu: a simulated rank of the daemon's
- * threads split between its ranks), and with several ranks their communicators. */
-static int open_ranks(runner *r) {
-  zt__job *job = r->job;
-  const zt_jobs_config *cfg = &job->jobs->cfg;
-  int cuda = strcmp(cfg->backend, "cuda") == 0, threads = zt__jobs_rank_threads(cfg), rc;
-  for (; r->n_be < r->local; r->n_be++) {
-    char why[ZT__ERR_MAX - 64];
-    rc = zt_backend_open(&r->ranks[r->n_be].be, cfg->backend, job->held[r->n_be], threads, why,
-                         sizeof why);
-    if (rc < 0) {
-      if (r->local == 1) snprintf(r->err, sizeof r->err, "%s", why);
-      else snprintf(r->err, sizeof r->err, "rank %d (%s %d): %s", r->n_be,
-                    cuda ? "GPU" : "simulated rank", job->held[r->n_be], why);
-      return rc;
-    }
-  }
-  if (r->world == 1) return 0;
-  /* the backends' ops run on the current device: the runner's own calls (checkpoints) go
-   * through rank 0 */
-  if ((rc = zt_backend_bind_thread(&r->ranks[0].be)) < 0) {
-    snprintf(r->err, sizeof r->err, "rank 0 (GPU %d): cannot make it current", job->held[0]);
-    return rc;
-  }
-  if (cuda) {
-#ifdef ZT_HAVE_NCCL
-    if ((rc = zt_comm_nccl_cancel_create(&r->cancel)) < 0) {
-      snprintf(r->err, sizeof r->err, "out of memory");
-      return rc;
-    }
-    pthread_mutex_lock(&job->jobs->mu);
-    job->interrupt = r->cancel;
-    pthread_mutex_unlock(&job->jobs->mu);
-    return open_nccl(r);
-#else
-    /* refused before the start (check_parallel); the CPU group must never get device memory */
-    snprintf(r->err, sizeof r->err, "parallel.gpus %d needs NCCL, which this build of ztd lacks",
-             r->local);
-    return -ENOTSUP;
-#endif
-  }
-  r->comm_close = zt_comm_cpu_close;
-  if ((rc = zt_comm_cpu_group_open(&r->group, r->local)) < 0) {
-    snprintf(r->err, sizeof r->err, "the CPU group of %d ranks: %s", r->local, strerror(-rc));
-    return rc;
-  }
-  for (int i = 0; i < r->local; i++) {
-    if ((rc = zt_comm_cpu_open(&r->ranks[i].comm, r->group, i)) < 0) {
-      snprintf(r->err, sizeof r->err, "rank %d of the CPU group: %s", i, strerror(-rc));
-      return rc;
-    }
-    r->comm_open[i] = 1;
-  }
-  return 0;
-}
-
-/* After the trainer, which uses but does not own them. */
-static void close_ranks(runner *r) {
-  for (int i = 0; i < r->local; i++)
-    if (r->comm_open[i]) r->comm_close(&r->ranks[i].comm);
-  zt_comm_cpu_group_close(r->group);
-  for (int i = 0; i < r->n_be; i++) {
-    /* a cuda backend frees its device's memory with that device current */
-    zt_backend_bind_thread(&r->ranks[i].be);
-    zt_backend_close(&r->ranks[i].be);
-  }
 }
 
 static int open_job(runner *r) {
@@ -638,12 +299,12 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
   zt_offload_stats os;
   int off = s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0;
-  json_t *mem = memory_json(r, backend_bytes, off ? &os : NULL);
+  json_t *mem = zt__runner_memory_json(r, backend_bytes, off ? &os : NULL);
   if (mem && off) {
-    json_object_set_new(mem, "offload", offload_json(r, &os, &r->last));
+    json_object_set_new(mem, "offload", zt__runner_offload_json(r, &os, &r->last));
     r->last = os;
   }
-  publish_memory(r, mem);
+  zt__runner_publish_memory(r, mem);
   json_object_set_new(ev, "memory", mem);
   zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
   return 0;
@@ -665,8 +326,8 @@ void *zt__runner_main(void *arg) {
 
   r.resume_step = job->part.member ? job->part.resume_step : zt__store_newest_checkpoint(job->dir);
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
-  if ((rc = open_ranks(&r)) < 0 || (rc = open_job(&r)) < 0) goto out;
-  publish_opened(&r);
+  if ((rc = zt__runner_open_ranks(&r)) < 0 || (rc = open_job(&r)) < 0) goto out;
+  zt__runner_publish_opened(&r);
 
   double run_start = mono_seconds();
   int run_first_step = zt_trainer_step_count(r.trainer);
@@ -755,14 +416,14 @@ out:
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
   zt_trainer_close(r.trainer); /* its NVMe files with it */
   r.trainer = NULL;
-  publish_closed(&r);
+  zt__runner_publish_closed(&r);
   if (r.nvme_dir[0]) {
     int nrc = zt__store_remove_tree(r.nvme_dir);
     if (nrc < 0 || (nrc = zt__store_nvme_forget(job->dir)) < 0)
       zt__job_log(job, ZT_LOG_WARN, "removing its NVMe directory %s: %s", r.nvme_dir,
                   strerror(-nrc));
   }
-  close_ranks(&r);
+  zt__runner_close_ranks(&r);
 #ifdef ZT_HAVE_NCCL
   pthread_mutex_lock(mu);
   job->interrupt = NULL;

@@ -1,4 +1,4 @@
-/* Per-rank checkpoints (engine/train/checkpoint/checkpoint.c) of data-parallel trainers that run every rank
+/* Per-rank checkpoints (train/checkpoint/per_rank.c) of data-parallel trainers that run every rank
  * of their world, on simulated ranks. For stages 1, 2, 3, with the optimizer on the device and
  * on the host (all units or all but the first; stage 3 with the parameters on the host too), in
  * fp32, bf16 and fp16, a W 2 trainer saves after SAVE_AT steps and goes on; then:

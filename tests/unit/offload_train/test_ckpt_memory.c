@@ -1,4 +1,4 @@
-/* Checkpoints move the state in pieces of whole units (engine/train/checkpoint/checkpoint.c): the heap that
+/* Checkpoints move the state in pieces of whole units (train/checkpoint/state.c): the heap that
  * a save, a load and an export take, counted through the sanitizer allocator's hooks over every
  * thread, stays within zt_trainer_checkpoint_bytes (plus the files' names and headers) on a GPT
  * whose parameters alone, one flat copy, would not fit in it: for the trainer without offload,

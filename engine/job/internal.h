@@ -1,17 +1,22 @@
-/* Internals shared by the registry (jobs.c, the loop thread) and the runner (runner.c, one
+/* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, credit.c,
+ * report.c, export.c, recover.c) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
  * thread per running job). The fields a runner and the loop both touch are guarded by
  * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
-#ifndef ZT_JOB_JOB_H
-#define ZT_JOB_JOB_H
+#ifndef ZT_JOB_INTERNAL_H
+#define ZT_JOB_INTERNAL_H
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <jansson.h>
 #include <uv.h>
 #include "engine/job/data.h"
 #include "engine/job/jobs.h"
 #include "engine/base/log.h"
 #include "engine/job/spec.h"
+#ifdef ZT_HAVE_NCCL
+#include "engine/comm/comm_nccl.h"
+#endif
 
 /* Paths under the state dir are bounded so that every message naming one fits ZT__ERR_MAX. */
 #define ZT__STATE_DIR_MAX 960
@@ -138,10 +143,11 @@ struct zt_jobs {
   void *shutdown_user;
 };
 
-/* Runner -> loop: appends under mu and wakes the loop. obj is stolen; text may be NULL. */
+/* Runner -> loop (queue.c): appends under mu and wakes the loop. obj is stolen; text may be
+ * NULL. */
 void zt__jobs_post(zt__job *job, zt__msg_kind kind, json_t *obj, int rc, uint64_t gen,
                    const char *text);
-/* Writes jobs/<id>/status.json from the job's current fields (taken under mu). */
+/* report.c. Writes jobs/<id>/status.json from the job's current fields (taken under mu). */
 int zt__job_write_status(zt__job *job, char *err, size_t errlen);
 /* A line for the daemon's log that also goes to the job's own log, jobs/<id>/log (state
  * changes, resumes, checkpoints, errors: what a user reads to learn what happened to a job). */
@@ -149,11 +155,79 @@ void zt__job_log(const zt__job *job, zt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* {"event": kind, "job": id} to add fields to. */
 json_t *zt__job_event(const zt__job *job, const char *kind);
+
+/* The loop thread's, by file (the definitions say more). registry.c: the jobs table, a job's
+ * lifetime, its state's names. */
+int zt__job_state_parse(const char *s, zt_job_state *out);
+int zt__job_state_terminal(zt_job_state s);
+zt_job_state zt__job_state_of(zt__job *job);
+zt__job *zt__jobs_find(zt_jobs *jobs, const char *id, char *err, size_t errlen);
+int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job **out);
+void zt__job_free(zt__job *job);
+int zt__jobs_add(zt_jobs *jobs, zt__job *job);
 int64_t zt__now(void);
+/* queue.c: the queue, the devices, the runners' messages. */
+void zt__jobs_on_async(uv_async_t *h);
+int zt__jobs_free_devices(const zt_jobs *jobs);
+void zt__jobs_start(zt_jobs *jobs, zt__job *job);
+void zt__jobs_maybe_start(zt_jobs *jobs);
+void zt__jobs_enqueue(zt_jobs *jobs, zt__job *job);
+void zt__job_fail(zt_jobs *jobs, zt__job *job, const char *error);
+/* credit.c: pushed batches and checkpoint requests answered. */
+void zt__job_refill(zt__job *job);
+void zt__job_fail_pending(zt__job *job, int rc, const char *message);
+void zt__job_answer_checkpoints(zt__job *job, const zt__msg *m);
+/* report.c: an event to the watchers (stolen). */
+void zt__jobs_emit(zt_jobs *jobs, zt__job *job, json_t *ev);
+/* recover.c: the state dir's jobs read back (zt_jobs_open). */
+int zt__jobs_scan(zt_jobs *jobs, char *err, size_t errlen);
 
 /* The runner thread (runner.c). */
 void *zt__runner_main(void *arg);
 /* Fires a running job's interrupt (above) with the reason; under jobs->mu. */
 void zt__runner_interrupt(zt__job *job, const char *why);
+
+/* A runner's state, on its job's thread (runner.c: the step loop; runner_ranks.c: its backends
+ * and communicators; runner_memory.c: what it reports of its memory). */
+typedef struct zt__peers zt__peers; /* peers.h */
+typedef struct runner {
+  zt__job *job;
+  zt_trainer *trainer;
+  /* a rank per device the job holds here: its backend, and with several its communicator; the
+   * job's world spans the peers' parts too (ranks rank0 .. rank0 + local - 1 are here) */
+  int world, rank0, local;
+  int spans;              /* the job spans daemons: this is its coordinator or a part */
+#ifdef ZT_HAVE_NCCL
+  zt_comm_nccl_cancel *cancel; /* ends this daemon's NCCL waits (job->interrupt) */
+#endif
+  zt__peers *peers;       /* the coordinator's parts on its peers */
+  int resume_step;        /* the checkpoint the job starts from, 0 none */
+  int together;           /* the parts stopped after the same step as this one */
+  zt_dp_rank ranks[ZT_JOBS_MAX_GPUS];
+  int n_be;                              /* backends opened, ranks 0 .. n_be-1 */
+  char comm_open[ZT_JOBS_MAX_GPUS];
+  void (*comm_close)(zt_comm *c);
+  zt_comm_cpu_group *group;
+  zt__token_file tokens;
+  int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
+  int32_t *batch;         /* the step's micro-batches, back to back */
+  int have;               /* stream: micro-batches of the next step already in batch */
+  FILE *losses;
+  char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */
+  zt_offload_stats last;      /* offloaded: the stats after the previous step (the timeline) */
+  uint64_t nvme_bytes;        /* offloaded: the NVMe tier of its plan */
+  char err[ZT__ERR_MAX];
+} runner;
+
+/* runner_ranks.c */
+int zt__runner_open_ranks(runner *r);
+void zt__runner_close_ranks(runner *r);
+/* runner_memory.c */
+json_t *zt__runner_memory_json(const runner *r, size_t backend_bytes, const zt_offload_stats *os);
+json_t *zt__runner_offload_json(const runner *r, const zt_offload_stats *os,
+                                const zt_offload_stats *prev);
+void zt__runner_publish_memory(runner *r, const json_t *mem);
+void zt__runner_publish_closed(runner *r);
+void zt__runner_publish_opened(runner *r);
 
 #endif
