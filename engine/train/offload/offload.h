@@ -136,6 +136,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "engine/plan/offload_plan.h"
 #include "engine/train/trainer.h"
 
 /* zt_trainer_open for an offloaded step. -ENOMEM with the numbers when gpu_budget cannot hold
@@ -146,35 +147,6 @@
 int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen);
-
-/* An offloaded job as zt_trainer_open_offload will run it, decided the same way (the auto
- * choices included) without allocating. */
-typedef struct zt_offload_plan {
-  size_t host_bytes;       /* the host arena */
-  size_t device_bytes;     /* act_bytes + gpu_unit_bytes + dsum_bytes + arena_bytes */
-  uint64_t nvme_bytes;     /* the NVMe files, in the store's whole blocks */
-  size_t act_bytes;        /* activations of one micro-batch */
-  size_t gpu_unit_bytes;   /* the units whose optimizer lives on the device */
-  size_t arena_bytes;      /* the streamer's arena: parameter copies and gradient buffers */
-  int units, gpu_units;    /* the model's units; the leading ones with the optimizer on device */
-  int host_units;          /* the units after those with the optimizer on the host; the rest
-                              have it on NVMe */
-  int grad_slots;          /* the host's gradient ring (0: one flat buffer) */
-  int ckpt_every;          /* activation checkpointing as resolved */
-  zt_offload_place params; /* the parameters' home between uses, as resolved */
-  zt_offload_place grads;  /* where the step's gradient sums are kept, as resolved: gpu, host */
-  size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
-  double est_step_s;       /* the cost model's step time (engine/base/tunables.h's rates) */
-  /* the transfers a step is expected to make: parameters and running gradient sums to the
-   * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
-   * NVMe reads plus writes */
-  uint64_t h2d_bytes, d2h_bytes, nvme_step_bytes;
-} zt_offload_plan;
-
-/* The plan; the same refusals (-EINVAL, -ENOTSUP, -ENOMEM with the numbers, -ENOSPC for a plan
- * over nvme_budget) as the open. */
-int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen);
 
 typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + device units + gradient sums +

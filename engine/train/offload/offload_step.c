@@ -11,7 +11,6 @@
 
 #include "engine/kernels/backend.h"
 #include "engine/train/trainer_internal.h"
-#include "engine/base/tunables.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
 #include "offload/cpu_pool.h"
@@ -24,7 +23,6 @@
 /* the policy's limits (engine/plan/recipe.h) */
 #define PREFETCH_MAX ZT_OFFLOAD_PREFETCH_MAX
 #define UNIT_DONE_LAG ZT_OFFLOAD_UNIT_DONE_LAG
-#define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
 /* AdamW worker threads. On the CPU backend one keeps the update of a unit running beside the
  * backend's own threads on the runner's backward, unpinned, since the backend's threads take the
  * cores they find. Beside a GPU the update is the host's main work: a thread per core, pinned. */
@@ -194,7 +192,7 @@ static void unit_put(zt_trainer *t, int u, unsigned flags) {
 
 /* The compute copy of unit u whose parameters unit_get gave as p: the fp32 parameters
  * themselves, the device-resident copy, or (bf16/fp16, streamed) the compute-copy block of the
- * unit's device copy (unit_layout_of). */
+ * unit's device copy (zt_offload_unit_layout_of). */
 static const void *lp_of(const zt_trainer *t, int u, const void *p) {
   const off_state *s = t->path_state;
   if (!p || s->dt == ZT_F32) return p;
@@ -997,54 +995,6 @@ static int build_runs(const zt_model *m, off_state *s) {
   return 0;
 }
 
-/* A unit's device copy (bf16/fp16): the model addresses a tensor's fp32 copy at p + 4 * its offset
- * in the unit and its compute copy at p_lp + 2 * that offset, so the copy holds the fp32
- * tensors it reads at those places from p, and the compute-copy block from p_lp = p + lp_offset,
- * far enough on that no compute-copy tensor overlaps an fp32 one (256-aligned). The layouts put
- * a block's vectors before its matrices, so this is little more than the compute copy: fp32
- * vectors, then the 16-bit matrices. Only the bytes the ops read are copied in
- * (zt_tensor_info.reads). fp32 compute: the unit's fp32 parameters, lp_offset 0. */
-typedef struct unit_layout {
-  size_t lp_offset, bytes;
-  size_t f32_end; /* the fp32 tensors read lie in the unit's first f32_end bytes */
-} unit_layout;
-
-static unit_layout unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
-  const zt_unit_info *ui = zt_model_unit(m, u);
-  if (dt == ZT_F32) return (unit_layout){0, ui->numel * sizeof(float), ui->numel * sizeof(float)};
-  size_t es = zt_dtype_size(dt), f32_end = 0, lp_begin = SIZE_MAX, lp_end = 0;
-  for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
-    const zt_tensor_info *ti = zt_model_tensor(m, i);
-    size_t a = ti->offset - ui->offset, b = a + ti->numel;
-    if ((ti->reads & ZT_READS_F32) && b * sizeof(float) > f32_end) f32_end = b * sizeof(float);
-    if ((ti->reads & ZT_READS_LP) && a * es < lp_begin) lp_begin = a * es;
-    if ((ti->reads & ZT_READS_LP) && b * es > lp_end) lp_end = b * es;
-  }
-  if (lp_begin == SIZE_MAX) return (unit_layout){0, f32_end, f32_end};
-  size_t gap = f32_end > lp_begin ? f32_end - lp_begin : 0;
-  size_t lp_offset = (gap + ZT_DEV_ARENA_ALIGN - 1) / ZT_DEV_ARENA_ALIGN * ZT_DEV_ARENA_ALIGN;
-  size_t bytes = lp_offset + lp_end > f32_end ? lp_offset + lp_end : f32_end;
-  return (unit_layout){lp_offset, bytes, f32_end};
-}
-
-static size_t unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
-  return unit_layout_of(m, u, dt).bytes;
-}
-
-/* The bytes one fetch of unit u moves: its fp32 parameters, or (bf16/fp16) the copies its ops
- * read. */
-static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
-  const zt_unit_info *ui = zt_model_unit(m, u);
-  if (dt == ZT_F32) return ui->numel * sizeof(float);
-  size_t sum = 0;
-  for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
-    const zt_tensor_info *ti = zt_model_tensor(m, i);
-    if (ti->reads & ZT_READS_F32) sum += ti->numel * sizeof(float);
-    if (ti->reads & ZT_READS_LP) sum += ti->numel * zt_dtype_size(dt);
-  }
-  return sum;
-}
-
 /* bf16/fp16: each unit's pieces, runs of consecutive tensors read in the same copy (masters or
  * compute copy), placed at the tensors' offsets in the unit's fp32 block or 16-bit block. */
 static int build_pieces(zt_trainer *t) {
@@ -1055,7 +1005,7 @@ static int build_pieces(zt_trainer *t) {
   s->first_piece = calloc((size_t)s->nu + 1, sizeof *s->first_piece);
   s->lp_offset = calloc((size_t)s->nu, sizeof *s->lp_offset);
   if (!s->pieces || !s->first_piece || !s->lp_offset) return -ENOMEM;
-  for (int u = 0; u < s->nu; u++) s->lp_offset[u] = unit_layout_of(m, u, s->dt).lp_offset;
+  for (int u = 0; u < s->nu; u++) s->lp_offset[u] = zt_offload_unit_layout_of(m, u, s->dt).lp_offset;
   int np = 0;
   for (int u = 0; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(m, u);
@@ -1140,17 +1090,6 @@ static void dev_block_free(void *ctx, void *p, size_t bytes) {
 
 static const char *const kind_names[KINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
-/* The files open_nvme reserves: a master, exp_avg and exp_avg_sq per unit from nh on (the NVMe
- * units), each in the store's whole blocks. */
-static uint64_t nvme_file_bytes(const zt_model *m, int nh) {
-  uint64_t sum = 0;
-  for (int u = nh; u < zt_model_num_units(m); u++) {
-    uint64_t file = zt_model_unit(m, u)->numel * sizeof(float);
-    sum += KINDS * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
-  }
-  return sum;
-}
-
 /* The store under nvme_dir with a file per NVMe unit and kind; off_write_state fills them. */
 static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
   off_state *s = t->path_state;
@@ -1185,441 +1124,6 @@ static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
       s->ext[KINDS * u + k] = rc;
     }
   return 0;
-}
-
-/* Every unit's parameters, and (without dsum) the gradient buffers held and one write-back in
- * flight, in slots. */
-static size_t all_resident_bytes(int nu, int held, int dsum, size_t slot) {
-  return (size_t)(nu + (dsum ? 0 : held + 1)) * zt_dev_arena_footprint(slot);
-}
-
-/* Every size the offloaded trainer takes, from the layout and the activation bytes alone: the
- * one computation behind zt_trainer_open_offload and zt_offload_estimate, so what the daemon
- * admits is what the trainer allocates. */
-typedef struct off_sizes {
-  size_t host;         /* the host arena */
-  size_t arena;        /* the device arena */
-  size_t slot;         /* one unit's device slot */
-  size_t largest;      /* the largest streamed unit's device copy, bytes */
-  size_t largest_f32;  /* the largest streamed unit's fp32 parameters */
-  int held;            /* units acquired at once */
-  int ng;              /* leading units with their optimizer on the device */
-  size_t dev_units;    /* their device bytes */
-  int all_resident;    /* the arena holds every streamed unit: each is fetched once a step */
-  int dsum;            /* grads gpu: the streamed units' gradient sums on the device */
-  size_t dsum_bytes;   /* their device buffer */
-  /* the host side (host_sizes) */
-  int nh;              /* units [ng, nh) with their optimizer on the host, [nh, nu) on NVMe */
-  int alias;           /* the device units' buffers are the host's (open_device_units) */
-  size_t lo;           /* the host's flat-layout buffers start at this float */
-  size_t h_floats;     /* the host units' masters, m and v: floats each */
-  int ring;            /* the gradient ring's slots; 0: the flat buffer */
-  size_t ring_floats;  /* a slot: the largest streamed unit */
-  size_t nvme_f32;     /* the largest NVMe unit's fp32 parameters (an NVMe staging set) */
-  size_t nvme_param;   /* params nvme: the largest NVMe unit's device copy (streamer staging) */
-  int scopy0;          /* the first unit with a stream copy */
-  size_t scopy_floats; /* the stream copies of units [scopy0, nu): the NVMe units' (params not
-                          nvme), with delayed bf16/fp16 the host units' too */
-  size_t delayed;      /* delayed_update: the next buffers' bytes (offload.h) */
-} off_sizes;
-
-/* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
- * fp32 and (bf16/fp16) the compute copy, each one backend buffer over their parameters. */
-static size_t dev_unit_bytes(const zt_model *m, int ng, zt_dtype dt) {
-  if (!ng) return 0;
-  size_t f = zt_model_unit(m, ng)->offset;
-  return 4 * zt_dev_arena_footprint(f * sizeof(float)) +
-         (dt == ZT_F32 ? 0 : zt_dev_arena_footprint(f * zt_dtype_size(dt)));
-}
-
-/* The flat offset of unit u; the parameter count for u == units. */
-static size_t unit_start(const zt_model *m, int u) {
-  return u < zt_model_num_units(m) ? zt_model_unit(m, u)->offset : zt_model_num_params(m);
-}
-
-/* NVMe unit u's stream copy on the host (params not nvme): the fp32 tensors its ops read, which
- * lie in its first unit_layout.f32_end bytes (all of it in fp32). */
-static size_t stream_copy_floats(const zt_model *m, int u, zt_dtype dt) {
-  return unit_layout_of(m, u, dt).f32_end / sizeof(float);
-}
-
-/* The gradient ring's slots for ns streamed units of at most slot_bytes: `asked` (offload
- * .grad_slots) if set, else the fewest that keep the backward from waiting for the CPU AdamW to
- * free a slot (offload.h "The gradients on the host"), or 0 (the flat buffer) where that is
- * every unit: the flat buffer holds them in no more bytes. The backward releases a unit every 4 * numel * tokens / flops seconds (its backward
- * alone, by the cost model) while the pool updates one every numel / rate; where the pool is
- * the slower, it falls 1 - ratio of a unit further behind per unit released, and each unit it
- * is behind holds a slot. At least GRAD_RING_SLOTS, at most ns, and no more than
- * ZT_TUNE_GRAD_RING_BYTES unless that is below the minimum: the ring exists for models whose
- * gradients the host cannot hold whole. */
-static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int ns,
-                      size_t slot_bytes) {
-  if (asked) return asked < ns ? asked : ns;
-  double tokens = (double)tc->micro_batch * zt_model_cfg_of(m)->seq_len;
-  double flops = tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
-                                         : ZT_TUNE_PLAN_DEVICE_FLOPS_LP;
-  double ratio = 4 * tokens * ZT_TUNE_PLAN_CPU_ADAM_PARAMS / flops;
-  int slots = GRAD_RING_SLOTS + (ratio < 1 ? (int)ceil(ns * (1 - ratio)) : 0);
-  size_t fit = slot_bytes ? ZT_TUNE_GRAD_RING_BYTES / slot_bytes : (size_t)slots;
-  if ((size_t)slots > fit) slots = fit > GRAD_RING_SLOTS ? (int)fit : GRAD_RING_SLOTS;
-  return slots < ns ? slots : 0;
-}
-
-/* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
- * host units; the gradients (flat over [lo, n), or the ring: no clipping, one micro-batch a
- * step or the sums on the device, offload.h); the bf16/fp16 compute copy over [lo, n); with
- * NVMe units the two staging sets of master, m and v, and the stream copies (params host or
- * gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units may
- * alias the host's buffers. delayed_update (offload.h): the flat gradients, no alias, the host
- * units' stream copies in bf16/fp16, and the next buffers: fp32 the host units' masters, bf16/fp16
- * the compute copy; the stream copies. */
-static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
-                       int on_cpu, int nh, off_sizes *z) {
-  int nu = zt_model_num_units(m), params_nvme = oc->params == ZT_PLACE_NVME;
-  size_t n = zt_model_num_params(m);
-  zt_dtype dt = tc->precision;
-  z->nh = nh;
-  z->ring = 0;
-  /* the ring needs the updates to overlap the backward (offload.h): not with fp16, nor with
-   * the delayed update, which needs the whole step's gradients while the next step runs */
-  z->ring_floats = z->largest_f32 / sizeof(float);
-  if (tc->grad_clip == 0 && (tc->grad_accum == 1 || z->dsum) && dt != ZT_F16 &&
-      !oc->delayed_update)
-    z->ring = ring_slots(m, tc, oc->grad_slots, nu - z->ng, z->ring_floats * sizeof(float));
-  z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring && !oc->delayed_update;
-  z->lo = z->alias ? 0 : unit_start(m, z->ng);
-  z->h_floats = unit_start(m, nh) - z->lo;
-  z->nvme_f32 = z->nvme_param = z->scopy_floats = 0;
-  z->scopy0 = oc->delayed_update && dt != ZT_F32 ? z->ng : nh;
-  for (int u = nh; u < nu; u++) {
-    size_t f32 = zt_model_unit(m, u)->numel * sizeof(float), pb = unit_param_bytes(m, u, dt);
-    if (f32 > z->nvme_f32) z->nvme_f32 = f32;
-    if (params_nvme && pb > z->nvme_param) z->nvme_param = pb;
-  }
-  for (int u = z->scopy0; u < nu && !params_nvme; u++)
-    z->scopy_floats += stream_copy_floats(m, u, dt);
-  z->host = z->h_floats ? KINDS * zt_host_arena_footprint(z->h_floats * sizeof(float)) : 0;
-  z->host += z->ring ? (size_t)z->ring * zt_host_arena_footprint(z->largest_f32)
-                     : zt_host_arena_footprint((n - z->lo) * sizeof(float));
-  if (dt != ZT_F32) z->host += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
-  if (nh < nu) {
-    z->host += 2 * KINDS * zt_host_arena_footprint(z->nvme_f32);
-    if (z->nvme_param)
-      z->host += (size_t)(z->held + oc->prefetch) * zt_host_arena_footprint(z->nvme_param);
-  }
-  if (z->scopy_floats) z->host += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
-  z->delayed = 0;
-  if (oc->delayed_update) {
-    if (dt == ZT_F32 && z->h_floats)
-      z->delayed += zt_host_arena_footprint(z->h_floats * sizeof(float));
-    if (dt != ZT_F32) z->delayed += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
-    if (z->scopy_floats) z->delayed += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
-  }
-  z->host += z->delayed;
-}
-
-/* Where the streamed units keep their optimizer (offload.host_units): the host side of z for
- * the device side sizes_for gave it. -EINVAL for a host_units the units cannot take, -ENOMEM
- * over host_budget, -ENOSPC over nvme_budget; err says why with the numbers. */
-static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
-                           int on_cpu, off_sizes *z, char *err, size_t errlen) {
-  int nu = zt_model_num_units(m), ng = z->ng, nh = nu;
-  if (oc->host_units >= 0 || oc->optimizer == ZT_PLACE_NVME) {
-    int k = oc->host_units > 0 ? oc->host_units : 0;
-    if (k > nu - ng) {
-      snprintf(err, errlen, "offload.host_units is %d; after %d unit(s) on the device the model "
-               "has %d", oc->host_units, ng, nu - ng);
-      return -EINVAL;
-    }
-    nh = ng + k;
-    if (nh < nu && !oc->nvme_dir[0]) {
-      snprintf(err, errlen, "offload.host_units %d leaves %d unit(s) for NVMe: "
-               "offload.nvme_dir is required", oc->host_units, nu - nh);
-      return -EINVAL;
-    }
-    host_sizes(m, oc, tc, on_cpu, nh, z);
-  } else if (oc->optimizer == ZT_PLACE_AUTO && oc->host_budget && oc->nvme_dir[0]) {
-    /* the most units on the host that fit it: the host is faster than NVMe for every unit */
-    for (host_sizes(m, oc, tc, on_cpu, nh, z); nh > ng && z->host > oc->host_budget;)
-      host_sizes(m, oc, tc, on_cpu, --nh, z);
-  } else {
-    host_sizes(m, oc, tc, on_cpu, nh, z);
-  }
-  if (oc->host_budget && z->host > oc->host_budget) {
-    snprintf(err, errlen, "offload.host_budget is %zu bytes; the host tier needs %zu with %d "
-             "unit(s)' optimizer on the host and %d on NVMe%s", oc->host_budget, z->host,
-             nh - ng, nu - nh,
-             oc->nvme_dir[0] ? "" : " (with an offload.nvme_dir, optimizer auto keeps on NVMe "
-                                    "what the host cannot hold)");
-    return -ENOMEM;
-  }
-  uint64_t nvme = nvme_file_bytes(m, nh);
-  if (oc->nvme_budget && nvme > oc->nvme_budget) {
-    snprintf(err, errlen, "offload.nvme_budget is %llu bytes; the NVMe tier needs %llu for the "
-             "optimizer of %d unit(s) (%d on the host)", (unsigned long long)oc->nvme_budget,
-             (unsigned long long)nvme, nu - nh, nh - ng);
-    return -ENOSPC;
-  }
-  return 0;
-}
-
-/* The device side with units 0..ng-1 on the device and the rest streamed, their gradient sums
- * on the device (dsum) or not; -ENOMEM (err says why, with the numbers) when they do not fit
- * gpu_budget. */
-static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, size_t act_bytes,
-                     int ng, int dsum, off_sizes *z, char *err, size_t errlen) {
-  int nu = zt_model_num_units(m), ns = nu - ng;
-  size_t sum_floats = zt_model_num_params(m) - unit_start(m, ng);
-  *z = (off_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1, .ng = ng,
-                   .dev_units = dev_unit_bytes(m, ng, dt), .dsum = dsum,
-                   .dsum_bytes = dsum ? zt_dev_arena_footprint(sum_floats * sizeof(float)) : 0};
-  zt_stream_unit *units = calloc((size_t)ns, sizeof *units);
-  if (!units) {
-    snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
-  }
-  for (int i = 0; i < ns; i++) {
-    const zt_unit_info *ui = zt_model_unit(m, ng + i);
-    /* with dsum no gradient buffer comes from the arena */
-    units[i] = (zt_stream_unit){.param_bytes = unit_param_bytes(m, ng + i, dt),
-                                .grad_floats = dsum ? 0 : ui->numel};
-    if (units[i].param_bytes > z->largest) z->largest = units[i].param_bytes;
-    if (ui->numel * sizeof(float) > z->largest_f32) z->largest_f32 = ui->numel * sizeof(float);
-  }
-  /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
-   * arena from fragmenting, so the budget that opens is the budget that runs. A slot holds a
-   * device copy or a gradient buffer (fp32, larger than a 16-bit device copy), with dsum a
-   * device copy only. */
-  z->slot = z->largest > z->largest_f32 || dsum ? z->largest : z->largest_f32;
-  zt_streamer_cfg sc = {.n_units = ns, .units = units, .prefetch_depth = oc->prefetch,
-                        .max_acquired = z->held, .slot_bytes = z->slot};
-  size_t need = zt_streamer_min_device_bytes(&sc);
-  free(units);
-  if (need == SIZE_MAX) {
-    snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
-  }
-  size_t resident = all_resident_bytes(ns, z->held, dsum, z->slot);
-  size_t fixed = act_bytes + z->dev_units + z->dsum_bytes;
-  zt_offload_place params = oc->params != ZT_PLACE_AUTO ? oc->params
-                            : oc->gpu_budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
-  if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
-    z->arena = resident;
-    if (oc->gpu_budget && fixed + resident > oc->gpu_budget) {
-      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
-               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
-               "gradient sums on the device %zu + parameters and gradient buffers %zu); "
-               "offload.gpu_budget is %zu (params host streams the units)", fixed + resident,
-               act_bytes, ng, z->dev_units, z->dsum_bytes, resident, oc->gpu_budget);
-      return -ENOMEM;
-    }
-  } else {
-    if (oc->gpu_budget < fixed + need) {
-      snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
-               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
-               "gradient sums on the device %zu + %d unit(s) held and %d prefetched with their "
-               "gradients %zu)", oc->gpu_budget, fixed + need, act_bytes, ng, z->dev_units,
-               z->dsum_bytes, z->held, oc->prefetch, need);
-      return -ENOMEM;
-    }
-    z->arena = oc->gpu_budget - fixed;
-    if (z->arena > resident) z->arena = resident;
-  }
-  z->all_resident = z->arena >= resident;
-  return 0;
-}
-
-/* A plan: what auto leaves open, decided, and the sizes that follow. */
-typedef struct off_plan {
-  int ckpt_every;          /* train.activation_checkpointing.every, resolved */
-  zt_offload_place params; /* offload.params, resolved */
-  size_t act_bytes;
-  off_sizes z;             /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, resolved */
-  int delayed;             /* offload.delayed_update */
-  double est_s;            /* the cost model's step time */
-} off_plan;
-
-/* The copies a step of the plan is expected to make: each streamed unit's device copy fetched
- * once a step when the arena holds them all, else in each forward and backward (the streamer
- * keeps what fits, so this is the most); its gradients to the host every micro-batch and from
- * the second micro-batch on its running sum copied back, or with dsum its sum to the host once
- * a step. */
-static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const off_plan *p,
-                           double *h2d, double *d2h) {
-  double ga = tc->grad_accum, fetch = 0, grads = 0;
-  for (int u = p->z.ng; u < zt_model_num_units(m); u++) {
-    fetch += (double)unit_fetch_bytes(m, u, tc->precision);
-    grads += (double)zt_model_unit(m, u)->numel * sizeof(float);
-  }
-  double fetches = p->params == ZT_PLACE_GPU || p->z.all_resident ? 1 : 2 * ga;
-  double moves = p->z.dsum ? 1 : ga;
-  *h2d = fetch * fetches + grads * (moves - 1);
-  *d2h = grads * moves;
-}
-
-/* The cost model that ranks the plans that fit (tunables in engine/base/tunables.h): per step, the
- * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
- * forward), the host's work on the streamed units (their sum of squares on the runner and their
- * AdamW on the pool, beside which the NVMe units' state is read and written) less the backward
- * of the device units it hides under (nothing hides it with clipping or fp16, which need the
- * whole backward first; the last streamed unit's update never is), the copies beyond the
- * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
- * checkpointing against units on the device against resident parameters against NVMe. Running
- * gradient sums on the host (no dsum) put two copies of each streamed unit's gradients on the
- * backward's path in every later micro-batch: up before its backward, back after it (session 6
- * measured them as 21% of a grad_accum 4 step). With the delayed update the host's work runs
- * beside the next step's instead: the step is the longer of the two. */
-static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const off_plan *p) {
-  const zt_model_cfg *mc = zt_model_cfg_of(m);
-  double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
-  double N = (double)tc->micro_batch * T, ga = tc->grad_accum;
-  double flops = 6 * P * N + 12 * L * tc->micro_batch * T * T * mc->d_model;
-  double micro = flops / (tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
-                                                  : ZT_TUNE_PLAN_DEVICE_FLOPS_LP);
-  double recomputed = p->ckpt_every > 0 ? ceil(L / p->ckpt_every) / L : 0;
-  double compute = ga * micro * (1 + recomputed / 3);
-  double p_dev = p->z.ng ? (double)zt_model_unit(m, p->z.ng)->offset : 0, p_cpu = P - p_dev;
-  double per_param = 1 / ZT_TUNE_PLAN_CPU_ADAM_PARAMS + 4 / ZT_TUNE_PLAN_HOST_SUMSQ_BYTES;
-  double nvme = 2 * (double)nvme_file_bytes(m, p->z.nh) / ZT_TUNE_PLAN_NVME_BYTES;
-  double cpu = fmax(p_cpu * per_param, nvme);
-  double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
-  double hidden = tc->grad_clip > 0 || tc->precision == ZT_F16 ? 0 : micro * 2 / 3 * p_dev / P;
-  double h2d, d2h;
-  plan_transfers(m, tc, p, &h2d, &d2h);
-  double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
-  double resumed = p->z.dsum ? 0 : 2 * (ga - 1) * p_cpu * sizeof(float) / ZT_TUNE_PLAN_LINK_BYTES;
-  double rest = fmax(0, copies - compute) + resumed + p_dev * 18 / 3e12;
-  if (p->delayed) return fmax(compute + rest, cpu);
-  return compute + fmax(last, cpu - hidden) + rest;
-}
-
-/* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
- * the host and NVMe sides follow (place_optimizer). */
-static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                    const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
-                    off_plan *p, char *err, size_t errlen) {
-  zt_offload_cfg c = *oc;
-  c.params = place;
-  *p = (off_plan){.ckpt_every = ck, .params = place, .delayed = oc->delayed_update,
-                  .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
-  if (!p->act_bytes) {
-    snprintf(err, errlen, "train.activation_checkpointing.every %d: cannot size the "
-             "activations", ck);
-    return -EINVAL;
-  }
-  int rc = sizes_for(m, &c, tc->precision, p->act_bytes, ng, dsum, &p->z, err, errlen);
-  if (rc == 0)
-    rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, &p->z, err, errlen);
-  if (rc == 0) p->est_s = plan_cost(m, tc, p);
-  return rc;
-}
-
-/* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
- * (activation checkpointing, params gpu or host, the units with their optimizer on the device,
- * with several micro-batches the gradient sums on the device or the host) searched for the
- * cheapest plan by plan_cost that fits, the host and NVMe sides of each decided by
- * place_optimizer. Without a budget auto means the plain choice: no checkpointing, every unit
- * resident, no unit's optimizer on the device, the sums on the device when there are several
- * micro-batches (the budget is then what that takes). At least one unit is always streamed. */
-static int off_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                       const zt_ops *ops, off_plan *best, char *err, size_t errlen) {
-  int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers, budget = oc->gpu_budget > 0;
-  if (oc->gpu_units >= nu) {
-    snprintf(err, errlen, "offload.gpu_units is %d; the model has %d units and at least one "
-             "must be streamed (leave the offload object out to keep everything on the device)",
-             oc->gpu_units, nu);
-    return -EINVAL;
-  }
-  int ck_auto = tc->ckpt_every == ZT_CKPT_AUTO && budget;
-  int ck_lo = ck_auto ? 0 : tc->ckpt_every == ZT_CKPT_AUTO ? 0 : tc->ckpt_every;
-  int ck_hi = ck_auto ? L : ck_lo;
-  zt_offload_place places[2] = {oc->params, oc->params};
-  if (oc->params == ZT_PLACE_AUTO) {
-    places[0] = ZT_PLACE_GPU;
-    places[1] = budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
-  }
-  int ng_hi = oc->gpu_units >= 0 ? oc->gpu_units
-              : oc->optimizer == ZT_PLACE_AUTO && budget ? nu - 1 : 0;
-  int ng_lo = oc->gpu_units >= 0 ? oc->gpu_units : 0;
-  int several = tc->grad_accum > 1;
-  int ds_hi = oc->grads == ZT_PLACE_GPU || (oc->grads == ZT_PLACE_AUTO && several);
-  int ds_lo = oc->grads == ZT_PLACE_GPU || (oc->grads == ZT_PLACE_AUTO && several && !budget);
-  int found = 0;
-  for (int ck = ck_lo; ck <= ck_hi; ck++)
-    for (int pl = 0; pl < 2; pl++) {
-      if (pl && places[1] == places[0]) break;
-      for (int ng = ng_hi; ng >= ng_lo; ng--)
-        for (int ds = ds_hi; ds >= ds_lo; ds--) {
-          char why[512];
-          off_plan p;
-          int rc = plan_try(m, tc, oc, ops, ck, places[pl], ng, ds, &p, why, sizeof why);
-          if (rc == -EINVAL && !p.act_bytes) {
-            snprintf(err, errlen, "%s", why);
-            return rc;
-          }
-          if (rc < 0) continue;
-          if (!found || p.est_s < best->est_s) *best = p;
-          found = 1;
-        }
-    }
-  if (found) return 0;
-  /* nothing fits: the refusal of the plan that needs the least device memory */
-  return plan_try(m, tc, oc, ops, ck_auto ? 1 : ck_lo, places[1], ng_lo, ds_lo, best, err,
-                  errlen);
-}
-
-/* What the offloaded step runs on today: the cpu and cuda backends, fp32, bf16 or fp16 compute
- * (params nvme: fp32). */
-static int off_supported(const char *backend, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                         char *err, size_t errlen) {
-  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
-    snprintf(err, errlen, "offload: runs on the cpu and cuda backends (not %s)", backend);
-    return -ENOTSUP;
-  }
-  if (tc->precision != ZT_F32 && oc->params == ZT_PLACE_NVME) {
-    snprintf(err, errlen, "offload.params: nvme streams the fp32 masters, so it needs "
-             "train.precision fp32 (got %s); use params host", zt_dtype_name(tc->precision));
-    return -ENOTSUP;
-  }
-  return 0;
-}
-
-int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen) {
-  zt_model *m = NULL;
-  off_plan p;
-  int rc;
-  if ((rc = zt_offload_cfg_check(oc, err, errlen)) < 0 ||
-      (rc = zt_model_create(&m, mc, err, errlen)) < 0)
-    return rc;
-  rc = off_supported(ops->name, tc, oc, err, errlen);
-  if (rc == 0) rc = off_plan_of(m, tc, oc, ops, &p, err, errlen);
-  if (rc == 0) {
-    *out = (zt_offload_plan){.host_bytes = p.z.host,
-                             .device_bytes = p.act_bytes + p.z.dev_units + p.z.dsum_bytes +
-                                             p.z.arena,
-                             .nvme_bytes = nvme_file_bytes(m, p.z.nh),
-                             .act_bytes = p.act_bytes,
-                             .gpu_unit_bytes = p.z.dev_units,
-                             .arena_bytes = p.z.arena,
-                             .units = zt_model_num_units(m),
-                             .gpu_units = p.z.ng,
-                             .host_units = p.z.nh - p.z.ng,
-                             .grad_slots = p.z.ring,
-                             .ckpt_every = p.ckpt_every,
-                             .params = p.params,
-                             .grads = p.z.dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
-                             .dsum_bytes = p.z.dsum_bytes,
-                             .est_step_s = p.est_s};
-    double h2d, d2h;
-    plan_transfers(m, tc, &p, &h2d, &d2h);
-    out->h2d_bytes = (uint64_t)h2d;
-    out->d2h_bytes = (uint64_t)d2h;
-    /* every NVMe unit's master, m and v read and written once a step */
-    out->nvme_step_bytes = 2 * out->nvme_bytes;
-  }
-  zt_model_destroy(m);
-  return rc;
 }
 
 /* The initial parameters (init_path or the seed) and zero moments, in every tier but the host
@@ -1662,7 +1166,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
       (rc = zt_offload_cfg_check(oc, err, errlen)) < 0)
     return rc;
-  if ((rc = off_supported(be->ops->name, tc, oc, err, errlen)) < 0) return rc;
+  if ((rc = zt_offload_supported(be->ops->name, tc, oc, err, errlen)) < 0) return rc;
   int on_gpu = strcmp(be->ops->name, "cuda") == 0;
   zt_trainer *t = calloc(1, sizeof *t);
   off_state *s = calloc(1, sizeof *s);
@@ -1699,8 +1203,8 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   s->nu = zt_model_num_units(t->model);
   if (mc->arch == ZT_ARCH_GPT) s->head = s->nu - 1;
-  off_plan plan;
-  if ((rc = off_plan_of(t->model, tc, oc, be->ops, &plan, err, errlen)) < 0) goto out;
+  zt_offload_placement plan;
+  if ((rc = zt_offload_plan_of(t->model, tc, oc, be->ops, &plan, err, errlen)) < 0) goto out;
   t->tc.ckpt_every = plan.ckpt_every;
   s->oc.params = plan.params;
   s->est_s = plan.est_s;
@@ -1723,7 +1227,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     goto out;
   }
   int params_nvme = oc->params == ZT_PLACE_NVME;
-  off_sizes z = plan.z;
+  zt_offload_sizes z = plan.z;
   int held = z.held;
   s->ng = z.ng;
   s->nh = z.nh;
@@ -1773,7 +1277,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if (z.scopy_floats) {
     if (!(s->scopy_off = calloc((size_t)s->nu + 1, sizeof *s->scopy_off))) goto no_memory;
     for (int u = s->scopy0; u < s->nu; u++)
-      s->scopy_off[u + 1] = s->scopy_off[u] + stream_copy_floats(t->model, u, s->dt);
+      s->scopy_off[u + 1] = s->scopy_off[u] + zt_offload_stream_copy_floats(t->model, u, s->dt);
     if ((rc = zt_host_arena_alloc(s->host, z.scopy_floats * sizeof(float),
                                   (void **)&s->scopy)) < 0 ||
         (s->delayed && (rc = zt_host_arena_alloc(s->host, z.scopy_floats * sizeof(float),
@@ -1815,7 +1319,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   for (int u = s->ng; u < s->nu; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
     zt_stream_unit *x = &units[u - s->ng];
-    *x = (zt_stream_unit){.param_bytes = unit_param_bytes(t->model, u, s->dt),
+    *x = (zt_stream_unit){.param_bytes = zt_offload_unit_param_bytes(t->model, u, s->dt),
                           .grad_floats = ui->numel,
                           .host_grads = grads_of(t, u),
                           .dev_grads = s->d_sum ? s->d_sum + (ui->offset - s->ng_floats) : NULL};
