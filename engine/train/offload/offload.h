@@ -61,7 +61,7 @@
  * until its AdamW has read them: they go to a ring of grad_slots buffers of the largest
  * streamed unit, unit u to slot (u - gpu_units) mod grad_slots. The bound: the backward takes a
  * unit's gradients up (waits for their write-back, then submits its AdamW) two units behind the
- * one it queues (UNIT_DONE_LAG in offload_step.c), so at a unit's release the three units
+ * one it queues (UNIT_DONE_LAG in step.c), so at a unit's release the three units
  * released before it are still to be taken up and one more slot takes the unit released now:
  * 4 slots at least, or the streamed units if fewer. The slot's previous user, grad_slots units
  * back in the walk, has been taken up; the release waits for its AdamW to finish reading the
