@@ -11,13 +11,11 @@
 #include "engine/base/tunables.h"
 #include "offload/device_arena.h"
 #include "offload/host_arena.h"
-#include "offload/nvme_store.h"
+#include "offload/opt_store.h"
 #include "offload/streamer.h"
 
 /* the policy's limits (engine/plan/recipe.h) */
 #define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
-/* a unit's optimizer state: masters, m and v */
-#define KINDS 3
 
 zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
   const zt_unit_info *ui = zt_model_unit(m, u);
@@ -56,14 +54,11 @@ static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
   return sum;
 }
 
-/* The files open_nvme reserves: a master, exp_avg and exp_avg_sq per unit from nh on (the NVMe
- * units), each in the store's whole blocks. */
+/* The files the optimizer-state store reserves for the units from nh on (the NVMe units). */
 static uint64_t nvme_file_bytes(const zt_model *m, int nh) {
   uint64_t sum = 0;
-  for (int u = nh; u < zt_model_num_units(m); u++) {
-    uint64_t file = zt_model_unit(m, u)->numel * sizeof(float);
-    sum += KINDS * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
-  }
+  for (int u = nh; u < zt_model_num_units(m); u++)
+    sum += zt_opt_store_file_bytes(zt_model_unit(m, u)->numel);
   return sum;
 }
 
@@ -150,12 +145,13 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   }
   for (int u = z->scopy0; u < nu && !params_nvme; u++)
     z->scopy_floats += zt_offload_stream_copy_floats(m, u, dt);
-  z->host = z->h_floats ? KINDS * zt_host_arena_footprint(z->h_floats * sizeof(float)) : 0;
+  z->host =
+      z->h_floats ? ZT_OPT_KINDS * zt_host_arena_footprint(z->h_floats * sizeof(float)) : 0;
   z->host += z->ring ? (size_t)z->ring * zt_host_arena_footprint(z->largest_f32)
                      : zt_host_arena_footprint((n - z->lo) * sizeof(float));
   if (dt != ZT_F32) z->host += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
   if (nh < nu) {
-    z->host += 2 * KINDS * zt_host_arena_footprint(z->nvme_f32);
+    z->host += 2 * ZT_OPT_KINDS * zt_host_arena_footprint(z->nvme_f32);
     if (z->nvme_param)
       z->host += (size_t)(z->held + oc->prefetch) * zt_host_arena_footprint(z->nvme_param);
   }

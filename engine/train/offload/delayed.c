@@ -25,9 +25,9 @@ void zt__off_swap_copies(zt_trainer *t) {
   off_state *s = t->path_state;
   size_t lp_bytes = (zt_model_num_params(t->model) - s->lo) * zt_dtype_size(s->dt);
   if (s->m_nxt) {
-    rebase_pieces(s, s->h[K_MASTER], s->m_nxt, s->h_floats * sizeof(float));
-    float *m = s->h[K_MASTER];
-    s->h[K_MASTER] = s->m_nxt;
+    rebase_pieces(s, s->h[ZT_OPT_MASTER], s->m_nxt, s->h_floats * sizeof(float));
+    float *m = s->h[ZT_OPT_MASTER];
+    s->h[ZT_OPT_MASTER] = s->m_nxt;
     s->m_nxt = m;
   }
   if (s->lp_nxt) {
@@ -67,7 +67,7 @@ int zt__off_pend_start(zt_trainer *t, const zt_adam_hparams *hp, int step) {
   s->pend_hp = *hp;
   s->pend_step = step;
   s->pend_next = s->nu - 1;
-  return s->pend_next >= s->nh ? zt__off_opt_read(t, s->pend_next) : zt__off_pend_pump(t);
+  return s->pend_next >= s->nh ? zt_opt_store_read(s->opt, s->pend_next) : zt__off_pend_pump(t);
 }
 
 /* Before step k + 1 writes back streamed unit u's gradients over step k's: the pending update
@@ -76,7 +76,7 @@ int zt__off_pend_wait_unit(zt_trainer *t, int u) {
   off_state *s = t->path_state;
   int rc = 0;
   while (rc == 0 && s->pend && s->pend_next >= u) rc = zt__off_pend_pump(t);
-  zt__off_wait_unit_runs(s, u);
+  zt_opt_store_wait(s->opt, u);
   return rc;
 }
 
@@ -88,7 +88,7 @@ int zt__off_pend_finish(zt_trainer *t) {
   int rc = 0;
   if (!s->pend) return 0;
   while (rc == 0 && s->pend_next >= s->ng) rc = zt__off_pend_pump(t);
-  int frc = zt__off_finish_updates(t);
+  int frc = zt_opt_store_finish(s->opt);
   if (rc == 0) rc = frc;
   s->pend = 0;
   if (rc < 0) {
@@ -103,6 +103,5 @@ int zt__off_pend_finish(zt_trainer *t) {
 void zt__off_pend_fail(zt_trainer *t, int rc, int step, char *err, size_t errlen) {
   off_state *s = t->path_state;
   snprintf(err, errlen, "step %d: the delayed AdamW update of step %d failed: %s", step,
-           s->pend_step, s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
-                                                                     : strerror(-rc));
+           s->pend_step, zt_opt_store_error(s->opt, rc));
 }

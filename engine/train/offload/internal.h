@@ -1,5 +1,5 @@
 /* The offloaded step's internals (engine/train/offload/offload.h), shared by its files:
- * step.c: the walks and the step; update.c: a unit's update (device, host, NVMe sets);
+ * step.c: the walks and the step; update.c: a unit's update (device, host, NVMe: the store);
  * delayed.c: the delayed update; open.c: zt_trainer_open_offload; state.c: where the state is,
  * the path's state calls, close, stats.
  * Here: the path's state and the functions one file calls in another. */
@@ -17,42 +17,8 @@
 #include "offload/device_arena.h"
 #include "offload/host_arena.h"
 #include "offload/nvme_store.h"
+#include "offload/opt_store.h"
 #include "offload/streamer.h"
-
-/* A run of consecutive tensors of one unit sharing a decay flag: one AdamW task. */
-typedef struct adam_run {
-  size_t offset, n;
-  int decay;
-  int submitted; /* in this step, not waited for yet */
-} adam_run;
-
-/* optimizer nvme: the staging of one unit's master, m and v, moving through
- * FREE -> READING -> UPDATING -> WRITING -> FREE */
-typedef enum set_state { SET_FREE, SET_READING, SET_UPDATING, SET_WRITING } set_state;
-typedef struct opt_set {
-  float *buf[3];
-  int unit;
-  set_state st;
-  int req[3];
-} opt_set;
-
-enum { K_MASTER, K_M, K_V, KINDS };
-
-/* One run's AdamW on the pool (offload/cpu_adam.h's kernel, chunk by chunk), with what the
- * delayed update adds around it: the current masters copied into p first (src), and the first
- * out_n updated parameters copied to the next stream copy (out). */
-typedef struct run_task {
-  zt_cpu_job job;
-  zt_cpu_isa isa;
-  zt_adam_hparams h;
-  const float *src;
-  float *p;
-  const float *g;
-  float *m, *v;
-  uint16_t *p_bf16, *p_fp16;
-  float *out;
-  size_t out_n;
-} run_task;
 
 typedef struct off_state {
   zt_offload_cfg oc;
@@ -62,7 +28,7 @@ typedef struct off_state {
    * backend without NVMe units or gradient ring), else the first streamed unit's offset. */
   int nh;
   size_t lo;
-  float *h[KINDS];     /* masters, m, v over [lo, lo + h_floats): up to the offset of unit nh */
+  float *h[ZT_OPT_KINDS]; /* masters, m, v over [lo, lo + h_floats): up to the offset of unit nh */
   size_t h_floats;
   float *grads;        /* the fp32 gradients over [lo, n); NULL with the ring */
   int ring;            /* the gradient ring's slots (0: none): unit u's in slot[(u - ng) % ring] */
@@ -77,7 +43,7 @@ typedef struct off_state {
   /* delayed_update: the other buffer of each pair the update writes while the step reads the
    * current one (offload.h "Delayed update"), swapped with it at the drain; NULL where unused */
   int delayed;
-  float *m_nxt;        /* fp32: the host units' masters, alternating with h[K_MASTER] */
+  float *m_nxt;        /* fp32: the host units' masters, alternating with h[ZT_OPT_MASTER] */
   uint16_t *lp_nxt;    /* bf16/fp16: the compute copy */
   float *scopy_nxt;    /* the stream copy */
   /* the update deferred by step pend_step, with pend_hp: units pend_next down to ng are still to
@@ -111,10 +77,11 @@ typedef struct off_state {
   double est_s;        /* the plan's step time by the cost model */
   int adam_threads;
   zt_host_arena *host;
-  zt_nvme_store *nvme; /* optimizer nvme */
-  int *ext;            /* the file of unit u's kind k: ext[KINDS * u + k] */
+  zt_nvme_store *nvme; /* optimizer nvme: the NVMe units' files */
   char nvme_dir[ZT_PATH_MAX + 32]; /* this trainer's directory under oc.nvme_dir, "" none */
-  opt_set sets[2];     /* NVMe unit u uses sets[u & 1]: one updated while the next is read ahead */
+  zt_opt_set sets[2];  /* optimizer nvme: the store's staging, in the host arena; the state calls
+                          read and write the NVMe units through sets[0] */
+  zt_opt_store *opt;   /* the streamed units' AdamW, the NVMe units' state */
   zt_dev_arena *dev;
   zt_copy_engine *copy;
   zt_cpu_pool *pool;
@@ -122,8 +89,7 @@ typedef struct off_state {
   int nu;
   int head;            /* the unit that also reads the embedding unit (gpt head), or -1 */
   float *embed_grads;  /* the embedding unit's gradient buffer, held from the head to unit 0 */
-  adam_run *runs;
-  run_task *tasks;     /* one per run */
+  zt_opt_run *runs;    /* the AdamW runs (the store has its copy; these the device units') */
   int *first_run;      /* runs of unit u: [first_run[u], first_run[u + 1]) */
   size_t act_bytes, arena_budget, host_bytes;
   char *updated;       /* per unit: its update of this step has started */
@@ -143,13 +109,10 @@ extern const zt__train_path zt__offload_path;
 int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                  size_t errlen);
 
-/* update.c: a unit's update, the NVMe sets */
-void zt__off_wait_unit_runs(off_state *s, int u);
-int zt__off_set_io(zt_trainer *t, opt_set *x, int write);
-int zt__off_set_wait(off_state *s, opt_set *x);
-int zt__off_opt_read(zt_trainer *t, int u);
+/* update.c: a unit's update */
+/* zt_opt_store_cfg.updated: an NVMe unit's updated masters to the host copy it streams from */
+int zt__off_opt_updated(void *ctx, int u, const zt_opt_set *set);
 int zt__off_update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp);
-int zt__off_finish_updates(zt_trainer *t);
 
 /* delayed.c: the delayed update */
 void zt__off_swap_copies(zt_trainer *t);

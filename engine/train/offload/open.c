@@ -15,28 +15,32 @@
  * cores they find. Beside a GPU the update is the host's main work: a thread per core, pinned. */
 #define ADAM_THREADS_BESIDE_CPU 1
 
+/* The AdamW runs: consecutive tensors of a unit sharing a decay flag, from the unit's first
+ * parameter (zt_opt_run). */
 static int build_runs(const zt_model *m, off_state *s) {
   int nt = zt_model_num_tensors(m);
   s->runs = calloc((size_t)nt, sizeof *s->runs);
-  s->tasks = calloc((size_t)nt, sizeof *s->tasks);
   s->first_run = calloc((size_t)s->nu + 1, sizeof *s->first_run);
-  if (!s->runs || !s->tasks || !s->first_run) return -ENOMEM;
+  if (!s->runs || !s->first_run) return -ENOMEM;
   int r = 0;
   for (int i = 0; i < nt; i++) {
     const zt_tensor_info *ti = zt_model_tensor(m, i);
-    adam_run *prev = r ? &s->runs[r - 1] : NULL;
+    zt_opt_run *prev = r ? &s->runs[r - 1] : NULL;
     if (prev && prev->decay == ti->decay && zt_model_tensor(m, i - 1)->unit == ti->unit &&
         prev->offset + prev->n == ti->offset) {
       prev->n += ti->numel;
       continue;
     }
-    s->runs[r++] = (adam_run){.offset = ti->offset, .n = ti->numel, .decay = ti->decay};
+    s->runs[r++] = (zt_opt_run){.offset = ti->offset, .n = ti->numel, .decay = ti->decay};
   }
   /* tensors are in layout order, units contiguous: runs of unit u follow those of u - 1 */
   for (int u = 0, k = 0; u <= s->nu; u++) {
     while (k < r && u < s->nu && s->runs[k].offset < zt_model_unit(m, u)->offset) k++;
     s->first_run[u] = u < s->nu ? k : r;
   }
+  for (int u = 0; u < s->nu; u++)
+    for (int k = s->first_run[u]; k < s->first_run[u + 1]; k++)
+      s->runs[k].offset -= zt_model_unit(m, u)->offset;
   return 0;
 }
 
@@ -60,7 +64,7 @@ static int build_pieces(zt_trainer *t) {
     if (s->dt == ZT_F32) { /* delayed: the masters or the stream copy, whole */
       s->pieces[np++] = (zt_stream_piece){
           .dev_offset = 0,
-          .host = u < s->nh ? (const void *)zt__off_host_at(s, K_MASTER, ui->offset)
+          .host = u < s->nh ? (const void *)zt__off_host_at(s, ZT_OPT_MASTER, ui->offset)
                             : (const void *)(s->scopy + s->scopy_off[u]),
           .bytes = ui->numel * sizeof(float)};
       continue;
@@ -75,7 +79,7 @@ static int build_pieces(zt_trainer *t) {
         zt_stream_piece pc = {
             .dev_offset = (lp ? s->lp_offset[u] : 0) + in_unit * es,
             .host = lp               ? (const void *)zt__off_lp_at(s, ti->offset)
-                    : u < s->scopy0 ? (const void *)zt__off_host_at(s, K_MASTER, ti->offset)
+                    : u < s->scopy0 ? (const void *)zt__off_host_at(s, ZT_OPT_MASTER, ti->offset)
                                      : (const void *)(s->scopy + s->scopy_off[u] + in_unit),
             .bytes = ti->numel * es};
         /* the pieces of a unit are not sorted by kind: extend any that ends where this begins */
@@ -104,9 +108,9 @@ static int open_device_units(zt_trainer *t) {
   off_state *s = t->path_state;
   if (!s->ng) return 0;
   if (s->d_alias) {
-    s->d_master = s->h[K_MASTER];
-    s->d_m = s->h[K_M];
-    s->d_v = s->h[K_V];
+    s->d_master = s->h[ZT_OPT_MASTER];
+    s->d_m = s->h[ZT_OPT_M];
+    s->d_v = s->h[ZT_OPT_V];
     s->d_grad = s->grads;
     s->d_lp = s->lp;
     return 0;
@@ -134,16 +138,10 @@ static void dev_block_free(void *ctx, void *p, size_t bytes) {
   be->ops->free(be->ctx, p);
 }
 
-static const char *const kind_names[KINDS] = {"master", "exp_avg", "exp_avg_sq"};
-
-/* The store under nvme_dir with a file per NVMe unit and kind; zt__off_write_state fills them. */
+/* The NVMe store in a directory of its own under nvme_dir (open_opt_store makes its files). */
 static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
   off_state *s = t->path_state;
   int rc = 0;
-  if (!(s->ext = malloc((size_t)s->nu * KINDS * sizeof *s->ext))) {
-    snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
-  }
   /* a directory of its own, so that trainers can share nvme_dir */
   snprintf(s->nvme_dir, sizeof s->nvme_dir, "%s/zt-offload.XXXXXX", s->oc.nvme_dir);
   if (strlen(s->oc.nvme_dir) + 20 >= sizeof s->nvme_dir || !mkdtemp(s->nvme_dir)) {
@@ -158,18 +156,37 @@ static int open_nvme(zt_trainer *t, char *err, size_t errlen) {
     snprintf(err, errlen, "offload.nvme_dir: %s", why);
     return rc;
   }
-  for (int u = s->nh; u < s->nu; u++)
-    for (int k = 0; k < KINDS; k++) {
-      char name[64];
-      const zt_unit_info *ui = zt_model_unit(t->model, u);
-      snprintf(name, sizeof name, "%s.%s", ui->name, kind_names[k]);
-      if ((rc = zt_nvme_store_alloc(s->nvme, name, ui->numel * sizeof(float))) < 0) {
-        snprintf(err, errlen, "offload.nvme_dir: %s", zt_nvme_store_error(s->nvme));
-        return rc;
-      }
-      s->ext[KINDS * u + k] = rc;
-    }
   return 0;
+}
+
+/* The optimizer-state store: the streamed units' AdamW on the pool and, with NVMe units, a file
+ * per unit and kind, which zt__off_write_state fills. */
+static int open_opt_store(zt_trainer *t, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  int rc = -ENOMEM;
+  size_t *floats = malloc((size_t)s->nu * sizeof *floats);
+  const char **names = malloc((size_t)s->nu * sizeof *names);
+  if (!floats || !names) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  for (int u = 0; u < s->nu; u++) {
+    floats[u] = zt_model_unit(t->model, u)->numel;
+    names[u] = zt_model_unit(t->model, u)->name;
+  }
+  zt_opt_store_cfg c = {.n_units = s->nu, .floats = floats, .runs = s->runs,
+                        .first_run = s->first_run, .dt = s->dt, .pool = s->pool,
+                        .nvme = s->nvme, .nvme_first = s->nh, .names = names,
+                        .sets = {s->sets[0], s->sets[1]}, .updated = zt__off_opt_updated,
+                        .ctx = t};
+  char why[512];
+  if ((rc = zt_opt_store_open(&s->opt, &c, why, sizeof why)) < 0)
+    snprintf(err, errlen, "%s%s", s->nvme && zt_nvme_store_error(s->nvme)[0]
+                                      ? "offload.nvme_dir: " : "", why);
+out:
+  free(floats);
+  free(names);
+  return rc;
 }
 
 /* The initial parameters (init_path or the seed) and zero moments, in every tier but the host
@@ -293,7 +310,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   /* host_sizes' buffers; the host units' m and v once the initial state is written */
   s->d_alias = z.alias;
   if (s->h_floats && (rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float),
-                                               (void **)&s->h[K_MASTER])) < 0)
+                                               (void **)&s->h[ZT_OPT_MASTER])) < 0)
     goto host_full;
   if (s->ring) {
     if (!(s->slot = calloc((size_t)s->ring, sizeof *s->slot))) goto no_memory;
@@ -331,21 +348,27 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
       goto host_full;
   }
   if (s->nh < s->nu) {
-    for (int i = 0; i < 2; i++) {
-      s->sets[i].unit = -1;
-      for (int k = 0; k < KINDS; k++)
+    for (int i = 0; i < 2; i++)
+      for (int k = 0; k < ZT_OPT_KINDS; k++)
         if ((rc = zt_host_arena_alloc(s->host, z.nvme_f32, (void **)&s->sets[i].buf[k])) < 0)
           goto host_full;
-    }
     if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
   }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  s->adam_threads = on_gpu ? (cores > 0 ? (int)cores : 1) : ADAM_THREADS_BESIDE_CPU;
+  if ((rc = zt_cpu_pool_open(&s->pool, s->adam_threads, on_gpu)) < 0) {
+    snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed: %s",
+             strerror(-rc));
+    goto out;
+  }
+  if ((rc = open_opt_store(t, err, errlen)) < 0) goto out;
   if (!s->d_alias && (rc = open_device_units(t)) < 0) {
     snprintf(err, errlen, "offload: allocating %zu device bytes for %d unit(s) with their "
              "optimizer on the device failed", z.dev_units, s->ng);
     goto out;
   }
   if ((rc = write_initial_state(t, err, errlen)) < 0) goto out;
-  for (int k = K_M; k < KINDS && s->h_floats; k++) {
+  for (int k = ZT_OPT_M; k < ZT_OPT_KINDS && s->h_floats; k++) {
     if ((rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float), (void **)&s->h[k])) < 0)
       goto host_full;
     memset(s->h[k], 0, s->h_floats * sizeof(float));
@@ -373,9 +396,9 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
       x->pieces = s->pieces + s->first_piece[u];
       x->n_pieces = s->first_piece[u + 1] - s->first_piece[u];
     } else if (u < s->nh) {
-      x->host_params = zt__off_host_at(s, K_MASTER, ui->offset);
+      x->host_params = zt__off_host_at(s, ZT_OPT_MASTER, ui->offset);
     } else if (params_nvme) {
-      x->nvme_ext = s->ext[KINDS * u + K_MASTER];
+      x->nvme_ext = zt_opt_store_ext(s->opt, u, ZT_OPT_MASTER);
     } else {
       x->host_params = s->scopy + s->scopy_off[u];
     }
@@ -389,12 +412,8 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if ((rc = zt_dev_arena_open(&s->dev, s->arena_budget, on_gpu ? &s->dev_mem : NULL, err,
                               errlen)) < 0)
     goto out;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  s->adam_threads = on_gpu ? (cores > 0 ? (int)cores : 1) : ADAM_THREADS_BESIDE_CPU;
   rc = on_gpu ? zt_copy_cuda_open(&s->copy, zt_backend_device(be), zt_backend_stream(be))
               : zt_copy_cpu_open(&s->copy, 0);
-  if (rc == 0)
-    rc = zt_cpu_pool_open(&s->pool, s->adam_threads, on_gpu);
   if (rc < 0) {
     snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed: %s",
              strerror(-rc));

@@ -24,23 +24,24 @@ float *zt__off_grads_of(const zt_trainer *t, int u) {
 
 /* The device-resident units' part of the flat range [base, end) (they are its first ng_floats
  * floats), out[k] holding the range; nothing to do where the device buffers are the host's. */
-static int read_device_units(zt_trainer *t, size_t base, size_t end, float *out[KINDS]) {
+static int read_device_units(zt_trainer *t, size_t base, size_t end, float *out[ZT_OPT_KINDS]) {
   off_state *s = t->path_state;
   if (!s->ng || s->d_alias || base >= s->ng_floats) return 0;
   size_t n = (end < s->ng_floats ? end : s->ng_floats) - base;
-  const float *dev[KINDS] = {s->d_master, s->d_m, s->d_v};
-  for (int k = 0; k < KINDS; k++)
+  const float *dev[ZT_OPT_KINDS] = {s->d_master, s->d_m, s->d_v};
+  for (int k = 0; k < ZT_OPT_KINDS; k++)
     if (out[k]) t->be.ops->to_host(t->be.ctx, out[k], dev[k] + base, n * sizeof(float));
   return t->be.ops->sync(t->be.ctx);
 }
 
 /* in[k] NULL: zeros */
-static int write_device_units(zt_trainer *t, size_t base, size_t end, const float *in[KINDS]) {
+static int write_device_units(zt_trainer *t, size_t base, size_t end,
+                              const float *in[ZT_OPT_KINDS]) {
   off_state *s = t->path_state;
   if (!s->ng || s->d_alias || base >= s->ng_floats) return 0;
   size_t n = (end < s->ng_floats ? end : s->ng_floats) - base;
-  float *dev[KINDS] = {s->d_master, s->d_m, s->d_v};
-  for (int k = 0; k < KINDS; k++) {
+  float *dev[ZT_OPT_KINDS] = {s->d_master, s->d_m, s->d_v};
+  for (int k = 0; k < ZT_OPT_KINDS; k++) {
     if (in[k])
       t->be.ops->to_device(t->be.ctx, dev[k] + base, in[k], n * sizeof(float));
     else
@@ -58,28 +59,24 @@ static int write_device_units(zt_trainer *t, size_t base, size_t end, const floa
 static int off_read_state(zt_trainer *t, int u0, int u1, float *params, float *m, float *v,
                           char *err, size_t errlen) {
   off_state *s = t->path_state;
-  float *out[KINDS] = {params, m, v};
+  float *out[ZT_OPT_KINDS] = {params, m, v};
   size_t base = zt_model_unit(t->model, u0)->offset;
   size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
   size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
   /* delayed: the state of the last step, its update landed */
-  int rc = zt__off_pend_finish(t), frc = zt__off_finish_updates(t);
+  int rc = zt__off_pend_finish(t), frc = zt_opt_store_finish(s->opt);
   if (rc == 0) rc = frc;
-  for (int k = 0; k < KINDS && a < b && rc == 0; k++)
+  for (int k = 0; k < ZT_OPT_KINDS && a < b && rc == 0; k++)
     if (out[k]) memcpy(out[k] + (a - base), s->h[k] + (a - s->lo), (b - a) * sizeof(float));
-  opt_set *x = &s->sets[0];
+  const zt_opt_set *x = &s->sets[0];
   for (int u = u0 > s->nh ? u0 : s->nh; u < u1 && rc == 0; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
-    x->unit = u;
-    if ((rc = zt__off_set_io(t, x, 0)) < 0 || (rc = zt__off_set_wait(s, x)) < 0) break;
-    for (int k = 0; k < KINDS; k++)
+    if ((rc = zt_opt_store_sync(s->opt, u, 0)) < 0) break;
+    for (int k = 0; k < ZT_OPT_KINDS; k++)
       if (out[k]) memcpy(out[k] + (ui->offset - base), x->buf[k], ui->numel * sizeof(float));
   }
-  x->unit = -1;
   if (rc < 0) {
-    snprintf(err, errlen, "%s", s->nvme && zt_nvme_store_error(s->nvme)[0]
-                                    ? zt_nvme_store_error(s->nvme)
-                                    : strerror(-rc));
+    snprintf(err, errlen, "%s", zt_opt_store_error(s->opt, rc));
     return rc;
   }
   if ((rc = read_device_units(t, base, end, out)) < 0)
@@ -94,33 +91,31 @@ static int off_read_state(zt_trainer *t, int u0, int u1, float *params, float *m
 int zt__off_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,
                         const float *v, char *err, size_t errlen) {
   off_state *s = t->path_state;
-  const float *in[KINDS] = {params, m, v};
+  const float *in[ZT_OPT_KINDS] = {params, m, v};
   size_t base = zt_model_unit(t->model, u0)->offset;
   size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
   size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
   /* delayed: the pending update lands first (its NVMe writes must not follow these) */
-  int rc = zt__off_pend_finish(t), frc = zt__off_finish_updates(t);
+  int rc = zt__off_pend_finish(t), frc = zt_opt_store_finish(s->opt);
   if (rc == 0) rc = frc;
-  for (int k = 0; k < KINDS && a < b; k++) {
+  for (int k = 0; k < ZT_OPT_KINDS && a < b; k++) {
     if (!s->h[k]) continue;
     if (in[k])
       memcpy(s->h[k] + (a - s->lo), in[k] + (a - base), (b - a) * sizeof(float));
     else
       memset(s->h[k] + (a - s->lo), 0, (b - a) * sizeof(float));
   }
-  opt_set *x = &s->sets[0];
+  const zt_opt_set *x = &s->sets[0];
   for (int u = u0 > s->nh ? u0 : s->nh; u < u1 && rc == 0; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
-    x->unit = u;
-    for (int k = 0; k < KINDS; k++) {
+    for (int k = 0; k < ZT_OPT_KINDS; k++) {
       if (in[k])
         memcpy(x->buf[k], in[k] + (ui->offset - base), ui->numel * sizeof(float));
       else
         memset(x->buf[k], 0, ui->numel * sizeof(float));
     }
-    if ((rc = zt__off_set_io(t, x, 1)) == 0) rc = zt__off_set_wait(s, x);
+    rc = zt_opt_store_sync(s->opt, u, 1);
   }
-  x->unit = -1;
   /* the host copy the units stream from */
   for (int u = u0 > s->scopy0 ? u0 : s->scopy0; u < u1 && rc == 0 && s->scopy; u++)
     memcpy(s->scopy + s->scopy_off[u], params + (zt_model_unit(t->model, u)->offset - base),
@@ -128,8 +123,7 @@ int zt__off_write_state(zt_trainer *t, int u0, int u1, const float *params, cons
   if (rc < 0) {
     s->broken = 1;
     snprintf(err, errlen, "offload: writing the optimizer state failed: %s",
-             s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
-                                                        : strerror(-rc));
+             zt_opt_store_error(s->opt, rc));
     return rc;
   }
   if ((rc = write_device_units(t, base, end, in)) < 0) {
@@ -161,6 +155,7 @@ static void off_close(zt_trainer *t) {
   off_state *s = t->path_state;
   if (!s) return;
   zt_streamer_close(s->st);
+  zt_opt_store_close(s->opt); /* waits for its AdamW on the pool */
   zt_cpu_pool_close(s->pool);
   zt_copy_close(s->copy);
   zt_dev_arena_close(s->dev);
@@ -169,10 +164,8 @@ static void off_close(zt_trainer *t) {
   zt_host_arena_close(s->host); /* masters, m, v, gradients and the staging with it */
   free(s->slot);
   free(s->scopy_off);
-  free(s->ext);
   free(s->updated);
   free(s->runs);
-  free(s->tasks);
   free(s->first_run);
   free(s->pieces);
   free(s->first_piece);

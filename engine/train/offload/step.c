@@ -93,8 +93,7 @@ static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen
   s->updated[u] = 1;
   if ((rc = zt__off_update_unit(t, u, ov->hp)) < 0) {
     snprintf(err, errlen, "step %d: the AdamW update failed: %s", t->step + 1,
-             s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
-                                                         : strerror(-rc));
+             zt_opt_store_error(s->opt, rc));
     return rc;
   }
   ov->updated++;
@@ -169,7 +168,7 @@ static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *
       rflags = 0;
     /* the ring: the write-back of unit u (unit 0's too, held since the head) goes to the slot
      * whose previous user, ring units back, may still be read by its AdamW */
-    if (s->ring && u >= s->ng && u + s->ring < s->nu) zt__off_wait_unit_runs(s, u + s->ring);
+    if (s->ring && u >= s->ng && u + s->ring < s->nu) zt_opt_store_wait(s->opt, u + s->ring);
     if (p) unit_put(t, u, rflags);
     if (s->embed_grads && (companion_of_head || rc < 0)) {
       unit_put(t, 0, rflags);
@@ -310,7 +309,7 @@ int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char
     goto out;
   }
   if (nonfinite) {
-    zt__off_finish_updates(t);
+    zt_opt_store_finish(s->opt);
     rc = -ERANGE;
     if (ov.updated) {
       s->broken = 1;
@@ -337,15 +336,14 @@ int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char
       s->updated[u] = 1;
       rc = zt__off_update_unit(t, u, &hp);
     }
-  int frc = zt__off_finish_updates(t);
+  int frc = zt_opt_store_finish(s->opt);
   if (rc == 0) rc = frc;
   /* delayed, not deferred (step 1): the update wrote the next buffers */
   if (rc == 0 && s->delayed && !defer) zt__off_swap_copies(t);
   if (rc < 0) {
     s->broken = 1;
     snprintf(err, errlen, "step %d: the AdamW update failed: %s", step,
-             s->nvme && zt_nvme_store_error(s->nvme)[0] ? zt_nvme_store_error(s->nvme)
-                                                         : strerror(-rc));
+             zt_opt_store_error(s->opt, rc));
     goto out;
   }
   /* the masters changed: every device copy is stale */
@@ -375,7 +373,7 @@ out:
   if (rc < 0) {
     /* a pending update of the step before lands (a failure of it breaks the state) */
     if (zt__off_pend_finish(t) < 0) s->broken = 1;
-    zt__off_finish_updates(t);
+    zt_opt_store_finish(s->opt);
     /* updates that overlapped the backward stay: the state is no step's */
     for (int u = 0; u < s->nu; u++) s->broken |= s->updated[u];
     zt_streamer_invalidate(s->st, -1);
