@@ -91,9 +91,9 @@ size_t zt_offload_stream_copy_floats(const zt_model *m, int u, zt_dtype dt) {
 
 /* The gradient ring's slots for ns streamed units of at most slot_bytes: `asked` (offload
  * .grad_slots) if set, else the fewest that keep the backward from waiting for the CPU AdamW to
- * free a slot (offload.h "The gradients on the host"), or 0 (the flat buffer) where that is
- * every unit: the flat buffer holds them in no more bytes. The backward releases a unit every 4 * numel * tokens / flops seconds (its backward
- * alone, by the cost model) while the pool updates one every numel / rate; where the pool is
+ * free a slot (docs/offload.md "The gradients on the host"), or 0 (the flat buffer) where that
+ * is every unit: the flat buffer holds them in no more bytes. The backward releases a unit
+ * every 4 * numel * tokens / flops seconds (its backward alone, by the cost model) while the pool updates one every numel / rate; where the pool is
  * the slower, it falls 1 - ratio of a unit further behind per unit released, and each unit it
  * is behind holds a slot. At least GRAD_RING_SLOTS, at most ns, and no more than
  * ZT_TUNE_GRAD_RING_BYTES unless that is below the minimum: the ring exists for models whose
@@ -113,12 +113,12 @@ static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int 
 
 /* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
  * host units; the gradients (flat over [lo, n), or the ring: no clipping, one micro-batch a
- * step or the sums on the device, offload.h); the bf16/fp16 compute copy over [lo, n); with
- * NVMe units the two staging sets of master, m and v, and the stream copies (params host or
- * gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units may
- * alias the host's buffers. delayed_update (offload.h): the flat gradients, no alias, the host
- * units' stream copies in bf16/fp16, and the next buffers: fp32 the host units' masters, bf16/fp16
- * the compute copy; the stream copies. */
+ * step or the sums on the device, docs/offload.md); the bf16/fp16 compute copy over [lo, n);
+ * with NVMe units the two staging sets of master, m and v, and the stream copies (params host
+ * or gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units
+ * may alias the host's buffers. delayed_update (docs/offload.md): the flat gradients, no alias,
+ * the host units' stream copies in bf16/fp16, and the next buffers: fp32 the host units'
+ * masters, bf16/fp16 the compute copy; the stream copies. */
 static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
                        int on_cpu, int nh, zt_offload_sizes *z) {
   int nu = zt_model_num_units(m), params_nvme = oc->params == ZT_PLACE_NVME;
@@ -126,7 +126,7 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   zt_dtype dt = tc->precision;
   z->nh = nh;
   z->ring = 0;
-  /* the ring needs the updates to overlap the backward (offload.h): not with fp16, nor with
+  /* the ring needs the updates to overlap the backward (docs/offload.md): not with fp16, nor with
    * the delayed update, which needs the whole step's gradients while the next step runs */
   z->ring_floats = z->largest_f32 / sizeof(float);
   if (tc->grad_clip == 0 && (tc->grad_accum == 1 || z->dsum) && dt != ZT_F16 &&

@@ -83,7 +83,7 @@ typedef struct zt_offload_sizes {
   int scopy0;          /* the first unit with a stream copy */
   size_t scopy_floats; /* the stream copies of units [scopy0, nu): the NVMe units' (params not
                           nvme), with delayed bf16/fp16 the host units' too */
-  size_t delayed;      /* delayed_update: the next buffers' bytes (offload.h) */
+  size_t delayed;      /* delayed_update: the next buffers' bytes */
 } zt_offload_sizes;
 
 /* A plan: what auto leaves open, decided, and the sizes that follow. */

@@ -1,4 +1,4 @@
-/* The offloaded step's delayed update (offload.h "Delayed update"): step k's update of the
+/* The offloaded step's delayed update (docs/offload.md "Delayed update"): step k's update of the
  * streamed units runs during step k + 1, writing the next buffers, which become current when it
  * lands. */
 #include "engine/train/offload/internal.h"

@@ -41,7 +41,8 @@ typedef struct off_state {
                           AdamW */
   int scopy0;          /* the first unit with a stream copy: nh, or ng with delayed bf16/fp16 */
   /* delayed_update: the other buffer of each pair the update writes while the step reads the
-   * current one (offload.h "Delayed update"), swapped with it at the drain; NULL where unused */
+   * current one (docs/offload.md "Delayed update"), swapped with it at the drain; NULL where
+   * unused */
   int delayed;
   float *m_nxt;        /* fp32: the host units' masters, alternating with h[ZT_OPT_MASTER] */
   uint16_t *lp_nxt;    /* bf16/fp16: the compute copy */
@@ -65,7 +66,7 @@ typedef struct off_state {
   size_t ng_floats;
   float *d_master, *d_m, *d_v, *d_grad;
   void *d_lp;
-  /* grads gpu (offload.h "Gradient sums on the device"): the streamed units' running sums in a
+  /* grads gpu (docs/offload.md "Gradient sums"): the streamed units' running sums in a
    * backend buffer over their parameters [ng_floats, n), each unit's its streamer dev_grads */
   int dsum;
   float *d_sum;
