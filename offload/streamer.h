@@ -74,8 +74,8 @@ typedef struct zt_streamer_cfg {
   int prefetch_depth;          /* units the step loop prefetches ahead of the one it computes */
   int max_acquired;            /* units held at once (gpt head + tied embedding: 2); 0 means 1 */
   size_t param_budget;         /* the most arena bytes (footprints) parameter copies take
-                                  together, so gradient buffers keep the rest and the transfers
-                                  are the plan's (engine/plan/planner.h); 0: only the arena limits */
+                                  together, so gradient buffers keep the rest; 0: only the arena
+                                  limits */
   size_t slot_bytes;           /* > 0: every device allocation (parameter copy or gradient
                                   buffer) takes this many bytes, at least the largest unit's, so
                                   the arena is a pool of equal slots that cannot fragment: the

@@ -56,7 +56,7 @@
 #define ZT_TUNE_TOKEN_MIN 16
 #define ZT_TUNE_TOKEN_MAX 4096
 
-/* The offload planner's cost model (engine/train/offload/offload_step.c), the rates it ranks plans by.
+/* The offload planner's cost model (engine/plan/offload_plan.c), the rates it ranks plans by.
  * Measured on the H200 machine (docs/BENCHMARKS.md); the CPU backend plans with the same rates,
  * as the GPU it stands in for, so CI runs the plans a GPU would. */
 #define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 3.5e14  /* bf16 step, flops by 6*N*tokens + attention */
@@ -72,8 +72,8 @@
 #define ZT_TUNE_PLAN_NVME_BYTES 1.7e9
 
 /* The most host memory the offloaded step's gradient ring grows to so that the backward does
- * not wait for the CPU AdamW to free a slot (offload_step.c ring_slots): GPT-2 1.5B's streamed
- * units take about 1.5 GB; a 10 B model's keep the minimal ring. */
+ * not wait for the CPU AdamW to free a slot (engine/plan/offload_plan.c ring_slots): GPT-2
+ * 1.5B's streamed units take about 1.5 GB; a 10 B model's keep the minimal ring. */
 #define ZT_TUNE_GRAD_RING_BYTES (4ull << 30)
 
 /* GPUs --gpus may name, and simulated ranks --cpu-ranks may give the cpu backend. */

@@ -273,7 +273,7 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   int on_cpu = strcmp(cfg->backend, "cpu") == 0;
   /* a checkpoint's staging comes on top of the host tier (zt_trainer_checkpoint_bytes); it also
    * covers the open's, which streams the initial state through one staging of the largest
-   * unit's parameters while no checkpoint runs (offload_step.c write_initial_state) */
+   * unit's parameters while no checkpoint runs (engine/train/offload/open.c, write_initial_state) */
   double host = (double)plan.host_bytes + (double)zt_checkpoint_estimate_bytes(&s->model) +
                 (on_cpu ? (double)plan.device_bytes : 0);
   /* each limit before its `what` is read: the order of a call's arguments is unspecified */

@@ -385,7 +385,7 @@ int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int
     o->optimizer = off_place(s);
     if (o->params == ZT_PLACE_AUTO) o->params = ZT_PLACE_GPU;
     if (o->gpu_units < 0) o->gpu_units = 0;
-    return 0; /* "auto" checkpointing: the least recompute that fits the device (jobs.c) */
+    return 0; /* "auto" checkpointing: the least recompute that fits the device (engine/job/admission.c) */
   }
   /* the least recompute first (every L blocks recomputes 1, ... every 1 all L), and for each
    * the fastest placement */

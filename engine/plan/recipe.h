@@ -56,7 +56,7 @@ int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen);
 
 /* The offloaded step's limits the policy is checked against: units fetched ahead, how many
  * units behind the backward each unit's gradients are taken up (walk_backward), and the
- * gradient ring's slots (offload.h "The gradients on the host" gives the bound). */
+ * gradient ring's slots (docs/offload.md "The gradients on the host" gives the bound). */
 #define ZT_OFFLOAD_PREFETCH_MAX 16
 #define ZT_OFFLOAD_UNIT_DONE_LAG 2
 #define ZT_OFFLOAD_GRAD_RING_MIN (ZT_OFFLOAD_UNIT_DONE_LAG + 2)
@@ -74,7 +74,8 @@ typedef struct zt_offload_cfg {
   zt_offload_place params;    /* home of the compute parameters between uses; auto: with a
                                  gpu_budget the planner's choice of gpu or host, else gpu */
   zt_offload_place grads;     /* where the streamed units' gradients sum over the step's
-                                 micro-batches (above, "Gradient sums"): gpu, host or auto */
+                                 micro-batches (docs/offload.md "Gradient sums"): gpu,
+                                 host or auto */
   zt_offload_place optimizer; /* fp32 masters, AdamW m and v; auto: with a gpu_budget the
                                  leading units the plan fits on the device (gpu_units), the
                                  rest on the host; with a host_budget and an nvme_dir, the host
@@ -95,14 +96,15 @@ typedef struct zt_offload_cfg {
   size_t host_budget;         /* the host arena's limit, bytes; 0: none */
   uint64_t nvme_budget;       /* the NVMe files' limit, bytes; 0: none (ztd still checks the
                                  free space of nvme_dir) */
-  int grad_slots;             /* the host's gradient ring where it applies (above, "The
-                                 gradients on the host"): 0 (default) the fewest slots that
+  int grad_slots;             /* the host's gradient ring where it applies (docs/offload.md
+                                 "The gradients on the host"): 0 (default) the fewest slots that
                                  keep the backward from waiting for the CPU AdamW, by the cost
                                  model (0 slots, the flat buffer, where that is all the
                                  streamed units); else that many, >= 4 (at most the streamed
                                  units) */
   int delayed_update;         /* 1: from step 2 on, the streamed units' update of a step runs
-                                 during the next step (above, "Delayed update"); 0: none */
+                                 during the next step (docs/offload.md "Delayed
+                                 update"); 0: none */
   char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new
                                  directory in it (zt-offload.XXXXXX, removed when it closes);
                                  required with an nvme placement */

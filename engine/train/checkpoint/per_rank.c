@@ -1,5 +1,5 @@
 /* defines: the per-rank layout (internal.h; dir.c saves and loads it) and a part's ranks' files
- * (zt__rank_files, shard_io.h; called by engine/train/dp/dp_state.c).
+ * (zt__rank_files, shard_io.h; called by engine/train/dp/parts.c).
  *
  * A data-parallel trainer running every rank of its world (zt__train_path.shards), or the part
  * holding rank 0 where every part sees the directory (probe.c), writes each rank's chunks of

@@ -1,5 +1,6 @@
 /* defines: the probe of a data-parallel part's checkpoint (internal.h; dir.c and per_rank.c ask
- * it) and zt__ckpt_probe_sees (shard_io.h; every part's ranks answer it, dp_state.c).
+ * it) and zt__ckpt_probe_sees (shard_io.h; every part's ranks answer it,
+ * engine/train/dp/parts.c).
  *
  * A data-parallel part (dp.h, "Parts") runs only some of its world's ranks. The part holding
  * rank 0 saves and loads; every other part follows in zt_trainer_dp_send_state /

@@ -34,7 +34,8 @@ typedef struct zt__shard_io {
   const char *(*path)(void *arg, int rank);
 } zt__shard_io;
 
-/* A data-parallel part without rank 0 following a per-rank save or load (dp_state.c): its side
+/* A data-parallel part without rank 0 following a per-rank save or load
+ * (engine/train/dp/parts.c): its side
  * of the probe, and its ranks' files in the probed directory, through the same code as the
  * part holding rank 0 uses. zt__ckpt_probe_sees: 1 when dir, as this process sees it, holds
  * the token (save: dir's marker file holds it and this process may write into dir; load:

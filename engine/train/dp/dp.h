@@ -46,7 +46,8 @@
  * after the queue's, so each rank still issues one sequence of collectives.
  *
  * Checkpoints. A trainer that runs every rank (local == world) writes them per rank
- * (engine/train/checkpoint/checkpoint.c): every rank, on its own thread and all at once, reads its own
+ * (engine/train/checkpoint/per_rank.c): every rank, on its own thread and all at once, reads
+ * its own
  * chunks (from its device on its stream, through a staging of one chunk, or straight from its
  * host tier) into a file of its own, beside a manifest of the layout and model.safetensors, the
  * parameters gathered. Loading such a checkpoint into the same world, every rank reads its own
@@ -90,7 +91,7 @@
  *   view of that path holds the marker with that token and that it may write there, and the
  *   verdicts are exchanged
  *   (all-gathered), so every part learns the result. Where every rank sees it, every rank of
- *   every part writes its own rank-R.safetensors into DIR.tmp at once (checkpoint.c's writer,
+ *   every part writes its own rank-R.safetensors into DIR.tmp at once (per_rank.c's writer,
  *   each file fsynced, renamed into place and its directory fsynced by its writer), then the
  *   ranks exchange their results and files' sizes: one rank's failure (a full disk: ENOSPC) fails
  *   the save on every part with that rank's code, its message naming the file (on its own part
@@ -156,7 +157,7 @@
  * A failed read or write fails the step (-EIO and the trainer refuses further steps) with the
  * store's message naming the file. The state calls and per-rank checkpoints read a unit's files
  * into a set and write them from it. The files go at close.
- * Host and NVMe together (zt_dp_cfg.host_units, as offload.h's): with optimizer nvme the
+ * Host and NVMe together (zt_dp_cfg.host_units, as docs/offload.md's): with optimizer nvme the
  * host_units units right after the device ones keep masters, m and v on the host tier as with
  * optimizer host, and only the units after them have files (and size the sets). Those are the
  * units the backward updates last, whose NVMe reads and writes nothing else would hide.

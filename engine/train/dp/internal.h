@@ -57,7 +57,7 @@ struct dp_state;
 struct zt__dp_cmd;
 
 /* optimizer nvme: a staging of one host unit's chunk of masters, m and v (and the compute copy
- * the AdamW writes), moving FREE -> READING -> UPDATING -> WRITING -> FREE as offload_step.c's
+ * the AdamW writes), moving FREE -> READING -> UPDATING -> WRITING -> FREE as offload/opt_store.c's
  * sets do; the state calls use set 0 synchronously between steps. */
 typedef enum nv_state { NV_FREE, NV_READING, NV_UPDATING, NV_WRITING } nv_state;
 typedef struct nv_set {

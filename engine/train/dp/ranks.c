@@ -456,7 +456,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
     return -ENOMEM;
   }
   t->tc = *tc;
-  t->be = ranks[0].be; /* what checkpoint.c synchronises; the state is reached through the path */
+  t->be = ranks[0].be; /* what engine/train/checkpoint synchronises; the state is reached through the path */
   t->path = &zt__dp_path;
   t->path_state = s;
   zt_loss_scaler_init(&t->scaler);
@@ -467,7 +467,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   pthread_cond_init(&s->done_cv, NULL);
   if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
   s->ranks = calloc((size_t)s->nl, sizeof *s->ranks);
-  /* the initial parameters a piece of units at a time (as offload_step.c's
+  /* the initial parameters a piece of units at a time (as engine/train/offload/open.c's
    * write_initial_state), not a flat copy of the model */
   size_t cap = zt__trainer_piece_cap(t->model);
   init = malloc(cap * sizeof *init);

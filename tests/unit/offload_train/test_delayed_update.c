@@ -1,4 +1,4 @@
-/* offload.delayed_update (engine/train/offload/offload.h "Delayed update") on the CPU backend, for both
+/* offload.delayed_update (docs/offload.md "Delayed update") on the CPU backend, for both
  * archs: the losses, skipped steps and loss scales of a delayed run are bitwise those of a
  * reference that realises the delayed semantics with the plain trainer's kernels: each step's
  * gradients are those of a plain trainer set to the parameters the delayed step computes with

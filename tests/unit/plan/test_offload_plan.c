@@ -15,7 +15,7 @@
 
 #include "engine/kernels/backend.h"
 #include "engine/model/model.h"
-#include "engine/train/offload/offload.h"
+#include "engine/plan/offload_plan.h"
 #include "tests/unit/model/mcheck.h"
 
 #define GiB ((size_t)1 << 30)

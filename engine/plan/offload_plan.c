@@ -1,0 +1,462 @@
+/* The single-rank offloaded step's plan (engine/plan/offload_plan.h): the sizes of every buffer
+ * the open allocates, the cost model, the search over what the spec leaves to auto. */
+#include "engine/plan/offload_plan.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/base/tunables.h"
+#include "offload/device_arena.h"
+#include "offload/host_arena.h"
+#include "offload/opt_store.h"
+#include "offload/streamer.h"
+
+/* the policy's limits (engine/plan/recipe.h) */
+#define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
+
+zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
+  const zt_unit_info *ui = zt_model_unit(m, u);
+  if (dt == ZT_F32)
+    return (zt_offload_unit_layout){0, ui->numel * sizeof(float), ui->numel * sizeof(float)};
+  size_t es = zt_dtype_size(dt), f32_end = 0, lp_begin = SIZE_MAX, lp_end = 0;
+  for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
+    const zt_tensor_info *ti = zt_model_tensor(m, i);
+    size_t a = ti->offset - ui->offset, b = a + ti->numel;
+    if ((ti->reads & ZT_READS_F32) && b * sizeof(float) > f32_end) f32_end = b * sizeof(float);
+    if ((ti->reads & ZT_READS_LP) && a * es < lp_begin) lp_begin = a * es;
+    if ((ti->reads & ZT_READS_LP) && b * es > lp_end) lp_end = b * es;
+  }
+  if (lp_begin == SIZE_MAX) return (zt_offload_unit_layout){0, f32_end, f32_end};
+  size_t gap = f32_end > lp_begin ? f32_end - lp_begin : 0;
+  size_t lp_offset = (gap + ZT_DEV_ARENA_ALIGN - 1) / ZT_DEV_ARENA_ALIGN * ZT_DEV_ARENA_ALIGN;
+  size_t bytes = lp_offset + lp_end > f32_end ? lp_offset + lp_end : f32_end;
+  return (zt_offload_unit_layout){lp_offset, bytes, f32_end};
+}
+
+size_t zt_offload_unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
+  return zt_offload_unit_layout_of(m, u, dt).bytes;
+}
+
+/* The bytes one fetch of unit u moves: its fp32 parameters, or (bf16/fp16) the copies its ops
+ * read. */
+static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
+  const zt_unit_info *ui = zt_model_unit(m, u);
+  if (dt == ZT_F32) return ui->numel * sizeof(float);
+  size_t sum = 0;
+  for (int i = ui->first_tensor; i < ui->first_tensor + ui->n_tensors; i++) {
+    const zt_tensor_info *ti = zt_model_tensor(m, i);
+    if (ti->reads & ZT_READS_F32) sum += ti->numel * sizeof(float);
+    if (ti->reads & ZT_READS_LP) sum += ti->numel * zt_dtype_size(dt);
+  }
+  return sum;
+}
+
+/* The files the optimizer-state store reserves for the units from nh on (the NVMe units). */
+static uint64_t nvme_file_bytes(const zt_model *m, int nh) {
+  uint64_t sum = 0;
+  for (int u = nh; u < zt_model_num_units(m); u++)
+    sum += zt_opt_store_file_bytes(zt_model_unit(m, u)->numel);
+  return sum;
+}
+
+/* Every unit's parameters, and (without dsum) the gradient buffers held and one write-back in
+ * flight, in slots. */
+static size_t all_resident_bytes(int nu, int held, int dsum, size_t slot) {
+  return (size_t)(nu + (dsum ? 0 : held + 1)) * zt_dev_arena_footprint(slot);
+}
+
+
+/* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
+ * fp32 and (bf16/fp16) the compute copy, each one backend buffer over their parameters. */
+static size_t dev_unit_bytes(const zt_model *m, int ng, zt_dtype dt) {
+  if (!ng) return 0;
+  size_t f = zt_model_unit(m, ng)->offset;
+  return 4 * zt_dev_arena_footprint(f * sizeof(float)) +
+         (dt == ZT_F32 ? 0 : zt_dev_arena_footprint(f * zt_dtype_size(dt)));
+}
+
+/* The flat offset of unit u; the parameter count for u == units. */
+static size_t unit_start(const zt_model *m, int u) {
+  return u < zt_model_num_units(m) ? zt_model_unit(m, u)->offset : zt_model_num_params(m);
+}
+
+/* NVMe unit u's stream copy on the host (params not nvme): the fp32 tensors its ops read, which
+ * lie in its first zt_offload_unit_layout.f32_end bytes (all of it in fp32). */
+size_t zt_offload_stream_copy_floats(const zt_model *m, int u, zt_dtype dt) {
+  return zt_offload_unit_layout_of(m, u, dt).f32_end / sizeof(float);
+}
+
+/* The gradient ring's slots for ns streamed units of at most slot_bytes: `asked` (offload
+ * .grad_slots) if set, else the fewest that keep the backward from waiting for the CPU AdamW to
+ * free a slot (docs/offload.md "The gradients on the host"), or 0 (the flat buffer) where that
+ * is every unit: the flat buffer holds them in no more bytes. The backward releases a unit
+ * every 4 * numel * tokens / flops seconds (its backward alone, by the cost model) while the pool updates one every numel / rate; where the pool is
+ * the slower, it falls 1 - ratio of a unit further behind per unit released, and each unit it
+ * is behind holds a slot. At least GRAD_RING_SLOTS, at most ns, and no more than
+ * ZT_TUNE_GRAD_RING_BYTES unless that is below the minimum: the ring exists for models whose
+ * gradients the host cannot hold whole. */
+static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int ns,
+                      size_t slot_bytes) {
+  if (asked) return asked < ns ? asked : ns;
+  double tokens = (double)tc->micro_batch * zt_model_cfg_of(m)->seq_len;
+  double flops = tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
+                                         : ZT_TUNE_PLAN_DEVICE_FLOPS_LP;
+  double ratio = 4 * tokens * ZT_TUNE_PLAN_CPU_ADAM_PARAMS / flops;
+  int slots = GRAD_RING_SLOTS + (ratio < 1 ? (int)ceil(ns * (1 - ratio)) : 0);
+  size_t fit = slot_bytes ? ZT_TUNE_GRAD_RING_BYTES / slot_bytes : (size_t)slots;
+  if ((size_t)slots > fit) slots = fit > GRAD_RING_SLOTS ? (int)fit : GRAD_RING_SLOTS;
+  return slots < ns ? slots : 0;
+}
+
+/* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
+ * host units; the gradients (flat over [lo, n), or the ring: no clipping, one micro-batch a
+ * step or the sums on the device, docs/offload.md); the bf16/fp16 compute copy over [lo, n);
+ * with NVMe units the two staging sets of master, m and v, and the stream copies (params host
+ * or gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units
+ * may alias the host's buffers. delayed_update (docs/offload.md): the flat gradients, no alias,
+ * the host units' stream copies in bf16/fp16, and the next buffers: fp32 the host units'
+ * masters, bf16/fp16 the compute copy; the stream copies. */
+static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
+                       int on_cpu, int nh, zt_offload_sizes *z) {
+  int nu = zt_model_num_units(m), params_nvme = oc->params == ZT_PLACE_NVME;
+  size_t n = zt_model_num_params(m);
+  zt_dtype dt = tc->precision;
+  z->nh = nh;
+  z->ring = 0;
+  /* the ring needs the updates to overlap the backward (docs/offload.md): not with fp16, nor with
+   * the delayed update, which needs the whole step's gradients while the next step runs */
+  z->ring_floats = z->largest_f32 / sizeof(float);
+  if (tc->grad_clip == 0 && (tc->grad_accum == 1 || z->dsum) && dt != ZT_F16 &&
+      !oc->delayed_update)
+    z->ring = ring_slots(m, tc, oc->grad_slots, nu - z->ng, z->ring_floats * sizeof(float));
+  z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring && !oc->delayed_update;
+  z->lo = z->alias ? 0 : unit_start(m, z->ng);
+  z->h_floats = unit_start(m, nh) - z->lo;
+  z->nvme_f32 = z->nvme_param = z->scopy_floats = 0;
+  z->scopy0 = oc->delayed_update && dt != ZT_F32 ? z->ng : nh;
+  for (int u = nh; u < nu; u++) {
+    size_t f32 = zt_model_unit(m, u)->numel * sizeof(float);
+    size_t pb = zt_offload_unit_param_bytes(m, u, dt);
+    if (f32 > z->nvme_f32) z->nvme_f32 = f32;
+    if (params_nvme && pb > z->nvme_param) z->nvme_param = pb;
+  }
+  for (int u = z->scopy0; u < nu && !params_nvme; u++)
+    z->scopy_floats += zt_offload_stream_copy_floats(m, u, dt);
+  z->host =
+      z->h_floats ? ZT_OPT_KINDS * zt_host_arena_footprint(z->h_floats * sizeof(float)) : 0;
+  z->host += z->ring ? (size_t)z->ring * zt_host_arena_footprint(z->largest_f32)
+                     : zt_host_arena_footprint((n - z->lo) * sizeof(float));
+  if (dt != ZT_F32) z->host += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
+  if (nh < nu) {
+    z->host += 2 * ZT_OPT_KINDS * zt_host_arena_footprint(z->nvme_f32);
+    if (z->nvme_param)
+      z->host += (size_t)(z->held + oc->prefetch) * zt_host_arena_footprint(z->nvme_param);
+  }
+  if (z->scopy_floats) z->host += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
+  z->delayed = 0;
+  if (oc->delayed_update) {
+    if (dt == ZT_F32 && z->h_floats)
+      z->delayed += zt_host_arena_footprint(z->h_floats * sizeof(float));
+    if (dt != ZT_F32) z->delayed += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
+    if (z->scopy_floats) z->delayed += zt_host_arena_footprint(z->scopy_floats * sizeof(float));
+  }
+  z->host += z->delayed;
+}
+
+/* Where the streamed units keep their optimizer (offload.host_units): the host side of z for
+ * the device side sizes_for gave it. -EINVAL for a host_units the units cannot take, -ENOMEM
+ * over host_budget, -ENOSPC over nvme_budget; err says why with the numbers. */
+static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
+                           int on_cpu, zt_offload_sizes *z, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), ng = z->ng, nh = nu;
+  if (oc->host_units >= 0 || oc->optimizer == ZT_PLACE_NVME) {
+    int k = oc->host_units > 0 ? oc->host_units : 0;
+    if (k > nu - ng) {
+      snprintf(err, errlen, "offload.host_units is %d; after %d unit(s) on the device the model "
+               "has %d", oc->host_units, ng, nu - ng);
+      return -EINVAL;
+    }
+    nh = ng + k;
+    if (nh < nu && !oc->nvme_dir[0]) {
+      snprintf(err, errlen, "offload.host_units %d leaves %d unit(s) for NVMe: "
+               "offload.nvme_dir is required", oc->host_units, nu - nh);
+      return -EINVAL;
+    }
+    host_sizes(m, oc, tc, on_cpu, nh, z);
+  } else if (oc->optimizer == ZT_PLACE_AUTO && oc->host_budget && oc->nvme_dir[0]) {
+    /* the most units on the host that fit it: the host is faster than NVMe for every unit */
+    for (host_sizes(m, oc, tc, on_cpu, nh, z); nh > ng && z->host > oc->host_budget;)
+      host_sizes(m, oc, tc, on_cpu, --nh, z);
+  } else {
+    host_sizes(m, oc, tc, on_cpu, nh, z);
+  }
+  if (oc->host_budget && z->host > oc->host_budget) {
+    snprintf(err, errlen, "offload.host_budget is %zu bytes; the host tier needs %zu with %d "
+             "unit(s)' optimizer on the host and %d on NVMe%s", oc->host_budget, z->host,
+             nh - ng, nu - nh,
+             oc->nvme_dir[0] ? "" : " (with an offload.nvme_dir, optimizer auto keeps on NVMe "
+                                    "what the host cannot hold)");
+    return -ENOMEM;
+  }
+  uint64_t nvme = nvme_file_bytes(m, nh);
+  if (oc->nvme_budget && nvme > oc->nvme_budget) {
+    snprintf(err, errlen, "offload.nvme_budget is %llu bytes; the NVMe tier needs %llu for the "
+             "optimizer of %d unit(s) (%d on the host)", (unsigned long long)oc->nvme_budget,
+             (unsigned long long)nvme, nu - nh, nh - ng);
+    return -ENOSPC;
+  }
+  return 0;
+}
+
+/* The device side with units 0..ng-1 on the device and the rest streamed, their gradient sums
+ * on the device (dsum) or not; -ENOMEM (err says why, with the numbers) when they do not fit
+ * gpu_budget. */
+static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, size_t act_bytes,
+                     int ng, int dsum, zt_offload_sizes *z, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), ns = nu - ng;
+  size_t sum_floats = zt_model_num_params(m) - unit_start(m, ng);
+  *z = (zt_offload_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1, .ng = ng,
+                   .dev_units = dev_unit_bytes(m, ng, dt), .dsum = dsum,
+                   .dsum_bytes = dsum ? zt_dev_arena_footprint(sum_floats * sizeof(float)) : 0};
+  zt_stream_unit *units = calloc((size_t)ns, sizeof *units);
+  if (!units) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  for (int i = 0; i < ns; i++) {
+    const zt_unit_info *ui = zt_model_unit(m, ng + i);
+    /* with dsum no gradient buffer comes from the arena */
+    units[i] = (zt_stream_unit){.param_bytes = zt_offload_unit_param_bytes(m, ng + i, dt),
+                                .grad_floats = dsum ? 0 : ui->numel};
+    if (units[i].param_bytes > z->largest) z->largest = units[i].param_bytes;
+    if (ui->numel * sizeof(float) > z->largest_f32) z->largest_f32 = ui->numel * sizeof(float);
+  }
+  /* Units differ in size (the gpt head is two vectors): equal slots of the largest keep the
+   * arena from fragmenting, so the budget that opens is the budget that runs. A slot holds a
+   * device copy or a gradient buffer (fp32, larger than a 16-bit device copy), with dsum a
+   * device copy only. */
+  z->slot = z->largest > z->largest_f32 || dsum ? z->largest : z->largest_f32;
+  zt_streamer_cfg sc = {.n_units = ns, .units = units, .prefetch_depth = oc->prefetch,
+                        .max_acquired = z->held, .slot_bytes = z->slot};
+  size_t need = zt_streamer_min_device_bytes(&sc);
+  free(units);
+  if (need == SIZE_MAX) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  size_t resident = all_resident_bytes(ns, z->held, dsum, z->slot);
+  size_t fixed = act_bytes + z->dev_units + z->dsum_bytes;
+  zt_offload_place params = oc->params != ZT_PLACE_AUTO ? oc->params
+                            : oc->gpu_budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+  if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
+    z->arena = resident;
+    if (oc->gpu_budget && fixed + resident > oc->gpu_budget) {
+      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
+               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
+               "gradient sums on the device %zu + parameters and gradient buffers %zu); "
+               "offload.gpu_budget is %zu (params host streams the units)", fixed + resident,
+               act_bytes, ng, z->dev_units, z->dsum_bytes, resident, oc->gpu_budget);
+      return -ENOMEM;
+    }
+  } else {
+    if (oc->gpu_budget < fixed + need) {
+      snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
+               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
+               "gradient sums on the device %zu + %d unit(s) held and %d prefetched with their "
+               "gradients %zu)", oc->gpu_budget, fixed + need, act_bytes, ng, z->dev_units,
+               z->dsum_bytes, z->held, oc->prefetch, need);
+      return -ENOMEM;
+    }
+    z->arena = oc->gpu_budget - fixed;
+    if (z->arena > resident) z->arena = resident;
+  }
+  z->all_resident = z->arena >= resident;
+  return 0;
+}
+
+
+/* The copies a step of the plan is expected to make: each streamed unit's device copy fetched
+ * once a step when the arena holds them all, else in each forward and backward (the streamer
+ * keeps what fits, so this is the most); its gradients to the host every micro-batch and from
+ * the second micro-batch on its running sum copied back, or with dsum its sum to the host once
+ * a step. */
+static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const zt_offload_placement *p,
+                           double *h2d, double *d2h) {
+  double ga = tc->grad_accum, fetch = 0, grads = 0;
+  for (int u = p->z.ng; u < zt_model_num_units(m); u++) {
+    fetch += (double)unit_fetch_bytes(m, u, tc->precision);
+    grads += (double)zt_model_unit(m, u)->numel * sizeof(float);
+  }
+  double fetches = p->params == ZT_PLACE_GPU || p->z.all_resident ? 1 : 2 * ga;
+  double moves = p->z.dsum ? 1 : ga;
+  *h2d = fetch * fetches + grads * (moves - 1);
+  *d2h = grads * moves;
+}
+
+/* The cost model that ranks the plans that fit (tunables in engine/base/tunables.h): per step, the
+ * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
+ * forward), the host's work on the streamed units (their sum of squares on the runner and their
+ * AdamW on the pool, beside which the NVMe units' state is read and written) less the backward
+ * of the device units it hides under (nothing hides it with clipping or fp16, which need the
+ * whole backward first; the last streamed unit's update never is), the copies beyond the
+ * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
+ * checkpointing against units on the device against resident parameters against NVMe. Running
+ * gradient sums on the host (no dsum) put two copies of each streamed unit's gradients on the
+ * backward's path in every later micro-batch: up before its backward, back after it (session 6
+ * measured them as 21% of a grad_accum 4 step). With the delayed update the host's work runs
+ * beside the next step's instead: the step is the longer of the two. */
+static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offload_placement *p) {
+  const zt_model_cfg *mc = zt_model_cfg_of(m);
+  double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
+  double N = (double)tc->micro_batch * T, ga = tc->grad_accum;
+  double flops = 6 * P * N + 12 * L * tc->micro_batch * T * T * mc->d_model;
+  double micro = flops / (tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
+                                                  : ZT_TUNE_PLAN_DEVICE_FLOPS_LP);
+  double recomputed = p->ckpt_every > 0 ? ceil(L / p->ckpt_every) / L : 0;
+  double compute = ga * micro * (1 + recomputed / 3);
+  double p_dev = p->z.ng ? (double)zt_model_unit(m, p->z.ng)->offset : 0, p_cpu = P - p_dev;
+  double per_param = 1 / ZT_TUNE_PLAN_CPU_ADAM_PARAMS + 4 / ZT_TUNE_PLAN_HOST_SUMSQ_BYTES;
+  double nvme = 2 * (double)nvme_file_bytes(m, p->z.nh) / ZT_TUNE_PLAN_NVME_BYTES;
+  double cpu = fmax(p_cpu * per_param, nvme);
+  double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
+  double hidden = tc->grad_clip > 0 || tc->precision == ZT_F16 ? 0 : micro * 2 / 3 * p_dev / P;
+  double h2d, d2h;
+  plan_transfers(m, tc, p, &h2d, &d2h);
+  double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
+  double resumed = p->z.dsum ? 0 : 2 * (ga - 1) * p_cpu * sizeof(float) / ZT_TUNE_PLAN_LINK_BYTES;
+  double rest = fmax(0, copies - compute) + resumed + p_dev * 18 / 3e12;
+  if (p->delayed) return fmax(compute + rest, cpu);
+  return compute + fmax(last, cpu - hidden) + rest;
+}
+
+/* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
+ * the host and NVMe sides follow (place_optimizer). */
+static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                    const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
+                    zt_offload_placement *p, char *err, size_t errlen) {
+  zt_offload_cfg c = *oc;
+  c.params = place;
+  *p = (zt_offload_placement){.ckpt_every = ck, .params = place, .delayed = oc->delayed_update,
+                  .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
+  if (!p->act_bytes) {
+    snprintf(err, errlen, "train.activation_checkpointing.every %d: cannot size the "
+             "activations", ck);
+    return -EINVAL;
+  }
+  int rc = sizes_for(m, &c, tc->precision, p->act_bytes, ng, dsum, &p->z, err, errlen);
+  if (rc == 0)
+    rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, &p->z, err, errlen);
+  if (rc == 0) p->est_s = plan_cost(m, tc, p);
+  return rc;
+}
+
+/* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
+ * (activation checkpointing, params gpu or host, the units with their optimizer on the device,
+ * with several micro-batches the gradient sums on the device or the host) searched for the
+ * cheapest plan by plan_cost that fits, the host and NVMe sides of each decided by
+ * place_optimizer. Without a budget auto means the plain choice: no checkpointing, every unit
+ * resident, no unit's optimizer on the device, the sums on the device when there are several
+ * micro-batches (the budget is then what that takes). At least one unit is always streamed. */
+int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                       const zt_ops *ops, zt_offload_placement *best, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers, budget = oc->gpu_budget > 0;
+  if (oc->gpu_units >= nu) {
+    snprintf(err, errlen, "offload.gpu_units is %d; the model has %d units and at least one "
+             "must be streamed (leave the offload object out to keep everything on the device)",
+             oc->gpu_units, nu);
+    return -EINVAL;
+  }
+  int ck_auto = tc->ckpt_every == ZT_CKPT_AUTO && budget;
+  int ck_lo = ck_auto ? 0 : tc->ckpt_every == ZT_CKPT_AUTO ? 0 : tc->ckpt_every;
+  int ck_hi = ck_auto ? L : ck_lo;
+  zt_offload_place places[2] = {oc->params, oc->params};
+  if (oc->params == ZT_PLACE_AUTO) {
+    places[0] = ZT_PLACE_GPU;
+    places[1] = budget ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+  }
+  int ng_hi = oc->gpu_units >= 0 ? oc->gpu_units
+              : oc->optimizer == ZT_PLACE_AUTO && budget ? nu - 1 : 0;
+  int ng_lo = oc->gpu_units >= 0 ? oc->gpu_units : 0;
+  int several = tc->grad_accum > 1;
+  int ds_hi = oc->grads == ZT_PLACE_GPU || (oc->grads == ZT_PLACE_AUTO && several);
+  int ds_lo = oc->grads == ZT_PLACE_GPU || (oc->grads == ZT_PLACE_AUTO && several && !budget);
+  int found = 0;
+  for (int ck = ck_lo; ck <= ck_hi; ck++)
+    for (int pl = 0; pl < 2; pl++) {
+      if (pl && places[1] == places[0]) break;
+      for (int ng = ng_hi; ng >= ng_lo; ng--)
+        for (int ds = ds_hi; ds >= ds_lo; ds--) {
+          char why[512];
+          zt_offload_placement p;
+          int rc = plan_try(m, tc, oc, ops, ck, places[pl], ng, ds, &p, why, sizeof why);
+          if (rc == -EINVAL && !p.act_bytes) {
+            snprintf(err, errlen, "%s", why);
+            return rc;
+          }
+          if (rc < 0) continue;
+          if (!found || p.est_s < best->est_s) *best = p;
+          found = 1;
+        }
+    }
+  if (found) return 0;
+  /* nothing fits: the refusal of the plan that needs the least device memory */
+  return plan_try(m, tc, oc, ops, ck_auto ? 1 : ck_lo, places[1], ng_lo, ds_lo, best, err,
+                  errlen);
+}
+
+/* What the offloaded step runs on today: the cpu and cuda backends, fp32, bf16 or fp16 compute
+ * (params nvme: fp32). */
+int zt_offload_supported(const char *backend, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                         char *err, size_t errlen) {
+  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+    snprintf(err, errlen, "offload: runs on the cpu and cuda backends (not %s)", backend);
+    return -ENOTSUP;
+  }
+  if (tc->precision != ZT_F32 && oc->params == ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.params: nvme streams the fp32 masters, so it needs "
+             "train.precision fp32 (got %s); use params host", zt_dtype_name(tc->precision));
+    return -ENOTSUP;
+  }
+  return 0;
+}
+
+int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen) {
+  zt_model *m = NULL;
+  zt_offload_placement p;
+  int rc;
+  if ((rc = zt_offload_cfg_check(oc, err, errlen)) < 0 ||
+      (rc = zt_model_create(&m, mc, err, errlen)) < 0)
+    return rc;
+  rc = zt_offload_supported(ops->name, tc, oc, err, errlen);
+  if (rc == 0) rc = zt_offload_plan_of(m, tc, oc, ops, &p, err, errlen);
+  if (rc == 0) {
+    *out = (zt_offload_plan){.host_bytes = p.z.host,
+                             .device_bytes = p.act_bytes + p.z.dev_units + p.z.dsum_bytes +
+                                             p.z.arena,
+                             .nvme_bytes = nvme_file_bytes(m, p.z.nh),
+                             .act_bytes = p.act_bytes,
+                             .gpu_unit_bytes = p.z.dev_units,
+                             .arena_bytes = p.z.arena,
+                             .units = zt_model_num_units(m),
+                             .gpu_units = p.z.ng,
+                             .host_units = p.z.nh - p.z.ng,
+                             .grad_slots = p.z.ring,
+                             .ckpt_every = p.ckpt_every,
+                             .params = p.params,
+                             .grads = p.z.dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
+                             .dsum_bytes = p.z.dsum_bytes,
+                             .est_step_s = p.est_s};
+    double h2d, d2h;
+    plan_transfers(m, tc, &p, &h2d, &d2h);
+    out->h2d_bytes = (uint64_t)h2d;
+    out->d2h_bytes = (uint64_t)d2h;
+    /* every NVMe unit's master, m and v read and written once a step */
+    out->nvme_step_bytes = 2 * out->nvme_bytes;
+  }
+  zt_model_destroy(m);
+  return rc;
+}

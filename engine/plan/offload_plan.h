@@ -1,0 +1,114 @@
+/* defines: the single-rank offloaded step's plan. zt_offload_plan and zt_offload_estimate: what a
+ * job is admitted with and `ztctl plan` prints (engine/job, tools, tests). The plan in full, for
+ * zt_trainer_open_offload (engine/train/offload), which allocates it: the choices auto leaves
+ * open, decided (zt_offload_placement), every size they give (zt_offload_sizes), a unit's
+ * device copy (zt_offload_unit_layout). One computation behind both, so what the daemon admits
+ * is what the trainer allocates; the cost model's rates are in engine/base/tunables.h. */
+#ifndef ZT_PLAN_OFFLOAD_PLAN_H
+#define ZT_PLAN_OFFLOAD_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/kernels/ops.h"
+#include "engine/model/model.h"
+#include "engine/plan/recipe.h"
+
+/* An offloaded job as zt_trainer_open_offload will run it, decided the same way (the auto
+ * choices included) without allocating. */
+typedef struct zt_offload_plan {
+  size_t host_bytes;       /* the host arena */
+  size_t device_bytes;     /* act_bytes + gpu_unit_bytes + dsum_bytes + arena_bytes */
+  uint64_t nvme_bytes;     /* the NVMe files, in the store's whole blocks */
+  size_t act_bytes;        /* activations of one micro-batch */
+  size_t gpu_unit_bytes;   /* the units whose optimizer lives on the device */
+  size_t arena_bytes;      /* the streamer's arena: parameter copies and gradient buffers */
+  int units, gpu_units;    /* the model's units; the leading ones with the optimizer on device */
+  int host_units;          /* the units after those with the optimizer on the host; the rest
+                              have it on NVMe */
+  int grad_slots;          /* the host's gradient ring (0: one flat buffer) */
+  int ckpt_every;          /* activation checkpointing as resolved */
+  zt_offload_place params; /* the parameters' home between uses, as resolved */
+  zt_offload_place grads;  /* where the step's gradient sums are kept, as resolved: gpu, host */
+  size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
+  double est_step_s;       /* the cost model's step time (engine/base/tunables.h's rates) */
+  /* the transfers a step is expected to make: parameters and running gradient sums to the
+   * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
+   * NVMe reads plus writes */
+  uint64_t h2d_bytes, d2h_bytes, nvme_step_bytes;
+} zt_offload_plan;
+
+/* The plan; the same refusals (-EINVAL, -ENOTSUP, -ENOMEM with the numbers, -ENOSPC for a plan
+ * over nvme_budget) as the open. */
+int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen);
+
+/* ---- the plan in full (engine/train/offload's open) ------------------------------------------ */
+
+/* A unit's device copy (bf16/fp16): the model addresses a tensor's fp32 copy at p + 4 * its offset
+ * in the unit and its compute copy at p_lp + 2 * that offset, so the copy holds the fp32
+ * tensors it reads at those places from p, and the compute-copy block from p_lp = p + lp_offset,
+ * far enough on that no compute-copy tensor overlaps an fp32 one (256-aligned). The layouts put
+ * a block's vectors before its matrices, so this is little more than the compute copy: fp32
+ * vectors, then the 16-bit matrices. Only the bytes the ops read are copied in
+ * (zt_tensor_info.reads). fp32 compute: the unit's fp32 parameters, lp_offset 0. */
+typedef struct zt_offload_unit_layout {
+  size_t lp_offset, bytes;
+  size_t f32_end; /* the fp32 tensors read lie in the unit's first f32_end bytes */
+} zt_offload_unit_layout;
+
+/* Every size the offloaded trainer takes, from the layout and the activation bytes alone: the
+ * one computation behind zt_trainer_open_offload and zt_offload_estimate, so what the daemon
+ * admits is what the trainer allocates. */
+typedef struct zt_offload_sizes {
+  size_t host;         /* the host arena */
+  size_t arena;        /* the device arena */
+  size_t slot;         /* one unit's device slot */
+  size_t largest;      /* the largest streamed unit's device copy, bytes */
+  size_t largest_f32;  /* the largest streamed unit's fp32 parameters */
+  int held;            /* units acquired at once */
+  int ng;              /* leading units with their optimizer on the device */
+  size_t dev_units;    /* their device bytes */
+  int all_resident;    /* the arena holds every streamed unit: each is fetched once a step */
+  int dsum;            /* grads gpu: the streamed units' gradient sums on the device */
+  size_t dsum_bytes;   /* their device buffer */
+  /* the host side (host_sizes) */
+  int nh;              /* units [ng, nh) with their optimizer on the host, [nh, nu) on NVMe */
+  int alias;           /* the device units' buffers are the host's (open_device_units) */
+  size_t lo;           /* the host's flat-layout buffers start at this float */
+  size_t h_floats;     /* the host units' masters, m and v: floats each */
+  int ring;            /* the gradient ring's slots; 0: the flat buffer */
+  size_t ring_floats;  /* a slot: the largest streamed unit */
+  size_t nvme_f32;     /* the largest NVMe unit's fp32 parameters (an NVMe staging set) */
+  size_t nvme_param;   /* params nvme: the largest NVMe unit's device copy (streamer staging) */
+  int scopy0;          /* the first unit with a stream copy */
+  size_t scopy_floats; /* the stream copies of units [scopy0, nu): the NVMe units' (params not
+                          nvme), with delayed bf16/fp16 the host units' too */
+  size_t delayed;      /* delayed_update: the next buffers' bytes */
+} zt_offload_sizes;
+
+/* A plan: what auto leaves open, decided, and the sizes that follow. */
+typedef struct zt_offload_placement {
+  int ckpt_every;          /* train.activation_checkpointing.every, resolved */
+  zt_offload_place params; /* offload.params, resolved */
+  size_t act_bytes;
+  zt_offload_sizes z;      /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, resolved */
+  int delayed;             /* offload.delayed_update */
+  double est_s;            /* the cost model's step time */
+} zt_offload_placement;
+
+zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt);
+/* unit u's device copy, bytes (zt_offload_unit_layout.bytes) */
+size_t zt_offload_unit_param_bytes(const zt_model *m, int u, zt_dtype dt);
+/* NVMe unit u's stream copy on the host (params not nvme), floats */
+size_t zt_offload_stream_copy_floats(const zt_model *m, int u, zt_dtype dt);
+
+/* What the offloaded step runs on: the cpu and cuda backends; -ENOTSUP naming the field
+ * otherwise. */
+int zt_offload_supported(const char *backend, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                         char *err, size_t errlen);
+/* The plan of model m: every choice the spec fixes as given, the others searched for the
+ * cheapest that fits; the refusals of zt_offload_estimate. */
+int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                       const zt_ops *ops, zt_offload_placement *best, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,382 @@
+/* The offloaded step's walks and the step (engine/train/offload/offload.h): each micro-batch's
+ * forward and backward walk the units through the streamer, a unit's update starts as soon as its
+ * gradients are final (unit_done), then the norm, clipping and fp16's verdict, the updates the
+ * walk did not reach, and the loss scale. */
+#include "engine/train/offload/internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/base/clock.h"
+
+/* the policy's limits (engine/plan/recipe.h) */
+#define UNIT_DONE_LAG ZT_OFFLOAD_UNIT_DONE_LAG
+
+static int stream_fail(zt_trainer *t, int rc, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  snprintf(err, errlen, "offload step %d: %s", t->step + 1, zt_streamer_error(s->st));
+  return rc;
+}
+
+/* The walk's next `prefetch` streamed units after u; in the forward through the device units,
+ * the first streamed ones, whose copies then run beside those units' compute. Prefetches are
+ * advisory: -EAGAIN (no room without waiting) leaves the fetch to the acquire. */
+static int prefetch_from(off_state *s, int u, int dir) {
+  int v0 = dir > 0 && u + 1 < s->ng ? s->ng : u + dir;
+  for (int d = 0; d < s->oc.prefetch; d++) {
+    int v = v0 + d * dir;
+    if (v < s->ng || v >= s->nu) break;
+    int rc = zt_streamer_prefetch(s->st, v - s->ng);
+    if (rc < 0 && rc != -EAGAIN) return rc;
+  }
+  return 0;
+}
+
+/* Unit u's parameters on the device for compute (and with ZT_STREAM_GRADS its gradient
+ * buffer): the device-resident buffers of a unit below ng, else through the streamer. */
+static int unit_get(zt_trainer *t, int u, unsigned flags, void **p, float **g) {
+  off_state *s = t->path_state;
+  if (u >= s->ng) return zt_streamer_acquire(s->st, u - s->ng, flags, p, g);
+  size_t off = zt_model_unit(t->model, u)->offset;
+  *p = s->d_master + off;
+  if (flags & ZT_STREAM_GRADS) *g = s->d_grad + off;
+  return 0;
+}
+
+static void unit_put(zt_trainer *t, int u, unsigned flags) {
+  off_state *s = t->path_state;
+  if (u >= s->ng) zt_streamer_release(s->st, u - s->ng, flags);
+}
+
+/* The compute copy of unit u whose parameters unit_get gave as p: the fp32 parameters
+ * themselves, the device-resident copy, or (bf16/fp16, streamed) the compute-copy block of the
+ * unit's device copy (zt_offload_unit_layout_of). */
+static const void *lp_of(const zt_trainer *t, int u, const void *p) {
+  const off_state *s = t->path_state;
+  if (!p || s->dt == ZT_F32) return p;
+  const zt_unit_info *ui = zt_model_unit(t->model, u);
+  if (u < s->ng) return (const char *)s->d_lp + ui->offset * zt_dtype_size(s->dt);
+  return (const char *)p + s->lp_offset[u];
+}
+
+/* With overlap, each unit's update starts as soon as its gradients are final; a unit whose
+ * gradients are not finite stops the updates (*bad_unit gets it). */
+typedef struct overlap {
+  int on;
+  const zt_adam_hparams *hp;
+  int bad_unit, updated;
+  double sumsq;  /* the units' sums of squares, added in the backward's order */
+  int summed;    /* units summed */
+} overlap;
+
+/* err gets the message of a failure: the streamer's, or the update's (the NVMe store's names
+ * the file and the cause). */
+static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  if (!ov->on || ov->bad_unit >= 0 || u < s->ng) return 0;
+  const zt_unit_info *ui = zt_model_unit(t->model, u);
+  int rc = zt_streamer_wait_grads(s->st, u - s->ng);
+  if (rc < 0) {
+    snprintf(err, errlen, "offload step %d: unit %s: %s", t->step + 1, ui->name,
+             zt_streamer_error(s->st));
+    return rc;
+  }
+  int nonfinite = 0;
+  ov->sumsq += s->hbe.ops->sum_squares(s->hbe.ctx, zt__off_grads_of(t, u), ui->numel, &nonfinite);
+  ov->summed++;
+  if (nonfinite) {
+    ov->bad_unit = u;
+    return 0;
+  }
+  s->updated[u] = 1;
+  if ((rc = zt__off_update_unit(t, u, ov->hp)) < 0) {
+    snprintf(err, errlen, "step %d: the AdamW update failed: %s", t->step + 1,
+             zt_opt_store_error(s->opt, rc));
+    return rc;
+  }
+  ov->updated++;
+  s->adam_overlapped++;
+  return 0;
+}
+
+/* Delayed: the pending update's units are started one a unit (zt__off_pend_pump), behind the unit's
+ * compute so that the device has work while an NVMe read is waited for. */
+static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  for (int u = 0; u < s->nu; u++) {
+    void *p = NULL, *e = NULL;
+    int rc = unit_get(t, u, 0, &p, NULL), prc = 0;
+    if (rc == 0 && u == s->head && (rc = unit_get(t, 0, 0, &e, NULL)) < 0) {
+      unit_put(t, u, 0);
+      p = NULL;
+    }
+    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
+      s->copy->ops->compute_mark(s->copy, 0);
+      zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
+      s->copy->ops->compute_mark(s->copy, 1);
+      prc = zt__off_pend_pump(t);
+    }
+    if (e) unit_put(t, 0, 0);
+    if (p) unit_put(t, u, 0);
+    if (rc < 0) return stream_fail(t, rc, err, errlen);
+    if (prc < 0) {
+      zt__off_pend_fail(t, prc, t->step + 1, err, errlen);
+      return prc;
+    }
+  }
+  return 0;
+}
+
+/* first: the first counted micro-batch of the step, whose gradient buffers start at zero; later
+ * ones continue the host's running sum. last: the last counted one. With the sums on the device
+ * (dsum, zeroed by the step) every micro-batch resumes them and only the last writes them back. */
+static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *err,
+                         size_t errlen) {
+  off_state *s = t->path_state;
+  unsigned gflags = ZT_STREAM_GRADS | (first && !s->dsum ? 0u : ZT_STREAM_GRADS_RESUME);
+  /* this walk's write-backs, and whether they are the step's first to the host */
+  unsigned dirty = s->dsum && !last ? 0u : ZT_STREAM_DIRTY | ZT_STREAM_STORE;
+  int first_to_host = s->dsum ? last : first;
+  int done = s->nu - 1; /* the next unit to hand to unit_done */
+  for (int u = s->nu - 1; u >= 0; u--) {
+    void *p = NULL, *e = NULL;
+    float *g = NULL, *eg = NULL;
+    int companion_of_head = u == 0 && s->head >= 0; /* unit 0 holds its buffer since the head */
+    int rc = companion_of_head ? unit_get(t, u, 0, &p, NULL) : unit_get(t, u, gflags, &p, &g);
+    if (rc == 0 && companion_of_head) g = s->embed_grads;
+    if (rc == 0 && u == s->head) {
+      if ((rc = unit_get(t, 0, gflags, &e, &eg)) < 0) {
+        unit_put(t, u, 0);
+        p = NULL;
+      }
+      s->embed_grads = eg;
+    }
+    if (rc == 0 && (rc = prefetch_from(s, u, -1)) == 0) {
+      s->copy->ops->compute_mark(s->copy, 0);
+      zt_model_unit_backward_dt(t->model, t->acts, u, p, lp_of(t, u, p), g, e, lp_of(t, 0, e),
+                                eg);
+      s->copy->ops->compute_mark(s->copy, 1);
+    }
+    /* a failed step's gradients are dropped, not written back */
+    unsigned rflags = rc == 0 ? dirty : 0;
+    /* delayed: the first write-back replaces the gradients the pending update reads */
+    int prc = 0;
+    if (rflags && first_to_host && s->pend && u >= s->ng &&
+        (prc = zt__off_pend_wait_unit(t, u)) < 0)
+      rflags = 0;
+    /* the ring: the write-back of unit u (unit 0's too, held since the head) goes to the slot
+     * whose previous user, ring units back, may still be read by its AdamW */
+    if (s->ring && u >= s->ng && u + s->ring < s->nu) zt_opt_store_wait(s->opt, u + s->ring);
+    if (p) unit_put(t, u, rflags);
+    if (s->embed_grads && (companion_of_head || rc < 0)) {
+      unit_put(t, 0, rflags);
+      s->embed_grads = NULL;
+    }
+    if (rc < 0) return stream_fail(t, rc, err, errlen);
+    if (prc < 0) {
+      zt__off_pend_fail(t, prc, t->step + 1, err, errlen);
+      return prc;
+    }
+    /* A unit is done (its gradients read on the host) UNIT_DONE_LAG units behind the one just
+     * queued, so that on a GPU the runner never waits for a write-back whose backward is the
+     * last compute queued: the device always has the next unit's work. */
+    for (; done > u + UNIT_DONE_LAG || (u == 0 && done >= 0); done--)
+      if ((rc = unit_done(t, done, ov, err, errlen)) < 0) return rc;
+  }
+  return 0;
+}
+
+static int last_counted_micro(const zt_trainer *t, const int32_t *tokens) {
+  int T = zt_model_cfg_of(t->model)->seq_len, last = -1;
+  size_t mt = zt_trainer_micro_tokens(t);
+  for (int k = 0; k < t->tc.grad_accum; k++)
+    for (int b = 0; b < t->tc.micro_batch && last < k; b++)
+      for (int j = 1; j <= T; j++)
+        if (tokens[(size_t)k * mt + (size_t)b * (T + 1) + j] >= 0) {
+          last = k;
+          break;
+        }
+  return last;
+}
+
+int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                 size_t errlen) {
+  off_state *s = t->path_state;
+  const zt_ops *o = t->be.ops;
+  const zt_model_cfg *mc = zt_model_cfg_of(t->model);
+  const zt_train_cfg *c = &t->tc;
+  int N = c->micro_batch * mc->seq_len, step = t->step + 1, adam_step = t->adam_step + 1;
+  size_t n = zt_model_num_params(t->model);
+  /* fp16 scales the loss gradient; 1 (which changes no bit) otherwise */
+  float loss_scale = s->dt == ZT_F16 ? t->scaler.scale : 1.0f;
+  if (s->broken) {
+    snprintf(err, errlen, "step %d: an earlier step failed after updating part of the "
+             "parameters; load a checkpoint to continue", step);
+    return -EIO;
+  }
+  int rc = zt__trainer_check_tokens(t, tokens, err, errlen);
+  if (rc < 0) return rc;
+  uint64_t t0 = zt_now_ns();
+  float lr = zt_train_lr(c, step);
+  zt_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                        .weight_decay = c->weight_decay, .step = adam_step, .grad_scale = 1.0f};
+  int last = last_counted_micro(t, tokens);
+  /* delayed_update: this step's update of the streamed units runs during the next step */
+  int defer = s->delayed && step > 1;
+  memset(s->updated, 0, (size_t)s->nu);
+  /* the device-resident units accumulate every micro-batch in place, as without offload; so do
+   * the streamed ones with dsum, once the last step's write-backs of their sums have landed */
+  if (s->ng) o->zero(t->be.ctx, s->d_grad, s->ng_floats * sizeof(float));
+  if (s->dsum && (rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
+    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    return rc;
+  }
+  if (s->dsum) o->zero(t->be.ctx, s->d_sum, (n - s->ng_floats) * sizeof(float));
+  overlap ov = {.on = 0, .hp = &hp, .bad_unit = -1};
+  double loss = 0;
+  int counted_micros = 0;
+  for (int k = 0; k < c->grad_accum; k++) {
+    int counted = zt__trainer_stage_micro(t, tokens, k);
+    if (!counted) continue;
+    if ((rc = walk_forward(t, err, errlen)) < 0) goto out;
+    double loss_sum = 0;
+    int n_counted = 0;
+    s->copy->ops->compute_mark(s->copy, 0);
+    o->crossentropy_fwd_bwd_dt(t->be.ctx, s->dt, zt_acts_logits(t->acts),
+                               zt_acts_targets(t->acts), N, mc->vocab, mc->vocab, -1,
+                               (float)((double)loss_scale / ((double)counted * c->grad_accum)),
+                               &loss_sum, &n_counted);
+    s->copy->ops->compute_mark(s->copy, 1);
+    /* clipping needs the norm, fp16 the overflow verdict, of the whole backward first */
+    ov.on = !defer && k == last && c->grad_clip == 0 && s->dt != ZT_F16;
+    if ((rc = walk_backward(t, counted_micros == 0, k == last, &ov, err, errlen)) < 0) goto out;
+    loss += loss_sum / n_counted;
+    counted_micros++;
+  }
+  if ((rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
+    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    goto out;
+  }
+  /* the previous step's update lands before this one's verdict, whatever it is (and before
+   * a step without a counted micro-batch zeroes the gradients it reads) */
+  if ((rc = zt__off_pend_finish(t)) < 0) {
+    zt__off_pend_fail(t, rc, step, err, errlen);
+    goto out;
+  }
+  /* nothing counted: the gradients of an all-on-device step are the zeros it started from (with
+   * the ring, nothing reads the slots until these updates, which read them all) */
+  if (!counted_micros && s->grads) memset(s->grads, 0, (n - s->lo) * sizeof(float));
+  for (int i = 0; !counted_micros && i < s->ring; i++)
+    memset(s->slot[i], 0, s->ring_floats * sizeof(float));
+  int nonfinite = 0;
+  double norm;
+  if (!s->ring && !s->own_hbe && (s->d_alias || !s->ng)) {
+    /* the CPU backend: the norm of the run without offload, over the same flat buffer */
+    norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, s->grads, n, &nonfinite));
+  } else {
+    /* beside a GPU or with the ring: the device units' sum there, the streamed units' from the
+     * overlap's per-unit sums when it reached them all (each gradient read once on the host);
+     * the ring's are all in them unless a unit was not finite, or zeros */
+    int dev_nonfinite = 0;
+    double dev = s->ng ? o->sum_squares(t->be.ctx, s->d_grad, s->ng_floats, &dev_nonfinite) : 0;
+    double host = s->ring || (ov.summed == s->nu - s->ng && counted_micros)
+                      ? (counted_micros ? ov.sumsq : 0)
+                      : s->hbe.ops->sum_squares(s->hbe.ctx, s->grads + (s->ng_floats - s->lo),
+                                                n - s->ng_floats, &nonfinite);
+    norm = sqrt(dev + host);
+    nonfinite |= dev_nonfinite || ov.bad_unit >= 0;
+  }
+  /* the norm of the unscaled gradients: loss_scale is a power of two, so dividing the norm is
+   * unscaling every value first */
+  norm /= loss_scale;
+  if (nonfinite && s->dt == ZT_F16) {
+    /* GradScaler skips the step: nothing was updated (fp16 never overlaps), AdamW's step count
+     * stays, the scale backs off; the step still counts */
+    if ((rc = o->sync(t->be.ctx)) < 0) {
+      snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
+               o->error_text(t->be.ctx));
+      goto out;
+    }
+    zt_loss_scaler_update(&t->scaler, 1);
+    t->step = step;
+    s->step_ns += zt_now_ns() - t0;
+    if (res)
+      *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
+                              .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
+                              .skipped = 1, .loss_scale = t->scaler.scale};
+    goto out;
+  }
+  if (nonfinite) {
+    zt_opt_store_finish(s->opt);
+    rc = -ERANGE;
+    if (ov.updated) {
+      s->broken = 1;
+      snprintf(err, errlen, "step %d: the gradient of unit %s has inf or nan values (loss %g); "
+               "%d unit(s) after it in the backward were updated already", step,
+               zt_model_unit(t->model, ov.bad_unit >= 0 ? ov.bad_unit : 0)->name,
+               counted_micros ? loss / counted_micros : 0.0, ov.updated);
+    } else {
+      snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
+               "left unchanged", step, counted_micros ? loss / counted_micros : 0.0);
+    }
+    goto out;
+  }
+  if (c->grad_clip > 0) {
+    double coef = c->grad_clip / (norm + 1e-6);
+    if (coef < 1.0) hp.grad_scale = (float)coef;
+  }
+  /* AdamW sees g * clip / loss_scale: the unscaled, clipped gradient (the device units' too) */
+  if (s->dt == ZT_F16) hp.grad_scale = (float)((double)hp.grad_scale / loss_scale);
+  /* the units the overlap did not reach (all of them with clipping or without a counted
+   * micro-batch), in the backward's order; deferred: the device units alone */
+  for (int u = defer ? s->ng - 1 : s->nu - 1; u >= 0 && rc == 0; u--)
+    if (!s->updated[u]) {
+      s->updated[u] = 1;
+      rc = zt__off_update_unit(t, u, &hp);
+    }
+  int frc = zt_opt_store_finish(s->opt);
+  if (rc == 0) rc = frc;
+  /* delayed, not deferred (step 1): the update wrote the next buffers */
+  if (rc == 0 && s->delayed && !defer) zt__off_swap_copies(t);
+  if (rc < 0) {
+    s->broken = 1;
+    snprintf(err, errlen, "step %d: the AdamW update failed: %s", step,
+             zt_opt_store_error(s->opt, rc));
+    goto out;
+  }
+  /* the masters changed: every device copy is stale */
+  if ((rc = zt_streamer_invalidate(s->st, -1)) < 0) {
+    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    goto out;
+  }
+  if ((rc = o->sync(t->be.ctx)) < 0) {
+    snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
+             o->error_text(t->be.ctx));
+    goto out;
+  }
+  if (defer && (rc = zt__off_pend_start(t, &hp, step)) < 0) {
+    s->broken = 1;
+    zt__off_pend_fail(t, rc, step, err, errlen);
+    goto out;
+  }
+  if (s->dt == ZT_F16) zt_loss_scaler_update(&t->scaler, 0);
+  t->step = step;
+  t->adam_step = adam_step;
+  s->step_ns += zt_now_ns() - t0;
+  if (res)
+    *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
+                            .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
+                            .skipped = 0, .loss_scale = s->dt == ZT_F16 ? t->scaler.scale : 1.0f};
+out:
+  if (rc < 0) {
+    /* a pending update of the step before lands (a failure of it breaks the state) */
+    if (zt__off_pend_finish(t) < 0) s->broken = 1;
+    zt_opt_store_finish(s->opt);
+    /* updates that overlapped the backward stay: the state is no step's */
+    for (int u = 0; u < s->nu; u++) s->broken |= s->updated[u];
+    zt_streamer_invalidate(s->st, -1);
+  }
+  return rc;
+}
