@@ -47,9 +47,8 @@
  *
  * Checkpoints. A trainer that runs every rank (local == world) writes them per rank
  * (engine/train/checkpoint/per_rank.c): every rank, on its own thread and all at once, reads
- * its own
- * chunks (from its device on its stream, through a staging of one chunk, or straight from its
- * host tier) into a file of its own, beside a manifest of the layout and model.safetensors, the
+ * its own chunks (from its device on its stream, through a staging of one chunk, or straight
+ * from its host tier) into a file of its own, beside a manifest of the layout and model.safetensors, the
  * parameters gathered. Loading such a checkpoint into the same world, every rank reads its own
  * file into its chunks (stages 1-2 then all-gather the parameters, as after an update); any
  * other checkpoint, or this one into another world or a trainer without data parallelism, goes
