@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "engine/base/check_cuda.h"
 #include "engine/base/log.h"
 #include "engine/base/clock.h"
 #include "offload/host_arena.h"
@@ -52,12 +53,6 @@ typedef struct cuda_engine {
   uint64_t wait_ns; /* the host's time in cu_wait */
 } cuda_engine;
 
-static int check(cudaError_t e, const char *what) {
-  if (e == cudaSuccess) return 0;
-  ZT_LOGE("offload", "copy engine (cuda): %s: %s", what, cudaGetErrorString(e));
-  return -EIO;
-}
-
 static uint64_t elapsed_ns(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
   if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
@@ -74,7 +69,7 @@ static int account(queue *q, int64_t upto, int wait) {
     cudaEvent_t end = q->ev[k % RING];
     cudaError_t r = wait ? cudaEventSynchronize(end) : cudaEventQuery(end);
     if (r == cudaErrorNotReady) return 0;
-    if (check(r, "waiting for a copy") < 0) return -EIO;
+    if (ZT_CUDA_STATUS("offload", r, "waiting for a copy") < 0) return -EIO;
     q->busy_ns += elapsed_ns(q->start[k % RING], end);
     q->accounted = k;
     if (q->completed < k) q->completed = k;
@@ -96,17 +91,21 @@ static int begin(cuda_engine *e, queue *q, int64_t after) {
   if (after > 0 && after <= e->marks_done) after = 0;
   if (after > 0) ev = e->marks[after % RING];
   else if (after == ZT_COPY_AFTER_ALL && rc == 0)
-    rc = check(cudaEventRecord(e->compute_ev, e->compute), "recording the compute");
+    rc = ZT_CUDA_STATUS("offload", cudaEventRecord(e->compute_ev, e->compute),
+                        "recording the compute");
   if (rc == 0 && after != 0)
-    rc = check(cudaStreamWaitEvent(q->stream, ev, 0), "ordering a copy");
+    rc = ZT_CUDA_STATUS("offload", cudaStreamWaitEvent(q->stream, ev, 0), "ordering a copy");
   if (rc == 0)
-    rc = check(cudaEventRecord(q->start[(q->submitted + 1) % RING], q->stream), "timing a copy");
+    rc = ZT_CUDA_STATUS("offload", cudaEventRecord(q->start[(q->submitted + 1) % RING], q->stream),
+                        "timing a copy");
   return rc;
 }
 
 static int64_t finish(queue *q, cudaError_t launched, const char *what) {
-  int rc = check(launched, what);
-  if (rc == 0) rc = check(cudaEventRecord(q->ev[(q->submitted + 1) % RING], q->stream), what);
+  int rc = ZT_CUDA_STATUS("offload", launched, what);
+  if (rc == 0)
+    rc = ZT_CUDA_STATUS("offload", cudaEventRecord(q->ev[(q->submitted + 1) % RING], q->stream),
+                        what);
   return rc < 0 ? rc : ++q->submitted;
 }
 
@@ -145,7 +144,7 @@ static int cu_query(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
   if (ticket <= q->completed) return 1;
   cudaError_t r = cudaEventQuery(q->ev[ticket % RING]);
   if (r == cudaErrorNotReady) return 0;
-  return check(r, "querying a copy") < 0 ? -EIO : 1;
+  return ZT_CUDA_STATUS("offload", r, "querying a copy") < 0 ? -EIO : 1;
 }
 
 static int cu_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
@@ -154,7 +153,8 @@ static int cu_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticket) {
   if (bad_ticket(q, ticket)) return -EINVAL;
   if (ticket <= q->completed) return 0;
   uint64_t t0 = zt_now_ns();
-  int rc = check(cudaEventSynchronize(q->ev[ticket % RING]), "waiting for a copy");
+  int rc =
+      ZT_CUDA_STATUS("offload", cudaEventSynchronize(q->ev[ticket % RING]), "waiting for a copy");
   e->wait_ns += zt_now_ns() - t0;
   return rc;
 }
@@ -164,8 +164,8 @@ static int cu_compute_wait(zt_copy_engine *base, zt_copy_queue qi, int64_t ticke
   queue *q = &e->q[qi];
   if (bad_ticket(q, ticket)) return -EINVAL;
   if (ticket <= q->completed) return 0;
-  return check(cudaStreamWaitEvent(e->compute, q->ev[ticket % RING], 0),
-               "ordering the compute after a copy");
+  return ZT_CUDA_STATUS("offload", cudaStreamWaitEvent(e->compute, q->ev[ticket % RING], 0),
+                        "ordering the compute after a copy");
 }
 
 static int64_t cu_compute_ticket(zt_copy_engine *base) {
@@ -173,8 +173,9 @@ static int64_t cu_compute_ticket(zt_copy_engine *base) {
   int64_t old = e->compute_tickets + 1 - RING; /* the ticket whose event this one reuses */
   if (old > e->marks_done && cudaEventQuery(e->marks[old % RING]) == cudaSuccess)
     e->marks_done = old;
-  int rc = check(cudaEventRecord(e->marks[(e->compute_tickets + 1) % RING], e->compute),
-                 "marking the compute");
+  int rc = ZT_CUDA_STATUS("offload",
+                          cudaEventRecord(e->marks[(e->compute_tickets + 1) % RING], e->compute),
+                          "marking the compute");
   return rc < 0 ? rc : ++e->compute_tickets;
 }
 
@@ -184,7 +185,7 @@ static int account_spans(cuda_engine *e, int64_t upto, int wait) {
     cudaEvent_t *sp = e->span[(e->spans_accounted + 1) % RING];
     cudaError_t r = wait ? cudaEventSynchronize(sp[1]) : cudaEventQuery(sp[1]);
     if (r == cudaErrorNotReady) return 0;
-    if (check(r, "waiting for the compute") < 0) return -EIO;
+    if (ZT_CUDA_STATUS("offload", r, "waiting for the compute") < 0) return -EIO;
     e->compute_ns += elapsed_ns(sp[0], sp[1]);
     e->spans_accounted++;
   }
@@ -199,8 +200,9 @@ static int cu_compute_mark(zt_copy_engine *base, int end) {
     e->spans++;
   }
   e->span_open = !end;
-  return check(cudaEventRecord(e->span[e->spans % RING][end ? 1 : 0], e->compute),
-               "timing the compute");
+  return ZT_CUDA_STATUS("offload",
+                        cudaEventRecord(e->span[e->spans % RING][end ? 1 : 0], e->compute),
+                        "timing the compute");
 }
 
 static void cu_busy(zt_copy_engine *base, zt_copy_busy *out) {
@@ -257,22 +259,26 @@ int zt_copy_cuda_open(zt_copy_engine **out, int device, void *compute_stream) {
   e->base.ops = &cuda_ops;
   e->device = device;
   e->compute = (cudaStream_t)compute_stream;
-  int rc = check(cudaSetDevice(device), "cudaSetDevice");
+  int rc = ZT_CUDA_STATUS("offload", cudaSetDevice(device), "cudaSetDevice");
   if (rc == 0)
-    rc = check(cudaEventCreateWithFlags(&e->compute_ev, cudaEventDisableTiming), "cudaEventCreate");
+    rc = ZT_CUDA_STATUS("offload", cudaEventCreateWithFlags(&e->compute_ev, cudaEventDisableTiming),
+                        "cudaEventCreate");
   for (int k = 0; rc == 0 && k < RING; k++)
-    rc = check(cudaEventCreateWithFlags(&e->marks[k], cudaEventDisableTiming), "cudaEventCreate");
+    rc = ZT_CUDA_STATUS("offload", cudaEventCreateWithFlags(&e->marks[k], cudaEventDisableTiming),
+                        "cudaEventCreate");
   for (int i = 0; rc == 0 && i < ZT_COPY_QUEUES; i++) {
-    rc = check(cudaStreamCreateWithFlags(&e->q[i].stream, cudaStreamNonBlocking),
-               "cudaStreamCreate");
+    rc =
+        ZT_CUDA_STATUS("offload", cudaStreamCreateWithFlags(&e->q[i].stream, cudaStreamNonBlocking),
+                       "cudaStreamCreate");
     for (int k = 0; rc == 0 && k < RING; k++) {
-      rc = check(cudaEventCreate(&e->q[i].ev[k]), "cudaEventCreate");
-      if (rc == 0) rc = check(cudaEventCreate(&e->q[i].start[k]), "cudaEventCreate");
+      rc = ZT_CUDA_STATUS("offload", cudaEventCreate(&e->q[i].ev[k]), "cudaEventCreate");
+      if (rc == 0)
+        rc = ZT_CUDA_STATUS("offload", cudaEventCreate(&e->q[i].start[k]), "cudaEventCreate");
     }
   }
   for (int k = 0; rc == 0 && k < RING; k++)
     for (int j = 0; rc == 0 && j < 2; j++)
-      rc = check(cudaEventCreate(&e->span[k][j]), "cudaEventCreate");
+      rc = ZT_CUDA_STATUS("offload", cudaEventCreate(&e->span[k][j]), "cudaEventCreate");
   if (rc < 0) {
     cu_close(&e->base);
     return rc;

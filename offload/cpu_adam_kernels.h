@@ -12,16 +12,9 @@
 #include "engine/kernels/dtype.h"
 #include "offload/cpu_adam.h"
 
-/* Round to nearest even, as torch's c10::BFloat16 does (NaN becomes 0x7fc0). */
-static inline uint16_t zt__bf16_rne(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* One element, in engine/kernels/cpu/adamw.c's order. The fp16 copy is the CPU backend's cast
- * itself, so it is the copy the backend's adamw_dt writes. */
+/* One element, in engine/kernels/cpu/adamw.c's order. The bf16 and fp16 copies are the CPU
+ * backend's casts themselves (engine/kernels/dtype.h), so they are the copies the backend's
+ * adamw_dt writes. */
 static inline void zt__adam_one(const zt_adam_consts *c, float *p, const float *g, float *m,
                                 float *v, uint16_t *p_bf16, uint16_t *p_fp16, size_t i) {
   float gi = g[i] * c->grad_scale;
@@ -32,7 +25,7 @@ static inline void zt__adam_one(const zt_adam_consts *c, float *p, const float *
   p[i] = pi + c->neg_step_size * mi / denom;
   m[i] = mi;
   v[i] = vi;
-  if (p_bf16) p_bf16[i] = zt__bf16_rne(p[i]);
+  if (p_bf16) p_bf16[i] = zt_f32_to_bf16(p[i]);
   if (p_fp16) p_fp16[i] = zt_f32_to_f16(p[i]);
 }
 

@@ -2,6 +2,8 @@
  * chunk is big enough (tens of thousands of elements) that taking the mutex per chunk costs
  * nothing measurable. */
 #include "offload/cpu_pool.h"
+
+#include "engine/base/check.h"
 #include "engine/base/clock.h"
 
 #include <errno.h>
@@ -83,8 +85,7 @@ int zt_cpu_pool_open(zt_cpu_pool **out, int n_threads, int pin) {
   pthread_cond_init(&p->work, NULL);
   pthread_cond_init(&p->done, NULL);
   for (int i = 0; i < n_threads; i++) {
-    rc = -pthread_create(&p->threads[i], NULL, worker, p);
-    if (rc < 0) goto out;
+    ZT_CHECK("offload", -pthread_create(&p->threads[i], NULL, worker, p));
     p->n_started++;
     if (pin) {
       int cpu = nth_allowed_cpu(i);

@@ -1,4 +1,5 @@
 #include "engine/base/log.h"
+#include "engine/base/check.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -40,4 +41,11 @@ void zt_log(zt_log_level level, const char *subsystem, const char *fmt, ...) {
   pthread_mutex_lock(&g_lock);
   fprintf(stderr, "%s\n", line);
   pthread_mutex_unlock(&g_lock);
+}
+
+int zt_check_fail(const char *sub, const char *file, int line, const char *call, int code,
+                  const char *why, char *text, size_t textlen) {
+  zt_log(ZT_LOG_ERROR, sub, "%s:%d: %s: %s", file, line, call, why);
+  if (text && textlen) snprintf(text, textlen, "%s:%d: %s: %s", file, line, call, why);
+  return code;
 }

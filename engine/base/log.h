@@ -21,16 +21,4 @@ void zt_log(zt_log_level level, const char *subsystem, const char *fmt, ...)
 #define ZT_LOGI(sub, ...) zt_log(ZT_LOG_INFO, sub, __VA_ARGS__)
 #define ZT_LOGD(sub, ...) zt_log(ZT_LOG_DEBUG, sub, __VA_ARGS__)
 
-/* The one check macro for calls returning a negative errno: logs file and line, stores the code
- * in `rc` and jumps to the function's cleanup label `out`. */
-#define ZT_CHECK(sub, expr)                                                                    \
-  do {                                                                                         \
-    int zt__rc = (expr);                                                                       \
-    if (zt__rc < 0) {                                                                          \
-      zt_log(ZT_LOG_ERROR, sub, "%s:%d: %s failed: %d", __FILE__, __LINE__, #expr, zt__rc);    \
-      rc = zt__rc;                                                                             \
-      goto out;                                                                                \
-    }                                                                                          \
-  } while (0)
-
 #endif

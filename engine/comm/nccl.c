@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/base/check_cuda.h"
 #include "engine/base/log.h"
 
 _Static_assert(sizeof(zt_comm_nccl_id) == sizeof(ncclUniqueId),
@@ -151,21 +152,13 @@ typedef struct nccl_ctx {
   int queued;
 } nccl_ctx;
 
-static int nccl_errno(ncclResult_t r) {
-  switch (r) {
-  case ncclSuccess: return 0;
-  case ncclInvalidArgument:
-  case ncclInvalidUsage: return -EINVAL;
-  case ncclRemoteError: return -ECONNRESET;
-  case ncclInProgress: return -EINPROGRESS;
-  default: return -EIO; /* CUDA, system and internal errors */
-  }
-}
-
-/* Records the first failure (logged with where it happened) and returns it. mu held. */
+/* Records the first failure, logged once by engine/base's check with where it happened, and
+ * returns it. mu held. */
 static int fail_locked(nccl_ctx *c, int code, const char *what, const char *why,
                        const char *file, int line) {
-  zt_log(ZT_LOG_ERROR, "comm", "%s:%d: rank %d: %s: %s", file, line, c->rank, what, why);
+  char call[160], text[256];
+  snprintf(call, sizeof call, "rank %d: %s", c->rank, what);
+  zt_check_fail("comm", file, line, call, code, why, text, sizeof text);
   if (!c->err) {
     c->err = code;
     snprintf(c->err_text, sizeof c->err_text, "rank %d (device %d): %s: %s", c->rank, c->device,
@@ -174,22 +167,32 @@ static int fail_locked(nccl_ctx *c, int code, const char *what, const char *why,
   return c->err;
 }
 
-/* ncclGetLastError's comm is unused (NCCL's docs: "can be set to NULL"), and NULL also serves
- * before the communicator exists and after the abort freed it. mu held. */
+/* The NCCL and CUDA statuses through the check's converters (engine/base/check_cuda.h), their
+ * text kept as the communicator's first failure. mu held for NCCL's. */
+static int keep_locked(nccl_ctx *c, int code, const char *text) {
+  if (!c->err) {
+    c->err = code;
+    snprintf(c->err_text, sizeof c->err_text, "rank %d (device %d): %.200s", c->rank,
+             c->device, text);
+  }
+  return c->err;
+}
+
 static int check_nccl_locked(nccl_ctx *c, ncclResult_t r, const char *what, const char *file,
                              int line) {
-  if (r == ncclSuccess) return 0;
-  char why[192];
-  const char *last = ncclGetLastError(NULL);
-  snprintf(why, sizeof why, "%s%s%s", ncclGetErrorString(r), last && last[0] ? ": " : "",
-           last ? last : "");
-  return fail_locked(c, nccl_errno(r), what, why, file, line);
+  char call[160], text[256];
+  snprintf(call, sizeof call, "rank %d: %s", c->rank, what);
+  int rc = zt_check_nccl(r, "comm", call, file, line, text, sizeof text);
+  return rc < 0 ? keep_locked(c, rc, text) : 0;
 }
 
 static int check_cuda(nccl_ctx *c, cudaError_t e, const char *what, const char *file, int line) {
-  if (e == cudaSuccess) return 0;
+  char call[160], text[256];
+  snprintf(call, sizeof call, "rank %d: %s", c->rank, what);
+  int rc = zt_check_cuda(e, "comm", call, file, line, text, sizeof text);
+  if (rc == 0) return 0;
   pthread_mutex_lock(&c->mu);
-  int rc = fail_locked(c, -EIO, what, cudaGetErrorString(e), file, line);
+  rc = keep_locked(c, rc, text);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -492,7 +495,7 @@ int zt_comm_nccl_get_id(zt_comm_nccl_id *id, char *err, size_t errlen) {
   if (r != ncclSuccess) {
     ZT_LOGE("comm", "%s:%d: ncclGetUniqueId: %s", __FILE__, __LINE__, ncclGetErrorString(r));
     snprintf(err, errlen, "ncclGetUniqueId: %s", ncclGetErrorString(r));
-    return nccl_errno(r);
+    return zt_nccl_errno(r);
   }
   memcpy(id->bytes, u.internal, sizeof id->bytes);
   return 0;

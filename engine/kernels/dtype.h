@@ -43,7 +43,9 @@ static inline float zt__bits_f32(uint32_t u) {
 
 static inline uint16_t zt_f32_to_bf16(float f) {
   uint32_t u = zt__f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet the nan */
+  /* a NaN becomes the canonical quiet NaN, as torch's c10::BFloat16 has it (the CPU AdamW's SIMD
+   * paths write the same) */
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
   /* adding 0x7fff plus the lowest kept bit rounds ties to even; a carry out of the mantissa
    * bumps the exponent, and FLT_MAX-sized values correctly become inf */
   u += 0x7fffu + ((u >> 16) & 1u);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/check_cuda.h"
 #include "engine/kernels/cuda/cuda.h"
 #include "engine/kernels/cuda/cuda_backend.h"
 #include "engine/kernels/mem.h"
@@ -19,33 +20,34 @@ typedef struct cuda_backend {
 
 zt__mem *zt__cuda_mem(void *ctx) { return &((cuda_backend *)ctx)->mem; }
 
-int zt__cuda_fail(zt__cuda_ctx *ctx, int code, const char *file, int line, const char *what) {
-  zt_log(ZT_LOG_ERROR, "cuda", "%s:%d: %s", file, line, what);
+/* The first failure stays in the context for sync() and error_text(); each is logged once, by
+ * engine/base's check. */
+static int keep(zt__cuda_ctx *ctx, int code, const char *text) {
   if (!ctx->err) {
     ctx->err = code;
-    snprintf(ctx->err_text, sizeof ctx->err_text, "%s:%d: %s", file, line, what);
+    snprintf(ctx->err_text, sizeof ctx->err_text, "%s", text);
   }
   return code;
 }
 
+int zt__cuda_fail(zt__cuda_ctx *ctx, int code, const char *file, int line, const char *what) {
+  char text[256];
+  zt_check_fail("cuda", file, line, what, code, strerror(-code), text, sizeof text);
+  return keep(ctx, code, text);
+}
+
 int zt__cuda_check_rt(zt__cuda_ctx *ctx, cudaError_t e, const char *what, const char *file,
                       int line) {
-  if (e == cudaSuccess)
-    return 0;
   char text[256];
-  snprintf(text, sizeof text, "%s failed: %s (%s)", what, cudaGetErrorString(e),
-           cudaGetErrorName(e));
-  return zt__cuda_fail(ctx, -EIO, file, line, text);
+  int rc = zt_check_cuda(e, "cuda", what, file, line, text, sizeof text);
+  return rc < 0 ? keep(ctx, rc, text) : 0;
 }
 
 int zt__cuda_check_blas(zt__cuda_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
                         int line) {
-  if (s == CUBLAS_STATUS_SUCCESS)
-    return 0;
   char text[256];
-  snprintf(text, sizeof text, "%s failed: %s (%s)", what, cublasGetStatusString(s),
-           cublasGetStatusName(s));
-  return zt__cuda_fail(ctx, -EIO, file, line, text);
+  int rc = zt_check_cublas(s, "cuda", what, file, line, text, sizeof text);
+  return rc < 0 ? keep(ctx, rc, text) : 0;
 }
 
 /* A failed cudaMalloc returns NULL to the caller (who reports it) without poisoning the
@@ -272,7 +274,5 @@ void *zt_backend_cuda_stream(const zt_backend *be) { return ((zt__cuda_ctx *)be-
 
 int zt_backend_cuda_bind_thread(const zt_backend *be) {
   zt__cuda_ctx *ctx = be->ctx;
-  cudaError_t e = cudaSetDevice(ctx->device);
-  if (e == cudaSuccess) return 0;
-  return zt__cuda_fail(ctx, -EIO, __FILE__, __LINE__, cudaGetErrorString(e));
+  return zt__cuda_check_rt(ctx, cudaSetDevice(ctx->device), "cudaSetDevice", __FILE__, __LINE__);
 }

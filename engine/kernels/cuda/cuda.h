@@ -45,9 +45,12 @@ typedef struct zt__cuda_ctx {
   char err_text[256];
 } zt__cuda_ctx;
 
-/* Record a failure: logs it with file and line, keeps the first one. Return the code. */
+/* Record a failure: logged once with file and line by engine/base/check.h's zt_check_fail, the
+ * first one kept in the context for sync() and error_text(). Return the code. */
 int zt__cuda_fail(zt__cuda_ctx *ctx, int code, const char *file, int line, const char *what);
-/* 0 when the status is success, else zt__cuda_fail(-EIO) with the CUDA / cuBLAS text. */
+/* 0 when the status is success, else -EIO, the CUDA / cuBLAS text logged and kept
+ * (engine/base/check_cuda.h's converters). ZT__CU / ZT__CUBLAS are their goto forms for the
+ * void ops, which keep the error in the context instead of returning it. */
 int zt__cuda_check_rt(zt__cuda_ctx *ctx, cudaError_t e, const char *what, const char *file,
                       int line);
 int zt__cuda_check_blas(zt__cuda_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
