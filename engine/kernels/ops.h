@@ -18,8 +18,9 @@
  * - every activation-shaped tensor (inputs, outputs, saved activations, the gradients of
  *   activations, the logits and their in-place gradient) is stored as dt, as is the weight w of
  *   the matmuls (the compute copy of the parameters);
- * - every other parameter (biases, layernorm weights, embedding tables), every parameter
- *   gradient and every saved statistic (layernorm mean/rstd) is fp32;
+ * - every other parameter (biases, norm weights, embedding tables), every parameter gradient,
+ *   every saved statistic (layernorm mean/rstd, rmsnorm rstd), the rotary inv_freq and the
+ *   row losses are fp32;
  * - arithmetic is fp32: a dt value is widened, computed on as the fp32 op does, and the
  *   result rounded (nearest even) to dt once when stored; an op that adds into a dt output
  *   rounds the fp32 sum. Matmuls accumulate in fp32; layernorm statistics, softmax, the loss and
@@ -72,17 +73,44 @@ typedef struct zt_ops {
                         const float *inp, const float *w, const float *mean, const float *rstd,
                         int N, int C);
 
+  /* ---- rmsnorm (as transformers' LlamaRMSNorm: y = x * rsqrt(mean(x^2) + eps) * w, the
+   * statistics in fp32) --------------------------------------------------------------------- */
+  /* N*H rows of C: row (n, h) starts at inp + n*stride + h*C (and at the same offset in out,
+   * dout, dinp); w (C); rstd (N*H) saved for backward, row (n, h) at n*H + h. The block norms
+   * are H = 1, stride = C; Qwen3's q/k norm runs on the q (or k) part of a qkv row: H heads
+   * of C = hs, stride the qkv row. */
+  void (*rmsnorm_fwd)(void *ctx, float *out, float *rstd, const float *inp, const float *w,
+                      int N, int H, int C, ptrdiff_t stride, float eps);
+  /* dinp += d(out)/d(inp) . dout;  dw += sum over the rows of dout * inp * rstd. */
+  void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dw, const float *dout, const float *inp,
+                      const float *w, const float *rstd, int N, int H, int C, ptrdiff_t stride);
+
   /* ---- attention -------------------------------------------------------------------------- */
-  /* qkv (B,T,3C) holds q | k | v, each (B,T,NH,hs) with hs = C/NH; out (B,T,C).
-   * softmax(q k^T / sqrt(hs)) v with the max subtracted; causal masks keys after the query.
+  /* qkv (B,T,(NH+2*NKV)*hs) holds per token q (NH,hs) | k (NKV,hs) | v (NKV,hs); out
+   * (B,T,NH*hs). Query head h attends with key/value head h / (NH/NKV) (grouped-query
+   * attention; NKV == NH is multi-head; NH % NKV == 0). softmax(q k^T / sqrt(hs)) v with the
+   * max subtracted; causal masks keys after the query. K/V heads are never replicated in memory.
    * saved is backend-private state for backward of attention_saved_bytes() bytes (the CPU
    * reference keeps the probabilities (B,NH,T,T)). */
-  size_t (*attention_saved_bytes)(int B, int T, int C, int NH);
+  size_t (*attention_saved_bytes)(int B, int T, int NH, int NKV, int hs);
   void (*attention_fwd)(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                        int C, int NH, int causal);
-  /* dqkv += d(out)/d(qkv) . dout */
+                        int NH, int NKV, int hs, int causal);
+  /* dqkv += d(out)/d(qkv) . dout  (dk, dv of a shared head sum over the query heads of its
+   * group) */
   void (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                        const void *saved, int B, int T, int C, int NH, int causal);
+                        const void *saved, int B, int T, int NH, int NKV, int hs, int causal);
+
+  /* ---- rotary position embedding --------------------------------------------------------- */
+  /* x (N, H, hs) rotated in place, token n at position pos[n]: for i < hs/2, with
+   * a = pos[n] * inv_freq[i] (fp32 product), c = cos(a), s = sin(a):
+   *   x1 = x[.., i], x2 = x[.., i + hs/2];  x[.., i] = x1*c - x2*s;  x[.., i + hs/2] = x2*c + x1*s.
+   * Rows are `stride` floats apart (the q or k part of a qkv row: stride = (NH+2*NKV)*hs, H
+   * heads of hs starting at x). inv_freq (hs/2) and pos (N) are backend memory.
+   * rope_bwd applies the inverse rotation (angle -a) in place: the gradient of the input. */
+  void (*rope_fwd)(void *ctx, float *x, const float *inv_freq, const int32_t *pos, int N,
+                   int H, int hs, ptrdiff_t stride);
+  void (*rope_bwd)(void *ctx, float *dx, const float *inv_freq, const int32_t *pos, int N,
+                   int H, int hs, ptrdiff_t stride);
 
   /* ---- pointwise -------------------------------------------------------------------------- */
   /* tanh-approximated GELU, as GPT-2 and torch.nn.GELU(approximate='tanh'). */
@@ -93,6 +121,12 @@ typedef struct zt_ops {
   void (*relu_bwd)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
   /* out = a + b (out may alias a or b) */
   void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
+
+  /* ---- SwiGLU ------------------------------------------------------------------------------ */
+  /* out (N,F) = silu(inp[:, :F]) * inp[:, F:] with inp (N, 2F), silu(g) = g / (1 + exp(-g)). */
+  void (*swiglu_fwd)(void *ctx, float *out, const float *inp, int N, int F);
+  /* dinp (N, 2F) += the gradient of both halves. */
+  void (*swiglu_bwd)(void *ctx, float *dinp, const float *inp, const float *dout, int N, int F);
 
   /* ---- loss ------------------------------------------------------------------------------- */
   /* Fused softmax-cross-entropy over the vocab for N rows of V logits (V_alloc >= V columns per
@@ -110,6 +144,8 @@ typedef struct zt_ops {
   /* sum of x[i]^2 accumulated in double, returned on the host; also reports whether any value
    * is inf or nan. */
   double (*sum_squares)(void *ctx, const float *x, size_t n, int *nonfinite);
+  /* sum of x[i] accumulated in double, returned on the host (synchronises). */
+  double (*sum)(void *ctx, const float *x, size_t n);
   /* x *= s */
   void (*scale)(void *ctx, float *x, float s, size_t n);
   /* One torch.optim.AdamW step (decoupled weight decay, bias correction) on n values:
@@ -146,12 +182,22 @@ typedef struct zt_ops {
   void (*layernorm_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, float *dw, float *db,
                            const void *dout, const void *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C);
-  size_t (*attention_saved_bytes_dt)(zt_dtype dt, int B, int T, int C, int NH);
+  void (*rmsnorm_fwd_dt)(void *ctx, zt_dtype dt, void *out, float *rstd, const void *inp,
+                         const float *w, int N, int H, int C, ptrdiff_t stride, float eps);
+  void (*rmsnorm_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, float *dw, const void *dout,
+                         const void *inp, const float *w, const float *rstd, int N, int H, int C,
+                         ptrdiff_t stride);
+  size_t (*attention_saved_bytes_dt)(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
   void (*attention_fwd_dt)(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                           int B, int T, int C, int NH, int causal);
+                           int B, int T, int NH, int NKV, int hs, int causal);
   void (*attention_bwd_dt)(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                           const void *qkv, const void *saved, int B, int T, int C, int NH,
-                           int causal);
+                           const void *qkv, const void *saved, int B, int T, int NH, int NKV,
+                           int hs, int causal);
+  /* x in dt, rotated in fp32 and rounded once */
+  void (*rope_fwd_dt)(void *ctx, zt_dtype dt, void *x, const float *inv_freq,
+                      const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
+  void (*rope_bwd_dt)(void *ctx, zt_dtype dt, void *dx, const float *inv_freq,
+                      const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
   void (*gelu_fwd_dt)(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
   void (*gelu_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
                       size_t n);
@@ -159,12 +205,23 @@ typedef struct zt_ops {
   void (*relu_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
                       size_t n);
   void (*add_dt)(void *ctx, zt_dtype dt, void *out, const void *a, const void *b, size_t n);
+  void (*swiglu_fwd_dt)(void *ctx, zt_dtype dt, void *out, const void *inp, int N, int F);
+  void (*swiglu_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
+                        int N, int F);
   void (*crossentropy_fwd_bwd_dt)(void *ctx, zt_dtype dt, void *logits, const int32_t *targets,
                                   int N, int V, int V_alloc, int ignore_index, float dscale,
                                   double *loss_sum, int *n_counted);
   void (*crossentropy_fwd_dt)(void *ctx, zt_dtype dt, const void *logits,
                               const int32_t *targets, int N, int V, int V_alloc,
                               int ignore_index, double *loss_sum, int *n_counted);
+  /* Softmax cross-entropy of N rows as crossentropy_fwd_bwd_dt (dlogits = (softmax - onehot) *
+   * dscale written into logits in place, padding zeroed, ignored rows zeroed), but nothing
+   * returns to the host and nothing synchronises: row_loss[n] += the loss of row n (fp32; 0 for
+   * an ignored target). For the chunked head (the logits of a micro-batch exist a chunk of rows
+   * at a time) and a loss summed once per micro-batch. */
+  void (*crossentropy_rows_dt)(void *ctx, zt_dtype dt, void *logits, const int32_t *targets,
+                               int N, int V, int V_alloc, int ignore_index, float dscale,
+                               float *row_loss);
 } zt_ops;
 
 /* A backend: its op table and context. */

@@ -72,8 +72,9 @@ static int layout(zt_model *m) {
 static void bind_internals(enc_layer *l, const zt_acts *a, zt__bump *b) {
   size_t N = (size_t)a->B * (size_t)a->T, C = (size_t)a->m->cfg.d_model, F = (size_t)a->m->d_ff;
   l->qkv = zt__bump_acts(b, a, N * 3 * C);
-  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes_dt(a->dt, a->B, a->T, (int)C,
-                                                                  a->m->cfg.n_heads));
+  int NH = a->m->cfg.n_heads;
+  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes_dt(a->dt, a->B, a->T, NH, NH,
+                                                                  (int)C / NH));
   l->atty = zt__bump_acts(b, a, N * C);
   l->r1 = zt__bump_acts(b, a, N * C);
   l->h1 = zt__bump_acts(b, a, N * C);
@@ -141,7 +142,7 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
 #define W(k) zt__unit_tensor(m, p, u, k)
 #define WL(k) zt__unit_tensor_dt(m, p_lp, dt, u, k)
   o->matmul_fwd_dt(ctx, dt, l->qkv, x, WL(ENC_IN_W), W(ENC_IN_B), N, C, 3 * C);
-  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, C, NH, 0);
+  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NH, C / NH, 0);
   o->matmul_fwd_dt(ctx, dt, e->tmp, l->atty, WL(ENC_OUT_W), W(ENC_OUT_B), N, C, C);
   o->add_dt(ctx, dt, l->r1, x, e->tmp, (size_t)N * C);
   o->layernorm_fwd_dt(ctx, dt, l->h1, l->m1, l->s1, l->r1, W(ENC_N1_W), W(ENC_N1_B), N, C);
@@ -204,7 +205,7 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   o->matmul_bwd_dt(ctx, dt, e->datty, G(ENC_OUT_W), G(ENC_OUT_B), e->dres, l->atty,
                    WL(ENC_OUT_W), N, C, C);
   o->zero(ctx, e->dqkv, 3 * NC * es);
-  o->attention_bwd_dt(ctx, dt, e->dqkv, e->datty, l->qkv, l->att, B, T, C, NH, 0);
+  o->attention_bwd_dt(ctx, dt, e->dqkv, e->datty, l->qkv, l->att, B, T, NH, NH, C / NH, 0);
   o->matmul_bwd_dt(ctx, dt, e->dres, G(ENC_IN_W), G(ENC_IN_B), e->dqkv, x, WL(ENC_IN_W), N, C,
                    3 * C);
 #undef W

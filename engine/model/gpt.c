@@ -82,8 +82,9 @@ static void bind_internals(gpt_layer *l, const zt_acts *a, zt__bump *b) {
   l->ln1_mean = zt__bump_floats(b, N);
   l->ln1_rstd = zt__bump_floats(b, N);
   l->qkv = zt__bump_acts(b, a, N * 3 * C);
-  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes_dt(a->dt, a->B, a->T, (int)C,
-                                                                  a->m->cfg.n_heads));
+  int NH = a->m->cfg.n_heads;
+  l->att = zt__bump_bytes(b, a->be.ops->attention_saved_bytes_dt(a->dt, a->B, a->T, NH, NH,
+                                                                  (int)C / NH));
   l->atty = zt__bump_acts(b, a, N * C);
   l->res2 = zt__bump_acts(b, a, N * C);
   l->ln2 = zt__bump_acts(b, a, N * C);
@@ -153,7 +154,7 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
   o->layernorm_fwd_dt(ctx, dt, l->ln1, l->ln1_mean, l->ln1_rstd, in, W(BLK_LN1_W), W(BLK_LN1_B),
                       N, C);
   o->matmul_fwd_dt(ctx, dt, l->qkv, l->ln1, WL(BLK_QKV_W), W(BLK_QKV_B), N, C, 3 * C);
-  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, C, NH, 1);
+  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NH, C / NH, 1);
   o->matmul_fwd_dt(ctx, dt, g->tmp, l->atty, WL(BLK_PROJ_W), W(BLK_PROJ_B), N, C, C);
   o->add_dt(ctx, dt, l->res2, in, g->tmp, (size_t)N * C);
   o->layernorm_fwd_dt(ctx, dt, l->ln2, l->ln2_mean, l->ln2_rstd, l->res2, W(BLK_LN2_W),
@@ -216,7 +217,7 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   o->matmul_bwd_dt(ctx, dt, g->dc, G(BLK_PROJ_W), G(BLK_PROJ_B), g->dres, l->atty,
                    WL(BLK_PROJ_W), N, C, C);
   o->zero(ctx, g->dqkv, 3 * NC * es);
-  o->attention_bwd_dt(ctx, dt, g->dqkv, g->dc, l->qkv, l->att, B, T, C, NH, 1);
+  o->attention_bwd_dt(ctx, dt, g->dqkv, g->dc, l->qkv, l->att, B, T, NH, NH, C / NH, 1);
   o->zero(ctx, g->dc, NC * es);
   o->matmul_bwd_dt(ctx, dt, g->dc, G(BLK_QKV_W), G(BLK_QKV_B), g->dqkv, l->ln1, WL(BLK_QKV_W),
                    N, C, 3 * C);

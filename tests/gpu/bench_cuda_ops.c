@@ -75,7 +75,7 @@ int main(void) {
   const zt_ops *op = be.ops;
   void *ctx = be.ctx;
   const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
-  const int N = B * T;
+  const int N = B * T, hs = C / NH;
   double t;
 
   float *x = dev_floats((size_t)N * C), *w = dev_floats((size_t)4 * C * C);
@@ -92,20 +92,20 @@ int main(void) {
 
   float *qkv = dev_floats((size_t)N * 3 * C), *att_out = dev_floats((size_t)N * C);
   float *dqkv = dev_floats((size_t)N * 3 * C);
-  size_t saved_bytes = op->attention_saved_bytes(B, T, C, NH);
+  size_t saved_bytes = op->attention_saved_bytes(B, T, NH, NH, hs);
   void *saved = op->alloc(ctx, saved_bytes);
   if (!saved)
     return 1;
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, C, NH, causal));
+    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, NH, NH, hs, causal));
     printf("attention_fwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B, T,
            C, NH, causal, t * 1e3, saved_bytes / 1048576.0);
-    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, C, NH, causal));
+    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, NH, NH, hs, causal));
     printf("attention_bwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
   }
   /* bf16: the flash kernels (flash_attention.cu), inputs rounded from the fp32 ones */
-  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, C, NH);
+  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, NH, NH, hs);
   void *qkv16 = op->alloc(ctx, n3 * 2), *dqkv16 = op->alloc(ctx, n3 * 2);
   void *out16 = op->alloc(ctx, (size_t)N * C * 2), *dout16 = op->alloc(ctx, (size_t)N * C * 2);
   void *saved16 = op->alloc(ctx, saved16_bytes);
@@ -115,11 +115,11 @@ int main(void) {
   op->cast(ctx, dqkv16, ZT_BF16, qkv, ZT_F32, n3);
   op->cast(ctx, dout16, ZT_BF16, x, ZT_F32, (size_t)N * C);
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, C, NH, causal));
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, NH, NH, hs, causal));
     printf("attention_fwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B,
            T, C, NH, causal, t * 1e3, saved16_bytes / 1048576.0);
     BEST_OF(10, t,
-            op->attention_bwd_dt(ctx, ZT_BF16, dqkv16, dout16, qkv16, saved16, B, T, C, NH,
+            op->attention_bwd_dt(ctx, ZT_BF16, dqkv16, dout16, qkv16, saved16, B, T, NH, NH, hs,
                                  causal));
     printf("attention_bwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);

@@ -119,6 +119,7 @@ static double u_of(zt_dtype dt) { return dt == ZT_BF16 ? 0x1p-8 : 0x1p-11; }
 
 /* Forward and backward on one shape against the CPU twin, then the bitwise repeats. */
 static void test_shape(zt_dtype dt, int B, int T, int C, int NH, int causal) {
+  const int hs = C / NH;
   double A_out = dt == ZT_F32 ? 1e-4 : 4 * u_of(dt), R_out = A_out;
   double A_grad = dt == ZT_F32 ? 1e-4 : 16 * u_of(dt), R_grad = dt == ZT_F32 ? 1e-4 : 8 * u_of(dt);
   size_t n = (size_t)B * T * C;
@@ -126,31 +127,31 @@ static void test_shape(zt_dtype dt, int B, int T, int C, int NH, int causal) {
   snprintf(tag, sizeof tag, "B=%d T=%d hs=%d NH=%d causal=%d", B, T, C / NH, NH, causal);
   tb qkv = make(dt, 3 * n, -1, 1), out = make(dt, n, 0, 0), out2 = make(dt, n, 0, 0);
   tb dout = make(dt, n, -1, 1);
-  void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
-  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
+  void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NH, hs));
+  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NH, hs));
   if (!saved_h) exit(1);
 
-  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, C, NH, causal);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, C, NH, causal);
+  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "fwd %s", tag);
   check(what, &out, A_out, R_out, 0);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out2.d, saved_d, qkv.d, B, T, C, NH, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out2.d, saved_d, qkv.d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "fwd twice %s", tag);
   same_bits(what, &out, &out2);
 
   /* the gradient alone (from zeros), then added onto a random start */
   tb dz = make(dt, 3 * n, 0, 0);
-  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dz.h, dout.h, qkv.h, saved_h, B, T, C, NH, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dz.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
+  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dz.h, dout.h, qkv.h, saved_h, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dz.d, dout.d, qkv.d, saved_d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "bwd from 0 (dq|dk|dv) %s", tag);
   check(what, &dz, A_grad, R_grad, (size_t)C);
   tb dadd = make(dt, 3 * n, -1, 1), dadd2 = make(dt, 3 * n, 0, 0);
   gpu.ops->to_device(gpu.ctx, dadd2.d, dadd.h, 3 * n * zt_dtype_size(dt));
-  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dadd.h, dout.h, qkv.h, saved_h, B, T, C, NH, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dadd.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
+  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dadd.h, dout.h, qkv.h, saved_h, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dadd.d, dout.d, qkv.d, saved_d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "bwd adds into dqkv %s", tag);
   check(what, &dadd, A_grad, R_grad, (size_t)C);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dadd2.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dadd2.d, dout.d, qkv.d, saved_d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "bwd twice %s", tag);
   same_bits(what, &dadd, &dadd2);
 
@@ -163,19 +164,20 @@ static void test_shape(zt_dtype dt, int B, int T, int C, int NH, int causal) {
 /* qkv and dout at an address 2 bytes off 16-byte alignment take the element-wise tile loads;
  * the results must carry the same bits as the 16-byte loads'. */
 static void test_unaligned(zt_dtype dt, int B, int T, int C, int NH, int causal) {
+  const int hs = C / NH;
   size_t n = (size_t)B * T * C, es = zt_dtype_size(dt);
   tb qkv = make(dt, 3 * n, -1, 1), dout = make(dt, n, -1, 1);
   tb out = make(dt, n, 0, 0), out_u = make(dt, n, 0, 0);
   tb d = make(dt, 3 * n, 0, 0), d_u = make(dt, 3 * n, 0, 0);
   char *qkv_u = twin_dev_alloc(&gpu, 3 * n * es + 16), *dout_u = twin_dev_alloc(&gpu, n * es + 16);
-  void *saved = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
+  void *saved = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NH, hs));
   char what[128];
   gpu.ops->to_device(gpu.ctx, qkv_u + 2, qkv.h, 3 * n * es);
   gpu.ops->to_device(gpu.ctx, dout_u + 2, dout.h, n * es);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved, qkv.d, B, T, C, NH, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, d.d, dout.d, qkv.d, saved, B, T, C, NH, causal);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out_u.d, saved, qkv_u + 2, B, T, C, NH, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, d_u.d, dout_u + 2, qkv_u + 2, saved, B, T, C, NH,
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved, qkv.d, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, d.d, dout.d, qkv.d, saved, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out_u.d, saved, qkv_u + 2, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, d_u.d, dout_u + 2, qkv_u + 2, saved, B, T, NH, NH, hs,
                             causal);
   snprintf(what, sizeof what, "fwd unaligned = aligned B=%d T=%d hs=%d", B, T, C / NH);
   same_bits(what, &out, &out_u);
@@ -192,14 +194,15 @@ static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
  * path kept the probabilities (B,NH,T,T) in dt plus scratch. */
 static void test_saved_bytes(void) {
   const int B = 8, T = 1024, C = 768, NH = 12; /* GPT-2 124M as benchmarked */
+  const int hs = C / NH;
   for (int k = 0; k < 2; k++) {
     zt_dtype dt = k ? ZT_F16 : ZT_BF16;
-    size_t got = gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH);
+    size_t got = gpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NH, hs);
     size_t rows = (size_t)B * NH * T;
     size_t want = align256(rows * 4) + align256((size_t)B * T * C * 2) + rows * 4;
     size_t probs = rows * T * 2; /* the probabilities alone, what the cuBLAS path kept */
     /* head size 16: not covered by the flash kernels, the cuBLAS path's state */
-    size_t gemm = gpu.ops->attention_saved_bytes_dt(dt, B, T, C, C / 16);
+    size_t gemm = gpu.ops->attention_saved_bytes_dt(dt, B, T, C / 16, C / 16, 16);
     int ok = got == want && got * 10 < probs && gemm >= (size_t)B * (C / 16) * T * T * 2;
     printf("attention_saved_bytes_dt %s GPT-2 124M (B=%d T=%d C=%d NH=%d): %zu bytes (%.1f MiB) "
            "per layer; probabilities alone %.1f MiB; hs=16 (cuBLAS path) %.1f MiB  %s\n",

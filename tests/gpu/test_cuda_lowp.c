@@ -174,20 +174,21 @@ static void test_layernorm(zt_dtype dt, int N, int C) {
 }
 
 static void test_attention(zt_dtype dt, int B, int T, int C, int NH, int causal) {
+  const int hs = C / NH;
   double u = u_of(dt);
   char what[96];
   size_t n = (size_t)B * T * C;
   tb qkv = make(dt, 3 * n, -1, 1), out = make(dt, n, 0, 0);
-  void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
-  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, C, NH));
-  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, C, NH, causal);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, C, NH, causal);
+  void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NH, hs));
+  void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NH, hs));
+  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "attention_fwd B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
            causal);
   check(what, &out, 4 * u, 4 * u);
   tb dout = make(dt, n, -1, 1), dqkv = make(dt, 3 * n, -1, 1);
-  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dqkv.h, dout.h, qkv.h, saved_h, B, T, C, NH, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dqkv.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
+  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dqkv.h, dout.h, qkv.h, saved_h, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dqkv.d, dout.d, qkv.d, saved_d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "attention_bwd B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
            causal);
   check(what, &dqkv, 16 * u, 8 * u);

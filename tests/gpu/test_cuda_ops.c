@@ -250,13 +250,13 @@ static void test_attention(kc_rng *r, int B, int T, int C, int NH, int causal) {
   size_t np = (size_t)B * NH * T * T; /* both backends keep P (B,NH,T,T) first in saved */
   int hs = C / NH;
   buf qkv = random_buf(r, nqkv, -1, 1), out = zero_buf(nout);
-  float *saved_h = kc_floats(cpu.ops->attention_saved_bytes(B, T, C, NH) / sizeof(float));
-  size_t gbytes = gpu.ops->attention_saved_bytes(B, T, C, NH);
+  float *saved_h = kc_floats(cpu.ops->attention_saved_bytes(B, T, NH, NH, hs) / sizeof(float));
+  size_t gbytes = gpu.ops->attention_saved_bytes(B, T, NH, NH, hs);
   float *saved_d = twin_dev_alloc(&gpu, gbytes);
   char what[128];
 
-  cpu.ops->attention_fwd(cpu.ctx, out.h, saved_h, qkv.h, B, T, C, NH, causal);
-  gpu.ops->attention_fwd(gpu.ctx, out.d, saved_d, qkv.d, B, T, C, NH, causal);
+  cpu.ops->attention_fwd(cpu.ctx, out.h, saved_h, qkv.h, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_fwd(gpu.ctx, out.d, saved_d, qkv.d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "attention_fwd P B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
            causal);
   float *p_got = download(saved_d, np);
@@ -267,15 +267,15 @@ static void test_attention(kc_rng *r, int B, int T, int C, int NH, int causal) {
   /* The backward from the CPU's P on both sides, so that it is tested alone. */
   gpu.ops->to_device(gpu.ctx, saved_d, saved_h, np * sizeof(float));
   buf dout = random_buf(r, nout, -1, 1), dqkv = random_buf(r, nqkv, -1, 1);
-  cpu.ops->attention_bwd(cpu.ctx, dqkv.h, dout.h, qkv.h, saved_h, B, T, C, NH, causal);
-  gpu.ops->attention_bwd(gpu.ctx, dqkv.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
+  cpu.ops->attention_bwd(cpu.ctx, dqkv.h, dout.h, qkv.h, saved_h, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_bwd(gpu.ctx, dqkv.d, dout.d, qkv.d, saved_d, B, T, NH, NH, hs, causal);
   snprintf(what, sizeof what, "attention_bwd dqkv B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH,
            causal);
   check(what, dqkv, sum_atol(T + hs), 1e-4);
 
   buf d1 = zero_buf(nqkv), d2 = zero_buf(nqkv);
-  gpu.ops->attention_bwd(gpu.ctx, d1.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
-  gpu.ops->attention_bwd(gpu.ctx, d2.d, dout.d, qkv.d, saved_d, B, T, C, NH, causal);
+  gpu.ops->attention_bwd(gpu.ctx, d1.d, dout.d, qkv.d, saved_d, B, T, NH, NH, hs, causal);
+  gpu.ops->attention_bwd(gpu.ctx, d2.d, dout.d, qkv.d, saved_d, B, T, NH, NH, hs, causal);
   expect_same_bits("attention_bwd twice", d1.d, d2.d, nqkv);
 
   buf *all[] = {&qkv, &out, &dout, &dqkv, &d1, &d2};

@@ -1,15 +1,17 @@
-/* Multi-head scaled dot-product attention.
- *   qkv (B,T,3C): q | k | v, each (B,T,NH,hs), hs = C/NH;  out (B,T,C);
+/* Scaled dot-product attention with grouped-query heads (NKV == NH: multi-head).
+ *   qkv (B,T,(NH+2*NKV)*hs): per token q (NH,hs) | k (NKV,hs) | v (NKV,hs);  out (B,T,NH*hs);
+ *   query head h reads kv head h / (NH/NKV);
  *   saved = the probabilities P (B,NH,T,T), zero where the causal mask hides a key.
- * Forward rows are independent, so threads split (b, h, query); the backward accumulates dk and
- * dv over all queries of a head, so threads split (b, h) and each head runs its queries in
- * order. */
+ * Forward rows are independent, so threads split (b, h, query). The backward accumulates dk
+ * and dv of a kv head over every query of every query head of its group, so threads split
+ * (b, kv head) and each runs its group's query heads in order, each head's queries in order:
+ * with NKV == NH that is exactly the multi-head order. */
 #include <math.h>
 #include <stddef.h>
 
 #include "engine/kernels/cpu/cpu.h"
 
-size_t zt__cpu_attention_saved_bytes(int B, int T, int C, int NH) {
+size_t zt__cpu_attention_saved_bytes(int B, int T, int NH, int NKV, int hs) {
   return (size_t)B * NH * T * T * sizeof(float);
 }
 
@@ -38,11 +40,24 @@ static void dot_rows(float *s, const float *a, const float *rows, ptrdiff_t stri
   }
 }
 
+/* Where a head's rows start in one token's qkv row, and the distance between tokens. */
+typedef struct qkv_geom {
+  ptrdiff_t row;      /* (NH+2*NKV)*hs */
+  ptrdiff_t k0, v0;   /* offsets of k head 0 and v head 0 */
+  int group;          /* NH / NKV query heads per kv head */
+} qkv_geom;
+
+static qkv_geom geometry(int NH, int NKV, int hs) {
+  qkv_geom g = {.row = (ptrdiff_t)(NH + 2 * NKV) * hs, .k0 = (ptrdiff_t)NH * hs,
+                .v0 = (ptrdiff_t)(NH + NKV) * hs, .group = NH / NKV};
+  return g;
+}
+
 void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                           int C, int NH, int causal) {
+                           int NH, int NKV, int hs, int causal) {
   float *att = saved;
-  int hs = C / NH;
-  ptrdiff_t C3 = 3 * (ptrdiff_t)C;
+  qkv_geom g = geometry(NH, NKV, hs);
+  ptrdiff_t C = (ptrdiff_t)NH * hs;
   float scale = 1.0f / sqrtf((float)hs);
   long rows = (long)B * NH * T;
   ZT__PARALLEL_FOR(zt__cpu_threads(ctx), rows * T * hs > ZT__CPU_PAR_MIN)
@@ -50,14 +65,15 @@ void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv,
     int t = (int)(r % T);
     int h = (int)(r / T % NH);
     int b = (int)(r / T / NH);
-    const float *base = qkv + (ptrdiff_t)b * T * C3 + (ptrdiff_t)h * hs;
-    const float *q = base + t * C3;
-    const float *k = base + C;
-    const float *v = base + 2 * (ptrdiff_t)C;
+    ptrdiff_t kvh = (ptrdiff_t)(h / g.group) * hs;
+    const float *base = qkv + (ptrdiff_t)b * T * g.row;
+    const float *q = base + t * g.row + (ptrdiff_t)h * hs;
+    const float *k = base + g.k0 + kvh;
+    const float *v = base + g.v0 + kvh;
     float *p = att + r * T; /* (b, h, t) row: r = (b*NH + h)*T + t */
     int nk = causal ? t + 1 : T;
 
-    dot_rows(p, q, k, C3, nk, hs);
+    dot_rows(p, q, k, g.row, nk, hs);
     float maxv = -INFINITY;
     for (int j = 0; j < nk; j++) {
       p[j] *= scale;
@@ -79,7 +95,7 @@ void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv,
     for (int d = 0; d < hs; d++)
       o[d] = 0.0f;
     for (int j = 0; j < nk; j++) {
-      const float *vj = v + j * C3;
+      const float *vj = v + j * g.row;
       float pj = p[j];
       for (int d = 0; d < hs; d++)
         o[d] += pj * vj[d];
@@ -91,52 +107,58 @@ void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv,
  *   dV += P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(P * dP));
  *   dQ += scale dS K;  dK += scale dS^T Q. */
 void zt__cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                           const void *saved, int B, int T, int C, int NH, int causal) {
+                           const void *saved, int B, int T, int NH, int NKV, int hs,
+                           int causal) {
   const float *att = saved;
-  int hs = C / NH;
-  ptrdiff_t C3 = 3 * (ptrdiff_t)C;
+  qkv_geom g = geometry(NH, NKV, hs);
+  ptrdiff_t C = (ptrdiff_t)NH * hs;
   float scale = 1.0f / sqrtf((float)hs);
-  int heads = B * NH;
+  int kv_heads = B * NKV;
   if (T <= 0 || hs <= 0)
     return; /* nothing to do, and the row buffers below must not be empty arrays */
-  ZT__PARALLEL_FOR(zt__cpu_threads(ctx), (long)heads * T * T * hs > ZT__CPU_PAR_MIN)
-  for (int bh = 0; bh < heads; bh++) {
-    int b = bh / NH, h = bh % NH;
-    ptrdiff_t off = (ptrdiff_t)b * T * C3 + (ptrdiff_t)h * hs;
-    const float *q = qkv + off, *k = q + C, *v = q + 2 * (ptrdiff_t)C;
-    float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * (ptrdiff_t)C;
+  ZT__PARALLEL_FOR(zt__cpu_threads(ctx), (long)B * NH * T * T * hs > ZT__CPU_PAR_MIN)
+  for (int bg = 0; bg < kv_heads; bg++) {
+    int b = bg / NKV, kvh = bg % NKV;
+    ptrdiff_t off = (ptrdiff_t)b * T * g.row, kv_off = (ptrdiff_t)kvh * hs;
+    const float *k = qkv + off + g.k0 + kv_off, *v = qkv + off + g.v0 + kv_off;
+    float *dk = dqkv + off + g.k0 + kv_off, *dv = dqkv + off + g.v0 + kv_off;
     /* One row of dP/dS and one dq row, per thread on its stack: T and hs floats. */
     float ds[T];
     float dq_acc[hs];
-    for (int t = 0; t < T; t++) {
-      const float *p = att + ((ptrdiff_t)bh * T + t) * T;
-      const float *do_t = dout + ((ptrdiff_t)b * T + t) * C + (ptrdiff_t)h * hs;
-      const float *qt = q + t * C3;
-      int nk = causal ? t + 1 : T;
+    for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++) {
+      const float *q = qkv + off + (ptrdiff_t)h * hs;
+      float *dq = dqkv + off + (ptrdiff_t)h * hs;
+      const float *att_h = att + ((ptrdiff_t)b * NH + h) * T * T;
+      for (int t = 0; t < T; t++) {
+        const float *p = att_h + (ptrdiff_t)t * T;
+        const float *do_t = dout + ((ptrdiff_t)b * T + t) * C + (ptrdiff_t)h * hs;
+        const float *qt = q + t * g.row;
+        int nk = causal ? t + 1 : T;
 
-      dot_rows(ds, do_t, v, C3, nk, hs);
-      float pdp = 0.0f;
-      for (int j = 0; j < nk; j++)
-        pdp += p[j] * ds[j];
-      for (int j = 0; j < nk; j++)
-        ds[j] = p[j] * (ds[j] - pdp) * scale;
+        dot_rows(ds, do_t, v, g.row, nk, hs);
+        float pdp = 0.0f;
+        for (int j = 0; j < nk; j++)
+          pdp += p[j] * ds[j];
+        for (int j = 0; j < nk; j++)
+          ds[j] = p[j] * (ds[j] - pdp) * scale;
 
-      for (int d = 0; d < hs; d++)
-        dq_acc[d] = 0.0f;
-      for (int j = 0; j < nk; j++) {
-        const float *kj = k + j * C3;
-        float *dkj = dk + j * C3;
-        float *dvj = dv + j * C3;
-        float sj = ds[j], pj = p[j];
-        for (int d = 0; d < hs; d++) {
-          dq_acc[d] += sj * kj[d];
-          dkj[d] += sj * qt[d];
-          dvj[d] += pj * do_t[d];
+        for (int d = 0; d < hs; d++)
+          dq_acc[d] = 0.0f;
+        for (int j = 0; j < nk; j++) {
+          const float *kj = k + j * g.row;
+          float *dkj = dk + j * g.row;
+          float *dvj = dv + j * g.row;
+          float sj = ds[j], pj = p[j];
+          for (int d = 0; d < hs; d++) {
+            dq_acc[d] += sj * kj[d];
+            dkj[d] += sj * qt[d];
+            dvj[d] += pj * do_t[d];
+          }
         }
+        float *dqt = dq + t * g.row;
+        for (int d = 0; d < hs; d++)
+          dqt[d] += dq_acc[d];
       }
-      float *dqt = dq + t * C3;
-      for (int d = 0; d < hs; d++)
-        dqt[d] += dq_acc[d];
     }
   }
 }

@@ -53,12 +53,30 @@ void zt__cpu_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const f
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C);
 
+/* rmsnorm.c */
+void zt__cpu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *w,
+                         int N, int H, int C, ptrdiff_t stride, float eps);
+void zt__cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int H, int C,
+                         ptrdiff_t stride);
+
 /* attention.c */
-size_t zt__cpu_attention_saved_bytes(int B, int T, int C, int NH);
+size_t zt__cpu_attention_saved_bytes(int B, int T, int NH, int NKV, int hs);
 void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                           int C, int NH, int causal);
+                           int NH, int NKV, int hs, int causal);
 void zt__cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                           const void *saved, int B, int T, int C, int NH, int causal);
+                           const void *saved, int B, int T, int NH, int NKV, int hs, int causal);
+
+/* rope.c */
+void zt__cpu_rope_fwd(void *ctx, float *x, const float *inv_freq, const int32_t *pos, int N,
+                      int H, int hs, ptrdiff_t stride);
+void zt__cpu_rope_bwd(void *ctx, float *dx, const float *inv_freq, const int32_t *pos, int N,
+                      int H, int hs, ptrdiff_t stride);
+
+/* swiglu.c */
+void zt__cpu_swiglu_fwd(void *ctx, float *out, const float *inp, int N, int F);
+void zt__cpu_swiglu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, int N,
+                        int F);
 
 /* pointwise.c */
 void zt__cpu_gelu_fwd(void *ctx, float *out, const float *inp, size_t n);
@@ -75,9 +93,14 @@ void zt__cpu_crossentropy_fwd_bwd(void *ctx, float *logits, const int32_t *targe
 void zt__cpu_crossentropy_fwd(void *ctx, const float *logits, const int32_t *targets, int N,
                               int V, int V_alloc, int ignore_index, double *loss_sum,
                               int *n_counted);
+/* crossentropy_fwd_bwd without the host results: row_loss[n] += row n's loss (fp32), the
+ * fp32 case of ops.h's crossentropy_rows_dt */
+void zt__cpu_crossentropy_rows(void *ctx, float *logits, const int32_t *targets, int N, int V,
+                               int V_alloc, int ignore_index, float dscale, float *row_loss);
 
 /* reduce.c */
 double zt__cpu_sum_squares(void *ctx, const float *x, size_t n, int *nonfinite);
+double zt__cpu_sum(void *ctx, const float *x, size_t n);
 
 /* adamw.c */
 void zt__cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -105,12 +128,21 @@ void zt__cpu_layernorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *mean, fl
 void zt__cpu_layernorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *db,
                               const void *dout, const void *inp, const float *w,
                               const float *mean, const float *rstd, int N, int C);
-size_t zt__cpu_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH);
+void zt__cpu_rmsnorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *rstd, const void *inp,
+                            const float *w, int N, int H, int C, ptrdiff_t stride, float eps);
+void zt__cpu_rmsnorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, const void *dout,
+                            const void *inp, const float *w, const float *rstd, int N, int H,
+                            int C, ptrdiff_t stride);
+size_t zt__cpu_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
 void zt__cpu_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                              int B, int T, int C, int NH, int causal);
+                              int B, int T, int NH, int NKV, int hs, int causal);
 void zt__cpu_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                              const void *qkv, const void *saved, int B, int T, int C, int NH,
-                              int causal);
+                              const void *qkv, const void *saved, int B, int T, int NH, int NKV,
+                              int hs, int causal);
+void zt__cpu_rope_fwd_dt(void *ctx, zt_dtype dt, void *x, const float *inv_freq,
+                         const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
+void zt__cpu_rope_bwd_dt(void *ctx, zt_dtype dt, void *dx, const float *inv_freq,
+                         const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
 void zt__cpu_gelu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
 void zt__cpu_gelu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
                          size_t n);
@@ -118,6 +150,9 @@ void zt__cpu_relu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, siz
 void zt__cpu_relu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
                          size_t n);
 void zt__cpu_add_dt(void *ctx, zt_dtype dt, void *out, const void *a, const void *b, size_t n);
+void zt__cpu_swiglu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, int N, int F);
+void zt__cpu_swiglu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp,
+                           const void *dout, int N, int F);
 void zt__cpu_crossentropy_fwd_bwd_dt(void *ctx, zt_dtype dt, void *logits,
                                      const int32_t *targets, int N, int V, int V_alloc,
                                      int ignore_index, float dscale, double *loss_sum,
@@ -125,5 +160,8 @@ void zt__cpu_crossentropy_fwd_bwd_dt(void *ctx, zt_dtype dt, void *logits,
 void zt__cpu_crossentropy_fwd_dt(void *ctx, zt_dtype dt, const void *logits,
                                  const int32_t *targets, int N, int V, int V_alloc,
                                  int ignore_index, double *loss_sum, int *n_counted);
+void zt__cpu_crossentropy_rows_dt(void *ctx, zt_dtype dt, void *logits, const int32_t *targets,
+                                  int N, int V, int V_alloc, int ignore_index, float dscale,
+                                  float *row_loss);
 
 #endif

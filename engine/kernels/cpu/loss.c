@@ -5,7 +5,8 @@
  * of 100k+ entries at the cost of one expf per logit. The total loss is a sum over rows,
  * which threads must not split: rows are grouped into LOSS_BLOCKS contiguous blocks whose
  * boundaries depend only on N, each block is summed in row order by one thread, and the block
- * sums are added in block order. */
+ * sums are added in block order. crossentropy_rows keeps the per-row losses instead (each
+ * row's double loss rounded to fp32), for callers that sum them later without a host trip. */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -22,11 +23,12 @@ static float row_max(const float *x, int V) {
   return maxv;
 }
 
-/* Both entry points: with grad NULL only the loss is computed; else the gradient is written to
- * grad, which may be the logits themselves. */
+/* Every entry point: with grad NULL only the loss is computed; else the gradient is written to
+ * grad, which may be the logits themselves. row_loss (may be NULL) gets each counted row's
+ * loss added. */
 static void crossentropy(void *ctx, float *grad, const float *logits, const int32_t *targets,
                          int N, int V, int V_alloc, int ignore_index, float dscale,
-                         double *loss_sum, int *n_counted) {
+                         double *loss_sum, int *n_counted, float *row_loss) {
   double block_loss[LOSS_BLOCKS] = {0};
   int block_count[LOSS_BLOCKS] = {0};
   int nblocks = N < LOSS_BLOCKS ? N : LOSS_BLOCKS;
@@ -51,7 +53,10 @@ static void crossentropy(void *ctx, float *grad, const float *logits, const int3
         if (g)
           g[j] = e;
       }
-      block_loss[blk] += maxv + log(sum_exp) - x_target;
+      double loss = maxv + log(sum_exp) - x_target;
+      block_loss[blk] += loss;
+      if (row_loss)
+        row_loss[n] += (float)loss;
       block_count[blk]++;
       if (g) {
         float mul = (float)(1.0 / sum_exp) * dscale;
@@ -69,20 +74,28 @@ static void crossentropy(void *ctx, float *grad, const float *logits, const int3
     total += block_loss[blk];
     count += block_count[blk];
   }
-  *loss_sum = total;
-  *n_counted = count;
+  if (loss_sum)
+    *loss_sum = total;
+  if (n_counted)
+    *n_counted = count;
 }
 
 void zt__cpu_crossentropy_fwd_bwd(void *ctx, float *logits, const int32_t *targets, int N, int V,
                                   int V_alloc, int ignore_index, float dscale,
                                   double *loss_sum, int *n_counted) {
   crossentropy(ctx, logits, logits, targets, N, V, V_alloc, ignore_index, dscale, loss_sum,
-               n_counted);
+               n_counted, NULL);
 }
 
 void zt__cpu_crossentropy_fwd(void *ctx, const float *logits, const int32_t *targets, int N,
                               int V, int V_alloc, int ignore_index, double *loss_sum,
                               int *n_counted) {
   crossentropy(ctx, NULL, logits, targets, N, V, V_alloc, ignore_index, 0.0f, loss_sum,
-               n_counted);
+               n_counted, NULL);
+}
+
+void zt__cpu_crossentropy_rows(void *ctx, float *logits, const int32_t *targets, int N, int V,
+                               int V_alloc, int ignore_index, float dscale, float *row_loss) {
+  crossentropy(ctx, logits, logits, targets, N, V, V_alloc, ignore_index, dscale, NULL, NULL,
+               row_loss);
 }

@@ -153,43 +153,132 @@ out:
   tmps_free(&t);
 }
 
+/* Strided rows (N rows of len values, stride apart: the q or k part of qkv rows) gathered into
+ * a compact fp32 temporary, and scattered back rounded. Only the rows' values are touched. */
+static float *tmp_rows(tmps *t, const void *x, zt_dtype dt, int N, size_t len,
+                       ptrdiff_t stride) {
+  float *p = tmp(t, NULL, dt, (size_t)N * len);
+  if (p && x)
+    for (int n = 0; n < N; n++)
+      zt__cpu_cast(t->ctx, p + (size_t)n * len, ZT_F32,
+                   (const char *)x + (ptrdiff_t)n * stride * (ptrdiff_t)zt_dtype_size(dt), dt,
+                   len);
+  return p;
+}
+
+static void put_rows(void *ctx, void *x, zt_dtype dt, const float *p, int N, size_t len,
+                     ptrdiff_t stride) {
+  for (int n = 0; n < N; n++)
+    zt__cpu_cast(ctx, (char *)x + (ptrdiff_t)n * stride * (ptrdiff_t)zt_dtype_size(dt), dt,
+                 p + (size_t)n * len, ZT_F32, len);
+}
+
+/* The rows of the fp32 ops are computed alike whatever their stride, so the compact copies
+ * (stride H*C) give the bits the fp32 op gives in place. transformers rounds x * rstd to dt
+ * before the product with w; here the product stays fp32 and is rounded once (the difference
+ * is within an ulp of dt). */
+void zt__cpu_rmsnorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *rstd, const void *inp,
+                            const float *w, int N, int H, int C, ptrdiff_t stride, float eps) {
+  if (dt == ZT_F32) {
+    zt__cpu_rmsnorm_fwd(ctx, out, rstd, inp, w, N, H, C, stride, eps);
+    return;
+  }
+  size_t len = (size_t)H * C;
+  tmps t = {.ctx = ctx};
+  float *i = tmp_rows(&t, inp, dt, N, len, stride), *o = tmp(&t, NULL, dt, (size_t)N * len);
+  if (t.failed) goto out;
+  zt__cpu_rmsnorm_fwd(ctx, o, rstd, i, w, N, H, C, (ptrdiff_t)len, eps);
+  put_rows(ctx, out, dt, o, N, len, stride);
+out:
+  tmps_free(&t);
+}
+
+void zt__cpu_rmsnorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, const void *dout,
+                            const void *inp, const float *w, const float *rstd, int N, int H,
+                            int C, ptrdiff_t stride) {
+  if (dt == ZT_F32) {
+    zt__cpu_rmsnorm_bwd(ctx, dinp, dw, dout, inp, w, rstd, N, H, C, stride);
+    return;
+  }
+  size_t len = (size_t)H * C;
+  tmps t = {.ctx = ctx};
+  float *di = tmp_rows(&t, dinp, dt, N, len, stride), *d = tmp_rows(&t, dout, dt, N, len, stride);
+  float *i = tmp_rows(&t, inp, dt, N, len, stride);
+  if (t.failed) goto out;
+  zt__cpu_rmsnorm_bwd(ctx, di, dw, d, i, w, rstd, N, H, C, (ptrdiff_t)len);
+  put_rows(ctx, dinp, dt, di, N, len, stride);
+out:
+  tmps_free(&t);
+}
+
 /* The reference keeps fp32 probabilities whatever dt is. */
-size_t zt__cpu_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH) {
+size_t zt__cpu_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs) {
   (void)dt;
-  return zt__cpu_attention_saved_bytes(B, T, C, NH);
+  return zt__cpu_attention_saved_bytes(B, T, NH, NKV, hs);
 }
 
 void zt__cpu_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                              int B, int T, int C, int NH, int causal) {
+                              int B, int T, int NH, int NKV, int hs, int causal) {
   if (dt == ZT_F32) {
-    zt__cpu_attention_fwd(ctx, out, saved, qkv, B, T, C, NH, causal);
+    zt__cpu_attention_fwd(ctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
     return;
   }
-  size_t n = (size_t)B * T * C;
+  size_t bt = (size_t)B * T, n = bt * NH * hs, nqkv = bt * (NH + 2 * NKV) * hs;
   tmps t = {.ctx = ctx};
-  float *q = tmp(&t, qkv, dt, 3 * n), *o = tmp(&t, NULL, dt, n);
+  float *q = tmp(&t, qkv, dt, nqkv), *o = tmp(&t, NULL, dt, n);
   if (t.failed) goto out;
-  zt__cpu_attention_fwd(ctx, o, saved, q, B, T, C, NH, causal);
+  zt__cpu_attention_fwd(ctx, o, saved, q, B, T, NH, NKV, hs, causal);
   zt__cpu_cast(ctx, out, dt, o, ZT_F32, n);
 out:
   tmps_free(&t);
 }
 
 void zt__cpu_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                              const void *qkv, const void *saved, int B, int T, int C, int NH,
-                              int causal) {
+                              const void *qkv, const void *saved, int B, int T, int NH, int NKV,
+                              int hs, int causal) {
   if (dt == ZT_F32) {
-    zt__cpu_attention_bwd(ctx, dqkv, dout, qkv, saved, B, T, C, NH, causal);
+    zt__cpu_attention_bwd(ctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal);
     return;
   }
-  size_t n = (size_t)B * T * C;
+  size_t bt = (size_t)B * T, n = bt * NH * hs, nqkv = bt * (NH + 2 * NKV) * hs;
   tmps t = {.ctx = ctx};
-  float *dq = tmp(&t, dqkv, dt, 3 * n), *d = tmp(&t, dout, dt, n), *q = tmp(&t, qkv, dt, 3 * n);
+  float *dq = tmp(&t, dqkv, dt, nqkv), *d = tmp(&t, dout, dt, n), *q = tmp(&t, qkv, dt, nqkv);
   if (t.failed) goto out;
-  zt__cpu_attention_bwd(ctx, dq, d, q, saved, B, T, C, NH, causal);
-  zt__cpu_cast(ctx, dqkv, dt, dq, ZT_F32, 3 * n);
+  zt__cpu_attention_bwd(ctx, dq, d, q, saved, B, T, NH, NKV, hs, causal);
+  zt__cpu_cast(ctx, dqkv, dt, dq, ZT_F32, nqkv);
 out:
   tmps_free(&t);
+}
+
+/* x rotated in place (forward or backward) on a compact fp32 copy of its rows. transformers
+ * rounds cos and sin to dt before the products; here they stay fp32 and the result is rounded
+ * once. */
+static void rope_dt(void *ctx, zt_dtype dt, void *x, const float *inv_freq, const int32_t *pos,
+                    int N, int H, int hs, ptrdiff_t stride,
+                    void (*f)(void *, float *, const float *, const int32_t *, int, int, int,
+                              ptrdiff_t)) {
+  if (dt == ZT_F32) {
+    f(ctx, x, inv_freq, pos, N, H, hs, stride);
+    return;
+  }
+  size_t len = (size_t)H * hs;
+  tmps t = {.ctx = ctx};
+  float *r = tmp_rows(&t, x, dt, N, len, stride);
+  if (t.failed) goto out;
+  f(ctx, r, inv_freq, pos, N, H, hs, (ptrdiff_t)len);
+  put_rows(ctx, x, dt, r, N, len, stride);
+out:
+  tmps_free(&t);
+}
+
+void zt__cpu_rope_fwd_dt(void *ctx, zt_dtype dt, void *x, const float *inv_freq,
+                         const int32_t *pos, int N, int H, int hs, ptrdiff_t stride) {
+  rope_dt(ctx, dt, x, inv_freq, pos, N, H, hs, stride, zt__cpu_rope_fwd);
+}
+
+void zt__cpu_rope_bwd_dt(void *ctx, zt_dtype dt, void *dx, const float *inv_freq,
+                         const int32_t *pos, int N, int H, int hs, ptrdiff_t stride) {
+  rope_dt(ctx, dt, dx, inv_freq, pos, N, H, hs, stride, zt__cpu_rope_bwd);
 }
 
 /* out = f(inp) for the elementwise forwards. */
@@ -257,6 +346,37 @@ out:
   tmps_free(&t);
 }
 
+void zt__cpu_swiglu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, int N, int F) {
+  if (dt == ZT_F32) {
+    zt__cpu_swiglu_fwd(ctx, out, inp, N, F);
+    return;
+  }
+  size_t n = (size_t)N * F;
+  tmps t = {.ctx = ctx};
+  float *i = tmp(&t, inp, dt, 2 * n), *o = tmp(&t, NULL, dt, n);
+  if (t.failed) goto out;
+  zt__cpu_swiglu_fwd(ctx, o, i, N, F);
+  zt__cpu_cast(ctx, out, dt, o, ZT_F32, n);
+out:
+  tmps_free(&t);
+}
+
+void zt__cpu_swiglu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp,
+                           const void *dout, int N, int F) {
+  if (dt == ZT_F32) {
+    zt__cpu_swiglu_bwd(ctx, dinp, inp, dout, N, F);
+    return;
+  }
+  size_t n = (size_t)N * F;
+  tmps t = {.ctx = ctx};
+  float *di = tmp(&t, dinp, dt, 2 * n), *i = tmp(&t, inp, dt, 2 * n), *d = tmp(&t, dout, dt, n);
+  if (t.failed) goto out;
+  zt__cpu_swiglu_bwd(ctx, di, i, d, N, F);
+  zt__cpu_cast(ctx, dinp, dt, di, ZT_F32, 2 * n);
+out:
+  tmps_free(&t);
+}
+
 void zt__cpu_crossentropy_fwd_bwd_dt(void *ctx, zt_dtype dt, void *logits,
                                      const int32_t *targets, int N, int V, int V_alloc,
                                      int ignore_index, float dscale, double *loss_sum,
@@ -293,6 +413,24 @@ void zt__cpu_crossentropy_fwd_dt(void *ctx, zt_dtype dt, const void *logits,
   *n_counted = 0;
   if (t.failed) goto out;
   zt__cpu_crossentropy_fwd(ctx, x, targets, N, V, V_alloc, ignore_index, loss_sum, n_counted);
+out:
+  tmps_free(&t);
+}
+
+void zt__cpu_crossentropy_rows_dt(void *ctx, zt_dtype dt, void *logits, const int32_t *targets,
+                                  int N, int V, int V_alloc, int ignore_index, float dscale,
+                                  float *row_loss) {
+  if (dt == ZT_F32) {
+    zt__cpu_crossentropy_rows(ctx, logits, targets, N, V, V_alloc, ignore_index, dscale,
+                              row_loss);
+    return;
+  }
+  size_t n = (size_t)N * V_alloc;
+  tmps t = {.ctx = ctx};
+  float *x = tmp(&t, logits, dt, n);
+  if (t.failed) goto out;
+  zt__cpu_crossentropy_rows(ctx, x, targets, N, V, V_alloc, ignore_index, dscale, row_loss);
+  zt__cpu_cast(ctx, logits, dt, x, ZT_F32, n);
 out:
   tmps_free(&t);
 }

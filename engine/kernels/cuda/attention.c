@@ -28,7 +28,7 @@ static int chunk_elems(int B, int T, int NH) {
   return e < 1 ? 1 : e > (size_t)B ? B : (int)e;
 }
 
-size_t zt__cuda_attention_saved_bytes(int B, int T, int C, int NH) {
+size_t zt__cuda_attention_saved_bytes(int B, int T, int NH, int NKV, int hs) {
   if (B <= 0 || T <= 0 || NH <= 0)
     return 0;
   size_t tt = (size_t)T * T;
@@ -74,13 +74,14 @@ static int gemm_eh(zt__cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb
 }
 
 void zt__cuda_attention_fwd(void *vctx, float *out, void *saved, const float *qkv, int B, int T,
-                            int C, int NH, int causal) {
+                            int NH, int NKV, int hs, int causal) {
   zt__cuda_ctx *ctx = vctx;
   float *att = saved;
+  int C = NH * hs;
   geom g;
   if (ctx->err)
     return;
-  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
+  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && hs > 0 && NKV == NH);
   if (B == 0 || T == 0)
     return;
   g = geometry(T, C, NH);
@@ -102,14 +103,16 @@ out:
  * dQ += dS K;  dK += dS^T Q  (the scale of S is folded into dS, as in the CPU reference),
  * E elements at a time (the scratch holds their dP, then dS). */
 void zt__cuda_attention_bwd(void *vctx, float *dqkv, const float *dout, const float *qkv,
-                            const void *saved, int B, int T, int C, int NH, int causal) {
+                            const void *saved, int B, int T, int NH, int NKV, int hs,
+                            int causal) {
   zt__cuda_ctx *ctx = vctx;
   const float *att = saved;
   float *ds; /* the scratch tail of saved (see the top of the file) */
+  int C = NH * hs;
   geom g;
   if (ctx->err)
     return;
-  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
+  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && hs > 0 && NKV == NH);
   if (B == 0 || T == 0)
     return;
   g = geometry(T, C, NH);
@@ -174,9 +177,10 @@ static lp_saved lp_layout(int B, int T, int NH, size_t es) {
   return l;
 }
 
-size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH) {
+size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs) {
+  int C = NH * hs;
   if (dt == ZT_F32)
-    return zt__cuda_attention_saved_bytes(B, T, C, NH);
+    return zt__cuda_attention_saved_bytes(B, T, NH, NKV, hs);
   if (B <= 0 || T <= 0 || NH <= 0)
     return 0;
   if (zt__cuda_flash_supported(dt, B, C, NH))
@@ -202,19 +206,20 @@ static int gemm_heads_ex(zt__cuda_ctx *ctx, cublasOperation_t ta, cublasOperatio
 }
 
 void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                               int B, int T, int C, int NH, int causal) {
+                               int B, int T, int NH, int NKV, int hs, int causal) {
   zt__cuda_ctx *ctx = vctx;
   size_t es = zt_dtype_size(dt);
+  int C = NH * hs;
   lp_saved lay;
   float *s32;
   geom g;
   if (dt == ZT_F32) {
-    zt__cuda_attention_fwd(vctx, out, saved, qkv, B, T, C, NH, causal);
+    zt__cuda_attention_fwd(vctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
     return;
   }
   if (ctx->err)
     return;
-  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
+  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && hs > 0 && NKV == NH);
   if (B == 0 || T == 0)
     return;
   if (zt__cuda_flash_supported(dt, B, C, NH)) {
@@ -245,21 +250,22 @@ out:
 }
 
 void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *dout,
-                               const void *qkv, const void *saved, int B, int T, int C, int NH,
-                               int causal) {
+                               const void *qkv, const void *saved, int B, int T, int NH, int NKV,
+                               int hs, int causal) {
   zt__cuda_ctx *ctx = vctx;
   size_t es = zt_dtype_size(dt);
+  int C = NH * hs;
   lp_saved lay;
   float *s32;
   char *ds;
   geom g;
   if (dt == ZT_F32) {
-    zt__cuda_attention_bwd(vctx, dqkv, dout, qkv, saved, B, T, C, NH, causal);
+    zt__cuda_attention_bwd(vctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal);
     return;
   }
   if (ctx->err)
     return;
-  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0);
+  ZT__ARG(ctx, B >= 0 && T >= 0 && NH > 0 && hs > 0 && NKV == NH);
   if (B == 0 || T == 0)
     return;
   if (zt__cuda_flash_supported(dt, B, C, NH)) {

@@ -100,11 +100,12 @@ void zt__cuda_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const 
                             const float *rstd, int N, int C);
 
 /* attention.c (cuBLAS) and its kernels in attention.cu */
-size_t zt__cuda_attention_saved_bytes(int B, int T, int C, int NH);
+size_t zt__cuda_attention_saved_bytes(int B, int T, int NH, int NKV, int hs);
 void zt__cuda_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                            int C, int NH, int causal);
+                            int NH, int NKV, int hs, int causal);
 void zt__cuda_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                            const void *saved, int B, int T, int C, int NH, int causal);
+                            const void *saved, int B, int T, int NH, int NKV, int hs,
+                            int causal);
 /* att holds rows of T scores; each becomes its softmax over the first (causal ? t+1 : T)
  * entries (t = row % T), the rest 0. */
 int zt__cuda_softmax_rows(zt__cuda_ctx *ctx, float *att, size_t rows, int T, int causal);
@@ -161,12 +162,12 @@ void zt__cuda_layernorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *mean, f
 void zt__cuda_layernorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *db,
                                const void *dout, const void *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C);
-size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int C, int NH);
+size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
 void zt__cuda_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                               int B, int T, int C, int NH, int causal);
+                               int B, int T, int NH, int NKV, int hs, int causal);
 void zt__cuda_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
-                               const void *qkv, const void *saved, int B, int T, int C, int NH,
-                               int causal);
+                               const void *qkv, const void *saved, int B, int T, int NH, int NKV,
+                               int hs, int causal);
 /* zt__cuda_softmax_bwd_rows with the probabilities stored as att_t */
 int zt__cuda_softmax_bwd_rows_dt(zt__cuda_ctx *ctx, zt_dtype att_t, float *dp, const void *att,
                                  size_t rows, int T, int causal, float scale);

@@ -1,6 +1,6 @@
 /* Results must not depend on the thread count: the heavy ops run on a 1-thread and a 3-thread
- * backend and must agree bit for bit. sum_squares must match a double reference and flag inf
- * and nan. */
+ * backend and must agree bit for bit (grouped-query attention and the llama ops included).
+ * sum_squares must match a double reference and flag inf and nan. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,10 +40,11 @@ static int test_matmul(void) {
   return fail;
 }
 
-static int test_attention(void) {
-  int B = 2, T = 67, C = 48, NH = 3;
-  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-  size_t nsaved = one.ops->attention_saved_bytes(B, T, C, NH) / sizeof(float);
+/* Multi-head and grouped-query: the backward's dk/dv sum over a group's query heads. */
+static int test_attention(int NH, int NKV) {
+  int B = 2, T = 67, hs = 16;
+  size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hs, nout = (size_t)B * T * NH * hs;
+  size_t nsaved = one.ops->attention_saved_bytes(B, T, NH, NKV, hs) / sizeof(float);
   float *qkv = kc_random(&rng, nqkv, -2, 2), *dout = kc_random(&rng, nout, -1, 1);
   float *g0 = kc_random(&rng, nqkv, -1, 1);
   float *out[2], *saved[2], *g[2];
@@ -54,8 +55,9 @@ static int test_attention(void) {
       out[k] = kc_floats(nout);
       saved[k] = kc_floats(nsaved);
       g[k] = kc_copy(g0, nqkv);
-      be[k]->ops->attention_fwd(be[k]->ctx, out[k], saved[k], qkv, B, T, C, NH, causal);
-      be[k]->ops->attention_bwd(be[k]->ctx, g[k], dout, qkv, saved[k], B, T, C, NH, causal);
+      be[k]->ops->attention_fwd(be[k]->ctx, out[k], saved[k], qkv, B, T, NH, NKV, hs, causal);
+      be[k]->ops->attention_bwd(be[k]->ctx, g[k], dout, qkv, saved[k], B, T, NH, NKV, hs,
+                                causal);
     }
     fail |= same("attention_fwd", out[0], out[1], nout);
     fail |= same("attention saved", saved[0], saved[1], nsaved);
@@ -64,6 +66,48 @@ static int test_attention(void) {
       free(out[k]), free(saved[k]), free(g[k]);
   }
   free(qkv), free(dout), free(g0);
+  return fail;
+}
+
+/* rmsnorm (its dw sums over every row and head), rope, swiglu, crossentropy_rows, sum. */
+static int test_llama_ops(void) {
+  int N = 301, H = 4, C = 64, F = 150, V = 500;
+  ptrdiff_t stride = (ptrdiff_t)H * C + 2 * C;
+  size_t n = (size_t)N * stride;
+  float *inp = kc_random(&rng, n, -2, 2), *w = kc_random(&rng, C, -1, 1);
+  float *dout = kc_random(&rng, n, -1, 1), *mlp = kc_random(&rng, (size_t)N * 2 * F, -5, 5);
+  float *logits = kc_random(&rng, (size_t)N * V, -5, 5), *inv_freq = kc_random(&rng, C / 2, 0, 1);
+  int32_t *tok = malloc(sizeof(int32_t) * N);
+  for (int i = 0; i < N; i++)
+    tok[i] = i % 7 == 0 ? -1 : kc_int(&rng, V);
+  float *res[2];
+  double sums[2];
+  zt_backend *be[2] = {&one, &many};
+  /* layout of res: out | rstd | dinp | dw | roped | swiglu | dmlp | dlogits | row_loss */
+  size_t nmlp = (size_t)N * F;
+  size_t total = 3 * n + (size_t)N * H + C + nmlp + 2 * nmlp + (size_t)N * V + N;
+  for (int k = 0; k < 2; k++) {
+    float *r = res[k] = kc_floats(total);
+    float *out = r, *rstd = out + n, *dinp = rstd + (size_t)N * H, *dw = dinp + n;
+    float *roped = dw + C, *sw = roped + n, *dmlp = sw + nmlp, *dl = dmlp + 2 * nmlp;
+    float *row_loss = dl + (size_t)N * V;
+    void *ctx = be[k]->ctx;
+    const zt_ops *o = be[k]->ops;
+    o->rmsnorm_fwd(ctx, out, rstd, inp, w, N, H, C, stride, 1e-6f);
+    o->rmsnorm_bwd(ctx, dinp, dw, dout, inp, w, rstd, N, H, C, stride);
+    memcpy(roped, inp, n * sizeof(float));
+    o->rope_fwd(ctx, roped, inv_freq, tok, N, H, C, stride); /* the tokens as positions */
+    o->swiglu_fwd(ctx, sw, mlp, N, F);
+    o->swiglu_bwd(ctx, dmlp, mlp, dout, N, F);
+    memcpy(dl, logits, sizeof(float) * N * V);
+    o->crossentropy_rows_dt(ctx, ZT_F32, dl, tok, N, V, V, -1, 0.01f, row_loss);
+    sums[k] = o->sum(ctx, inp, n);
+  }
+  int fail = same("rmsnorm/rope/swiglu/crossentropy_rows", res[0], res[1], total);
+  fail |= KC_EXPECT(memcmp(&sums[0], &sums[1], sizeof(double)) == 0,
+                    "sum differs between 1 and 3 threads");
+  free(inp), free(w), free(dout), free(mlp), free(logits), free(inv_freq), free(tok);
+  free(res[0]), free(res[1]);
   return fail;
 }
 
@@ -145,7 +189,9 @@ int main(void) {
   kc_seed(&rng, 31337);
   int fail = 0;
   fail |= test_matmul();
-  fail |= test_attention();
+  fail |= test_attention(3, 3);
+  fail |= test_attention(8, 2);
+  fail |= test_llama_ops();
   fail |= test_reductions();
   fail |= test_sum_squares();
   zt_backend_cpu_close(&one);

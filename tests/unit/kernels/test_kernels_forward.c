@@ -1,6 +1,6 @@
 /* Forward ops (and the matmul backward at sizes past every block boundary) against naive
  * double-precision references; causal attention must not see future keys; cross-entropy of
- * uniform logits is log V. */
+ * uniform logits is log V; the strided ops (rmsnorm, rope) leave the rest of a row alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,23 +70,27 @@ static int test_matmul(int N, int C, int OC, int with_bias) {
   return fail;
 }
 
-static int test_attention(int causal) {
-  int B = 2, T = 37, C = 32, NH = 4, hs = C / NH;
-  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nsaved = (size_t)B * NH * T * T;
+/* Grouped-query attention (NKV < NH) and multi-head (NKV == NH) against a double reference. */
+static int test_attention(int NH, int NKV, int causal) {
+  int B = 2, T = 37, hs = 8, C = NH * hs, R = (NH + 2 * NKV) * hs, group = NH / NKV;
+  size_t nqkv = (size_t)B * T * R, nout = (size_t)B * T * C, nsaved = (size_t)B * NH * T * T;
   float *qkv = kc_random(&rng, nqkv, -2, 2), *out = kc_floats(nout);
-  float *saved = kc_floats(be.ops->attention_saved_bytes(B, T, C, NH) / sizeof(float));
+  float *saved = kc_floats(be.ops->attention_saved_bytes(B, T, NH, NKV, hs) / sizeof(float));
   double *ref = doubles(nout), *ref_p = doubles(nsaved), *s = doubles(T);
-  int fail = KC_EXPECT(be.ops->attention_saved_bytes(B, T, C, NH) == nsaved * sizeof(float),
+  char what[96];
+  int fail = KC_EXPECT(be.ops->attention_saved_bytes(B, T, NH, NKV, hs) == nsaved * sizeof(float),
                        "attention_saved_bytes");
 
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+        const float *q = qkv + ((size_t)b * T + t) * R + h * hs;
+        size_t k_off = (size_t)C + (size_t)(h / group) * hs;
+        size_t v_off = (size_t)C + (size_t)NKV * hs + (size_t)(h / group) * hs;
         int nk = causal ? t + 1 : T;
         double mx = -INFINITY, sum = 0.0;
         for (int j = 0; j < nk; j++) {
-          const float *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+          const float *k = qkv + ((size_t)b * T + j) * R + k_off;
           double d = 0.0;
           for (int i = 0; i < hs; i++)
             d += (double)q[i] * k[i];
@@ -101,23 +105,24 @@ static int test_attention(int causal) {
         for (int i = 0; i < hs; i++) {
           double o = 0.0;
           for (int j = 0; j < nk; j++)
-            o += p[j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + i];
+            o += p[j] * qkv[((size_t)b * T + j) * R + v_off + i];
           ref[((size_t)b * T + t) * C + h * hs + i] = o;
         }
       }
 
-  be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, C, NH, causal);
-  fail |= kc_close(causal ? "attention causal out" : "attention out", out, ref, nout, 1e-5, 1e-4);
-  fail |= kc_close(causal ? "attention causal probs" : "attention probs", saved, ref_p, nsaved,
-                   1e-6, 1e-4);
+  be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
+  snprintf(what, sizeof what, "attention NH=%d NKV=%d causal=%d out", NH, NKV, causal);
+  fail |= kc_close(what, out, ref, nout, 1e-5, 1e-4);
+  snprintf(what, sizeof what, "attention NH=%d NKV=%d causal=%d probs", NH, NKV, causal);
+  fail |= kc_close(what, saved, ref_p, nsaved, 1e-6, 1e-4);
 
   if (causal) {
-    /* Changing batch 0's last key and value may change only its last query's outputs. */
+    /* Changing batch 0's last keys and values may change only its last query's outputs. */
     float *before = kc_copy(out, nout);
-    float *kv = qkv + (size_t)(T - 1) * 3 * C + C;
-    for (int i = 0; i < 2 * C; i++)
+    float *kv = qkv + (size_t)(T - 1) * R + C;
+    for (int i = 0; i < 2 * NKV * hs; i++)
       kv[i] += 1.0f;
-    be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, C, NH, causal);
+    be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
     fail |= KC_EXPECT(memcmp(out, before, (size_t)(T - 1) * C * sizeof(float)) == 0,
                       "causal attention: earlier queries changed with a future key");
     fail |= KC_EXPECT(memcmp(out + (size_t)(T - 1) * C, before + (size_t)(T - 1) * C,
@@ -155,6 +160,97 @@ static int test_layernorm(void) {
   fail |= kc_close("layernorm rstd", rstd, ref_rstd, N, 1e-6, 1e-6);
   free(inp), free(w), free(b), free(out), free(mean), free(rstd);
   free(ref), free(ref_mean), free(ref_rstd);
+  return fail;
+}
+
+/* RMSNorm of H = 3 heads of C inside rows of `stride` floats (Qwen3's q norm on a qkv row),
+ * and the block norm (H = 1, stride = C). Values between the heads must stay untouched. */
+static int test_rmsnorm(int N, int H, int C, ptrdiff_t stride) {
+  size_t n = (size_t)N * stride;
+  float eps = 1e-6f;
+  float *inp = kc_random(&rng, n, -3, 3), *w = kc_random(&rng, C, -1, 2);
+  float *out = kc_random(&rng, n, -1, 1), *out0 = kc_copy(out, n), *rstd = kc_floats(N * H);
+  double *ref = doubles(n), *ref_rstd = doubles(N * H);
+  for (size_t i = 0; i < n; i++)
+    ref[i] = out0[i];
+  for (int r = 0; r < N * H; r++) {
+    size_t off = (size_t)(r / H) * stride + (size_t)(r % H) * C;
+    double ss = 0.0;
+    for (int c = 0; c < C; c++)
+      ss += (double)inp[off + c] * inp[off + c];
+    double rs = 1.0 / sqrt(ss / C + eps);
+    ref_rstd[r] = rs;
+    for (int c = 0; c < C; c++)
+      ref[off + c] = inp[off + c] * rs * w[c];
+  }
+  be.ops->rmsnorm_fwd(be.ctx, out, rstd, inp, w, N, H, C, stride, eps);
+  char what[96];
+  snprintf(what, sizeof what, "rmsnorm N=%d H=%d C=%d stride=%td out", N, H, C, stride);
+  int fail = kc_close(what, out, ref, n, 1e-5, 1e-5);
+  snprintf(what, sizeof what, "rmsnorm N=%d H=%d C=%d stride=%td rstd", N, H, C, stride);
+  fail |= kc_close(what, rstd, ref_rstd, N * H, 1e-6, 1e-6);
+  /* in place, as a caller may normalise q inside its qkv row */
+  float *x = kc_copy(inp, n);
+  be.ops->rmsnorm_fwd(be.ctx, x, rstd, x, w, N, H, C, stride, eps);
+  for (int r = 0; r < N; r++)
+    for (ptrdiff_t c = 0; c < stride; c++)
+      if (c >= (ptrdiff_t)H * C)
+        ref[r * stride + c] = inp[r * stride + c];
+  snprintf(what, sizeof what, "rmsnorm N=%d H=%d C=%d in place", N, H, C);
+  fail |= kc_close(what, x, ref, n, 1e-5, 1e-5);
+  free(inp), free(w), free(out), free(out0), free(rstd), free(ref), free(ref_rstd), free(x);
+  return fail;
+}
+
+/* Llama's inverse frequencies theta^(-2i/hs). */
+static float *rope_inv_freq(int hs, double theta) {
+  float *f = kc_floats(hs / 2);
+  for (int i = 0; i < hs / 2; i++)
+    f[i] = (float)(1.0 / pow(theta, 2.0 * i / hs));
+  return f;
+}
+
+/* The k part of a qkv row (H = NKV heads after NH query heads), positions that restart as in
+ * a packed row, some large (the angle's range reduction). */
+static int test_rope(void) {
+  int N = 11, NH = 4, H = 2, hs = 16, half = hs / 2;
+  ptrdiff_t stride = (ptrdiff_t)(NH + 2 * H) * hs;
+  size_t n = (size_t)N * stride;
+  float *inv_freq = rope_inv_freq(hs, 500000.0);
+  int32_t pos[11] = {0, 1, 2, 3, 4, 0, 1, 2, 70000, 131071, 5};
+  float *qkv = kc_random(&rng, n, -2, 2), *x = kc_copy(qkv, n);
+  double *ref = doubles(n);
+  for (size_t i = 0; i < n; i++)
+    ref[i] = qkv[i];
+  for (int t = 0; t < N; t++)
+    for (int h = 0; h < H; h++) {
+      size_t off = (size_t)t * stride + (size_t)(NH + h) * hs;
+      for (int i = 0; i < half; i++) {
+        double a = (float)pos[t] * inv_freq[i]; /* the fp32 product, as the op defines */
+        double x1 = qkv[off + i], x2 = qkv[off + i + half];
+        ref[off + i] = x1 * cos(a) - x2 * sin(a);
+        ref[off + i + half] = x2 * cos(a) + x1 * sin(a);
+      }
+    }
+  be.ops->rope_fwd(be.ctx, x + NH * hs, inv_freq, pos, N, H, hs, stride);
+  int fail = kc_close("rope_fwd", x, ref, n, 1e-6, 1e-6);
+  free(inv_freq), free(qkv), free(x), free(ref);
+  return fail;
+}
+
+static int test_swiglu(void) {
+  int N = 7, F = 45;
+  size_t n = (size_t)N * F;
+  float *inp = kc_random(&rng, 2 * n, -12, 12), *out = kc_floats(n);
+  double *ref = doubles(n);
+  for (int r = 0; r < N; r++)
+    for (int f = 0; f < F; f++) {
+      double g = inp[(size_t)r * 2 * F + f], u = inp[(size_t)r * 2 * F + F + f];
+      ref[(size_t)r * F + f] = g / (1.0 + exp(-g)) * u;
+    }
+  be.ops->swiglu_fwd(be.ctx, out, inp, N, F);
+  int fail = kc_close("swiglu_fwd", out, ref, n, 1e-6, 1e-6);
+  free(inp), free(out), free(ref);
   return fail;
 }
 
@@ -280,9 +376,15 @@ int main(void) {
   int fail = 0;
   fail |= test_matmul(300, 270, 37, 1);
   fail |= test_matmul(5, 3, 70, 0);
-  fail |= test_attention(1);
-  fail |= test_attention(0);
+  fail |= test_attention(4, 4, 1);
+  fail |= test_attention(4, 4, 0);
+  fail |= test_attention(8, 2, 1);
+  fail |= test_attention(6, 3, 0);
   fail |= test_layernorm();
+  fail |= test_rmsnorm(9, 1, 70, 70);
+  fail |= test_rmsnorm(5, 3, 16, 3 * 16 + 2 * 2 * 16);
+  fail |= test_rope();
+  fail |= test_swiglu();
   fail |= test_crossentropy();
   fail |= test_pointwise();
   fail |= test_embedding();

@@ -181,31 +181,126 @@ static int test_layernorm(void) {
 
 /* ---- attention -------------------------------------------------------------------------- */
 typedef struct att_case {
-  int B, T, C, NH, causal;
+  int B, T, NH, NKV, hs, causal;
   float *qkv, *out, *r;
   void *saved;
 } att_case;
 
 static double att_loss(void *p) {
   att_case *c = p;
-  be.ops->attention_fwd(be.ctx, c->out, c->saved, c->qkv, c->B, c->T, c->C, c->NH, c->causal);
-  return dot_r(c->out, c->r, (size_t)c->B * c->T * c->C);
+  be.ops->attention_fwd(be.ctx, c->out, c->saved, c->qkv, c->B, c->T, c->NH, c->NKV, c->hs,
+                        c->causal);
+  return dot_r(c->out, c->r, (size_t)c->B * c->T * c->NH * c->hs);
 }
 
-static int test_attention(int causal) {
+static int test_attention(int NH, int NKV, int hs, int causal) {
   /* T = 11: not a power of two and past the 8-key blocks of the dot products. */
-  att_case c = {.B = 2, .T = 11, .C = 6, .NH = 2, .causal = causal};
-  size_t nqkv = (size_t)c.B * c.T * 3 * c.C, nout = (size_t)c.B * c.T * c.C;
+  att_case c = {.B = 2, .T = 11, .NH = NH, .NKV = NKV, .hs = hs, .causal = causal};
+  size_t nqkv = (size_t)c.B * c.T * (NH + 2 * NKV) * hs, nout = (size_t)c.B * c.T * NH * hs;
   c.qkv = kc_random(&rng, nqkv, -1.5f, 1.5f);
   c.out = kc_floats(nout);
   c.r = kc_random(&rng, nout, -1, 1);
-  c.saved = kc_floats(be.ops->attention_saved_bytes(c.B, c.T, c.C, c.NH) / sizeof(float));
+  c.saved = kc_floats(be.ops->attention_saved_bytes(c.B, c.T, NH, NKV, hs) / sizeof(float));
   att_loss(&c);
   float *dqkv = grad_start(nqkv), *dqkv0 = kc_copy(dqkv, nqkv);
-  be.ops->attention_bwd(be.ctx, dqkv, c.r, c.qkv, c.saved, c.B, c.T, c.C, c.NH, causal);
-  int fail = check_input(causal ? "attention causal dqkv" : "attention bidirectional dqkv",
-                         att_loss, &c, c.qkv, dqkv, dqkv0, nqkv);
+  be.ops->attention_bwd(be.ctx, dqkv, c.r, c.qkv, c.saved, c.B, c.T, NH, NKV, hs, causal);
+  char what[96];
+  snprintf(what, sizeof what, "attention NH=%d NKV=%d hs=%d causal=%d dqkv", NH, NKV, hs, causal);
+  int fail = check_input(what, att_loss, &c, c.qkv, dqkv, dqkv0, nqkv);
   free(c.qkv), free(c.out), free(c.r), free(c.saved), free(dqkv), free(dqkv0);
+  return fail;
+}
+
+/* ---- rmsnorm ---------------------------------------------------------------------------- */
+typedef struct rms_case {
+  int N, H, C;
+  ptrdiff_t stride;
+  float *inp, *w, *out, *rstd, *r;
+} rms_case;
+
+/* The loss reads only the normalised values: the gaps between heads of out stay 0. */
+static double rms_loss(void *p) {
+  rms_case *c = p;
+  be.ops->rmsnorm_fwd(be.ctx, c->out, c->rstd, c->inp, c->w, c->N, c->H, c->C, c->stride,
+                      1e-5f);
+  return dot_r(c->out, c->r, (size_t)c->N * c->stride);
+}
+
+static int test_rmsnorm(int N, int H, int C, ptrdiff_t stride) {
+  rms_case c = {.N = N, .H = H, .C = C, .stride = stride};
+  size_t n = (size_t)N * stride;
+  c.inp = kc_random(&rng, n, -2, 2);
+  c.w = kc_random(&rng, C, 0.5f, 1.5f);
+  c.out = kc_floats(n), c.rstd = kc_floats((size_t)N * H);
+  c.r = kc_random(&rng, n, -1, 1);
+  rms_loss(&c); /* rstd for the backward */
+  float *dinp = grad_start(n), *dinp0 = kc_copy(dinp, n);
+  float *dw = grad_start(C), *dw0 = kc_copy(dw, C);
+  be.ops->rmsnorm_bwd(be.ctx, dinp, dw, c.r, c.inp, c.w, c.rstd, N, H, C, stride);
+  char what[96];
+  snprintf(what, sizeof what, "rmsnorm N=%d H=%d C=%d stride=%td dinp", N, H, C, stride);
+  /* the gaps: no gradient there, and dinp must not be touched (FD gives 0 for them) */
+  int fail = check_input(what, rms_loss, &c, c.inp, dinp, dinp0, n);
+  snprintf(what, sizeof what, "rmsnorm N=%d H=%d C=%d stride=%td dw", N, H, C, stride);
+  fail |= check_input(what, rms_loss, &c, c.w, dw, dw0, C);
+  free(c.inp), free(c.w), free(c.out), free(c.rstd), free(c.r);
+  free(dinp), free(dinp0), free(dw), free(dw0);
+  return fail;
+}
+
+/* ---- rope ------------------------------------------------------------------------------- */
+typedef struct rope_case {
+  int N, H, hs;
+  ptrdiff_t stride;
+  float *x, *y, *inv_freq, *r;
+  int32_t *pos;
+} rope_case;
+
+static double rope_loss(void *p) {
+  rope_case *c = p;
+  size_t n = (size_t)c->N * c->stride;
+  memcpy(c->y, c->x, n * sizeof(float));
+  be.ops->rope_fwd(be.ctx, c->y, c->inv_freq, c->pos, c->N, c->H, c->hs, c->stride);
+  return dot_r(c->y, c->r, n);
+}
+
+/* rope_bwd maps dL/dy = R to dL/dx in place (it does not add). H heads of 6 in rows of 20. */
+static int test_rope(void) {
+  rope_case c = {.N = 5, .H = 3, .hs = 6, .stride = 20};
+  size_t n = (size_t)c.N * c.stride;
+  int32_t pos[5] = {0, 3, 1, 1000, 7};
+  c.pos = pos;
+  c.x = kc_random(&rng, n, -2, 2), c.y = kc_floats(n), c.r = kc_random(&rng, n, -1, 1);
+  c.inv_freq = kc_random(&rng, c.hs / 2, 0.01f, 1.0f);
+  float *g = kc_copy(c.r, n);
+  be.ops->rope_bwd(be.ctx, g, c.inv_freq, c.pos, c.N, c.H, c.hs, c.stride);
+  int fail = check_fd("rope dx", rope_loss, &c, c.x, n, g);
+  free(c.x), free(c.y), free(c.r), free(c.inv_freq), free(g);
+  return fail;
+}
+
+/* ---- swiglu ----------------------------------------------------------------------------- */
+typedef struct swiglu_case {
+  int N, F;
+  float *inp, *out, *r;
+} swiglu_case;
+
+static double swiglu_loss(void *p) {
+  swiglu_case *c = p;
+  be.ops->swiglu_fwd(be.ctx, c->out, c->inp, c->N, c->F);
+  return dot_r(c->out, c->r, (size_t)c->N * c->F);
+}
+
+static int test_swiglu(void) {
+  swiglu_case c = {.N = 6, .F = 23};
+  size_t n = (size_t)c.N * c.F;
+  c.inp = kc_random(&rng, 2 * n, -4, 4);
+  c.out = kc_floats(n);
+  c.r = kc_random(&rng, n, -1, 1);
+  float *d = grad_start(2 * n), *d0 = kc_copy(d, 2 * n);
+  be.ops->swiglu_bwd(be.ctx, d, c.inp, c.r, c.N, c.F);
+  int fail = check_input("swiglu dinp (gate | up)", swiglu_loss, &c, c.inp, d, d0, 2 * n);
+  free(c.inp), free(c.out), free(c.r), free(d), free(d0);
   return fail;
 }
 
@@ -311,8 +406,14 @@ int main(void) {
   fail |= test_matmul(9, 5, 33, 0);
   fail |= test_matmul(3, 37, 2, 1);
   fail |= test_layernorm();
-  fail |= test_attention(1);
-  fail |= test_attention(0);
+  fail |= test_attention(2, 2, 3, 1);
+  fail |= test_attention(2, 2, 3, 0);
+  fail |= test_attention(4, 2, 3, 1);
+  fail |= test_attention(6, 2, 2, 0);
+  fail |= test_rmsnorm(5, 1, 13, 13);
+  fail |= test_rmsnorm(4, 3, 5, 3 * 5 + 4);
+  fail |= test_rope();
+  fail |= test_swiglu();
   fail |= test_pointwise(0);
   fail |= test_pointwise(1);
   fail |= test_crossentropy();

@@ -1,5 +1,6 @@
 /* Mixed precision on the CPU reference: the bf16/fp16 conversions (round to nearest even,
- * subnormals, overflow, inf/nan) and every typed op against its fp32 op.
+ * subnormals, overflow, inf/nan) and every typed op against its fp32 op (the strided ones,
+ * rmsnorm and rope, also leave the values between their rows alone).
  *
  * Tolerances. With inputs that are exactly representable in dt, a typed op is defined (ops.h) as
  * the fp32 op on the widened inputs with its dt outputs rounded once: the CPU reference must
@@ -229,23 +230,90 @@ static int test_ops(zt_dtype dt) {
     free(dw), free(db), free(dw_r), free(db_r), free(dinp_r);
   }
 
-  /* attention, causal and not */
-  for (int causal = 0; causal <= 1; causal++) {
-    lp qkv = lp_random(dt, 3 * NC, -1, 1), dout = lp_random(dt, NC, -1, 1);
-    lp dqkv = lp_random(dt, 3 * NC, -1, 1);
-    size_t sb = o->attention_saved_bytes_dt(dt, B, T, C, NH);
-    void *saved = calloc(1, sb), *saved_r = calloc(1, o->attention_saved_bytes(B, T, C, NH));
-    float *ref = kc_floats(NC), *dqkv_r = kc_copy(dqkv.f, 3 * NC);
-    uint16_t *out = calloc(NC, 2);
-    o->attention_fwd(ctx, ref, saved_r, qkv.f, B, T, C, NH, causal);
-    o->attention_fwd_dt(ctx, dt, out, saved, qkv.h, B, T, C, NH, causal);
-    fails += same_lp(causal ? "attention_fwd causal" : "attention_fwd", dt, out, ref, NC);
-    o->attention_bwd(ctx, dqkv_r, dout.f, qkv.f, saved_r, B, T, C, NH, causal);
-    o->attention_bwd_dt(ctx, dt, dqkv.h, dout.h, qkv.h, saved, B, T, C, NH, causal);
-    fails += same_lp(causal ? "attention_bwd causal" : "attention_bwd", dt, dqkv.h, dqkv_r,
-                     3 * NC);
-    lp_free(&qkv), lp_free(&dout), lp_free(&dqkv);
-    free(saved), free(saved_r), free(ref), free(dqkv_r), free(out);
+  /* attention, causal and not, multi-head and grouped-query */
+  for (int causal = 0; causal <= 1; causal++)
+    for (int NKV = NH; NKV >= 1; NKV -= 2) {
+      const int hs = C / NH;
+      size_t nqkv = (size_t)N * (NH + 2 * NKV) * hs;
+      lp qkv = lp_random(dt, nqkv, -1, 1), dout = lp_random(dt, NC, -1, 1);
+      lp dqkv = lp_random(dt, nqkv, -1, 1);
+      size_t sb = o->attention_saved_bytes_dt(dt, B, T, NH, NKV, hs);
+      void *saved = calloc(1, sb);
+      void *saved_r = calloc(1, o->attention_saved_bytes(B, T, NH, NKV, hs));
+      float *ref = kc_floats(NC), *dqkv_r = kc_copy(dqkv.f, nqkv);
+      uint16_t *out = calloc(NC, 2);
+      char what[64];
+      o->attention_fwd(ctx, ref, saved_r, qkv.f, B, T, NH, NKV, hs, causal);
+      o->attention_fwd_dt(ctx, dt, out, saved, qkv.h, B, T, NH, NKV, hs, causal);
+      snprintf(what, sizeof what, "attention_fwd NKV=%d causal=%d", NKV, causal);
+      fails += same_lp(what, dt, out, ref, NC);
+      o->attention_bwd(ctx, dqkv_r, dout.f, qkv.f, saved_r, B, T, NH, NKV, hs, causal);
+      o->attention_bwd_dt(ctx, dt, dqkv.h, dout.h, qkv.h, saved, B, T, NH, NKV, hs, causal);
+      snprintf(what, sizeof what, "attention_bwd NKV=%d causal=%d", NKV, causal);
+      fails += same_lp(what, dt, dqkv.h, dqkv_r, nqkv);
+      lp_free(&qkv), lp_free(&dout), lp_free(&dqkv);
+      free(saved), free(saved_r), free(ref), free(dqkv_r), free(out);
+    }
+
+  /* rmsnorm: the block norm, and H = 2 heads inside rows of 3*C (a q norm); the gaps between
+   * the heads keep their values */
+  for (int H = 1; H <= 2; H++) {
+    ptrdiff_t stride = H == 1 ? C : 3 * C;
+    size_t n = (size_t)N * stride;
+    lp inp = lp_random(dt, n, -2, 2), dout = lp_random(dt, n, -1, 1);
+    lp dinp = lp_random(dt, n, -1, 1), out = lp_random(dt, n, -1, 1);
+    float *w = kc_random(&rng, C, 0.5f, 1.5f), *ref = kc_copy(out.f, n);
+    float *rstd = kc_floats((size_t)N * H), *rstd_r = kc_floats((size_t)N * H);
+    o->rmsnorm_fwd(ctx, ref, rstd_r, inp.f, w, N, H, C, stride, 1e-6f);
+    o->rmsnorm_fwd_dt(ctx, dt, out.h, rstd, inp.h, w, N, H, C, stride, 1e-6f);
+    fails += same_lp(H == 1 ? "rmsnorm_fwd" : "rmsnorm_fwd heads", dt, out.h, ref, n);
+    fails += same_f32("rmsnorm_fwd rstd", dt, rstd, rstd_r, (size_t)N * H);
+    float *dw = kc_random(&rng, C, -1, 1), *dw_r = kc_copy(dw, C), *dinp_r = kc_copy(dinp.f, n);
+    o->rmsnorm_bwd(ctx, dinp_r, dw_r, dout.f, inp.f, w, rstd, N, H, C, stride);
+    o->rmsnorm_bwd_dt(ctx, dt, dinp.h, dw, dout.h, inp.h, w, rstd, N, H, C, stride);
+    fails += same_lp(H == 1 ? "rmsnorm_bwd dinp" : "rmsnorm_bwd heads dinp", dt, dinp.h, dinp_r,
+                     n);
+    fails += same_f32("rmsnorm_bwd dw", dt, dw, dw_r, C);
+    lp_free(&inp), lp_free(&dout), lp_free(&dinp), lp_free(&out);
+    free(w), free(ref), free(rstd), free(rstd_r), free(dw), free(dw_r), free(dinp_r);
+  }
+
+  /* rope on the k heads of a qkv row (NH query heads, then 2 k heads of hs) */
+  {
+    const int hs = C / NH, H = 2;
+    ptrdiff_t stride = (ptrdiff_t)(NH + 2 * H) * hs;
+    size_t n = (size_t)N * stride;
+    lp x = lp_random(dt, n, -2, 2), dx = lp_random(dt, n, -1, 1);
+    float *inv_freq = kc_random(&rng, hs / 2, 0, 1);
+    int32_t pos[B * T];
+    for (int i = 0; i < N; i++) pos[i] = kc_int(&rng, 4096);
+    float *ref = kc_copy(x.f, n), *dref = kc_copy(dx.f, n);
+    o->rope_fwd(ctx, ref + NH * hs, inv_freq, pos, N, H, hs, stride);
+    o->rope_fwd_dt(ctx, dt, x.h + NH * hs, inv_freq, pos, N, H, hs, stride);
+    fails += same_lp("rope_fwd", dt, x.h, ref, n);
+    o->rope_bwd(ctx, dref + NH * hs, inv_freq, pos, N, H, hs, stride);
+    o->rope_bwd_dt(ctx, dt, dx.h + NH * hs, inv_freq, pos, N, H, hs, stride);
+    fails += same_lp("rope_bwd", dt, dx.h, dref, n);
+    lp_free(&x), lp_free(&dx);
+    free(inv_freq), free(ref), free(dref);
+  }
+
+  /* swiglu */
+  {
+    const int F = 37;
+    size_t n = (size_t)N * F;
+    lp inp = lp_random(dt, 2 * n, -6, 6), dout = lp_random(dt, n, -1, 1);
+    lp dinp = lp_random(dt, 2 * n, -1, 1);
+    float *ref = kc_floats(n), *dinp_r = kc_copy(dinp.f, 2 * n);
+    uint16_t *out = calloc(n, 2);
+    o->swiglu_fwd(ctx, ref, inp.f, N, F);
+    o->swiglu_fwd_dt(ctx, dt, out, inp.h, N, F);
+    fails += same_lp("swiglu_fwd", dt, out, ref, n);
+    o->swiglu_bwd(ctx, dinp_r, inp.f, dout.f, N, F);
+    o->swiglu_bwd_dt(ctx, dt, dinp.h, inp.h, dout.h, N, F);
+    fails += same_lp("swiglu_bwd", dt, dinp.h, dinp_r, 2 * n);
+    lp_free(&inp), lp_free(&dout), lp_free(&dinp);
+    free(ref), free(dinp_r), free(out);
   }
 
   /* pointwise */
@@ -317,8 +385,16 @@ static int test_ops(zt_dtype dt) {
     fails += KC_EXPECT(loss == loss_r && cnt == cnt_r && loss_f == loss_r && cnt_f == cnt_r,
                        "crossentropy %s: loss %.17g/%d, fwd %.17g/%d, fp32 %.17g/%d",
                        zt_dtype_name(dt), loss, cnt, loss_f, cnt_f, loss_r, cnt_r);
-    lp_free(&logits);
-    free(ref);
+    /* the rows entry: the same dlogits, row losses in fp32 */
+    lp rows = lp_random(dt, (size_t)N * Va, -4, 4);
+    float *rref = kc_copy(rows.f, (size_t)N * Va);
+    float *rl = kc_random(&rng, N, 0, 1), *rl_r = kc_copy(rl, N);
+    o->crossentropy_rows_dt(ctx, ZT_F32, rref, tgt, N, V, Va, -1, 0.5f, rl_r);
+    o->crossentropy_rows_dt(ctx, dt, rows.h, tgt, N, V, Va, -1, 0.5f, rl);
+    fails += same_lp("crossentropy_rows dlogits", dt, rows.h, rref, (size_t)N * Va);
+    fails += same_f32("crossentropy_rows row_loss", dt, rl, rl_r, N);
+    lp_free(&logits), lp_free(&rows);
+    free(ref), free(rref), free(rl), free(rl_r);
   }
 
   /* cast and AdamW with the compute copy */
