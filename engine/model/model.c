@@ -9,10 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/model/hf.h"
 #include "engine/model/safetensors.h"
 
 
-static const zt__arch *const archs[] = {&zt__arch_gpt, &zt__arch_encoder};
+static const zt__arch *const archs[] = {&zt__arch_gpt, &zt__arch_encoder, &zt__arch_llama};
 
 static const zt__arch *arch_of(zt_arch a) {
   for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
@@ -40,10 +41,100 @@ static int bad(char *err, size_t errlen, const char *field, long long v, long lo
   return -EINVAL;
 }
 
+/* The llama-only fields, each refused by name on another arch. */
+static int llama_only(const zt_model_cfg *c, char *err, size_t errlen) {
+  const zt_rope_scaling *r = &c->rope_scaling;
+  const struct {
+    const char *name;
+    int set;
+  } f[] = {{"n_kv_heads", c->n_kv_heads != 0},
+           {"head_dim", c->head_dim != 0},
+           {"rms_eps", c->rms_eps != 0},
+           {"rope_theta", c->rope_theta != 0},
+           {"rope_scaling", r->type != ZT_ROPE_NONE || r->factor != 0 || r->low_freq_factor != 0 ||
+                                r->high_freq_factor != 0 ||
+                                r->original_max_position_embeddings != 0},
+           {"tie_embeddings", c->tie_embeddings != 0},
+           {"qkv_bias", c->qkv_bias != 0},
+           {"qk_norm", c->qk_norm != 0}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].set) {
+      snprintf(err, errlen, "model.%s applies to arch llama only (this model is %s)", f[i].name,
+               zt_arch_name(c->arch));
+      return -EINVAL;
+    }
+  return 0;
+}
+
+static int check_rope(const zt_rope_scaling *r, char *err, size_t errlen) {
+  if (r->type != ZT_ROPE_NONE && r->type != ZT_ROPE_LINEAR && r->type != ZT_ROPE_LLAMA3) {
+    snprintf(err, errlen, "model.rope_scaling.type must be none, linear or llama3");
+    return -EINVAL;
+  }
+  int llama3 = r->type == ZT_ROPE_LLAMA3;
+  if (r->type == ZT_ROPE_NONE ? r->factor != 0 : !(r->factor >= 1 && r->factor <= 1e6)) {
+    snprintf(err, errlen, r->type == ZT_ROPE_NONE ? "model.rope_scaling.factor needs a type"
+                                                  : "model.rope_scaling.factor must be in [1, 1e6]");
+    return -EINVAL;
+  }
+  if (!llama3 && (r->low_freq_factor != 0 || r->high_freq_factor != 0 ||
+                  r->original_max_position_embeddings != 0)) {
+    snprintf(err, errlen, "model.rope_scaling: low_freq_factor, high_freq_factor and "
+             "original_max_position_embeddings apply to type llama3 only");
+    return -EINVAL;
+  }
+  if (llama3 && !(r->low_freq_factor > 0 && r->high_freq_factor > r->low_freq_factor &&
+                  r->high_freq_factor <= 1e6)) {
+    snprintf(err, errlen, "model.rope_scaling needs 0 < low_freq_factor < high_freq_factor <= "
+             "1e6 (got %g, %g)", (double)r->low_freq_factor, (double)r->high_freq_factor);
+    return -EINVAL;
+  }
+  if (llama3 && (r->original_max_position_embeddings < 1 ||
+                 r->original_max_position_embeddings > ZT_MODEL_MAX_SEQ))
+    return bad(err, errlen, "rope_scaling.original_max_position_embeddings",
+               r->original_max_position_embeddings, 1, ZT_MODEL_MAX_SEQ);
+  return 0;
+}
+
+/* The heads of a llama: n_kv_heads divides n_heads; head_dim even (RoPE rotates halves). */
+static int check_llama(const zt_model_cfg *c, char *err, size_t errlen) {
+  if (c->n_kv_heads < 0 || c->n_kv_heads > c->n_heads)
+    return bad(err, errlen, "n_kv_heads", c->n_kv_heads, 0, c->n_heads);
+  if (c->n_kv_heads && c->n_heads % c->n_kv_heads) {
+    snprintf(err, errlen, "model.n_kv_heads must divide model.n_heads (%d %% %d != 0)",
+             c->n_heads, c->n_kv_heads);
+    return -EINVAL;
+  }
+  if (c->head_dim < 0 || c->head_dim > ZT_MODEL_MAX_HEAD_DIM)
+    return bad(err, errlen, "head_dim", c->head_dim, 0, ZT_MODEL_MAX_HEAD_DIM);
+  int hs = c->head_dim ? c->head_dim : c->d_model / c->n_heads;
+  if (hs % 2) {
+    snprintf(err, errlen, "model.head_dim must be even for RoPE (got %d%s)", hs,
+             c->head_dim ? "" : ", d_model / n_heads");
+    return -EINVAL;
+  }
+  if (!(c->rms_eps > 0 && c->rms_eps <= 1)) {
+    snprintf(err, errlen, "model.rms_eps must be a number in (0, 1] (got %g)", (double)c->rms_eps);
+    return -EINVAL;
+  }
+  if (!(c->rope_theta > 0 && c->rope_theta <= ZT_MODEL_MAX_ROPE_THETA)) {
+    snprintf(err, errlen, "model.rope_theta must be a number in (0, 1e12] (got %g)",
+             (double)c->rope_theta);
+    return -EINVAL;
+  }
+  if (c->tie_embeddings < 0 || c->tie_embeddings > 1 || c->qkv_bias < 0 || c->qkv_bias > 1 ||
+      c->qk_norm < 0 || c->qk_norm > 1) {
+    snprintf(err, errlen, "model.tie_embeddings, model.qkv_bias and model.qk_norm are booleans");
+    return -EINVAL;
+  }
+  return check_rope(&c->rope_scaling, err, errlen);
+}
+
 int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
   const zt__arch *a = arch_of(c->arch);
+  int rc, llama = c->arch == ZT_ARCH_LLAMA;
   if (!a) {
-    snprintf(err, errlen, "model.arch must be gpt or encoder");
+    snprintf(err, errlen, "model.arch must be gpt, encoder or llama");
     return -EINVAL;
   }
   if (c->vocab < 1 || c->vocab > ZT_MODEL_MAX_VOCAB) return bad(err, errlen, "vocab", c->vocab, 1, ZT_MODEL_MAX_VOCAB);
@@ -53,7 +144,8 @@ int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
     return bad(err, errlen, "d_model", c->d_model, 1, ZT_MODEL_MAX_DMODEL);
   if (c->n_heads < 1 || c->n_heads > c->d_model)
     return bad(err, errlen, "n_heads", c->n_heads, 1, c->d_model);
-  if (c->d_model % c->n_heads) {
+  /* with head_dim given (llama), the heads' width need not be d_model */
+  if (!(llama && c->head_dim) && c->d_model % c->n_heads) {
     snprintf(err, errlen, "model.n_heads must divide model.d_model (%d %% %d != 0)", c->d_model,
              c->n_heads);
     return -EINVAL;
@@ -61,15 +153,43 @@ int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
   if (c->n_layers < 1 || c->n_layers > ZT_MODEL_MAX_LAYERS)
     return bad(err, errlen, "n_layers", c->n_layers, 1, ZT_MODEL_MAX_LAYERS);
   if (c->d_ff < 0 || c->d_ff > ZT_MODEL_MAX_DFF) return bad(err, errlen, "d_ff", c->d_ff, 0, ZT_MODEL_MAX_DFF);
-  if (memchr(c->init_path, 0, sizeof c->init_path) == NULL) {
-    snprintf(err, errlen, "model.init_path is not terminated");
+  if (memchr(c->init_path, 0, sizeof c->init_path) == NULL ||
+      memchr(c->hf_dir, 0, sizeof c->hf_dir) == NULL) {
+    snprintf(err, errlen, "model.%s is not terminated",
+             memchr(c->init_path, 0, sizeof c->init_path) ? "hf" : "init_path");
     return -EINVAL;
   }
-  /* An upper bound on both architectures' parameter count (two V x C matrices, the position
-   * table, per layer 4 C^2 + 2 C F plus vectors), in double so it cannot overflow. */
+  if ((rc = llama ? check_llama(c, err, errlen) : llama_only(c, err, errlen)) < 0) return rc;
+  if (c->n_positions && (c->arch != ZT_ARCH_GPT || c->n_positions < c->seq_len ||
+                         c->n_positions > ZT_MODEL_MAX_SEQ)) {
+    snprintf(err, errlen, c->arch != ZT_ARCH_GPT ? "model n_positions applies to arch gpt only"
+             : "model.seq_len %d must be at most the position table's %d rows (n_positions)",
+             c->seq_len, c->n_positions);
+    return -EINVAL;
+  }
+  if (c->hf_dir[0] && (c->arch == ZT_ARCH_ENCODER || c->init_path[0])) {
+    snprintf(err, errlen, c->init_path[0] ? "model.hf replaces model.init"
+                                          : "model.hf: the encoder has no Hugging Face form");
+    return -EINVAL;
+  }
+  int want = c->arch == ZT_ARCH_GPT ? ZT_HF_GPT2 : ZT_HF_LLAMA;
+  if (c->hf_type != ZT_HF_NONE &&
+      (!c->hf_dir[0] || (want == ZT_HF_GPT2) != (c->hf_type == ZT_HF_GPT2) ||
+       c->hf_type < ZT_HF_LLAMA || c->hf_type > ZT_HF_GPT2)) {
+    snprintf(err, errlen, "model: the Hugging Face model_type does not match arch %s",
+             zt_arch_name(c->arch));
+    return -EINVAL;
+  }
+  /* An upper bound on every architecture's parameter count (two V x C matrices, the position
+   * table, per layer the attention's four projections, 2 (3 for llama's gate) C x F and the
+   * vectors), in double so it cannot overflow. */
   double C = c->d_model, F = c->d_ff ? c->d_ff : (a->default_d_ff > 0 ? a->default_d_ff : 4 * C);
-  double n = 2.0 * c->vocab * C + (double)c->seq_len * C + c->vocab + 2 * C +
-             (double)c->n_layers * (4 * C * C + 2 * C * F + 9 * C + F);
+  double hs = llama && c->head_dim ? c->head_dim : C / c->n_heads;
+  double q = hs * c->n_heads, kv = llama && c->n_kv_heads ? hs * c->n_kv_heads : q;
+  double rows = c->n_positions > c->seq_len ? c->n_positions : c->seq_len;
+  double n = 2.0 * c->vocab * C + rows * C + c->vocab + 2 * C +
+             (double)c->n_layers * (2 * C * (q + kv) + (llama ? 3 : 2) * C * F + 9 * C + F +
+                                    (llama ? 2 * (q + kv) : 0));
   if (n > (double)ZT_MODEL_MAX_PARAMS) {
     snprintf(err, errlen, "model has about %.3g parameters; at most %llu (2^36) are supported "
              "(check model.d_model, model.n_layers, model.vocab, model.d_ff)", n, ZT_MODEL_MAX_PARAMS);
@@ -141,6 +261,9 @@ int zt_model_create(zt_model **out, const zt_model_cfg *cfg, char *err, size_t e
   m->arch = arch_of(cfg->arch);
   m->d_ff = cfg->d_ff ? cfg->d_ff
                       : (m->arch->default_d_ff > 0 ? m->arch->default_d_ff : 4 * cfg->d_model);
+  m->n_kv_heads = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
+  m->head_dim = cfg->head_dim ? cfg->head_dim : cfg->d_model / cfg->n_heads;
+  m->tied = cfg->arch == ZT_ARCH_GPT || (cfg->arch == ZT_ARCH_LLAMA && cfg->tie_embeddings);
   if (m->arch->layout(m) < 0) goto nomem;
   *out = m;
   return 0;
@@ -165,6 +288,7 @@ const zt_tensor_info *zt_model_tensor(const zt_model *m, int i) { return &m->t[i
 int zt_model_num_units(const zt_model *m) { return m->nu; }
 const zt_unit_info *zt_model_unit(const zt_model *m, int i) { return &m->u[i]; }
 int zt_model_d_ff(const zt_model *m) { return m->d_ff; }
+int zt_model_head_reads_embed(const zt_model *m) { return m->tied; }
 
 /* splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose stream depends only on the seed.
  * Its state only adds the increment per draw, so the state before draw k is seed + k * GAMMA. */
@@ -345,12 +469,16 @@ void zt_model_writer_close(zt_model_writer *mw) {
   free(mw);
 }
 
-/* Buffers HF GPT-2 files carry that are not parameters. */
-static int ignorable(const char *name) {
+/* Tensors HF files carry that are not parameters: GPT-2's attention masks and its tied
+ * lm_head.weight, a tied llama's lm_head.weight, old Llama checkpoints' RoPE buffers. */
+static int ignorable(const zt_model *m, const char *name) {
   size_t n = strlen(name);
-  static const char *const ends[] = {".attn.bias", ".attn.masked_bias"};
-  if (!strcmp(name, "lm_head.weight")) return 1;
-  for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+  static const char *const gpt[] = {".attn.bias", ".attn.masked_bias"};
+  static const char *const llama[] = {".rotary_emb.inv_freq"};
+  const char *const *ends = m->cfg.arch == ZT_ARCH_GPT ? gpt : llama;
+  size_t ne = m->cfg.arch == ZT_ARCH_GPT ? 2 : m->cfg.arch == ZT_ARCH_LLAMA ? 1 : 0;
+  if (!strcmp(name, "lm_head.weight") && m->tied) return 1;
+  for (size_t i = 0; i < ne; i++) {
     size_t k = strlen(ends[i]);
     if (n >= k && !strcmp(name + n - k, ends[i])) return 1;
   }
@@ -360,26 +488,29 @@ static int ignorable(const char *name) {
 struct zt_model_file {
   const zt_model *m;
   char *path;
-  zt_st_file *f;
+  zt__st_set *set;
   const zt_st_tensor **found;   /* tensor i of state k: found[k * nt + i] */
+  const zt_st_file **in;        /* and the file of the set holding it */
   int n, internal, strict;
 };
 
 void zt_model_file_close(zt_model_file *mf) {
   if (!mf) return;
-  zt_st_close(mf->f);
+  zt__st_set_close(mf->set);
   free(mf->found);
+  free(mf->in);
   free(mf->path);
   free(mf);
 }
 
 /* Every tensor of every state found, with its shape and a dtype that converts to fp32, and
- * nothing else in the file but (unless strict) the buffers HF files carry, before anything is
+ * nothing else in the files but (unless strict) the buffers HF files carry, before anything is
  * read. */
 static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size_t errlen) {
   const zt_model *m = mf->m;
   const char *path = mf->path;
-  char *used = calloc((size_t)zt_st_count(mf->f) + 1, 1);
+  int count = zt__st_set_count(mf->set);
+  char *used = calloc((size_t)count + 1, 1);
   if (!used) {
     snprintf(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
@@ -388,13 +519,16 @@ static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size
   for (int k = 0; k < mf->n && rc == 0; k++)
     for (int i = 0; i < m->nt && rc == 0; i++) {
       const zt_tensor_info *t = &m->t[i];
+      const zt_st_file *in = NULL;
+      int at = -1;
       char nm[FILE_NAME_LEN];
       snprintf(nm, sizeof nm, "%s%s", t->name, suffix[k]);
-      const zt_st_tensor *ft = zt_st_find(mf->f, nm);
-      if (!ft && !mf->strict) {
+      const zt_st_tensor *ft = zt__st_set_find(mf->set, nm, &in, &at);
+      /* HF GPT-2 files name the transformer's tensors under its module */
+      if (!ft && !mf->strict && m->cfg.arch == ZT_ARCH_GPT) {
         char pre[176];
         snprintf(pre, sizeof pre, "transformer.%s", nm);
-        ft = zt_st_find(mf->f, pre);
+        ft = zt__st_set_find(mf->set, pre, &in, &at);
       }
       int64_t want[2];
       file_shape(t, mf->internal, want);
@@ -408,26 +542,28 @@ static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size
           snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                    (long long)ft->shape[d]);
         if (t->ndim > 1)
-          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld, %lld]", path,
-                   ft->name, got, (long long)want[0], (long long)want[1]);
+          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld, %lld]",
+                   zt_st_path(in), ft->name, got, (long long)want[0], (long long)want[1]);
         else
-          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld]", path, ft->name,
-                   got, (long long)want[0]);
+          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld]", zt_st_path(in),
+                   ft->name, got, (long long)want[0]);
       } else if (ft->dtype != ZT_ST_F32 && ft->dtype != ZT_ST_BF16 && ft->dtype != ZT_ST_F16) {
         snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 do)",
-                 path, ft->name);
+                 zt_st_path(in), ft->name);
       } else {
         rc = 0;
         mf->found[k * m->nt + i] = ft;
-        used[ft - zt_st_tensor_at(mf->f, 0)] = 1;
+        mf->in[k * m->nt + i] = in;
+        used[at] = 1;
       }
     }
-  for (int i = 0; i < zt_st_count(mf->f) && rc == 0; i++) {
-    const char *nm = zt_st_tensor_at(mf->f, i)->name;
-    if (!used[i] && (mf->strict || !ignorable(nm))) {
+  for (int i = 0; i < count && rc == 0; i++) {
+    const zt_st_file *f;
+    const char *nm = zt__st_set_tensor_at(mf->set, i, &f)->name;
+    if (!used[i] && (mf->strict || !ignorable(m, nm))) {
       rc = -EINVAL;
-      snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)", path, nm,
-               m->arch->name);
+      snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)",
+               zt_st_path(f), nm, m->arch->name);
     }
   }
   free(used);
@@ -441,7 +577,8 @@ int zt_model_file_open(zt_model_file **out, const zt_model *m, const char *path,
   int rc;
   zt_model_file *mf = calloc(1, sizeof *mf);
   if (!mf || !(mf->path = strdup(path)) ||
-      !(mf->found = calloc((size_t)(m->nt * n) + 1, sizeof *mf->found))) {
+      !(mf->found = calloc((size_t)(m->nt * n) + 1, sizeof *mf->found)) ||
+      !(mf->in = calloc((size_t)(m->nt * n) + 1, sizeof *mf->in))) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", path);
     goto fail;
@@ -450,7 +587,7 @@ int zt_model_file_open(zt_model_file **out, const zt_model *m, const char *path,
   mf->n = n;
   mf->internal = (flags & ZT_MODEL_FILE_INTERNAL) != 0;
   mf->strict = (flags & ZT_MODEL_FILE_STRICT) != 0;
-  if ((rc = zt_st_open(&mf->f, path, err, errlen)) < 0 ||
+  if ((rc = zt__st_set_open(&mf->set, path, err, errlen)) < 0 ||
       (rc = resolve(mf, suffix, err, errlen)) < 0)
     goto fail;
   *out = mf;
@@ -466,7 +603,8 @@ int zt_model_file_read(const zt_model_file *mf, int k, int first, int end, float
   int rc = 0;
   for (int i = first; i < end && rc == 0; i++) {
     const zt_tensor_info *t = &m->t[i];
-    rc = zt_st_read_f32(mf->f, mf->found[k * m->nt + i], dst + (t->offset - m->t[first].offset),
+    rc = zt_st_read_f32(mf->in[k * m->nt + i], mf->found[k * m->nt + i],
+                        dst + (t->offset - m->t[first].offset),
                         t->transposed && !mf->internal, err, errlen);
   }
   return rc;
@@ -573,6 +711,8 @@ int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int 
   }
   b = (zt__bump){.base = a->base};
   m->arch->bind_acts(a, &b);
+  if (a->row_loss && !(a->h_tgt = malloc((size_t)B * (size_t)a->T * sizeof *a->h_tgt))) goto nomem;
+  if (m->arch->acts_ready) m->arch->acts_ready(a);
   *out = a;
   return 0;
 nomem:
@@ -584,6 +724,7 @@ nomem:
 void zt_acts_close(zt_acts *a) {
   if (!a) return;
   if (a->base) a->be.ops->free(a->be.ctx, a->base);
+  free(a->h_tgt);
   free(a->arch);
   free(a);
 }
@@ -591,8 +732,43 @@ void zt_acts_close(zt_acts *a) {
 size_t zt_acts_bytes(const zt_acts *a) { return a->bytes; }
 int32_t *zt_acts_tokens(zt_acts *a) { return a->tok; }
 int32_t *zt_acts_targets(zt_acts *a) { return a->tgt; }
+int32_t *zt_acts_positions(zt_acts *a) { return a->pos; }
 void *zt_acts_logits(zt_acts *a) { return a->logits; }
 zt_dtype zt_acts_dtype(const zt_acts *a) { return a->dt; }
+
+void zt__acts_set_loss_rows(zt_acts *a, int rows) {
+  if (rows >= 1 && rows < a->loss_rows) a->loss_rows = rows;
+}
+
+void zt_model_loss(const zt_model *m, zt_acts *a, float dscale) {
+  const zt_ops *o = a->be.ops;
+  int N = a->B * a->T;
+  a->loss_pending = 1;
+  if (a->logits) {
+    o->crossentropy_fwd_bwd_dt(a->be.ctx, a->dt, a->logits, a->tgt, N, m->cfg.vocab,
+                               m->cfg.vocab, -1, dscale, &a->loss_sum, &a->n_counted);
+    return;
+  }
+  a->dscale = dscale;
+  o->zero(a->be.ctx, a->row_loss, (size_t)N * sizeof(float));
+}
+
+int zt_acts_loss(zt_acts *a, double *loss_sum, int *n_counted) {
+  if (!a->loss_pending) return -EINVAL;
+  a->loss_pending = 0;
+  if (a->row_loss) {
+    const zt_ops *o = a->be.ops;
+    size_t N = (size_t)a->B * (size_t)a->T;
+    int n = 0;
+    o->to_host(a->be.ctx, a->h_tgt, a->tgt, N * sizeof *a->h_tgt);
+    a->loss_sum = o->sum(a->be.ctx, a->row_loss, N);
+    for (size_t i = 0; i < N; i++) n += a->h_tgt[i] >= 0;
+    a->n_counted = n;
+  }
+  *loss_sum = a->loss_sum;
+  *n_counted = a->n_counted;
+  return 0;
+}
 
 void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
                            const float *embed) {
