@@ -355,6 +355,22 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen) {
   int rc;
+  /* a Hugging Face directory: every tensor of every shard checked now (names, shapes, dtypes;
+   * the headers only), not at the job's start */
+  if (s->model.hf_dir[0]) {
+    static const char *const params[] = {""};
+    zt_model *m = NULL;
+    zt_model_file *f = NULL;
+    char why[512];
+    if ((rc = zt_model_create(&m, &s->model, why, sizeof why)) == 0)
+      rc = zt_model_file_open(&f, m, s->model.hf_dir, params, 1, 0, why, sizeof why);
+    zt_model_file_close(f);
+    zt_model_destroy(m);
+    if (rc < 0) {
+      snprintf(err, errlen, "model.hf: %s", why);
+      return rc;
+    }
+  }
   if (s->model.init_path[0]) {
     int fd = open(s->model.init_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {

@@ -162,10 +162,12 @@ int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab) 
 int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen) {
   static const char *const params[] = {""};
   const zt_model_cfg *mc = zt_model_cfg_of(m);
+  /* a Hugging Face directory's shards, or one safetensors file */
+  const char *path = mc->hf_dir[0] ? mc->hf_dir : mc->init_path;
   in->m = m;
   in->file = NULL;
-  if (!mc->init_path[0]) return 0;
-  return zt_model_file_open(&in->file, m, mc->init_path, params, 1, 0, err, errlen);
+  if (!path[0]) return 0;
+  return zt_model_file_open(&in->file, m, path, params, 1, 0, err, errlen);
 }
 
 int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
