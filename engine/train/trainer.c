@@ -281,6 +281,14 @@ int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k) {
   if (!counted) return 0;
   o->to_device(t->be.ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
   o->to_device(t->be.ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
+  /* RoPE's positions: 0..T-1 in every row. to_device has read its host buffer when it returns
+   * (as the next micro-batch's staging relies on), so h_tok stages them too. */
+  int32_t *pos = zt_acts_positions(t->acts);
+  if (pos) {
+    for (int b = 0; b < B; b++)
+      for (int j = 0; j < T; j++) t->h_tok[b * T + j] = j;
+    o->to_device(t->be.ctx, pos, t->h_tok, (size_t)N * sizeof(int32_t));
+  }
   return counted;
 }
 
@@ -315,11 +323,9 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     int n_counted = 0;
     /* mean over this micro-batch's tokens, divided by grad_accum: PyTorch's loss / grad_accum
      * (times the fp16 loss scale) */
-    o->crossentropy_fwd_bwd_dt(ctx, dt, zt_acts_logits(t->acts), zt_acts_targets(t->acts), N,
-                               mc->vocab, mc->vocab, -1,
-                               (float)((double)loss_scale / ((double)counted * ga)), &loss_sum,
-                               &n_counted);
+    zt_model_loss(t->model, t->acts, (float)((double)loss_scale / ((double)counted * ga)));
     zt_model_backward_dt(t->model, t->acts, t->params, params_lp, t->grads);
+    zt_acts_loss(t->acts, &loss_sum, &n_counted);
     loss += loss_sum / n_counted;
     counted_micros++;
   }
