@@ -33,8 +33,9 @@ int zt_plan_units_from_model(const zt_model *m, const zt_ops *ops, size_t param_
       u->bwd_s = 4.0 * (double)ui->numel * tokens / device_flops_per_s;
     }
     u->checkpointable = strncmp(ui->name, "block.", 6) == 0;
-    /* the gpt head computes the logits with the tied wte, which lives in the embedding unit */
-    u->companion = cfg->arch == ZT_ARCH_GPT && strcmp(ui->name, "head") == 0 ? embed : -1;
+    /* a tied head (gpt, a tied llama) reads the token embedding, which lives in the embedding
+     * unit */
+    u->companion = zt_model_head_reads_embed(m) && strcmp(ui->name, "head") == 0 ? embed : -1;
   }
   size_t a = zt_acts_size(m, ops, micro_batch, 0), ac = zt_acts_size(m, ops, micro_batch, 1);
   if (!a || !ac) return -ENOMEM;

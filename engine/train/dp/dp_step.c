@@ -1629,7 +1629,7 @@ static uint64_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const z
       zt_model_create(&t.model, mc, err, sizeof err) < 0)
     return SIZE_MAX;
   s.nu = zt_model_num_units(t.model);
-  s.tied = mc->arch == ZT_ARCH_GPT;
+  s.tied = zt_model_head_reads_embed(t.model);
   s.rec = X_MICRO + 2 * (size_t)tc->grad_accum;
   if (build_table(&t, &s) == 0 && place_units(&s, err, sizeof err) == 0) {
     if (nvme) {
@@ -1696,7 +1696,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   pthread_cond_init(&s->done_cv, NULL);
   if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
   s->nu = zt_model_num_units(t->model);
-  s->tied = mc->arch == ZT_ARCH_GPT;
+  s->tied = zt_model_head_reads_embed(t->model);
   s->rec = X_MICRO + 2 * (size_t)tc->grad_accum;
   s->ranks = calloc((size_t)s->nl, sizeof *s->ranks);
   /* the initial parameters a piece of units at a time (as offload_step.c's

@@ -1369,7 +1369,7 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
                      int ng, int dsum, off_sizes *z, char *err, size_t errlen) {
   int nu = zt_model_num_units(m), ns = nu - ng;
   size_t sum_floats = zt_model_num_params(m) - unit_start(m, ng);
-  *z = (off_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1, .ng = ng,
+  *z = (off_sizes){.held = zt_model_head_reads_embed(m) ? 2 : 1, .ng = ng,
                    .dev_units = dev_unit_bytes(m, ng, dt), .dsum = dsum,
                    .dsum_bytes = dsum ? zt_dev_arena_footprint(sum_floats * sizeof(float)) : 0};
   zt_stream_unit *units = calloc((size_t)ns, sizeof *units);
@@ -1697,7 +1697,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   s->nu = zt_model_num_units(t->model);
-  if (mc->arch == ZT_ARCH_GPT) s->head = s->nu - 1;
+  if (zt_model_head_reads_embed(t->model)) s->head = s->nu - 1;
   off_plan plan;
   if ((rc = off_plan_of(t->model, tc, oc, be->ops, &plan, err, errlen)) < 0) goto out;
   t->tc.ckpt_every = plan.ckpt_every;
