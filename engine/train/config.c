@@ -89,9 +89,9 @@ static int llama_from_json(const json_t *m, zt_model_cfg *c, char *err, size_t e
                zt_arch_name(c->arch));
       return -EINVAL;
     }
-  if ((rc = zt_json_get_int32(m, "model", "n_kv_heads", 0, 1, ZT_MODEL_MAX_DMODEL, 0,
+  if ((rc = zt_json_get_int32(m, "model", "n_kv_heads", 0, 0, ZT_MODEL_MAX_DMODEL, 0,
                               &c->n_kv_heads, err, errlen)) < 0 ||
-      (rc = zt_json_get_int32(m, "model", "head_dim", 0, 1, ZT_MODEL_MAX_HEAD_DIM, 0,
+      (rc = zt_json_get_int32(m, "model", "head_dim", 0, 0, ZT_MODEL_MAX_HEAD_DIM, 0,
                               &c->head_dim, err, errlen)) < 0 ||
       (rc = zt_json_get_num(m, "model", "rms_eps", 0, 1, 1, 0, llama ? 1e-5f : 0.0f, &c->rms_eps,
                             err, errlen)) < 0 ||
