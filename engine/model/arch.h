@@ -1,5 +1,5 @@
-/* What model.c shares with the architecture files (gpt.c, encoder.c, llama.c): the model and activation
- * structs, the layout builder, and the table each architecture fills. Not public. */
+/* What model.c shares with the architecture files (gpt.c, encoder.c, llama.c): the model and
+ * activation structs, the layout builder, and the table each architecture fills. Not public. */
 #ifndef ZT_MODEL_ARCH_H
 #define ZT_MODEL_ARCH_H
 

@@ -114,7 +114,9 @@ static void drop_nulls(json_t *o) {
   json_object_foreach_safe(o, tmp, key, v) if (json_is_null(v)) json_object_del(o, key);
 }
 
-static int is_true(const json_t *o, const char *key) { return json_is_true(json_object_get(o, key)); }
+static int is_true(const json_t *o, const char *key) {
+  return json_is_true(json_object_get(o, key));
+}
 
 /* RoPE in either form: transformers 5's "rope_parameters": {"rope_theta", "rope_type", "factor",
  * ...} or the hub's 4.x "rope_theta" and "rope_scaling": {"rope_type" (or "type"), ...}. */
@@ -160,7 +162,8 @@ static int read_rope(const json_t *o, zt_model_cfg *c, const char *pfx, char *er
                                      errlen),
                      err, errlen, pfx)) < 0)
     return rc;
-  if (!json_object_get(rs, "factor")) return refuse(err, errlen, pfx, "%s.factor is required", where);
+  if (!json_object_get(rs, "factor"))
+    return refuse(err, errlen, pfx, "%s.factor is required", where);
   if (r->type != ZT_ROPE_LLAMA3) return 0;
   static const char *const need[] = {"low_freq_factor", "high_freq_factor",
                                      "original_max_position_embeddings"};

@@ -73,8 +73,8 @@ static int check_rope(const zt_rope_scaling *r, char *err, size_t errlen) {
   }
   int llama3 = r->type == ZT_ROPE_LLAMA3;
   if (r->type == ZT_ROPE_NONE ? r->factor != 0 : !(r->factor >= 1 && r->factor <= 1e6)) {
-    snprintf(err, errlen, r->type == ZT_ROPE_NONE ? "model.rope_scaling.factor needs a type"
-                                                  : "model.rope_scaling.factor must be in [1, 1e6]");
+    snprintf(err, errlen, "model.rope_scaling.factor %s",
+             r->type == ZT_ROPE_NONE ? "needs a type" : "must be in [1, 1e6]");
     return -EINVAL;
   }
   if (!llama3 && (r->low_freq_factor != 0 || r->high_freq_factor != 0 ||

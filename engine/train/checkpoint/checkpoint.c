@@ -858,7 +858,8 @@ static int check_model(const zt_model *m, const json_t *jm, const char *path, ch
            {"tie_embeddings", c.tie_embeddings, h->tie_embeddings},
            {"qkv_bias", c.qkv_bias, h->qkv_bias},
            {"qk_norm", c.qk_norm, h->qk_norm},
-           {"rope_scaling", memcmp(&c.rope_scaling, &h->rope_scaling, sizeof c.rope_scaling) != 0, 0},
+           {"rope_scaling",
+            memcmp(&c.rope_scaling, &h->rope_scaling, sizeof c.rope_scaling) != 0, 0},
            {"rms_eps", memcmp(&c.rms_eps, &h->rms_eps, sizeof c.rms_eps) != 0, 0},
            {"rope_theta", memcmp(&c.rope_theta, &h->rope_theta, sizeof c.rope_theta) != 0, 0}};
   const size_t numbers = 12;

@@ -1,5 +1,6 @@
 /* bf16 and fp16 training on the CPU reference backend: losses close to fp32 for every
- * architecture (llama with GQA, q/k norm, q/k/v biases and a tied head, its every typed op), the fp16 loss scaler (GradScaler's rules: skip and halve on overflow, double
+ * architecture (llama with GQA, q/k norm, q/k/v biases and a tied head, its every typed op),
+ * the fp16 loss scaler (GradScaler's rules: skip and halve on overflow, double
  * after the growth interval), and the resume of an fp16 job bitwise equal to an uninterrupted
  * run, the scaler state included.
  *

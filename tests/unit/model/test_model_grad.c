@@ -128,7 +128,8 @@ static int check_arch(zt_model_cfg cfg, const char *what, int seed) {
                        "(|num| %.3g, |ana| %.3g)", what, t->name, rel, sqrt(nn), sqrt(na));
     /* every tensor takes part in the loss, so its sampled gradient cannot be all zero (rows of
      * the encoder's embedding for tokens absent from the batch have none) */
-    fails += MC_EXPECT(na > 0 || !strcmp(t->name, "embedding.weight"), "%s %s: analytic gradient is zero", what, t->name);
+    fails += MC_EXPECT(na > 0 || !strcmp(t->name, "embedding.weight"),
+                       "%s %s: analytic gradient is zero", what, t->name);
   }
   printf("%s: %d tensors, worst relative error %.3g\n", what, zt_model_num_tensors(m), worst);
   o->free(f.be.ctx, f.dp);
