@@ -14,6 +14,7 @@ zt_model_cfg mc_tiny(zt_arch arch) {
     c.n_kv_heads = 1;
     c.rms_eps = 1e-5f;
     c.rope_theta = 10000.0f;
+    c.tie_embeddings = 1;
   }
   return c;
 }
@@ -21,6 +22,7 @@ zt_model_cfg mc_tiny(zt_arch arch) {
 int mc_llama_variants(zt_model_cfg *out, const char **name) {
   zt_model_cfg base = mc_tiny(ZT_ARCH_LLAMA), c;
   int n = 0;
+  base.tie_embeddings = 0;
   c = base;  /* GQA 4:2, untied, plain RoPE */
   c.d_model = 16, c.n_heads = 4, c.n_kv_heads = 2;
   name[n] = "llama gqa 4:2", out[n++] = c;

@@ -16,7 +16,7 @@
                  fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), 1))
 
 /* V 11, T 5, C 8, NH 2, L 2 (d_ff 16 for the encoder so its default 2048 stays out of a tiny test;
- * llama: 1 kv head, rms_eps 1e-5, rope_theta 1e4). */
+ * llama: 1 kv head, rms_eps 1e-5, rope_theta 1e4, tied as Llama 3.2 1B). */
 zt_model_cfg mc_tiny(zt_arch arch);
 /* Tiny llamas covering the variants (GQA, q/k norm with head_dim != d_model / n_heads, qkv bias,
  * tied and untied, each RoPE scaling), at most MC_LLAMA_VARIANTS, with a name each; returns how
