@@ -165,8 +165,10 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
 static double rough_bytes(const zt_model_cfg *m, const zt_train_cfg *t) {
   double C = m->d_model, T = m->seq_len, V = m->vocab, L = m->n_layers, B = t->micro_batch;
   double F = m->d_ff ? m->d_ff : 4.0 * C;
-  double params = V * C + T * C + L * (4.0 * C * C + 2.0 * C * F + 16.0 * C);
-  double acts = B * T * (L * (16.0 * C + 2.0 * F + (double)m->n_heads * T) + 2.0 * V);
+  /* llama's heads may be wider than d_model (head_dim) */
+  double Q = m->head_dim ? (double)m->n_heads * m->head_dim : C;
+  double params = V * C + T * C + L * (4.0 * C * Q + 3.0 * C * F + 16.0 * C);
+  double acts = B * T * (L * (16.0 * C + 8.0 * Q + 3.0 * F + (double)m->n_heads * T) + 2.0 * V);
   return 16.0 * params + 8.0 * acts;
 }
 

@@ -34,6 +34,9 @@ typedef struct zt__arch {
   void (*bind_acts)(zt_acts *a, zt__bump *b);
   /* NULL, or what the arch writes into its buffers once they are bound (zt_acts_open) */
   void (*acts_ready)(zt_acts *a);
+  /* NULL, or the name of an op the arch calls that the table lacks (NULL: none lacking), so
+   * that zt_acts_open refuses a backend whose twin of an op is still to come */
+  const char *(*missing_op)(const zt_ops *o);
   /* p/embed are fp32, p_lp/embed_lp the same parameters in the activations' type (the matmul
    * weights are read from them; p_lp == p for fp32) */
   void (*unit_forward)(const zt_model *m, zt_acts *a, int unit, const float *p, const void *p_lp,

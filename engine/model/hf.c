@@ -212,9 +212,8 @@ static int llama_refusals(const json_t *o, zt_hf_type t, int seq_len, const char
   const json_t *sw = json_object_get(o, "sliding_window");
   if (t == ZT_HF_MISTRAL && sw &&
       !(json_is_integer(sw) && json_integer_value(sw) >= seq_len))
-    return refuse(err, errlen, pfx, "sliding_window %lld is shorter than model.seq_len %d "
-                  "(zt's attention is full causal; null or at least seq_len)",
-                  json_is_integer(sw) ? (long long)json_integer_value(sw) : 0LL, seq_len);
+    return refuse(err, errlen, pfx, "sliding_window must be null or at least model.seq_len %d "
+                  "(zt's attention is full causal)", seq_len);
   const json_t *lt = json_object_get(o, "layer_types");
   for (size_t i = 0; lt && i < json_array_size(lt); i++) {
     const json_t *x = json_array_get(lt, i);

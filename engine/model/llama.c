@@ -372,6 +372,20 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
 #undef G
 }
 
+static const char *missing_op(const zt_ops *o) {
+  const struct {
+    const char *name;
+    int have;
+  } ops[] = {{"rmsnorm", o->rmsnorm_fwd_dt && o->rmsnorm_bwd_dt},
+             {"rope", o->rope_fwd_dt && o->rope_bwd_dt},
+             {"swiglu", o->swiglu_fwd_dt && o->swiglu_bwd_dt},
+             {"crossentropy_rows", o->crossentropy_rows_dt != NULL},
+             {"sum", o->sum != NULL}};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!ops[i].have) return ops[i].name;
+  return NULL;
+}
+
 const zt__arch zt__arch_llama = {
     .id = ZT_ARCH_LLAMA,
     .name = "llama",
@@ -381,6 +395,7 @@ const zt__arch zt__arch_llama = {
     .host_layer_size = sizeof(llama_layer),
     .bind_acts = bind_acts,
     .acts_ready = acts_ready,
+    .missing_op = missing_op,
     .unit_forward = unit_forward,
     .unit_backward = unit_backward,
 };

@@ -689,6 +689,12 @@ int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int 
              ckpt_every);
     return -EINVAL;
   }
+  const char *missing = m->arch->missing_op ? m->arch->missing_op(be->ops) : NULL;
+  if (missing) {
+    snprintf(err, errlen, "backend %s has no %s yet, which arch %s needs", be->ops->name,
+             missing, m->arch->name);
+    return -ENOTSUP;
+  }
   zt_acts *a = calloc(1, sizeof *a);
   if (!a) goto nomem;
   a->m = m;

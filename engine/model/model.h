@@ -195,6 +195,7 @@ void zt_model_writer_close(zt_model_writer *w);
  * (number of checkpointed blocks - 1) sets of block internals. 0 = none. */
 typedef struct zt_acts zt_acts;
 
+/* -ENOTSUP, naming the op, on a backend whose table lacks an op the arch calls. */
 int zt_acts_open(zt_acts **a, const zt_model *m, const zt_backend *be, int B, int ckpt_every,
                  char *err, size_t errlen);
 void zt_acts_close(zt_acts *a);
