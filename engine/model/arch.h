@@ -49,6 +49,8 @@ typedef struct zt__arch {
 extern const zt__arch zt__arch_gpt;
 extern const zt__arch zt__arch_encoder;
 extern const zt__arch zt__arch_llama;
+/* The table of id a, or NULL (cfg.c). */
+const zt__arch *zt__arch_of(zt_arch a);
 
 struct zt_model {
   zt_model_cfg cfg;
