@@ -76,6 +76,12 @@
  * 1.5B's streamed units take about 1.5 GB; a 10 B model's keep the minimal ring. */
 #define ZT_TUNE_GRAD_RING_BYTES (4ull << 30)
 
+/* The llama head's logits a chunk of rows at a time (engine/model/llama.c): the bytes of one
+ * chunk, rows = this / (vocab x the activations' element size), at least one row. A 16k-token
+ * micro-batch of a 128256 vocabulary takes 8.4 GB of fp32 logits whole; 64 MiB is 130 rows,
+ * each chunk's two matmuls still large enough to keep the GPU busy. */
+#define ZT_TUNE_LOSS_CHUNK_BYTES (64u << 20)
+
 /* GPUs --gpus may name, and simulated ranks --cpu-ranks may give the cpu backend. */
 #define ZT_TUNE_MAX_GPUS 64
 

@@ -165,8 +165,10 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
 static double rough_bytes(const zt_model_cfg *m, const zt_train_cfg *t) {
   double C = m->d_model, T = m->seq_len, V = m->vocab, L = m->n_layers, B = t->micro_batch;
   double F = m->d_ff ? m->d_ff : 4.0 * C;
-  double params = V * C + T * C + L * (4.0 * C * C + 2.0 * C * F + 16.0 * C);
-  double acts = B * T * (L * (16.0 * C + 2.0 * F + (double)m->n_heads * T) + 2.0 * V);
+  /* llama's heads may be wider than d_model (head_dim) */
+  double Q = m->head_dim ? (double)m->n_heads * m->head_dim : C;
+  double params = V * C + T * C + L * (4.0 * C * Q + 3.0 * C * F + 16.0 * C);
+  double acts = B * T * (L * (16.0 * C + 8.0 * Q + 3.0 * F + (double)m->n_heads * T) + 2.0 * V);
   return 16.0 * params + 8.0 * acts;
 }
 
@@ -355,6 +357,22 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen) {
   int rc;
+  /* a Hugging Face directory: every tensor of every shard checked now (names, shapes, dtypes;
+   * the headers only), not at the job's start */
+  if (s->model.hf_dir[0]) {
+    static const char *const params[] = {""};
+    zt_model *m = NULL;
+    zt_model_file *f = NULL;
+    char why[512];
+    if ((rc = zt_model_create(&m, &s->model, why, sizeof why)) == 0)
+      rc = zt_model_file_open(&f, m, s->model.hf_dir, params, 1, 0, why, sizeof why);
+    zt_model_file_close(f);
+    zt_model_destroy(m);
+    if (rc < 0) {
+      snprintf(err, errlen, "model.hf: %s", why);
+      return rc;
+    }
+  }
   if (s->model.init_path[0]) {
     int fd = open(s->model.init_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {

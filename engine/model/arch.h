@@ -1,5 +1,5 @@
-/* What model.c shares with the architecture files (gpt.c, encoder.c): the model and activation
- * structs, the layout builder, and the table each architecture fills. Not public. */
+/* What model.c shares with the architecture files (gpt.c, encoder.c, llama.c): the model and
+ * activation structs, the layout builder, and the table each architecture fills. Not public. */
 #ifndef ZT_MODEL_ARCH_H
 #define ZT_MODEL_ARCH_H
 
@@ -32,6 +32,11 @@ typedef struct zt__arch {
   size_t host_acts_size;  /* the arch's struct of activation pointers, before the layer array */
   size_t host_layer_size; /* bytes per layer of that struct */
   void (*bind_acts)(zt_acts *a, zt__bump *b);
+  /* NULL, or what the arch writes into its buffers once they are bound (zt_acts_open) */
+  void (*acts_ready)(zt_acts *a);
+  /* NULL, or the name of an op the arch calls that the table lacks (NULL: none lacking), so
+   * that zt_acts_open refuses a backend whose twin of an op is still to come */
+  const char *(*missing_op)(const zt_ops *o);
   /* p/embed are fp32, p_lp/embed_lp the same parameters in the activations' type (the matmul
    * weights are read from them; p_lp == p for fp32) */
   void (*unit_forward)(const zt_model *m, zt_acts *a, int unit, const float *p, const void *p_lp,
@@ -43,10 +48,15 @@ typedef struct zt__arch {
 
 extern const zt__arch zt__arch_gpt;
 extern const zt__arch zt__arch_encoder;
+extern const zt__arch zt__arch_llama;
+/* The table of id a, or NULL (cfg.c). */
+const zt__arch *zt__arch_of(zt_arch a);
 
 struct zt_model {
   zt_model_cfg cfg;
   int d_ff;             /* resolved (cfg.d_ff or the arch default) */
+  int n_kv_heads, head_dim; /* resolved (llama; gpt and encoder: n_heads, d_model / n_heads) */
+  int tied;             /* zt_model_head_reads_embed */
   const zt__arch *arch;
   zt_tensor_info *t;
   zt__init_kind *init;
@@ -65,7 +75,18 @@ struct zt_acts {
   void *base;
   size_t bytes;
   int32_t *tok, *tgt;
-  void *logits;
+  int32_t *pos;         /* RoPE's positions (llama); NULL otherwise */
+  void *logits;         /* the micro-batch's logits (gpt, encoder); NULL for a chunked head */
+  /* The chunked head's loss (llama): zt_model_loss records dscale and zeroes row_loss (B*T
+   * fp32 losses the head's backward adds into, a chunk of loss_rows rows of logits at a time);
+   * zt_acts_loss sums it and counts the targets through h_tgt (B*T host ints). */
+  float *row_loss;
+  float dscale;
+  int loss_rows;
+  int32_t *h_tgt;
+  /* the last zt_model_loss's result (gpt, encoder), and whether one is pending */
+  double loss_sum;
+  int n_counted, loss_pending;
   void *arch;           /* the arch's pointer struct (host memory) */
 };
 
@@ -75,6 +96,13 @@ struct zt_acts {
 static inline int zt__acts_recomputed(const zt_acts *a, int layer) {
   return a->ckpt_every > 0 && layer % a->ckpt_every == 0;
 }
+
+/* Fewer rows of logits a chunk than zt_acts_open sized (rows < the allocation's; tests of the
+ * chunked head's tail). */
+void zt__acts_set_loss_rows(zt_acts *a, int rows);
+
+/* RoPE's hs / 2 inverse frequencies of a llama cfg, as transformers computes them (llama.c). */
+void zt__rope_inv_freq(const zt_model_cfg *c, int hs, float *out);
 
 /* Layout builder: a unit, then its tensors (shape as stored in the checkpoint file). */
 int zt__model_begin_unit(zt_model *m, const char *name);

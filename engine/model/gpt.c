@@ -29,7 +29,9 @@ typedef struct gpt_acts {
 } gpt_acts;
 
 static int layout(zt_model *m) {
-  int64_t V = m->cfg.vocab, T = m->cfg.seq_len, C = m->cfg.d_model, F = m->d_ff;
+  int64_t V = m->cfg.vocab, C = m->cfg.d_model, F = m->d_ff;
+  /* the position table may be longer than the sequences trained (an HF GPT-2's n_positions) */
+  int64_t T = m->cfg.n_positions ? m->cfg.n_positions : m->cfg.seq_len;
   char n[96];
   /* wte: looked up in fp32 by the embedding, and the head's matmul weight (tied) */
   if (zt__model_begin_unit(m, "embed") < 0 ||

@@ -1,6 +1,6 @@
-/* The architecture-independent half of a model: configuration checks, the flat parameter layout
- * and its units, the deterministic init, checkpoint I/O by tensor name, and the activation
- * buffers the per-arch forward/backward use. */
+/* The architecture-independent half of a model: the flat parameter layout and its units, the
+ * deterministic init, checkpoint I/O by tensor name, the activation buffers the per-arch
+ * forward/backward use, and the loss of a micro-batch. The configuration's checks: cfg.c. */
 #include "engine/model/arch.h"
 
 #include <errno.h>
@@ -9,74 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/model/hf.h"
 #include "engine/model/safetensors.h"
 
-
-static const zt__arch *const archs[] = {&zt__arch_gpt, &zt__arch_encoder};
-
-static const zt__arch *arch_of(zt_arch a) {
-  for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-    if (archs[i]->id == a) return archs[i];
-  return NULL;
-}
-
-const char *zt_arch_name(zt_arch a) {
-  const zt__arch *x = arch_of(a);
-  return x ? x->name : "unknown";
-}
-
-int zt_arch_parse(const char *s, zt_arch *out) {
-  for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-    if (s && !strcmp(s, archs[i]->name)) {
-      *out = archs[i]->id;
-      return 0;
-    }
-  return -EINVAL;
-}
-
-static int bad(char *err, size_t errlen, const char *field, long long v, long long lo,
-               long long hi) {
-  snprintf(err, errlen, "model.%s must be in [%lld, %lld] (got %lld)", field, lo, hi, v);
-  return -EINVAL;
-}
-
-int zt_model_cfg_check(const zt_model_cfg *c, char *err, size_t errlen) {
-  const zt__arch *a = arch_of(c->arch);
-  if (!a) {
-    snprintf(err, errlen, "model.arch must be gpt or encoder");
-    return -EINVAL;
-  }
-  if (c->vocab < 1 || c->vocab > ZT_MODEL_MAX_VOCAB) return bad(err, errlen, "vocab", c->vocab, 1, ZT_MODEL_MAX_VOCAB);
-  if (c->seq_len < 1 || c->seq_len > ZT_MODEL_MAX_SEQ)
-    return bad(err, errlen, "seq_len", c->seq_len, 1, ZT_MODEL_MAX_SEQ);
-  if (c->d_model < 1 || c->d_model > ZT_MODEL_MAX_DMODEL)
-    return bad(err, errlen, "d_model", c->d_model, 1, ZT_MODEL_MAX_DMODEL);
-  if (c->n_heads < 1 || c->n_heads > c->d_model)
-    return bad(err, errlen, "n_heads", c->n_heads, 1, c->d_model);
-  if (c->d_model % c->n_heads) {
-    snprintf(err, errlen, "model.n_heads must divide model.d_model (%d %% %d != 0)", c->d_model,
-             c->n_heads);
-    return -EINVAL;
-  }
-  if (c->n_layers < 1 || c->n_layers > ZT_MODEL_MAX_LAYERS)
-    return bad(err, errlen, "n_layers", c->n_layers, 1, ZT_MODEL_MAX_LAYERS);
-  if (c->d_ff < 0 || c->d_ff > ZT_MODEL_MAX_DFF) return bad(err, errlen, "d_ff", c->d_ff, 0, ZT_MODEL_MAX_DFF);
-  if (memchr(c->init_path, 0, sizeof c->init_path) == NULL) {
-    snprintf(err, errlen, "model.init_path is not terminated");
-    return -EINVAL;
-  }
-  /* An upper bound on both architectures' parameter count (two V x C matrices, the position
-   * table, per layer 4 C^2 + 2 C F plus vectors), in double so it cannot overflow. */
-  double C = c->d_model, F = c->d_ff ? c->d_ff : (a->default_d_ff > 0 ? a->default_d_ff : 4 * C);
-  double n = 2.0 * c->vocab * C + (double)c->seq_len * C + c->vocab + 2 * C +
-             (double)c->n_layers * (4 * C * C + 2 * C * F + 9 * C + F);
-  if (n > (double)ZT_MODEL_MAX_PARAMS) {
-    snprintf(err, errlen, "model has about %.3g parameters; at most %llu (2^36) are supported "
-             "(check model.d_model, model.n_layers, model.vocab, model.d_ff)", n, ZT_MODEL_MAX_PARAMS);
-    return -EINVAL;
-  }
-  return 0;
-}
 
 int zt__model_begin_unit(zt_model *m, const char *name) {
   if (m->nu == m->ucap) {
@@ -138,9 +73,12 @@ int zt_model_create(zt_model **out, const zt_model_cfg *cfg, char *err, size_t e
   zt_model *m = calloc(1, sizeof *m);
   if (!m) goto nomem;
   m->cfg = *cfg;
-  m->arch = arch_of(cfg->arch);
+  m->arch = zt__arch_of(cfg->arch);
   m->d_ff = cfg->d_ff ? cfg->d_ff
                       : (m->arch->default_d_ff > 0 ? m->arch->default_d_ff : 4 * cfg->d_model);
+  m->n_kv_heads = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
+  m->head_dim = cfg->head_dim ? cfg->head_dim : cfg->d_model / cfg->n_heads;
+  m->tied = cfg->arch == ZT_ARCH_GPT || (cfg->arch == ZT_ARCH_LLAMA && cfg->tie_embeddings);
   if (m->arch->layout(m) < 0) goto nomem;
   *out = m;
   return 0;
@@ -165,6 +103,7 @@ const zt_tensor_info *zt_model_tensor(const zt_model *m, int i) { return &m->t[i
 int zt_model_num_units(const zt_model *m) { return m->nu; }
 const zt_unit_info *zt_model_unit(const zt_model *m, int i) { return &m->u[i]; }
 int zt_model_d_ff(const zt_model *m) { return m->d_ff; }
+int zt_model_head_reads_embed(const zt_model *m) { return m->tied; }
 
 /* splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose stream depends only on the seed.
  * Its state only adds the increment per draw, so the state before draw k is seed + k * GAMMA. */
@@ -345,12 +284,16 @@ void zt_model_writer_close(zt_model_writer *mw) {
   free(mw);
 }
 
-/* Buffers HF GPT-2 files carry that are not parameters. */
-static int ignorable(const char *name) {
+/* Tensors HF files carry that are not parameters: GPT-2's attention masks and its tied
+ * lm_head.weight, a tied llama's lm_head.weight, old Llama checkpoints' RoPE buffers. */
+static int ignorable(const zt_model *m, const char *name) {
   size_t n = strlen(name);
-  static const char *const ends[] = {".attn.bias", ".attn.masked_bias"};
-  if (!strcmp(name, "lm_head.weight")) return 1;
-  for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+  static const char *const gpt[] = {".attn.bias", ".attn.masked_bias"};
+  static const char *const llama[] = {".rotary_emb.inv_freq"};
+  const char *const *ends = m->cfg.arch == ZT_ARCH_GPT ? gpt : llama;
+  size_t ne = m->cfg.arch == ZT_ARCH_GPT ? 2 : m->cfg.arch == ZT_ARCH_LLAMA ? 1 : 0;
+  if (!strcmp(name, "lm_head.weight") && m->tied) return 1;
+  for (size_t i = 0; i < ne; i++) {
     size_t k = strlen(ends[i]);
     if (n >= k && !strcmp(name + n - k, ends[i])) return 1;
   }
@@ -360,26 +303,29 @@ static int ignorable(const char *name) {
 struct zt_model_file {
   const zt_model *m;
   char *path;
-  zt_st_file *f;
+  zt__st_set *set;
   const zt_st_tensor **found;   /* tensor i of state k: found[k * nt + i] */
+  const zt_st_file **in;        /* and the file of the set holding it */
   int n, internal, strict;
 };
 
 void zt_model_file_close(zt_model_file *mf) {
   if (!mf) return;
-  zt_st_close(mf->f);
+  zt__st_set_close(mf->set);
   free(mf->found);
+  free(mf->in);
   free(mf->path);
   free(mf);
 }
 
 /* Every tensor of every state found, with its shape and a dtype that converts to fp32, and
- * nothing else in the file but (unless strict) the buffers HF files carry, before anything is
+ * nothing else in the files but (unless strict) the buffers HF files carry, before anything is
  * read. */
 static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size_t errlen) {
   const zt_model *m = mf->m;
   const char *path = mf->path;
-  char *used = calloc((size_t)zt_st_count(mf->f) + 1, 1);
+  int count = zt__st_set_count(mf->set);
+  char *used = calloc((size_t)count + 1, 1);
   if (!used) {
     snprintf(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
@@ -388,13 +334,16 @@ static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size
   for (int k = 0; k < mf->n && rc == 0; k++)
     for (int i = 0; i < m->nt && rc == 0; i++) {
       const zt_tensor_info *t = &m->t[i];
+      const zt_st_file *in = NULL;
+      int at = -1;
       char nm[FILE_NAME_LEN];
       snprintf(nm, sizeof nm, "%s%s", t->name, suffix[k]);
-      const zt_st_tensor *ft = zt_st_find(mf->f, nm);
-      if (!ft && !mf->strict) {
+      const zt_st_tensor *ft = zt__st_set_find(mf->set, nm, &in, &at);
+      /* HF GPT-2 files name the transformer's tensors under its module */
+      if (!ft && !mf->strict && m->cfg.arch == ZT_ARCH_GPT) {
         char pre[176];
         snprintf(pre, sizeof pre, "transformer.%s", nm);
-        ft = zt_st_find(mf->f, pre);
+        ft = zt__st_set_find(mf->set, pre, &in, &at);
       }
       int64_t want[2];
       file_shape(t, mf->internal, want);
@@ -408,26 +357,28 @@ static int resolve(zt_model_file *mf, const char *const *suffix, char *err, size
           snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                    (long long)ft->shape[d]);
         if (t->ndim > 1)
-          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld, %lld]", path,
-                   ft->name, got, (long long)want[0], (long long)want[1]);
+          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld, %lld]",
+                   zt_st_path(in), ft->name, got, (long long)want[0], (long long)want[1]);
         else
-          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld]", path, ft->name,
-                   got, (long long)want[0]);
+          snprintf(err, errlen, "%s: tensor %s has shape [%s], expected [%lld]", zt_st_path(in),
+                   ft->name, got, (long long)want[0]);
       } else if (ft->dtype != ZT_ST_F32 && ft->dtype != ZT_ST_BF16 && ft->dtype != ZT_ST_F16) {
         snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 do)",
-                 path, ft->name);
+                 zt_st_path(in), ft->name);
       } else {
         rc = 0;
         mf->found[k * m->nt + i] = ft;
-        used[ft - zt_st_tensor_at(mf->f, 0)] = 1;
+        mf->in[k * m->nt + i] = in;
+        used[at] = 1;
       }
     }
-  for (int i = 0; i < zt_st_count(mf->f) && rc == 0; i++) {
-    const char *nm = zt_st_tensor_at(mf->f, i)->name;
-    if (!used[i] && (mf->strict || !ignorable(nm))) {
+  for (int i = 0; i < count && rc == 0; i++) {
+    const zt_st_file *f;
+    const char *nm = zt__st_set_tensor_at(mf->set, i, &f)->name;
+    if (!used[i] && (mf->strict || !ignorable(m, nm))) {
       rc = -EINVAL;
-      snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)", path, nm,
-               m->arch->name);
+      snprintf(err, errlen, "%s: unexpected tensor %s (not part of this %s model)",
+               zt_st_path(f), nm, m->arch->name);
     }
   }
   free(used);
@@ -441,7 +392,8 @@ int zt_model_file_open(zt_model_file **out, const zt_model *m, const char *path,
   int rc;
   zt_model_file *mf = calloc(1, sizeof *mf);
   if (!mf || !(mf->path = strdup(path)) ||
-      !(mf->found = calloc((size_t)(m->nt * n) + 1, sizeof *mf->found))) {
+      !(mf->found = calloc((size_t)(m->nt * n) + 1, sizeof *mf->found)) ||
+      !(mf->in = calloc((size_t)(m->nt * n) + 1, sizeof *mf->in))) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", path);
     goto fail;
@@ -450,7 +402,7 @@ int zt_model_file_open(zt_model_file **out, const zt_model *m, const char *path,
   mf->n = n;
   mf->internal = (flags & ZT_MODEL_FILE_INTERNAL) != 0;
   mf->strict = (flags & ZT_MODEL_FILE_STRICT) != 0;
-  if ((rc = zt_st_open(&mf->f, path, err, errlen)) < 0 ||
+  if ((rc = zt__st_set_open(&mf->set, path, err, errlen)) < 0 ||
       (rc = resolve(mf, suffix, err, errlen)) < 0)
     goto fail;
   *out = mf;
@@ -466,7 +418,8 @@ int zt_model_file_read(const zt_model_file *mf, int k, int first, int end, float
   int rc = 0;
   for (int i = first; i < end && rc == 0; i++) {
     const zt_tensor_info *t = &m->t[i];
-    rc = zt_st_read_f32(mf->f, mf->found[k * m->nt + i], dst + (t->offset - m->t[first].offset),
+    rc = zt_st_read_f32(mf->in[k * m->nt + i], mf->found[k * m->nt + i],
+                        dst + (t->offset - m->t[first].offset),
                         t->transposed && !mf->internal, err, errlen);
   }
   return rc;
@@ -551,6 +504,12 @@ int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int 
              ckpt_every);
     return -EINVAL;
   }
+  const char *missing = m->arch->missing_op ? m->arch->missing_op(be->ops) : NULL;
+  if (missing) {
+    snprintf(err, errlen, "backend %s has no %s yet, which arch %s needs", be->ops->name,
+             missing, m->arch->name);
+    return -ENOTSUP;
+  }
   zt_acts *a = calloc(1, sizeof *a);
   if (!a) goto nomem;
   a->m = m;
@@ -573,6 +532,8 @@ int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int 
   }
   b = (zt__bump){.base = a->base};
   m->arch->bind_acts(a, &b);
+  if (a->row_loss && !(a->h_tgt = malloc((size_t)B * (size_t)a->T * sizeof *a->h_tgt))) goto nomem;
+  if (m->arch->acts_ready) m->arch->acts_ready(a);
   *out = a;
   return 0;
 nomem:
@@ -584,6 +545,7 @@ nomem:
 void zt_acts_close(zt_acts *a) {
   if (!a) return;
   if (a->base) a->be.ops->free(a->be.ctx, a->base);
+  free(a->h_tgt);
   free(a->arch);
   free(a);
 }
@@ -591,8 +553,43 @@ void zt_acts_close(zt_acts *a) {
 size_t zt_acts_bytes(const zt_acts *a) { return a->bytes; }
 int32_t *zt_acts_tokens(zt_acts *a) { return a->tok; }
 int32_t *zt_acts_targets(zt_acts *a) { return a->tgt; }
+int32_t *zt_acts_positions(zt_acts *a) { return a->pos; }
 void *zt_acts_logits(zt_acts *a) { return a->logits; }
 zt_dtype zt_acts_dtype(const zt_acts *a) { return a->dt; }
+
+void zt__acts_set_loss_rows(zt_acts *a, int rows) {
+  if (rows >= 1 && rows < a->loss_rows) a->loss_rows = rows;
+}
+
+void zt_model_loss(const zt_model *m, zt_acts *a, float dscale) {
+  const zt_ops *o = a->be.ops;
+  int N = a->B * a->T;
+  a->loss_pending = 1;
+  if (a->logits) {
+    o->crossentropy_fwd_bwd_dt(a->be.ctx, a->dt, a->logits, a->tgt, N, m->cfg.vocab,
+                               m->cfg.vocab, -1, dscale, &a->loss_sum, &a->n_counted);
+    return;
+  }
+  a->dscale = dscale;
+  o->zero(a->be.ctx, a->row_loss, (size_t)N * sizeof(float));
+}
+
+int zt_acts_loss(zt_acts *a, double *loss_sum, int *n_counted) {
+  if (!a->loss_pending) return -EINVAL;
+  a->loss_pending = 0;
+  if (a->row_loss) {
+    const zt_ops *o = a->be.ops;
+    size_t N = (size_t)a->B * (size_t)a->T;
+    int n = 0;
+    o->to_host(a->be.ctx, a->h_tgt, a->tgt, N * sizeof *a->h_tgt);
+    a->loss_sum = o->sum(a->be.ctx, a->row_loss, N);
+    for (size_t i = 0; i < N; i++) n += a->h_tgt[i] >= 0;
+    a->n_counted = n;
+  }
+  *loss_sum = a->loss_sum;
+  *n_counted = a->n_counted;
+  return 0;
+}
 
 void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
                            const float *embed) {

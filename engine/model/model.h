@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include "engine/kernels/ops.h"
 
-typedef enum zt_arch { ZT_ARCH_GPT = 1, ZT_ARCH_ENCODER = 2 } zt_arch;
+typedef enum zt_arch { ZT_ARCH_GPT = 1, ZT_ARCH_ENCODER = 2, ZT_ARCH_LLAMA = 3 } zt_arch;
 
 #define ZT_PATH_MAX 4096
 
@@ -21,6 +21,27 @@ typedef enum zt_arch { ZT_ARCH_GPT = 1, ZT_ARCH_ENCODER = 2 } zt_arch;
 #define ZT_MODEL_MAX_LAYERS 1024
 #define ZT_MODEL_MAX_DFF (1 << 20)
 #define ZT_MODEL_MAX_PARAMS (1ull << 36)
+#define ZT_MODEL_MAX_HEAD_DIM 1024
+#define ZT_MODEL_MAX_ROPE_THETA 1e12
+
+/* RoPE's frequency scaling (transformers' rope_type): none ("default"), "linear" (every
+ * frequency divided by factor), "llama3" (Llama 3.1's: low frequencies divided by factor, high
+ * ones kept, a smooth ramp between, bounded by original_max_position_embeddings over
+ * low_freq_factor and high_freq_factor). */
+typedef enum zt_rope_type { ZT_ROPE_NONE = 0, ZT_ROPE_LINEAR = 1, ZT_ROPE_LLAMA3 = 2 } zt_rope_type;
+
+typedef struct zt_rope_scaling {
+  zt_rope_type type;
+  float factor;                           /* linear, llama3: >= 1 */
+  float low_freq_factor, high_freq_factor; /* llama3: 0 < low < high */
+  int original_max_position_embeddings;   /* llama3: >= 1 */
+} zt_rope_scaling;
+
+/* The Hugging Face model_type a model was read from (engine/model/hf.h), which names the class
+ * an export writes; ZT_HF_NONE for a model made from a spec. */
+typedef enum zt_hf_type {
+  ZT_HF_NONE = 0, ZT_HF_LLAMA, ZT_HF_MISTRAL, ZT_HF_QWEN2, ZT_HF_QWEN3, ZT_HF_GPT2,
+} zt_hf_type;
 
 typedef struct zt_model_cfg {
   zt_arch arch;
@@ -29,9 +50,25 @@ typedef struct zt_model_cfg {
   int d_model;    /* C */
   int n_heads;    /* NH */
   int n_layers;   /* L */
-  int d_ff;       /* feed-forward width; 0 = the arch default (gpt 4C, encoder 2048) */
+  int d_ff;       /* feed-forward width; 0 = the arch default (gpt and llama 4C, encoder 2048) */
   uint64_t init_seed;                 /* used when init_path is empty */
   char init_path[ZT_PATH_MAX];        /* init.safetensors; "" = random init from init_seed */
+  /* llama only (zt_model_cfg_check refuses them on the other archs): */
+  int n_kv_heads;       /* key/value heads (grouped-query attention); 0 = n_heads */
+  int head_dim;         /* hs; 0 = d_model / n_heads (then n_heads must divide d_model) */
+  float rms_eps;        /* RMSNorm's eps, > 0 */
+  float rope_theta;     /* RoPE's base, > 0 */
+  zt_rope_scaling rope_scaling;
+  int tie_embeddings;   /* 1: the LM head is the token embedding (no lm_head.weight) */
+  int qkv_bias;         /* 1: q/k/v projections have biases (Qwen2) */
+  int qk_norm;          /* 1: per-head RMSNorm of q and k before RoPE (Qwen3) */
+  /* gpt only: rows of the position table, >= seq_len (an HF GPT-2 directory's n_positions);
+   * 0 = seq_len */
+  int n_positions;
+  /* gpt and llama: the Hugging Face directory the model and its initial weights come from
+   * (engine/model/hf.h), "" otherwise; init_path is then "" */
+  char hf_dir[ZT_PATH_MAX];
+  zt_hf_type hf_type;   /* its model_type; ZT_HF_NONE without hf_dir */
 } zt_model_cfg;
 
 /* 0, or -EINVAL with a message naming the field ("model.n_heads must divide model.d_model"). */
@@ -78,6 +115,10 @@ int zt_model_num_units(const zt_model *m);
 const zt_unit_info *zt_model_unit(const zt_model *m, int i);
 /* The feed-forward width in use (cfg.d_ff, or the arch default when that is 0). */
 int zt_model_d_ff(const zt_model *m);
+/* 1 when the head unit reads a tensor of the embedding unit (the tied token embedding: gpt, a
+ * llama with tie_embeddings): the unit calls below then take embed / dembed, and a step path
+ * that streams units holds the embedding unit with the head. */
+int zt_model_head_reads_embed(const zt_model *m);
 
 /* Host-side init of a flat parameter buffer (GPT-2 init from the seed; deterministic). */
 void zt_model_init_params(const zt_model *m, float *params_host);
@@ -154,6 +195,7 @@ void zt_model_writer_close(zt_model_writer *w);
  * (number of checkpointed blocks - 1) sets of block internals. 0 = none. */
 typedef struct zt_acts zt_acts;
 
+/* -ENOTSUP, naming the op, on a backend whose table lacks an op the arch calls. */
 int zt_acts_open(zt_acts **a, const zt_model *m, const zt_backend *be, int B, int ckpt_every,
                  char *err, size_t errlen);
 void zt_acts_close(zt_acts *a);
@@ -173,9 +215,24 @@ zt_dtype zt_acts_dtype(const zt_acts *a);
  * and next-token targets (-1 = ignored). */
 int32_t *zt_acts_tokens(zt_acts *a);
 int32_t *zt_acts_targets(zt_acts *a);
+/* The position of each of the B*T tokens (RoPE's), a backend buffer the caller fills before
+ * forward; NULL for an arch without rotary positions (gpt, encoder). */
+int32_t *zt_acts_positions(zt_acts *a);
 /* (B*T, vocab) logits (of the acts' type) after forward; the loss op turns them into their
- * gradient in place. */
+ * gradient in place. NULL for llama, whose head never holds a micro-batch's logits: its
+ * backward makes them a chunk of rows at a time (zt_model_loss). */
 void *zt_acts_logits(zt_acts *a);
+
+/* The loss of a micro-batch, between the forward of every unit and the backward of any: the
+ * mean-free softmax cross-entropy of the targets, its gradient scaled by dscale (1 / the
+ * counted targets, over grad_accum, times the fp16 loss scale). gpt and encoder compute it here
+ * on the logits (crossentropy_fwd_bwd_dt); llama records dscale, and its head's backward
+ * computes logits, loss and gradient a chunk of rows at a time. */
+void zt_model_loss(const zt_model *m, zt_acts *a, float dscale);
+/* After the head's backward: the sum of the micro-batch's per-token losses and the number of
+ * targets counted (llama sums its per-row losses once, and counts the targets, here; this
+ * synchronises). 0, or -EINVAL when zt_model_loss did not run since the last call. */
+int zt_acts_loss(zt_acts *a, double *loss_sum, int *n_counted);
 
 void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
                            const float *embed);

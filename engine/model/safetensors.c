@@ -234,6 +234,7 @@ out:
 }
 
 int zt_st_count(const zt_st_file *f) { return f->n; }
+const char *zt_st_path(const zt_st_file *f) { return f->path; }
 const zt_st_tensor *zt_st_tensor_at(const zt_st_file *f, int i) { return &f->t[i]; }
 
 const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name) {

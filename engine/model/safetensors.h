@@ -38,6 +38,8 @@ int zt_st_open(zt_st_file **f, const char *path, char *err, size_t errlen);
 void zt_st_close(zt_st_file *f);
 
 int zt_st_count(const zt_st_file *f);
+/* The path it was opened with. */
+const char *zt_st_path(const zt_st_file *f);
 const zt_st_tensor *zt_st_tensor_at(const zt_st_file *f, int i);
 /* The tensor called name, or NULL. */
 const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);

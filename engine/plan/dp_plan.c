@@ -196,7 +196,7 @@ int zt_dp_plan_make(zt_dp_plan *s, const zt_model *m, const zt_train_cfg *tc,
                     size_t errlen) {
   *s = (zt_dp_plan){.world = world, .zero_stage = zero_stage};
   s->nu = zt_model_num_units(m);
-  s->tied = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT;
+  s->tied = zt_model_head_reads_embed(m);
   s->rec = ZT_DP_XCHG_SCALARS + 2 * (size_t)tc->grad_accum;
   int rc = zt_dp_plan_shard_table(m, world, &s->tab);
   if (rc < 0) {

@@ -218,7 +218,7 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
                      int ng, int dsum, zt_offload_sizes *z, char *err, size_t errlen) {
   int nu = zt_model_num_units(m), ns = nu - ng;
   size_t sum_floats = zt_model_num_params(m) - unit_start(m, ng);
-  *z = (zt_offload_sizes){.held = zt_model_cfg_of(m)->arch == ZT_ARCH_GPT ? 2 : 1, .ng = ng,
+  *z = (zt_offload_sizes){.held = zt_model_head_reads_embed(m) ? 2 : 1, .ng = ng,
                    .dev_units = dev_unit_bytes(m, ng, dt), .dsum = dsum,
                    .dsum_bytes = dsum ? zt_dev_arena_footprint(sum_floats * sizeof(float)) : 0};
   zt_stream_unit *units = calloc((size_t)ns, sizeof *units);

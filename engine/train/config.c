@@ -6,10 +6,15 @@
 #include <string.h>
 
 #include "engine/base/json_field.h"
+#include "engine/model/hf.h"
 
-static const char *const k_model[] = {"arch",     "vocab", "seq_len", "d_model", "n_heads",
-                                      "n_layers", "d_ff",  "init",    NULL};
+static const char *const k_model[] = {
+    "arch",       "vocab",      "seq_len",  "d_model",        "n_heads",  "n_layers",
+    "d_ff",       "init",       "n_kv_heads", "head_dim",     "rms_eps",  "rope_theta",
+    "rope_scaling", "tie_embeddings", "qkv_bias", "qk_norm",  "hf",       NULL};
 static const char *const k_init[] = {"seed", "safetensors", NULL};
+static const char *const k_rope[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
+                                     "original_max_position_embeddings", NULL};
 static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum",
                                       "precision", "tf32",        "optimizer",
                                       "schedule",  "grad_clip",   "seed",
@@ -22,6 +27,85 @@ static const char *const k_offload[] = {"params",      "grads",       "optimizer
                                         "host_units",  "grad_slots",  "delayed_update",
                                         "nvme_dir",    NULL};
 
+/* "model": {"hf": "/abs/dir", "seq_len": N}: the rest comes from the directory's config.json. */
+static int model_from_hf(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
+  const char *key;
+  json_t *v;
+  char dir[ZT_PATH_MAX];
+  int seq_len, rc;
+  json_object_foreach((json_t *)m, key, v) if (strcmp(key, "hf") && strcmp(key, "seq_len")) {
+    snprintf(err, errlen, "model.%s: not with model.hf (the directory's config.json gives the "
+             "model, its weights the init)", key);
+    return -EINVAL;
+  }
+  if ((rc = zt_json_get_abs_path(m, "model", "hf", dir, sizeof dir, err, errlen)) < 0 ||
+      (rc = zt_json_get_int32(m, "model", "seq_len", 1, 1, ZT_MODEL_MAX_SEQ, 0, &seq_len, err,
+                              errlen)) < 0)
+    return rc;
+  return zt_hf_config_read(dir, seq_len, c, err, errlen);
+}
+
+static int rope_from_json(const json_t *r, zt_rope_scaling *s, char *err, size_t errlen) {
+  static const char *const names[] = {"none", "linear", "llama3"};
+  const char *type;
+  int rc;
+  if ((rc = zt_json_check_keys(r, "model.rope_scaling", k_rope, err, errlen)) < 0 ||
+      (rc = zt_json_get_string(r, "model.rope_scaling", "type", NULL, &type, err, errlen)) < 0)
+    return rc;
+  size_t k = 0;
+  while (k < 3 && strcmp(type, names[k])) k++;
+  if (k == 3) {
+    snprintf(err, errlen, "model.rope_scaling.type must be \"none\", \"linear\" or \"llama3\"");
+    return -EINVAL;
+  }
+  s->type = (zt_rope_type)k;
+  if ((rc = zt_json_get_num(r, "model.rope_scaling", "factor", 1, 0, 1e6, 0, 0.0f, &s->factor,
+                            err, errlen)) < 0 ||
+      (rc = zt_json_get_num(r, "model.rope_scaling", "low_freq_factor", 0, 1, 1e6, 0, 0.0f,
+                            &s->low_freq_factor, err, errlen)) < 0 ||
+      (rc = zt_json_get_num(r, "model.rope_scaling", "high_freq_factor", 0, 1, 1e6, 0, 0.0f,
+                            &s->high_freq_factor, err, errlen)) < 0 ||
+      (rc = zt_json_get_int32(r, "model.rope_scaling", "original_max_position_embeddings", 0, 1,
+                              ZT_MODEL_MAX_SEQ, 0, &s->original_max_position_embeddings, err,
+                              errlen)) < 0)
+    return rc;
+  if (s->type != ZT_ROPE_NONE && !json_object_get(r, "factor")) {
+    snprintf(err, errlen, "model.rope_scaling.factor is required with type %s", type);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* The llama fields; defaults rms_eps 1e-5, rope_theta 10000, the rest off (docs/spec.md);
+ * refused by name on another arch. */
+static int llama_from_json(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
+  static const char *const only[] = {"n_kv_heads", "head_dim", "rms_eps", "rope_theta",
+                                     "rope_scaling", "tie_embeddings", "qkv_bias", "qk_norm"};
+  int rc, llama = c->arch == ZT_ARCH_LLAMA;
+  const json_t *rope;
+  for (size_t i = 0; !llama && i < sizeof only / sizeof only[0]; i++)
+    if (json_object_get(m, only[i])) {
+      snprintf(err, errlen, "model.%s applies to arch llama only (this model is %s)", only[i],
+               zt_arch_name(c->arch));
+      return -EINVAL;
+    }
+  if ((rc = zt_json_get_int32(m, "model", "n_kv_heads", 0, 0, ZT_MODEL_MAX_DMODEL, 0,
+                              &c->n_kv_heads, err, errlen)) < 0 ||
+      (rc = zt_json_get_int32(m, "model", "head_dim", 0, 0, ZT_MODEL_MAX_HEAD_DIM, 0,
+                              &c->head_dim, err, errlen)) < 0 ||
+      (rc = zt_json_get_num(m, "model", "rms_eps", 0, 1, 1, 0, llama ? 1e-5f : 0.0f, &c->rms_eps,
+                            err, errlen)) < 0 ||
+      (rc = zt_json_get_num(m, "model", "rope_theta", 0, 1, ZT_MODEL_MAX_ROPE_THETA, 0,
+                            llama ? 10000.0f : 0.0f, &c->rope_theta, err, errlen)) < 0 ||
+      (rc = zt_json_get_bool(m, "model", "tie_embeddings", 0, &c->tie_embeddings, err,
+                             errlen)) < 0 ||
+      (rc = zt_json_get_bool(m, "model", "qkv_bias", 0, &c->qkv_bias, err, errlen)) < 0 ||
+      (rc = zt_json_get_bool(m, "model", "qk_norm", 0, &c->qk_norm, err, errlen)) < 0 ||
+      (rc = zt_json_get_object(m, "model", "rope_scaling", 0, &rope, err, errlen)) < 0)
+    return rc;
+  return rope ? rope_from_json(rope, &c->rope_scaling, err, errlen) : 0;
+}
+
 int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
   int rc;
   const char *arch;
@@ -32,9 +116,11 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
     return -EINVAL;
   }
   if ((rc = zt_json_check_keys(m, "model", k_model, err, errlen)) < 0) return rc;
+  if (json_object_get(m, "hf")) return model_from_hf(m, c, err, errlen);
   if ((rc = zt_json_get_string(m, "model", "arch", NULL, &arch, err, errlen)) < 0) return rc;
   if (zt_arch_parse(arch, &c->arch) < 0) {
-    snprintf(err, errlen, "model.arch must be \"gpt\" or \"encoder\", not \"%.64s\"", arch);
+    snprintf(err, errlen, "model.arch must be \"gpt\", \"encoder\" or \"llama\", not \"%.64s\"",
+             arch);
     return -EINVAL;
   }
   if ((rc = zt_json_get_int32(m, "model", "vocab", 1, 1, ZT_MODEL_MAX_VOCAB, 0, &c->vocab, err,
@@ -48,7 +134,8 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
       (rc = zt_json_get_int32(m, "model", "n_layers", 1, 1, ZT_MODEL_MAX_LAYERS, 0, &c->n_layers,
                               err, errlen)) < 0 ||
       (rc = zt_json_get_int32(m, "model", "d_ff", 0, 0, ZT_MODEL_MAX_DFF, 0, &c->d_ff, err,
-                              errlen)) < 0)
+                              errlen)) < 0 ||
+      (rc = llama_from_json(m, c, err, errlen)) < 0)
     return rc;
   if ((rc = zt_json_get_object(m, "model", "init", 0, &init, err, errlen)) < 0) return rc;
   if (init) {
@@ -72,11 +159,39 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
 }
 
 json_t *zt_config_model_to_json(const zt_model_cfg *c) {
+  if (c->hf_dir[0]) return json_pack("{s:s, s:i}", "hf", c->hf_dir, "seq_len", c->seq_len);
   json_t *init = c->init_path[0] ? json_pack("{s:s}", "safetensors", c->init_path)
                                  : json_pack("{s:I}", "seed", (json_int_t)c->init_seed);
-  return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "arch", zt_arch_name(c->arch),
-                   "vocab", c->vocab, "seq_len", c->seq_len, "d_model", c->d_model, "n_heads",
-                   c->n_heads, "n_layers", c->n_layers, "d_ff", c->d_ff, "init", init);
+  json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "arch", zt_arch_name(c->arch),
+                        "vocab", c->vocab, "seq_len", c->seq_len, "d_model", c->d_model,
+                        "n_heads", c->n_heads, "n_layers", c->n_layers, "d_ff", c->d_ff, "init",
+                        init);
+  if (!o || c->arch != ZT_ARCH_LLAMA) return o;
+  static const char *const rope[] = {"none", "linear", "llama3"};
+  const zt_rope_scaling *r = &c->rope_scaling;
+  json_t *rs = json_pack("{s:s}", "type", rope[r->type]);
+  if (rs && r->type != ZT_ROPE_NONE) json_object_set_new(rs, "factor", json_real(r->factor));
+  if (rs && r->type == ZT_ROPE_LLAMA3 &&
+      (json_object_set_new(rs, "low_freq_factor", json_real(r->low_freq_factor)) < 0 ||
+       json_object_set_new(rs, "high_freq_factor", json_real(r->high_freq_factor)) < 0 ||
+       json_object_set_new(rs, "original_max_position_embeddings",
+                           json_integer(r->original_max_position_embeddings)) < 0)) {
+    json_decref(rs);
+    rs = NULL;
+  }
+  json_t *l = rs ? json_pack("{s:i, s:i, s:f, s:f, s:o, s:b, s:b, s:b}", "n_kv_heads",
+                             c->n_kv_heads, "head_dim", c->head_dim, "rms_eps",
+                             (double)c->rms_eps, "rope_theta", (double)c->rope_theta,
+                             "rope_scaling", rs, "tie_embeddings", c->tie_embeddings,
+                             "qkv_bias", c->qkv_bias, "qk_norm", c->qk_norm)
+                 : NULL;
+  if (!l || json_object_update(o, l) < 0) {
+    json_decref(l);
+    json_decref(o);
+    return NULL;
+  }
+  json_decref(l);
+  return o;
 }
 
 static int parse_optimizer(const json_t *opt, zt_train_cfg *c, char *err, size_t errlen) {

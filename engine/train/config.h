@@ -13,7 +13,11 @@
 #include "engine/plan/recipe.h"
 
 /* The "model" object: arch, vocab, seq_len, d_model, n_heads, n_layers, d_ff, init ({"seed": N}
- * or {"safetensors": "/abs/path"}). */
+ * or {"safetensors": "/abs/path"}), and for arch llama n_kv_heads, head_dim, rms_eps,
+ * rope_theta, rope_scaling {type, factor, ...}, tie_embeddings, qkv_bias, qk_norm; or
+ * {"hf": "/abs/dir", "seq_len": N}, a Hugging Face directory whose config.json is read here
+ * (engine/model/hf.h). to_json writes what was given: every field with its default, or hf and
+ * seq_len. */
 int zt_config_model_from_json(const json_t *o, zt_model_cfg *c, char *err, size_t errlen);
 json_t *zt_config_model_to_json(const zt_model_cfg *c);
 /* The "train" object: steps, micro_batch, grad_accum, precision, tf32, optimizer {name, lr,

@@ -156,10 +156,12 @@ int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab) 
 int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen) {
   static const char *const params[] = {""};
   const zt_model_cfg *mc = zt_model_cfg_of(m);
+  /* a Hugging Face directory's shards, or one safetensors file */
+  const char *path = mc->hf_dir[0] ? mc->hf_dir : mc->init_path;
   in->m = m;
   in->file = NULL;
-  if (!mc->init_path[0]) return 0;
-  return zt_model_file_open(&in->file, m, mc->init_path, params, 1, 0, err, errlen);
+  if (!path[0]) return 0;
+  return zt_model_file_open(&in->file, m, path, params, 1, 0, err, errlen);
 }
 
 int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
@@ -273,6 +275,14 @@ int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k) {
   if (!counted) return 0;
   o->to_device(t->be.ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
   o->to_device(t->be.ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
+  /* RoPE's positions: 0..T-1 in every row. to_device has read its host buffer when it returns
+   * (as the next micro-batch's staging relies on), so h_tok stages them too. */
+  int32_t *pos = zt_acts_positions(t->acts);
+  if (pos) {
+    for (int b = 0; b < B; b++)
+      for (int j = 0; j < T; j++) t->h_tok[b * T + j] = j;
+    o->to_device(t->be.ctx, pos, t->h_tok, (size_t)N * sizeof(int32_t));
+  }
   return counted;
 }
 
@@ -307,11 +317,9 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     int n_counted = 0;
     /* mean over this micro-batch's tokens, divided by grad_accum: PyTorch's loss / grad_accum
      * (times the fp16 loss scale) */
-    o->crossentropy_fwd_bwd_dt(ctx, dt, zt_acts_logits(t->acts), zt_acts_targets(t->acts), N,
-                               mc->vocab, mc->vocab, -1,
-                               (float)((double)loss_scale / ((double)counted * ga)), &loss_sum,
-                               &n_counted);
+    zt_model_loss(t->model, t->acts, (float)((double)loss_scale / ((double)counted * ga)));
     zt_model_backward_dt(t->model, t->acts, t->params, params_lp, t->grads);
+    zt_acts_loss(t->acts, &loss_sum, &n_counted);
     loss += loss_sum / n_counted;
     counted_micros++;
   }

@@ -202,22 +202,36 @@ static int check_model(const zt_model *m, const json_t *jm, const char *path, ch
     return rc;
   }
   const zt_model_cfg *h = zt_model_cfg_of(m);
+  /* the numbers, then (differs: 1) what is compared bit for bit */
   const struct {
     const char *name;
     long long a, b;
   } f[] = {{"arch", c.arch, h->arch},         {"vocab", c.vocab, h->vocab},
            {"seq_len", c.seq_len, h->seq_len}, {"d_model", c.d_model, h->d_model},
            {"n_heads", c.n_heads, h->n_heads}, {"n_layers", c.n_layers, h->n_layers},
-           {"d_ff", zt_model_d_ff(saved), zt_model_d_ff(m)}};
+           {"d_ff", zt_model_d_ff(saved), zt_model_d_ff(m)},
+           {"n_kv_heads", c.n_kv_heads, h->n_kv_heads},
+           {"head_dim", c.head_dim, h->head_dim},
+           {"tie_embeddings", c.tie_embeddings, h->tie_embeddings},
+           {"qkv_bias", c.qkv_bias, h->qkv_bias},
+           {"qk_norm", c.qk_norm, h->qk_norm},
+           {"rope_scaling",
+            memcmp(&c.rope_scaling, &h->rope_scaling, sizeof c.rope_scaling) != 0, 0},
+           {"rms_eps", memcmp(&c.rms_eps, &h->rms_eps, sizeof c.rms_eps) != 0, 0},
+           {"rope_theta", memcmp(&c.rope_theta, &h->rope_theta, sizeof c.rope_theta) != 0, 0}};
+  const size_t numbers = 12;
   zt_model_destroy(saved);
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].a != f[i].b) {
       if (i == 0)
         snprintf(err, errlen, "%s: checkpoint is a %s model, this job is %s", path,
                  zt_arch_name((zt_arch)f[i].a), zt_arch_name((zt_arch)f[i].b));
-      else
+      else if (i < numbers)
         snprintf(err, errlen, "%s: checkpoint has model.%s %lld, this job has %lld", path,
                  f[i].name, f[i].a, f[i].b);
+      else
+        snprintf(err, errlen, "%s: checkpoint has another model.%s than this job", path,
+                 f[i].name);
       return -EINVAL;
     }
   return 0;

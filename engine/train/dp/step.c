@@ -228,12 +228,9 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
 static int rank_micro(dp_rank_state *k, int j, double *rec) {
   const dp_state *s = k->s;
   const zt_model *m = k->view.model;
-  const zt_model_cfg *mc = zt_model_cfg_of(m);
   const zt_backend *be = &k->view.be;
   zt_acts *a = k->view.acts;
   int G = k->view.tc.grad_accum, W = s->dc.world, stage = s->dc.zero_stage;
-  int N = k->view.tc.micro_batch * mc->seq_len;
-  zt_dtype dt = k->view.tc.precision;
   int counted = zt__trainer_stage_micro(&k->view, s->tokens, k->r * G + j);
   const float *p, *e = NULL;
   const void *lp, *elp = NULL;
@@ -241,7 +238,7 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
   k->dir = 1;
   for (int u = 0; u < s->plan.nu; u++) {
     if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
-    if (u == 0 && s->plan.tied) { /* only the gpt head reads another unit's parameters */
+    if (u == 0 && s->plan.tied) { /* a tied head reads the embedding unit's parameters */
       e = p;
       elp = lp;
     }
@@ -254,16 +251,8 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
       if ((rc = zt__dp_nvp_ahead(k, v)) < 0) return rc;
       n++;
     }
-  if (counted) {
-    double loss_sum = 0;
-    int n_counted = 0;
-    be->ops->crossentropy_fwd_bwd_dt(be->ctx, dt, zt_acts_logits(a), zt_acts_targets(a), N,
-                                     mc->vocab, mc->vocab, -1,
-                                     (float)((double)s->loss_scale / ((double)counted * W * G)),
-                                     &loss_sum, &n_counted);
-    rec[X_MICRO + 2 * j] = loss_sum / n_counted;
-    rec[X_MICRO + 2 * j + 1] = 1;
-  }
+  if (counted)
+    zt_model_loss(m, a, (float)((double)s->loss_scale / ((double)counted * W * G)));
   /* stages 2-3: a gradient buffer is zeroed once the reduction that last read it is done */
   if (stage >= 2 && s->plan.tied) {
     if ((rc = q_wait(k, k->gembed_tick)) < 0) return rc;
@@ -284,6 +273,13 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
     if ((rc = unit_grads_done(k, u, j)) < 0 ||
         (s->plan.host_n && (rc = zt__dp_take_up_to(k, u + TAKE_UP_LAG + 1, j)) < 0))
       return rc;
+  }
+  if (counted) {
+    double loss_sum = 0;
+    int n_counted = 0;
+    zt_acts_loss(a, &loss_sum, &n_counted);
+    rec[X_MICRO + 2 * j] = loss_sum / n_counted;
+    rec[X_MICRO + 2 * j + 1] = 1;
   }
   if ((rc = flush_add(k)) < 0) return rc;
   return s->plan.host_n ? zt__dp_take_up_to(k, 0, j) : 0;

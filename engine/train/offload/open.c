@@ -265,7 +265,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if ((rc = zt_model_create(&t->model, mc, err, errlen)) < 0) goto out;
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   s->nu = zt_model_num_units(t->model);
-  if (mc->arch == ZT_ARCH_GPT) s->head = s->nu - 1;
+  if (zt_model_head_reads_embed(t->model)) s->head = s->nu - 1;
   zt_offload_placement plan;
   if ((rc = zt_offload_plan_of(t->model, tc, oc, be->ops, &plan, err, errlen)) < 0) goto out;
   t->tc.ckpt_every = plan.ckpt_every;

@@ -244,14 +244,13 @@ int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char
     double loss_sum = 0;
     int n_counted = 0;
     s->copy->ops->compute_mark(s->copy, 0);
-    o->crossentropy_fwd_bwd_dt(t->be.ctx, s->dt, zt_acts_logits(t->acts),
-                               zt_acts_targets(t->acts), N, mc->vocab, mc->vocab, -1,
-                               (float)((double)loss_scale / ((double)counted * c->grad_accum)),
-                               &loss_sum, &n_counted);
+    zt_model_loss(t->model, t->acts,
+                  (float)((double)loss_scale / ((double)counted * c->grad_accum)));
     s->copy->ops->compute_mark(s->copy, 1);
     /* clipping needs the norm, fp16 the overflow verdict, of the whole backward first */
     ov.on = !defer && k == last && c->grad_clip == 0 && s->dt != ZT_F16;
     if ((rc = walk_backward(t, counted_micros == 0, k == last, &ov, err, errlen)) < 0) goto out;
+    zt_acts_loss(t->acts, &loss_sum, &n_counted);
     loss += loss_sum / n_counted;
     counted_micros++;
   }

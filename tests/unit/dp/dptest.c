@@ -11,6 +11,12 @@
 zt_model_cfg dpt_model_cfg(zt_arch arch) {
   zt_model_cfg mc = {.arch = arch, .vocab = 37, .seq_len = 16, .d_model = 32, .n_heads = 4,
                      .n_layers = 2, .d_ff = arch == ZT_ARCH_ENCODER ? 64 : 0, .init_seed = 7};
+  if (arch == ZT_ARCH_LLAMA) { /* GQA 4:2, tied: the head reads the embedding unit */
+    mc.n_kv_heads = 2;
+    mc.rms_eps = 1e-5f;
+    mc.rope_theta = 10000.0f;
+    mc.tie_embeddings = 1;
+  }
   return mc;
 }
 

@@ -412,12 +412,12 @@ static int bad_placements(void) {
 }
 
 int main(void) {
-  static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
+  static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER, ZT_ARCH_LLAMA};
   int fails = 0;
   nvme_ok = have_nvme();
   /* clipping waits for the norm; without it the host units' updates overlap the backward (and
    * with optimizer nvme read ahead and write behind during it); nvme in the gpt's worlds */
-  for (int a = 0; a < 2; a++)
+  for (int a = 0; a < 3; a++)
     for (int stage = 1; stage <= 3; stage++) {
       fails += matrix(archs[a], 2, stage, ZT_F32, 0.5f, a == 0, 2);
       fails += matrix(archs[a], 2, stage, ZT_F32, 0.0f, a == 0, 2);

@@ -393,9 +393,9 @@ static int bad_configs(void) {
 
 int main(void) {
   static const int all[] = {1, 2, 3}, three[] = {3};
-  static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
+  static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER, ZT_ARCH_LLAMA};
   int fails = 0;
-  for (int a = 0; a < 2; a++) {
+  for (int a = 0; a < 3; a++) {
     for (int W = 1; W <= 3; W++) {
       fails += parity(archs[a], W, 1, 0.0f, ZT_F32, 0, all, 3, 1e-6);
       fails += parity(archs[a], W, 2, 0.5f, ZT_F32, 0, all, 3, 1e-6);

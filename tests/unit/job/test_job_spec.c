@@ -1,11 +1,14 @@
 /* Spec validation through zt_jobs_submit: every bad spec fails with its errno and a message
- * naming the field; nothing is written for it; a good spec gets every default filled. */
+ * naming the field (a Hugging Face directory's weights checked at submit); nothing is written
+ * for it; a good spec gets every default filled. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "engine/kernels/backend.h"
 #include "engine/job/spec.h"
+#include "engine/model/safetensors.h"
 #include "jobtest.h"
 
 static char g_tok[600], g_bad_tok[600], g_short_tok[600], g_big_vocab[600], g_dir_path[600];
@@ -165,6 +168,34 @@ int main(void) {
               c->path, c->value ? c->value : "<removed>", rc, c->err, err, c->msg);
       return 1;
     }
+    json_decref(spec);
+  }
+  /* A Hugging Face directory: config.json read at submit, its weights checked there too. */
+  {
+    char hf[600], path[700];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    CHECK(mkdir(hf, 0755) == 0);
+    snprintf(path, sizeof path, "%s/config.json", hf);
+    const char *cj = "{\"model_type\": \"llama\", \"hidden_size\": 16, \"num_attention_heads\": "
+                     "2, \"intermediate_size\": 32, \"num_hidden_layers\": 1, \"vocab_size\": "
+                     "32, \"tie_word_embeddings\": true}";
+    jt_write_file(path, cj, strlen(cj));
+    json_t *spec = base_spec();
+    set_path(spec, "model", json_pack("{s:s, s:i}", "hf", hf, "seq_len", 8));
+    int rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    CHECK(rc == -ENOENT && strstr(err, "model.hf: ") && strstr(err, "holds neither"));
+    /* a file of one tensor: the first the model misses is named */
+    zt_st_entry e = {.name = "model.embed_tokens.weight", .ndim = 2, .shape = {32, 16},
+                     .data = calloc(32 * 16, sizeof(float))};
+    snprintf(path, sizeof path, "%s/model.safetensors", hf);
+    CHECK(zt_st_write(path, &e, 1, NULL, 0, err, sizeof err) == 0);
+    free((void *)e.data);
+    rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    CHECK(rc == -EINVAL &&
+          strstr(err, "tensor model.layers.0.input_layernorm.weight is missing"));
+    set_path(spec, "model.seq_len", json_integer(4096));
+    rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    CHECK(rc == -EINVAL && strstr(err, "max_position_embeddings"));
     json_decref(spec);
   }
   /* A limit set by the operator gives the numbers against it. */

@@ -10,7 +10,48 @@
 zt_model_cfg mc_tiny(zt_arch arch) {
   zt_model_cfg c = {.arch = arch, .vocab = 11, .seq_len = 5, .d_model = 8, .n_heads = 2,
                     .n_layers = 2, .d_ff = arch == ZT_ARCH_ENCODER ? 16 : 0, .init_seed = 1234};
+  if (arch == ZT_ARCH_LLAMA) {
+    c.n_kv_heads = 1;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
+    c.tie_embeddings = 1;
+  }
   return c;
+}
+
+int mc_llama_variants(zt_model_cfg *out, const char **name) {
+  zt_model_cfg base = mc_tiny(ZT_ARCH_LLAMA), c;
+  int n = 0;
+  base.tie_embeddings = 0;
+  c = base;  /* GQA 4:2, untied, plain RoPE */
+  c.d_model = 16, c.n_heads = 4, c.n_kv_heads = 2;
+  name[n] = "llama gqa 4:2", out[n++] = c;
+  c = base;  /* Qwen3-like: q/k norm, head_dim 6 != 16 / 4, tied */
+  c.d_model = 16, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 6, c.qk_norm = 1;
+  c.tie_embeddings = 1;
+  name[n] = "llama qk_norm head_dim 6 tied", out[n++] = c;
+  c = base;  /* Qwen2-like: q/k/v biases, tied, linear scaling */
+  c.n_kv_heads = 2, c.qkv_bias = 1, c.tie_embeddings = 1;
+  c.rope_scaling = (zt_rope_scaling){.type = ZT_ROPE_LINEAR, .factor = 2.0f};
+  name[n] = "llama qkv_bias linear tied", out[n++] = c;
+  c = base;  /* Llama 3.1's scaling, its three bands over head_dim 8's frequencies */
+  c.d_model = 16, c.rope_theta = 10000.0f;
+  c.rope_scaling = (zt_rope_scaling){.type = ZT_ROPE_LLAMA3, .factor = 8.0f,
+                                     .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                     .original_max_position_embeddings = 64};
+  name[n] = "llama llama3 rope", out[n++] = c;
+  return n;
+}
+
+void mc_positions(const zt_backend *be, zt_acts *a, int B, int T) {
+  int32_t *pos = zt_acts_positions(a), *h = malloc((size_t)B * (size_t)T * sizeof *h);
+  if (!pos || !h) {
+    free(h);
+    return;
+  }
+  for (int i = 0; i < B * T; i++) h[i] = i % T;
+  be->ops->to_device(be->ctx, pos, h, (size_t)B * (size_t)T * sizeof *h);
+  free(h);
 }
 
 zt_train_cfg mc_train(int B, int grad_accum) {

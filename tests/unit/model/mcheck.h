@@ -15,8 +15,17 @@
   ((cond) ? 0 : (fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__),                          \
                  fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), 1))
 
-/* V 11, T 5, C 8, NH 2, L 2 (d_ff 16 for the encoder so its default 2048 stays out of a tiny test). */
+/* V 11, T 5, C 8, NH 2, L 2 (d_ff 16 for the encoder so its default 2048 stays out of a tiny test;
+ * llama: 1 kv head, rms_eps 1e-5, rope_theta 1e4, tied as Llama 3.2 1B). */
 zt_model_cfg mc_tiny(zt_arch arch);
+/* Tiny llamas covering the variants (GQA, q/k norm with head_dim != d_model / n_heads, qkv bias,
+ * tied and untied, each RoPE scaling), at most MC_LLAMA_VARIANTS, with a name each; returns how
+ * many. */
+#define MC_LLAMA_VARIANTS 4
+int mc_llama_variants(zt_model_cfg *out, const char **name);
+/* RoPE's positions of B rows of T tokens (0..T-1 each) into a's buffer; nothing for an arch
+ * without one. */
+void mc_positions(const zt_backend *be, zt_acts *a, int B, int T);
 zt_train_cfg mc_train(int B, int grad_accum);
 
 /* xorshift64*: the same numbers on every machine. */

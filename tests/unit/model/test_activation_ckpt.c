@@ -1,4 +1,5 @@
-/* Activation checkpointing: with every = 1 and 2 on 3 layers, both archs give bitwise the
+/* Activation checkpointing: with every = 1 and 2 on 3 layers, every arch (llama with q/k norm
+ * and a tied head) gives bitwise the
  * gradients of one forward/backward and the losses, gradient norms, parameters and AdamW moments
  * of several optimizer steps that the run without gives; the activations shrink by exactly the
  * shared blocks' internals, and the trainer holds what the estimate says; the JSON form. */
@@ -17,6 +18,7 @@
 static zt_model_cfg cfg3(zt_arch arch) {
   zt_model_cfg c = mc_tiny(arch);
   c.n_layers = LAYERS;
+  if (arch == ZT_ARCH_LLAMA) c.qk_norm = c.tie_embeddings = 1;
   return c;
 }
 
@@ -44,12 +46,13 @@ static int grads_of(const zt_model *m, int every, const float *p, const int32_t 
   }
   memcpy(zt_acts_tokens(a), tok, (size_t)N * 4);  /* cpu backend: host memory */
   memcpy(zt_acts_targets(a), tgt, (size_t)N * 4);
+  mc_positions(&be, a, B, mc->seq_len);
   memset(g, 0, zt_model_num_params(m) * sizeof *g);
   zt_model_forward(m, a, p);
   int cnt;
-  be.ops->crossentropy_fwd_bwd(be.ctx, zt_acts_logits(a), zt_acts_targets(a), N, mc->vocab,
-                               mc->vocab, -1, 1.0f / (float)N, loss, &cnt);
+  zt_model_loss(m, a, 1.0f / (float)N);
   zt_model_backward(m, a, p, g);
+  zt_acts_loss(a, loss, &cnt);
   zt_acts_close(a);
   zt_backend_cpu_close(&be);
   return 0;
@@ -155,6 +158,13 @@ static size_t al(size_t floats) { return (floats * 4 + 255) / 256 * 256; }
 static size_t block_internals(const zt_model_cfg *mc, int F) {
   size_t N = (size_t)B * mc->seq_len, C = mc->d_model;
   size_t att = al((size_t)B * mc->n_heads * mc->seq_len * mc->seq_len);
+  /* llama (1 kv head, q/k norm): xn1, rstd1, qkv, qk_raw, q_rstd, k_rstd, att, atty, res2, xn2,
+   * rstd2, gu, swi */
+  if (mc->arch == ZT_ARCH_LLAMA) {
+    size_t hs = C / mc->n_heads, QKV = (mc->n_heads + 2) * hs;
+    return al(N * C) + al(N) + 2 * al(N * QKV) + al(N * mc->n_heads) + al(N) + att +
+           al(N * mc->n_heads * hs) + 2 * al(N * C) + al(N) + al(2 * N * F) + al(N * F);
+  }
   /* gpt: ln1, mean, rstd, qkv, att, atty, res2, ln2, mean, rstd, fch, fch_gelu */
   if (mc->arch == ZT_ARCH_GPT)
     return al(N * C) + 2 * al(N) + al(3 * N * C) + att + 2 * al(N * C) + al(N * C) + 2 * al(N) +
@@ -233,8 +243,8 @@ static int test_json(void) {
 
 int main(void) {
   int fails = test_json();
-  static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
-  for (int i = 0; i < 2; i++) {
+  static const zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER, ZT_ARCH_LLAMA};
+  for (int i = 0; i < 3; i++) {
     fails += test_memory(archs[i]);
     for (int every = 1; every <= 2; every++)
       fails += test_model_grads(archs[i], every) + test_training(archs[i], every);

@@ -1,4 +1,5 @@
-/* Checkpoints: save -> load restores parameters and AdamW moments bit for bit; 6 steps straight
+/* Checkpoints, for every arch (llama's under Hugging Face's tensor names): save -> load restores
+ * parameters and AdamW moments bit for bit; 6 steps straight
  * equal 3 steps, save, a fresh trainer, load, 3 steps (losses and parameters bitwise); saving over
  * an existing checkpoint; a checkpoint of another model is refused; export reloads as init. The
  * files, written a piece of units at a time, are byte for byte those zt_model_save_states
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/model/safetensors.h"
 #include "tests/unit/model/mcheck.h"
 
 #define STEPS 6
@@ -174,6 +176,29 @@ static int test_arch(zt_arch arch, const char *tmp) {
   fails += MC_EXPECT(zt_trainer_load(e, dir, err, sizeof err) == -EINVAL &&
                      strstr(err, "model.d_model"), "mismatched load: %s", err);
   fails += MC_EXPECT(zt_trainer_step_count(e) == 0, "a refused load changed the step count");
+  if (arch == ZT_ARCH_LLAMA) {
+    /* the file holds HF's names; a llama of other heads, or another RoPE, is refused by name */
+    zt_st_file *sf = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    fails += MC_EXPECT(zt_st_open(&sf, path, err, sizeof err) == 0, "%s", err);
+    static const char *const hf[] = {"model.embed_tokens.weight",
+                                     "model.layers.1.self_attn.k_proj.weight",
+                                     "model.layers.0.mlp.gate_proj.weight", "model.norm.weight"};
+    for (size_t i = 0; sf && i < sizeof hf / sizeof hf[0]; i++)
+      fails += MC_EXPECT(zt_st_find(sf, hf[i]) != NULL, "%s: no tensor %s", path, hf[i]);
+    fails += MC_EXPECT(sf && !zt_st_find(sf, "lm_head.weight"), "a tied head saved lm_head");
+    zt_st_close(sf);
+    zt_model_cfg kv = mc, theta = mc;
+    kv.n_kv_heads = 2;
+    theta.rope_theta = 500000.0f;
+    zt_trainer *x = open_trainer(kv, &be), *y = open_trainer(theta, &be);
+    fails += MC_EXPECT(zt_trainer_load(x, dir, err, sizeof err) == -EINVAL &&
+                       strstr(err, "model.n_kv_heads"), "other kv heads: %s", err);
+    fails += MC_EXPECT(zt_trainer_load(y, dir, err, sizeof err) == -EINVAL &&
+                       strstr(err, "model.rope_theta"), "another rope_theta: %s", err);
+    zt_trainer_close(x);
+    zt_trainer_close(y);
+  }
 
   /* optimizer files that do not match the model: one state, three, misshapen */
   char last[160];
@@ -202,7 +227,8 @@ static int test_arch(zt_arch arch, const char *tmp) {
 
 int main(void) {
   const char *tmp = mc_tmpdir();
-  int fails = test_arch(ZT_ARCH_GPT, tmp) + test_arch(ZT_ARCH_ENCODER, tmp);
+  int fails = test_arch(ZT_ARCH_GPT, tmp) + test_arch(ZT_ARCH_ENCODER, tmp) +
+              test_arch(ZT_ARCH_LLAMA, tmp);
   mc_rmtree(tmp);
   return fails ? 1 : 0;
 }

@@ -1,5 +1,6 @@
 /* The initial parameters a range at a time, as an offloaded open makes them for a model larger
- * than memory: for both archs, the seeded init of any range of tensors (unit by unit backwards,
+ * than memory: for every arch (and each llama variant, whose layout and init are checked too),
+ * the seeded init of any range of tensors (unit by unit backwards,
  * tensor by tensor into buffers of their own) is bitwise the flat init's; a safetensors file
  * read through zt_model_file a unit at a time backwards (an HF-style file: prefixed names,
  * transposed Conv1D weights, the buffers HF files carry; and a file of two states) is bitwise
@@ -7,6 +8,7 @@
  * tensor whose dtype does not convert is refused at open, named; zt_model_writer, a unit at a
  * time backwards, writes zt_model_save_states's file byte for byte. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,10 +46,10 @@ static int check_layout(const zt_model *m) {
                            "%d tensors, the tensors %zu parameters", tensor, nt, at);
 }
 
-static int test_seeded(zt_arch arch) {
+static int test_seeded(zt_model_cfg mc) {
   char err[512];
   zt_model *m = NULL;
-  zt_model_cfg mc = mc_tiny(arch);
+  zt_arch arch = mc.arch;
   if (zt_model_create(&m, &mc, err, sizeof err) < 0) exit(1);
   size_t n = zt_model_num_params(m);
   int nt = zt_model_num_tensors(m), nu = zt_model_num_units(m), fails = check_layout(m);
@@ -206,9 +208,108 @@ static int test_files(void) {
   return fails;
 }
 
+/* A llama's layout as model.h and llama.c promise it: Hugging Face's names in HF's order of a
+ * block's vectors then matrices, q|k|v and gate|up (and the biases) consecutive, lm_head only
+ * untied, decay on the matrices, what each tensor's ops read; and its init: norms 1, biases 0,
+ * the matrices and the embedding N(0, 0.02). */
+static int test_llama(zt_model_cfg mc, const char *what) {
+  char err[512];
+  zt_model *m = NULL;
+  if (zt_model_create(&m, &mc, err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL %s: %s\n", what, err);
+    return 1;
+  }
+  int fails = 0, nt = zt_model_num_tensors(m), nu = zt_model_num_units(m);
+  int hs = mc.head_dim ? mc.head_dim : mc.d_model / mc.n_heads;
+  int64_t C = mc.d_model, Q = (int64_t)mc.n_heads * hs, KV = (int64_t)mc.n_kv_heads * hs;
+  int64_t F = zt_model_d_ff(m);
+  fails += MC_EXPECT(nu == mc.n_layers + 2 && zt_model_head_reads_embed(m) == mc.tie_embeddings,
+                     "%s: %d units, head reads the embedding %d", what, nu,
+                     zt_model_head_reads_embed(m));
+  const zt_tensor_info *e = zt_model_tensor(m, 0);
+  fails += MC_EXPECT(!strcmp(e->name, "model.embed_tokens.weight") && e->decay &&
+                     e->reads == (ZT_READS_F32 | (mc.tie_embeddings ? ZT_READS_LP : 0)),
+                     "%s: the embedding %s (reads %u)", what, e->name, e->reads);
+  const zt_unit_info *b0 = zt_model_unit(m, 1);
+  struct {
+    const char *name;
+    int64_t s0, s1;
+    int on;
+  } want[] = {{"input_layernorm.weight", C, 0, 1},
+              {"post_attention_layernorm.weight", C, 0, 1},
+              {"self_attn.q_norm.weight", hs, 0, mc.qk_norm},
+              {"self_attn.k_norm.weight", hs, 0, mc.qk_norm},
+              {"self_attn.q_proj.bias", Q, 0, mc.qkv_bias},
+              {"self_attn.k_proj.bias", KV, 0, mc.qkv_bias},
+              {"self_attn.v_proj.bias", KV, 0, mc.qkv_bias},
+              {"self_attn.q_proj.weight", Q, C, 1},
+              {"self_attn.k_proj.weight", KV, C, 1},
+              {"self_attn.v_proj.weight", KV, C, 1},
+              {"self_attn.o_proj.weight", C, Q, 1},
+              {"mlp.gate_proj.weight", F, C, 1},
+              {"mlp.up_proj.weight", F, C, 1},
+              {"mlp.down_proj.weight", C, F, 1}};
+  int k = b0->first_tensor;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    if (!want[i].on) continue;
+    const zt_tensor_info *t = zt_model_tensor(m, k++);
+    char nm[96];
+    snprintf(nm, sizeof nm, "model.layers.0.%s", want[i].name);
+    int mat = want[i].s1 != 0;
+    fails += MC_EXPECT(!strcmp(t->name, nm) && t->shape[0] == want[i].s0 &&
+                       t->ndim == (mat ? 2 : 1) && (!mat || t->shape[1] == want[i].s1) &&
+                       !t->transposed && t->decay == mat &&
+                       t->reads == (mat ? ZT_READS_LP : ZT_READS_F32),
+                       "%s: block tensor %s [%lld, %lld], expected %s [%lld, %lld]", what,
+                       t->name, (long long)t->shape[0], (long long)t->shape[1], nm,
+                       (long long)want[i].s0, (long long)want[i].s1);
+  }
+  fails += MC_EXPECT(k == b0->first_tensor + b0->n_tensors, "%s: block 0 has %d tensors", what,
+                     b0->n_tensors);
+  const zt_unit_info *h = zt_model_unit(m, nu - 1);
+  fails += MC_EXPECT(!strcmp(zt_model_tensor(m, h->first_tensor)->name, "model.norm.weight") &&
+                     h->n_tensors == (mc.tie_embeddings ? 1 : 2) &&
+                     (mc.tie_embeddings ||
+                      !strcmp(zt_model_tensor(m, h->first_tensor + 1)->name, "lm_head.weight")),
+                     "%s: the head's tensors", what);
+  size_t n = zt_model_num_params(m);
+  float *p = malloc(n * sizeof *p);
+  zt_model_init_params(m, p);
+  double sq = 0;
+  size_t drawn = 0;
+  for (int i = 0; i < nt; i++) {
+    const zt_tensor_info *t = zt_model_tensor(m, i);
+    int norm = strstr(t->name, "norm") != NULL, bias = strstr(t->name, ".bias") != NULL;
+    for (size_t j = 0; j < t->numel; j++) {
+      float x = p[t->offset + j];
+      if (norm || bias) {
+        fails += MC_EXPECT(x == (norm ? 1.0f : 0.0f), "%s: %s[%zu] = %g", what, t->name, j,
+                           (double)x);
+        if (x != (norm ? 1.0f : 0.0f)) break;
+      } else {
+        sq += (double)x * x;
+        drawn++;
+      }
+    }
+  }
+  double sd = sqrt(sq / (double)drawn);
+  fails += MC_EXPECT(sd > 0.019 && sd < 0.021, "%s: the matrices' init has sd %.4f over %zu "
+                     "values, expected 0.02", what, sd, drawn);
+  free(p);
+  zt_model_destroy(m);
+  return fails + test_seeded(mc);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "%s", mc_tmpdir());
-  int fails = test_seeded(ZT_ARCH_GPT) + test_seeded(ZT_ARCH_ENCODER) + test_files();
+  int fails = test_seeded(mc_tiny(ZT_ARCH_GPT)) + test_seeded(mc_tiny(ZT_ARCH_ENCODER)) +
+              test_files();
+  zt_model_cfg v[MC_LLAMA_VARIANTS];
+  const char *name[MC_LLAMA_VARIANTS];
+  for (int i = 0, nv = mc_llama_variants(v, name); i < nv; i++) {
+    v[i].vocab = 512;  /* enough draws for the sd to be 0.02 within 5% */
+    fails += test_llama(v[i], name[i]);
+  }
   mc_rmtree(dir);
   if (fails) {
     fprintf(stderr, "%d failure(s)\n", fails);

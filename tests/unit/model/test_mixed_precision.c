@@ -1,5 +1,6 @@
-/* bf16 and fp16 training on the CPU reference backend: losses close to fp32 for both
- * architectures, the fp16 loss scaler (GradScaler's rules: skip and halve on overflow, double
+/* bf16 and fp16 training on the CPU reference backend: losses close to fp32 for every
+ * architecture (llama with GQA, q/k norm, q/k/v biases and a tied head, its every typed op),
+ * the fp16 loss scaler (GradScaler's rules: skip and halve on overflow, double
  * after the growth interval), and the resume of an fp16 job bitwise equal to an uninterrupted
  * run, the scaler state included.
  *
@@ -20,6 +21,12 @@
 static zt_model_cfg small_model(zt_arch arch) {
   zt_model_cfg c = {.arch = arch, .vocab = 64, .seq_len = 16, .d_model = 32, .n_heads = 4,
                     .n_layers = 2, .d_ff = arch == ZT_ARCH_ENCODER ? 64 : 0, .init_seed = 7};
+  if (arch == ZT_ARCH_LLAMA) {
+    c.n_kv_heads = 2;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
+    c.qk_norm = c.qkv_bias = c.tie_embeddings = 1;
+  }
   return c;
 }
 
@@ -241,7 +248,7 @@ static int test_resume(void) {
 
 int main(void) {
   int fails = test_scaler();
-  fails += test_losses(ZT_ARCH_GPT) + test_losses(ZT_ARCH_ENCODER);
+  fails += test_losses(ZT_ARCH_GPT) + test_losses(ZT_ARCH_ENCODER) + test_losses(ZT_ARCH_LLAMA);
   fails += test_skip_and_growth();
   fails += test_resume();
   return fails ? 1 : 0;

@@ -1,6 +1,8 @@
 /* PyTorch parity on stored data (tools/parity/pytorch_parity.py wrote it): for each arch, zt
  * trains from the same init.safetensors on the same batches.bin with the recipe of spec.json,
- * and its per-step losses must match PyTorch's losses.json within 1e-4 relative.
+ * and its per-step losses must match PyTorch's losses.json within 1e-4 relative. The same for
+ * the Llama family against transformers itself (tools/parity/hf_parity.py wrote hf/<variant>/:
+ * a spec whose "hf" is the directory save_pretrained wrote there, relative to the variant).
  * Arguments: the data directory, then the backend (cpu, the default, or cuda: the gpu suite
  * builds this file again with ZT_HAVE_CUDA). Skips (77) while the data directory is absent, and
  * on cuda when there is no device. */
@@ -19,22 +21,31 @@
 
 #define TOLERANCE 1e-4
 
-static int run_arch(const zt_backend *be, const char *root, const char *arch, double *worst) {
+/* arch: a directory of root; hf: its spec's model.hf is relative to it (else the init is its
+ * init.safetensors). */
+static int run_arch(const zt_backend *be, const char *root, const char *arch, int hf,
+                    double *worst) {
   char p[1024], err[512];
   zt_model_cfg mc;
   zt_train_cfg tc;
   snprintf(p, sizeof p, "%s/%s/spec.json", root, arch);
   json_error_t je;
   json_t *spec = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
-  int bad = !spec || zt_config_model_from_json(json_object_get(spec, "model"), &mc, err,
-                                               sizeof err) < 0 ||
+  json_t *model = json_object_get(spec, "model");
+  if (hf && json_is_string(json_object_get(model, "hf"))) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s/%s", root, arch,
+             json_string_value(json_object_get(model, "hf")));
+    json_object_set_new(model, "hf", json_string(dir));
+  }
+  int bad = !spec || zt_config_model_from_json(model, &mc, err, sizeof err) < 0 ||
             zt_config_train_from_json(json_object_get(spec, "train"), &tc, err, sizeof err) < 0;
   json_decref(spec);
   if (bad) {
     fprintf(stderr, "FAIL %s: %s\n", p, spec ? err : je.text);
     return 1;
   }
-  snprintf(mc.init_path, sizeof mc.init_path, "%s/%s/init.safetensors", root, arch);
+  if (!hf) snprintf(mc.init_path, sizeof mc.init_path, "%s/%s/init.safetensors", root, arch);
   snprintf(p, sizeof p, "%s/%s/losses.json", root, arch);
   json_t *j = json_load_file(p, 0, &je);
   json_t *want = json_object_get(j, "losses");
@@ -66,8 +77,8 @@ static int run_arch(const zt_backend *be, const char *root, const char *arch, do
     }
     double w = json_number_value(json_array_get(want, (size_t)s)), rel = fabs(r.loss - w) / fabs(w);
     if (rel > *worst) *worst = rel;
-    fails += MC_EXPECT(rel <= TOLERANCE, "%s step %d: zt %.9g, PyTorch %.9g (relative %.3g)", arch,
-                       s + 1, r.loss, w, rel);
+    fails += MC_EXPECT(rel <= TOLERANCE, "%s step %d: zt %.9g, %s %.9g (relative %.3g)", arch,
+                       s + 1, r.loss, hf ? "transformers" : "PyTorch", w, rel);
   }
   free(tok);
   printf("%s on %s: %d steps, max relative loss difference %.3g\n", arch, be->ops->name,
@@ -117,10 +128,18 @@ int main(int argc, char **argv) {
   zt_backend be;
   int rc = backend_open(argc > 2 ? argv[2] : "cpu", &be);
   if (rc) return rc;
-  double wg = 0, we = 0;
-  int fails = run_arch(&be, argv[1], "gpt", &wg) + run_arch(&be, argv[1], "encoder", &we);
-  printf("%s: max relative per-step loss difference: gpt %.3g, encoder %.3g (tolerance %g)\n",
-         be.ops->name, wg, we, TOLERANCE);
+  /* tools/parity/hf_parity.py's variants */
+  static const char *const hf[] = {"hf/llama_gqa42",  "hf/llama3_gqa82_tied", "hf/llama_linear",
+                                   "hf/mistral",      "hf/qwen2_bias",        "hf/qwen3_qknorm"};
+  double wg = 0, we = 0, wh = 0;
+  int fails = run_arch(&be, argv[1], "gpt", 0, &wg) + run_arch(&be, argv[1], "encoder", 0, &we);
+  for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++) {
+    double w = 0;
+    fails += run_arch(&be, argv[1], hf[i], 1, &w);
+    if (w > wh) wh = w;
+  }
+  printf("%s: max relative per-step loss difference: gpt %.3g, encoder %.3g, llama family %.3g "
+         "(tolerance %g)\n", be.ops->name, wg, we, wh, TOLERANCE);
   backend_close(&be);
   return fails ? 1 : 0;
 }

@@ -423,8 +423,8 @@ int main(void) {
   int nvme = !(rc == -ENOSYS || rc == -EPERM);
   if (!nvme) fprintf(stderr, "io_uring is not available here (%s): the NVMe cases skipped\n", err);
   fails += check_json_and_refusals();
-  zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
-  for (int i = 0; i < 2; i++) {
+  zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER, ZT_ARCH_LLAMA};
+  for (int i = 0; i < 3; i++) {
     zt_arch a = archs[i];
     zt_offload_cfg host, split, all_nvme;
     zt_offload_cfg_defaults(&host);
