@@ -34,6 +34,15 @@ typedef struct run {
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg c = {.arch = arch, .vocab = 256, .seq_len = 64, .d_model = 128, .n_heads = 4,
                     .n_layers = 2, .d_ff = arch == ZT_ARCH_ENCODER ? 512 : 0, .init_seed = 42};
+  if (arch == ZT_ARCH_LLAMA) { /* GQA 4:2, head size 32, tied as Llama 3.2 1B, with llama3 RoPE */
+    c.n_kv_heads = 2;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 500000.0f;
+    c.tie_embeddings = 1;
+    c.rope_scaling = (zt_rope_scaling){.type = ZT_ROPE_LLAMA3, .factor = 8.0f,
+                                       .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                       .original_max_position_embeddings = 16};
+  }
   return c;
 }
 
@@ -174,7 +183,8 @@ int main(void) {
     fprintf(stderr, "FAIL: cannot open the cuda backend\n");
     return 1;
   }
-  int fails = test_arch(&be, ZT_ARCH_GPT) + test_arch(&be, ZT_ARCH_ENCODER);
+  int fails = test_arch(&be, ZT_ARCH_GPT) + test_arch(&be, ZT_ARCH_ENCODER) +
+              test_arch(&be, ZT_ARCH_LLAMA);
   zt_backend_cuda_close(&be);
   printf("%s\n", fails ? "FAIL" : "PASS");
   return fails ? 1 : 0;

@@ -34,6 +34,12 @@
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg c = {.arch = arch, .vocab = 256, .seq_len = 64, .d_model = 128, .n_heads = 4,
                     .n_layers = 4, .d_ff = arch == ZT_ARCH_ENCODER ? 512 : 0, .init_seed = 42};
+  if (arch == ZT_ARCH_LLAMA) { /* GQA 4:2, tied: the head streams with the embedding unit */
+    c.n_kv_heads = 2;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
+    c.tie_embeddings = 1;
+  }
   return c;
 }
 
@@ -313,9 +319,9 @@ int main(void) {
   int have_uring = zt_nvme_store_open(&probe, tmp, NULL, err, sizeof err) == 0;
   zt_nvme_store_close(probe);
   int fails = 0;
-  zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER};
+  zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER, ZT_ARCH_LLAMA};
   zt_dtype dts[] = {ZT_F32, ZT_BF16, ZT_F16};
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < (int)(sizeof archs / sizeof archs[0]); i++)
     for (int d = 0; d < 3; d++) {
       fails += check(&gpu, archs[i], dts[d], 0, RESIDENT, tmp);
       fails += check(&gpu, archs[i], dts[d], 0, SUMS_HOST, tmp);

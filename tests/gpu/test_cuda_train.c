@@ -1,4 +1,5 @@
-/* Whole-model training on the cuda backend: for both archs (V 256, T 64, C 128, NH 4, L 2, B 4,
+/* Whole-model training on the cuda backend: for each arch (the llama one GQA 4:2, tied, llama3
+ * RoPE, held to 1e-5) (V 256, T 64, C 128, NH 4, L 2, B 4,
  * grad_accum 2), 20 AdamW steps on the cpu and on the cuda backend from the same init on the same
  * batches give per-step losses within 1e-4 relative; and on cuda, activation checkpointing every
  * block gives bitwise the losses, gradient norms, parameters and AdamW moments of the run
@@ -13,6 +14,8 @@
 
 #define STEPS 20
 #define TOLERANCE 1e-4
+/* issue 15: the llama family's fp32 cuda losses within 1e-5 of the reference's */
+#define TOLERANCE_LLAMA 1e-5
 
 typedef struct run {
   double loss[STEPS], norm[STEPS];
@@ -24,6 +27,15 @@ typedef struct run {
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg c = {.arch = arch, .vocab = 256, .seq_len = 64, .d_model = 128, .n_heads = 4,
                     .n_layers = 2, .d_ff = arch == ZT_ARCH_ENCODER ? 512 : 0, .init_seed = 42};
+  if (arch == ZT_ARCH_LLAMA) { /* GQA 4:2, head size 32, tied as Llama 3.2 1B, with llama3 RoPE */
+    c.n_kv_heads = 2;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 500000.0f;
+    c.tie_embeddings = 1;
+    c.rope_scaling = (zt_rope_scaling){.type = ZT_ROPE_LLAMA3, .factor = 8.0f,
+                                       .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                       .original_max_position_embeddings = 16};
+  }
   return c;
 }
 
@@ -110,7 +122,7 @@ static int test_arch(const zt_backend *cpu, const zt_backend *gpu, zt_arch arch)
   for (int s = 0; s < STEPS; s++) {
     double rel = fabs(rg.loss[s] - rc.loss[s]) / fabs(rc.loss[s]);
     worst = fmax(worst, rel);
-    fails += MC_EXPECT(rel <= TOLERANCE, "%s step %d: cpu loss %.9g, cuda %.9g (relative %.3g)",
+    fails += MC_EXPECT(rel <= (arch == ZT_ARCH_LLAMA ? TOLERANCE_LLAMA : TOLERANCE), "%s step %d: cpu loss %.9g, cuda %.9g (relative %.3g)",
                        name, s + 1, rc.loss[s], rg.loss[s], rel);
   }
   for (size_t i = 0; i < n; i++)
@@ -157,7 +169,8 @@ int main(void) {
     return 1;
   }
   cpu = mc_backend();
-  int fails = test_arch(&cpu, &gpu, ZT_ARCH_GPT) + test_arch(&cpu, &gpu, ZT_ARCH_ENCODER);
+  int fails = test_arch(&cpu, &gpu, ZT_ARCH_GPT) + test_arch(&cpu, &gpu, ZT_ARCH_ENCODER) +
+              test_arch(&cpu, &gpu, ZT_ARCH_LLAMA);
   zt_backend_cuda_close(&gpu);
   zt_backend_cpu_close(&cpu);
   printf("%s: %d failure(s)\n", fails ? "FAIL" : "PASS", fails);
