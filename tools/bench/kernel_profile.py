@@ -7,6 +7,9 @@ what the GPU spends idle (launches, host syncs).
 
     python3 tools/bench/kernel_profile.py --ztrain build-gpu/tools/ztrain \
         [--config gpt2-124m] [--precision bf16] [--steps 3] [--top 12]
+    python3 tools/bench/kernel_profile.py --ztrain build-gpu/tools/ztrain --llama 1b:1:0
+        (zt alone: llama_bench.py's Llama-3.2 shape SHAPE, B rows of T 4096, checkpointing
+        every CKPT blocks, bf16)
 
 Needs ncu (Nsight Compute) on PATH or --ncu; the PyTorch side runs this script with --torch-child
 under ncu, profiling only its timed steps (cudaProfilerStart/Stop).
@@ -131,7 +134,23 @@ def main():
     ap.add_argument("--ncu", default=shutil.which("ncu") or "ncu")
     ap.add_argument("--json")
     ap.add_argument("--torch-child", action="store_true")
+    ap.add_argument("--llama", metavar="SHAPE:B:CKPT")
     a = ap.parse_args()
+    if a.llama:
+        import numpy as np
+        from llama_bench import SHAPES, SEQ, VOCAB, llama_spec
+        shape, B, ckpt = a.llama.split(":")
+        spec = llama_spec(SHAPES[shape], int(B), int(ckpt), a.steps)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "spec.json"), "w") as f:
+                json.dump(spec, f)
+            np.random.default_rng(0).integers(0, VOCAB, size=(a.steps, int(B), SEQ + 1),
+                dtype=np.int32).astype("<i4").tofile(os.path.join(d, "batches.bin"))
+            zt = run_ncu(a.ncu, [a.ztrain, "--spec", os.path.join(d, "spec.json"), "--batches",
+                                 os.path.join(d, "batches.bin"), "--backend", "cuda", "--json"])
+        print(f"llama-{shape} B{B} T{SEQ} ckpt {ckpt} bf16, {a.steps} steps, ncu gpu__time_duration")
+        report("zt", zt, a.steps, a.top)
+        return
     if a.torch_child:
         torch_child(a.config, a.precision, a.steps)
         return

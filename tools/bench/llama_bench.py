@@ -43,8 +43,9 @@ def n_params(sh):
     return VOCAB * C + L * (attn + 3 * C * F + 2 * C) + C
 
 
-def zt_run(ztrain, sh, B, ckpt, batches):
-    spec = {"model": {"arch": "llama", "vocab": VOCAB, "seq_len": SEQ, "d_model": sh["hidden"],
+def llama_spec(sh, B, ckpt, steps):
+    """The ztd job spec of the shape at B rows, checkpointing every ckpt blocks, bf16."""
+    return {"model": {"arch": "llama", "vocab": VOCAB, "seq_len": SEQ, "d_model": sh["hidden"],
                       "n_heads": sh["heads"], "n_kv_heads": sh["kv"], "n_layers": sh["layers"],
                       "d_ff": sh["ffn"], "rms_eps": 1e-5, "rope_theta": THETA,
                       "rope_scaling": {"type": "llama3", "factor": ROPE["factor"],
@@ -53,10 +54,14 @@ def zt_run(ztrain, sh, B, ckpt, batches):
                                        "original_max_position_embeddings":
                                            ROPE["original_max_position_embeddings"]},
                       "tie_embeddings": True, "init": {"seed": 1}},
-            "train": {"steps": WARMUP + STEPS, "micro_batch": B, "precision": "bf16",
+            "train": {"steps": steps, "micro_batch": B, "precision": "bf16",
                       "optimizer": {"lr": 1e-4}, "grad_clip": 1.0,
                       "activation_checkpointing": {"every": ckpt}},
             "data": {"source": "stream"}}
+
+
+def zt_run(ztrain, sh, B, ckpt, batches):
+    spec = llama_spec(sh, B, ckpt, WARMUP + STEPS)
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "spec.json"), "w") as f:
             json.dump(spec, f)

@@ -57,14 +57,16 @@ static __global__ void rmsnorm_bwd_inp_kernel(T *dinp, const T *dout, const T *i
 }
 
 namespace {
-// acc[0] += dout * xhat over the rows r = n*H + h
-template <class T> struct rms_weight_grad {
+// acc[0] += dout * xhat over the rows r = n*H + h. Dense: the block norms' contiguous rows
+// (H 1, stride C), indexed without the per-element division the strided q/k rows need.
+template <class T, bool Dense> struct rms_weight_grad {
   const T *dout, *inp;
   const float *rstd;
   int H, C;
   ptrdiff_t stride;
   __device__ void operator()(int r, int c, float acc[1]) const {
-    ptrdiff_t i = r / H * stride + r % H * (ptrdiff_t)C + c;
+    size_t i = Dense ? (size_t)r * (size_t)C + (size_t)c
+                     : (size_t)(r / H * stride + r % H * (ptrdiff_t)C + c);
     acc[0] += zt__ld(dout[i]) * (zt__ld(inp[i]) * rstd[r]);
   }
 };
@@ -103,8 +105,12 @@ static void rmsnorm_bwd_t(zt__cuda_ctx *ctx, T *dinp, float *dw, const T *dout, 
   rmsnorm_bwd_inp_kernel<T><<<row_blocks(rows), ROWS_PER_BLOCK * 32, 0, ctx->stream>>>(
       dinp, dout, inp, w, rstd, rows, H, C, stride);
   ZT__CU(ctx, cudaGetLastError());
-  zt__colsum_add<1>(ctx, dw, nullptr, rms_weight_grad<T>{dout, inp, rstd, H, C, stride},
-                    (int)rows, C);
+  if (H == 1 && stride == C)
+    zt__colsum_add<1>(ctx, dw, nullptr, rms_weight_grad<T, true>{dout, inp, rstd, H, C, stride},
+                      (int)rows, C);
+  else
+    zt__colsum_add<1>(ctx, dw, nullptr, rms_weight_grad<T, false>{dout, inp, rstd, H, C, stride},
+                      (int)rows, C);
 out:
   return;
 }
