@@ -71,6 +71,17 @@
  * write on the H200 machine's disk) */
 #define ZT_TUNE_PLAN_NVME_BYTES 1.7e9
 
+/* MFU, the model flops utilisation of a step event ("mfu", docs/protocol.md): 6 * N * tokens/s
+ * (N the model's parameters: the forward and backward of their matmuls, attention left out, as
+ * MFU is usually quoted) over the peak rate of the devices the job runs on, these nominal
+ * figures times the job's ranks. cuda: an H100/H200 SXM's dense tensor-core rates (bf16 and fp16;
+ * fp32 with train.tf32) and its fp32 rate without; cpu: per thread of a rank's backend, two
+ * 8-wide fp32 FMAs a cycle at 3 GHz. */
+#define ZT_TUNE_PEAK_FLOPS_CUDA_LP 9.89e14
+#define ZT_TUNE_PEAK_FLOPS_CUDA_TF32 4.94e14
+#define ZT_TUNE_PEAK_FLOPS_CUDA_F32 6.7e13
+#define ZT_TUNE_PEAK_FLOPS_CPU_THREAD 9.6e10
+
 /* The most host memory the offloaded step's gradient ring grows to so that the backward does
  * not wait for the CPU AdamW to free a slot (offload_step.c ring_slots): GPT-2 1.5B's streamed
  * units take about 1.5 GB; a 10 B model's keep the minimal ring. */

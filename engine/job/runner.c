@@ -257,6 +257,18 @@ void zt__runner_interrupt(zt__job *job, const char *why) {
 #endif
 }
 
+/* The nominal peak flops/s of the devices the job's world runs on (engine/base/tunables.h). */
+static double world_peak_flops(const runner *r) {
+  const zt_jobs_config *cfg = &r->job->jobs->cfg;
+  const zt_train_cfg *tc = &r->job->spec.train;
+  double one = ZT_TUNE_PEAK_FLOPS_CPU_THREAD * zt__jobs_rank_threads(cfg);
+  if (strcmp(cfg->backend, "cuda") == 0)
+    one = tc->precision != ZT_F32 ? ZT_TUNE_PEAK_FLOPS_CUDA_LP
+          : tc->tf32              ? ZT_TUNE_PEAK_FLOPS_CUDA_TF32
+                                  : ZT_TUNE_PEAK_FLOPS_CUDA_F32;
+  return one * r->world;
+}
+
 /* One optimizer step with its bookkeeping; *flags gets the step's flags (dp.h). */
 static int train_step(runner *r, double run_start, int run_first_step, unsigned *flags) {
   zt__job *job = r->job;
@@ -296,6 +308,11 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   json_object_set_new(ev, "skipped", json_boolean(res.skipped));
   json_object_set_new(ev, "loss_scale", json_real(res.loss_scale));
   json_object_set_new(ev, "tokens_per_s", json_real(tokens_per_s));
+  json_object_set_new(ev, "tokens", json_integer(res.tokens));
+  json_object_set_new(ev, "step_s", json_real(dt));
+  /* MFU by the 6 * N * tokens rule (tunables.h) */
+  double n_params = (double)zt_model_num_params(zt_trainer_model(r->trainer));
+  json_object_set_new(ev, "mfu", json_real(6.0 * n_params * tokens_per_s / world_peak_flops(r)));
   json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
   zt_offload_stats os;
   int off = s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0;
