@@ -52,6 +52,20 @@
 #define ZT_TUNE_TOKEN_BACKOFF_MAX_MS 30000
 #define ZT_TUNE_TOKEN_PEERS 256
 
+/* The HTTP listener (ztd --http, engine/server/http.c), under the same rules as the protocol's
+ * listeners: at most this many connections at once, and per client address; a connection idle
+ * (or slow to send its request) this long is closed; a request's line and headers must fit in
+ * this many bytes (libmicrohttpd answers a longer one itself) and a request has no body. */
+#define ZT_TUNE_HTTP_MAX_CONNS 64
+#define ZT_TUNE_HTTP_MAX_CONNS_PER_IP 16
+#define ZT_TUNE_HTTP_TIMEOUT_S 10
+#define ZT_TUNE_HTTP_REQUEST_MAX (16u << 10)
+/* Its history for the dashboard (engine/server/history.c): the points kept per job (thinned to
+ * every other one when full, so they span the run), and the jobs kept (those that stepped
+ * last). */
+#define ZT_TUNE_HTTP_HISTORY_POINTS 1024
+#define ZT_TUNE_HTTP_HISTORY_JOBS 32
+
 /* Length limits of the TCP token file: shorter tokens are refused as guessable. */
 #define ZT_TUNE_TOKEN_MIN 16
 #define ZT_TUNE_TOKEN_MAX 4096

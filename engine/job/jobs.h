@@ -102,6 +102,12 @@ json_t *zt_jobs_list(zt_jobs *jobs);
  * losses: [loss of step 1, 2, ...],
  * error (failed jobs only)}; NULL + -ENOENT if unknown. */
 json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen);
+/* A step event's figures as one flat record: {"kind": "step", step, time (the given Unix time),
+ * loss, lr, grad_norm, loss_scale, skipped, tokens, tokens_per_s, step_s, mfu, memory: {device,
+ * device_peak, host_pinned, nvme}, moved?: {h2d, d2h, nvme_read, nvme_written}, timeline?} (a
+ * figure the event lacks is null; moved and timeline of an offloaded step): a line of the job's
+ * metrics.jsonl, and the server's points for its dashboard and /metrics. NULL: out of memory. */
+json_t *zt_jobs_point(const json_t *step_event, double time);
 /* Terminal states answer -EINVAL ("job j000003 is already done"). */
 int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen);
 
