@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/deps.sh
+# what only the tests use: a headless browser for the dashboard (tests/integration/dashboard.sh)
+zt_install chromium
 
 builddir=${ZT_TEST_BUILDDIR:-build-test}
 if [ ! -d "$builddir" ]; then

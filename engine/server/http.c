@@ -1,6 +1,6 @@
 /* defines: the HTTP listener (http.h; started and stopped by server.c): GET /metrics (the
- * Prometheus text, metrics.c), /api/jobs and /api/jobs/ID/metrics (JSON: the jobs, and a job's
- * step points from history.c).
+ * Prometheus text, metrics.c), /api/jobs and /api/jobs/ID/metrics (JSON for the dashboard:
+ * the jobs, and a job's step points from history.c) and the dashboard's files at / (web/).
  *
  * libmicrohttpd runs inside the loop thread, so that its handlers read the job layer and the
  * history as every other handler does, without a lock: the daemon is started without a thread
@@ -9,9 +9,10 @@
  *
  * What a client may send is bounded as on the protocol's listeners (tunables.h): connections
  * in all and per address, an idle timeout, the request's line and headers in a fixed pool (no
- * body is read). On an address that is not loopback every request must carry the daemon's
- * token as "Authorization: Bearer TOKEN", compared in constant time, wrong tokens backing off
- * per address as on TCP (auth.c). */
+ * body is read). On an address that is not loopback every request for data must carry the
+ * daemon's token as "Authorization: Bearer TOKEN", compared in constant time, wrong tokens
+ * backing off per address as on TCP (auth.c); the dashboard's own files hold no data and are
+ * served to anyone, so that a browser can load the page that then sends the token. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -178,6 +179,12 @@ static enum MHD_Result route_job_metrics(zt__http *http, struct MHD_Connection *
   return send_json(conn, r);
 }
 
+static const zt__web_asset *asset_of(const char *url) {
+  for (size_t i = 0; i < zt__web_assets_count; i++)
+    if (!strcmp(zt__web_assets[i].path, url)) return &zt__web_assets[i];
+  return NULL;
+}
+
 /* "Authorization: Bearer TOKEN" against the daemon's token, the wrong ones backing off per
  * client address; MHD_YES with the refusal queued (*refused), or MHD_YES to go on. */
 static enum MHD_Result check_token(zt__http *http, struct MHD_Connection *conn, bool *refused) {
@@ -217,6 +224,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return send_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n",
                      MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
   ZT_LOGD("http", "%s %s", method, url);
+  const zt__web_asset *a = asset_of(url);
+  if (a)
+    return send_response(conn, MHD_HTTP_OK, a->content_type, (void *)a->data, a->len,
+                         MHD_RESPMEM_PERSISTENT, false);
   bool is_api = !strncmp(url, "/api/", 5);
   if (!is_api && strcmp(url, "/metrics") != 0)
     return send_text(conn, MHD_HTTP_NOT_FOUND, "not found\n", NULL, NULL);

@@ -90,6 +90,12 @@ def check_local(port, job):
     assert get(port, "/api/jobs/j999999/metrics")[0] == 404
     assert get(port, "/api/jobs/../metrics")[0] == 404
     assert get(port, "/nothing")[0] == 404
+    # the dashboard's own files
+    status, hdrs, body = get(port, "/")
+    assert status == 200 and b"<script src=\"/app.js\">" in body, status
+    assert "connect-src 'self'" in hdrs["Content-Security-Policy"], hdrs
+    status, hdrs, body = get(port, "/app.js")
+    assert status == 200 and hdrs["Content-Type"].startswith("text/javascript"), hdrs
     # GET and HEAD only; HEAD has the headers alone
     status, hdrs, body = get(port, "/metrics", method="POST")
     assert status == 405 and hdrs["Allow"] == "GET, HEAD", (status, hdrs)
@@ -131,8 +137,10 @@ def check_local(port, job):
 
 def check_remote(port, job, token):
     good = {"Authorization": "Bearer " + token}
+    # the data wants the token; the dashboard's files do not (they hold none)
     assert samples(metrics(port, good), "zt_job_info", job=job)
     assert get(port, "/api/jobs", headers=good)[0] == 200
+    assert get(port, "/")[0] == 200 and get(port, "/style.css")[0] == 200
     status, hdrs, body = get(port, "/metrics")
     assert status == 401 and hdrs["WWW-Authenticate"].startswith("Bearer"), (status, hdrs)
     # wrong or missing tokens are answered 401; after the fourth the address backs off for 1 s
