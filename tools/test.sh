@@ -16,11 +16,11 @@ fi
 ninja -C "$builddir"
 
 # What the tests read ztd's files with, from PyPI: prometheus-client's text-format parser (the
-# http test), in a venv of their own; tests that need it find it through ZT_TEST_PYTHON and
-# skip without it.
+# http test) and TensorBoard's event reader (the series test), in a venv of their own; tests
+# that need them find it through ZT_TEST_PYTHON and skip without it.
 venv=$builddir/test-venv
-zt_pip=(prometheus-client)
-if ! "$venv/bin/python" -c 'import prometheus_client' 2>/dev/null; then
+zt_pip=(prometheus-client tensorboard)
+if ! "$venv/bin/python" -c 'import prometheus_client, tensorboard' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "${zt_pip[@]}"
 fi

@@ -45,7 +45,9 @@ static int checkpoint(runner *r, uint64_t gen) {
     job->ckpt_step = step;
     pthread_mutex_unlock(mu);
   } else if (fresh) {
-    if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0) goto out;
+    if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0 ||
+        (rc = zt__series_sync(&r->series, r->err, sizeof r->err)) < 0)
+      goto out;
     if ((rc = zt__store_prune_checkpoints(job->dir, job->spec.ckpt_keep)) < 0) {
       snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
                strerror(-rc));
@@ -207,6 +209,9 @@ static int open_job(runner *r) {
     snprintf(r->err, sizeof r->err, "%s: %s", path, strerror(errno));
     return rc;
   }
+  if ((rc = zt__series_open(&r->series, job->dir, step, s->log_tensorboard, r->err,
+                            sizeof r->err)) < 0)
+    return rc;
   /* zeros: a part fills only its ranks' micro-batches of a pushed step */
   r->batch = calloc((size_t)r->micros * job->micro_tokens, sizeof(int32_t));
   if (!r->batch) {
@@ -323,6 +328,10 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   }
   zt__runner_publish_memory(r, mem);
   json_object_set_new(ev, "memory", mem);
+  if ((rc = zt__series_step(&r->series, ev, r->err, sizeof r->err)) < 0) {
+    json_decref(ev);
+    return rc;
+  }
   zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
   return 0;
 }
@@ -429,6 +438,7 @@ out:
   /* parts that stopped with this one end by themselves; after a failure here they are ended */
   zt__peers_finish(r.peers, r.together ? ZT_TUNE_PART_END_WAIT_S : 0);
   if (r.losses) fclose(r.losses);
+  zt__series_close(&r.series);
   free(r.batch);
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
   zt_trainer_close(r.trainer); /* its NVMe files with it */
