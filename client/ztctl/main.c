@@ -23,6 +23,8 @@ static const ztctl_cmd g_cmds[] = {
      ztctl_cmd_show},
     {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done", NULL,
      ztctl_cmd_watch},
+    {"plot", "JOB [--height ROWS]", "draw the job's loss curve in the terminal (80 columns)",
+     "  --height ROWS  rows of the plot, 4 to 100 (default 16)\n", ztctl_cmd_plot},
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
     {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
     {"export", "JOB OUT.safetensors", "download the job's latest weights", NULL,
