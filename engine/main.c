@@ -49,6 +49,7 @@ static const char usage_text[] =
     "  --max-frame SIZE       longest frame accepted (default 64MiB)\n"
     "  --cpu-threads N        threads of the CPU backend (default 0 = all cores)\n"
     "  --log-level L          error | warn | info | debug (default info)\n"
+    "  --log-file PATH        append the log to PATH instead of stderr; SIGHUP reopens it\n"
     "  --help, --version\n"
     "SIZE: plain bytes or with a suffix KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB\n"
     "(powers of 1000).\n";
@@ -190,7 +191,7 @@ static int default_state_dir(char *buf, size_t len) {
 enum {
   OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
   OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_CPU_RANKS, OPT_LOG_LEVEL, OPT_HELP,
-  OPT_VERSION, OPT_HTTP,
+  OPT_VERSION, OPT_HTTP, OPT_LOG_FILE,
 };
 
 
@@ -212,16 +213,17 @@ int main(int argc, char **argv) {
       {"help", no_argument, NULL, OPT_HELP},
       {"version", no_argument, NULL, OPT_VERSION},
       {"http", required_argument, NULL, OPT_HTTP},
+      {"log-file", required_argument, NULL, OPT_LOG_FILE},
       {NULL, 0, NULL, 0},
   };
   static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], http_buf[256],
       token[ZT_TUNE_TOKEN_MAX];
   zt_server_config cfg = {.max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
   const char *backend = "auto";
-  const char *token_file = NULL;
+  const char *token_file = NULL, *log_file = NULL;
   uint64_t size;
   long n;
-  int opt;
+  int opt, rc;
   opterr = 0;
   while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (opt) {
@@ -269,6 +271,9 @@ int main(int argc, char **argv) {
       break;
     case OPT_TOKEN:
       token_file = optarg;
+      break;
+    case OPT_LOG_FILE:
+      log_file = optarg;
       break;
     case OPT_HTTP:
 #ifndef ZT_HAVE_HTTP
@@ -359,10 +364,14 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (log_file && (rc = zt_log_open_file(log_file)) < 0) {
+    fprintf(stderr, "ztd: --log-file %s: %s\n", log_file, strerror(-rc));
+    return 1;
+  }
   /* A client that hangs up mid-reply must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
   char err[512] = "";
-  int rc = zt_server_run(&cfg, err, sizeof err);
+  rc = zt_server_run(&cfg, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "ztd: %s\n", err[0] ? err : strerror(-rc));
     return 1;

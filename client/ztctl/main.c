@@ -7,6 +7,11 @@
 #include <unistd.h>
 
 #include "client/ztctl/ztctl.h"
+#include "proto/zt_proto.h"
+
+#ifndef ZT_VERSION
+#define ZT_VERSION "unknown"
+#endif
 
 static const ztctl_cmd g_cmds[] = {
     {"status", "", "daemon version, backend, devices, memory per tier, queue", NULL,
@@ -23,6 +28,8 @@ static const ztctl_cmd g_cmds[] = {
      ztctl_cmd_show},
     {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done", NULL,
      ztctl_cmd_watch},
+    {"logs", "JOB [-f]", "the job's log: queued, running, checkpoints, the end or the error",
+     "  -f, --follow  go on printing what is added until the job ends\n", ztctl_cmd_logs},
     {"plot", "JOB [--height ROWS]", "draw the job's loss curve in the terminal (80 columns)",
      "  --height ROWS  rows of the plot, 4 to 100 (default 16)\n", ztctl_cmd_plot},
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
@@ -46,6 +53,7 @@ static const char g_global_details[] =
     "  --token-file FILE  the daemon's token file, for --tcp\n"
     "  --json             print replies as JSON (one object per line)\n"
     "  -h, --help         this text; `ztctl help COMMAND` for one command\n"
+    "  --version          ztctl's version and protocol\n"
     "\n"
     "exit status: 0 ok, 1 failed (server error, or the job failed with --wait/--watch), 2 usage\n";
 
@@ -167,6 +175,10 @@ int main(int argc, char **argv) {
     const char *v;
     if (ztctl_is_help(argv[i])) {
       print_global_usage(stdout);
+      rc = ZTCTL_OK;
+      goto out;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("ztctl %s (protocol %d)\n", ZT_VERSION, ZT_PROTO_VERSION);
       rc = ZTCTL_OK;
       goto out;
     } else if (strcmp(argv[i], "--json") == 0) {

@@ -13,6 +13,10 @@
  * data of one export chunk is capped to max_frame minus this. */
 #define ZT_TUNE_EXPORT_ENVELOPE (4u << 10)
 
+/* The most bytes of a job's log one logs reply carries (engine/job/joblog.c); invalid UTF-8 goes
+ * out as \xNN, so the text is at most four times this. */
+#define ZT_TUNE_LOG_CHUNK (16u << 10)
+
 /* Micro-batches a stream job buffers before ztd stops granting credit to its producer. */
 #define ZT_TUNE_BATCH_QUEUE_DEPTH 4u
 

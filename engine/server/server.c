@@ -86,6 +86,13 @@ static void on_signal(uv_signal_t *s, int signum) {
   zt__server_stop(srv);
 }
 
+/* SIGHUP: the log file was rotated (ztd --log-file); without one it changes nothing. */
+static void on_hangup(uv_signal_t *s, int signum) {
+  int rc = zt_log_reopen();
+  if (rc < 0) ZT_LOGW("server", "SIGHUP: reopening the log file: %s", strerror(-rc));
+  else ZT_LOGI("server", "SIGHUP: log file reopened");
+}
+
 static void on_connection(uv_stream_t *listener, int status, bool is_tcp) {
   zt_server *srv = listener->data;
   if (status < 0) {
@@ -278,13 +285,15 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
 #endif
   if ((rc = uv_timer_init(&loop, &srv.flush_timer)) < 0 ||
       (rc = uv_signal_init(&loop, &srv.sig_term)) < 0 ||
-      (rc = uv_signal_init(&loop, &srv.sig_int)) < 0) {
+      (rc = uv_signal_init(&loop, &srv.sig_int)) < 0 ||
+      (rc = uv_signal_init(&loop, &srv.sig_hup)) < 0) {
     snprintf(err, errlen, "event loop: %s", uv_strerror(rc));
     goto out;
   }
-  srv.flush_timer.data = srv.sig_term.data = srv.sig_int.data = &srv;
+  srv.flush_timer.data = srv.sig_term.data = srv.sig_int.data = srv.sig_hup.data = &srv;
   if ((rc = uv_signal_start(&srv.sig_term, on_signal, SIGTERM)) < 0 ||
-      (rc = uv_signal_start(&srv.sig_int, on_signal, SIGINT)) < 0) {
+      (rc = uv_signal_start(&srv.sig_int, on_signal, SIGINT)) < 0 ||
+      (rc = uv_signal_start(&srv.sig_hup, on_hangup, SIGHUP)) < 0) {
     snprintf(err, errlen, "signals: %s", uv_strerror(rc));
     goto out;
   }

@@ -61,7 +61,7 @@ typedef struct zt_server {
   uv_pipe_t unix_listener;
   uv_tcp_t tcp_listener;
   bool unix_open, tcp_open, socket_bound;
-  uv_signal_t sig_term, sig_int;
+  uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t flush_timer;
   zt_jobs *jobs;
   zt_conn *conns;               /* every open connection */
