@@ -1,7 +1,8 @@
 #!/bin/bash
 # A job's log through the logs request (ztctl logs, -f following it to the job's end; pieces
 # that cut a UTF-8 sequence, bytes that are none), ztd --log-file reopened on SIGHUP after a
-# rotation, and ztctl --version.
+# rotation, ztctl --version, and ztctl's conventions: the global options after the command,
+# show's local times and numbers without float noise.
 . "$(dirname "$0")/lib.sh"
 
 "$ZTCTL" --version | grep -Eq '^ztctl [0-9]+\.[0-9]+\.[0-9]+ \(protocol 1\)$' || fail "ztctl --version"
@@ -38,6 +39,15 @@ r = [json.loads(l) for l in sys.stdin]
 assert r[0]["offset"] == 16383 == len(r[0]["data"].encode()), r[0]["offset"]
 assert r[-1]["offset"] == r[-1]["size"] and r[-1]["state"] == "done", r[-1]' || fail "logs pieces"
 expect_fail 1 "ENOENT" ztctl logs j999999
+
+# README's `ztctl show JOB --json`; show's times in local time, the spec's float32 fields as set
+[ "$("$ZTCTL" show "$job" --json --socket "$SOCK" | json_get state)" = done ] || fail "show JOB --json"
+human=$(ztctl show "$job") || fail "show"
+created=$(ztctl --json show "$job" | json_get created)
+grep -qx "created: $(date -d "@$created" '+%Y-%m-%d %H:%M:%S %Z')" <<<"$human" || fail "show's created: $human"
+grep -q '"lr":0.01,' <<<"$human" || fail "show's spec has float noise: $human"
+err=$(ztctl show j999999 --json 2>&1 >/dev/null)
+[ "$(json_get error.code <<<"$err")" = ENOENT ] || fail "--json error: $err"
 expect_fail 2 "logs takes 1 argument" ztctl logs
 
 # rotation: the old file is moved away, SIGHUP opens a new one at the same path
