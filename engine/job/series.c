@@ -3,15 +3,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
+#include "engine/base/clock.h"
 #include "engine/job/jobs.h"
-
-static double unix_now(void) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
 
 /* Keeps the lines of steps up to max_step (replaced atomically); 0 when there is no file. */
 static int truncate_after(const char *path, int max_step, char *err, size_t errlen) {
@@ -62,7 +56,7 @@ int zt__series_open(zt__series *s, const char *job_dir, int resume, int tensorbo
   if (!tensorboard) return 0;
   char dir[4200];
   snprintf(dir, sizeof dir, "%s/tb", job_dir);
-  double now = unix_now();
+  double now = zt_unix_seconds();
   if ((rc = zt__tfevents_open(&s->tb, dir, now, err, errlen)) < 0) return rc;
   s->tb_open = 1;
   /* the run goes on with step resume + 1: TensorBoard drops what an earlier run wrote from
@@ -73,7 +67,7 @@ int zt__series_open(zt__series *s, const char *job_dir, int resume, int tensorbo
 int zt__series_step(zt__series *s, const json_t *ev, char *err, size_t errlen) {
   static const char *const keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_s", "mfu"};
   static const char *const tiers[] = {"device", "host_pinned", "nvme"};
-  double now = unix_now();
+  double now = zt_unix_seconds();
   json_t *p = zt_jobs_point(ev, now);
   char *line = p ? json_dumps(p, JSON_COMPACT) : NULL;
   int rc = 0;

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/time.h>
 #include <microhttpd.h>
 
+#include "engine/base/clock.h"
 #include "engine/base/log.h"
 #include "engine/server/http.h"
 
@@ -41,12 +41,6 @@ struct zt__http {
   zt__history *history;
   char last_error[256];         /* libmicrohttpd's last message, for a failed start */
 };
-
-static double unix_now(void) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
   zt__http *http = cls;
@@ -291,7 +285,7 @@ static void on_close(uv_handle_t *h) {
 }
 
 void zt__http_on_event(zt__http *http, const char *job, const json_t *ev) {
-  zt__history_on_event(http->history, job, ev, unix_now());
+  zt__history_on_event(http->history, job, ev, zt_unix_seconds());
 }
 
 void zt__http_stop(zt__http *http) {

@@ -133,7 +133,8 @@ static const job_figure g_figures[] = {
      "(offloaded jobs)", "timeline", "resource", {"compute", "h2d", "d2h", "optimizer", "nvme"}},
 };
 
-/* The waits sit one level deeper, under timeline.waits. */
+/* The member of the point a figure's keys are in (the point itself when obj is NULL); the
+ * timeline's waits, one level deeper, have their own family below. */
 static const json_t *figure_obj(const json_t *point, const char *obj) {
   return obj ? json_object_get(point, obj) : point;
 }
