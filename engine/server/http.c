@@ -134,9 +134,9 @@ static enum MHD_Result route_jobs(zt__http *http, struct MHD_Connection *conn) {
   return send_json(conn, r);
 }
 
-/* {job, name, state, step, steps, points: [...]}: the points after step `since` (the
- * history's; for a job that has not stepped since ztd started, its losses.log as points of step
- * and loss). */
+/* {job, name, state, step, steps, points: [...]}: the points after step `since`: the
+ * history's, after the steps before them (a job that has not stepped since ztd started, or ran
+ * before a restart) as points of step and loss from its losses.log. */
 static enum MHD_Result route_job_metrics(zt__http *http, struct MHD_Connection *conn,
                                          const char *id) {
   const char *since_arg = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since");
@@ -148,19 +148,24 @@ static enum MHD_Result route_job_metrics(zt__http *http, struct MHD_Connection *
   if (!entry) return send_text(conn, MHD_HTTP_NOT_FOUND, "no such job\n", NULL, NULL);
   int nomem = 0;
   json_t *points = zt__history_points(http->history, id, since, &nomem);
-  if (!points && !nomem) {
+  long long first = json_integer_value(json_object_get(json_array_get(points, 0), "step"));
+  if (!nomem && (!points || first > since + 1)) {
     int rc;
     char msg[256];
     json_t *show = zt_jobs_show(http->srv->jobs, id, &rc, msg, sizeof msg);
+    json_t *before = json_array();
     size_t i;
     json_t *l;
-    points = json_array();
     json_array_foreach(json_object_get(show, "losses"), i, l) {
-      if ((long long)i + 1 <= since) continue;
-      json_array_append_new(points, json_pack("{s:s, s:I, s:O}", "kind", "step", "step",
-                                              (json_int_t)i + 1, "loss", l));
+      long long step = (long long)i + 1;
+      if (step <= since || (points && step >= first)) continue;
+      json_array_append_new(before, json_pack("{s:s, s:I, s:O}", "kind", "step", "step",
+                                              (json_int_t)step, "loss", l));
     }
     json_decref(show);
+    if (points && before) json_array_extend(before, points);
+    json_decref(points);
+    points = before;
   }
   json_t *r = points ? json_pack("{s:O, s:O, s:O, s:O, s:O, s:o}", "job",
                                  json_object_get(entry, "job"), "name",

@@ -140,6 +140,12 @@ def check_remote(port, job, token):
     # the data wants the token; the dashboard's files do not (they hold none)
     assert samples(metrics(port, good), "zt_job_info", job=job)
     assert get(port, "/api/jobs", headers=good)[0] == 200
+    # the job ran before this daemon started: its points are its losses.log's
+    status, _, body = get(port, f"/api/jobs/{job}/metrics", headers=good)
+    pts = json.loads(body)["points"]
+    assert status == 200 and len(pts) >= 3, (status, body[:200])
+    assert [p["step"] for p in pts] == list(range(1, len(pts) + 1)), pts[:3]
+    assert all(set(p) == {"kind", "step", "loss"} for p in pts), pts[0]
     assert get(port, "/")[0] == 200 and get(port, "/style.css")[0] == 200
     status, hdrs, body = get(port, "/metrics")
     assert status == 401 and hdrs["WWW-Authenticate"].startswith("Bearer"), (status, hdrs)

@@ -84,8 +84,9 @@ function renderJobs(r) {
   }
 }
 
-// A line chart of series [{label, color, xy: [[x, y], ...]}] with its range on the axes.
-function drawChart(canvas, series, fmtY) {
+// A line chart of series [{label, color, xy: [[x, y], ...]}] with its range on the axes (from 0
+// when fromZero: sizes).
+function drawChart(canvas, series, fmtY, fromZero) {
   const ctx = canvas.getContext("2d");
   const W = canvas.width, H = canvas.height, L = 64, R = 8, T = 8, B = 22;
   ctx.clearRect(0, 0, W, H);
@@ -98,6 +99,7 @@ function drawChart(canvas, series, fmtY) {
   ctx.font = "11px system-ui, sans-serif";
   ctx.fillStyle = "#5a6272";
   if (x0 === Infinity) { ctx.fillText("no steps yet", L, H / 2); return; }
+  if (fromZero) y0 = Math.min(y0, 0);
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) { y1 += Math.abs(y1) * 0.05 || 1; y0 -= Math.abs(y0) * 0.05 || 1; }
   const px = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
@@ -198,7 +200,7 @@ function renderDetail(m) {
     { label: "device", color: "#3b6fd8", xy: mem("device") },
     { label: "pinned host", color: "#d8733b", xy: mem("host_pinned") },
     { label: "nvme", color: "#7b3bd8", xy: mem("nvme") },
-  ], fmtBytes);
+  ], fmtBytes, true);
   renderTimeline(last);
 }
 
