@@ -42,10 +42,14 @@ static const char usage_text[] =
     "  --host-mem-limit SIZE  host memory budget for all jobs, e.g. 64GiB (default: no limit)\n"
     "  --nvme-dir DIR         directory for NVMe-resident state\n"
     "  --tcp HOST:PORT        also listen on TCP (needs --token-file)\n"
-    "  --token-file FILE      secret clients must send in hello (>= 16 bytes, mode 0600)\n"
+    "  --token-file FILE      secret clients must send in hello (>= 16 bytes, mode 0600); also\n"
+    "                         the bearer token --http asks for beyond loopback\n"
+    "  --http [HOST:]PORT     serve /metrics (Prometheus) and the dashboard at / over HTTP\n"
+    "                         (HOST default 127.0.0.1; another address needs --token-file)\n"
     "  --max-frame SIZE       longest frame accepted (default 64MiB)\n"
     "  --cpu-threads N        threads of the CPU backend (default 0 = all cores)\n"
     "  --log-level L          error | warn | info | debug (default info)\n"
+    "  --log-file PATH        append the log to PATH instead of stderr; SIGHUP reopens it\n"
     "  --help, --version\n"
     "SIZE: plain bytes or with a suffix KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB\n"
     "(powers of 1000).\n";
@@ -85,8 +89,9 @@ static int parse_gpus(const char *s, zt_server_config *cfg) {
   return cfg->n_gpus ? 0 : -EINVAL;
 }
 
-/* HOST:PORT or [V6HOST]:PORT; host is written into buf. */
-static int parse_hostport(const char *s, char *buf, size_t buflen, zt_server_config *cfg) {
+/* HOST:PORT or [V6HOST]:PORT, the port from min_port on; host is written into buf. */
+static int parse_hostport(const char *s, char *buf, size_t buflen, long min_port,
+                          const char **host, int *port_out) {
   const char *colon = strrchr(s, ':');
   if (!colon || colon == s) return -EINVAL;
   const char *h = s;
@@ -100,9 +105,19 @@ static int parse_hostport(const char *s, char *buf, size_t buflen, zt_server_con
   memcpy(buf, h, hlen);
   buf[hlen] = '\0';
   long port;
-  if (parse_int(colon + 1, 1, 65535, &port) < 0) return -EINVAL;
-  cfg->tcp_host = buf;
-  cfg->tcp_port = (int)port;
+  if (parse_int(colon + 1, min_port, 65535, &port) < 0) return -EINVAL;
+  *host = buf;
+  *port_out = (int)port;
+  return 0;
+}
+
+/* --http [HOST:]PORT: a port alone is loopback's; port 0 lets the kernel pick one (logged). */
+static int parse_http(const char *s, char *buf, size_t buflen, zt_server_config *cfg) {
+  long port;
+  if (strchr(s, ':')) return parse_hostport(s, buf, buflen, 0, &cfg->http_host, &cfg->http_port);
+  if (parse_int(s, 0, 65535, &port) < 0) return -EINVAL;
+  cfg->http_host = "127.0.0.1";
+  cfg->http_port = (int)port;
   return 0;
 }
 
@@ -176,8 +191,9 @@ static int default_state_dir(char *buf, size_t len) {
 enum {
   OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
   OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_CPU_RANKS, OPT_LOG_LEVEL, OPT_HELP,
-  OPT_VERSION,
+  OPT_VERSION, OPT_HTTP, OPT_LOG_FILE,
 };
+
 
 int main(int argc, char **argv) {
   static const struct option opts[] = {
@@ -196,15 +212,18 @@ int main(int argc, char **argv) {
       {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
       {"help", no_argument, NULL, OPT_HELP},
       {"version", no_argument, NULL, OPT_VERSION},
+      {"http", required_argument, NULL, OPT_HTTP},
+      {"log-file", required_argument, NULL, OPT_LOG_FILE},
       {NULL, 0, NULL, 0},
   };
-  static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], token[ZT_TUNE_TOKEN_MAX];
+  static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], http_buf[256],
+      token[ZT_TUNE_TOKEN_MAX];
   zt_server_config cfg = {.max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
   const char *backend = "auto";
-  const char *token_file = NULL;
+  const char *token_file = NULL, *log_file = NULL;
   uint64_t size;
   long n;
-  int opt;
+  int opt, rc;
   opterr = 0;
   while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (opt) {
@@ -247,11 +266,22 @@ int main(int argc, char **argv) {
       break;
     }
     case OPT_TCP:
-      if (parse_hostport(optarg, host_buf, sizeof host_buf, &cfg) < 0)
+      if (parse_hostport(optarg, host_buf, sizeof host_buf, 1, &cfg.tcp_host, &cfg.tcp_port) < 0)
         return usage_error("--tcp %s: expected HOST:PORT, e.g. 127.0.0.1:7070", optarg);
       break;
     case OPT_TOKEN:
       token_file = optarg;
+      break;
+    case OPT_LOG_FILE:
+      log_file = optarg;
+      break;
+    case OPT_HTTP:
+#ifndef ZT_HAVE_HTTP
+      return usage_error("--http: this ztd was built without its HTTP listener (meson option "
+                         "http, which needs libmicrohttpd; static_deps builds have none)");
+#endif
+      if (parse_http(optarg, http_buf, sizeof http_buf, &cfg) < 0)
+        return usage_error("--http %s: expected [HOST:]PORT, e.g. 9090 or 0.0.0.0:9090", optarg);
       break;
     case OPT_CPU_THREADS:
       if (parse_int(optarg, 0, 4096, &n) < 0)
@@ -285,7 +315,9 @@ int main(int argc, char **argv) {
   }
   if (optind < argc) return usage_error("unexpected argument %s", argv[optind]);
   if (cfg.tcp_host && !token_file) return usage_error("--tcp needs --token-file");
-  if (token_file && !cfg.tcp_host) return usage_error("--token-file is only used with --tcp");
+  /* a non-loopback --http without it is refused by the listener (engine/server/http.c) */
+  if (token_file && !cfg.tcp_host && !cfg.http_host)
+    return usage_error("--token-file is only used with --tcp or --http");
   if (token_file) {
     char why[256];
     if (read_token(token_file, token, sizeof token, &cfg.token_len, why, sizeof why) < 0)
@@ -332,10 +364,14 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (log_file && (rc = zt_log_open_file(log_file)) < 0) {
+    fprintf(stderr, "ztd: --log-file %s: %s\n", log_file, strerror(-rc));
+    return 1;
+  }
   /* A client that hangs up mid-reply must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
   char err[512] = "";
-  int rc = zt_server_run(&cfg, err, sizeof err);
+  rc = zt_server_run(&cfg, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "ztd: %s\n", err[0] ? err : strerror(-rc));
     return 1;

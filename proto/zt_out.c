@@ -42,9 +42,7 @@ const uint8_t *zt_out_finish(zt_out *o, size_t *len) {
   return (const uint8_t *)o->buf.data;
 }
 
-/* The length of the valid UTF-8 sequence at s (n bytes left), or 0: overlong forms, surrogates
- * and code points past U+10FFFF are invalid, as strict decoders have them. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
+size_t zt_proto_utf8_seq(const unsigned char *s, size_t n) {
   if (s[0] < 0x80) return 1;
   size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
   if (!len || len > n || s[0] > 0xf4) return 0;
@@ -61,7 +59,7 @@ void zt_out_str(zt_out *o, const char *s) {
   const unsigned char *u = (const unsigned char *)s;
   size_t n = strlen(s), out = 0;
   for (size_t i = 0; i < n;) {
-    size_t k = utf8_seq(u + i, n - i);
+    size_t k = zt_proto_utf8_seq(u + i, n - i);
     out += k ? k : 4;
     i += k ? k : 1;
   }
@@ -71,7 +69,7 @@ void zt_out_str(zt_out *o, const char *s) {
     return;
   }
   for (size_t i = 0; i < n;) {
-    size_t k = utf8_seq(u + i, n - i);
+    size_t k = zt_proto_utf8_seq(u + i, n - i);
     if (k) {
       msgpack_pack_str_body(&o->pk, s + i, k);
       i += k;

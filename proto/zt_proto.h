@@ -30,6 +30,7 @@
   X(cancel, CANCEL, "cancel a queued or running job")                                          \
   X(checkpoint, CHECKPOINT, "ask a running job to write a checkpoint now")                     \
   X(export, EXPORT, "read a chunk of a job's latest weights as safetensors bytes")             \
+  X(logs, LOGS, "read a job's log from an offset")                                           \
   X(shutdown, SHUTDOWN, "checkpoint running jobs, then stop the daemon")
 
 typedef enum zt_proto_op {
@@ -128,6 +129,11 @@ typedef struct zt_request {
   const msgpack_object *body; /* the whole map */
 } zt_request;
 int zt_request_parse(const zt_msg *m, zt_request *req, zt_proto_error *err);
+
+/* The length of the valid UTF-8 sequence at s (n > 0 bytes left), or 0: overlong forms,
+ * surrogates and code points past U+10FFFF are invalid, as strict decoders have them. Strings
+ * in replies are always valid UTF-8 (zt_out_str; the job layer's logs). */
+size_t zt_proto_utf8_seq(const unsigned char *s, size_t n);
 
 /* ---- encoding ---------------------------------------------------------------------------
  * A frame under construction: header space is reserved, zt_out_finish patches the length. */

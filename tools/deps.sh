@@ -5,16 +5,21 @@ set -euo pipefail
 
 zt_sudo() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-zt_packages=(meson ninja-build pkg-config gcc python3 libuv1-dev libmsgpack-dev liburing-dev libjansson-dev)
-zt_missing=()
-for p in "${zt_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || zt_missing+=("$p")
-done
-if [ ${#zt_missing[@]} -gt 0 ]; then
-  echo "zt: installing ${zt_missing[*]}"
-  zt_sudo apt-get update -qq
-  zt_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${zt_missing[@]}" >/dev/null
-fi
+zt_packages=(meson ninja-build pkg-config gcc python3 libuv1-dev libmsgpack-dev liburing-dev libjansson-dev
+             libmicrohttpd-dev)
+# zt_install PACKAGE...: the Debian packages not installed yet (tools/test.sh adds the tests' own).
+zt_install() {
+  local p missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "zt: installing ${missing[*]}"
+    zt_sudo apt-get update -qq
+    zt_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+zt_install "${zt_packages[@]}"
 
 # The CUDA toolkit is optional (the cpu backend needs none); when present, nvcc goes on PATH so
 # meson's cuda feature finds it.

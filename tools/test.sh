@@ -6,12 +6,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/deps.sh
+# what only the tests use: a headless browser for the dashboard (tests/integration/dashboard.sh)
+zt_install chromium
 
 builddir=${ZT_TEST_BUILDDIR:-build-test}
 if [ ! -d "$builddir" ]; then
   meson setup "$builddir" -Db_sanitize=address,undefined -Dbuildtype=debugoptimized >/dev/null
 fi
 ninja -C "$builddir"
+
+# What the tests read ztd's files with, from PyPI: prometheus-client's text-format parser (the
+# http test) and TensorBoard's event reader (the series test), in a venv of their own; tests
+# that need them find it through ZT_TEST_PYTHON and skip without it.
+venv=$builddir/test-venv
+zt_pip=(prometheus-client tensorboard)
+if ! "$venv/bin/python" -c 'import prometheus_client, tensorboard' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "${zt_pip[@]}"
+fi
+export ZT_TEST_PYTHON=$venv/bin/python
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -138,6 +138,21 @@ int zt_client_checkpoint(zt_client *c, const char *job, char **json_out) {
 }
 int zt_client_shutdown(zt_client *c) { return simple_call(c, "shutdown", NULL, NULL); }
 
+int zt_client_logs(zt_client *c, const char *job, uint64_t offset, char **json_out) {
+  zt_out o;
+  zt_msg reply;
+  zt_out_init(&o);
+  uint32_t id = zt__client_begin(c, &o, "logs", 2);
+  zt_out_kv_str(&o, "job", job);
+  zt_out_kv_u64(&o, "offset", offset);
+  int rc = zt__client_call(c, &o, id, &reply);
+  zt_out_close(&o);
+  if (rc < 0) return rc;
+  rc = zt__client_to_json(c, reply.root, json_out);
+  zt_msg_close(&reply);
+  return rc;
+}
+
 /* Sends a submit whose spec the caller packs; copies the new job id. */
 static int submit_packed(zt_client *c, zt_out *o, uint32_t id, char job_id[ZT_CLIENT_JOB_ID_MAX]) {
   zt_msg reply;

@@ -8,7 +8,9 @@
         c.export(job, "model.safetensors")
 
 Every failure raises ZtError(code, message), e.g. ZtError("EINVAL", "model.n_heads must ...").
-The library is found through $ZTCLIENT_LIB, then the system's libztclient.so.0.
+The library is $ZTCLIENT_LIB if set; else the one `meson install` put beside this binding's
+install (ztclient_install.py, written at install time: relative to this file, then the
+configured libdir); else the system's (ctypes.util.find_library, libztclient.so.0).
 """
 import array
 import ctypes
@@ -29,9 +31,24 @@ class ZtError(Exception):
         self.message = message
 
 
+def _library_path():
+    if os.environ.get("ZTCLIENT_LIB"):
+        return os.environ["ZTCLIENT_LIB"]
+    try:
+        from ztclient_install import LIBDIR, LIBDIR_REL
+    except ImportError:  # not installed by meson: the source tree's copy
+        LIBDIR = LIBDIR_REL = None
+    if LIBDIR:
+        here = os.path.dirname(os.path.abspath(__file__))
+        for d in (os.path.join(here, LIBDIR_REL), LIBDIR):
+            path = os.path.join(d, "libztclient.so.0")
+            if os.path.exists(path):
+                return path
+    return ctypes.util.find_library("ztclient") or "libztclient.so.0"
+
+
 def _load():
-    path = os.environ.get("ZTCLIENT_LIB") or ctypes.util.find_library("ztclient") or "libztclient.so.0"
-    lib = ctypes.CDLL(path)
+    lib = ctypes.CDLL(_library_path())
     P, S, I, Z = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t
     PP = ctypes.POINTER(ctypes.c_void_p)
     OUT = ctypes.POINTER(ctypes.c_void_p)  # char ** (kept raw so that we can free it)
@@ -53,6 +70,7 @@ def _load():
         "zt_client_checkpoint": (I, [P, S, OUT]),
         "zt_client_export": (I, [P, S, S]),
         "zt_client_shutdown": (I, [P]),
+        "zt_client_logs": (I, [P, S, ctypes.c_uint64, OUT]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -209,6 +227,10 @@ class Client:
 
     def export(self, job, path):
         self._check(_library().zt_client_export(self._h, job.encode(), os.fsencode(path)))
+
+    def logs(self, job, offset=0):
+        """A piece of the job's log: {"data", "offset" (the next piece's), "size", "state"}."""
+        return self._json_call(_library().zt_client_logs, job.encode(), offset)
 
     def shutdown(self):
         self._check(_library().zt_client_shutdown(self._h))

@@ -198,15 +198,28 @@ int ztctl_cmd_jobs(const ztctl_opts *o, int argc, char **argv) {
   return rc != ZTCTL_OK ? rc : run_json(o, NULL, call_jobs, show_jobs);
 }
 
-/* The loss history is summarised (count, first, last); --json prints all of it. */
+/* The loss history is summarised (count, first, last), the times are local; --json prints all
+ * of it as the daemon sent it. */
 static void show_job(const json_t *j, const char *job) {
   (void)job;
   json_t *copy = json_deep_copy(j);
   if (!copy) return;
+  static const char *const times[] = {"created", "started", "ended"};
+  for (size_t k = 0; k < sizeof times / sizeof times[0]; k++) {
+    const json_t *t = json_object_get(copy, times[k]);
+    if (!json_is_integer(t)) continue;
+    time_t sec = (time_t)json_integer_value(t);
+    struct tm tm;
+    char buf[64];
+    localtime_r(&sec, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", &tm);
+    json_object_set_new(copy, times[k], json_string(buf));
+  }
   const json_t *losses = json_object_get(copy, "losses");
   const json_t *spec = json_object_get(copy, "spec");
   size_t n = json_array_size(losses);
-  char *spec_text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+  /* seven digits, as the figures above: the spec's float32 fields as they were written */
+  char *spec_text = spec ? json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(7)) : NULL;
   if (losses) {
     if (n > 0 && json_is_number(json_array_get(losses, 0)) && json_is_number(json_array_get(losses, n - 1)))
       printf("losses: %zu steps, first %.4f, last %.4f\n", n,

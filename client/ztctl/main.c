@@ -7,6 +7,11 @@
 #include <unistd.h>
 
 #include "client/ztctl/ztctl.h"
+#include "proto/zt_proto.h"
+
+#ifndef ZT_VERSION
+#define ZT_VERSION "unknown"
+#endif
 
 static const ztctl_cmd g_cmds[] = {
     {"status", "", "daemon version, backend, devices, memory per tier, queue", NULL,
@@ -23,6 +28,10 @@ static const ztctl_cmd g_cmds[] = {
      ztctl_cmd_show},
     {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done", NULL,
      ztctl_cmd_watch},
+    {"logs", "JOB [-f]", "the job's log: queued, running, checkpoints, the end or the error",
+     "  -f, --follow  go on printing what is added until the job ends\n", ztctl_cmd_logs},
+    {"plot", "JOB [--height ROWS]", "draw the job's loss curve in the terminal (80 columns)",
+     "  --height ROWS  rows of the plot, 4 to 100 (default 16)\n", ztctl_cmd_plot},
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
     {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
     {"export", "JOB OUT.safetensors", "download the job's latest weights", NULL,
@@ -33,7 +42,8 @@ static const ztctl_cmd g_cmds[] = {
 };
 
 static const char g_global_usage[] =
-    "usage: ztctl [--socket PATH | --tcp HOST:PORT --token-file FILE] [--json] COMMAND [ARGS]\n";
+    "usage: ztctl [--socket PATH | --tcp HOST:PORT --token-file FILE] [--json] COMMAND [ARGS]\n"
+    "       (the options in brackets may also follow the command)\n";
 
 static const char g_global_details[] =
     "\n"
@@ -44,6 +54,7 @@ static const char g_global_details[] =
     "  --token-file FILE  the daemon's token file, for --tcp\n"
     "  --json             print replies as JSON (one object per line)\n"
     "  -h, --help         this text; `ztctl help COMMAND` for one command\n"
+    "  --version          ztctl's version and protocol\n"
     "\n"
     "exit status: 0 ok, 1 failed (server error, or the job failed with --wait/--watch), 2 usage\n";
 
@@ -72,13 +83,33 @@ static void print_global_usage(FILE *f) {
   fputs(g_global_details, f);
 }
 
+/* --json anywhere: errors go to stderr as {"error": {"code", "message"}} (usage errors too,
+ * code EINVAL, with the usage line). */
+static bool g_json_errors;
+
+static void json_error(const char *code, const char *message, const char *usage) {
+  json_t *e = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message);
+  if (e && usage) json_object_set_new(json_object_get(e, "error"), "usage", json_string(usage));
+  char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+  fprintf(stderr, "%s\n", text ? text : "{\"error\": {\"code\": \"ENOMEM\", \"message\": \"out of memory\"}}");
+  free(text);
+  json_decref(e);
+}
+
 int ztctl_usage_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
+  char msg[1024];
   va_start(ap, fmt);
-  fputs("ztctl: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (g_json_errors) {
+    char usage[512];
+    const ztctl_cmd *c = cmd ? ztctl_cmd_find(cmd) : NULL;
+    if (c) snprintf(usage, sizeof usage, "ztctl [OPTIONS] %s%s%s", c->name, c->args[0] ? " " : "", c->args);
+    json_error("EINVAL", msg, c ? usage : NULL);
+    return ZTCTL_USAGE;
+  }
+  fprintf(stderr, "ztctl: %s\n", msg);
   if (cmd && ztctl_cmd_find(cmd)) {
     const ztctl_cmd *c = ztctl_cmd_find(cmd);
     fprintf(stderr, "usage: ztctl [OPTIONS] %s%s%s\n", c->name, c->args[0] ? " " : "", c->args);
@@ -90,11 +121,12 @@ int ztctl_usage_error(const char *cmd, const char *fmt, ...) {
 
 int ztctl_fail_msg(const char *code, const char *fmt, ...) {
   va_list ap;
+  char msg[4096];
   va_start(ap, fmt);
-  fprintf(stderr, "ztctl: %s: ", code);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (g_json_errors) json_error(code, msg, NULL);
+  else fprintf(stderr, "ztctl: %s: %s\n", code, msg);
   return ZTCTL_FAILED;
 }
 
@@ -142,6 +174,15 @@ static int read_token(const char *path, char **out) {
   return *out ? ZTCTL_OK : ztctl_fail_msg("ENOMEM", "out of memory");
 }
 
+/* The transport options go together: ZTCTL_OK, or the usage error. */
+static int check_transport(const ztctl_opts *o, const char *token_file) {
+  if (o->tcp_host && o->socket_path)
+    return ztctl_usage_error(NULL, "--socket and --tcp exclude each other");
+  if (o->tcp_host && !token_file) return ztctl_usage_error(NULL, "--tcp needs --token-file");
+  if (token_file && !o->tcp_host) return ztctl_usage_error(NULL, "--token-file goes with --tcp");
+  return ZTCTL_OK;
+}
+
 /* --name VALUE or --name=VALUE at argv[*i]; returns the value or NULL when argv[*i] is not it. */
 static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing) {
   size_t n = strlen(name);
@@ -156,56 +197,62 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, bo
   return argv[++*i];
 }
 
+/* One global option at argv[*i] (--json, --socket, --tcp, --token-file, with their values):
+ * 1 when it was one (*i past its value), 0 when argv[*i] is not one, or a ztctl exit code
+ * (negated) after a usage error. */
+static int global_opt(int argc, char **argv, int *i, ztctl_opts *o, const char **token_file) {
+  bool missing = false;
+  const char *v;
+  if (strcmp(argv[*i], "--json") == 0) {
+    o->json = true;
+  } else if ((v = opt_value(argc, argv, i, "--socket", &missing))) {
+    o->socket_path = v;
+  } else if ((v = opt_value(argc, argv, i, "--token-file", &missing))) {
+    *token_file = v;
+  } else if ((v = opt_value(argc, argv, i, "--tcp", &missing))) {
+    const char *colon = strrchr(v, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon == v || colon[1] == '\0' || *end || port <= 0 || port > 65535)
+      return -ztctl_usage_error(NULL, "--tcp wants HOST:PORT, not '%s'", v);
+    free(o->tcp_host);
+    o->tcp_host = strndup(v, (size_t)(colon - v));
+    o->tcp_port = (int)port;
+  } else if (missing) {
+    return -ztctl_usage_error(NULL, "%s needs a value", argv[*i]);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
   ztctl_opts o = {0};
   const char *token_file = NULL;
-  int i = 1, rc = ZTCTL_USAGE;
+  int i = 1, rc = ZTCTL_USAGE, g;
+  char **rest = NULL;
+  /* errors are JSON from the first one on when --json is anywhere before "--" */
+  for (int k = 1; k < argc && strcmp(argv[k], "--") != 0; k++)
+    if (strcmp(argv[k], "--json") == 0) g_json_errors = true;
   for (; i < argc && argv[i][0] == '-'; i++) {
-    bool missing = false;
-    const char *v;
     if (ztctl_is_help(argv[i])) {
       print_global_usage(stdout);
       rc = ZTCTL_OK;
       goto out;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      o.json = true;
-    } else if ((v = opt_value(argc, argv, &i, "--socket", &missing))) {
-      o.socket_path = v;
-    } else if ((v = opt_value(argc, argv, &i, "--token-file", &missing))) {
-      token_file = v;
-    } else if ((v = opt_value(argc, argv, &i, "--tcp", &missing))) {
-      const char *colon = strrchr(v, ':');
-      char *end;
-      long port = colon ? strtol(colon + 1, &end, 10) : 0;
-      if (!colon || colon == v || colon[1] == '\0' || *end || port <= 0 || port > 65535) {
-        rc = ztctl_usage_error(NULL, "--tcp wants HOST:PORT, not '%s'", v);
-        goto out;
-      }
-      free(o.tcp_host);
-      o.tcp_host = strndup(v, (size_t)(colon - v));
-      o.tcp_port = (int)port;
-    } else if (missing) {
-      rc = ztctl_usage_error(NULL, "%s needs a value", argv[i]);
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("ztctl %s (protocol %d)\n", ZT_VERSION, ZT_PROTO_VERSION);
+      rc = ZTCTL_OK;
       goto out;
-    } else {
+    } else if ((g = global_opt(argc, argv, &i, &o, &token_file)) < 0) {
+      rc = -g;
+      goto out;
+    } else if (g == 0) {
       rc = ztctl_usage_error(NULL, "unknown option '%s'", argv[i]);
       goto out;
     }
   }
   if (i >= argc) {
     rc = ztctl_usage_error(NULL, "no command given (see ztctl --help)");
-    goto out;
-  }
-  if (o.tcp_host && o.socket_path) {
-    rc = ztctl_usage_error(NULL, "--socket and --tcp exclude each other");
-    goto out;
-  }
-  if (o.tcp_host && !token_file) {
-    rc = ztctl_usage_error(NULL, "--tcp needs --token-file");
-    goto out;
-  }
-  if (token_file && !o.tcp_host) {
-    rc = ztctl_usage_error(NULL, "--token-file goes with --tcp");
     goto out;
   }
   const char *name = argv[i];
@@ -232,9 +279,29 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
+  /* the global options may follow the command too (`ztctl show JOB --json`): they are taken
+   * out of its arguments, up to a "--" */
+  if (!(rest = calloc((size_t)argc, sizeof *rest))) {
+    rc = ztctl_fail_msg("ENOMEM", "out of memory");
+    goto out;
+  }
+  int n_rest = 0;
+  for (int k = i + 1; k < argc; k++) {
+    if (strcmp(argv[k], "--") == 0) {
+      while (k < argc) rest[n_rest++] = argv[k++];
+      break;
+    }
+    if ((g = global_opt(argc, argv, &k, &o, &token_file)) < 0) {
+      rc = -g;
+      goto out;
+    }
+    if (g == 0) rest[n_rest++] = argv[k];
+  }
+  if ((rc = check_transport(&o, token_file)) != ZTCTL_OK) goto out;
   if (token_file && (rc = read_token(token_file, &o.token)) != ZTCTL_OK) goto out;
-  rc = cmd->run(&o, argc - i - 1, argv + i + 1);
+  rc = cmd->run(&o, n_rest, rest);
 out:
+  free(rest);
   free(o.tcp_host);
   free(o.token);
   return rc;

@@ -33,6 +33,10 @@ void ztctl_print_flat(FILE *f, const json_t *j, const char *prefix) {
     }
   } else if (json_is_string(j)) {
     fprintf(f, "%s: %s\n", prefix, json_string_value(j));
+  } else if (json_is_real(j)) {
+    /* seven significant digits: a float32 the daemon keeps shows as the number it was set to
+     * (0.002, not 0.0020000000949949) */
+    fprintf(f, "%s: %.7g\n", prefix, json_real_value(j));
   } else {
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(10));
     fprintf(f, "%s: %s\n", prefix, s ? s : "?");

@@ -70,6 +70,8 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_jobs(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_show(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_watch(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_plot(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_logs(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_checkpoint(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv);

@@ -2,18 +2,38 @@
 #include "engine/base/check.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 static zt_log_level g_level = ZT_LOG_INFO;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const g_names[] = {"error", "warn", "info", "debug"};
 
+static char g_path[PATH_MAX];
+
 void zt_log_set_level(zt_log_level level) { g_level = level; }
+
+int zt_log_open_file(const char *path) {
+  if (strlen(path) >= sizeof g_path) return -ENAMETOOLONG;
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (fd < 0) return -errno;
+  /* under the lock: no line is cut between the two files */
+  pthread_mutex_lock(&g_lock);
+  int rc = dup2(fd, STDERR_FILENO) < 0 ? -errno : 0;
+  pthread_mutex_unlock(&g_lock);
+  close(fd);
+  if (rc == 0 && path != g_path) memcpy(g_path, path, strlen(path) + 1);
+  return rc;
+}
+
+int zt_log_reopen(void) { return g_path[0] ? zt_log_open_file(g_path) : 0; }
 
 int zt_log_parse_level(const char *s, zt_log_level *out) {
   for (int i = 0; i <= ZT_LOG_DEBUG; i++) {

@@ -13,6 +13,10 @@
  * data of one export chunk is capped to max_frame minus this. */
 #define ZT_TUNE_EXPORT_ENVELOPE (4u << 10)
 
+/* The most bytes of a job's log one logs reply carries (engine/job/joblog.c); invalid UTF-8 goes
+ * out as \xNN, so the text is at most four times this. */
+#define ZT_TUNE_LOG_CHUNK (16u << 10)
+
 /* Micro-batches a stream job buffers before ztd stops granting credit to its producer. */
 #define ZT_TUNE_BATCH_QUEUE_DEPTH 4u
 
@@ -52,6 +56,20 @@
 #define ZT_TUNE_TOKEN_BACKOFF_MAX_MS 30000
 #define ZT_TUNE_TOKEN_PEERS 256
 
+/* The HTTP listener (ztd --http, engine/server/http.c), under the same rules as the protocol's
+ * listeners: at most this many connections at once, and per client address; a connection idle
+ * (or slow to send its request) this long is closed; a request's line and headers must fit in
+ * this many bytes (libmicrohttpd answers a longer one itself) and a request has no body. */
+#define ZT_TUNE_HTTP_MAX_CONNS 64
+#define ZT_TUNE_HTTP_MAX_CONNS_PER_IP 16
+#define ZT_TUNE_HTTP_TIMEOUT_S 10
+#define ZT_TUNE_HTTP_REQUEST_MAX (16u << 10)
+/* Its history for the dashboard (engine/server/history.c): the points kept per job (thinned to
+ * every other one when full, so they span the run), and the jobs kept (those that stepped
+ * last). */
+#define ZT_TUNE_HTTP_HISTORY_POINTS 1024
+#define ZT_TUNE_HTTP_HISTORY_JOBS 32
+
 /* Length limits of the TCP token file: shorter tokens are refused as guessable. */
 #define ZT_TUNE_TOKEN_MIN 16
 #define ZT_TUNE_TOKEN_MAX 4096
@@ -70,6 +88,17 @@
 /* bytes/s the NVMe tier reads and writes the optimizer state at (bench_nvme: 1.59 read, 1.90
  * write on the H200 machine's disk) */
 #define ZT_TUNE_PLAN_NVME_BYTES 1.7e9
+
+/* MFU, the model flops utilisation of a step event ("mfu", docs/protocol.md): 6 * N * tokens/s
+ * (N the model's parameters: the forward and backward of their matmuls, attention left out, as
+ * MFU is usually quoted) over the peak rate of the devices the job runs on, these nominal
+ * figures times the job's ranks. cuda: an H100/H200 SXM's dense tensor-core rates (bf16 and fp16;
+ * fp32 with train.tf32) and its fp32 rate without; cpu: per thread of a rank's backend, two
+ * 8-wide fp32 FMAs a cycle at 3 GHz. */
+#define ZT_TUNE_PEAK_FLOPS_CUDA_LP 9.89e14
+#define ZT_TUNE_PEAK_FLOPS_CUDA_TF32 4.94e14
+#define ZT_TUNE_PEAK_FLOPS_CUDA_F32 6.7e13
+#define ZT_TUNE_PEAK_FLOPS_CPU_THREAD 9.6e10
 
 /* The most host memory the offloaded step's gradient ring grows to so that the backward does
  * not wait for the CPU AdamW to free a slot (engine/plan/offload_plan.c ring_slots): GPT-2

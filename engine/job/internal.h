@@ -13,6 +13,7 @@
 #include "engine/job/data.h"
 #include "engine/job/jobs.h"
 #include "engine/base/log.h"
+#include "engine/job/series.h"
 #include "engine/job/spec.h"
 #ifdef ZT_HAVE_NCCL
 #include "engine/comm/comm_nccl.h"
@@ -213,6 +214,7 @@ typedef struct runner {
   int32_t *batch;         /* the step's micro-batches, back to back */
   int have;               /* stream: micro-batches of the next step already in batch */
   FILE *losses;
+  zt__series series;          /* metrics.jsonl and TensorBoard's files (series.h) */
   char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */
   zt_offload_stats last;      /* offloaded: the stats after the previous step (the timeline) */
   uint64_t nvme_bytes;        /* offloaded: the NVMe tier of its plan */

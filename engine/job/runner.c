@@ -45,7 +45,9 @@ static int checkpoint(runner *r, uint64_t gen) {
     job->ckpt_step = step;
     pthread_mutex_unlock(mu);
   } else if (fresh) {
-    if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0) goto out;
+    if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0 ||
+        (rc = zt__series_sync(&r->series, r->err, sizeof r->err)) < 0)
+      goto out;
     if ((rc = zt__store_prune_checkpoints(job->dir, job->spec.ckpt_keep)) < 0) {
       snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
                strerror(-rc));
@@ -207,6 +209,9 @@ static int open_job(runner *r) {
     snprintf(r->err, sizeof r->err, "%s: %s", path, strerror(errno));
     return rc;
   }
+  if ((rc = zt__series_open(&r->series, job->dir, step, s->log_tensorboard, r->err,
+                            sizeof r->err)) < 0)
+    return rc;
   /* zeros: a part fills only its ranks' micro-batches of a pushed step */
   r->batch = calloc((size_t)r->micros * job->micro_tokens, sizeof(int32_t));
   if (!r->batch) {
@@ -257,6 +262,18 @@ void zt__runner_interrupt(zt__job *job, const char *why) {
 #endif
 }
 
+/* The nominal peak flops/s of the devices the job's world runs on (engine/base/tunables.h). */
+static double world_peak_flops(const runner *r) {
+  const zt_jobs_config *cfg = &r->job->jobs->cfg;
+  const zt_train_cfg *tc = &r->job->spec.train;
+  double one = ZT_TUNE_PEAK_FLOPS_CPU_THREAD * zt__jobs_rank_threads(cfg);
+  if (strcmp(cfg->backend, "cuda") == 0)
+    one = tc->precision != ZT_F32 ? ZT_TUNE_PEAK_FLOPS_CUDA_LP
+          : tc->tf32              ? ZT_TUNE_PEAK_FLOPS_CUDA_TF32
+                                  : ZT_TUNE_PEAK_FLOPS_CUDA_F32;
+  return one * r->world;
+}
+
 /* One optimizer step with its bookkeeping; *flags gets the step's flags (dp.h). */
 static int train_step(runner *r, double run_start, int run_first_step, unsigned *flags) {
   zt__job *job = r->job;
@@ -296,6 +313,11 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   json_object_set_new(ev, "skipped", json_boolean(res.skipped));
   json_object_set_new(ev, "loss_scale", json_real(res.loss_scale));
   json_object_set_new(ev, "tokens_per_s", json_real(tokens_per_s));
+  json_object_set_new(ev, "tokens", json_integer(res.tokens));
+  json_object_set_new(ev, "step_s", json_real(dt));
+  /* MFU by the 6 * N * tokens rule (tunables.h) */
+  double n_params = (double)zt_model_num_params(zt_trainer_model(r->trainer));
+  json_object_set_new(ev, "mfu", json_real(6.0 * n_params * tokens_per_s / world_peak_flops(r)));
   json_object_set_new(ev, "eta_s", json_real(per_step * (double)(s->train.steps - res.step)));
   zt_offload_stats os;
   int off = s->has_offload && zt_trainer_offload_stats(r->trainer, &os) == 0;
@@ -306,6 +328,10 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   }
   zt__runner_publish_memory(r, mem);
   json_object_set_new(ev, "memory", mem);
+  if ((rc = zt__series_step(&r->series, ev, r->err, sizeof r->err)) < 0) {
+    json_decref(ev);
+    return rc;
+  }
   zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
   return 0;
 }
@@ -412,6 +438,7 @@ out:
   /* parts that stopped with this one end by themselves; after a failure here they are ended */
   zt__peers_finish(r.peers, r.together ? ZT_TUNE_PART_END_WAIT_S : 0);
   if (r.losses) fclose(r.losses);
+  zt__series_close(&r.series);
   free(r.batch);
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
   zt_trainer_close(r.trainer); /* its NVMe files with it */

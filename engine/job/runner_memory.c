@@ -101,6 +101,14 @@ json_t *zt__runner_offload_json(const runner *r, const zt_offload_stats *os,
   json_t *tl = prev ? timeline_json(prev, os) : NULL;
   if (o && tl) json_object_set_new(o, "timeline", tl);
   else json_decref(tl);
+  /* what the step moved over each link: the counters' growth since the step before (a
+   * resumed job's first report has none) */
+  if (o && prev && os->step_ns > prev->step_ns)
+    json_object_set_new(o, "step_bytes", json_pack(
+        "{s:I, s:I, s:I, s:I}", "h2d", (json_int_t)(os->bytes_h2d - prev->bytes_h2d), "d2h",
+        (json_int_t)(os->bytes_d2h - prev->bytes_d2h), "nvme_read",
+        (json_int_t)(os->nvme_bytes_read - prev->nvme_bytes_read), "nvme_written",
+        (json_int_t)(os->nvme_bytes_written - prev->nvme_bytes_written)));
   return o;
 }
 

@@ -19,11 +19,12 @@
 #define KEEP_MAX 1000
 
 static const char *const k_top[] = {"name",       "model",   "train",    "data",
-                                    "checkpoint", "offload", "parallel", NULL};
+                                    "checkpoint", "offload", "parallel", "log", NULL};
 static const char *const k_data_file[] = {"source", "path", NULL};
 static const char *const k_data_stream[] = {"source", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
 static const char *const k_parallel[] = {"gpus", "zero_stage", "peers", NULL};
+static const char *const k_log[] = {"tensorboard", NULL};
 
 static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen) {
   int rc;
@@ -157,6 +158,13 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
                         errlen)) < 0)
       return rc;
   }
+  const json_t *log;
+  if ((rc = zt_json_get_object(j, "", "log", 0, &log, err, errlen)) < 0) return rc;
+  s->log_tensorboard = 0;
+  if (log && ((rc = zt_json_check_keys(log, "log", k_log, err, errlen)) < 0 ||
+              (rc = zt_json_get_bool(log, "log", "tensorboard", 0, &s->log_tensorboard, err,
+                                     errlen)) < 0))
+    return rc;
   return 0;
 }
 
@@ -473,10 +481,11 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   json_t *data = s->source == ZT_DATA_FILE
                      ? json_pack("{s:s, s:s}", "source", "file", "path", s->data_path)
                      : json_pack("{s:s}", "source", "stream");
-  json_t *out = json_pack("{s:s, s:o, s:o, s:o, s:{s:i, s:i}}", "name", s->name, "model",
-                          zt_config_model_to_json(&s->model), "train",
+  json_t *out = json_pack("{s:s, s:o, s:o, s:o, s:{s:i, s:i}, s:{s:b}}", "name", s->name,
+                          "model", zt_config_model_to_json(&s->model), "train",
                           zt_config_train_to_json(&s->train), "data", data, "checkpoint",
-                          "every", s->ckpt_every, "keep", s->ckpt_keep);
+                          "every", s->ckpt_every, "keep", s->ckpt_keep, "log", "tensorboard",
+                          s->log_tensorboard);
   json_t *par = out ? json_pack("{s:i, s:i}", "gpus", s->gpus, "zero_stage", s->zero_stage)
                    : NULL;
   json_t *peers = s->n_peers ? json_array() : NULL;

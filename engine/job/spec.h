@@ -39,6 +39,7 @@ typedef struct zt_job_spec {
   int zero_stage;                /* parallel.zero_stage: 1, 2 or 3 (no effect with one rank) */
   int n_peers;                   /* parallel.peers: the daemons running ranks gpus * (i + 1) .. */
   char peers[ZT_JOB_MAX_PEERS][ZT_JOB_PEER_MAX];
+  int log_tensorboard;           /* log.tensorboard: TensorBoard event files too (series.h) */
 } zt_job_spec;
 
 /* The job's world: parallel.gpus ranks on this daemon and as many on each peer. */

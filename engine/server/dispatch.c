@@ -417,6 +417,24 @@ static int handle_export(zt_conn *c, const zt_request *req, zt_proto_error *err)
   return 0;
 }
 
+/* {job, offset?, length?}: a piece of the job's log; its text (at most 4 bytes a byte of the
+ * file) fits a frame. */
+static int handle_logs(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  char job[ZT_JOB_ID_MAX];
+  int rc = get_job(req, job, err);
+  if (rc < 0) return rc;
+  uint64_t offset = 0, length = ZT_TUNE_LOG_CHUNK;
+  if ((rc = zt_msg_get_u64(req->body, NULL, "offset", false, &offset, err)) == -EINVAL ||
+      (rc = zt_msg_get_u64(req->body, NULL, "length", false, &length, err)) == -EINVAL)
+    return rc;
+  uint64_t cap = (c->srv->cfg->max_frame - ZT_TUNE_EXPORT_ENVELOPE) / 4;
+  if (length > cap) length = cap;
+  char msg[ZT_JOB_ID_MAX + 4200] = "";
+  json_t *r = zt_jobs_log(c->srv->jobs, job, offset, length, &rc, msg, sizeof msg);
+  if (!r) return job_error(err, rc, msg);
+  return reply_owned(c, req->id, r, err);
+}
+
 static int handle_shutdown(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   ZT_LOGI("server", "shutdown requested by a client");
   zt__reply_ok(c, req->id, NULL);

@@ -13,6 +13,9 @@
 
 #include "engine/base/log.h"
 #include "engine/server/server.h"
+#ifdef ZT_HAVE_HTTP
+#include "engine/server/http.h"
+#endif
 
 _Static_assert(ZT_TUNE_MAX_GPUS == ZT_JOBS_MAX_GPUS, "--gpus fills zt_jobs_config.gpus");
 
@@ -47,6 +50,22 @@ static void unlink_socket(zt_server *srv) {
     ZT_LOGW("server", "unlink %s: %s", srv->cfg->socket_path, strerror(errno));
 }
 
+static void http_stop(zt_server *srv) {
+#ifdef ZT_HAVE_HTTP
+  zt__http_stop(srv->http);
+#endif
+  srv->http = NULL;
+}
+
+/* The job layer's events: the HTTP listener's history keeps the steps, watchers get them all. */
+static void on_job_event(void *user, const char *job, json_t *ev) {
+#ifdef ZT_HAVE_HTTP
+  zt_server *srv = user;
+  if (srv->http) zt__http_on_event(srv->http, job, ev);
+#endif
+  zt__watch_on_event(user, job, ev);
+}
+
 void zt__server_stop(zt_server *srv) {
   if (srv->stopping) return;
   srv->stopping = true;
@@ -54,6 +73,7 @@ void zt__server_stop(zt_server *srv) {
   if (srv->unix_open) uv_close((uv_handle_t *)&srv->unix_listener, NULL);
   if (srv->tcp_open) uv_close((uv_handle_t *)&srv->tcp_listener, NULL);
   srv->unix_open = srv->tcp_open = false;
+  http_stop(srv);
   unlink_socket(srv);
   /* No new requests; replies to the ones in flight (a checkpoint, say) still go out. */
   for (zt_conn *c = srv->conns; c; c = c->next) zt__conn_pause(c, ZT_CONN_PAUSE_STOPPING);
@@ -64,6 +84,13 @@ static void on_signal(uv_signal_t *s, int signum) {
   zt_server *srv = s->data;
   ZT_LOGI("server", "signal %d", signum);
   zt__server_stop(srv);
+}
+
+/* SIGHUP: the log file was rotated (ztd --log-file); without one it changes nothing. */
+static void on_hangup(uv_signal_t *s, int signum) {
+  int rc = zt_log_reopen();
+  if (rc < 0) ZT_LOGW("server", "SIGHUP: reopening the log file: %s", strerror(-rc));
+  else ZT_LOGI("server", "SIGHUP: log file reopened");
 }
 
 static void on_connection(uv_stream_t *listener, int status, bool is_tcp) {
@@ -245,23 +272,28 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
       .gpu_mem_limit = cfg->gpu_mem_limit,
       .nvme_dir = cfg->nvme_dir,
       .batch_queue_depth = ZT_TUNE_BATCH_QUEUE_DEPTH,
-      .peer_token = cfg->token,
+      .peer_token = cfg->tcp_host ? cfg->token : NULL,
       .name = name,
-      .on_event = zt__watch_on_event,
+      .on_event = on_job_event,
       .user = &srv,
   };
   memcpy(jc.gpus, cfg->gpus, sizeof jc.gpus);
   rc = zt_jobs_open(&srv.jobs, &jc, err, errlen);
   if (rc < 0) goto out;
+#ifdef ZT_HAVE_HTTP
+  if (cfg->http_host && (rc = zt__http_start(&srv, &srv.http, err, errlen)) < 0) goto out;
+#endif
   if ((rc = uv_timer_init(&loop, &srv.flush_timer)) < 0 ||
       (rc = uv_signal_init(&loop, &srv.sig_term)) < 0 ||
-      (rc = uv_signal_init(&loop, &srv.sig_int)) < 0) {
+      (rc = uv_signal_init(&loop, &srv.sig_int)) < 0 ||
+      (rc = uv_signal_init(&loop, &srv.sig_hup)) < 0) {
     snprintf(err, errlen, "event loop: %s", uv_strerror(rc));
     goto out;
   }
-  srv.flush_timer.data = srv.sig_term.data = srv.sig_int.data = &srv;
+  srv.flush_timer.data = srv.sig_term.data = srv.sig_int.data = srv.sig_hup.data = &srv;
   if ((rc = uv_signal_start(&srv.sig_term, on_signal, SIGTERM)) < 0 ||
-      (rc = uv_signal_start(&srv.sig_int, on_signal, SIGINT)) < 0) {
+      (rc = uv_signal_start(&srv.sig_int, on_signal, SIGINT)) < 0 ||
+      (rc = uv_signal_start(&srv.sig_hup, on_hangup, SIGHUP)) < 0) {
     snprintf(err, errlen, "signals: %s", uv_strerror(rc));
     goto out;
   }
@@ -271,6 +303,7 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
   rc = 0;
 out:
   unlink_socket(&srv);
+  http_stop(&srv);
   /* Connections first: closing one hands its pending requests back to the job layer. */
   while (srv.conns) zt__conn_close(srv.conns);
   if (srv.jobs) zt_jobs_close(srv.jobs);

@@ -31,6 +31,8 @@ typedef struct zt_server_config {
   size_t token_len;
   uint32_t max_frame;
   int cpu_threads;
+  const char *http_host;        /* --http: NULL = no HTTP listener (engine/server/http.h) */
+  int http_port;                /* 0: one the kernel picks (logged) */
 } zt_server_config;
 
 /* Starts listening, serves until SIGTERM/SIGINT or a shutdown request, stops gracefully.
@@ -43,6 +45,7 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen);
 typedef struct zt_conn zt_conn;
 typedef struct zt_pending zt_pending;
 typedef struct zt_watch zt_watch;
+typedef struct zt__http zt__http; /* http.h */
 
 /* A TCP peer address that sent wrong tokens (auth.c). */
 typedef struct zt_auth_peer {
@@ -58,7 +61,7 @@ typedef struct zt_server {
   uv_pipe_t unix_listener;
   uv_tcp_t tcp_listener;
   bool unix_open, tcp_open, socket_bound;
-  uv_signal_t sig_term, sig_int;
+  uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t flush_timer;
   zt_jobs *jobs;
   zt_conn *conns;               /* every open connection */
@@ -70,6 +73,7 @@ typedef struct zt_server {
   bool cap_logged[2];           /* a refusal over a cap is logged once until one fits again */
   zt_auth_peer auth_peers[ZT_TUNE_TOKEN_PEERS];
   int n_auth_peers;
+  zt__http *http;               /* the HTTP listener, NULL without --http */
 } zt_server;
 
 /* Why a connection is not reading right now (bits; reading resumes when none is left). */

@@ -74,6 +74,9 @@ int zt_client_cancel(zt_client *c, const char *job);
 int zt_client_checkpoint(zt_client *c, const char *job, char **json_out);
 /* Downloads the job's latest weights into a local .safetensors file (written atomically). */
 int zt_client_export(zt_client *c, const char *job, const char *out_path);
+/* A piece of the job's log from byte `offset`: {"data": text, "offset": where the next piece
+ * starts, "size": the log's bytes now, "state": the job's}; read on until offset reaches size. */
+int zt_client_logs(zt_client *c, const char *job, uint64_t offset, char **json_out);
 /* Graceful stop: running jobs checkpoint, then ztd exits. */
 int zt_client_shutdown(zt_client *c);
 

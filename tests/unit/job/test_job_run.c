@@ -2,6 +2,7 @@
  * loss falls, checkpoints rotate to keep K, the state dir is locked against a second registry,
  * and a reopened registry lists the job again with its state. */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,6 +82,13 @@ int main(void) {
   json_t *step = jt_last(&g_ev, g_id, "step");
   CHECK(json_integer_value(json_object_get(step, "step")) == STEPS);
   CHECK(json_real_value(json_object_get(step, "tokens_per_s")) > 0);
+  /* B * T * grad_accum tokens, in step_s seconds; the MFU of a 6 * N * tokens/s model */
+  CHECK(json_integer_value(json_object_get(step, "tokens")) == 4 * 8 * 2);
+  double step_s = json_real_value(json_object_get(step, "step_s"));
+  double mfu = json_real_value(json_object_get(step, "mfu"));
+  CHECK(step_s > 0 && fabs(64 / step_s - json_real_value(json_object_get(step, "tokens_per_s"))) <
+                          1e-6 * (64 / step_s));
+  CHECK(mfu > 0 && mfu < 1);
   json_t *mem = json_object_get(step, "memory");
   CHECK(strcmp(json_string_value(json_object_get(mem, "backend")), "cpu") == 0);
   CHECK(json_integer_value(json_object_get(mem, "backend_bytes")) > 0);

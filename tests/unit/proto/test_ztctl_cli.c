@@ -61,6 +61,18 @@ static void test_usage(void) {
   CHECK(run("--socket", "/x", "--tcp", "h:1", "--token-file", "/dev/null", "status", NULL) == 2);
   CHECK(run("status", "extra", NULL) == 2);
   CHECK(run("status", "--frob", NULL) == 2);
+  CHECK(run("--version", NULL) == 0);
+  /* the global options after the command too; with --json the errors are JSON with the code */
+  CHECK(run("status", "--socket", "/dev/null", NULL) == 1 &&
+        stderr_has("ztctl: ECONNREFUSED: cannot connect to /dev/null"));
+  CHECK(run("jobs", "--json", "--socket=/dev/null", NULL) == 1 &&
+        stderr_has("{\"error\":{\"code\":\"ECONNREFUSED\",\"message\":\"cannot connect to /dev/null"));
+  CHECK(run("show", "--json", NULL) == 2 &&
+        stderr_has("{\"error\":{\"code\":\"EINVAL\",\"message\":\"show takes 1 argument"));
+  CHECK(run("--json", "frobnicate", NULL) == 2 && stderr_has("\"code\":\"EINVAL\""));
+  CHECK(run("status", "--socket", NULL) == 2 && stderr_has("--socket needs a value"));
+  /* after "--" an option is the command's: not a global --json (the error is not JSON) */
+  CHECK(run("show", "--", "--json", NULL) == 2 && stderr_has("ztctl: ") && !stderr_has("{\"error\""));
   CHECK(run("show", NULL) == 2 && stderr_has("usage: ztctl [OPTIONS] show JOB"));
   CHECK(run("show", "a", "b", NULL) == 2);
   CHECK(run("cancel", NULL) == 2);
