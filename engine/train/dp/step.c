@@ -388,7 +388,7 @@ static int step_body(dp_rank_state *k) {
   if ((rc = exchange(k, rec, &nonfinite, &updated)) < 0) return rc;
   k->skipped = 0;
   if (nonfinite) {
-    for (int u = s->plan.ng; u < s->plan.nu; u++) zt__dp_wait_adam(k, u);
+    for (int u = s->plan.ng; u < s->plan.nu; u++) zt_opt_store_wait(k->opt, u);
     /* fp16: GradScaler skips the update (every rank sees the overflow; none updated) */
     if (c->precision == ZT_F16) {
       k->skipped = 1;
@@ -418,17 +418,17 @@ static int step_body(dp_rank_state *k) {
    * back, each device unit's gathered on the queue while the next one's update runs, then each
    * host unit's once its AdamW is done, uploaded and gathered while the pool updates the next */
   for (int u = 0; u < s->plan.ng; u++) {
-    for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
-      const adam_seg *g = &k->segs[i];
-      const zt_shard *sh = zt_shard_at(s->plan.tab, g->unit, k->r);
-      size_t pa = zt__dp_param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    for (int i = k->first_run[u]; i < k->first_run[u + 1]; i++) {
+      const zt_opt_run *g = &k->runs[i];
+      size_t pa = zt__dp_param_at(k, sh) + g->offset, sa = sh->packed_off + g->offset;
       float wd = g->decay ? c->weight_decay : 0.0f;
       if (k->params_lp)
-        o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
+        o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->offset, k->m + sa,
                     k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step,
                     scale, zt__dp_lp_of(k, k->params_lp, pa), c->precision);
       else
-        o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
+        o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->offset, k->m + sa,
                  k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
     }
     if (stage < 3 && (rc = zt__dp_gather_updated(k, u)) < 0) break;
@@ -445,7 +445,7 @@ static int step_body(dp_rank_state *k) {
   }
   /* the host units' (all of them without NVMe), updated last */
   for (int u = s->plan.nv0 - 1; u >= s->plan.ng; u--) {
-    zt__dp_wait_adam(k, u);
+    zt_opt_store_wait(k->opt, u);
     if (rc < 0) continue; /* the others are still waited for */
     zt__dp_upload_unit(k, u);
     if (stage < 3) rc = zt__dp_gather_updated(k, u);
@@ -460,7 +460,7 @@ static int step_body(dp_rank_state *k) {
 static int rank_step(dp_rank_state *k) {
   const dp_state *s = k->s;
   int rc = step_body(k);
-  for (int u = s->plan.ng; s->plan.host_n && u < s->plan.nu; u++) zt__dp_wait_adam(k, u);
+  for (int u = s->plan.ng; s->plan.host_n && u < s->plan.nu; u++) zt_opt_store_wait(k->opt, u);
   if (s->plan.params_nvme) zt__dp_nvp_finish(k);
   if (s->plan.nvme) {
     char keep[sizeof k->err];
