@@ -4,8 +4,8 @@
  * offload.c: a rank's host tier and NVMe files in the step: where a unit's state is, the chunks
  *   staged for gathers (params host / nvme), the host units' updates through the rank's
  *   optimizer-state store (offload/opt_store.h) and its retire's hooks;
- * step.c:    the step's walk over the units with its collectives (the communicator's queue),
- *   the exchange, the update, and the path's step;
+ * step.c:    the step's strategy (engine/train/step.h): the walk over the units with its
+ *   collectives (the communicator's queue), the exchange, the update, and the path's step;
  * state.c:   the state between steps with every rank here: the flat layout, per-rank files;
  * parts.c:   a part's state calls as collectives (the probe, every part's ranks' files), the
  *   path's state entries, send / receive and the step flags;
@@ -145,10 +145,11 @@ typedef struct dp_rank_state {
   int probe_all;            /* ST_PROBE: every rank of every part saw the directory */
   char *blob;               /* ST_PROBE: the token and the directory (rank 0's) */
   char err[512];            /* room for a checkpoint file's path */
-  /* the step's results, the same on every rank */
-  double loss, norm;
-  unsigned flags;
-  int skipped;              /* fp16: the gradient overflowed, nothing was updated */
+  /* the step: the gpt embedding's parameters as the forward took them (the head reads them in
+   * the backward too), and the walk's outcome (engine/train/step.h), the same on every rank */
+  const float *embed_p;
+  const void *embed_lp;
+  zt__step_out out;
 } dp_rank_state;
 
 typedef struct dp_state {
@@ -165,10 +166,7 @@ typedef struct dp_state {
   uint64_t gen;
   int done;
   /* the command's arguments */
-  const int32_t *tokens;
-  float lr;
-  int adam_step;
-  float loss_scale;         /* fp16: the scaler's scale for this step; 1 otherwise */
+  zt__step_args args;       /* a step's, as the recipe set them (engine/train/step.h) */
   float *out[3];            /* cmd_read, a gather: params, m, v (any NULL) */
   const float *in[3];       /* cmd_write, a scatter */
   int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
@@ -230,7 +228,7 @@ int zt__dp_stage_unit(dp_rank_state *k, int u);
 /* offload.c: the host units' gradients and their AdamW */
 int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev);
 int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale);
-int zt__dp_take_up_to(dp_rank_state *k, int to, int j);
+int zt__dp_take_up_to(dp_rank_state *k, int to, int j, int overlap);
 void zt__dp_upload_unit(dp_rank_state *k, int u);
 /* offload.c: optimizer nvme through the store: the retire's hooks (zt_opt_store_cfg), a set read
  * ahead, the sets retired, a failed store call's message */

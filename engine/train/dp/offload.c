@@ -167,8 +167,8 @@ static int submit_adam(dp_rank_state *k, int u, const zt_opt_set *x, float scale
                   .m = x ? x->buf[ZT_OPT_M] : k->hmom + base,
                   .v = x ? x->buf[ZT_OPT_V] : k->hvar + base, .g = k->hgrad + base,
                   .lp = x ? x->lp : k->hlp ? k->hlp + base : NULL};
-  zt_adam_hparams hp = {.lr = s->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-                        .weight_decay = c->weight_decay, .step = s->adam_step,
+  zt_adam_hparams hp = {.lr = s->args.lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                        .weight_decay = c->weight_decay, .step = s->args.adam_step,
                         .grad_scale = scale};
   int rc = zt_opt_store_submit(k->opt, u, &io, &hp);
   return rc < 0 ? zt__dp_rank_fail(k, rc, "the host AdamW: %s", strerror(-rc)) : 0;
@@ -271,9 +271,10 @@ int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale) {
 
 /* Host unit u's gradients of micro-batch j have landed (waited for): a later micro-batch's are
  * added to the running sum as the device adds its units'; after the last one its sum of squares
- * is taken and, when the update may overlap the backward (no clipping: no norm needed first),
- * its AdamW starts unless a gradient of this rank was not finite. */
-static int take_up_unit(dp_rank_state *k, int u, int j) {
+ * is taken and, where the step's updates may overlap the backward (the recipe's `overlap`: no
+ * clipping, which needs the norm first, nor fp16, the world's overflow verdict), its AdamW
+ * starts unless a gradient of this rank was not finite. */
+static int take_up_unit(dp_rank_state *k, int u, int j, int overlap) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
   size_t at = zt__dp_host_at(s, sh), c = s->plan.tab->chunk[u];
@@ -286,18 +287,17 @@ static int take_up_unit(dp_rank_state *k, int u, int j) {
   k->usumsq[u] = sh->count ? k->hbe.ops->sum_squares(k->hbe.ctx, k->hgrad + at, sh->count, &nf)
                            : 0.0;
   k->nonfinite |= nf;
-  /* clipping needs the norm first, fp16 the world's overflow verdict */
-  if (k->view.tc.grad_clip > 0 || k->view.tc.precision == ZT_F16 || k->nonfinite) return 0;
+  if (!overlap || k->nonfinite) return 0;
   if ((rc = zt__dp_update_host_unit(k, u, 1.0f)) == 0) k->updated++;
   return rc;
 }
 
 /* Takes up the host units the backward of micro-batch j has copied, down to unit `to`. */
-int zt__dp_take_up_to(dp_rank_state *k, int to, int j) {
+int zt__dp_take_up_to(dp_rank_state *k, int to, int j, int overlap) {
   const dp_state *s = k->s;
   if (s->dc.zero_stage == 1 && j < k->view.tc.grad_accum - 1) return 0; /* nothing copied */
   for (; k->take_up >= to && k->take_up >= s->plan.ng; k->take_up--) {
-    int rc = take_up_unit(k, k->take_up, j);
+    int rc = take_up_unit(k, k->take_up, j, overlap);
     if (rc < 0) return rc;
   }
   return 0;
