@@ -13,7 +13,10 @@
  * own within each hook): begin; per micro-batch k of the rank: stage its tokens, forward, the
  * loss (scaled by loss_scale / (counted * world * grad_accum)), backward; norm; then either a
  * non-finite gradient (fp16: skipped; else refused, or broken where units were updated during
- * the backward) or the clip coefficient and the update; end, whatever happened. */
+ * the backward) or the clip coefficient and the update; end, whatever happened. Data
+ * parallelism runs the walk per rank rather than gathering its ranks into one walk: each rank's
+ * thread then issues its calls as one sequence, with no barrier between hooks, and the exchange
+ * in its norm hook gives every rank the same verdict. */
 #ifndef ZT_TRAIN_STEP_H
 #define ZT_TRAIN_STEP_H
 
@@ -73,7 +76,8 @@ typedef struct zt__step_out {
 } zt__step_out;
 
 /* A strategy: each hook returns 0 or a negative errno with its message made (in the strategy's
- * state, ctx). NULL hooks: nothing to do (forward, backward, norm and update are required). */
+ * state, ctx). NULL hooks: nothing to do (forward, backward, norm and update are required, and
+ * broken where norm may report units updated). */
 typedef struct zt__step_hooks {
   /* NULL: the walk runs here, zt__step_rank(t, ..., ctx). Data parallelism: on every rank's
    * thread at once, each rank's walk with the rank's state as the hooks' ctx (run's own ctx is
