@@ -8,6 +8,8 @@
 #include <string.h>
 
 typedef enum set_state { SET_FREE, SET_READING, SET_UPDATING, SET_WRITING } set_state;
+/* What a call's first failure was, for zt_opt_store_error. */
+typedef enum fail_why { WHY_OTHER, WHY_IO, WHY_HOOK } fail_why;
 typedef struct opt_set {
   zt_opt_set b;
   int unit; /* -1: none */
@@ -41,7 +43,19 @@ struct zt_opt_store {
   char *submitted;     /* per run: in this step, not waited for yet */
   int *ext;            /* the file of unit u's kind k: ext[ZT_OPT_KINDS * u + k] */
   opt_set sets[2];
+  fail_why why;        /* the last failed call's first failure */
+  int failed;          /* the call under way has failed already */
 };
+
+/* A public call begins: no failure yet. */
+static void begin(zt_opt_store *st) { st->failed = 0; }
+
+/* A failure of the call under way; its first one is what zt_opt_store_error describes. */
+static int fail(zt_opt_store *st, int rc, fail_why why) {
+  if (!st->failed) st->why = why;
+  st->failed = 1;
+  return rc;
+}
 
 uint64_t zt_opt_store_file_bytes(size_t floats) {
   uint64_t file = floats * sizeof(float);
@@ -130,8 +144,21 @@ static void run_task_chunk(void *arg, size_t begin, size_t end) {
            ((end < k->out_n ? end : k->out_n) - begin) * sizeof(float));
 }
 
+/* A failed submit: the tasks started waited for, an NVMe unit's set (staged for this update)
+ * freed unwritten. */
+static int submit_fail(zt_opt_store *st, int u, int rc) {
+  opt_set *x = &st->sets[u & 1];
+  zt_opt_store_wait(st, u);
+  if (x->unit == u && x->st == SET_UPDATING) {
+    x->st = SET_FREE;
+    x->unit = -1;
+  }
+  return fail(st, rc, WHY_OTHER);
+}
+
 int zt_opt_store_submit(zt_opt_store *st, int u, const zt_opt_io *io, const zt_adam_hparams *hp) {
-  if (hp->step < 1) return -EINVAL;
+  begin(st);
+  if (hp->step < 1) return submit_fail(st, u, -EINVAL);
   for (int r = st->first_run[u]; r < st->first_run[u + 1]; r++) {
     const zt_opt_run *a = &st->runs[r];
     run_task *k = &st->tasks[r];
@@ -147,7 +174,7 @@ int zt_opt_store_submit(zt_opt_store *st, int u, const zt_opt_io *io, const zt_a
     }
     k->job = (zt_cpu_job){.fn = run_task_chunk, .arg = k, .n = a->n, .chunk = ZT_CPU_ADAM_CHUNK};
     int rc = zt_cpu_pool_submit(st->c.pool, &k->job);
-    if (rc < 0) return rc;
+    if (rc < 0) return submit_fail(st, u, rc);
     st->submitted[r] = 1;
   }
   return 0;
@@ -162,7 +189,7 @@ static int set_io(zt_opt_store *st, opt_set *x, int write) {
                    : zt_nvme_read(st->c.nvme, ext, 0, x->b.buf[k], bytes);
     if (rc < 0) {
       while (k-- > 0) zt_nvme_wait(st->c.nvme, x->req[k]);
-      return rc;
+      return fail(st, rc, WHY_IO);
     }
     x->req[k] = rc;
   }
@@ -173,7 +200,7 @@ static int set_wait(zt_opt_store *st, opt_set *x) {
   int rc = 0;
   for (int k = 0; k < ZT_OPT_KINDS; k++) {
     int r = zt_nvme_wait(st->c.nvme, x->req[k]);
-    if (r < 0 && rc == 0) rc = r;
+    if (r < 0 && rc == 0) rc = fail(st, r, WHY_IO);
   }
   return rc;
 }
@@ -184,13 +211,14 @@ static int set_retire(zt_opt_store *st, opt_set *x) {
   if (x->st == SET_READING) rc = set_wait(st, x);
   if (x->st == SET_UPDATING) {
     zt_opt_store_wait(st, x->unit);
-    if (st->c.updated) rc = st->c.updated(st->c.ctx, x->unit, &x->b);
+    if (st->c.updated && (rc = st->c.updated(st->c.ctx, x->unit, &x->b)) < 0)
+      fail(st, rc, WHY_HOOK);
     if (rc == 0 && (rc = set_io(st, x, 1)) == 0) x->st = SET_WRITING;
   }
   if (x->st == SET_WRITING) {
     rc = set_wait(st, x);
     int r = st->c.written ? st->c.written(st->c.ctx, x->unit) : 0;
-    if (r < 0 && rc == 0) rc = r;
+    if (r < 0 && rc == 0) rc = fail(st, r, WHY_HOOK);
   }
   x->st = SET_FREE;
   x->unit = -1;
@@ -199,6 +227,7 @@ static int set_retire(zt_opt_store *st, opt_set *x) {
 
 int zt_opt_store_read(zt_opt_store *st, int u) {
   opt_set *x = &st->sets[u & 1];
+  begin(st);
   if (x->unit == u) return 0;
   int rc = set_retire(st, x);
   if (rc < 0) return rc;
@@ -224,9 +253,9 @@ int zt_opt_store_stage(zt_opt_store *st, int u, zt_opt_set *out) {
   return 0;
 }
 
-int zt_opt_store_finish(zt_opt_store *st) {
+int zt_opt_store_flush(zt_opt_store *st) {
   int rc = 0;
-  for (int u = 0; u < st->c.n_units; u++) zt_opt_store_wait(st, u);
+  begin(st);
   if (!st->c.nvme) return 0;
   int hi = st->sets[1].unit > st->sets[0].unit;
   for (int i = 0; i < 2; i++) {
@@ -236,8 +265,14 @@ int zt_opt_store_finish(zt_opt_store *st) {
   return rc;
 }
 
+int zt_opt_store_finish(zt_opt_store *st) {
+  for (int u = 0; u < st->c.n_units; u++) zt_opt_store_wait(st, u);
+  return zt_opt_store_flush(st);
+}
+
 int zt_opt_store_sync(zt_opt_store *st, int u, int write) {
   opt_set *x = &st->sets[0];
+  begin(st);
   x->unit = u;
   int rc = set_io(st, x, write);
   if (rc == 0) rc = set_wait(st, x);
@@ -246,6 +281,7 @@ int zt_opt_store_sync(zt_opt_store *st, int u, int write) {
 }
 
 const char *zt_opt_store_error(const zt_opt_store *st, int rc) {
-  const char *e = st && st->c.nvme ? zt_nvme_store_error(st->c.nvme) : "";
+  if (st && st->why == WHY_HOOK) return "";
+  const char *e = st && st->c.nvme && st->why == WHY_IO ? zt_nvme_store_error(st->c.nvme) : "";
   return e[0] ? e : strerror(-rc);
 }

@@ -4,10 +4,10 @@
  * zt_nvme_store, read ahead of the update into one of two staging sets and written back behind
  * it (zt_opt_store_read, _stage, _finish); the state calls' synchronous reads and writes
  * (zt_opt_store_sync); the message of a failure, which names the file.
- * called by: engine/train/offload (the single-rank step, a store over the model's units); made
- * for engine/train/dp too: a store per rank over the rank's own files and chunks (floats), its
- * sets with the compute copy beside them (zt_opt_store_cfg.sets[].lp) and its uploads done in
- * the retire's hooks.
+ * called by: engine/train/offload (the single-rank step, a store over the model's units) and
+ * engine/train/dp (a store per rank over the rank's own files and chunks (floats), its sets
+ * with the compute copy beside them (zt_opt_store_cfg.sets[].lp), its uploads done in the
+ * retire's hooks).
  *
  * A set moves FREE -> READING -> UPDATING -> WRITING -> FREE; NVMe unit u uses set u & 1, so
  * that the update of one unit and the write-behind of the unit before it run while the next
@@ -95,7 +95,8 @@ typedef struct zt_opt_io {
 } zt_opt_io;
 
 /* Starts unit u's AdamW on the pool, a task a run (its weight decay, or 0 where the run has
- * none). -EINVAL for hp->step < 1; the tasks submitted before a failure stay submitted. */
+ * none). -EINVAL for hp->step < 1. A failure waits for the tasks it started and, for an NVMe
+ * unit staged, frees its set: nothing of a failed update is written behind. */
 int zt_opt_store_submit(zt_opt_store *st, int u, const zt_opt_io *io, const zt_adam_hparams *hp);
 /* Blocks until unit u's AdamW has finished. */
 void zt_opt_store_wait(zt_opt_store *st, int u);
@@ -106,15 +107,19 @@ int zt_opt_store_read(zt_opt_store *st, int u);
 /* NVMe unit u's state in its set, read (waited for; started if it was not) and marked as being
  * updated: submit its AdamW on *out's buffers. A failed read frees the set. */
 int zt_opt_store_stage(zt_opt_store *st, int u, zt_opt_set *out);
-/* Every update waited for and every set retired, the higher unit's first (the order of the
- * updates): written back. The first failure's errno. */
+/* Every set retired, the higher unit's first (the order of the updates): its update waited
+ * for and written back; the other units' updates may still run (dp: the host units', updated
+ * after the NVMe ones, while the last write-behinds go). The first failure's errno. */
+int zt_opt_store_flush(zt_opt_store *st);
+/* Every update waited for, then zt_opt_store_flush. */
 int zt_opt_store_finish(zt_opt_store *st);
 
 /* Between steps (every set free): NVMe unit u's files read into cfg.sets[0] (write 0) or
  * written from it, synchronously. */
 int zt_opt_store_sync(zt_opt_store *st, int u, int write);
 
-/* The message of the failure that returned rc: the zt_nvme_store's (it names the file), else
+/* The message of the last failed call's first failure, which it returned as rc: an I/O one's is
+ * the zt_nvme_store's (it names the file); a hook's is the caller's to make, "" here; else
  * strerror's. */
 const char *zt_opt_store_error(const zt_opt_store *st, int rc);
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "offload/host_arena.h"
-#include "offload/nvme_store.h"
+#include "offload/opt_store.h"
 
 int zt_dp_plan_shard_table(const zt_model *m, int world, zt_shard_table **tab) {
   int nu = zt_model_num_units(m);
@@ -239,10 +239,7 @@ size_t zt_dp_plan_host_bytes(const zt_dp_plan *p) {
 
 uint64_t zt_dp_plan_nvme_bytes(const zt_dp_plan *s) {
   uint64_t sum = 0;
-  for (int u = s->nv0; u < s->nu; u++) {
-    uint64_t file = s->tab->chunk[u] * sizeof(float);
-    sum += 3 * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
-  }
+  for (int u = s->nv0; u < s->nu; u++) sum += zt_opt_store_file_bytes(s->tab->chunk[u]);
   return sum;
 }
 

@@ -1,6 +1,6 @@
-/* The optimizer step: gradient accumulation over micro-batches, the global gradient norm and
- * clipping (as torch.nn.utils.clip_grad_norm_), the learning-rate schedule, AdamW with
- * nanoGPT's two parameter groups (decay for matrices and embeddings, none for biases and norms). */
+/* The trainer: its open and close, the learning-rate schedule, and the plain strategy of the step
+ * recipe (engine/train/step.h: every buffer on the backend), with AdamW in nanoGPT's two
+ * parameter groups (decay for matrices and embeddings, none for biases and norms). */
 #include "engine/train/trainer_internal.h"
 
 #include <errno.h>
@@ -219,24 +219,6 @@ size_t zt_trainer_micro_tokens(const zt_trainer *t) {
   return (size_t)t->tc.micro_batch * (size_t)(zt_model_cfg_of(t->model)->seq_len + 1);
 }
 
-/* Every token of the step is checked before any work, so a bad batch leaves the trainer as it
- * was. -1 is padding: never a target; as an input it reads embedding row 0. */
-int zt__trainer_check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen) {
-  int T = zt_model_cfg_of(t->model)->seq_len, V = zt_model_cfg_of(t->model)->vocab;
-  size_t rows = (size_t)t->tc.grad_accum * (size_t)t->tc.micro_batch;
-  for (size_t r = 0; r < rows; r++)
-    for (int j = 0; j <= T; j++) {
-      int32_t x = tok[r * (size_t)(T + 1) + (size_t)j];
-      if (x < -1 || x >= V) {
-        snprintf(err, errlen, "micro-batch %zu row %zu position %d: token %d is outside [0, %d) "
-                 "(-1 marks padding)", r / (size_t)t->tc.micro_batch,
-                 r % (size_t)t->tc.micro_batch, j, x, V);
-        return -EINVAL;
-      }
-    }
-  return 0;
-}
-
 /* AdamW over runs of consecutive tensors sharing a decay flag (the layout alternates, so a
  * run is rarely more than one matrix or a few vectors). */
 static void adamw_all(zt_trainer *t, float lr, int step, float grad_scale) {
@@ -260,31 +242,69 @@ static void adamw_all(zt_trainer *t, float lr, int step, float grad_scale) {
   }
 }
 
-int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k) {
-  const zt_ops *o = t->be.ops;
-  int T = zt_model_cfg_of(t->model)->seq_len, B = t->tc.micro_batch, N = B * T;
-  const int32_t *mb = tokens + (size_t)k * zt_trainer_micro_tokens(t);
-  int counted = 0;
-  for (int b = 0; b < B; b++)
-    for (int j = 0; j < T; j++) {
-      int32_t x = mb[(size_t)b * (T + 1) + j], y = mb[(size_t)b * (T + 1) + j + 1];
-      t->h_tok[b * T + j] = x < 0 ? 0 : x;
-      t->h_tgt[b * T + j] = y;
-      counted += y >= 0;
-    }
-  if (!counted) return 0;
-  o->to_device(t->be.ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
-  o->to_device(t->be.ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
-  /* RoPE's positions: 0..T-1 in every row. to_device has read its host buffer when it returns
-   * (as the next micro-batch's staging relies on), so h_tok stages them too. */
-  int32_t *pos = zt_acts_positions(t->acts);
-  if (pos) {
-    for (int b = 0; b < B; b++)
-      for (int j = 0; j < T; j++) t->h_tok[b * T + j] = j;
-    o->to_device(t->be.ctx, pos, t->h_tok, (size_t)N * sizeof(int32_t));
-  }
-  return counted;
+/* ---- the plain strategy (engine/train/step.h): every buffer on the backend ---------------- */
+
+typedef struct plain_step {
+  zt_trainer *t;
+  char *err;
+  size_t errlen;
+} plain_step;
+
+static int plain_sync(plain_step *p, int step) {
+  const zt_ops *o = p->t->be.ops;
+  int rc = o->sync(p->t->be.ctx);
+  if (rc < 0)
+    snprintf(p->err, p->errlen, "backend %s failed during step %d: %s", o->name, step,
+             o->error_text(p->t->be.ctx));
+  return rc;
 }
+
+static int plain_begin(void *ctx, zt__step_walk *w) {
+  zt_trainer *t = ((plain_step *)ctx)->t;
+  (void)w;
+  t->be.ops->zero(t->be.ctx, t->grads, zt_model_num_params(t->model) * sizeof(float));
+  return 0;
+}
+
+static int plain_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  zt_trainer *t = ((plain_step *)ctx)->t;
+  (void)w;
+  (void)mb;
+  zt_model_forward_dt(t->model, t->acts, t->params, t->params_lp ? t->params_lp : t->params);
+  return 0;
+}
+
+static int plain_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  zt_trainer *t = ((plain_step *)ctx)->t;
+  (void)w;
+  (void)mb;
+  zt_model_backward_dt(t->model, t->acts, t->params, t->params_lp ? t->params_lp : t->params,
+                       t->grads);
+  return 0;
+}
+
+static int plain_norm(void *ctx, const zt__step_walk *w, zt__step_norm *n) {
+  zt_trainer *t = ((plain_step *)ctx)->t;
+  (void)w;
+  n->sumsq = t->be.ops->sum_squares(t->be.ctx, t->grads, zt_model_num_params(t->model),
+                                    &n->nonfinite);
+  return 0;
+}
+
+/* fp16's skip: the work queued so far finished (a non-finite step without fp16 is refused) */
+static int plain_nonfinite(void *ctx, const zt__step_walk *w, const zt__step_norm *n) {
+  (void)n;
+  return w->a->fp16 ? plain_sync(ctx, w->a->step) : 0;
+}
+
+static int plain_update(void *ctx, const zt__step_walk *w, float grad_scale) {
+  adamw_all(((plain_step *)ctx)->t, w->a->lr, w->a->adam_step, grad_scale);
+  return plain_sync(ctx, w->a->step);
+}
+
+static const zt__step_hooks plain_hooks = {
+    .begin = plain_begin, .forward = plain_forward, .backward = plain_backward,
+    .norm = plain_norm, .nonfinite = plain_nonfinite, .update = plain_update};
 
 int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                     size_t errlen) {
@@ -294,89 +314,6 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
     return -EIO;
   }
   if (t->path) return t->path->step(t, tokens, res, err, errlen);
-  const zt_ops *o = t->be.ops;
-  void *ctx = t->be.ctx;
-  const zt_model_cfg *mc = zt_model_cfg_of(t->model);
-  int T = mc->seq_len, B = t->tc.micro_batch, ga = t->tc.grad_accum, N = B * T;
-  size_t n = zt_model_num_params(t->model);
-  zt_dtype dt = t->tc.precision;
-  const void *params_lp = t->params_lp ? t->params_lp : t->params;
-  /* fp16 scales the loss gradient; 1 (which changes no bit) otherwise */
-  float loss_scale = dt == ZT_F16 ? t->scaler.scale : 1.0f;
-  int rc = zt__trainer_check_tokens(t, tokens, err, errlen);
-  if (rc < 0) return rc;
-  o->zero(ctx, t->grads, n * sizeof(float));
-  double loss = 0;
-  int counted_micros = 0;
-  for (int k = 0; k < ga; k++) {
-    int counted = zt__trainer_stage_micro(t, tokens, k);
-    /* A micro-batch of padding alone has no loss and contributes no gradient. */
-    if (!counted) continue;
-    zt_model_forward_dt(t->model, t->acts, t->params, params_lp);
-    double loss_sum = 0;
-    int n_counted = 0;
-    /* mean over this micro-batch's tokens, divided by grad_accum: PyTorch's loss / grad_accum
-     * (times the fp16 loss scale) */
-    zt_model_loss(t->model, t->acts, (float)((double)loss_scale / ((double)counted * ga)));
-    zt_model_backward_dt(t->model, t->acts, t->params, params_lp, t->grads);
-    zt_acts_loss(t->acts, &loss_sum, &n_counted);
-    loss += loss_sum / n_counted;
-    counted_micros++;
-  }
-  int nonfinite = 0;
-  /* the norm of the unscaled gradients: loss_scale is a power of two, so dividing the norm is
-   * unscaling every value first */
-  double norm = sqrt(o->sum_squares(ctx, t->grads, n, &nonfinite)) / loss_scale;
-  int step = t->step + 1;
-  float lr = zt_train_lr(&t->tc, step);
-  if (nonfinite && dt == ZT_F16) {
-    /* GradScaler: optimizer.step() is skipped (no update, AdamW's step count unchanged) and
-     * the scale backs off; the iteration still counts */
-    if ((rc = o->sync(ctx)) < 0) {
-      snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
-               o->error_text(ctx));
-      return rc;
-    }
-    zt_loss_scaler_update(&t->scaler, 1);
-    t->step = step;
-    if (res) {
-      *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
-                              .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * ga,
-                              .skipped = 1, .loss_scale = t->scaler.scale};
-    }
-    return 0;
-  }
-  if (nonfinite) {
-    snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
-             "left unchanged", step, counted_micros ? loss / counted_micros : 0.0);
-    return -ERANGE;
-  }
-  float scale = 1.0f;
-  if (t->tc.grad_clip > 0) {
-    double coef = t->tc.grad_clip / (norm + 1e-6);
-    if (coef < 1.0) scale = (float)coef;
-  }
-  /* AdamW sees g * scale / loss_scale: the unscaled, clipped gradient */
-  if (dt == ZT_F16) scale = (float)((double)scale / loss_scale);
-  int adam_step = t->adam_step + 1;
-  adamw_all(t, lr, adam_step, scale);
-  if ((rc = o->sync(ctx)) < 0) {
-    snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
-             o->error_text(ctx));
-    return rc;
-  }
-  if (dt == ZT_F16) zt_loss_scaler_update(&t->scaler, 0);
-  t->step = step;
-  t->adam_step = adam_step;
-  if (res) {
-    res->step = step;
-    res->loss = counted_micros ? loss / counted_micros : 0.0;
-    res->grad_norm = norm;
-    res->lr = lr;
-    res->tokens = (int64_t)N * ga;
-    res->skipped = 0;
-    res->loss_scale = dt == ZT_F16 ? t->scaler.scale : 1.0f;
-    res->flags = 0;
-  }
-  return 0;
+  plain_step p = {.t = t, .err = err, .errlen = errlen};
+  return zt__step(t, &plain_hooks, &p, 1, tokens, res, err, errlen);
 }

@@ -60,8 +60,10 @@ int zt_trainer_get_state(zt_trainer *t, float *params, float *exp_avg, float *ex
 size_t zt_trainer_micro_tokens(const zt_trainer *t);
 /* Runs one optimizer step over grad_accum micro-batches; tokens holds grad_accum micro-batches
  * back to back, each B rows of T+1 tokens. Token ids outside [0, vocab) give -EINVAL. Gradients
- * with inf/nan give -ERANGE and change nothing, except in fp16, where the step is skipped as
- * GradScaler skips it (res->skipped, the loss scale halved) and 0 is returned. */
+ * with inf/nan give -ERANGE and change nothing (res, when given, describes the refused step:
+ * skipped, its loss, norm and flags), except in fp16, where the step is skipped as GradScaler
+ * skips it (res->skipped, the loss scale halved) and 0 is returned. The step's recipe:
+ * engine/train/step.h. */
 int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                     size_t errlen);
 

@@ -1,9 +1,11 @@
-/* The trainer's state, shared by trainer.c (the step) and checkpoint/ (save/load). */
+/* The trainer's state, shared by trainer.c, step.c (the step's recipe), the strategies
+ * (offload/, dp/) and checkpoint/ (save/load). */
 #ifndef ZT_TRAIN_TRAINER_INTERNAL_H
 #define ZT_TRAIN_TRAINER_INTERNAL_H
 
 #include "engine/train/checkpoint/shard_io.h"
 #include "engine/train/loss_scale.h"
+#include "engine/train/step.h"
 #include "engine/train/trainer.h"
 #include "offload/shard.h"
 
@@ -76,8 +78,6 @@ struct zt_trainer {
   int part_loaded;
 };
 
-/* Shared by the step paths. */
-int zt__trainer_check_tokens(const zt_trainer *t, const int32_t *tok, char *err, size_t errlen);
 /* The initial parameters (cfg->init_path, or the seeded init) into a host flat buffer. */
 int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t errlen);
 /* The same a range of whole units at a time, for a model larger than memory: open checks the
@@ -104,8 +104,5 @@ void zt__trainer_piece_tensors(const zt_model *m, int u0, int u1, int *first, in
  * (zt_checkpoint_estimate_bytes_dp) sizes a per-rank checkpoint's stagings from it. 0, or
  * zt_shard_table_build's error. */
 int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab);
-/* Stages micro-batch k of the step's tokens into the acts; returns the tokens counted as
- * targets (0: a micro-batch of padding alone, nothing staged). */
-int zt__trainer_stage_micro(zt_trainer *t, const int32_t *tokens, int k);
 
 #endif

@@ -148,11 +148,12 @@
  * zt_dp_cfg.nvme_dir, one per unit and kind, each the rank's chunk; the host tier keeps the
  * gradients, two page-locked staging sets of the largest chunk (masters, m, v, the compute
  * copy, which params nvme leaves out) and, with params host, the parameters the gathers read.
- * Each rank moves its files on its own thread, as the single-GPU offloaded step does: a unit's
+ * Each rank moves its files on its own thread through an optimizer-state store of its own
+ * (offload/opt_store.h, the single-GPU offloaded step's, over the rank's chunks): a unit's
  * three files are read into a set ahead of its update while the unit above it is updated, and
  * its set is retired (the update waited for, the chunk uploaded on the copy engine or into the
  * host's parameters, the files written behind) when the set is needed for the unit below; the
- * pool runs the updates.
+ * pool runs the updates (the host units' too, through the same store).
  * A failed read or write fails the step (-EIO and the trainer refuses further steps) with the
  * store's message naming the file. The state calls and per-rank checkpoints read a unit's files
  * into a set and write them from it. The files go at close.

@@ -2,9 +2,10 @@
  * calls only those listed before it, which know nothing of it:
  * threads.c: the rank threads, a command run on every rank here, a rank's failure;
  * offload.c: a rank's host tier and NVMe files in the step: where a unit's state is, the chunks
- *   staged for gathers (params host / nvme), the host AdamW, optimizer nvme's sets;
- * step.c:    the step's walk over the units with its collectives (the communicator's queue),
- *   the exchange, the update, and the path's step;
+ *   staged for gathers (params host / nvme), the host units' updates through the rank's
+ *   optimizer-state store (offload/opt_store.h) and its retire's hooks;
+ * step.c:    the step's strategy (engine/train/step.h): the walk over the units with its
+ *   collectives (the communicator's queue), the exchange, the update, and the path's step;
  * state.c:   the state between steps with every rank here: the flat layout, per-rank files;
  * parts.c:   a part's state calls as collectives (the probe, every part's ranks' files), the
  *   path's state entries, send / receive and the step flags;
@@ -28,6 +29,7 @@
 #include "offload/cpu_pool.h"
 #include "offload/host_arena.h"
 #include "offload/nvme_store.h"
+#include "offload/opt_store.h"
 #include "offload/shard.h"
 
 /* A part's state calls: a gather or scatter of a piece of units, rank 0's part giving up its
@@ -46,27 +48,8 @@ enum { ST_GATHER = 1, ST_SCATTER, ST_ABANDON, ST_PROBE, ST_SHARDS_OUT, ST_SHARDS
 #define X_MICRO 4
 _Static_assert(X_MICRO == ZT_DP_XCHG_SCALARS, "the plan sizes the exchange records");
 
-/* An AdamW call: consecutive elements of one chunk sharing a decay flag. */
-typedef struct adam_seg {
-  int unit;
-  size_t off, n; /* within the rank's chunk of the unit */
-  int decay;
-} adam_seg;
-
 struct dp_state;
 struct zt__dp_cmd;
-
-/* optimizer nvme: a staging of one host unit's chunk of masters, m and v (and the compute copy
- * the AdamW writes), moving FREE -> READING -> UPDATING -> WRITING -> FREE as offload/opt_store.c's
- * sets do; the state calls use set 0 synchronously between steps. */
-typedef enum nv_state { NV_FREE, NV_READING, NV_UPDATING, NV_WRITING } nv_state;
-typedef struct nv_set {
-  float *buf[3];
-  uint16_t *lp;             /* bf16 / fp16; NULL in fp32 */
-  int unit;                 /* -1 none */
-  nv_state st;
-  int req[3];
-} nv_set;
 
 typedef struct dp_rank_state {
   struct dp_state *s;
@@ -104,12 +87,15 @@ typedef struct dp_rank_state {
                                       params nvme: the host units' alone) */
   float *hstage;            /* stages 2-3 with grad_accum > 1: a later micro-batch's gradients */
   uint16_t *hlp;            /* bf16 / fp16: the compute copy the AdamW writes, beside hm */
-  /* optimizer nvme: the rank's store in dir, a file per NVMe unit and kind (unit u's kind i:
-   * ext[3 * u + i]), and two staging sets (unit u's in sets[u & 1]: one updated while the
-   * next is read ahead) */
+  /* The host units' optimizer-state store (offload/opt_store.h): their AdamW on the pool, a run
+   * a call (runs), and with optimizer nvme the NVMe units' files, a file per unit and kind in
+   * the rank's zt_nvme_store (its directory nvdir; params nvme reads the master files through
+   * it too), read ahead into two staging sets in the host tier (unit u's in sets[u & 1]: one
+   * updated while the next is read ahead; the state calls use set 0 between steps) */
+  zt_opt_store *opt;
   zt_nvme_store *store;
-  int *ext;
-  nv_set sets[2];
+  zt_opt_set sets[2];
+  const char *hook_what;    /* the store's hooks' first failure not yet reported: what failed */
   int64_t up_tick;          /* the H2D ticket of the last chunk uploaded from a set */
   uint64_t nvme_bytes;      /* the files' whole blocks */
   char nvdir[ZT_PATH_MAX + 64]; /* its directory rank-R; "" none */
@@ -128,11 +114,11 @@ typedef struct dp_rank_state {
   int pstage_req[2];        /* the read's request while not waited for, -1 none */
   int64_t pstage_tick[2];   /* the H2D ticket that last read each; 0 none */
   int dir;                  /* the walk: 1 forward, -1 backward */
-  zt_cpu_adam_task *tasks;  /* per AdamW call (segs), those of host units */
-  int *first_seg;           /* unit u's calls: segs[first_seg[u] .. first_seg[u + 1]) */
+  zt_opt_run *runs;         /* the AdamW calls: the rank's chunk of each unit cut where the
+                               decay flag changes, from the chunk's element 0 */
+  int *first_run;           /* unit u's: runs[first_run[u] .. first_run[u + 1]) */
   int64_t *unit_tick;       /* per unit: the D2H ticket of its gradients this micro-batch */
   double *usumsq;           /* per host unit: its sum of squares, taken up in the backward */
-  char *submitted;          /* per unit: its host AdamW started and not waited for */
   char *began;              /* per unit: its host update began this step */
   int take_up;              /* the next unit (walking down) the backward takes up */
   int updated, nonfinite;   /* host units updated during the backward; one was not finite */
@@ -148,8 +134,6 @@ typedef struct dp_rank_state {
   long long gunit_tick[2], gembed_tick, slot_tick[2], embed_tick, *gather_tick, q_waited;
   long long add_tick;
   int add_unit;
-  adam_seg *segs;
-  int nsegs;
   size_t bytes;             /* backend bytes held */
   int rc;
   /* cmd_state: the call failed alike on every rank without a failure of the collectives, the
@@ -161,10 +145,11 @@ typedef struct dp_rank_state {
   int probe_all;            /* ST_PROBE: every rank of every part saw the directory */
   char *blob;               /* ST_PROBE: the token and the directory (rank 0's) */
   char err[512];            /* room for a checkpoint file's path */
-  /* the step's results, the same on every rank */
-  double loss, norm;
-  unsigned flags;
-  int skipped;              /* fp16: the gradient overflowed, nothing was updated */
+  /* the step: the gpt embedding's parameters as the forward took them (the head reads them in
+   * the backward too), and the walk's outcome (engine/train/step.h), the same on every rank */
+  const float *embed_p;
+  const void *embed_lp;
+  zt__step_out out;
 } dp_rank_state;
 
 typedef struct dp_state {
@@ -181,10 +166,7 @@ typedef struct dp_state {
   uint64_t gen;
   int done;
   /* the command's arguments */
-  const int32_t *tokens;
-  float lr;
-  int adam_step;
-  float loss_scale;         /* fp16: the scaler's scale for this step; 1 otherwise */
+  zt__step_args args;       /* a step's, as the recipe set them (engine/train/step.h) */
   float *out[3];            /* cmd_read, a gather: params, m, v (any NULL) */
   const float *in[3];       /* cmd_write, a scatter */
   int u0, u1;               /* the units out / in hold (from unit u0's first parameter) */
@@ -245,17 +227,17 @@ int zt__dp_nvp_ahead(dp_rank_state *k, int v);
 int zt__dp_stage_unit(dp_rank_state *k, int u);
 /* offload.c: the host units' gradients and their AdamW */
 int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev);
-void zt__dp_wait_adam(dp_rank_state *k, int u);
 int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale);
-int zt__dp_take_up_to(dp_rank_state *k, int to, int j);
+int zt__dp_take_up_to(dp_rank_state *k, int to, int j, int overlap);
 void zt__dp_upload_unit(dp_rank_state *k, int u);
-/* offload.c: optimizer nvme's reads and writes of a set */
-int zt__dp_nv_io(dp_rank_state *k, nv_set *x, int write);
-int zt__dp_nv_wait(dp_rank_state *k, nv_set *x);
-void zt__dp_nv_why(const dp_rank_state *k, int rc, char *why, size_t len);
-int zt__dp_nv_fail(dp_rank_state *k, int rc);
+/* offload.c: optimizer nvme through the store: the retire's hooks (zt_opt_store_cfg), a set read
+ * ahead, the sets retired, a failed store call's message */
+int zt__dp_nv_updated(void *ctx, int u, const zt_opt_set *x);
+int zt__dp_nv_written(void *ctx, int u);
 int zt__dp_nv_read(dp_rank_state *k, int u);
 int zt__dp_nv_finish(dp_rank_state *k);
+void zt__dp_nv_why(const dp_rank_state *k, int rc, char *why, size_t len);
+int zt__dp_nv_fail(dp_rank_state *k, int rc);
 
 /* step.c: the gradient buffer unit u's backward adds into (the state calls' scratch) */
 float *zt__dp_unit_grads(dp_rank_state *k, int u);

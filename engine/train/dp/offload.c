@@ -1,8 +1,9 @@
 /* A rank's offload in the step (engine/train/dp/dp.h "Offload"): where a unit's state is, the
  * host units' chunks staged for their gathers (params host, and params nvme's reads of the
- * master files), their gradients copied to the host and taken up behind the backward, the CPU
- * AdamW on the pool, and optimizer nvme's staging sets (read ahead, updated, uploaded, written
- * behind). The walk that drives them is step.c's. */
+ * master files), their gradients copied to the host and taken up behind the backward, and
+ * their updates through the rank's optimizer-state store (offload/opt_store.h: the CPU AdamW
+ * on the pool; optimizer nvme's files read ahead into its sets, written behind), whose retire
+ * uploads each NVMe unit's chunk (the hooks here). The walk that drives them is step.c's. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
 #include "offload/nvme_store.h"
+#include "offload/opt_store.h"
 #include "offload/shard.h"
 
 /* A host unit's first element in the host tier. */
@@ -60,8 +62,8 @@ static int stage_chunk(dp_rank_state *k, int u) {
 /* ---- params nvme: the NVMe units' chunks read from their master files before each gather ---
  * The step reads a file while no write of it is in flight: the update of a unit begins after
  * its last gather of the step (the backward walks down, the updates follow it), and the last
- * step's write-behind was waited for when its sets were retired (zt__dp_nv_finish), before this
- * step began; a state call that writes the files runs between steps. */
+ * step's write-behind was waited for when the store's sets were retired (zt__dp_nv_finish),
+ * before this step began; a state call that writes the files runs between steps. */
 
 static int nvp_fail(dp_rank_state *k, int rc) {
   const char *e = zt_nvme_store_error(k->store);
@@ -92,7 +94,8 @@ static int nvp_read(dp_rank_state *k, int u) {
   k->pstage_tick[b] = 0;
   k->pstage_unit[b] = -1;
   size_t bytes = k->s->plan.tab->chunk[u] * sizeof(float);
-  if ((rc = zt_nvme_read(k->store, k->ext[3 * u], 0, k->pstage[b], bytes)) < 0)
+  if ((rc = zt_nvme_read(k->store, zt_opt_store_ext(k->opt, u, ZT_OPT_MASTER), 0, k->pstage[b],
+                         bytes)) < 0)
     return nvp_fail(k, rc);
   k->pstage_unit[b] = u;
   k->pstage_req[b] = rc;
@@ -154,150 +157,89 @@ int zt__dp_grads_to_host(dp_rank_state *k, int u, int j, const float *dev) {
   return 0;
 }
 
-/* Starts host unit u's AdamW on the pool (its calls in k->tasks): on the host tier, or for an
- * NVMe unit on its set (read). */
-static int submit_adam(dp_rank_state *k, int u, float scale) {
+/* Starts host unit u's AdamW on the pool through the rank's store: on the host tier, or for an
+ * NVMe unit on the set x its state was staged into. */
+static int submit_adam(dp_rank_state *k, int u, const zt_opt_set *x, float scale) {
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
   size_t base = zt__dp_host_at(s, zt_shard_at(s->plan.tab, u, k->r));
-  const nv_set *x = &k->sets[u & 1];
-  int nv = zt__dp_on_nvme(s, u);
-  /* the state's chunk, and where the chunk's element 0 is */
-  float *p = nv ? x->buf[0] : k->hm + base, *mo = nv ? x->buf[1] : k->hmom + base;
-  float *va = nv ? x->buf[2] : k->hvar + base;
-  uint16_t *lp = nv ? x->lp : k->hlp ? k->hlp + base : NULL;
-  for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
-    const adam_seg *g = &k->segs[i];
-    size_t at = g->off;
-    zt_cpu_adam_task *task = &k->tasks[i];
-    *task = (zt_cpu_adam_task){
-        .p = p + at, .g = k->hgrad + base + at, .m = mo + at, .v = va + at,
-        .p_bf16 = lp && c->precision == ZT_BF16 ? lp + at : NULL,
-        .p_fp16 = lp && c->precision == ZT_F16 ? lp + at : NULL, .n = g->n,
-        .isa = ZT_CPU_ISA_AUTO,
-        .h = {.lr = s->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-              .weight_decay = g->decay ? c->weight_decay : 0.0f, .step = s->adam_step,
-              .grad_scale = scale}};
-    int rc = zt_cpu_adam_submit(s->pool, task);
-    if (rc < 0) {
-      while (--i >= k->first_seg[u]) zt_cpu_adam_wait(s->pool, &k->tasks[i]);
-      return zt__dp_rank_fail(k, rc, "the host AdamW: %s", strerror(-rc));
-    }
-  }
-  k->submitted[u] = 1;
-  return 0;
+  zt_opt_io io = {.p = x ? x->buf[ZT_OPT_MASTER] : k->hm + base,
+                  .m = x ? x->buf[ZT_OPT_M] : k->hmom + base,
+                  .v = x ? x->buf[ZT_OPT_V] : k->hvar + base, .g = k->hgrad + base,
+                  .lp = x ? x->lp : k->hlp ? k->hlp + base : NULL};
+  zt_adam_hparams hp = {.lr = s->args.lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                        .weight_decay = c->weight_decay, .step = s->args.adam_step,
+                        .grad_scale = scale};
+  int rc = zt_opt_store_submit(k->opt, u, &io, &hp);
+  return rc < 0 ? zt__dp_rank_fail(k, rc, "the host AdamW: %s", strerror(-rc)) : 0;
 }
 
-void zt__dp_wait_adam(dp_rank_state *k, int u) {
-  if (!k->submitted[u]) return;
-  for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++)
-    zt_cpu_adam_wait(k->s->pool, &k->tasks[i]);
-  k->submitted[u] = 0;
-}
+/* ---- optimizer nvme: the rank's store (offload/opt_store.h) and its retire's hooks --------- */
 
-/* optimizer nvme: starts the reads (write 0) or writes of set x's unit, its whole chunk (the
- * padding zero); on a failure waits for those started. The store's message names the file. */
-int zt__dp_nv_io(dp_rank_state *k, nv_set *x, int write) {
-  size_t bytes = k->s->plan.tab->chunk[x->unit] * sizeof(float);
-  for (int i = 0; i < 3; i++) {
-    int ext = k->ext[3 * x->unit + i];
-    int rc = write ? zt_nvme_write(k->store, ext, 0, x->buf[i], bytes)
-                   : zt_nvme_read(k->store, ext, 0, x->buf[i], bytes);
-    if (rc < 0) {
-      while (i-- > 0) zt_nvme_wait(k->store, x->req[i]);
-      return rc;
-    }
-    x->req[i] = rc;
-  }
-  return 0;
-}
-
-int zt__dp_nv_wait(dp_rank_state *k, nv_set *x) {
-  int rc = 0;
-  for (int i = 0; i < 3; i++) {
-    int r = zt_nvme_wait(k->store, x->req[i]);
-    if (r < 0 && rc == 0) rc = r;
-  }
+/* A hook's failure: its message is made when the store returns it (zt__dp_nv_fail), unless an
+ * earlier failure of the same call is the one returned. */
+static int hook_fail(dp_rank_state *k, int rc, const char *what) {
+  if (!k->hook_what) k->hook_what = what;
   return rc;
 }
 
-/* The message of a failed NVMe call (the store's names the file). */
+/* The message of a failed store call: its I/O failure's (the store's names the file). */
 void zt__dp_nv_why(const dp_rank_state *k, int rc, char *why, size_t len) {
-  const char *e = zt_nvme_store_error(k->store);
-  snprintf(why, len, "optimizer nvme: %s", e[0] ? e : strerror(-rc));
+  snprintf(why, len, "optimizer nvme: %s", zt_opt_store_error(k->opt, rc));
 }
 
+/* A store call failed with rc: the hook's copy failure, or the store's. */
 int zt__dp_nv_fail(dp_rank_state *k, int rc) {
+  const char *what = k->hook_what;
+  k->hook_what = NULL;
+  if (!zt_opt_store_error(k->opt, rc)[0]) return zt__dp_copy_fail(k, rc, what);
   char why[400];
   zt__dp_nv_why(k, rc, why, sizeof why);
   return zt__dp_rank_fail(k, rc, "%s", why);
 }
 
-/* optimizer nvme: set x's updated chunk where the step reads it: with params nvme in the
+/* The updated hook: the set's updated chunk where the step reads it: with params nvme in the
  * master file written behind (nothing more to do), with params host into the host's parameters
  * (the copies staged from them so far landed first), else onto the device on the copy engine,
  * which orders it after the compute queued so far (the backward of the unit may still read the
  * old parameters). */
-static int nv_upload(dp_rank_state *k, const nv_set *x) {
+int zt__dp_nv_updated(void *ctx, int u, const zt_opt_set *x) {
+  dp_rank_state *k = ctx;
   const dp_state *s = k->s;
-  const zt_shard *sh = zt_shard_at(s->plan.tab, x->unit, k->r);
-  size_t c = s->plan.tab->chunk[x->unit], at = zt__dp_host_at(s, sh), dev = zt__dp_param_at(k, sh);
+  const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+  size_t c = s->plan.tab->chunk[u], at = zt__dp_host_at(s, sh), dev = zt__dp_param_at(k, sh);
   int rc;
   if (s->plan.params_nvme) return 0;
   if (s->plan.params_host) {
     if (k->h2d_last && (rc = k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->h2d_last)) < 0)
-      return zt__dp_copy_fail(k, rc, "copying a parameter chunk to the device");
-    memcpy(k->hm + at, x->buf[0], c * sizeof(float));
+      return hook_fail(k, rc, "copying a parameter chunk to the device");
+    memcpy(k->hm + at, x->buf[ZT_OPT_MASTER], c * sizeof(float));
     if (x->lp) memcpy(k->hlp + at, x->lp, c * sizeof(uint16_t));
     return 0;
   }
-  int64_t t = k->copy->ops->h2d(k->copy, k->params + dev, x->buf[0], c * sizeof(float),
-                                ZT_COPY_AFTER_ALL);
+  int64_t t = k->copy->ops->h2d(k->copy, k->params + dev, x->buf[ZT_OPT_MASTER],
+                                c * sizeof(float), ZT_COPY_AFTER_ALL);
   if (t > 0 && x->lp)
     t = k->copy->ops->h2d(k->copy, zt__dp_lp_of(k, k->params_lp, dev), x->lp,
                           c * zt_dtype_size(k->view.tc.precision), ZT_COPY_AFTER_ALL);
-  if (t < 0) return zt__dp_copy_fail(k, (int)t, "copying updated parameters to the device");
+  if (t < 0) return hook_fail(k, (int)t, "copying updated parameters to the device");
   k->up_tick = t;
   return 0;
 }
 
-/* Back to FREE: a read landed; an update waited for, its chunk uploaded and written behind;
- * a write (and the upload, which reads the set too) landed before the set is used again. */
-static int nv_retire(dp_rank_state *k, nv_set *x) {
-  int rc = 0;
-  if (x->st == NV_READING && (rc = zt__dp_nv_wait(k, x)) < 0) rc = zt__dp_nv_fail(k, rc);
-  if (x->st == NV_UPDATING) {
-    zt__dp_wait_adam(k, x->unit);
-    if ((rc = nv_upload(k, x)) == 0) {
-      if ((rc = zt__dp_nv_io(k, x, 1)) < 0)
-        rc = zt__dp_nv_fail(k, rc);
-      else
-        x->st = NV_WRITING;
-    }
-  }
-  if (x->st == NV_WRITING) {
-    if ((rc = zt__dp_nv_wait(k, x)) < 0) rc = zt__dp_nv_fail(k, rc);
-    int r = k->up_tick ? k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->up_tick) : 0;
-    if (r < 0 && rc == 0) rc = zt__dp_copy_fail(k, r, "copying updated parameters to the device");
-  }
-  x->st = NV_FREE;
-  x->unit = -1;
-  return rc;
+/* The written hook: the upload, which reads the set too, landed before the set is used again. */
+int zt__dp_nv_written(void *ctx, int u) {
+  dp_rank_state *k = ctx;
+  (void)u;
+  int rc = k->up_tick ? k->copy->ops->wait(k->copy, ZT_COPY_H2D, k->up_tick) : 0;
+  return rc < 0 ? hook_fail(k, rc, "copying updated parameters to the device") : 0;
 }
 
-/* Starts reading host unit u's state into its set, unless it is there or coming. */
+/* Starts reading host unit u's state into its set, unless it is there or coming (retiring the
+ * set's unit: its update waited for, uploaded and written behind). */
 int zt__dp_nv_read(dp_rank_state *k, int u) {
-  nv_set *x = &k->sets[u & 1];
-  if (x->unit == u) return 0;
-  int rc = nv_retire(k, x);
-  if (rc < 0) return rc;
-  x->unit = u;
-  if ((rc = zt__dp_nv_io(k, x, 0)) < 0) {
-    x->unit = -1;
-    return zt__dp_nv_fail(k, rc);
-  }
-  x->st = NV_READING;
-  return 0;
+  int rc = zt_opt_store_read(k->opt, u);
+  return rc < 0 ? zt__dp_nv_fail(k, rc) : 0;
 }
 
 /* Host unit u's AdamW from its set once read (the compute copy cast from the masters first,
@@ -305,51 +247,34 @@ int zt__dp_nv_read(dp_rank_state *k, int u) {
  * read ahead: that retires the set of the unit above (its update waited for, uploaded and
  * written behind) while the pool updates this one. */
 static int nv_update(dp_rank_state *k, int u, float scale) {
-  nv_set *x = &k->sets[u & 1];
-  int rc = zt__dp_nv_read(k, u);
-  if (rc == 0 && x->st == NV_READING && (rc = zt__dp_nv_wait(k, x)) < 0)
-    rc = zt__dp_nv_fail(k, rc);
-  if (rc == 0 && x->lp)
-    k->hbe.ops->cast(k->hbe.ctx, x->lp, k->view.tc.precision, x->buf[0], ZT_F32,
+  zt_opt_set x;
+  int rc = zt_opt_store_stage(k->opt, u, &x);
+  if (rc < 0) return zt__dp_nv_fail(k, rc);
+  if (x.lp)
+    k->hbe.ops->cast(k->hbe.ctx, x.lp, k->view.tc.precision, x.buf[ZT_OPT_MASTER], ZT_F32,
                      k->s->plan.tab->chunk[u]);
-  if (rc == 0) {
-    x->st = NV_UPDATING;
-    rc = submit_adam(k, u, scale);
-  }
-  if (rc < 0) {
-    x->st = NV_FREE;
-    x->unit = -1;
-    return rc;
-  }
+  if ((rc = submit_adam(k, u, &x, scale)) < 0) return rc;
   return u - 1 >= k->s->plan.nv0 ? zt__dp_nv_read(k, u - 1) : 0;
 }
 
-/* Every set retired, the higher unit's first; the first failure's message is kept. */
+/* Every set retired, the higher unit's first; the host units' updates may still run. */
 int zt__dp_nv_finish(dp_rank_state *k) {
-  int hi = k->sets[1].unit > k->sets[0].unit, rc = 0;
-  for (int i = 0; i < 2; i++) {
-    char keep[sizeof k->err];
-    if (rc < 0) memcpy(keep, k->err, sizeof keep);
-    int r = nv_retire(k, &k->sets[i ? !hi : hi]);
-    if (rc < 0)
-      memcpy(k->err, keep, sizeof keep);
-    else
-      rc = r;
-  }
-  return rc;
+  int rc = zt_opt_store_flush(k->opt);
+  return rc < 0 ? zt__dp_nv_fail(k, rc) : 0;
 }
 
 /* Host unit u's AdamW, from the host tier or its files. */
 int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale) {
   k->began[u] = 1;
-  return zt__dp_on_nvme(k->s, u) ? nv_update(k, u, scale) : submit_adam(k, u, scale);
+  return zt__dp_on_nvme(k->s, u) ? nv_update(k, u, scale) : submit_adam(k, u, NULL, scale);
 }
 
 /* Host unit u's gradients of micro-batch j have landed (waited for): a later micro-batch's are
  * added to the running sum as the device adds its units'; after the last one its sum of squares
- * is taken and, when the update may overlap the backward (no clipping: no norm needed first),
- * its AdamW starts unless a gradient of this rank was not finite. */
-static int take_up_unit(dp_rank_state *k, int u, int j) {
+ * is taken and, where the step's updates may overlap the backward (the recipe's `overlap`: no
+ * clipping, which needs the norm first, nor fp16, the world's overflow verdict), its AdamW
+ * starts unless a gradient of this rank was not finite. */
+static int take_up_unit(dp_rank_state *k, int u, int j, int overlap) {
   const dp_state *s = k->s;
   const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
   size_t at = zt__dp_host_at(s, sh), c = s->plan.tab->chunk[u];
@@ -362,18 +287,17 @@ static int take_up_unit(dp_rank_state *k, int u, int j) {
   k->usumsq[u] = sh->count ? k->hbe.ops->sum_squares(k->hbe.ctx, k->hgrad + at, sh->count, &nf)
                            : 0.0;
   k->nonfinite |= nf;
-  /* clipping needs the norm first, fp16 the world's overflow verdict */
-  if (k->view.tc.grad_clip > 0 || k->view.tc.precision == ZT_F16 || k->nonfinite) return 0;
+  if (!overlap || k->nonfinite) return 0;
   if ((rc = zt__dp_update_host_unit(k, u, 1.0f)) == 0) k->updated++;
   return rc;
 }
 
 /* Takes up the host units the backward of micro-batch j has copied, down to unit `to`. */
-int zt__dp_take_up_to(dp_rank_state *k, int to, int j) {
+int zt__dp_take_up_to(dp_rank_state *k, int to, int j, int overlap) {
   const dp_state *s = k->s;
   if (s->dc.zero_stage == 1 && j < k->view.tc.grad_accum - 1) return 0; /* nothing copied */
   for (; k->take_up >= to && k->take_up >= s->plan.ng; k->take_up--) {
-    int rc = take_up_unit(k, k->take_up, j);
+    int rc = take_up_unit(k, k->take_up, j, overlap);
     if (rc < 0) return rc;
   }
   return 0;

@@ -18,10 +18,10 @@
 #include "engine/train/dp/internal.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/copy_engine.h"
-#include "offload/cpu_adam.h"
 #include "offload/cpu_pool.h"
 #include "offload/host_arena.h"
 #include "offload/nvme_store.h"
+#include "offload/opt_store.h"
 #include "offload/shard.h"
 
 /* ---- open and close (on the rank's thread) ------------------------------------------------ */
@@ -41,13 +41,13 @@ static void *rank_alloc(dp_rank_state *k, size_t bytes, int *rc) {
 }
 
 /* The AdamW calls of rank k: its chunk of each unit cut where the decay flag changes. */
-static int build_segs(dp_rank_state *k) {
+static int build_runs(dp_rank_state *k) {
   const dp_state *s = k->s;
   const zt_model *m = k->view.model;
-  int nt = zt_model_num_tensors(m);
-  k->segs = calloc((size_t)nt, sizeof *k->segs);
-  k->first_seg = calloc((size_t)s->plan.nu + 1, sizeof *k->first_seg);
-  if (!k->segs || !k->first_seg) return -ENOMEM;
+  int nt = zt_model_num_tensors(m), n = 0, next = 0; /* next: the first unit without first_run */
+  k->runs = calloc((size_t)nt, sizeof *k->runs);
+  k->first_run = calloc((size_t)s->plan.nu + 1, sizeof *k->first_run);
+  if (!k->runs || !k->first_run) return -ENOMEM;
   for (int i = 0; i < nt; i++) {
     const zt_tensor_info *ti = zt_model_tensor(m, i);
     const zt_shard *sh = zt_shard_at(s->plan.tab, ti->unit, k->r);
@@ -55,20 +55,16 @@ static int build_segs(dp_rank_state *k) {
     size_t lo = t0 > sh->unit_off ? t0 : sh->unit_off;
     size_t hi = t1 < sh->unit_off + sh->count ? t1 : sh->unit_off + sh->count;
     if (lo >= hi) continue;
-    adam_seg *prev = k->nsegs ? &k->segs[k->nsegs - 1] : NULL;
-    if (prev && prev->unit == ti->unit && prev->decay == ti->decay &&
-        prev->off + prev->n == lo - sh->unit_off) {
+    /* the tensors follow the units: the last run is this unit's when next is past it */
+    zt_opt_run *prev = n && next == ti->unit + 1 ? &k->runs[n - 1] : NULL;
+    if (prev && prev->decay == ti->decay && prev->offset + prev->n == lo - sh->unit_off) {
       prev->n += hi - lo;
       continue;
     }
-    k->segs[k->nsegs++] =
-        (adam_seg){.unit = ti->unit, .off = lo - sh->unit_off, .n = hi - lo, .decay = ti->decay};
+    while (next <= ti->unit) k->first_run[next++] = n;
+    k->runs[n++] = (zt_opt_run){.offset = lo - sh->unit_off, .n = hi - lo, .decay = ti->decay};
   }
-  /* the calls follow the tensors, which follow the units */
-  for (int u = s->plan.nu, i = k->nsegs; u >= 0; u--) {
-    while (i > 0 && k->segs[i - 1].unit >= u) i--;
-    k->first_seg[u] = i;
-  }
+  while (next <= s->plan.nu) k->first_run[next++] = n;
   return 0;
 }
 
@@ -76,13 +72,10 @@ static int host_fail(dp_rank_state *k, int rc) {
   return zt__dp_rank_fail(k, rc, "host tier: %s", zt_host_arena_error(k->host));
 }
 
-static const char *const kind_names[3] = {"master", "exp_avg", "exp_avg_sq"};
-
-/* optimizer nvme: the rank's directory rank-R under the trainer's, its store (opened on the
- * rank's thread, which alone uses it) and a file per NVMe unit and kind, reserved in full. */
+/* optimizer nvme: the rank's directory rank-R under the trainer's and its zt_nvme_store (opened
+ * on the rank's thread, which alone uses it), where the optimizer-state store makes its files. */
 static int nv_open(dp_rank_state *k) {
   const dp_state *s = k->s;
-  const zt_model *m = k->view.model;
   char why[400];
   int rc;
   if ((size_t)snprintf(k->nvdir, sizeof k->nvdir, "%s/rank-%d", s->nvme_dir, k->r) >=
@@ -97,20 +90,32 @@ static int nv_open(dp_rank_state *k) {
     return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s/rank-%d: %s", s->nvme_dir, k->r,
                             strerror(-rc));
   }
-  if (!(k->ext = malloc(3 * (size_t)s->plan.nu * sizeof *k->ext)))
-    return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   if ((rc = zt_nvme_store_open(&k->store, k->nvdir, NULL, why, sizeof why)) < 0)
     return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", why);
-  for (int u = s->plan.nv0; u < s->plan.nu; u++)
-    for (int i = 0; i < 3; i++) {
-      char name[64];
-      uint64_t bytes = s->plan.tab->chunk[u] * sizeof(float);
-      snprintf(name, sizeof name, "%s.%s", zt_model_unit(m, u)->name, kind_names[i]);
-      if ((rc = zt_nvme_store_alloc(k->store, name, bytes)) < 0)
-        return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", zt_nvme_store_error(k->store));
-      k->ext[3 * u + i] = rc;
-      k->nvme_bytes += (bytes + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN;
-    }
+  return 0;
+}
+
+/* The host units' optimizer-state store over the rank's chunks (floats) and runs, with
+ * optimizer nvme a file per NVMe unit and kind, reserved in full (the plan's NVMe bytes). */
+static int opt_open(dp_rank_state *k) {
+  const dp_state *s = k->s;
+  const zt_model *m = k->view.model;
+  const char **names = malloc((size_t)s->plan.nu * sizeof *names);
+  char why[400];
+  int rc;
+  if (!names) return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
+  for (int u = 0; u < s->plan.nu; u++) names[u] = zt_model_unit(m, u)->name;
+  zt_opt_store_cfg c = {.n_units = s->plan.nu, .floats = s->plan.tab->chunk, .runs = k->runs,
+                        .first_run = k->first_run, .dt = k->view.tc.precision, .pool = s->pool,
+                        .nvme = k->store, .nvme_first = s->plan.nv0, .names = names,
+                        .sets = {k->sets[0], k->sets[1]}, .updated = zt__dp_nv_updated,
+                        .written = zt__dp_nv_written, .ctx = k};
+  rc = zt_opt_store_open(&k->opt, &c, why, sizeof why);
+  free(names);
+  if (rc == -ENOMEM) return zt__dp_rank_fail(k, rc, "out of host memory");
+  if (rc < 0) return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", why);
+  for (int u = s->plan.nv0; k->store && u < s->plan.nu; u++)
+    k->nvme_bytes += zt_opt_store_file_bytes(s->plan.tab->chunk[u]);
   return 0;
 }
 
@@ -136,22 +141,21 @@ static int host_open(dp_rank_state *k) {
     return host_fail(k, rc);
   /* page-aligned and pinned: O_DIRECT reads and writes, and the uploads, straight from them */
   for (int i = 0; s->plan.nvme && i < 2; i++) {
-    nv_set *x = &k->sets[i];
-    for (int j = 0; j < 3; j++) {
+    zt_opt_set *x = &k->sets[i];
+    for (int j = 0; j < ZT_OPT_KINDS; j++) {
       if ((rc = zt_host_arena_alloc(k->host, h->set, (void **)&x->buf[j])) < 0)
         return host_fail(k, rc);
       memset(x->buf[j], 0, h->set);
     }
     if (h->set_lp && (rc = zt_host_arena_alloc(k->host, h->set_lp, (void **)&x->lp)) < 0)
       return host_fail(k, rc);
-    x->unit = -1;
   }
   for (int i = 0; i < 2; i++) {
     k->pstage_unit[i] = k->pstage_req[i] = -1;
     if (h->pstage && (rc = zt_host_arena_alloc(k->host, h->pstage, (void **)&k->pstage[i])) < 0)
       return host_fail(k, rc);
   }
-  if (s->plan.nvme && (rc = nv_open(k)) < 0) return rc;
+  if ((s->plan.nvme && (rc = nv_open(k)) < 0) || (rc = opt_open(k)) < 0) return rc;
   k->hbe = *be;
   if (on_gpu) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -165,12 +169,10 @@ static int host_open(dp_rank_state *k) {
   rc = on_gpu ? zt_copy_cuda_open(&k->copy, zt_backend_device(be), k->stream)
               : zt_copy_cpu_open(&k->copy, 0);
   if (rc < 0) return zt__dp_rank_fail(k, rc, "opening the copy engine failed: %s", strerror(-rc));
-  k->tasks = calloc((size_t)k->nsegs, sizeof *k->tasks);
   k->unit_tick = calloc((size_t)s->plan.nu, sizeof *k->unit_tick);
   k->usumsq = calloc((size_t)s->plan.nu, sizeof *k->usumsq);
-  k->submitted = calloc((size_t)s->plan.nu, 1);
   k->began = calloc((size_t)s->plan.nu, 1);
-  if (!k->tasks || !k->unit_tick || !k->usumsq || !k->submitted || !k->began)
+  if (!k->unit_tick || !k->usumsq || !k->began)
     return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   k->chunk_unit[0] = k->chunk_unit[1] = -1;
   return 0;
@@ -196,7 +198,7 @@ static int rank_open(dp_rank_state *k) {
   k->view.h_tgt = malloc(N * sizeof *k->view.h_tgt);
   k->h_xchg = malloc((size_t)s->dc.world * s->plan.rec * sizeof *k->h_xchg);
   k->gather_tick = calloc((size_t)s->plan.nu, sizeof *k->gather_tick);
-  if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || !k->gather_tick || build_segs(k) < 0)
+  if (!k->view.h_tok || !k->view.h_tgt || !k->h_xchg || !k->gather_tick || build_runs(k) < 0)
     return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
   /* the plan's buffers, in its order (a size 0 is none) */
   k->params = rank_alloc(k, b->params, &rc);
@@ -228,10 +230,10 @@ static int rank_close(dp_rank_state *k) {
   const zt_backend *be = &k->view.be;
   /* the copies in flight read or write device buffers */
   zt_copy_close(k->copy);
-  /* the I/O in flight reads or writes the sets; the files go with the store */
+  /* the AdamW in flight, then the I/O, read or write the sets; the files go with the store */
+  zt_opt_store_close(k->opt);
   zt_nvme_store_close(k->store);
   if (k->nvdir[0]) rmdir(k->nvdir);
-  free(k->ext);
   void *bufs[] = {k->params,    k->params_lp, k->grads,     k->m,         k->v,
                   k->xchg,      k->gunit[0],  k->gunit[1],  k->gembed,    k->gscratch,
                   k->pslot[0],  k->pslot[1],  k->lpslot[0], k->lpslot[1], k->pembed,
@@ -241,11 +243,9 @@ static int rank_close(dp_rank_state *k) {
     if (bufs[i]) be->ops->free(be->ctx, bufs[i]);
   zt_host_arena_close(k->host);
   if (k->own_hbe) zt_backend_close(&k->hbe);
-  free(k->tasks);
-  free(k->first_seg);
+  free(k->first_run);
   free(k->unit_tick);
   free(k->usumsq);
-  free(k->submitted);
   free(k->began);
   free(k->gather_tick);
   zt_acts_close(k->view.acts);
@@ -253,7 +253,7 @@ static int rank_close(dp_rank_state *k) {
   free(k->view.h_tok);
   free(k->view.h_tgt);
   free(k->h_xchg);
-  free(k->segs);
+  free(k->runs);
   return 0;
 }
 

@@ -13,24 +13,14 @@
 
 /* ---- the flat layout <-> the rank's buffers ----------------------------------------------- */
 
-/* Set 0's unit read or written in full, synchronously (the state calls, between steps). */
-static int nv_sync_io(dp_rank_state *k, int u, int write) {
-  nv_set *x = &k->sets[0];
-  x->unit = u;
-  int rc = zt__dp_nv_io(k, x, write);
-  if (rc == 0) rc = zt__dp_nv_wait(k, x);
-  x->unit = -1;
-  return rc;
-}
-
 /* Whether the host tier's masters (and compute copy) hold host unit u's parameters. */
 static int hm_holds(const dp_state *s, int u) {
   return u < s->plan.nv0 || (s->plan.params_host && !s->plan.params_nvme);
 }
 
 /* Where a state call finds host unit u's chunk of masters, m and v: the host tier, or for an
- * NVMe unit set 0, read from the unit's files when `fetch`. A negative errno from the store
- * (zt__dp_nv_why). */
+ * NVMe unit the store's set 0, read from the unit's files when `fetch` (zt_opt_store_sync, in
+ * full). A negative errno from the store (zt__dp_nv_why). */
 int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
   const dp_state *s = k->s;
   if (!zt__dp_on_nvme(s, u)) {
@@ -40,8 +30,8 @@ int zt__dp_tier_get(dp_rank_state *k, int u, int fetch, float *x[3]) {
     x[2] = k->hvar + at;
     return 0;
   }
-  for (int i = 0; i < 3; i++) x[i] = k->sets[0].buf[i];
-  return fetch ? nv_sync_io(k, u, 0) : 0;
+  for (int i = 0; i < ZT_OPT_KINDS; i++) x[i] = k->sets[0].buf[i];
+  return fetch ? zt_opt_store_sync(k->opt, u, 0) : 0;
 }
 
 /* A state call wrote host unit u's whole chunk (its padding zero) into zt__dp_tier_get's x: an
@@ -52,7 +42,7 @@ int zt__dp_tier_put(dp_rank_state *k, int u, float *x[3]) {
   size_t at = zt__dp_host_at(s, zt_shard_at(s->plan.tab, u, k->r)), c = s->plan.tab->chunk[u];
   int nv = zt__dp_on_nvme(s, u);
   if (nv) {
-    int rc = nv_sync_io(k, u, 1);
+    int rc = zt_opt_store_sync(k->opt, u, 1);
     if (rc < 0) return rc;
     if (hm_holds(s, u)) memcpy(k->hm + at, x[0], c * sizeof(float));
   }

@@ -1,10 +1,11 @@
-/* The data-parallel step (engine/train/dp/dp.h): on every rank's thread at once, the walk over
- * the units with its collectives (the communicator's queue, stage 3's gathers into slots, the
- * gradients reduced unit by unit), the exchange of the step's scalars, the update and stages
- * 1-2's gathers of the updated parameters; and the path's step on the trainer's side. The host
- * tier's part of the walk is offload.c's. */
+/* The data-parallel step (engine/train/dp/dp.h): the strategy the step recipe
+ * (engine/train/step.h) drives. The recipe's walk runs on every rank's thread at once, each with
+ * the rank's hooks: the walk over the units with its collectives (the communicator's queue,
+ * stage 3's gathers into slots, the gradients reduced unit by unit), the exchange of the step's
+ * scalars in the norm (so every rank reaches the same verdict), the update and stages 1-2's
+ * gathers of the updated parameters; the recipe's step around it runs once, on the trainer's
+ * thread (dp_run dispatches the walks). The host tier's part of the walk is offload.c's. */
 #include <errno.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -223,26 +224,51 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
   return 0;
 }
 
-/* Micro-batch j of this rank: forward, loss, backward, the gradients reduced unit by unit. The
- * collectives run whether the micro-batch counted or not. */
-static int rank_micro(dp_rank_state *k, int j, double *rec) {
+/* ---- the strategy (engine/train/step.h), on every rank's thread ---------------------------- */
+
+/* The rank's record in the exchange (its slot of h_xchg, which the exchange rewrites with the
+ * same bytes). */
+static double *rank_rec(const dp_rank_state *k) {
+  return k->h_xchg + (size_t)k->r * k->s->plan.rec;
+}
+
+static int dp_begin(void *ctx, zt__step_walk *w) {
+  dp_rank_state *k = ctx;
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  double *rec = rank_rec(k);
+  (void)w;
+  memset(rec, 0, s->plan.rec * sizeof *rec);
+  rec[X_FLAGS] = s->flags; /* every rank of the part: an OR does not count them twice */
+  /* the parameters changed since the last step */
+  k->slot_unit[0] = k->slot_unit[1] = -1;
+  k->chunk_unit[0] = k->chunk_unit[1] = -1;
+  k->embed_gathered = 0;
+  k->add_unit = -1;
+  if (s->dc.zero_stage == 1)
+    be->ops->zero(be->ctx, k->grads, s->plan.tab->padded_total * sizeof(float));
+  k->updated = k->nonfinite = 0;
+  if (s->plan.host_n) memset(k->began, 0, (size_t)s->plan.nu);
+  return 0;
+}
+
+/* Micro-batch j's forward (whether it counted or not: the collectives run). */
+static int dp_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  dp_rank_state *k = ctx;
   const dp_state *s = k->s;
   const zt_model *m = k->view.model;
-  const zt_backend *be = &k->view.be;
-  zt_acts *a = k->view.acts;
-  int G = k->view.tc.grad_accum, W = s->dc.world, stage = s->dc.zero_stage;
-  int counted = zt__trainer_stage_micro(&k->view, s->tokens, k->r * G + j);
-  const float *p, *e = NULL;
-  const void *lp, *elp = NULL;
+  const float *p;
+  const void *lp;
   int rc;
+  (void)w;
   k->dir = 1;
   for (int u = 0; u < s->plan.nu; u++) {
     if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
     if (u == 0 && s->plan.tied) { /* a tied head reads the embedding unit's parameters */
-      e = p;
-      elp = lp;
+      k->embed_p = p;
+      k->embed_lp = lp;
     }
-    if (counted) zt_model_unit_forward_dt(m, a, u, p, lp, e, elp);
+    if (mb->counted) zt_model_unit_forward_dt(m, k->view.acts, u, p, lp, k->embed_p, k->embed_lp);
   }
   /* params nvme: the files of the backward's first two gathers (below the units the slots keep)
    * read during the last forwards and the loss */
@@ -251,8 +277,28 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
       if ((rc = zt__dp_nvp_ahead(k, v)) < 0) return rc;
       n++;
     }
-  if (counted)
-    zt_model_loss(m, a, (float)((double)s->loss_scale / ((double)counted * W * G)));
+  return 0;
+}
+
+/* Micro-batch j's backward, the gradients reduced unit by unit (the host units' taken up
+ * behind it, their updates started where the walk may overlap them). */
+/* micro-batch j's loss into the rank's record, for the exchange */
+static int dp_loss(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  double *rec = rank_rec(ctx);
+  (void)w;
+  rec[X_MICRO + 2 * mb->k] = mb->loss;
+  rec[X_MICRO + 2 * mb->k + 1] = 1;
+  return 0;
+}
+
+static int dp_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  dp_rank_state *k = ctx;
+  const dp_state *s = k->s;
+  const zt_model *m = k->view.model;
+  const zt_backend *be = &k->view.be;
+  int j = mb->k, W = s->dc.world, stage = s->dc.zero_stage, rc;
+  const float *p;
+  const void *lp;
   /* stages 2-3: a gradient buffer is zeroed once the reduction that last read it is done */
   if (stage >= 2 && s->plan.tied) {
     if ((rc = q_wait(k, k->gembed_tick)) < 0) return rc;
@@ -267,28 +313,22 @@ static int rank_micro(dp_rank_state *k, int j, double *rec) {
       if ((rc = q_wait(k, k->gunit_tick[u & 1])) < 0) return rc;
       be->ops->zero(be->ctx, g, s->plan.tab->chunk[u] * (size_t)W * sizeof(float));
     }
-    if (counted)
-      zt_model_unit_backward_dt(m, a, u, p, lp, g, e, elp,
+    if (mb->counted)
+      zt_model_unit_backward_dt(m, k->view.acts, u, p, lp, g, k->embed_p, k->embed_lp,
                                 s->plan.tied ? zt__dp_unit_grads(k, 0) : NULL);
     if ((rc = unit_grads_done(k, u, j)) < 0 ||
-        (s->plan.host_n && (rc = zt__dp_take_up_to(k, u + TAKE_UP_LAG + 1, j)) < 0))
+        (s->plan.host_n &&
+         (rc = zt__dp_take_up_to(k, u + TAKE_UP_LAG + 1, j, w->overlap)) < 0))
       return rc;
   }
-  if (counted) {
-    double loss_sum = 0;
-    int n_counted = 0;
-    zt_acts_loss(a, &loss_sum, &n_counted);
-    rec[X_MICRO + 2 * j] = loss_sum / n_counted;
-    rec[X_MICRO + 2 * j + 1] = 1;
-  }
   if ((rc = flush_add(k)) < 0) return rc;
-  return s->plan.host_n ? zt__dp_take_up_to(k, 0, j) : 0;
+  return s->plan.host_n ? zt__dp_take_up_to(k, 0, j, w->overlap) : 0;
 }
 
 /* The step's scalars from every rank's record, added in rank and micro-batch order (the loss
  * then is the sum a single trainer makes), the OR of the flags, whether any gradient was not
  * finite and whether any rank updated units during the backward. */
-static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated) {
+static int exchange(dp_rank_state *k, const double *rec, zt__step_norm *n) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   size_t R = s->plan.rec, bytes = R * sizeof(double);
@@ -300,24 +340,71 @@ static int exchange(dp_rank_state *k, double *rec, int *nonfinite, int *updated)
   if ((rc = be->ops->sync(be->ctx)) < 0) return zt__dp_backend_fail(k, rc);
   double sumsq = 0, loss = 0;
   int micros = 0;
-  *nonfinite = *updated = 0;
-  k->flags = 0;
+  n->nonfinite = n->updated = 0;
+  n->flags = 0;
   for (int r = 0; r < s->dc.world; r++) {
     const double *x = k->h_xchg + (size_t)r * R;
     sumsq += x[X_SUMSQ];
-    *nonfinite |= x[X_NONFINITE] != 0;
-    *updated |= x[X_UPDATED] != 0;
-    k->flags |= (unsigned)x[X_FLAGS];
+    n->nonfinite |= x[X_NONFINITE] != 0;
+    n->updated |= x[X_UPDATED] != 0;
+    n->flags |= (unsigned)x[X_FLAGS];
     for (int j = 0; j < k->view.tc.grad_accum; j++)
       if (x[X_MICRO + 2 * j + 1] != 0) {
         loss += x[X_MICRO + 2 * j];
         micros++;
       }
   }
-  k->loss = micros ? loss / micros : 0.0;
-  /* of the unscaled gradients: the fp16 loss scale is a power of two */
-  k->norm = sqrt(sumsq) / s->loss_scale;
+  n->sumsq = sumsq;
+  n->loss = loss;
+  n->micros = micros;
   return 0;
+}
+
+/* The rank's sum of squares and verdict, then the world's from the exchange. */
+static int dp_norm(void *ctx, const zt__step_walk *w, zt__step_norm *n) {
+  dp_rank_state *k = ctx;
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  double *rec = rank_rec(k);
+  int rc;
+  (void)w;
+  /* the reductions and gathers on the queue are done before the shards are read */
+  if ((rc = q_wait_all(k)) < 0) return rc;
+  /* the norm over this rank's real gradient elements, unit by unit wherever they are (a host
+   * unit's summed when the backward took it up) */
+  for (int u = 0; u < s->plan.nu; u++) {
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    int nf = 0;
+    if (!sh->count) continue;
+    if (zt__dp_on_host(s, u))
+      rec[X_SUMSQ] += k->usumsq[u];
+    else
+      rec[X_SUMSQ] += be->ops->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
+    if (nf) rec[X_NONFINITE] = 1;
+  }
+  if (k->nonfinite) rec[X_NONFINITE] = 1;
+  rec[X_UPDATED] = k->updated;
+  /* optimizer nvme, the updates after the exchange: the first one's state read meanwhile */
+  if (s->plan.nvme && !k->began[s->plan.nu - 1] && (rc = zt__dp_nv_read(k, s->plan.nu - 1)) < 0)
+    return rc;
+  return exchange(k, rec, n);
+}
+
+/* Every rank sees the same verdict: the host AdamW the backward started is waited for. */
+static int dp_nonfinite(void *ctx, const zt__step_walk *w, const zt__step_norm *n) {
+  dp_rank_state *k = ctx;
+  (void)w;
+  (void)n;
+  for (int u = k->s->plan.ng; u < k->s->plan.nu; u++) zt_opt_store_wait(k->opt, u);
+  return 0;
+}
+
+static int dp_broken(void *ctx, const zt__step_walk *w, const zt__step_out *o) {
+  (void)w;
+  (void)o;
+  return zt__dp_rank_fail(ctx, -EIO, "the gradient has inf or nan values, and the AdamW "
+                          "overlapping the backward had updated units of a rank already (the "
+                          "state is no step's): load a checkpoint");
 }
 
 /* Stages 1-2: every rank gets unit u's updated parameters back. A device unit's gather runs
@@ -342,67 +429,16 @@ int zt__dp_gather_updated(dp_rank_state *k, int u) {
   return 0;
 }
 
-static int step_body(dp_rank_state *k) {
+/* The update: the host units' the backward did not start and the device units', stages 1-2's
+ * gathers of every unit's updated parameters. */
+static int dp_update(void *ctx, const zt__step_walk *w, float scale) {
+  dp_rank_state *k = ctx;
   const dp_state *s = k->s;
   const zt_train_cfg *c = &k->view.tc;
   const zt_backend *be = &k->view.be;
   const zt_ops *o = be->ops;
-  int stage = s->dc.zero_stage, rc;
-  double *rec = k->h_xchg + (size_t)k->r * s->plan.rec;
-  memset(rec, 0, s->plan.rec * sizeof *rec);
-  rec[X_FLAGS] = s->flags; /* every rank of the part: an OR does not count them twice */
-  /* the parameters changed since the last step */
-  k->slot_unit[0] = k->slot_unit[1] = -1;
-  k->chunk_unit[0] = k->chunk_unit[1] = -1;
-  k->embed_gathered = 0;
-  k->add_unit = -1;
-  if (stage == 1) o->zero(be->ctx, k->grads, s->plan.tab->padded_total * sizeof(float));
-  k->updated = k->nonfinite = 0;
-  if (s->plan.host_n) memset(k->began, 0, (size_t)s->plan.nu);
-  for (int j = 0; j < c->grad_accum; j++)
-    if ((rc = rank_micro(k, j, rec)) < 0) return rc;
-  /* the reductions and gathers on the queue are done before the shards are read */
-  if ((rc = q_wait_all(k)) < 0) return rc;
-  /* the norm over this rank's real gradient elements, unit by unit wherever they are (a host
-   * unit's summed when the backward took it up) */
-  for (int u = 0; u < s->plan.nu; u++) {
-    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
-    int nf = 0;
-    if (!sh->count) continue;
-    if (zt__dp_on_host(s, u))
-      rec[X_SUMSQ] += k->usumsq[u];
-    else
-      rec[X_SUMSQ] += o->sum_squares(be->ctx, k->grads + grad_at(k, sh), sh->count, &nf);
-    if (nf) rec[X_NONFINITE] = 1;
-  }
-  if (k->nonfinite) rec[X_NONFINITE] = 1;
-  rec[X_UPDATED] = k->updated;
-  /* optimizer nvme, the updates after the exchange: the first one's state read meanwhile */
-  if (s->plan.nvme && !k->began[s->plan.nu - 1] && (rc = zt__dp_nv_read(k, s->plan.nu - 1)) < 0)
-    return rc;
-  int nonfinite = 0, updated = 0;
-  if ((rc = exchange(k, rec, &nonfinite, &updated)) < 0) return rc;
-  k->skipped = 0;
-  if (nonfinite) {
-    for (int u = s->plan.ng; u < s->plan.nu; u++) zt__dp_wait_adam(k, u);
-    /* fp16: GradScaler skips the update (every rank sees the overflow; none updated) */
-    if (c->precision == ZT_F16) {
-      k->skipped = 1;
-      return 0;
-    }
-    /* every rank sees it; with no update anywhere nothing changed */
-    if (!updated) return -ERANGE;
-    return zt__dp_rank_fail(k, -EIO, "the gradient has inf or nan values, and the AdamW "
-                            "overlapping the backward had updated units of a rank already (the "
-                            "state is no step's): load a checkpoint");
-  }
-  float scale = 1.0f;
-  if (c->grad_clip > 0) {
-    double coef = c->grad_clip / (k->norm + 1e-6);
-    if (coef < 1.0) scale = (float)coef;
-  }
-  /* AdamW sees g * scale / loss_scale: the unscaled, clipped gradient */
-  if (c->precision == ZT_F16) scale = (float)((double)scale / s->loss_scale);
+  const zt__step_args *a = w->a;
+  int stage = s->dc.zero_stage, rc = 0;
   /* the host units' updates the backward did not start (all of them with clipping), in its
    * order, on the pool while the device runs its own; the masters they write are no copy's
    * source any more */
@@ -414,18 +450,18 @@ static int step_body(dp_rank_state *k) {
    * back, each device unit's gathered on the queue while the next one's update runs, then each
    * host unit's once its AdamW is done, uploaded and gathered while the pool updates the next */
   for (int u = 0; u < s->plan.ng; u++) {
-    for (int i = k->first_seg[u]; i < k->first_seg[u + 1]; i++) {
-      const adam_seg *g = &k->segs[i];
-      const zt_shard *sh = zt_shard_at(s->plan.tab, g->unit, k->r);
-      size_t pa = zt__dp_param_at(k, sh) + g->off, sa = sh->packed_off + g->off;
+    const zt_shard *sh = zt_shard_at(s->plan.tab, u, k->r);
+    for (int i = k->first_run[u]; i < k->first_run[u + 1]; i++) {
+      const zt_opt_run *g = &k->runs[i];
+      size_t pa = zt__dp_param_at(k, sh) + g->offset, sa = sh->packed_off + g->offset;
       float wd = g->decay ? c->weight_decay : 0.0f;
       if (k->params_lp)
-        o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
-                    k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step,
+        o->adamw_dt(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->offset, k->m + sa,
+                    k->v + sa, g->n, a->lr, c->beta1, c->beta2, c->eps, wd, a->adam_step,
                     scale, zt__dp_lp_of(k, k->params_lp, pa), c->precision);
       else
-        o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->off, k->m + sa,
-                 k->v + sa, g->n, s->lr, c->beta1, c->beta2, c->eps, wd, s->adam_step, scale);
+        o->adamw(be->ctx, k->params + pa, k->grads + grad_at(k, sh) + g->offset, k->m + sa,
+                 k->v + sa, g->n, a->lr, c->beta1, c->beta2, c->eps, wd, a->adam_step, scale);
     }
     if (stage < 3 && (rc = zt__dp_gather_updated(k, u)) < 0) break;
   }
@@ -441,7 +477,7 @@ static int step_body(dp_rank_state *k) {
   }
   /* the host units' (all of them without NVMe), updated last */
   for (int u = s->plan.nv0 - 1; u >= s->plan.ng; u--) {
-    zt__dp_wait_adam(k, u);
+    zt_opt_store_wait(k->opt, u);
     if (rc < 0) continue; /* the others are still waited for */
     zt__dp_upload_unit(k, u);
     if (stage < 3) rc = zt__dp_gather_updated(k, u);
@@ -451,12 +487,13 @@ static int step_body(dp_rank_state *k) {
   return 0;
 }
 
-/* The step of rank k; whatever its result, no host AdamW is left running and (optimizer nvme)
- * every set is retired, so that the state calls and close find the host tier at rest. */
-static int rank_step(dp_rank_state *k) {
+/* The walk's end on rank k; whatever its result, no host AdamW is left running and (optimizer
+ * nvme) every set is retired, so that the state calls and close find the host tier at rest. */
+static int dp_end(void *ctx, const zt__step_walk *w, int rc) {
+  dp_rank_state *k = ctx;
   const dp_state *s = k->s;
-  int rc = step_body(k);
-  for (int u = s->plan.ng; s->plan.host_n && u < s->plan.nu; u++) zt__dp_wait_adam(k, u);
+  (void)w;
+  for (int u = s->plan.ng; s->plan.host_n && u < s->plan.nu; u++) zt_opt_store_wait(k->opt, u);
   if (s->plan.params_nvme) zt__dp_nvp_finish(k);
   if (s->plan.nvme) {
     char keep[sizeof k->err];
@@ -473,57 +510,48 @@ static int rank_step(dp_rank_state *k) {
   return rc;
 }
 
+static int dp_run(void *ctx, const zt__step_args *a, zt__step_out *out, char *err,
+                  size_t errlen);
+
+/* Every rank walks every micro-batch, padding too: the collectives need every rank. */
+static const zt__step_hooks dp_hooks = {
+    .run = dp_run, .walk_padding = 1, .begin = dp_begin, .forward = dp_forward,
+    .backward = dp_backward, .loss = dp_loss, .norm = dp_norm, .nonfinite = dp_nonfinite,
+    .broken = dp_broken, .update = dp_update, .end = dp_end};
+
+/* The step on rank k's thread: its walk of its micro-batches r * G .. of the step. */
+static int rank_step(dp_rank_state *k) {
+  return zt__step_rank(&k->view, &dp_hooks, k, &k->s->args, k->r, &k->out);
+}
+
 const zt__dp_cmd zt__dp_cmd_step = {.run = rank_step};
+
+/* ---- the path's step, on the trainer's thread ---------------------------------------------- */
+
+/* The walk on every rank's thread at once; rank 0's outcome (every rank's verdict is the
+ * same), or the failure of the rank that failed first of its own. */
+static int dp_run(void *ctx, const zt__step_args *a, zt__step_out *out, char *err,
+                  size_t errlen) {
+  dp_state *s = ctx;
+  s->args = *a;
+  int bad = zt__dp_dispatch(s, &zt__dp_cmd_step);
+  s->flags = 0;
+  *out = s->ranks[0].out;
+  if (bad < 0) return 0;
+  /* a refusal: every rank found it in the exchange and none updated anything */
+  if (s->ranks[bad].rc == -ERANGE) return -ERANGE;
+  s->broken = 1;
+  snprintf(err, errlen, "step %d: %s", a->step, s->ranks[bad].err);
+  return s->ranks[bad].rc;
+}
 
 int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                 size_t errlen) {
   dp_state *s = t->path_state;
-  int step = t->step + 1, W = s->dc.world;
   if (s->broken) {
     char what[32];
-    snprintf(what, sizeof what, "step %d", step);
+    snprintf(what, sizeof what, "step %d", t->step + 1);
     return zt__dp_refuse_broken(what, err, errlen);
   }
-  /* the whole step's W * G micro-batches, checked before any rank starts */
-  zt_trainer whole = *t;
-  whole.tc.grad_accum = W * t->tc.grad_accum;
-  int rc = zt__trainer_check_tokens(&whole, tokens, err, errlen);
-  if (rc < 0) return rc;
-  int fp16 = t->tc.precision == ZT_F16;
-  s->tokens = tokens;
-  s->lr = zt_train_lr(&t->tc, step);
-  s->adam_step = t->adam_step + 1;
-  s->loss_scale = fp16 ? t->scaler.scale : 1.0f;
-  int bad = zt__dp_dispatch(s, &zt__dp_cmd_step);
-  s->flags = 0;
-  const dp_rank_state *k0 = &s->ranks[0];
-  zt_step_result r = {.step = step, .loss = k0->loss, .grad_norm = k0->norm, .lr = s->lr,
-                      .tokens = (int64_t)t->tc.micro_batch * zt_model_cfg_of(t->model)->seq_len *
-                                W * t->tc.grad_accum,
-                      .skipped = 0, .loss_scale = 1.0f, .flags = k0->flags};
-  if (bad >= 0 && s->ranks[bad].rc == -ERANGE) {
-    /* every rank found it in the exchange and none updated anything; the flags were
-     * exchanged with it, and every part must see them */
-    snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
-             "left unchanged", step, k0->loss);
-    if (res) {
-      *res = r;
-      res->skipped = 1;
-    }
-    return -ERANGE;
-  }
-  if (bad >= 0) {
-    s->broken = 1;
-    snprintf(err, errlen, "step %d: %s", step, s->ranks[bad].err);
-    return s->ranks[bad].rc;
-  }
-  /* fp16: every rank saw the same overflow verdict, so the scalers agree; a skipped step
-   * counts, AdamW's does not */
-  if (fp16) zt_loss_scaler_update(&t->scaler, k0->skipped);
-  t->step = step;
-  if (!k0->skipped) t->adam_step = s->adam_step;
-  r.skipped = k0->skipped;
-  r.loss_scale = fp16 ? t->scaler.scale : 1.0f;
-  if (res) *res = r;
-  return 0;
+  return zt__step(t, &dp_hooks, s, s->dc.world, tokens, res, err, errlen);
 }

@@ -1,11 +1,11 @@
-/* The offloaded step's walks and the step (engine/train/offload/offload.h): each micro-batch's
- * forward and backward walk the units through the streamer, a unit's update starts as soon as its
- * gradients are final (unit_done), then the norm, clipping and fp16's verdict, the updates the
- * walk did not reach, and the loss scale. */
+/* The offloaded step's walks and the step (engine/train/offload/offload.h): the strategy the step
+ * recipe (engine/train/step.h) drives. Each micro-batch's forward and backward walk the units
+ * through the streamer, a unit's update starts as soon as its gradients are final (unit_done);
+ * after the backward the norm over wherever the gradients are, the updates the walk did not
+ * reach, the delayed update deferred. */
 #include "engine/train/offload/internal.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -188,81 +188,82 @@ static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *
   return 0;
 }
 
-static int last_counted_micro(const zt_trainer *t, const int32_t *tokens) {
-  int T = zt_model_cfg_of(t->model)->seq_len, last = -1;
-  size_t mt = zt_trainer_micro_tokens(t);
-  for (int k = 0; k < t->tc.grad_accum; k++)
-    for (int b = 0; b < t->tc.micro_batch && last < k; b++)
-      for (int j = 1; j <= T; j++)
-        if (tokens[(size_t)k * mt + (size_t)b * (T + 1) + j] >= 0) {
-          last = k;
-          break;
-        }
-  return last;
-}
+/* ---- the strategy (engine/train/step.h) -------------------------------------------------- */
 
-int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
-                 size_t errlen) {
+/* One step of the path: the recipe's hooks' state. */
+typedef struct off_step {
+  zt_trainer *t;
+  char *err;
+  size_t errlen;
+  zt_adam_hparams hp;
+  overlap ov;
+  int defer;          /* delayed_update: this step's update of the streamed units runs during the
+                         next step */
+  uint64_t t0;
+} off_step;
+
+static int off_begin(void *ctx, zt__step_walk *w) {
+  off_step *x = ctx;
+  zt_trainer *t = x->t;
   off_state *s = t->path_state;
   const zt_ops *o = t->be.ops;
-  const zt_model_cfg *mc = zt_model_cfg_of(t->model);
   const zt_train_cfg *c = &t->tc;
-  int N = c->micro_batch * mc->seq_len, step = t->step + 1, adam_step = t->adam_step + 1;
   size_t n = zt_model_num_params(t->model);
-  /* fp16 scales the loss gradient; 1 (which changes no bit) otherwise */
-  float loss_scale = s->dt == ZT_F16 ? t->scaler.scale : 1.0f;
-  if (s->broken) {
-    snprintf(err, errlen, "step %d: an earlier step failed after updating part of the "
-             "parameters; load a checkpoint to continue", step);
-    return -EIO;
-  }
-  int rc = zt__trainer_check_tokens(t, tokens, err, errlen);
-  if (rc < 0) return rc;
-  uint64_t t0 = zt_now_ns();
-  float lr = zt_train_lr(c, step);
-  zt_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-                        .weight_decay = c->weight_decay, .step = adam_step, .grad_scale = 1.0f};
-  int last = last_counted_micro(t, tokens);
-  /* delayed_update: this step's update of the streamed units runs during the next step */
-  int defer = s->delayed && step > 1;
+  int rc;
+  x->t0 = zt_now_ns();
+  x->hp = (zt_adam_hparams){.lr = w->a->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                            .weight_decay = c->weight_decay, .step = w->a->adam_step,
+                            .grad_scale = 1.0f};
+  w->deferred = x->defer = s->delayed && w->a->step > 1;
   memset(s->updated, 0, (size_t)s->nu);
   /* the device-resident units accumulate every micro-batch in place, as without offload; so do
    * the streamed ones with dsum, once the last step's write-backs of their sums have landed */
   if (s->ng) o->zero(t->be.ctx, s->d_grad, s->ng_floats * sizeof(float));
   if (s->dsum && (rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
-    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    snprintf(x->err, x->errlen, "offload step %d: %s", w->a->step, zt_streamer_error(s->st));
     return rc;
   }
   if (s->dsum) o->zero(t->be.ctx, s->d_sum, (n - s->ng_floats) * sizeof(float));
-  overlap ov = {.on = 0, .hp = &hp, .bad_unit = -1};
-  double loss = 0;
-  int counted_micros = 0;
-  for (int k = 0; k < c->grad_accum; k++) {
-    int counted = zt__trainer_stage_micro(t, tokens, k);
-    if (!counted) continue;
-    if ((rc = walk_forward(t, err, errlen)) < 0) goto out;
-    double loss_sum = 0;
-    int n_counted = 0;
-    s->copy->ops->compute_mark(s->copy, 0);
-    zt_model_loss(t->model, t->acts,
-                  (float)((double)loss_scale / ((double)counted * c->grad_accum)));
-    s->copy->ops->compute_mark(s->copy, 1);
-    /* clipping needs the norm, fp16 the overflow verdict, of the whole backward first */
-    ov.on = !defer && k == last && c->grad_clip == 0 && s->dt != ZT_F16;
-    if ((rc = walk_backward(t, counted_micros == 0, k == last, &ov, err, errlen)) < 0) goto out;
-    zt_acts_loss(t->acts, &loss_sum, &n_counted);
-    loss += loss_sum / n_counted;
-    counted_micros++;
-  }
+  x->ov = (overlap){.on = 0, .hp = &x->hp, .bad_unit = -1};
+  return 0;
+}
+
+static int off_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  off_step *x = ctx;
+  (void)w;
+  (void)mb;
+  return walk_forward(x->t, x->err, x->errlen);
+}
+
+/* the loss's compute, timed as the walks' is */
+static void off_compute(void *ctx, int end) {
+  off_state *s = ((off_step *)ctx)->t->path_state;
+  s->copy->ops->compute_mark(s->copy, end);
+}
+
+static int off_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  off_step *x = ctx;
+  /* the last counted micro-batch's backward updates the units as it goes, where it may */
+  x->ov.on = w->overlap && mb->last;
+  return walk_backward(x->t, mb->first, mb->last, &x->ov, x->err, x->errlen);
+}
+
+static int off_norm(void *ctx, const zt__step_walk *w, zt__step_norm *nm) {
+  off_step *x = ctx;
+  zt_trainer *t = x->t;
+  off_state *s = t->path_state;
+  const zt_ops *o = t->be.ops;
+  size_t n = zt_model_num_params(t->model);
+  int counted_micros = nm->micros, rc;
   if ((rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
-    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
-    goto out;
+    snprintf(x->err, x->errlen, "offload step %d: %s", w->a->step, zt_streamer_error(s->st));
+    return rc;
   }
   /* the previous step's update lands before this one's verdict, whatever it is (and before
    * a step without a counted micro-batch zeroes the gradients it reads) */
   if ((rc = zt__off_pend_finish(t)) < 0) {
-    zt__off_pend_fail(t, rc, step, err, errlen);
-    goto out;
+    zt__off_pend_fail(t, rc, w->a->step, x->err, x->errlen);
+    return rc;
   }
   /* nothing counted: the gradients of an all-on-device step are the zeros it started from (with
    * the ring, nothing reads the slots until these updates, which read them all) */
@@ -270,112 +271,129 @@ int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char
   for (int i = 0; !counted_micros && i < s->ring; i++)
     memset(s->slot[i], 0, s->ring_floats * sizeof(float));
   int nonfinite = 0;
-  double norm;
   if (!s->ring && !s->own_hbe && (s->d_alias || !s->ng)) {
     /* the CPU backend: the norm of the run without offload, over the same flat buffer */
-    norm = sqrt(s->hbe.ops->sum_squares(s->hbe.ctx, s->grads, n, &nonfinite));
+    nm->sumsq = s->hbe.ops->sum_squares(s->hbe.ctx, s->grads, n, &nonfinite);
   } else {
     /* beside a GPU or with the ring: the device units' sum there, the streamed units' from the
      * overlap's per-unit sums when it reached them all (each gradient read once on the host);
      * the ring's are all in them unless a unit was not finite, or zeros */
     int dev_nonfinite = 0;
     double dev = s->ng ? o->sum_squares(t->be.ctx, s->d_grad, s->ng_floats, &dev_nonfinite) : 0;
-    double host = s->ring || (ov.summed == s->nu - s->ng && counted_micros)
-                      ? (counted_micros ? ov.sumsq : 0)
+    double host = s->ring || (x->ov.summed == s->nu - s->ng && counted_micros)
+                      ? (counted_micros ? x->ov.sumsq : 0)
                       : s->hbe.ops->sum_squares(s->hbe.ctx, s->grads + (s->ng_floats - s->lo),
                                                 n - s->ng_floats, &nonfinite);
-    norm = sqrt(dev + host);
-    nonfinite |= dev_nonfinite || ov.bad_unit >= 0;
+    nm->sumsq = dev + host;
+    nonfinite |= dev_nonfinite || x->ov.bad_unit >= 0;
   }
-  /* the norm of the unscaled gradients: loss_scale is a power of two, so dividing the norm is
-   * unscaling every value first */
-  norm /= loss_scale;
-  if (nonfinite && s->dt == ZT_F16) {
-    /* GradScaler skips the step: nothing was updated (fp16 never overlaps), AdamW's step count
-     * stays, the scale backs off; the step still counts */
-    if ((rc = o->sync(t->be.ctx)) < 0) {
-      snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
-               o->error_text(t->be.ctx));
-      goto out;
-    }
-    zt_loss_scaler_update(&t->scaler, 1);
-    t->step = step;
-    s->step_ns += zt_now_ns() - t0;
-    if (res)
-      *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
-                              .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
-                              .skipped = 1, .loss_scale = t->scaler.scale};
-    goto out;
+  nm->nonfinite = nonfinite;
+  nm->updated = x->ov.updated;
+  return 0;
+}
+
+/* fp16's skip: the work queued so far finished; a refusal: the updates the overlap started */
+static int off_nonfinite(void *ctx, const zt__step_walk *w, const zt__step_norm *n) {
+  off_step *x = ctx;
+  zt_trainer *t = x->t;
+  const zt_ops *o = t->be.ops;
+  int rc;
+  (void)n;
+  if (!w->a->fp16) {
+    zt_opt_store_finish(((off_state *)t->path_state)->opt);
+    return 0;
   }
-  if (nonfinite) {
-    zt_opt_store_finish(s->opt);
-    rc = -ERANGE;
-    if (ov.updated) {
-      s->broken = 1;
-      snprintf(err, errlen, "step %d: the gradient of unit %s has inf or nan values (loss %g); "
-               "%d unit(s) after it in the backward were updated already", step,
-               zt_model_unit(t->model, ov.bad_unit >= 0 ? ov.bad_unit : 0)->name,
-               counted_micros ? loss / counted_micros : 0.0, ov.updated);
-    } else {
-      snprintf(err, errlen, "step %d: the gradient has inf or nan values (loss %g); parameters "
-               "left unchanged", step, counted_micros ? loss / counted_micros : 0.0);
-    }
-    goto out;
-  }
-  if (c->grad_clip > 0) {
-    double coef = c->grad_clip / (norm + 1e-6);
-    if (coef < 1.0) hp.grad_scale = (float)coef;
-  }
-  /* AdamW sees g * clip / loss_scale: the unscaled, clipped gradient (the device units' too) */
-  if (s->dt == ZT_F16) hp.grad_scale = (float)((double)hp.grad_scale / loss_scale);
+  if ((rc = o->sync(t->be.ctx)) < 0)
+    snprintf(x->err, x->errlen, "backend %s failed during step %d: %s", o->name, w->a->step,
+             o->error_text(t->be.ctx));
+  return rc;
+}
+
+/* The units the overlap updated before the one not finite stay updated: the trainer refuses
+ * further steps until a checkpoint is loaded. */
+static int off_broken(void *ctx, const zt__step_walk *w, const zt__step_out *out) {
+  off_step *x = ctx;
+  off_state *s = x->t->path_state;
+  s->broken = 1;
+  snprintf(x->err, x->errlen, "step %d: the gradient of unit %s has inf or nan values (loss %g); "
+           "%d unit(s) after it in the backward were updated already", w->a->step,
+           zt_model_unit(x->t->model, x->ov.bad_unit >= 0 ? x->ov.bad_unit : 0)->name, out->loss,
+           x->ov.updated);
+  return -ERANGE;
+}
+
+static int off_update(void *ctx, const zt__step_walk *w, float grad_scale) {
+  off_step *x = ctx;
+  zt_trainer *t = x->t;
+  off_state *s = t->path_state;
+  const zt_ops *o = t->be.ops;
+  int rc = 0, step = w->a->step;
+  /* the device units' too */
+  x->hp.grad_scale = grad_scale;
   /* the units the overlap did not reach (all of them with clipping or without a counted
    * micro-batch), in the backward's order; deferred: the device units alone */
-  for (int u = defer ? s->ng - 1 : s->nu - 1; u >= 0 && rc == 0; u--)
+  for (int u = x->defer ? s->ng - 1 : s->nu - 1; u >= 0 && rc == 0; u--)
     if (!s->updated[u]) {
       s->updated[u] = 1;
-      rc = zt__off_update_unit(t, u, &hp);
+      rc = zt__off_update_unit(t, u, &x->hp);
     }
   int frc = zt_opt_store_finish(s->opt);
   if (rc == 0) rc = frc;
   /* delayed, not deferred (step 1): the update wrote the next buffers */
-  if (rc == 0 && s->delayed && !defer) zt__off_swap_copies(t);
+  if (rc == 0 && s->delayed && !x->defer) zt__off_swap_copies(t);
   if (rc < 0) {
     s->broken = 1;
-    snprintf(err, errlen, "step %d: the AdamW update failed: %s", step,
+    snprintf(x->err, x->errlen, "step %d: the AdamW update failed: %s", step,
              zt_opt_store_error(s->opt, rc));
-    goto out;
+    return rc;
   }
   /* the masters changed: every device copy is stale */
   if ((rc = zt_streamer_invalidate(s->st, -1)) < 0) {
-    snprintf(err, errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
-    goto out;
+    snprintf(x->err, x->errlen, "offload step %d: %s", step, zt_streamer_error(s->st));
+    return rc;
   }
   if ((rc = o->sync(t->be.ctx)) < 0) {
-    snprintf(err, errlen, "backend %s failed during step %d: %s", o->name, step,
+    snprintf(x->err, x->errlen, "backend %s failed during step %d: %s", o->name, step,
              o->error_text(t->be.ctx));
-    goto out;
+    return rc;
   }
-  if (defer && (rc = zt__off_pend_start(t, &hp, step)) < 0) {
+  if (x->defer && (rc = zt__off_pend_start(t, &x->hp, step)) < 0) {
     s->broken = 1;
-    zt__off_pend_fail(t, rc, step, err, errlen);
-    goto out;
-  }
-  if (s->dt == ZT_F16) zt_loss_scaler_update(&t->scaler, 0);
-  t->step = step;
-  t->adam_step = adam_step;
-  s->step_ns += zt_now_ns() - t0;
-  if (res)
-    *res = (zt_step_result){.step = step, .loss = counted_micros ? loss / counted_micros : 0.0,
-                            .grad_norm = norm, .lr = lr, .tokens = (int64_t)N * c->grad_accum,
-                            .skipped = 0, .loss_scale = s->dt == ZT_F16 ? t->scaler.scale : 1.0f};
-out:
-  if (rc < 0) {
-    /* a pending update of the step before lands (a failure of it breaks the state) */
-    if (zt__off_pend_finish(t) < 0) s->broken = 1;
-    zt_opt_store_finish(s->opt);
-    /* updates that overlapped the backward stay: the state is no step's */
-    for (int u = 0; u < s->nu; u++) s->broken |= s->updated[u];
-    zt_streamer_invalidate(s->st, -1);
+    zt__off_pend_fail(t, rc, step, x->err, x->errlen);
   }
   return rc;
+}
+
+static int off_end(void *ctx, const zt__step_walk *w, int rc) {
+  off_step *x = ctx;
+  off_state *s = x->t->path_state;
+  (void)w;
+  if (rc == 0) {
+    s->step_ns += zt_now_ns() - x->t0;
+    return 0;
+  }
+  /* a pending update of the step before lands (a failure of it breaks the state) */
+  if (zt__off_pend_finish(x->t) < 0) s->broken = 1;
+  zt_opt_store_finish(s->opt);
+  /* updates that overlapped the backward stay: the state is no step's */
+  for (int u = 0; u < s->nu; u++) s->broken |= s->updated[u];
+  zt_streamer_invalidate(s->st, -1);
+  return rc;
+}
+
+static const zt__step_hooks off_hooks = {
+    .begin = off_begin, .forward = off_forward, .compute = off_compute,
+    .backward = off_backward, .norm = off_norm, .nonfinite = off_nonfinite,
+    .broken = off_broken, .update = off_update, .end = off_end};
+
+int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+                 size_t errlen) {
+  off_state *s = t->path_state;
+  if (s->broken) {
+    snprintf(err, errlen, "step %d: an earlier step failed after updating part of the "
+             "parameters; load a checkpoint to continue", t->step + 1);
+    return -EIO;
+  }
+  off_step x = {.t = t, .err = err, .errlen = errlen};
+  return zt__step(t, &off_hooks, &x, 1, tokens, res, err, errlen);
 }

@@ -4,8 +4,11 @@
  * AdamW's run by run (weight decay per run, the bf16 compute copy, src and out around the
  * update); the retire's hooks in the order of the updates, each write-behind after its update;
  * the files named, sized in whole blocks (zt_opt_store_file_bytes), read and written whole by
- * zt_opt_store_sync; the errors: an injected EIO names the file and frees the set, a failing
- * hook skips the write-behind, a file that exists, step 0; a store without NVMe. */
+ * zt_opt_store_sync; the second step ended by zt_opt_store_flush (the sets retired) and the
+ * host units waited for after it, as dp ends its updates; the errors: an injected EIO names the
+ * file and frees the set, a failed submit frees the set staged for it (nothing written
+ * behind), a failing hook skips the write-behind and leaves its message to the caller (""), a
+ * file that exists, step 0; a store without NVMe. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,8 +100,9 @@ static zt_nvme_store *open_nvme(void) {
 }
 
 /* One step walked down: host units submitted in place, NVMe units staged, updated, the next
- * read ahead; then finish. */
-static int walk(zt_opt_store *st, const zt_adam_hparams *hp) {
+ * read ahead; then finish, or with `flush` the sets retired first and the host units waited
+ * for after. */
+static int walk(zt_opt_store *st, const zt_adam_hparams *hp, int flush) {
   for (int u = NU - 1; u >= 0; u--) {
     float *p = state[u][0], *m = state[u][1], *v = state[u][2];
     int rc;
@@ -114,7 +118,10 @@ static int walk(zt_opt_store *st, const zt_adam_hparams *hp) {
     if (u > NV0 && (rc = zt_opt_store_read(st, u - 1)) < 0) return rc;
     ref_step(u, hp);
   }
-  return zt_opt_store_finish(st);
+  if (!flush) return zt_opt_store_finish(st);
+  int rc = zt_opt_store_flush(st);
+  for (int u = 0; u < NV0; u++) zt_opt_store_wait(st, u);
+  return rc;
 }
 
 static void check_state(zt_opt_store *st, zt_opt_set *sets, const char *what) {
@@ -194,7 +201,7 @@ int main(void) {
       for (size_t i = 0; i < floats[u]; i++) grads[u][i] = val(&seed, 1.0f);
     hp.step = step;
     n_updated = n_written = 0;
-    OT_CHECK(walk(st, &hp) == 0, "step %d: %s", step, zt_opt_store_error(st, -EIO));
+    OT_CHECK(walk(st, &hp, step == 2) == 0, "step %d: %s", step, zt_opt_store_error(st, -EIO));
     OT_CHECK(n_updated == 3 && updated_order[0] == 4 && updated_order[1] == 3 &&
                  updated_order[2] == 2, "step %d: updated %d: %d %d %d", step, n_updated,
              updated_order[0], updated_order[1], updated_order[2]);
@@ -227,12 +234,24 @@ int main(void) {
                strstr(zt_opt_store_error(st, rc), "Input/output error"),
            "read fault: %d %s", rc, zt_opt_store_error(st, rc));
   OT_CHECK(zt_opt_store_stage(st, 4, &x) == 0 && x.buf[0] == sets[0].buf[0], "stage after it");
+  /* a failed submit frees the set staged for it: no hook, nothing written behind */
+  n_updated = n_written = 0;
+  io = (zt_opt_io){.p = x.buf[0], .m = x.buf[1], .v = x.buf[2], .g = grads[4]};
+  rc = zt_opt_store_submit(st, 4, &io, &hp);
+  OT_CHECK(rc == -EINVAL && !strcmp(zt_opt_store_error(st, rc), strerror(EINVAL)) &&
+               zt_opt_store_finish(st) == 0 && n_updated == 0 && n_written == 0,
+           "failed submit: %d '%s', updated %d written %d", rc, zt_opt_store_error(st, rc),
+           n_updated, n_written);
+  OT_CHECK(zt_opt_store_stage(st, 4, &x) == 0 && x.buf[0] == sets[0].buf[0],
+           "stage after a failed submit");
   /* a failing updated hook: no write-behind, the set free again */
   fail_updated = 1;
   n_updated = n_written = 0;
   memset(x.buf[0], 0, floats[4] * sizeof(float));
-  OT_CHECK(zt_opt_store_finish(st) == -EIO && n_updated == 1 && n_written == 0,
-           "failing hook: updated %d written %d", n_updated, n_written);
+  OT_CHECK(zt_opt_store_finish(st) == -EIO && n_updated == 1 && n_written == 0 &&
+               !strcmp(zt_opt_store_error(st, -EIO), ""),
+           "failing hook: updated %d written %d, '%s'", n_updated, n_written,
+           zt_opt_store_error(st, -EIO));
   fail_updated = 0;
   OT_CHECK(zt_opt_store_sync(st, 4, 0) == 0 &&
                !memcmp(sets[0].buf[0], ref[4][0], floats[4] * sizeof(float)),

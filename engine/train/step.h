@@ -1,0 +1,124 @@
+/* defines: the optimizer step's recipe, written once (zt__step: the tokens checked, the learning
+ * rate and AdamW's step, the fp16 loss scale; zt__step_rank, a rank's walk: the micro-batch loop
+ * with the loss, the global norm and the non-finite check, fp16's skip, clipping, the update;
+ * then the scaler, the step counts and the result), and the placement strategies' hooks it
+ * drives (zt__step_hooks).
+ * called by: trainer.c (the plain strategy: every buffer on the backend),
+ * engine/train/offload/step.c (the single-rank offloaded walk), engine/train/dp/step.c (the
+ * data-parallel walk: zt__step_rank on every rank's thread, each rank's hooks exchanging the
+ * scalars in their norm; zt__step once on the trainer's thread around them).
+ *
+ * The recipe's order, which every strategy keeps (the order of every floating-point operation
+ * and of every call to the backend, the copy engine and the communicator is the strategy's
+ * own within each hook): begin; per micro-batch k of the rank: stage its tokens, forward, the
+ * loss (scaled by loss_scale / (counted * world * grad_accum)), backward; norm; then either a
+ * non-finite gradient (fp16: skipped; else refused, or broken where units were updated during
+ * the backward) or the clip coefficient and the update; end, whatever happened. Data
+ * parallelism runs the walk per rank rather than gathering its ranks into one walk: each rank's
+ * thread then issues its calls as one sequence, with no barrier between hooks, and the exchange
+ * in its norm hook gives every rank the same verdict. */
+#ifndef ZT_TRAIN_STEP_H
+#define ZT_TRAIN_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/train/trainer.h"
+
+/* The step as the recipe sets it, the same on every rank. */
+typedef struct zt__step_args {
+  const int32_t *tokens;  /* the step's world * grad_accum micro-batches; rank r's micro-batch k
+                             is r * grad_accum + k */
+  int step, adam_step;    /* this step's number and AdamW's t if it updates */
+  float lr;
+  float loss_scale;       /* fp16: the scaler's scale; 1 otherwise (which changes no bit) */
+  int fp16;
+  int world;              /* ranks taking part: 1 but with data parallelism */
+} zt__step_args;
+
+/* One walk (a rank's) as its hooks see it. */
+typedef struct zt__step_walk {
+  const zt__step_args *a;
+  int deferred;           /* set by begin: this step's update runs later (the delayed update) */
+  int overlap;            /* the units' updates may start during the backward: no clipping (it
+                             needs the norm first), not fp16 (the overflow verdict first), not
+                             deferred */
+} zt__step_walk;
+
+/* A micro-batch of the walk. */
+typedef struct zt__step_micro {
+  int k;                  /* the rank's, 0 .. grad_accum - 1 */
+  int counted;            /* its counted targets; 0: padding alone, nothing staged (walked only
+                             with walk_padding, computing nothing) */
+  int first, last;        /* the rank's first counted micro-batch of the step, its last */
+  double loss;            /* counted: its mean loss, known after the backward (the loss hook) */
+} zt__step_micro;
+
+/* What norm reports once the backward is done. */
+typedef struct zt__step_norm {
+  double sumsq;           /* of the loss-scaled gradients, the whole step's */
+  int nonfinite;
+  int updated;            /* units were updated during the backward (overlap) */
+  /* the micro-batches' mean losses added in their order, and their count, as the walk made
+   * them; data parallelism's norm puts the world's (every rank's, in rank order) */
+  double loss;
+  int micros;
+  unsigned flags;         /* data parallelism: the world's step flags (dp.h); 0 otherwise */
+} zt__step_norm;
+
+/* A walk's outcome: the same on every rank. */
+typedef struct zt__step_out {
+  double loss, norm;      /* the step's mean loss, the norm of the unscaled gradients */
+  unsigned flags;
+  int skipped;            /* fp16: the gradients overflowed, nothing was updated */
+  int refused;            /* -ERANGE: a gradient is not finite and nothing was updated; zt__step
+                             makes the message */
+} zt__step_out;
+
+/* A strategy: each hook returns 0 or a negative errno with its message made (in the strategy's
+ * state, ctx). NULL hooks: nothing to do (forward, backward, norm and update are required, and
+ * broken where norm may report units updated). */
+typedef struct zt__step_hooks {
+  /* NULL: the walk runs here, zt__step_rank(t, ..., ctx). Data parallelism: on every rank's
+   * thread at once, each rank's walk with the rank's state as the hooks' ctx (run's own ctx is
+   * the trainer's); *out gets rank 0's outcome, err the failure's message */
+  int (*run)(void *ctx, const zt__step_args *a, zt__step_out *out, char *err, size_t errlen);
+  /* micro-batches of padding alone are walked too (every rank takes part in every collective) */
+  int walk_padding;
+  /* before the first micro-batch: the gradient buffers made ready; sets w->deferred */
+  int (*begin)(void *ctx, zt__step_walk *w);
+  int (*forward)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
+  /* brackets the device work the recipe queues itself (the loss): end 0 before, 1 after */
+  void (*compute)(void *ctx, int end);
+  int (*backward)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
+  /* after a counted micro-batch's backward: mb->loss is known (a chunked head computes it in
+   * its backward) */
+  int (*loss)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
+  /* after the last micro-batch (n: the walk's loss and count filled in) */
+  int (*norm)(void *ctx, const zt__step_walk *w, zt__step_norm *n);
+  /* a gradient is not finite: whatever still runs is stopped or finished (fp16: before the
+   * skip) */
+  int (*nonfinite)(void *ctx, const zt__step_walk *w, const zt__step_norm *n);
+  /* not finite after units were updated during the backward (not fp16): the state is no
+   * step's; the strategy's failure */
+  int (*broken)(void *ctx, const zt__step_walk *w, const zt__step_out *o);
+  /* the update of every unit not yet updated; AdamW takes grad_scale = clip coefficient / loss
+   * scale (fp16) */
+  int (*update)(void *ctx, const zt__step_walk *w, float grad_scale);
+  /* last, whatever happened (rc: the walk's result so far); returns rc or its own failure */
+  int (*end)(void *ctx, const zt__step_walk *w, int rc);
+} zt__step_hooks;
+
+/* The step of trainer t, `world` ranks of t->tc.grad_accum micro-batches each: tokens checked
+ * before any work (a bad batch leaves the trainer as it was), the walk (h->run or here), then
+ * the fp16 scaler, t's step counts and *res. A refused step (-ERANGE) still fills *res
+ * (skipped, its loss, norm and flags: every part of a world must see the flags). */
+int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const int32_t *tokens,
+             zt_step_result *res, char *err, size_t errlen);
+/* One rank's walk on view (its model, config, backend, activations, host staging): micro-batches
+ * rank * grad_accum .. of a->tokens, the hooks called with ctx. 0 (updated or skipped), or the
+ * failure (refused: -ERANGE with out->refused). */
+int zt__step_rank(zt_trainer *view, const zt__step_hooks *h, void *ctx, const zt__step_args *a,
+                  int rank, zt__step_out *out);
+
+#endif
