@@ -19,12 +19,13 @@ make_tokens "$ZT_TMP/text.zt"
 SRC=$ZT_TMP/src
 $HF make-llama "$SRC" || fail "making the source directory"
 
-# hf_spec OUT DIR SEQ_LEN: a stream job of DIR's model, 4 steps, a checkpoint every 3
+# hf_spec OUT DIR SEQ_LEN: a stream job of DIR's model, 4 steps, a checkpoint every 3 (the
+# newest kept)
 hf_spec() {
   cat >"$1" <<JSON
 {"name": "hf", "model": {"hf": "$2", "seq_len": $3},
  "train": {"steps": 4, "micro_batch": 2, "optimizer": {"lr": 0.001}, "seed": 3},
- "data": {"source": "stream"}, "checkpoint": {"every": 3, "keep": 4}}
+ "data": {"source": "stream"}, "checkpoint": {"every": 3, "keep": 1}}
 JSON
 }
 # show_field JOB FIELD
@@ -52,7 +53,11 @@ ztctl export "$a" "$ZT_TMP/a3.safetensors" >/dev/null || fail "single-file expor
 out=$(ztctl export "$a" "$ZT_TMP/d32" --hf --dtype fp32) || fail "export --hf fp32: $out"
 case "$out" in *"step 3 exported to $ZT_TMP/d32 (Hugging Face, fp32, 6 files"*) ;;
   *) fail "export --hf said: $out" ;; esac
-ztctl export "$a" "$ZT_TMP/d16" --hf >/dev/null || fail "export --hf (bf16)"
+# two clients asking at once for the same export: both get it
+ztctl export "$a" "$ZT_TMP/d16" --hf >/dev/null & p1=$!
+ztctl export "$a" "$ZT_TMP/d16c" --hf >/dev/null || fail "export --hf (bf16), the second client"
+wait $p1 || fail "export --hf (bf16)"
+diff -r "$ZT_TMP/d16" "$ZT_TMP/d16c" || fail "two clients got two exports"
 listing=$(ztctl --json export "$a" "$ZT_TMP/d32s" --hf --dtype fp32 --max-shard-size 20KB) ||
   fail "export --hf in 20 KB shards: $listing"
 [ "$(printf '%s' "$listing" | json_get step)" = 3 ] || fail "listing: $listing"
@@ -89,6 +94,9 @@ expect_fail 2 "--dtype goes with --hf" ztctl export "$a" "$ZT_TMP/x" --dtype fp3
 "$PUSH" "$SOCK" "$a" 1 3 || fail "pushing step 4's batch into $a"
 wait_end "$a" done
 loss_a4=$(loss "$a" 4)
+# the final checkpoint pruned step 3's, and its export with it
+[ -d "$STATE/jobs/$a/export" ] && [ -z "$(ls -A "$STATE/jobs/$a/export")" ] ||
+  fail "step 3's export outlived its checkpoint: $(ls -A "$STATE/jobs/$a/export")"
 
 # ---- the fp32 export as a new job's model ---------------------------------------------------
 hf_spec "$ZT_TMP/b.json" "$ZT_TMP/d32" 32
