@@ -130,7 +130,8 @@ static int fetch(zt_client *c, const char *job, const char *xname, const xfile *
     zt_msg_close(&reply);
     offset += len;
   } while (rc == 0 && offset < f->size);
-  if (rc == 0 && fsync(fd) < 0) rc = zt__client_fail(c, -errno, "fsync %s: %s", path, strerror(errno));
+  if (rc == 0 && fsync(fd) < 0)
+    rc = zt__client_fail(c, -errno, "fsync %s: %s", path, strerror(errno));
   if (close(fd) < 0 && rc == 0) rc = zt__client_fail(c, -errno, "%s: %s", path, strerror(errno));
   return rc;
 }
@@ -164,7 +165,8 @@ static int remove_stale(zt_client *c, const char *dir, const xfile *files, int n
 
 static int fsync_dir(zt_client *c, const char *dir) {
   int rc = 0, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || fsync(fd) < 0) rc = zt__client_fail(c, -errno, "fsync %s: %s", dir, strerror(errno));
+  if (fd < 0 || fsync(fd) < 0)
+    rc = zt__client_fail(c, -errno, "fsync %s: %s", dir, strerror(errno));
   if (fd >= 0) close(fd);
   return rc;
 }

@@ -52,6 +52,7 @@ def _load():
         "zt_client_cancel": (I, [P, S]),
         "zt_client_checkpoint": (I, [P, S, OUT]),
         "zt_client_export": (I, [P, S, S]),
+        "zt_client_export_hf": (I, [P, S, S, S, ctypes.c_uint64, OUT]),
         "zt_client_shutdown": (I, [P]),
     }
     for name, (res, args) in sigs.items():
@@ -209,6 +210,12 @@ class Client:
 
     def export(self, job, path):
         self._check(_library().zt_client_export(self._h, job.encode(), os.fsencode(path)))
+
+    def export_hf(self, job, path, dtype="bf16", max_shard_size=0):
+        """The latest checkpoint as a Hugging Face directory at path (waits while ztd converts
+        it); returns the listing {"export", "step", "dtype", "files", "note"?}."""
+        return self._json_call(_library().zt_client_export_hf, job.encode(), os.fsencode(path),
+                               dtype.encode(), max_shard_size)
 
     def shutdown(self):
         self._check(_library().zt_client_shutdown(self._h))

@@ -78,7 +78,7 @@ static int fail(xreq *r, int rc, const char *fmt, const char *a) {
   return rc;
 }
 
-/* Makes dir/export hold only a fresh NAME.tmp (the previous exports go: a new one replaces them). */
+/* Makes dir/export hold only a fresh NAME.tmp: a new export replaces the previous ones. */
 static int fresh_tmp(xreq *r, const char *tmp) {
   char path[ZT__JOB_DIR_MAX + 64];
   zt__store_export_path(path, sizeof path, r->dir, NULL);

@@ -66,8 +66,8 @@ static int put(json_t *o, const char *key, json_t *v) {
 static json_t *rope_scaling_json(const zt_rope_scaling *r) {
   if (r->type == ZT_ROPE_NONE) return json_null();
   json_t *o = json_object();
-  int bad = !o || put(o, "rope_type", json_string(r->type == ZT_ROPE_LINEAR ? "linear" : "llama3")) ||
-            put(o, "factor", real_of(r->factor));
+  const char *type = r->type == ZT_ROPE_LINEAR ? "linear" : "llama3";
+  int bad = !o || put(o, "rope_type", json_string(type)) || put(o, "factor", real_of(r->factor));
   if (!bad && r->type == ZT_ROPE_LLAMA3)
     bad = put(o, "low_freq_factor", real_of(r->low_freq_factor)) ||
           put(o, "high_freq_factor", real_of(r->high_freq_factor)) ||
@@ -86,7 +86,8 @@ static int mapped_fields(json_t *o, const zt_model *m, zt_hf_type t, int from_so
   if (t == ZT_HF_GPT2) {
     int rows = c->n_positions ? c->n_positions : c->seq_len;
     return put(o, "vocab_size", json_integer(c->vocab)) ||
-           put(o, "n_embd", json_integer(c->d_model)) || put(o, "n_head", json_integer(c->n_heads)) ||
+           put(o, "n_embd", json_integer(c->d_model)) ||
+           put(o, "n_head", json_integer(c->n_heads)) ||
            put(o, "n_layer", json_integer(c->n_layers)) ||
            put(o, "n_inner", c->d_ff ? json_integer(c->d_ff) : json_null()) ||
            put(o, "n_positions", json_integer(rows)) || put(o, "n_ctx", json_integer(rows)) ||
@@ -98,14 +99,16 @@ static int mapped_fields(json_t *o, const zt_model *m, zt_hf_type t, int from_so
            put(o, "add_cross_attention", json_false());
   }
   int hs = c->head_dim ? c->head_dim : c->d_model / c->n_heads;
+  int kv = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
   int bad = put(o, "vocab_size", json_integer(c->vocab)) ||
             put(o, "hidden_size", json_integer(c->d_model)) ||
             put(o, "intermediate_size", json_integer(zt_model_d_ff(m))) ||
             put(o, "num_attention_heads", json_integer(c->n_heads)) ||
-            put(o, "num_key_value_heads", json_integer(c->n_kv_heads ? c->n_kv_heads : c->n_heads)) ||
+            put(o, "num_key_value_heads", json_integer(kv)) ||
             put(o, "head_dim", json_integer(hs)) ||
             put(o, "num_hidden_layers", json_integer(c->n_layers)) ||
-            put(o, "rms_norm_eps", real_of(c->rms_eps)) || put(o, "hidden_act", json_string("silu")) ||
+            put(o, "rms_norm_eps", real_of(c->rms_eps)) ||
+            put(o, "hidden_act", json_string("silu")) ||
             put(o, "tie_word_embeddings", json_boolean(c->tie_embeddings)) ||
             put(o, "rope_theta", real_of(c->rope_theta)) ||
             put(o, "rope_scaling", rope_scaling_json(&c->rope_scaling));

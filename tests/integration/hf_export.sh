@@ -81,12 +81,14 @@ old=$(ztctl --json export "$a" "$ZT_TMP/d16b" --hf | json_get export) || fail "b
 ztctl export "$a" "$ZT_TMP/d32b" --hf --dtype fp32 >/dev/null || fail "fp32 again"
 r=$("$REQ" "$SOCK" "{\"op\": \"export\", \"job\": \"$a\", \"export\": \"$old\",
     \"file\": \"config.json\"}")
-case "$r" in *'"code":"ESTALE"'*"ask for its files again"*) ;; *) fail "a replaced export: $r" ;; esac
+case "$r" in *'"code":"ESTALE"'*"ask for its files again"*) ;;
+  *) fail "a replaced export: $r" ;; esac
 r=$("$REQ" "$SOCK" "{\"op\": \"export\", \"job\": \"$a\", \"format\": \"hf\", \"dtype\": \"fp16\"}")
 case "$r" in *'"code":"EINVAL"'*'dtype must be'*) ;; *) fail "dtype fp16: $r" ;; esac
 r=$("$REQ" "$SOCK" "{\"op\": \"export\", \"job\": \"$a\", \"format\": \"onnx\"}")
 case "$r" in *'"code":"EINVAL"'*'format must be'*) ;; *) fail "format onnx: $r" ;; esac
-r=$("$REQ" "$SOCK" "{\"op\": \"export\", \"job\": \"$a\", \"export\": \"../../x\", \"file\": \"y\"}")
+r=$("$REQ" "$SOCK" "{\"op\": \"export\", \"job\": \"$a\", \"export\": \"../../x\",
+    \"file\": \"y\"}")
 case "$r" in *'"code":"EINVAL"'*) ;; *) fail "export ../../x: $r" ;; esac
 expect_fail 2 "--dtype is bf16 or fp32" ztctl export "$a" "$ZT_TMP/x" --hf --dtype fp16
 expect_fail 2 "--dtype goes with --hf" ztctl export "$a" "$ZT_TMP/x" --dtype fp32

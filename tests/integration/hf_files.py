@@ -86,6 +86,26 @@ def write_file(path, tensors):
             f.write(t[3])
 
 
+def byte_tokenizer():
+    """tokenizer.json of GPT-2's byte-level alphabet as the whole vocabulary."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): b for b, c in zip(bs, cs)}
+    level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": None, "pre_tokenizer": dict(type="ByteLevel", **level),
+            "post_processor": None, "decoder": dict(type="ByteLevel", **level),
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": []}}
+
+
 def make_llama(d):
     """A tiny Llama 3 style model as save_pretrained writes it: GQA 4:2, head_dim 8, untied."""
     os.makedirs(d, exist_ok=True)
@@ -135,12 +155,14 @@ def make_llama(d):
             total += len(t[3])
     json.dump({"metadata": {"total_size": total}, "weight_map": wm},
               open(os.path.join(d, "model.safetensors.index.json"), "w"), indent=2)
-    # what a download has beside the weights (the contents matter only as bytes copied)
+    # what a download has beside the weights: a byte-level BPE without merges (a token per
+    # byte, as the 256-token vocabulary), which the tokenizers library loads
     extra = {
-        "tokenizer.json": {"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}},
-        "tokenizer_config.json": {"bos_token": "<s>", "eos_token": "</s>", "model_max_length": 64},
-        "special_tokens_map.json": {"bos_token": "<s>", "eos_token": "</s>"},
-        "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2, "do_sample": True},
+        "tokenizer.json": byte_tokenizer(),
+        "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast",
+                                  "model_max_length": 64, "clean_up_tokenization_spaces": False},
+        "special_tokens_map.json": {},
+        "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2, "do_sample": False},
     }
     for name, obj in extra.items():
         json.dump(obj, open(os.path.join(d, name), "w"), indent=2)

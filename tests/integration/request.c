@@ -47,9 +47,10 @@ static json_t *reply_of(int fd, uint64_t want) {
     /* bin (export's data) does not convert: its length stands in for it */
     const msgpack_object *data = zt_msg_find(m.root, "data");
     size_t data_len = data && data->type == MSGPACK_OBJECT_BIN ? data->via.bin.size : 0;
-    if (data && data->type == MSGPACK_OBJECT_BIN) ((msgpack_object *)data)->type = MSGPACK_OBJECT_NIL;
-    if (!zt_msg_find(m.root, "event") && zt_msg_get_u64(m.root, NULL, "id", false, &id, NULL) == 0 &&
-        id == want) {
+    if (data && data->type == MSGPACK_OBJECT_BIN)
+      ((msgpack_object *)data)->type = MSGPACK_OBJECT_NIL;
+    if (!zt_msg_find(m.root, "event") &&
+        zt_msg_get_u64(m.root, NULL, "id", false, &id, NULL) == 0 && id == want) {
       out = zt_proto_to_json(m.root, &err);
       if (out && data) json_object_set_new(out, "data", json_integer((json_int_t)data_len));
     }
