@@ -315,7 +315,8 @@ int zt_jobs_export_hf(zt_jobs *jobs, const char *id, const char *dtype, uint64_t
   pthread_mutex_lock(&x->mu);
   xreq *r = same(x, id, dt, max_shard_bytes);
   pthread_mutex_unlock(&x->mu);
-  if (!r) {
+  int fresh = !r;
+  if (fresh) {
     if (!(r = calloc(1, sizeof *r))) {
       free(w);
       snprintf(err, errlen, "out of memory");
@@ -327,10 +328,11 @@ int zt_jobs_export_hf(zt_jobs *jobs, const char *id, const char *dtype, uint64_t
     r->dtype = dt;
     r->shard = max_shard_bytes;
   }
-  /* waiters are the loop's: the worker never reads them */
+  /* waiters are the loop's: the worker never reads them (a request asked already may have
+   * none left, its clients gone) */
   w->next = r->waiters;
   r->waiters = w;
-  if (r->waiters->next) return 0;
+  if (!fresh) return 0;
   pthread_mutex_lock(&x->mu);
   if (x->todo_tail) x->todo_tail->next = r;
   else x->todo = r;
