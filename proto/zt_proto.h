@@ -29,7 +29,7 @@
   X(watch, WATCH, "subscribe this connection to a job's events")                               \
   X(cancel, CANCEL, "cancel a queued or running job")                                          \
   X(checkpoint, CHECKPOINT, "ask a running job to write a checkpoint now")                     \
-  X(export, EXPORT, "read a chunk of a job's latest weights as safetensors bytes")             \
+  X(export, EXPORT, "a job's weights: one safetensors file, or a Hugging Face directory")      \
   X(logs, LOGS, "read a job's log from an offset")                                           \
   X(shutdown, SHUTDOWN, "checkpoint running jobs, then stop the daemon")
 

@@ -69,6 +69,7 @@ def _load():
         "zt_client_cancel": (I, [P, S]),
         "zt_client_checkpoint": (I, [P, S, OUT]),
         "zt_client_export": (I, [P, S, S]),
+        "zt_client_export_hf": (I, [P, S, S, S, ctypes.c_uint64, OUT]),
         "zt_client_shutdown": (I, [P]),
         "zt_client_logs": (I, [P, S, ctypes.c_uint64, OUT]),
     }
@@ -231,6 +232,12 @@ class Client:
     def logs(self, job, offset=0):
         """A piece of the job's log: {"data", "offset" (the next piece's), "size", "state"}."""
         return self._json_call(_library().zt_client_logs, job.encode(), offset)
+
+    def export_hf(self, job, path, dtype="bf16", max_shard_size=0):
+        """The latest checkpoint as a Hugging Face directory at path (waits while ztd converts
+        it); returns the listing {"export", "step", "dtype", "files", "note"?}."""
+        return self._json_call(_library().zt_client_export_hf, job.encode(), os.fsencode(path),
+                               dtype.encode(), max_shard_size)
 
     def shutdown(self):
         self._check(_library().zt_client_shutdown(self._h))

@@ -1,4 +1,4 @@
-/* The one-request commands: status, jobs, show, cancel, checkpoint, export, shutdown. */
+/* The one-request commands: status, jobs, show, cancel, checkpoint, shutdown. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,20 +276,6 @@ int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv) {
     print_json(json_pack("{s:s,s:s}", "job", argv[0], "state", "cancelled"));
   else if (rc == ZTCTL_OK)
     printf("%s: cancelled\n", argv[0]);
-  zt_client_close(c);
-  return rc;
-}
-
-int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv) {
-  int rc = want_args("export", argc, argv, 2);
-  if (rc != ZTCTL_OK) return rc;
-  zt_client *c = ztctl_connect(o);
-  if (!c) return ZTCTL_FAILED;
-  rc = zt_client_export(c, argv[0], argv[1]) < 0 ? ztctl_fail(c) : ZTCTL_OK;
-  if (rc == ZTCTL_OK && o->json)
-    print_json(json_pack("{s:s,s:s}", "job", argv[0], "path", argv[1]));
-  else if (rc == ZTCTL_OK)
-    printf("%s: weights written to %s\n", argv[0], argv[1]);
   zt_client_close(c);
   return rc;
 }

@@ -34,7 +34,13 @@ static const ztctl_cmd g_cmds[] = {
      "  --height ROWS  rows of the plot, 4 to 100 (default 16)\n", ztctl_cmd_plot},
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
     {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
-    {"export", "JOB OUT.safetensors", "download the job's latest weights", NULL,
+    {"export", "JOB OUT.safetensors | JOB DIR --hf [--dtype bf16|fp32] [--max-shard-size SIZE]",
+     "download the job's latest weights: one file, or a Hugging Face directory",
+     "  --hf                  a directory transformers' from_pretrained loads: config.json,\n"
+     "                        the weights (shards and an index past --max-shard-size), and the\n"
+     "                        tokenizer files of the directory the job started from\n"
+     "  --dtype bf16|fp32     the weights' dtype (default bf16)\n"
+     "  --max-shard-size SIZE the largest shard, e.g. 5GB (the default), 500MB\n",
      ztctl_cmd_export},
     {"tokenize", "--bytes TEXT OUT", "write TEXT (a file, - for stdin) as a byte-level token file",
      "  --bytes      one token per byte (vocabulary 256, 2-byte tokens)\n", ztctl_cmd_tokenize},

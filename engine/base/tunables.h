@@ -16,6 +16,11 @@
 /* The most bytes of a job's log one logs reply carries (engine/job/joblog.c); invalid UTF-8 goes
  * out as \xNN, so the text is at most four times this. */
 #define ZT_TUNE_LOG_CHUNK (16u << 10)
+/* A Hugging Face export's shards (engine/model/hf_export.c): the tensor bytes of one at most (a
+ * larger tensor alone), as save_pretrained's max_shard_size "5GB"; a request may ask less. What
+ * the conversion holds of a tensor at a time, in fp32 elements (16 MiB). */
+#define ZT_TUNE_HF_SHARD_BYTES 5000000000ull
+#define ZT_TUNE_HF_CHUNK_ELEMS ((size_t)4 << 20)
 
 /* Micro-batches a stream job buffers before ztd stops granting credit to its producer. */
 #define ZT_TUNE_BATCH_QUEUE_DEPTH 4u

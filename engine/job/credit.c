@@ -207,4 +207,5 @@ void zt_jobs_forget(zt_jobs *jobs, void *owner) {
       }
     }
   }
+  zt__exports_forget(jobs, owner);
 }

@@ -1,5 +1,6 @@
 /* defines: zt_jobs_export_chunk (jobs.h; called by engine/server's export): a chunk of the
- * newest checkpoint's model.safetensors. */
+ * newest checkpoint's model.safetensors; zt__export_read (internal.h; export_hf.c reads the
+ * files of a Hugging Face export with it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,6 +44,17 @@ int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     return rc;
   }
+  rc = zt__export_read(fd, path, "the weights", offset, length, data, len, total, err, errlen);
+  close(fd);
+  return rc;
+}
+
+int zt__export_read(int fd, const char *path, const char *what, uint64_t offset,
+                    uint64_t length, uint8_t **data, size_t *len, uint64_t *total, char *err,
+                    size_t errlen) {
+  int rc = 0;
+  *data = NULL;
+  *len = 0;
   struct stat st;
   if (fstat(fd, &st) != 0) {
     rc = -errno;
@@ -52,8 +64,8 @@ int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_
   *total = (uint64_t)st.st_size;
   if (offset > *total) {
     rc = -EINVAL;
-    snprintf(err, errlen, "offset %llu is past the end of the weights (%llu bytes)",
-             (unsigned long long)offset, (unsigned long long)*total);
+    snprintf(err, errlen, "offset %llu is past the end of %s (%llu bytes)",
+             (unsigned long long)offset, what, (unsigned long long)*total);
     goto out;
   }
   uint64_t want = *total - offset;
@@ -82,6 +94,5 @@ out:
     free(*data);
     *data = NULL;
   }
-  close(fd);
   return rc;
 }

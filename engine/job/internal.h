@@ -1,5 +1,5 @@
 /* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, credit.c,
- * report.c, export.c, recover.c) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
+ * report.c, export.c, export_hf.c, recover.c) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
  * thread per running job). The fields a runner and the loop both touch are guarded by
  * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
 #ifndef ZT_JOB_INTERNAL_H
@@ -120,6 +120,8 @@ typedef struct zt__msg {
   char text[ZT__ERR_MAX];
 } zt__msg;
 
+typedef struct zt__exports zt__exports; /* export_hf.c */
+
 struct zt_jobs {
   zt_jobs_config cfg;
   char state_dir[ZT__STATE_DIR_MAX];
@@ -138,6 +140,7 @@ struct zt_jobs {
   zt__job *holder[ZT_JOBS_MAX_GPUS]; /* the running job holding dev[i], NULL when free */
   long next_id;
   int running;
+  zt__exports *exports;       /* the Hugging Face exports' worker; NULL until the first */
   int shutting_down;
   int shutdown_notified;
   void (*shutdown_done)(void *user);
@@ -180,6 +183,15 @@ void zt__job_fail_pending(zt__job *job, int rc, const char *message);
 void zt__job_answer_checkpoints(zt__job *job, const zt__msg *m);
 /* report.c: an event to the watchers (stolen). */
 void zt__jobs_emit(zt_jobs *jobs, zt__job *job, json_t *ev);
+/* export.c: bytes [offset, offset + length) of an open file (at most 16 MiB), *total its size;
+ * what names it in messages ("the weights", a file name). */
+int zt__export_read(int fd, const char *path, const char *what, uint64_t offset,
+                    uint64_t length, uint8_t **data, size_t *len, uint64_t *total, char *err,
+                    size_t errlen);
+/* export_hf.c: a connection's waiting export requests dropped (zt_jobs_forget); the worker
+ * stopped, what it was asked dropped unanswered (zt_jobs_close). */
+void zt__exports_forget(zt_jobs *jobs, void *owner);
+void zt__exports_close(zt_jobs *jobs);
 /* recover.c: the state dir's jobs read back (zt_jobs_open). */
 int zt__jobs_scan(zt_jobs *jobs, char *err, size_t errlen);
 

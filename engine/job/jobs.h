@@ -142,6 +142,21 @@ int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_
                          uint8_t **data, size_t *len, uint64_t *total, uint64_t *step,
                          char *err, size_t errlen);
 
+/* The Hugging Face export of the job's newest checkpoint (docs/protocol.md, "export"): made on
+ * a worker thread into the job's directory (export/, store.h) once per checkpoint, dtype ("fp32"
+ * or "bf16") and max_shard_bytes (0: 5 GB), then done gets {"export": name, "step", "dtype",
+ * "files": [{"name", "size"}, ...], "note"?}: weights first, config.json last; note says why
+ * the job's source directory was not used. Unknown job or dtype: -errno now (done not called). */
+int zt_jobs_export_hf(zt_jobs *jobs, const char *id, const char *dtype, uint64_t max_shard_bytes,
+                      zt_jobs_done_cb done, void *owner, char *err, size_t errlen);
+/* A chunk of file of that export, as zt_jobs_export_chunk (*step the export's); -ESTALE when
+ * the export is gone (the next export replaced it, or its checkpoint was removed): its files
+ * are to be asked for again. */
+int zt_jobs_export_hf_chunk(zt_jobs *jobs, const char *id, const char *export_name,
+                            const char *file, uint64_t offset, uint64_t length, uint8_t **data,
+                            size_t *len, uint64_t *total, uint64_t *step, char *err,
+                            size_t errlen);
+
 /* Graceful stop: running jobs checkpoint and stop (they stay "running" on disk so the next
  * daemon resumes them); done is called when all runners have stopped. */
 void zt_jobs_shutdown(zt_jobs *jobs, void (*done)(void *user), void *user);

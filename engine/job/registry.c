@@ -179,6 +179,7 @@ void zt_jobs_close(zt_jobs *jobs) {
     json_decref(m->obj);
     free(m);
   }
+  zt__exports_close(jobs);
   for (int i = 0; i < jobs->n_all; i++) zt__job_free(jobs->all[i]);
   free(jobs->all);
   free(jobs->queue);

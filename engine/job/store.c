@@ -255,9 +255,46 @@ int zt__store_prune_checkpoints(const char *job_dir, int keep) {
     char path[4096];
     zt__store_checkpoint_path(path, sizeof path, job_dir, steps[i]);
     rc = zt__store_remove_tree(path);
+    if (rc == 0) zt__store_exports_drop(job_dir, steps[i]);
   }
   free(steps);
   return rc;
+}
+
+void zt__store_export_name(char *out, size_t outlen, int step, const char *dtype,
+                           unsigned long long shard_bytes) {
+  snprintf(out, outlen, "hf-%08d-%s-%llu", step, dtype, shard_bytes);
+}
+
+void zt__store_export_path(char *out, size_t outlen, const char *job_dir, const char *name) {
+  snprintf(out, outlen, "%s/export%s%s", job_dir, name ? "/" : "", name ? name : "");
+}
+
+int zt__store_export_parse(const char *name, int *step) {
+  size_t n = strlen(name);
+  if (n < 20 || n > 64 || strncmp(name, "hf-", 3) || strspn(name + 3, "0123456789") != 8 ||
+      (strncmp(name + 11, "-fp32-", 6) && strncmp(name + 11, "-bf16-", 6)) ||
+      strspn(name + 17, "0123456789") != n - 17)
+    return -EINVAL;
+  *step = atoi(name + 3);
+  return 0;
+}
+
+void zt__store_exports_drop(const char *job_dir, int step) {
+  char path[4096];
+  zt__store_export_path(path, sizeof path, job_dir, NULL);
+  DIR *d = opendir(path);
+  if (!d) return;
+  struct dirent *e;
+  int s;
+  /* an export being made (NAME.tmp) is its maker's to check once done */
+  while ((e = readdir(d)))
+    if (zt__store_export_parse(e->d_name, &s) == 0 && s == step) {
+      char p[4096 + 256];
+      snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+      zt__store_remove_tree(p);
+    }
+  closedir(d);
 }
 
 json_t *zt__store_losses_read(const char *job_dir) {

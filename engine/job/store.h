@@ -40,8 +40,18 @@ void zt__store_checkpoint_path(char *out, size_t outlen, const char *job_dir, in
 int zt__store_checkpoints(const char *job_dir, int **steps);
 /* The newest checkpoint's step, 0 when there is none. */
 int zt__store_newest_checkpoint(const char *job_dir);
-/* Removes all but the `keep` newest checkpoints. */
+/* Removes all but the `keep` newest checkpoints, and the exports made from them (below). */
 int zt__store_prune_checkpoints(const char *job_dir, int keep);
+
+/* job_dir/export/NAME: a Hugging Face export of a checkpoint (engine/job/export_hf.c), NAME
+ * hf-<step, 8 digits>-<fp32 | bf16>-<the largest shard's bytes>; name NULL: job_dir/export.
+ * parse: 0 and *step for such a name, else -EINVAL. drop: removes the exports of checkpoint
+ * `step` (best effort: what is left, the next export replaces). */
+void zt__store_export_name(char *out, size_t outlen, int step, const char *dtype,
+                           unsigned long long shard_bytes);
+void zt__store_export_path(char *out, size_t outlen, const char *job_dir, const char *name);
+int zt__store_export_parse(const char *name, int *step);
+void zt__store_exports_drop(const char *job_dir, int step);
 
 /* losses.log: one "step loss" line per optimizer step, from step 1 on. Read returns the losses
  * in step order as a JSON array (a new reference, empty when the file is missing); truncate

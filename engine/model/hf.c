@@ -56,8 +56,7 @@ static int prefixed(int rc, char *err, size_t errlen, const char *prefix) {
   return rc;
 }
 
-/* A JSON object from a file of at most HF_JSON_MAX bytes; messages carry no byte of it. */
-static int load_json(const char *path, json_t **out, char *err, size_t errlen) {
+int zt__hf_load_json(const char *path, json_t **out, char *err, size_t errlen) {
   int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
   char *buf = NULL;
   struct stat st;
@@ -302,7 +301,7 @@ int zt_hf_config_read(const char *dir, int seq_len, zt_model_cfg *c, char *err, 
   }
   snprintf(path, sizeof path, "%s/config.json", dir);
   snprintf(pfx, sizeof pfx, "model.hf: %s", path);
-  int rc = load_json(path, &o, err, errlen);
+  int rc = zt__hf_load_json(path, &o, err, errlen);
   if (rc < 0) {
     char why[512];
     snprintf(why, sizeof why, "%s", err);
@@ -413,7 +412,7 @@ static int add_file(zt__st_set *s, const char *path, char *err, size_t errlen) {
 static int open_index(zt__st_set *s, const char *dir, const char *ipath, char *err,
                       size_t errlen) {
   json_t *idx = NULL;
-  int rc = load_json(ipath, &idx, err, errlen);
+  int rc = zt__hf_load_json(ipath, &idx, err, errlen);
   if (rc < 0) return rc;
   json_t *wm = json_object_get(idx, "weight_map");
   const char *name;

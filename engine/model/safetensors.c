@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/kernels/dtype.h"
+
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader copies it as host floats"
 #endif
@@ -290,35 +292,36 @@ static float elem_f32(zt_st_dtype d, const uint8_t *p, size_t i) {
   }
 }
 
-int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
-                   char *err, size_t errlen) {
-  if (t->dtype != ZT_ST_F32 && t->dtype != ZT_ST_BF16 && t->dtype != ZT_ST_F16) {
-    snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 do)",
-             f->path, t->name);
-    return -EINVAL;
-  }
-  if (transpose && t->ndim != 2) {
-    snprintf(err, errlen, "%s: tensor %s: only 2-D tensors can be transposed", f->path, t->name);
-    return -EINVAL;
-  }
-  uint64_t at = f->data_at + t->begin;
+static int convertible(const zt_st_file *f, const zt_st_tensor *t, char *err, size_t errlen) {
+  if (t->dtype == ZT_ST_F32 || t->dtype == ZT_ST_BF16 || t->dtype == ZT_ST_F16) return 0;
+  snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 do)",
+           f->path, t->name);
+  return -EINVAL;
+}
+
+/* Elements [first, first + n) of t into dst, or transposed (t 2-D (R, C), first 0, n its numel)
+ * into the (C, R) transpose. */
+static int read_elems(const zt_st_file *f, const zt_st_tensor *t, size_t first, size_t n,
+                      float *dst, int transpose, char *err, size_t errlen) {
+  size_t es = t->dtype == ZT_ST_F32 ? 4 : 2;
+  uint64_t at = f->data_at + t->begin + first * es;
   int rc = 0;
   uint8_t *chunk = NULL;
   if (!transpose && t->dtype == ZT_ST_F32) {
-    rc = pread_full(f->fd, dst, t->numel * 4, at);
+    rc = pread_full(f->fd, dst, n * 4, at);
     goto out;
   }
-  /* element by element through a bounded chunk: element i of the file (row i / C, column
-   * i % C) lands at dst[i], or at dst[(i % C) * R + i / C] transposed */
-  size_t es = t->dtype == ZT_ST_F32 ? 4 : 2, bytes = t->end - t->begin;
+  /* element by element through a bounded chunk: element i of the range (row i / C, column
+   * i % C when transposed) lands at dst[i], or at dst[(i % C) * R + i / C] transposed */
+  size_t bytes = n * es;
   size_t per = ZT_ST_CHUNK_BYTES / es, R = transpose ? (size_t)t->shape[0] : 0,
          C = transpose ? (size_t)t->shape[1] : 0;
   if (!(chunk = malloc(bytes < ZT_ST_CHUNK_BYTES ? (bytes ? bytes : 1) : ZT_ST_CHUNK_BYTES))) {
     snprintf(err, errlen, "%s: tensor %s: out of memory", f->path, t->name);
     return -ENOMEM;
   }
-  for (size_t i0 = 0; i0 < t->numel && rc == 0; i0 += per) {
-    size_t k = t->numel - i0 < per ? t->numel - i0 : per;
+  for (size_t i0 = 0; i0 < n && rc == 0; i0 += per) {
+    size_t k = n - i0 < per ? n - i0 : per;
     if ((rc = pread_full(f->fd, chunk, k * es, at + i0 * es)) < 0) break;
     if (!transpose) {
       for (size_t i = 0; i < k; i++) dst[i0 + i] = elem_f32(t->dtype, chunk, i);
@@ -335,6 +338,29 @@ out:
     snprintf(err, errlen, "%s: tensor %s: reading its data: %s", f->path, t->name,
              rc == -EIO ? "the file is shorter than its header says" : strerror(-rc));
   return rc;
+}
+
+int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
+                   char *err, size_t errlen) {
+  int rc = convertible(f, t, err, errlen);
+  if (rc < 0) return rc;
+  if (transpose && t->ndim != 2) {
+    snprintf(err, errlen, "%s: tensor %s: only 2-D tensors can be transposed", f->path, t->name);
+    return -EINVAL;
+  }
+  return read_elems(f, t, 0, t->numel, dst, transpose, err, errlen);
+}
+
+int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first, size_t n,
+                         float *dst, char *err, size_t errlen) {
+  int rc = convertible(f, t, err, errlen);
+  if (rc < 0) return rc;
+  if (first > t->numel || n > t->numel - first) {
+    snprintf(err, errlen, "%s: tensor %s: elements [%zu, %zu + %zu) are outside its %zu",
+             f->path, t->name, first, first, n, t->numel);
+    return -EINVAL;
+  }
+  return read_elems(f, t, first, n, dst, 0, err, errlen);
 }
 
 static int fsync_dir_of(const char *path) {
@@ -356,11 +382,16 @@ struct zt_st_writer {
   int fd;
   uint64_t data_at;     /* the data section's first byte in the file */
   int n;
-  size_t *begin, *bytes; /* per entry, in the data section */
-  char *done;           /* per entry: put */
+  size_t *begin, *numel; /* per entry: its first byte in the data section, its elements */
+  size_t *left;         /* per entry: elements not put yet */
+  char *half;           /* per entry: stored as BF16 */
+  uint16_t *conv;       /* BF16 entries' conversion buffer (CONV_ELEMS), NULL without any */
   char (*names)[96];    /* per entry, for messages: the name's start */
   int finished;
 };
+
+/* What put converts through at a time for a BF16 entry. */
+#define CONV_ELEMS (ZT_ST_CHUNK_BYTES / 2)
 
 static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off) {
   const char *p = buf;
@@ -382,8 +413,10 @@ void zt_st_writer_close(zt_st_writer *w) {
   free(w->path);
   free(w->tmp);
   free(w->begin);
-  free(w->bytes);
-  free(w->done);
+  free(w->numel);
+  free(w->left);
+  free(w->half);
+  free(w->conv);
   free(w->names);
   free(w);
 }
@@ -403,10 +436,11 @@ int zt_st_writer_open(zt_st_writer **out, const char *path, const zt_st_entry *e
   }
   w->n = n;
   w->begin = calloc((size_t)n + 1, sizeof *w->begin);
-  w->bytes = calloc((size_t)n + 1, sizeof *w->bytes);
-  w->done = calloc((size_t)n + 1, 1);
+  w->numel = calloc((size_t)n + 1, sizeof *w->numel);
+  w->left = calloc((size_t)n + 1, sizeof *w->left);
+  w->half = calloc((size_t)n + 1, 1);
   w->names = calloc((size_t)n + 1, sizeof *w->names);
-  if (!w->begin || !w->bytes || !w->done || !w->names) goto nomem;
+  if (!w->begin || !w->numel || !w->left || !w->half || !w->names) goto nomem;
   if (n_meta > 0) {
     json_t *m = json_object();
     if (!m || json_object_set_new(root, "__metadata__", m) < 0) goto nomem;
@@ -415,20 +449,30 @@ int zt_st_writer_open(zt_st_writer **out, const char *path, const zt_st_entry *e
   }
   for (int i = 0; i < n; i++) {
     size_t numel = 1;
+    if (e[i].dtype && e[i].dtype != ZT_ST_F32 && e[i].dtype != ZT_ST_BF16) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "%s: tensor %s: the writer writes F32 and BF16 only", path,
+               e[i].name);
+      goto out;
+    }
+    int half = e[i].dtype == ZT_ST_BF16;
     json_t *shape = json_array(), *t = json_object();
     for (int d = 0; d < e[i].ndim; d++) {
       numel *= (size_t)e[i].shape[d];
       json_array_append_new(shape, json_integer(e[i].shape[d]));
     }
-    json_object_set_new(t, "dtype", json_string("F32"));
+    size_t bytes = numel * (half ? 2 : 4);
+    json_object_set_new(t, "dtype", json_string(half ? "BF16" : "F32"));
     json_object_set_new(t, "shape", shape);
     json_object_set_new(t, "data_offsets",
-                        json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * 4)));
+                        json_pack("[II]", (json_int_t)off, (json_int_t)(off + bytes)));
     if (json_object_set_new(root, e[i].name, t) < 0) goto nomem;
     w->begin[i] = off;
-    w->bytes[i] = numel * 4;
+    w->numel[i] = w->left[i] = numel;
+    w->half[i] = (char)half;
+    if (half && !w->conv && !(w->conv = malloc(CONV_ELEMS * sizeof *w->conv))) goto nomem;
     snprintf(w->names[i], sizeof w->names[i], "%s", e[i].name);
-    off += numel * 4;
+    off += bytes;
   }
   if (!(hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER))) goto nomem;
   /* the header is padded with spaces to a multiple of 8 bytes, so the data starts aligned */
@@ -459,20 +503,41 @@ out:
   return rc;
 }
 
-int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_t errlen) {
-  int rc = pwrite_full(w->fd, data, w->bytes[i], w->data_at + w->begin[i]);
+int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const float *data,
+                           char *err, size_t errlen) {
+  int rc = 0;
+  if (first > w->numel[i] || n > w->numel[i] - first || n > w->left[i]) {
+    snprintf(err, errlen, "%s: tensor %s: elements [%zu, %zu + %zu) are outside its %zu or put "
+             "before", w->tmp, w->names[i], first, first, n, w->numel[i]);
+    return -EINVAL;
+  }
+  uint64_t at = w->data_at + w->begin[i];
+  if (!w->half[i]) {
+    rc = pwrite_full(w->fd, data, n * 4, at + first * 4);
+  } else {
+    for (size_t i0 = 0; i0 < n && rc == 0; i0 += CONV_ELEMS) {
+      size_t k = n - i0 < CONV_ELEMS ? n - i0 : CONV_ELEMS;
+      for (size_t j = 0; j < k; j++) w->conv[j] = zt_f32_to_bf16(data[i0 + j]);
+      rc = pwrite_full(w->fd, w->conv, k * 2, at + (first + i0) * 2);
+    }
+  }
   if (rc < 0) {
     snprintf(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
     return rc;
   }
-  w->done[i] = 1;
+  w->left[i] -= n;
   return 0;
+}
+
+int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_t errlen) {
+  return zt_st_writer_put_range(w, i, 0, w->numel[i], data, err, errlen);
 }
 
 int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen) {
   for (int i = 0; i < w->n; i++)
-    if (!w->done[i]) {
-      snprintf(err, errlen, "%s: tensor %s was never written", w->tmp, w->names[i]);
+    if (w->left[i]) {
+      snprintf(err, errlen, "%s: tensor %s was never written%s", w->tmp, w->names[i],
+               w->left[i] < w->numel[i] ? " whole" : "");
       return -EINVAL;
     }
   int fd = w->fd, rc = fsync(fd) < 0 ? -errno : 0;

@@ -3,9 +3,10 @@
  * "__metadata__": {...}}, then the raw little-endian data. The reader reads the header and
  * checks every entry against the file before any data is read, then reads a tensor at a time
  * (pread), so it holds no more of the file than the caller asks for; F32, BF16 and F16 convert
- * to fp32. The writer writes F32 only, to a temporary file that is fsynced and renamed into
- * place: the header first, from the tensors' names and shapes, then each tensor's data at its
- * place, in any order, so that a caller can write a file much larger than its memory. */
+ * to fp32. The writer writes F32 or BF16 (rounded to nearest even, as the kernels' dtype.h
+ * does) from fp32 data, to a temporary file that is fsynced and renamed into place: the header
+ * first, from the tensors' names, dtypes and shapes, then each tensor's data at its place, in
+ * any order and in pieces, so that a caller can write a file much larger than its memory. */
 #ifndef ZT_MODEL_SAFETENSORS_H
 #define ZT_MODEL_SAFETENSORS_H
 
@@ -53,6 +54,10 @@ const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
  * read's error) when the file does not hold the data its header promised. */
 int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
                    char *err, size_t errlen);
+/* Elements [first, first + n) of tensor t, in the file's order, converted to fp32 into dst (n
+ * floats); -EINVAL for a range outside the tensor or a dtype zt_st_read_f32 refuses. */
+int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first, size_t n,
+                         float *dst, char *err, size_t errlen);
 
 typedef struct zt_st_entry {
   const char *name;
@@ -60,9 +65,10 @@ typedef struct zt_st_entry {
   int64_t shape[ZT_ST_MAX_DIM];   /* as written to the file */
   const float *data;
   int transpose;                  /* 2-D only: data holds (shape[1], shape[0]), written transposed */
+  zt_st_dtype dtype;              /* as stored: ZT_ST_F32 (0 too) or ZT_ST_BF16 */
 } zt_st_entry;
 
-/* Writes n F32 tensors to path (via path.tmp, fsync, rename). metadata: NULL or string pairs
+/* Writes n tensors (F32, or BF16 where the entry says) to path (via path.tmp, fsync, rename). metadata: NULL or string pairs
  * meta[0]=key, meta[1]=value, ... n_meta pairs, stored under "__metadata__". The data follows
  * the header in the entries' order. */
 int zt_st_write(const char *path, const zt_st_entry *e, int n, const char *const *meta,
@@ -70,15 +76,19 @@ int zt_st_write(const char *path, const zt_st_entry *e, int n, const char *const
 
 /* zt_st_write in pieces, for data that is not all in memory at once; the file is the one
  * zt_st_write makes of the same entries, byte for byte. open creates path.tmp and writes the
- * header of the n entries (their names and shapes; data and transpose are not used); put writes
- * entry i's data, already in the file's layout (shape[0] rows of shape[1] for a 2-D entry), at
- * its place; finish checks that every entry was put, fsyncs, renames to path and fsyncs the
- * directory; close frees the writer and, unless finished, removes path.tmp. The writer holds
- * no data of its own. */
+ * header of the n entries (their names, dtypes and shapes; data and transpose are not used);
+ * put writes entry i's data (fp32), already in the file's layout (shape[0] rows of shape[1] for
+ * a 2-D entry), at its place, converted to the entry's dtype; put_range writes its elements
+ * [first, first + n) alone (each element once); finish checks that every element of every entry
+ * was put, fsyncs, renames to path and fsyncs the directory; close frees the writer and, unless
+ * finished, removes path.tmp. The writer holds no data of its own but, for BF16, a bounded
+ * conversion buffer. */
 typedef struct zt_st_writer zt_st_writer;
 int zt_st_writer_open(zt_st_writer **w, const char *path, const zt_st_entry *e, int n,
                       const char *const *meta, int n_meta, char *err, size_t errlen);
 int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_t errlen);
+int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const float *data,
+                           char *err, size_t errlen);
 int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen);
 void zt_st_writer_close(zt_st_writer *w);
 

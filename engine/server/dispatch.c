@@ -387,10 +387,56 @@ static int handle_checkpoint(zt_conn *c, const zt_request *req, zt_proto_error *
   return 0;
 }
 
+/* An optional string field as a NUL-terminated one of fewer than cap bytes: 0, -ENOENT when
+ * absent, -EINVAL. */
+static int get_name(const zt_request *req, const char *key, char *out, size_t cap,
+                    zt_proto_error *err) {
+  const char *s;
+  size_t len;
+  int rc = zt_msg_get_str(req->body, NULL, key, false, &s, &len, err);
+  if (rc < 0) return rc;
+  if (len == 0 || len >= cap || memchr(s, '\0', len))
+    return zt_proto_error_set(err, -EINVAL, "%s: not a name of at most %zu bytes", key, cap - 1);
+  memcpy(out, s, len);
+  out[len] = '\0';
+  return 0;
+}
+
+/* {job, format: "hf", dtype?, max_shard_size?}: the files of a Hugging Face export, answered
+ * once the job layer has made them. */
+static int export_hf_list(zt_conn *c, const zt_request *req, const char *job,
+                          zt_proto_error *err) {
+  char format[8], dtype[8] = "bf16";
+  uint64_t shard = 0;
+  int rc = get_name(req, "format", format, sizeof format, err);
+  if (rc < 0 || strcmp(format, "hf"))
+    return zt_proto_error_set(err, -EINVAL, "format must be \"hf\"");
+  if ((rc = get_name(req, "dtype", dtype, sizeof dtype, err)) == -EINVAL ||
+      (rc == 0 && strcmp(dtype, "bf16") && strcmp(dtype, "fp32")))
+    return zt_proto_error_set(err, -EINVAL, "dtype must be \"bf16\" or \"fp32\"");
+  rc = zt_msg_get_u64(req->body, NULL, "max_shard_size", false, &shard, err);
+  if (rc == -EINVAL) return rc;
+  if (rc == 0 && shard == 0)
+    return zt_proto_error_set(err, -EINVAL, "max_shard_size must be at least 1 byte");
+  zt_pending *p = zt__conn_pending_add(c, req->id, ZT_OP_EXPORT);
+  if (!p) return zt_proto_error_set(err, -ENOMEM, "out of memory");
+  char msg[256] = "";
+  rc = zt_jobs_export_hf(c->srv->jobs, job, dtype, shard, on_async_done, p, msg, sizeof msg);
+  if (rc < 0) {
+    zt__conn_pending_drop(c, p);
+    return job_error(err, rc, msg);
+  }
+  return 0;
+}
+
 static int handle_export(zt_conn *c, const zt_request *req, zt_proto_error *err) {
-  char job[ZT_JOB_ID_MAX];
+  char job[ZT_JOB_ID_MAX], xname[72], file[256];
   int rc = get_job(req, job, err);
   if (rc < 0) return rc;
+  if (zt_msg_find(req->body, "format")) return export_hf_list(c, req, job, err);
+  int hf = get_name(req, "export", xname, sizeof xname, err);
+  if (hf == -EINVAL) return hf;
+  if (hf == 0 && (rc = required(get_name(req, "file", file, sizeof file, err))) < 0) return rc;
   uint64_t offset = 0;
   uint64_t cap = c->srv->cfg->max_frame - ZT_TUNE_EXPORT_ENVELOPE;
   uint64_t length = cap;
@@ -403,8 +449,12 @@ static int handle_export(zt_conn *c, const zt_request *req, zt_proto_error *err)
   size_t len = 0;
   uint64_t total = 0, step = 0;
   char msg[256] = "";
-  rc = zt_jobs_export_chunk(c->srv->jobs, job, offset, length, &data, &len, &total, &step, msg,
-                            sizeof msg);
+  if (hf == 0)
+    rc = zt_jobs_export_hf_chunk(c->srv->jobs, job, xname, file, offset, length, &data, &len,
+                                 &total, &step, msg, sizeof msg);
+  else
+    rc = zt_jobs_export_chunk(c->srv->jobs, job, offset, length, &data, &len, &total, &step,
+                              msg, sizeof msg);
   if (rc < 0) return job_error(err, rc, msg);
   json_t *r = json_pack("{s:I, s:I}", "total", (json_int_t)total, "step", (json_int_t)step);
   if (!r) {

@@ -1,6 +1,7 @@
 /* Pushes COUNT micro-batches into a stream job and returns once the daemon has taken them all
  * (credit), so that a test can let a stream job run exactly up to a step and then wait there.
- * The tokens are made up, batch FIRST + i of a fixed sequence, sized from the job's spec.
+ * The tokens are made up, batch FIRST + i of a fixed sequence, sized from the job's spec (the
+ * vocabulary of a model given as a Hugging Face directory from its config.json).
  * usage: push_batches SOCKET JOB COUNT [FIRST] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,14 @@ int main(int argc, char **argv) {
   j = json_loads(show, 0, NULL);
   const json_t *spec = json_object_get(j, "spec");
   int vocab = spec_int(spec, "model", "vocab"), T = spec_int(spec, "model", "seq_len");
+  const char *hf = json_string_value(json_object_get(json_object_get(spec, "model"), "hf"));
+  if (hf) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", hf);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    vocab = (int)json_integer_value(json_object_get(cfg, "vocab_size"));
+    json_decref(cfg);
+  }
   int B = spec_int(spec, "train", "micro_batch");
   size_t per = (size_t)B * (size_t)(T + 1);
   if (vocab <= 0 || per == 0 || !(tokens = malloc(per * sizeof *tokens))) {

@@ -1,7 +1,7 @@
 """The Python binding against a real ztd (python_client.sh starts it): status, a stream job
 submitted as a dict, batches pushed from Python (a list, an array('i') and raw bytes), its
-events watched until it ends, show, export to safetensors, and a bad spec refused with the
-field named."""
+events watched until it ends, show, export to safetensors and to a Hugging Face directory, and
+a bad spec refused with the field named."""
 import array
 import json
 import os
@@ -59,5 +59,11 @@ with ztclient.connect(socket=sock) as c:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
     assert "wte.weight" in header and header["wte.weight"]["shape"] == [V, 32], header.keys()
+    hf_dir = os.path.join(out_dir, "py-hf")
+    listing = c.export_hf(job, hf_dir, dtype="fp32")
+    names = sorted(f["name"] for f in listing["files"])
+    assert listing["step"] == STEPS and names == ["config.json", "model.safetensors"], listing
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        assert json.load(f)["architectures"] == ["GPT2LMHeadModel"]
 print(f"python client: job {job} trained {STEPS} steps, losses {show['losses'][0]:.4f} -> "
       f"{show['losses'][-1]:.4f}, exported {len(header) - ('__metadata__' in header)} tensors")

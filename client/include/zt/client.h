@@ -77,6 +77,16 @@ int zt_client_export(zt_client *c, const char *job, const char *out_path);
 /* A piece of the job's log from byte `offset`: {"data": text, "offset": where the next piece
  * starts, "size": the log's bytes now, "state": the job's}; read on until offset reaches size. */
 int zt_client_logs(zt_client *c, const char *job, uint64_t offset, char **json_out);
+/* The job's latest checkpoint as a Hugging Face directory in dir (made if absent), as ztd
+ * converts it: config.json, model.safetensors or shards of at most max_shard_size bytes (0: ztd's
+ * 5 GB) with model.safetensors.index.json, and the tokenizer files of the directory the job
+ * started from. dtype "bf16" (NULL too) or "fp32". Waits while ztd makes the files (minutes for
+ * a large model); each is downloaded whole before any is put in place, config.json last, and
+ * the weights files of an earlier export in dir that this one lacks are removed, as
+ * save_pretrained does. json_out (optional) gets the listing: {"export", "step", "dtype",
+ * "files": [{"name", "size"}, ...], "note"?}. */
+int zt_client_export_hf(zt_client *c, const char *job, const char *dir, const char *dtype,
+                        uint64_t max_shard_size, char **json_out);
 /* Graceful stop: running jobs checkpoint, then ztd exits. */
 int zt_client_shutdown(zt_client *c);
 

@@ -1,4 +1,6 @@
 /* safetensors: F32 round trip (with a transposed tensor and metadata), exact BF16/F16 conversion,
+ * BF16 writing (round to nearest even as dtype.h, a transposed entry, ranges put out of order and
+ * read back, a range put twice or a tensor left unfinished refused),
  * every malformed input refused with a message naming the tensor or the cause, and model-level
  * loading (HF "transformer." prefix and buffers accepted; missing, extra, misshapen refused). */
 #include <errno.h>
@@ -6,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kernels/dtype.h"
 #include "engine/model/safetensors.h"
 #include "tests/unit/model/mcheck.h"
 
@@ -94,6 +97,88 @@ static int test_half_types(void) {
   fails += MC_EXPECT(zt_st_read_f32(f, zt_st_find(f, "b"), out, 0, err, sizeof err) == 0, "%s", err);
   fails += MC_EXPECT(!memcmp(out, bff, sizeof bff), "BF16 conversion");
   zt_st_close(f);
+  return fails;
+}
+
+/* The BF16 writer: the bits dtype.h's rounding gives (ties to even both ways, the carry into the
+ * exponent, FLT_MAX to inf, NaN to 0x7fc0, a subnormal, -0, up and down), a transposed entry, an entry put in
+ * two ranges in reverse order beside an F32 one, and what the reader's range returns. */
+static int test_bf16_write(void) {
+  int fails = 0;
+  char err[512];
+  const float v[12] = {1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 1.0f + 0x1p-7f,
+                       0x1.fffffep127f, NAN,                INFINITY,          -0.0f,
+                       0x1p-130f,       0x1.ff8p-1f,        3.14159265f,       -(1.0f + 3 * 0x1p-9f)};
+  const uint16_t want[12] = {0x3f80, 0x3f82, 0xbf80, 0x3f81, 0x7f80, 0x7fc0,
+                             0x7f80, 0x8000, 0x0008, 0x3f80, 0x4049, 0xbf81};
+  for (int i = 0; i < 12; i++)
+    fails += MC_EXPECT(zt_f32_to_bf16(v[i]) == want[i], "dtype.h: bf16(%a) = %#x, expected %#x",
+                       (double)v[i], zt_f32_to_bf16(v[i]), want[i]);
+  float t[6] = {1, 2, 3, 4, 5, 6}, f32[3] = {0.1f, 0.2f, 0.3f};
+  zt_st_entry e[3] = {{.name = "v", .ndim = 2, .shape = {3, 4}, .dtype = ZT_ST_BF16},
+                      {.name = "t", .ndim = 2, .shape = {2, 3}, .data = t, .transpose = 1,
+                       .dtype = ZT_ST_BF16},
+                      {.name = "f", .ndim = 1, .shape = {3}, .data = f32}};
+  zt_st_writer *w = NULL;
+  fails += MC_EXPECT(zt_st_writer_open(&w, path_of("bf.safetensors"), e, 3, NULL, 0, err,
+                                       sizeof err) == 0, "open: %s", err);
+  if (!w) return fails + 1;
+  /* v in two ranges, the second half first; a range past the end and one put again refused */
+  fails += MC_EXPECT(zt_st_writer_put_range(w, 0, 7, 5, v + 7, err, sizeof err) == 0, "%s", err);
+  fails += MC_EXPECT(zt_st_writer_put_range(w, 0, 10, 3, v, err, sizeof err) == -EINVAL &&
+                     strstr(err, "tensor v"), "a range past the end: %s", err);
+  fails += MC_EXPECT(zt_st_writer_finish(w, err, sizeof err) == -EINVAL &&
+                     strstr(err, "tensor v was never written whole"), "unfinished: %s", err);
+  fails += MC_EXPECT(zt_st_writer_put_range(w, 0, 0, 7, v, err, sizeof err) == 0, "%s", err);
+  fails += MC_EXPECT(zt_st_writer_put_range(w, 0, 0, 1, v, err, sizeof err) == -EINVAL,
+                     "a range put twice");
+  const float t_file[6] = {1, 3, 5, 2, 4, 6};
+  fails += MC_EXPECT(zt_st_writer_put(w, 1, t_file, err, sizeof err) == 0, "%s", err);
+  fails += MC_EXPECT(zt_st_writer_put(w, 2, f32, err, sizeof err) == 0, "%s", err);
+  fails += MC_EXPECT(zt_st_writer_finish(w, err, sizeof err) == 0, "finish: %s", err);
+  zt_st_writer_close(w);
+  /* zt_st_write makes the same file of the same entries (t transposed from memory) */
+  e[0].data = v;
+  fails += MC_EXPECT(zt_st_write(path_of("bf2.safetensors"), e, 3, NULL, 0, err, sizeof err) == 0,
+                     "write: %s", err);
+  zt_st_file *f = NULL, *f2 = NULL;
+  if (zt_st_open(&f, path_of("bf.safetensors"), err, sizeof err) < 0 ||
+      zt_st_open(&f2, path_of("bf2.safetensors"), err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL open: %s\n", err);
+    zt_st_close(f);
+    return fails + 1;
+  }
+  const zt_st_tensor *tv = zt_st_find(f, "v"), *tt = zt_st_find(f, "t"), *tf = zt_st_find(f, "f");
+  fails += MC_EXPECT(tv && tt && tf && tv->dtype == ZT_ST_BF16 && tt->dtype == ZT_ST_BF16 &&
+                     tf->dtype == ZT_ST_F32 && tv->end - tv->begin == 24 && tt->shape[0] == 2,
+                     "header");
+  float back[12], mid[4], tb[6], fb[3];
+  fails += MC_EXPECT(zt_st_read_f32(f, tv, back, 0, err, sizeof err) == 0, "%s", err);
+  for (int i = 0; i < 12; i++) {
+    float x = zt_bf16_to_f32(want[i]);
+    fails += MC_EXPECT(!memcmp(&back[i], &x, 4), "element %d reads %a, expected %a", i,
+                       (double)back[i], (double)x);
+  }
+  fails += MC_EXPECT(zt_st_read_f32_range(f, tv, 4, 4, mid, err, sizeof err) == 0 &&
+                     !memcmp(mid, back + 4, sizeof mid), "a range of the elements");
+  fails += MC_EXPECT(zt_st_read_f32_range(f, tv, 9, 4, mid, err, sizeof err) == -EINVAL &&
+                     strstr(err, "outside its 12"), "a range past the end: %s", err);
+  fails += MC_EXPECT(zt_st_read_f32(f, tt, tb, 1, err, sizeof err) == 0 && !memcmp(tb, t, sizeof t),
+                     "transposed BF16");
+  fails += MC_EXPECT(zt_st_read_f32(f, tf, fb, 0, err, sizeof err) == 0 &&
+                     !memcmp(fb, f32, sizeof fb), "the F32 entry beside them");
+  zt_st_close(f);
+  zt_st_close(f2);
+  FILE *a = fopen(path_of("bf.safetensors"), "rb"), *b = fopen(path_of("bf2.safetensors"), "rb");
+  char ba[512], bb[512];
+  size_t na = fread(ba, 1, sizeof ba, a), nb = fread(bb, 1, sizeof bb, b);
+  fclose(a);
+  fclose(b);
+  fails += MC_EXPECT(na == nb && na < sizeof ba && !memcmp(ba, bb, na),
+                     "the writer in pieces and zt_st_write make the same bytes");
+  e[2].dtype = ZT_ST_F16;
+  fails += MC_EXPECT(zt_st_write(path_of("f16.safetensors"), e, 3, NULL, 0, err, sizeof err) ==
+                     -EINVAL && strstr(err, "F32 and BF16 only"), "F16 output refused: %s", err);
   return fails;
 }
 
@@ -212,7 +297,7 @@ static int test_model_files(void) {
 
 int main(void) {
   snprintf(dir, sizeof dir, "%s", mc_tmpdir());
-  int fails = test_roundtrip() + test_half_types() + test_bad_files() + test_model_files();
+  int fails = test_roundtrip() + test_half_types() + test_bf16_write() + test_bad_files() + test_model_files();
   mc_rmtree(dir);
   return fails ? 1 : 0;
 }
