@@ -40,7 +40,10 @@ static const char usage_text[] =
     "                         parallel.gpus; each gets --cpu-threads / N threads (default 1)\n"
     "  --gpu-mem-limit SIZE   GPU memory budget per device, e.g. 24GiB\n"
     "  --host-mem-limit SIZE  host memory budget for all jobs, e.g. 64GiB (default: no limit)\n"
-    "  --nvme-dir DIR         directory for NVMe-resident state\n"
+    "  --nvme-dir DIR         directory for NVMe-resident state (repeatable: the first is the\n"
+    "                         default, and a job's offload.nvme_dir must lie inside one)\n"
+    "  --data-root DIR        where jobs of TCP clients may read files (repeatable; none: they\n"
+    "                         name no files, stream data only)\n"
     "  --tcp HOST:PORT        also listen on TCP (needs --token-file)\n"
     "  --token-file FILE      secret clients must send in hello (>= 16 bytes, mode 0600)\n"
     "  --max-frame SIZE       longest frame accepted (default 64MiB)\n"
@@ -176,8 +179,22 @@ static int default_state_dir(char *buf, size_t len) {
 enum {
   OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
   OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_CPU_RANKS, OPT_LOG_LEVEL, OPT_HELP,
-  OPT_VERSION,
+  OPT_VERSION, OPT_DATA_ROOT,
 };
+
+/* --nvme-dir and --data-root: an existing directory, kept resolved (symlinks followed) so that
+ * the job layer compares resolved paths with it. */
+static int add_dir(const char *flag, const char *arg, char store[][PATH_MAX], const char **list,
+                   int *n) {
+  struct stat st;
+  if (*n == ZT_TUNE_MAX_ROOTS)
+    return usage_error("%s: at most %d of them", flag, ZT_TUNE_MAX_ROOTS);
+  if (!realpath(arg, store[*n]) || stat(store[*n], &st) < 0 || !S_ISDIR(st.st_mode))
+    return usage_error("%s %s: not a directory", flag, arg);
+  list[*n] = store[*n];
+  (*n)++;
+  return 0;
+}
 
 int main(int argc, char **argv) {
   static const struct option opts[] = {
@@ -188,6 +205,7 @@ int main(int argc, char **argv) {
       {"gpu-mem-limit", required_argument, NULL, OPT_GPU_MEM},
       {"host-mem-limit", required_argument, NULL, OPT_HOST_MEM},
       {"nvme-dir", required_argument, NULL, OPT_NVME},
+      {"data-root", required_argument, NULL, OPT_DATA_ROOT},
       {"tcp", required_argument, NULL, OPT_TCP},
       {"token-file", required_argument, NULL, OPT_TOKEN},
       {"max-frame", required_argument, NULL, OPT_MAX_FRAME},
@@ -199,6 +217,7 @@ int main(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], token[ZT_TUNE_TOKEN_MAX];
+  static char nvme_buf[ZT_TUNE_MAX_ROOTS][PATH_MAX], root_buf[ZT_TUNE_MAX_ROOTS][PATH_MAX];
   zt_server_config cfg = {.max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
   const char *backend = "auto";
   const char *token_file = NULL;
@@ -239,13 +258,13 @@ int main(int argc, char **argv) {
         cfg.max_frame = (uint32_t)size;
       }
       break;
-    case OPT_NVME: {
-      struct stat st;
-      if (stat(optarg, &st) < 0 || !S_ISDIR(st.st_mode))
-        return usage_error("--nvme-dir %s: not a directory", optarg);
-      cfg.nvme_dir = optarg;
+    case OPT_NVME:
+      if (add_dir("--nvme-dir", optarg, nvme_buf, cfg.nvme_dirs, &cfg.n_nvme_dirs)) return 2;
+      cfg.nvme_dir = cfg.nvme_dirs[0];
       break;
-    }
+    case OPT_DATA_ROOT:
+      if (add_dir("--data-root", optarg, root_buf, cfg.data_roots, &cfg.n_data_roots)) return 2;
+      break;
     case OPT_TCP:
       if (parse_hostport(optarg, host_buf, sizeof host_buf, &cfg) < 0)
         return usage_error("--tcp %s: expected HOST:PORT, e.g. 127.0.0.1:7070", optarg);

@@ -76,6 +76,9 @@
  * units take about 1.5 GB; a 10 B model's keep the minimal ring. */
 #define ZT_TUNE_GRAD_RING_BYTES (4ull << 30)
 
+/* Directories --nvme-dir and --data-root may each name. */
+#define ZT_TUNE_MAX_ROOTS 16
+
 /* GPUs --gpus may name, and simulated ranks --cpu-ranks may give the cpu backend. */
 #define ZT_TUNE_MAX_GPUS 64
 

@@ -168,6 +168,7 @@ int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void
 }
 
 void zt_jobs_forget(zt_jobs *jobs, void *owner) {
+  zt__jobs_work_forget(jobs, owner);
   /* a part whose coordinator's connection closed cannot meet the other ranks again */
   pthread_mutex_lock(&jobs->mu);
   for (int i = 0; i < jobs->n_all; i++) {

@@ -1,5 +1,5 @@
 /* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, credit.c,
- * report.c, export.c, recover.c) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
+ * report.c, export.c, recover.c, work.c and the workers it runs) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
  * thread per running job). The fields a runner and the loop both touch are guarded by
  * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
 #ifndef ZT_JOB_INTERNAL_H
@@ -70,6 +70,7 @@ typedef struct zt__job {
   int held[ZT_JOBS_MAX_GPUS];
   int n_held;
   zt__job_part part;          /* set before the runner starts, read-only after */
+  int tcp;                    /* submitted over TCP: its paths are confined (jobs.h) */
 
   /* guarded by jobs->mu */
   zt_job_state state;
@@ -100,7 +101,23 @@ typedef struct zt__job {
   int has_thread;
   zt__job_needs needs;        /* measured when the job reached the head of the queue */
   int has_needs;
+  int checking;               /* a worker checks the machine for its start (queue.c) */
 } zt__job;
+
+/* Work off the loop thread (work.c): run on a worker, then finish on the loop thread unless
+ * the registry closed meanwhile; release always, last. done/owner: the request it answers
+ * (NULL once zt_jobs_forget dropped its owner). A task refers to a job by its id, not its
+ * pointer: the job may be gone by the time it finishes. */
+typedef struct zt__work {
+  uv_work_t req;
+  struct zt_jobs *jobs;
+  struct zt__work *prev, *next;
+  void (*run)(struct zt__work *w);
+  void (*finish)(struct zt__work *w);
+  void (*release)(struct zt__work *w);
+  zt_jobs_done_cb done;
+  void *owner;
+} zt__work;
 
 typedef enum zt__msg_kind {
   ZT__MSG_EVENT = 1,    /* obj: an event for on_event */
@@ -141,7 +158,18 @@ struct zt_jobs {
   int shutdown_notified;
   void (*shutdown_done)(void *user);
   void *shutdown_user;
+  zt__work *works;            /* tasks out on workers */
+  int closing;                /* zt_jobs_close ran: the last task frees the registry */
 };
+
+/* work.c */
+void zt__jobs_work(zt_jobs *jobs, zt__work *w);
+void zt__jobs_work_forget(zt_jobs *jobs, void *owner);
+/* Marks the registry closed and cancels what has not started: 1 while tasks are still out (the
+ * last one frees the registry), else 0. */
+int zt__jobs_work_closed(zt_jobs *jobs);
+/* registry.c: the registry's own memory, freed last. */
+void zt__jobs_free(zt_jobs *jobs);
 
 /* Runner -> loop (queue.c): appends under mu and wakes the loop. obj is stolen; text may be
  * NULL. */
@@ -209,6 +237,7 @@ typedef struct runner {
   void (*comm_close)(zt_comm *c);
   zt_comm_cpu_group *group;
   zt__token_file tokens;
+  zt_model_cfg model;     /* the spec's, its init file by its resolved name */
   int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
   int32_t *batch;         /* the step's micro-batches, back to back */
   int have;               /* stream: micro-batches of the next step already in batch */

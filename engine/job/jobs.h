@@ -4,7 +4,8 @@
  * Threading: every function here is called on the daemon's loop thread (libuv), and every
  * callback (events, batch credit, checkpoint completion, shutdown) is invoked on that thread too:
  * runners hand results back through a locked queue and uv_async_send. Nothing here blocks the
- * loop for long (no training, no waiting on runners).
+ * loop for long (no training, no waiting on runners) and nothing here opens a user's path on it:
+ * what reads the files a job names runs on libuv's thread pool (engine/job/work.c).
  *
  * Requests and replies are jansson objects: the server packs them to msgpack. Every error is a
  * negative errno plus a message naming the cause (field name for spec errors). */
@@ -52,6 +53,15 @@ typedef struct zt_jobs_config {
   uint64_t gpu_mem_limit;       /* 0 = the device's memory; a cuda job above it is refused */
   const char *nvme_dir;         /* --nvme-dir: an offloaded job's NVMe tier unless its spec
                                    names one; NULL = none */
+  /* Where jobs may reach, as resolved directories (symlinks followed). offload.nvme_dir must lie
+   * inside one of nvme_dirs (--nvme-dir, nvme_dir the first); with none a Unix-socket client's
+   * job may name any directory, a TCP client's none. A TCP client's job reads its files
+   * (data.path, model.init.safetensors) only inside data_roots (--data-root; none: it may name
+   * no file); a Unix-socket client's anywhere (the socket is 0600: it is the daemon's user). */
+  const char *const *nvme_dirs;
+  int n_nvme_dirs;
+  const char *const *data_roots;
+  int n_data_roots;
   uint32_t batch_queue_depth;   /* micro-batches a stream job buffers before credit stops */
   /* A job spanning daemons (parallel.peers): the token this daemon sends its peers (its own
    * --token-file: the daemons of such a job share one), NULL = such jobs are refused; and how
@@ -77,22 +87,36 @@ void zt_jobs_close(zt_jobs *jobs);
  * the status reply: "gpus" is the device set, each with the job holding it (null: free). */
 json_t *zt_jobs_status(zt_jobs *jobs);
 
-/* Validates the spec (every field; the error names it), writes jobs/<id>/ and queues the job. */
-int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
-                   size_t errlen);
+/* Completion of an asynchronous request: rc 0 with a reply object (may be NULL), or -errno and
+ * a message. Called exactly once unless zt_jobs_forget(owner) ran first. */
+typedef void (*zt_jobs_done_cb)(void *owner, int rc, json_t *reply, const char *message);
+
+/* Submit, plan and join answer later: the spec's structure is checked at once (-errno and the
+ * message naming the field, done not called), then a worker checks the files it names and sizes
+ * it (the loop never opens a user's file), and done gets the answer on the loop thread.
+ *
+ * tcp: the request came over TCP, whose clients' jobs reach only the directories the daemon
+ * allows them (zt_jobs_config: data_roots, nvme_dirs); the job remembers it for its start.
+ *
+ * Submit: validates the spec (every field; the error names it), writes jobs/<id>/ and queues
+ * the job; done gets {"job": id}. */
+int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, int tcp, zt_jobs_done_cb done,
+                   void *owner, char *err, size_t errlen);
 /* Daemon to daemon (the coordinator of a job spanning daemons calls it over TCP): validates the
  * job's normalised spec and its part ({"world", "rank0", "nccl_id", "resume_step",
  * "coordinator"}: engine/job/internal.h) and starts the part now on parallel.gpus free devices
- * (-EBUSY when they are not free: the coordinator waits for its parts, so they never queue).
- * The part ends when zt_jobs_forget(owner) reports the connection gone. */
-int zt_jobs_join(zt_jobs *jobs, const json_t *spec, const json_t *part, void *owner,
-                 char id[ZT_JOB_ID_MAX], char *err, size_t errlen);
-/* The same validation and sizing as submit, without queueing: {"backend", "arch", "params",
- * "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes": [per rank]}[, "offload":
- * {"host_bytes", "device_bytes", "nvme_bytes", ...}]}, or NULL with *rc
- * and the refusal submit would give (ENOMEM with the numbers when it cannot fit, ENOSPC when
- * its NVMe files do not fit offload.nvme_dir). */
-json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen);
+ * (-EBUSY when they are not free: the coordinator waits for its parts, so they never queue);
+ * done gets {"job": id}. The part belongs to conn: it ends when zt_jobs_forget(conn) reports the
+ * connection gone. */
+int zt_jobs_join(zt_jobs *jobs, const json_t *spec, const json_t *part, void *conn, int tcp,
+                 zt_jobs_done_cb done, void *owner, char *err, size_t errlen);
+/* The same validation and sizing as submit, without queueing; done gets {"backend", "arch",
+ * "params", "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes": [per rank]}[,
+ * "offload": {"host_bytes", "device_bytes", "nvme_bytes", ...}]}, or the refusal submit would
+ * give (ENOMEM with the numbers when it cannot fit, ENOSPC when its NVMe files do not fit
+ * offload.nvme_dir). */
+int zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int tcp, zt_jobs_done_cb done,
+                 void *owner, char *err, size_t errlen);
 /* {"jobs": [ {job, name, state, arch, step, steps, loss, created, gpus}, ... ]}; gpus: the
  * devices a running job holds ([] otherwise). */
 json_t *zt_jobs_list(zt_jobs *jobs);
@@ -104,10 +128,6 @@ json_t *zt_jobs_list(zt_jobs *jobs);
 json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen);
 /* Terminal states answer -EINVAL ("job j000003 is already done"). */
 int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen);
-
-/* Completion of an asynchronous request: rc 0 with a reply object (may be NULL), or -errno and
- * a message. Called exactly once unless zt_jobs_forget(owner) ran first. */
-typedef void (*zt_jobs_done_cb)(void *owner, int rc, json_t *reply, const char *message);
 
 /* Queues one micro-batch for a stream job. Calls done with {"queued": n} (micro-batches now in
  * the job's queue) when the batch is in that queue: at once if there is room, later if the

@@ -182,8 +182,17 @@ void zt_jobs_close(zt_jobs *jobs) {
   for (int i = 0; i < jobs->n_all; i++) zt__job_free(jobs->all[i]);
   free(jobs->all);
   free(jobs->queue);
+  jobs->all = NULL;
+  jobs->queue = NULL;
+  jobs->n_all = jobs->n_queue = 0;
   if (jobs->async) uv_close((uv_handle_t *)jobs->async, free_async);
   if (jobs->lock_fd >= 0) close(jobs->lock_fd);
+  jobs->lock_fd = -1;
+  /* tasks a worker still runs finish into nothing; the last one frees what is left */
+  if (!zt__jobs_work_closed(jobs)) zt__jobs_free(jobs);
+}
+
+void zt__jobs_free(zt_jobs *jobs) {
   pthread_mutex_destroy(&jobs->mu);
   free(jobs);
 }

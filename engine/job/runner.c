@@ -152,8 +152,17 @@ static int open_job(runner *r) {
   const zt_backend *be = &r->ranks[0].be;
   zt_offload_cfg oc = s->offload;
   int rc;
+  /* the files again, confined as at the submit: a name may lead elsewhere by now */
+  zt_path_roots files = zt__job_roots(&job->jobs->cfg, job->tcp, 0);
   if (s->source == ZT_DATA_FILE &&
-      (rc = zt__token_file_open(&r->tokens, s->data_path, 1, r->err, sizeof r->err)) < 0)
+      (rc = zt__token_file_open(&r->tokens, s->data_path, 1, &files, r->err, sizeof r->err)) < 0)
+    return rc;
+  /* the trainer reads the init file by the name it resolved to here */
+  zt_model_cfg *mc = &r->model;
+  *mc = s->model;
+  if (mc->init_path[0] &&
+      (rc = zt_path_open("model.init.safetensors", s->model.init_path, 0, &files, NULL,
+                         mc->init_path, sizeof mc->init_path, r->err, sizeof r->err)) < 0)
     return rc;
   /* a plan with NVMe files (optimizer nvme, or auto's host/NVMe split) */
   zt_offload_plan plan;
@@ -172,12 +181,11 @@ static int open_job(runner *r) {
   if (r->nvme_bytes > 0 && (rc = make_nvme_dir(r, &oc)) < 0) return rc;
   if (r->world > 1) {
     dpc.nvme_dir = oc.nvme_dir; /* the job's directory under it */
-    rc = zt_trainer_open_dp(&r->trainer, &s->model, &tc, &dpc, r->ranks, r->err, sizeof r->err);
+    rc = zt_trainer_open_dp(&r->trainer, mc, &tc, &dpc, r->ranks, r->err, sizeof r->err);
   } else if (s->has_offload) {
-    rc = zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &oc, be, r->err,
-                                 sizeof r->err);
+    rc = zt_trainer_open_offload(&r->trainer, mc, &s->train, &oc, be, r->err, sizeof r->err);
   } else {
-    rc = zt_trainer_open(&r->trainer, &s->model, &s->train, be, r->err, sizeof r->err);
+    rc = zt_trainer_open(&r->trainer, mc, &s->train, be, r->err, sizeof r->err);
   }
   if (rc < 0) {
     if (r->nvme_dir[0]) explain_nvme_space(r, rc, be->ops);

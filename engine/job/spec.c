@@ -10,8 +10,10 @@
 #include <unistd.h>
 #include "engine/job/data.h"
 #include "engine/kernels/backend.h"
+#include "engine/model/safetensors.h"
 #include "engine/train/dp/dp.h"
 #include "engine/base/json_field.h"
+#include "engine/base/path.h"
 #include "engine/base/sizes.h"
 #include "engine/train/config.h"
 #include "offload/nvme_store.h"
@@ -352,22 +354,40 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
   return 0;
 }
 
-int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
-                                 zt__job_needs *needs, char *err, size_t errlen) {
+zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs) {
+  if (dirs)
+    return (zt_path_roots){.any = !tcp && cfg->n_nvme_dirs == 0, .dir = cfg->nvme_dirs,
+                           .n = cfg->n_nvme_dirs, .what = "ztd --nvme-dir"};
+  return (zt_path_roots){.any = !tcp, .dir = cfg->data_roots, .n = cfg->n_data_roots,
+                         .what = "ztd --data-root"};
+}
+
+int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+                             size_t errlen) {
   int rc;
+  zt_path_roots files = zt__job_roots(cfg, tcp, 0), dirs = zt__job_roots(cfg, tcp, 1);
   if (s->model.init_path[0]) {
-    int fd = open(s->model.init_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      rc = -errno;
-      snprintf(err, errlen, "model.init.safetensors: %s: %s", s->model.init_path,
-               strerror(errno));
+    /* a safetensors file by its header (its tensors are the trainer's to match) */
+    zt_st_file *st = NULL;
+    char why[ZT_PATH_MAX + 256];
+    if ((rc = zt_path_open("model.init.safetensors", s->model.init_path, 0, &files, NULL, NULL,
+                           0, err, errlen)) < 0)
+      return rc;
+    rc = zt_st_open(&st, s->model.init_path, why, sizeof why);
+    zt_st_close(st);
+    if (rc < 0) {
+      snprintf(err, errlen, "model.init.safetensors: %s", why);
       return rc;
     }
-    close(fd);
   }
+  /* a directory the job may not use is refused even where its plan puts nothing there */
+  if (s->has_offload && s->offload.nvme_dir[0] && !dirs.any &&
+      (rc = zt_path_open("offload.nvme_dir", s->offload.nvme_dir, 1, &dirs, NULL, NULL, 0, err,
+                         errlen)) < 0)
+    return rc;
   if (s->source == ZT_DATA_FILE) {
     zt__token_file tf;
-    if ((rc = zt__token_file_open(&tf, s->data_path, 0, err, errlen)) < 0) return rc;
+    if ((rc = zt__token_file_open(&tf, s->data_path, 0, &files, err, errlen)) < 0) return rc;
     uint32_t vocab = tf.vocab;
     uint64_t n = tf.n_tokens;
     zt__token_file_close(&tf);
@@ -383,6 +403,12 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
       return -EINVAL;
     }
   }
+  return 0;
+}
+
+int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
+                                 zt__job_needs *needs, char *err, size_t errlen) {
+  int rc;
   /* The CPU reference runs bf16/fp16 (to test them), but slower than fp32 and with no memory
    * saved that a job would want; TF32 is a tensor-core mode. */
   if (strcmp(cfg->backend, "cuda") != 0 && s->train.precision != ZT_F32) {

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "engine/base/path.h"
 #include "engine/job/jobs.h"
 #include "engine/model/model.h"
 #include "engine/train/dp/dp.h"
@@ -60,13 +61,23 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
  * programs that run a job's recipe without the daemon (tools/ztrain). 0 or -errno with the file
  * or the field named. */
 int zt_job_spec_load(const char *path, zt_job_spec *s, char *err, size_t errlen);
-/* What the machine must provide: the init and data files (the token file's header, vocab and
- * length), parallel.gpus devices of the daemon's set (zt__jobs_devices; s->gpus resolved, not
+/* The files the spec names, where the job will read them (engine/base/path.h: each must resolve
+ * to a regular file, or offload.nvme_dir to a directory, inside what its client may reach:
+ * zt__job_roots): the init file, the token file (its header, vocab and length), the NVMe
+ * directory. 0 or -errno with the field and the path. Reads the files: call it off the loop
+ * thread. */
+int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+                             size_t errlen);
+/* Where a job of a TCP client (tcp 1) or a Unix-socket one may read files (dirs 0) or keep its
+ * NVMe tier (dirs 1), as jobs.h's zt_jobs_config says. */
+zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs);
+/* What the machine must provide: parallel.gpus devices of the daemon's set (zt__jobs_devices; s->gpus resolved, not
  * ZT_JOB_GPUS_ALL) and the memory: the trainer's estimate (per rank with several) against, on
  * the cpu backend, host_mem_limit or physical RAM when the limit is 0 (all ranks together); on
  * the cuda backend, each device's memory (the smallest the daemon owns) or gpu_mem_limit when
  * smaller; an offloaded job's NVMe files against the free space of offload.nvme_dir
- * (-ENOSPC). *needs gets the estimates. 0 or -errno with the path or the numbers. */
+ * (-ENOSPC). *needs gets the estimates. 0 or -errno with the path or the numbers. Reads
+ * offload.nvme_dir's free space: off the loop thread too. */
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen);
 /* The normalised spec (every default written out): what jobs/<id>/spec.json holds. */

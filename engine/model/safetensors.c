@@ -4,6 +4,8 @@
  * first. */
 #include "engine/model/safetensors.h"
 
+#include "engine/base/path.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -18,6 +20,10 @@
 #endif
 
 /* The reference implementation refuses headers above 100 MB; so do we, before allocating. */
+/* What a file that is not safetensors is told: no value read from it (its length, its bytes)
+ * goes into a message, which may reach a client that could not read the file itself. Names
+ * from a header that parsed are fine, its numbers are not. */
+#define NOT_ST "not a safetensors file (bad header)"
 #define ST_HEADER_MAX (100u * 1000u * 1000u)
 
 struct zt_st_file {
@@ -77,13 +83,12 @@ static int parse_entry(zt_st_file *f, const char *name, json_t *v, zt_st_tensor 
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
     if (!strcmp(dtypes[i].name, ds)) t->dtype = dtypes[i].dtype, esize = dtypes[i].size;
   if (!t->dtype) {
-    snprintf(err, errlen, "%s: tensor %s: unknown dtype \"%s\"", f->path, name, ds);
+    snprintf(err, errlen, "%s: tensor %s: unknown dtype", f->path, name);
     return -EINVAL;
   }
   size_t nd = json_array_size(js);
   if (nd > ZT_ST_MAX_DIM) {
-    snprintf(err, errlen, "%s: tensor %s: %zu dimensions (at most %d)", f->path, name, nd,
-             ZT_ST_MAX_DIM);
+    snprintf(err, errlen, "%s: tensor %s: more than %d dimensions", f->path, name, ZT_ST_MAX_DIM);
     return -EINVAL;
   }
   t->ndim = (int)nd;
@@ -103,15 +108,15 @@ static int parse_entry(zt_st_file *f, const char *name, json_t *v, zt_st_tensor 
   json_int_t bi = json_is_integer(b) ? json_integer_value(b) : -1;
   json_int_t ei = json_is_integer(e) ? json_integer_value(e) : -1;
   if (bi < 0 || ei < bi || (uint64_t)ei > f->data_len) {
-    snprintf(err, errlen, "%s: tensor %s: data_offsets [%lld, %lld] out of range (data section "
-             "is %zu bytes)", f->path, name, (long long)bi, (long long)ei, f->data_len);
+    snprintf(err, errlen, "%s: tensor %s: data_offsets out of the file's data section", f->path,
+             name);
     return -EINVAL;
   }
   t->begin = (size_t)bi;
   t->end = (size_t)ei;
   if (t->end - t->begin != numel * esize) {
-    snprintf(err, errlen, "%s: tensor %s: data_offsets span %zu bytes but shape x %s needs %zu",
-             f->path, name, t->end - t->begin, ds, numel * esize);
+    snprintf(err, errlen, "%s: tensor %s: data_offsets do not span its shape x dtype", f->path,
+             name);
     return -EINVAL;
   }
   return 0;
@@ -145,17 +150,17 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: out of memory", path);
     goto out;
   }
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* a regular file, opened without blocking on a FIFO or a device */
+  if ((rc = zt_path_open(NULL, path, 0, NULL, &f->fd, NULL, 0, err, errlen)) < 0) goto out;
   struct stat st;
-  if (f->fd < 0 || fstat(f->fd, &st) < 0) {
+  if (fstat(f->fd, &st) < 0) {
     rc = -errno;
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     goto out;
   }
   if (st.st_size < 8) {
     rc = -EINVAL;
-    snprintf(err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length", path,
-             (long long)st.st_size);
+    snprintf(err, errlen, "%s: " NOT_ST, path);
     goto out;
   }
   size_t file_len = (size_t)st.st_size;
@@ -168,8 +173,7 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
   for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
   if (hlen > file_len - 8 || hlen > ST_HEADER_MAX) {
     rc = -EINVAL;
-    snprintf(err, errlen, "%s: truncated: header length %llu but only %zu bytes follow", path,
-             (unsigned long long)hlen, file_len - 8);
+    snprintf(err, errlen, "%s: " NOT_ST, path);
     goto out;
   }
   f->data_at = 8 + hlen;
@@ -187,7 +191,7 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
   root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &jerr);
   if (!root || !json_is_object(root)) {
     rc = -EINVAL;
-    snprintf(err, errlen, "%s: header is not a JSON object: %s", path, root ? "" : jerr.text);
+    snprintf(err, errlen, "%s: " NOT_ST, path);
     goto out;
   }
   size_t cap = json_object_size(root), names_len = 0;

@@ -24,7 +24,12 @@ typedef struct zt_server_config {
   int cpu_ranks;                /* --cpu-ranks: simulated ranks of the cpu backend */
   uint64_t gpu_mem_limit;       /* 0 = none given */
   uint64_t host_mem_limit;      /* 0 = no limit */
-  const char *nvme_dir;         /* NULL = none */
+  const char *nvme_dir;         /* NULL = none; else nvme_dirs[0] */
+  /* --nvme-dir and --data-root, resolved (engine/job/jobs.h's zt_jobs_config says more) */
+  const char *nvme_dirs[ZT_TUNE_MAX_ROOTS];
+  int n_nvme_dirs;
+  const char *data_roots[ZT_TUNE_MAX_ROOTS];
+  int n_data_roots;
   const char *tcp_host;         /* NULL = no TCP listener */
   int tcp_port;
   const char *token;            /* required with tcp_host */
@@ -77,9 +82,11 @@ enum {
   ZT_CONN_PAUSE_CREDIT = 1u << 0,  /* a batch waits for room in its job's queue */
   ZT_CONN_PAUSE_WRITES = 1u << 1,  /* the client does not read its replies */
   ZT_CONN_PAUSE_STOPPING = 1u << 2, /* the daemon is stopping: no new requests */
+  ZT_CONN_PAUSE_ADMIT = 1u << 3,   /* a submit, plan or join waits for its worker: requests
+                                      stay in order */
 };
 
-/* An asynchronous request (batch, checkpoint) waiting for the job layer's done callback; it is
+/* An asynchronous request (submit, plan, join, batch, checkpoint) waiting for the job layer's done callback; it is
  * the `owner` handed to the job layer so that each reply finds its request id. */
 struct zt_pending {
   zt_conn *conn;

@@ -153,8 +153,9 @@ int zt__ckpt_load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *
   if (!j || json_integer_value(json_object_get(j, "format")) != CKPT_FORMAT ||
       !zt__ckpt_step_in_range(json_object_get(j, "step"))) {
     rc = -EINVAL;
+    /* jansson's text would quote the file: none of a file that is not what it should be */
     snprintf(err, errlen, "%s: not a format-%d trainer state (%s)", file, CKPT_FORMAT,
-             j ? "format, step" : je.text);
+             j ? "format, step" : je.position == 0 && je.line <= 1 ? "missing or empty" : "not JSON");
     goto out;
   }
   if ((rc = zt__ckpt_read_head(t, j, file, h, err, errlen)) < 0) goto out;

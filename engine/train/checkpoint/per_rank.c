@@ -426,7 +426,8 @@ static int manifest_open(manifest *mf, const zt_model *m, const char *dir, const
     return -ENOMEM;
   }
   if (!(mf->j = json_load_file(file, 0, &je))) {
-    snprintf(err, errlen, "%s: not a JSON manifest (line %d: %s)", file, je.line, je.text);
+    /* jansson's text would quote the file */
+    snprintf(err, errlen, "%s: not a JSON manifest", file);
     return -EINVAL;
   }
   return 0;

@@ -68,7 +68,7 @@ int main(void) {
   }
 
   json_t *spec = tiny_spec(tok);
-  CHECK(zt_jobs_submit(jobs, spec, g_id, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, g_id, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(strcmp(g_id, "j000001") == 0);
   jt_run_until(&loop, job_ended, NULL, 60);
@@ -151,7 +151,7 @@ int main(void) {
    * would start it, it fails naming the file. */
   spec = tiny_spec(tok);
   char id2[ZT_JOB_ID_MAX];
-  CHECK(zt_jobs_submit(jobs, spec, id2, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, id2, err, sizeof err) == 0);
   CHECK(strcmp(id2, "j000002") == 0);
   json_decref(spec);
   jt_close(jobs, &loop);

@@ -159,7 +159,7 @@ int main(void) {
     }
     set_path(spec, c->path, v);
     err[0] = '\0';
-    int rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    int rc = jt_submit(jobs, spec, id, err, sizeof err);
     if (rc != c->err || !strstr(err, c->msg)) {
       fprintf(stderr, "case %zu (%s = %s): rc %d (want %d), message \"%s\" (want \"%s\")\n", i,
               c->path, c->value ? c->value : "<removed>", rc, c->err, err, c->msg);
@@ -218,7 +218,7 @@ int main(void) {
   /* A good spec: defaults filled in the stored spec (the job may start; closing stops it). */
   json_t *spec = base_spec();
   set_path(spec, "train.steps", json_integer(2));
-  CHECK(zt_jobs_submit(jobs, spec, id, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, id, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(strcmp(id, "j000001") == 0);
   int rc;

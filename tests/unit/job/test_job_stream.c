@@ -83,10 +83,10 @@ int main(void) {
                            "model", "arch", "gpt", "vocab", 16, "seq_len", T, "d_model", 16,
                            "n_heads", 2, "n_layers", 1, "train", "steps", 100000, "micro_batch",
                            B, "data", "source", "file", "path", tok);
-  CHECK(zt_jobs_submit(jobs, spec, fid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, fid, err, sizeof err) == 0);
   json_decref(spec);
   spec = stream_spec(3);
-  CHECK(zt_jobs_submit(jobs, spec, sid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, sid, err, sizeof err) == 0);
   json_decref(spec);
   json_t *st = zt_jobs_status(jobs);
   CHECK(json_integer_value(json_object_get(st, "queued")) == 1);
@@ -152,7 +152,7 @@ int main(void) {
   /* Cancel reaches a runner waiting for data (one of two micro-batches given). */
   char cid[ZT_JOB_ID_MAX];
   spec = stream_spec(5);
-  CHECK(zt_jobs_submit(jobs, spec, cid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, cid, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(push(jobs, cid, 1, &a) == 0);
   wait_event(&loop, cid, "state", 1);
@@ -170,7 +170,7 @@ int main(void) {
    * waiting runner, and the restarted daemon fails the job (its stream cannot be replayed). */
   char wid[ZT_JOB_ID_MAX];
   spec = stream_spec(5);
-  CHECK(zt_jobs_submit(jobs, spec, wid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, wid, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(push(jobs, wid, 1, &a) == 0);
   CHECK(push(jobs, wid, 2, &a) == 0);
