@@ -5,7 +5,8 @@ set -euo pipefail
 
 zt_sudo() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-zt_packages=(meson ninja-build pkg-config gcc python3 libuv1-dev libmsgpack-dev liburing-dev libjansson-dev)
+zt_packages=(meson ninja-build pkg-config gcc python3 libuv1-dev libmsgpack-dev liburing-dev libjansson-dev
+             libxxhash-dev)
 zt_missing=()
 for p in "${zt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || zt_missing+=("$p")

@@ -103,6 +103,10 @@ static int on_event(const char *event_json, void *user) {
       printf("%s: checkpoint at step %lld: %s\n", w->job, (long long)num(ev, "step", 0),
              json_string_value(json_object_get(ev, "path")) ?: "-");
       fflush(stdout);
+    } else if (strcmp(kind, "resume") == 0) {
+      end_line(w);
+      printf("%s: %s\n", w->job, json_string_value(json_object_get(ev, "message")) ?: "resumed");
+      fflush(stdout);
     }
   }
   json_decref(ev);

@@ -102,6 +102,8 @@ typedef struct zt__job {
   zt__job_needs needs;        /* measured when the job reached the head of the queue */
   int has_needs;
   int checking;               /* a worker checks the machine for its start (queue.c) */
+  int export_verified;        /* the checkpoint whose model.safetensors passed its checksums
+                                 for an export (export.c), 0 none */
 } zt__job;
 
 /* Work off the loop thread (work.c): run on a worker, then finish on the loop thread unless

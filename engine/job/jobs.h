@@ -143,12 +143,15 @@ int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void
 void zt_jobs_forget(zt_jobs *jobs, void *owner);
 
 /* Reads up to `length` bytes (and at most 16 MiB) at `offset` of the job's latest exported
- * weights (the newest checkpoint's model.safetensors). Fills *data (malloc'd), *len, *total and
- * *step.
- * -ENOENT when the job has no checkpoint yet. */
-int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
-                         uint8_t **data, size_t *len, uint64_t *total, uint64_t *step,
-                         char *err, size_t errlen);
+ * weights (the newest checkpoint's model.safetensors) on a worker; done gets them (data valid
+ * during the call), the file's size and the checkpoint's step, or -ENOENT when the job has no
+ * checkpoint yet, -EBADMSG naming the tensor when the file fails its checksums (verified once
+ * per checkpoint, before its first chunk). An unknown job fails at once (done not called).
+ * Called exactly once unless zt_jobs_forget(owner) ran first. */
+typedef void (*zt_jobs_export_cb)(void *owner, int rc, const uint8_t *data, size_t len,
+                                  uint64_t total, uint64_t step, const char *message);
+int zt_jobs_export(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                   zt_jobs_export_cb done, void *owner, char *err, size_t errlen);
 
 /* Graceful stop: running jobs checkpoint and stop (they stay "running" on disk so the next
  * daemon resumes them); done is called when all runners have stopped. */

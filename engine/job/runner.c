@@ -230,6 +230,62 @@ static int open_job(runner *r) {
   return 0;
 }
 
+/* The checkpoint a job resumes from: the newest that passes its checksums (zt_checkpoint_verify;
+ * one from before them is taken with a warning). Newer ones that fail are moved aside
+ * (step-NNNNNNNN.corrupt: kept for a look, no longer the job's newest) and the job's log and a
+ * "resume" event say so; when none passes the job fails rather than start over, its
+ * checkpoints left in place. The step, 0 for none, or -errno with r->err. */
+static int intact_checkpoint(runner *r) {
+  zt__job *job = r->job;
+  int *steps = NULL, n = zt__store_checkpoints(job->dir, &steps), pick = -1, rc = 0;
+  char path[ZT__JOB_DIR_MAX + 64], why[ZT__ERR_MAX], first[ZT__ERR_MAX] = "";
+  if (n < 0) {
+    snprintf(r->err, sizeof r->err, "%s/checkpoints: %s", job->dir, strerror(-n));
+    return n;
+  }
+  for (int i = n - 1; i >= 0 && pick < 0; i--) {
+    zt__store_checkpoint_path(path, sizeof path, job->dir, steps[i]);
+    rc = zt_checkpoint_verify(path, NULL, why, sizeof why);
+    if (rc >= 0) {
+      pick = i;
+      if (rc == 1)
+        zt__job_log(job, ZT_LOG_WARN, "%s has no checksums (written before zt recorded "
+                    "them): resumes from it unverified", path);
+    } else {
+      zt__job_log(job, ZT_LOG_WARN, "checkpoint at step %d fails its verification: %s",
+                  steps[i], why);
+      if (!first[0]) snprintf(first, sizeof first, "%s", why);
+    }
+  }
+  if (n > 0 && pick < 0) {
+    snprintf(r->err, sizeof r->err, "no intact checkpoint to resume from (the newest: %.1900s)",
+             first);
+    free(steps);
+    return -EBADMSG;
+  }
+  for (int i = n - 1; i > pick; i--) {
+    char aside[sizeof path + 16];
+    zt__store_checkpoint_path(path, sizeof path, job->dir, steps[i]);
+    snprintf(aside, sizeof aside, "%s.corrupt", path);
+    zt__store_remove_tree(aside);
+    if (rename(path, aside) < 0)
+      zt__job_log(job, ZT_LOG_WARN, "moving %s aside: %s", path, strerror(errno));
+  }
+  int step = pick >= 0 ? steps[pick] : 0;
+  if (first[0]) {
+    char msg[ZT__ERR_MAX + 128];
+    snprintf(msg, sizeof msg, "the newest checkpoint failed its verification (%.1800s); "
+             "resumes from the newest intact one, at step %d", first, step);
+    zt__job_log(job, ZT_LOG_WARN, "%s", msg);
+    json_t *ev = zt__job_event(job, "resume");
+    json_object_set_new(ev, "step", json_integer(step));
+    json_object_set_new(ev, "message", json_string(msg));
+    zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
+  }
+  free(steps);
+  return step;
+}
+
 /* A job spanning daemons stopped after `step` because a part asked (engine/train/dp/dp.h's
  * flags): this part's own request decides how it ends (cancelled, or stopped by its daemon's
  * shutdown: the coordinator resumes on restart); a stop asked by another part fails the
@@ -332,7 +388,8 @@ void *zt__runner_main(void *arg) {
   r.spans = r.world > r.local;
   r.micros = r.world * s->train.grad_accum;
 
-  r.resume_step = job->part.member ? job->part.resume_step : zt__store_newest_checkpoint(job->dir);
+  if (job->part.member) r.resume_step = job->part.resume_step;
+  else if ((rc = r.resume_step = intact_checkpoint(&r)) < 0) goto out;
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
   if ((rc = zt__runner_open_ranks(&r)) < 0 || (rc = open_job(&r)) < 0) goto out;
   zt__runner_publish_opened(&r);

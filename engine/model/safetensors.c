@@ -4,6 +4,7 @@
  * first. */
 #include "engine/model/safetensors.h"
 
+#include "engine/base/checksum.h"
 #include "engine/base/path.h"
 
 #include <errno.h>
@@ -295,6 +296,11 @@ static float elem_f32(zt_st_dtype d, const uint8_t *p, size_t i) {
 
 int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
                    char *err, size_t errlen) {
+  return zt_st_read_f32_sum(f, t, dst, transpose, NULL, err, errlen);
+}
+
+int zt_st_read_f32_sum(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
+                       uint64_t *sum, char *err, size_t errlen) {
   if (t->dtype != ZT_ST_F32 && t->dtype != ZT_ST_BF16 && t->dtype != ZT_ST_F16) {
     snprintf(err, errlen, "%s: tensor %s: dtype does not convert to fp32 (F32, BF16, F16 do)",
              f->path, t->name);
@@ -307,8 +313,10 @@ int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int t
   uint64_t at = f->data_at + t->begin;
   int rc = 0;
   uint8_t *chunk = NULL;
+  zt_checksum_state *cs = NULL;
   if (!transpose && t->dtype == ZT_ST_F32) {
     rc = pread_full(f->fd, dst, t->numel * 4, at);
+    if (rc == 0 && sum) *sum = zt_checksum(dst, t->numel * 4);
     goto out;
   }
   /* element by element through a bounded chunk: element i of the file (row i / C, column
@@ -316,13 +324,16 @@ int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int t
   size_t es = t->dtype == ZT_ST_F32 ? 4 : 2, bytes = t->end - t->begin;
   size_t per = ZT_ST_CHUNK_BYTES / es, R = transpose ? (size_t)t->shape[0] : 0,
          C = transpose ? (size_t)t->shape[1] : 0;
-  if (!(chunk = malloc(bytes < ZT_ST_CHUNK_BYTES ? (bytes ? bytes : 1) : ZT_ST_CHUNK_BYTES))) {
+  if (!(chunk = malloc(bytes < ZT_ST_CHUNK_BYTES ? (bytes ? bytes : 1) : ZT_ST_CHUNK_BYTES)) ||
+      (sum && !(cs = zt_checksum_new()))) {
+    free(chunk);
     snprintf(err, errlen, "%s: tensor %s: out of memory", f->path, t->name);
     return -ENOMEM;
   }
   for (size_t i0 = 0; i0 < t->numel && rc == 0; i0 += per) {
     size_t k = t->numel - i0 < per ? t->numel - i0 : per;
     if ((rc = pread_full(f->fd, chunk, k * es, at + i0 * es)) < 0) break;
+    if (cs) zt_checksum_update(cs, chunk, k * es);
     if (!transpose) {
       for (size_t i = 0; i < k; i++) dst[i0 + i] = elem_f32(t->dtype, chunk, i);
       continue;
@@ -332,11 +343,40 @@ int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int t
       if (++c == C) c = 0, r++;
     }
   }
+  if (rc == 0 && cs) *sum = zt_checksum_digest(cs);
 out:
   free(chunk);
+  zt_checksum_free(cs);
   if (rc < 0)
     snprintf(err, errlen, "%s: tensor %s: reading its data: %s", f->path, t->name,
              rc == -EIO ? "the file is shorter than its header says" : strerror(-rc));
+  return rc;
+}
+
+int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *err,
+              size_t errlen) {
+  size_t bytes = t->end - t->begin, cap = bytes < ZT_ST_CHUNK_BYTES ? bytes : ZT_ST_CHUNK_BYTES;
+  uint8_t *chunk = malloc(cap ? cap : 1);
+  zt_checksum_state *cs = zt_checksum_new();
+  int rc = 0;
+  if (!chunk || !cs) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: tensor %s: out of memory", f->path, t->name);
+    goto out;
+  }
+  for (size_t off = 0; off < bytes && rc == 0; off += cap) {
+    size_t k = bytes - off < cap ? bytes - off : cap;
+    if ((rc = pread_full(f->fd, chunk, k, f->data_at + t->begin + off)) == 0)
+      zt_checksum_update(cs, chunk, k);
+  }
+  if (rc < 0)
+    snprintf(err, errlen, "%s: tensor %s: reading its data: %s", f->path, t->name,
+             rc == -EIO ? "the file is shorter than its header says" : strerror(-rc));
+  else
+    *sum = zt_checksum_digest(cs);
+out:
+  free(chunk);
+  zt_checksum_free(cs);
   return rc;
 }
 
@@ -361,6 +401,7 @@ struct zt_st_writer {
   int n;
   size_t *begin, *bytes; /* per entry, in the data section */
   char *done;           /* per entry: put */
+  uint64_t *sum;        /* per entry: the checksum of its bytes (engine/base/checksum.h) */
   char (*names)[96];    /* per entry, for messages: the name's start */
   int finished;
 };
@@ -387,6 +428,7 @@ void zt_st_writer_close(zt_st_writer *w) {
   free(w->begin);
   free(w->bytes);
   free(w->done);
+  free(w->sum);
   free(w->names);
   free(w);
 }
@@ -408,8 +450,9 @@ int zt_st_writer_open(zt_st_writer **out, const char *path, const zt_st_entry *e
   w->begin = calloc((size_t)n + 1, sizeof *w->begin);
   w->bytes = calloc((size_t)n + 1, sizeof *w->bytes);
   w->done = calloc((size_t)n + 1, 1);
+  w->sum = calloc((size_t)n + 1, sizeof *w->sum);
   w->names = calloc((size_t)n + 1, sizeof *w->names);
-  if (!w->begin || !w->bytes || !w->done || !w->names) goto nomem;
+  if (!w->begin || !w->bytes || !w->done || !w->sum || !w->names) goto nomem;
   if (n_meta > 0) {
     json_t *m = json_object();
     if (!m || json_object_set_new(root, "__metadata__", m) < 0) goto nomem;
@@ -469,8 +512,11 @@ int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_
     return rc;
   }
   w->done[i] = 1;
+  w->sum[i] = zt_checksum(data, w->bytes[i]);
   return 0;
 }
+
+uint64_t zt_st_writer_sum(const zt_st_writer *w, int i) { return w->sum[i]; }
 
 int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen) {
   for (int i = 0; i < w->n; i++)

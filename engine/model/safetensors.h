@@ -51,6 +51,13 @@ const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
  * read's error) when the file does not hold the data its header promised. */
 int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
                    char *err, size_t errlen);
+/* The same, and *sum (unless NULL) the checksum of the tensor's bytes as they lie in the file
+ * (engine/base/checksum.h), summed as they are read. */
+int zt_st_read_f32_sum(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
+                       uint64_t *sum, char *err, size_t errlen);
+/* The checksum of tensor t's bytes in the file, read a chunk at a time (nothing converted). */
+int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *err,
+              size_t errlen);
 
 typedef struct zt_st_entry {
   const char *name;
@@ -78,6 +85,8 @@ int zt_st_writer_open(zt_st_writer **w, const char *path, const zt_st_entry *e, 
                       const char *const *meta, int n_meta, char *err, size_t errlen);
 int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_t errlen);
 int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen);
+/* Entry i's checksum (engine/base/checksum.h) of the bytes put, once put. */
+uint64_t zt_st_writer_sum(const zt_st_writer *w, int i);
 void zt_st_writer_close(zt_st_writer *w);
 
 #endif

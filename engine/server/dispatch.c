@@ -228,7 +228,7 @@ static void on_async_done(void *owner, int rc, json_t *reply, const char *messag
   zt__conn_pending_drop(c, p);
   if (op == ZT_OP_BATCH) zt__conn_resume(c, ZT_CONN_PAUSE_CREDIT);
   if (op == ZT_OP_SUBMIT || op == ZT_OP_PLAN || op == ZT_OP_JOIN)
-    zt__conn_resume(c, ZT_CONN_PAUSE_ADMIT);
+    zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
 }
 
 /* A request the job layer answers through on_async_done: start(jobs, spec, done, owner, msg)
@@ -254,7 +254,7 @@ static int handle_spec_async(zt_conn *c, const zt_request *req, zt_proto_op op,
     return zt_proto_error_set(err, -ENOMEM, "out of memory");
   }
   /* the connection's next request waits for this answer, as it did when admission ran here */
-  zt__conn_pause(c, ZT_CONN_PAUSE_ADMIT);
+  zt__conn_pause(c, ZT_CONN_PAUSE_WORKER);
   char msg[512] = "";
   zt_jobs *jobs = c->srv->jobs;
   /* a part belongs to its connection: it ends if the connection closes */
@@ -268,7 +268,7 @@ static int handle_spec_async(zt_conn *c, const zt_request *req, zt_proto_op op,
   json_decref(part);
   if (rc < 0) {
     zt__conn_pending_drop(c, p);
-    zt__conn_resume(c, ZT_CONN_PAUSE_ADMIT);
+    zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
     return job_error(err, rc, msg);
   }
   return 0;
@@ -402,6 +402,24 @@ static int handle_checkpoint(zt_conn *c, const zt_request *req, zt_proto_error *
   return 0;
 }
 
+/* The job layer answers an export once a worker has read the chunk (and, first, verified the
+ * checkpoint's checksums). */
+static void on_export_done(void *owner, int rc, const uint8_t *data, size_t len, uint64_t total,
+                           uint64_t step, const char *message) {
+  zt_pending *p = owner;
+  zt_conn *c = p->conn;
+  if (rc < 0) {
+    zt__reply_error(c, p->id, rc, message && message[0] ? message : "failed");
+  } else {
+    json_t *r = json_pack("{s:I, s:I}", "total", (json_int_t)total, "step", (json_int_t)step);
+    if (r) reply_ok_bin(c, p->id, r, "data", data, len);
+    else zt__reply_error(c, p->id, -ENOMEM, "out of memory");
+    json_decref(r);
+  }
+  zt__conn_pending_drop(c, p);
+  zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
+}
+
 static int handle_export(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   char job[ZT_JOB_ID_MAX];
   int rc = get_job(req, job, err);
@@ -414,21 +432,16 @@ static int handle_export(zt_conn *c, const zt_request *req, zt_proto_error *err)
   rc = zt_msg_get_u64(req->body, NULL, "length", false, &length, err);
   if (rc == -EINVAL) return rc;
   if (length > cap) length = cap;
-  uint8_t *data = NULL;
-  size_t len = 0;
-  uint64_t total = 0, step = 0;
+  zt_pending *p = zt__conn_pending_add(c, req->id, ZT_OP_EXPORT);
+  if (!p) return zt_proto_error_set(err, -ENOMEM, "out of memory");
+  zt__conn_pause(c, ZT_CONN_PAUSE_WORKER);
   char msg[256] = "";
-  rc = zt_jobs_export_chunk(c->srv->jobs, job, offset, length, &data, &len, &total, &step, msg,
-                            sizeof msg);
-  if (rc < 0) return job_error(err, rc, msg);
-  json_t *r = json_pack("{s:I, s:I}", "total", (json_int_t)total, "step", (json_int_t)step);
-  if (!r) {
-    free(data);
-    return zt_proto_error_set(err, -ENOMEM, "out of memory");
+  rc = zt_jobs_export(c->srv->jobs, job, offset, length, on_export_done, p, msg, sizeof msg);
+  if (rc < 0) {
+    zt__conn_pending_drop(c, p);
+    zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
+    return job_error(err, rc, msg);
   }
-  reply_ok_bin(c, req->id, r, "data", data, len);
-  json_decref(r);
-  free(data);
   return 0;
 }
 

@@ -82,11 +82,11 @@ enum {
   ZT_CONN_PAUSE_CREDIT = 1u << 0,  /* a batch waits for room in its job's queue */
   ZT_CONN_PAUSE_WRITES = 1u << 1,  /* the client does not read its replies */
   ZT_CONN_PAUSE_STOPPING = 1u << 2, /* the daemon is stopping: no new requests */
-  ZT_CONN_PAUSE_ADMIT = 1u << 3,   /* a submit, plan or join waits for its worker: requests
-                                      stay in order */
+  ZT_CONN_PAUSE_WORKER = 1u << 3,  /* a submit, plan, join or export waits for its worker:
+                                      requests stay in order */
 };
 
-/* An asynchronous request (submit, plan, join, batch, checkpoint) waiting for the job layer's done callback; it is
+/* An asynchronous request (submit, plan, join, export, batch, checkpoint) waiting for the job layer's done callback; it is
  * the `owner` handed to the job layer so that each reply finds its request id. */
 struct zt_pending {
   zt_conn *conn;

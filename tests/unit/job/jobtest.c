@@ -162,6 +162,41 @@ json_t *jt_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t er
   return a.reply;
 }
 
+typedef struct jt_chunk {
+  jt_answer a;
+  uint8_t **data;
+  size_t *len;
+  uint64_t *total, *step;
+} jt_chunk;
+
+static void on_chunk(void *owner, int rc, const uint8_t *data, size_t len, uint64_t total,
+                     uint64_t step, const char *message) {
+  jt_chunk *c = owner;
+  c->a.done = 1;
+  c->a.rc = rc;
+  if (rc < 0) {
+    snprintf(c->a.err, c->a.errlen, "%s", message ? message : "");
+    return;
+  }
+  *c->data = malloc(len ? len : 1);
+  CHECK(*c->data != NULL);
+  memcpy(*c->data, data, len);
+  *c->len = len;
+  *c->total = total;
+  *c->step = step;
+}
+
+int jt_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                    uint8_t **data, size_t *len, uint64_t *total, uint64_t *step, char *err,
+                    size_t errlen) {
+  jt_chunk c = {.a = {.err = err, .errlen = errlen}, data, len, total, step};
+  int rc = zt_jobs_export(jobs, id, offset, length, on_chunk, &c, err, errlen);
+  if (rc < 0) return rc;
+  CHECK(g_loop != NULL);
+  jt_run_until(g_loop, answered, &c.a, 60);
+  return c.a.rc;
+}
+
 zt_jobs *jt_open(uv_loop_t *loop, const char *state_dir, jt_events *ev, uint32_t depth) {
   g_loop = loop;
   zt_jobs_config cfg = {.loop = loop,

@@ -56,5 +56,9 @@ void jt_set_loop(uv_loop_t *loop);
 int jt_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
               size_t errlen);
 json_t *jt_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen);
+/* zt_jobs_export run to its answer; *data malloc'd. */
+int jt_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                    uint8_t **data, size_t *len, uint64_t *total, uint64_t *step, char *err,
+                    size_t errlen);
 
 #endif

@@ -115,8 +115,8 @@ int main(void) {
   uint8_t *data;
   size_t len;
   uint64_t total, at_step;
-  CHECK(zt_jobs_export_chunk(jobs, g_id, 0, 8, &data, &len, &total, &at_step, err,
-                             sizeof err) == 0);
+  CHECK(jt_export_chunk(jobs, g_id, 0, 8, &data, &len, &total, &at_step, err,
+                        sizeof err) == 0);
   CHECK(len == 8 && total > 8 && at_step == STEPS);
   free(data);
   CHECK(zt_jobs_cancel(jobs, g_id, err, sizeof err) == -EINVAL);
