@@ -11,8 +11,12 @@
 static const ztctl_cmd g_cmds[] = {
     {"status", "", "daemon version, backend, devices, memory per tier, queue", NULL,
      ztctl_cmd_status},
-    {"submit", "SPEC.json [--data FILE] [--wait | --watch]", "submit a job; prints its id",
-     "  --data FILE  stream this token file into the job (a stream job)\n"
+    {"submit", "SPEC.json [--data FILE [--detach]] [--wait | --watch]",
+     "submit a job; prints its id",
+     "  --data FILE  stream this token file into the job (a stream job); Ctrl-C meanwhile\n"
+     "               cancels the job (exit 130)\n"
+     "  --detach     with --data: Ctrl-C leaves the job running (it fails after its\n"
+     "               data.stream_timeout without a producer) and says how to cancel it\n"
      "  --wait       wait for the job to end; exit 1 unless it is done\n"
      "  --watch      like --wait, drawing progress\n",
      ztctl_cmd_submit},
@@ -21,8 +25,8 @@ static const ztctl_cmd g_cmds[] = {
     {"jobs", "", "list the daemon's jobs", NULL, ztctl_cmd_jobs},
     {"show", "JOB", "one job: state, progress, memory, spec (--json adds every loss)", NULL,
      ztctl_cmd_show},
-    {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done", NULL,
-     ztctl_cmd_watch},
+    {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done",
+     "  Ctrl-C stops the watching only: the job goes on (exit 130)\n", ztctl_cmd_watch},
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
     {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
     {"export", "JOB OUT.safetensors", "download the job's latest weights", NULL,
@@ -45,7 +49,8 @@ static const char g_global_details[] =
     "  --json             print replies as JSON (one object per line)\n"
     "  -h, --help         this text; `ztctl help COMMAND` for one command\n"
     "\n"
-    "exit status: 0 ok, 1 failed (server error, or the job failed with --wait/--watch), 2 usage\n";
+    "exit status: 0 ok, 1 failed (server error, or the job failed with --wait/--watch), 2 usage,\n"
+    "130 interrupted (Ctrl-C)\n";
 
 const ztctl_cmd *ztctl_cmd_find(const char *name) {
   for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)

@@ -92,7 +92,13 @@ typedef struct zt__job {
   uint64_t ckpt_requested;    /* generation of the newest checkpoint request */
   uint64_t ckpt_taken;        /* generation the newest checkpoint answered */
   zt__batch_ring ring;        /* stream jobs */
-  pthread_cond_t cond;        /* runner waits for data; push, cancel, shutdown signal it */
+  /* stream jobs: the connections that pushed batches and are still open, and since when none
+   * is (CLOCK_MONOTONIC seconds): data.stream_timeout counts from then (runner.c) */
+  void **producers;
+  int n_producers, cap_producers;
+  double idle_since;
+  pthread_cond_t cond;        /* runner waits for data; push, cancel, shutdown, producers
+                                 coming and going signal it (CLOCK_MONOTONIC) */
 
   /* loop thread only */
   zt__pending_push *pushes, *pushes_tail;
@@ -196,6 +202,8 @@ int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job 
 void zt__job_free(zt__job *job);
 int zt__jobs_add(zt_jobs *jobs, zt__job *job);
 int64_t zt__now(void);
+/* CLOCK_MONOTONIC in seconds, the clock of job->cond's timed waits. */
+double zt__mono(void);
 /* queue.c: the queue, the devices, the runners' messages. */
 void zt__jobs_on_async(uv_async_t *h);
 int zt__jobs_free_devices(const zt_jobs *jobs);
@@ -243,6 +251,7 @@ typedef struct runner {
   int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
   int32_t *batch;         /* the step's micro-batches, back to back */
   int have;               /* stream: micro-batches of the next step already in batch */
+  int starved;            /* stream: no producer for data.stream_timeout (take_micro_batch) */
   FILE *losses;
   char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */
   zt_offload_stats last;      /* offloaded: the stats after the previous step (the timeline) */

@@ -108,6 +108,8 @@ void zt__jobs_start(zt_jobs *jobs, zt__job *job) {
   if (!job->started) job->started = zt__now();
   job->backend_bytes = job->needs.backend_bytes;
   job->stop = ZT__STOP_NONE;
+  /* a stream job's wait for a producer counts while it holds its devices */
+  if (!job->n_producers) job->idle_since = zt__mono();
   pthread_mutex_unlock(&jobs->mu);
   int rc = -pthread_create(&job->thread, NULL, zt__runner_main, job);
   if (rc < 0) {

@@ -33,6 +33,12 @@ int zt__job_state_terminal(zt_job_state s) { return s >= ZT_JOB_DONE; }
 
 int64_t zt__now(void) { return (int64_t)time(NULL); }
 
+double zt__mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* The job of that id; NULL with the message of -ENOENT if there is none. */
 zt__job *zt__jobs_find(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
   for (int i = 0; i < jobs->n_all; i++)
@@ -62,6 +68,7 @@ void zt__job_free(zt__job *job) {
     free(q);
   }
   zt__batch_ring_free(&job->ring);
+  free(job->producers);
   pthread_cond_destroy(&job->cond);
   json_decref(job->spec_json);
   free(job);
@@ -76,7 +83,11 @@ int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job 
   job->spec = *spec;
   job->micro_tokens =
       (size_t)spec->train.micro_batch * ((size_t)spec->model.seq_len + 1);
-  pthread_cond_init(&job->cond, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&job->cond, &ca);
+  pthread_condattr_destroy(&ca);
   job->spec_json = zt__job_spec_to_json(spec);
   int rc = job->spec_json ? 0 : -ENOMEM;
   if (rc == 0 && spec->source == ZT_DATA_STREAM) {

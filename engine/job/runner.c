@@ -75,16 +75,30 @@ out:
 }
 
 /* Stream: waits for one micro-batch. 1 = got it; 0 = woken for a stop or a checkpoint request
- * (the batches already taken stay in r->batch for the step). A job spanning daemons checkpoints
- * after its next step (the flags), so a request does not interrupt its wait. */
+ * (the batches already taken stay in r->batch for the step), or with r->starved set when no
+ * producer has been connected for data.stream_timeout seconds. A job spanning daemons
+ * checkpoints after its next step (the flags), so a request does not interrupt its wait; its
+ * parts wait for their coordinator, not for producers. */
 static int take_micro_batch(runner *r, int32_t *dst) {
   zt__job *job = r->job;
   pthread_mutex_t *mu = &job->jobs->mu;
-  int got = 0;
+  int got = 0, timeout = job->part.member ? 0 : job->spec.stream_timeout;
   pthread_mutex_lock(mu);
   while (job->ring.count == 0 && job->stop == ZT__STOP_NONE &&
-         (r->spans || job->ckpt_requested == job->ckpt_taken))
-    pthread_cond_wait(&job->cond, mu);
+         (r->spans || job->ckpt_requested == job->ckpt_taken)) {
+    if (!timeout || job->n_producers) {
+      pthread_cond_wait(&job->cond, mu);
+      continue;
+    }
+    double deadline = job->idle_since + timeout;
+    if (zt__mono() >= deadline) {
+      r->starved = 1;
+      break;
+    }
+    struct timespec ts = {.tv_sec = (time_t)deadline,
+                          .tv_nsec = (long)((deadline - (double)(time_t)deadline) * 1e9)};
+    pthread_cond_timedwait(&job->cond, mu, &ts);
+  }
   if (job->ring.count > 0 && job->stop == ZT__STOP_NONE &&
       (r->spans || job->ckpt_requested == job->ckpt_taken)) {
     zt__batch_ring_take(&job->ring, dst);
@@ -438,6 +452,16 @@ void *zt__runner_main(void *arg) {
       while (r.have < want &&
              take_micro_batch(&r, r.batch + (size_t)(first + r.have) * job->micro_tokens))
         r.have++;
+      if (r.have < want && r.starved) {
+        /* the device is not held for a producer that is not coming back */
+        int kept = !r.spans && step > 0 && (rc = checkpoint(&r, gen)) == 0;
+        if (!r.spans && step > 0 && rc < 0) goto out;
+        snprintf(r.err, sizeof r.err, "no producer has been connected to push data for %d s "
+                 "(data.stream_timeout): stopped at step %d%s", s->stream_timeout, step,
+                 kept ? ", its checkpoint kept" : "");
+        rc = -ETIMEDOUT;
+        goto out;
+      }
       if (r.have < want && r.spans && stop != ZT__STOP_NONE) {
         /* no part is inside a step (this one lacks its data): end here, alone */
         zt__job_log(job, ZT_LOG_INFO, "stopped at step %d waiting for pushed data", step);

@@ -23,7 +23,7 @@
 static const char *const k_top[] = {"name",       "model",   "train",    "data",
                                     "checkpoint", "offload", "parallel", NULL};
 static const char *const k_data_file[] = {"source", "path", NULL};
-static const char *const k_data_stream[] = {"source", NULL};
+static const char *const k_data_stream[] = {"source", "stream_timeout", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
 static const char *const k_parallel[] = {"gpus", "zero_stage", "peers", NULL};
 
@@ -39,7 +39,9 @@ static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen)
   if (strcmp(src, "stream") == 0) {
     s->source = ZT_DATA_STREAM;
     s->data_path[0] = '\0';
-    return zt_json_check_keys(d, "data", k_data_stream, err, errlen);
+    if ((rc = zt_json_check_keys(d, "data", k_data_stream, err, errlen)) < 0) return rc;
+    return zt_json_get_int32(d, "data", "stream_timeout", 0, 0, ZT_JOB_MAX_STREAM_TIMEOUT,
+                             ZT_JOB_STREAM_TIMEOUT_DEFAULT, &s->stream_timeout, err, errlen);
   }
   snprintf(err, errlen, "data.source must be \"file\" or \"stream\"");
   return -EINVAL;
@@ -480,7 +482,8 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
 json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   json_t *data = s->source == ZT_DATA_FILE
                      ? json_pack("{s:s, s:s}", "source", "file", "path", s->data_path)
-                     : json_pack("{s:s}", "source", "stream");
+                     : json_pack("{s:s, s:i}", "source", "stream", "stream_timeout",
+                                 s->stream_timeout);
   json_t *out = json_pack("{s:s, s:o, s:o, s:o, s:{s:i, s:i}}", "name", s->name, "model",
                           zt_config_model_to_json(&s->model), "train",
                           zt_config_train_to_json(&s->train), "data", data, "checkpoint",

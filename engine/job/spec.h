@@ -26,12 +26,18 @@
 
 typedef enum zt_data_source { ZT_DATA_FILE = 1, ZT_DATA_STREAM = 2 } zt_data_source;
 
+/* data.stream_timeout: seconds a running stream job waits with no producer connected before it
+ * checkpoints and fails (0: for ever); the default, and the most (30 days). */
+#define ZT_JOB_STREAM_TIMEOUT_DEFAULT 600
+#define ZT_JOB_MAX_STREAM_TIMEOUT 2592000
+
 typedef struct zt_job_spec {
   char name[ZT_JOB_NAME_MAX + 1];
   zt_model_cfg model;
   zt_train_cfg train;
   zt_data_source source;
   char data_path[ZT_PATH_MAX];   /* file source: absolute path of the token file */
+  int stream_timeout;            /* stream source: data.stream_timeout, seconds */
   int ckpt_every;                /* 0 = only at the end and on shutdown */
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
   int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload/offload.h) */

@@ -328,7 +328,7 @@ static int handle_batch(zt_conn *c, const zt_request *req, zt_proto_error *err) 
   /* No request is read until this batch has credit; done may run before push_batch returns. */
   zt__conn_pause(c, ZT_CONN_PAUSE_CREDIT);
   char msg[256] = "";
-  rc = zt_jobs_push_batch(c->srv->jobs, job, tokens, n, on_async_done, p, msg, sizeof msg);
+  rc = zt_jobs_push_batch(c->srv->jobs, job, tokens, n, c, on_async_done, p, msg, sizeof msg);
   free(tokens);
   if (rc < 0) {
     zt__conn_pending_drop(c, p);
