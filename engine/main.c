@@ -47,6 +47,9 @@ static const char usage_text[] =
     "  --tcp HOST:PORT        also listen on TCP (needs --token-file)\n"
     "  --token-file FILE      secret clients must send in hello (>= 16 bytes, mode 0600)\n"
     "  --max-frame SIZE       longest frame accepted (default 64MiB)\n"
+    "  --max-queued N         jobs queued at once; a submit over it is refused (default: none)\n"
+    "  --max-state-bytes SIZE size of the state dir's jobs at or over which a submit is refused\n"
+    "                         (default: none)\n"
     "  --cpu-threads N        threads of the CPU backend (default 0 = all cores)\n"
     "  --log-level L          error | warn | info | debug (default info)\n"
     "  --help, --version\n"
@@ -179,7 +182,7 @@ static int default_state_dir(char *buf, size_t len) {
 enum {
   OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
   OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_CPU_RANKS, OPT_LOG_LEVEL, OPT_HELP,
-  OPT_VERSION, OPT_DATA_ROOT,
+  OPT_VERSION, OPT_DATA_ROOT, OPT_MAX_QUEUED, OPT_MAX_STATE,
 };
 
 /* --nvme-dir and --data-root: an existing directory, kept resolved (symlinks followed) so that
@@ -206,6 +209,8 @@ int main(int argc, char **argv) {
       {"host-mem-limit", required_argument, NULL, OPT_HOST_MEM},
       {"nvme-dir", required_argument, NULL, OPT_NVME},
       {"data-root", required_argument, NULL, OPT_DATA_ROOT},
+      {"max-queued", required_argument, NULL, OPT_MAX_QUEUED},
+      {"max-state-bytes", required_argument, NULL, OPT_MAX_STATE},
       {"tcp", required_argument, NULL, OPT_TCP},
       {"token-file", required_argument, NULL, OPT_TOKEN},
       {"max-frame", required_argument, NULL, OPT_MAX_FRAME},
@@ -261,6 +266,16 @@ int main(int argc, char **argv) {
     case OPT_NVME:
       if (add_dir("--nvme-dir", optarg, nvme_buf, cfg.nvme_dirs, &cfg.n_nvme_dirs)) return 2;
       cfg.nvme_dir = cfg.nvme_dirs[0];
+      break;
+    case OPT_MAX_QUEUED:
+      if (parse_int(optarg, 1, 1000000, &n) < 0)
+        return usage_error("--max-queued %s: expected a count from 1 to 1000000", optarg);
+      cfg.max_queued = (int)n;
+      break;
+    case OPT_MAX_STATE:
+      if (zt_size_parse(optarg, &size) < 0 || size == 0)
+        return usage_error("--max-state-bytes %s: expected a size such as 500GiB", optarg);
+      cfg.max_state_bytes = size;
       break;
     case OPT_DATA_ROOT:
       if (add_dir("--data-root", optarg, root_buf, cfg.data_roots, &cfg.n_data_roots)) return 2;

@@ -28,6 +28,8 @@ static const ztctl_cmd g_cmds[] = {
     {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done",
      "  Ctrl-C stops the watching only: the job goes on (exit 130)\n", ztctl_cmd_watch},
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
+    {"rm", "JOB", "remove a job that ended (done, failed, cancelled) and its directory", NULL,
+     ztctl_cmd_rm},
     {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
     {"export", "JOB OUT.safetensors", "download the job's latest weights", NULL,
      ztctl_cmd_export},

@@ -79,6 +79,7 @@ int ztctl_cmd_jobs(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_show(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_watch(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_rm(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_checkpoint(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_tokenize(const ztctl_opts *o, int argc, char **argv);

@@ -4,12 +4,14 @@
  * it names and sizes it against this daemon's backend and limits (auto activation checkpointing
  * resolved there); back on the loop thread a new job gets its directory with the stored spec. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/job/internal.h"
 #include "engine/job/store.h"
+#include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
@@ -209,9 +211,39 @@ typedef struct admit_task {
   char err[ZT__ERR_MAX];
 } admit_task;
 
+/* --max-state-bytes: what the jobs' directories hold now (their checkpoints above all). */
+static int check_state_bytes(zt_jobs *jobs, char *err, size_t errlen) {
+  uint64_t limit = jobs->cfg.max_state_bytes, used;
+  char path[ZT__STATE_DIR_MAX + 8], a[32], b[32];
+  if (!limit) return 0;
+  snprintf(path, sizeof path, "%s/jobs", jobs->state_dir);
+  int rc = zt__store_tree_bytes(path, &used);
+  if (rc < 0) {
+    snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+    return rc;
+  }
+  if (used < limit) return 0;
+  zt_size_format(a, sizeof a, (double)used);
+  zt_size_format(b, sizeof b, (double)limit);
+  snprintf(err, errlen, "the state dir's jobs hold %s (%" PRIu64 " bytes), at or over ztd "
+           "--max-state-bytes %s (%" PRIu64 " bytes): remove jobs that ended (ztctl rm)", a, used,
+           b, limit);
+  return -ENOSPC;
+}
+
+/* --max-queued: checked when the submit comes and again when its job would be queued. */
+static int check_queued(zt_jobs *jobs, char *err, size_t errlen) {
+  if (!jobs->cfg.max_queued || jobs->n_queue < jobs->cfg.max_queued) return 0;
+  snprintf(err, errlen, "%d jobs are queued, ztd --max-queued %d: wait for them to start, or "
+           "cancel some", jobs->n_queue, jobs->cfg.max_queued);
+  return -EBUSY;
+}
+
 static void admit_run(zt__work *w) {
   admit_task *t = (admit_task *)w;
   zt_jobs *jobs = w->jobs;
+  if (t->kind == ADMIT_SUBMIT && (t->rc = check_state_bytes(jobs, t->err, sizeof t->err)) < 0)
+    return;
   t->rc = admit(jobs, &t->spec, t->tcp, &t->needs, t->err, sizeof t->err);
   if (t->rc == 0 && t->kind == ADMIT_PLAN)
     t->plan = plan_json(jobs, &t->spec, &t->needs, &t->rc, t->err, sizeof t->err);
@@ -229,6 +261,7 @@ static int finish_submit(admit_task *t, char id[ZT_JOB_ID_MAX]) {
     snprintf(t->err, sizeof t->err, "the daemon is shutting down");
     return -ESHUTDOWN;
   }
+  if ((rc = check_queued(jobs, t->err, sizeof t->err)) < 0) return rc;
   /* the queue checks the machine again when the job reaches its head (zt__jobs_maybe_start) */
   if ((rc = create_job(jobs, &t->spec, t->tcp, NULL, &job, t->err, sizeof t->err)) < 0) return rc;
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
@@ -298,13 +331,14 @@ static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in, in
     snprintf(err, errlen, "the daemon is shutting down");
     return -ESHUTDOWN;
   }
+  int rc = kind == ADMIT_SUBMIT ? check_queued(jobs, err, errlen) : 0;
+  if (rc < 0) return rc;
   admit_task *t = calloc(1, sizeof *t);
   if (!t) {
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  int rc = parse_spec(jobs, spec_in, &t->spec, err, errlen);
-  if (rc < 0) {
+  if ((rc = parse_spec(jobs, spec_in, &t->spec, err, errlen)) < 0) {
     free(t);
     return rc;
   }

@@ -63,6 +63,11 @@ typedef struct zt_jobs_config {
   const char *const *data_roots;
   int n_data_roots;
   uint32_t batch_queue_depth;   /* micro-batches a stream job buffers before credit stops */
+  /* Quotas of submit: --max-queued, the jobs queued at once (0: none), refused with -EBUSY;
+   * --max-state-bytes, the size of state_dir's jobs/ (0: none), at or over which a submit is
+   * refused with -ENOSPC. Both with the numbers. */
+  int max_queued;
+  uint64_t max_state_bytes;
   /* A job spanning daemons (parallel.peers): the token this daemon sends its peers (its own
    * --token-file: the daemons of such a job share one), NULL = such jobs are refused; and how
    * the parts name this daemon in their messages ("host 10.0.0.1:7070"). */
@@ -128,6 +133,10 @@ json_t *zt_jobs_list(zt_jobs *jobs);
 json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t errlen);
 /* Terminal states answer -EINVAL ("job j000003 is already done"). */
 int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen);
+/* Removes a job that ended (done, failed, cancelled) and its directory; its id is never given
+ * again. A queued or running job (or a cancelled one whose runner is still stopping) is
+ * refused with -EBUSY. */
+int zt_jobs_rm(zt_jobs *jobs, const char *id, char *err, size_t errlen);
 
 /* Queues one micro-batch for a stream job. Calls done with {"queued": n} (micro-batches now in
  * the job's queue) when the batch is in that queue: at once if there is room, later if the

@@ -132,6 +132,9 @@ int zt__jobs_scan(zt_jobs *jobs, char *err, size_t errlen) {
     n++;
   }
   if (n) qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+  /* ids of removed jobs stay taken */
+  long kept = zt__store_ids_next(jobs->state_dir);
+  if (kept > jobs->next_id) jobs->next_id = kept;
   for (int i = 0; i < n && rc == 0; i++) {
     long num = atol(ids[i] + 1);
     if (num >= jobs->next_id) jobs->next_id = num + 1;

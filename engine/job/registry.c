@@ -102,6 +102,35 @@ int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job 
   return 0;
 }
 
+int zt_jobs_rm(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
+  zt__job *job = zt__jobs_find(jobs, id, err, errlen);
+  if (!job) return -ENOENT;
+  zt_job_state s = zt__job_state_of(job);
+  /* a cancelled job's runner may still be on its way out; a worker may still look at it */
+  if (!zt__job_state_terminal(s) || job->has_thread || job->checking) {
+    snprintf(err, errlen, "job %s is %s; only a job that ended (done, failed, cancelled) is "
+             "removed%s", id, zt__job_state_terminal(s) ? "still stopping" : zt_job_state_name(s),
+             zt__job_state_terminal(s) ? "" : " (ztctl cancel it first)");
+    return -EBUSY;
+  }
+  /* the id stays taken: a restart must not give it to a new job (zt__store_ids) */
+  int rc = zt__store_ids_record(jobs->state_dir, jobs->next_id, err, errlen);
+  if (rc < 0) return rc;
+  if ((rc = zt__store_remove_tree(job->dir)) < 0) {
+    snprintf(err, errlen, "%s: %s", job->dir, strerror(-rc));
+    return rc;
+  }
+  for (int i = 0; i < jobs->n_all; i++)
+    if (jobs->all[i] == job) {
+      memmove(jobs->all + i, jobs->all + i + 1, (size_t)(jobs->n_all - i - 1) * sizeof *jobs->all);
+      jobs->n_all--;
+      break;
+    }
+  ZT_LOGI("job", "%s removed (it was %s)", id, zt_job_state_name(s));
+  zt__job_free(job);
+  return 0;
+}
+
 int zt__jobs_add(zt_jobs *jobs, zt__job *job) {
   if (jobs->n_all == jobs->cap_all) {
     int cap = jobs->cap_all ? 2 * jobs->cap_all : 16;

@@ -18,7 +18,6 @@
 #include "engine/train/config.h"
 #include "offload/nvme_store.h"
 
-#define KEEP_MAX 1000
 
 static const char *const k_top[] = {"name",       "model",   "train",    "data",
                                     "checkpoint", "offload", "parallel", NULL};
@@ -157,7 +156,7 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
     if ((rc = zt_json_check_keys(ckpt, "checkpoint", k_ckpt, err, errlen)) < 0 ||
         (rc = zt_json_get_int32(ckpt, "checkpoint", "every", 0, 0, ZT_TRAIN_MAX_STEPS, 0, &s->ckpt_every, err,
                         errlen)) < 0 ||
-        (rc = zt_json_get_int32(ckpt, "checkpoint", "keep", 0, 1, KEEP_MAX, 2, &s->ckpt_keep, err,
+        (rc = zt_json_get_int32(ckpt, "checkpoint", "keep", 0, 1, ZT_JOB_MAX_KEEP, 2, &s->ckpt_keep, err,
                         errlen)) < 0)
       return rc;
   }

@@ -16,7 +16,10 @@
 #include "engine/train/offload/offload.h"
 #include "engine/train/trainer.h"
 
+/* The bounds of the job's own fields (the model's and the recipe's are in engine/model/model.h
+ * and engine/plan/recipe.h); docs/spec.md states them (tests/unit/layout/check_limits.py). */
 #define ZT_JOB_NAME_MAX 64
+#define ZT_JOB_MAX_KEEP 1000 /* checkpoint.keep */
 /* zt_job_spec.gpus of "parallel": {"gpus": "all"} until admission makes it the daemon's count */
 #define ZT_JOB_GPUS_ALL (-1)
 /* parallel.peers: other ztd daemons ("host:port" of their TCP listeners) that run the job's

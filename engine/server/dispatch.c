@@ -387,6 +387,15 @@ static int handle_cancel(zt_conn *c, const zt_request *req, zt_proto_error *err)
   return reply_owned(c, req->id, r, err);
 }
 
+static int handle_rm(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  char job[ZT_JOB_ID_MAX];
+  int rc = get_job(req, job, err);
+  if (rc < 0) return rc;
+  char msg[256] = "";
+  if ((rc = zt_jobs_rm(c->srv->jobs, job, msg, sizeof msg)) < 0) return job_error(err, rc, msg);
+  return reply_owned(c, req->id, json_pack("{s:s}", "job", job), err);
+}
+
 static int handle_checkpoint(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   char job[ZT_JOB_ID_MAX];
   int rc = get_job(req, job, err);

@@ -249,6 +249,8 @@ int zt_server_run(const zt_server_config *cfg, char *err, size_t errlen) {
       .data_roots = cfg->data_roots,
       .n_data_roots = cfg->n_data_roots,
       .batch_queue_depth = ZT_TUNE_BATCH_QUEUE_DEPTH,
+      .max_queued = cfg->max_queued,
+      .max_state_bytes = cfg->max_state_bytes,
       .peer_token = cfg->token,
       .name = name,
       .on_event = zt__watch_on_event,

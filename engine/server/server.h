@@ -36,6 +36,8 @@ typedef struct zt_server_config {
   size_t token_len;
   uint32_t max_frame;
   int cpu_threads;
+  int max_queued;               /* --max-queued: 0 = no limit */
+  uint64_t max_state_bytes;     /* --max-state-bytes: 0 = no limit */
 } zt_server_config;
 
 /* Starts listening, serves until SIGTERM/SIGINT or a shutdown request, stops gracefully.
