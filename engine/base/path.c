@@ -88,8 +88,9 @@ int zt_path_open(const char *field, const char *path, int want_dir, const zt_pat
   if (roots && !roots->any && roots->n == 0) return outside(field, path, roots, err, errlen);
   if (!realpath(path, real)) {
     rc = -errno;
-    if (!inside_any(path, roots) && missing_inside(path, roots) < 0)
-      return outside(field, path, roots, err, errlen);
+    /* where it would lie, from its deepest ancestor that resolves (a lexical look would take
+     * root/../x for inside) */
+    if (missing_inside(path, roots) < 0) return outside(field, path, roots, err, errlen);
     name(err, errlen, field, "%s: %s", path, strerror(-rc));
     return rc;
   }
