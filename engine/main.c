@@ -40,13 +40,19 @@ static const char usage_text[] =
     "                         parallel.gpus; each gets --cpu-threads / N threads (default 1)\n"
     "  --gpu-mem-limit SIZE   GPU memory budget per device, e.g. 24GiB\n"
     "  --host-mem-limit SIZE  host memory budget for all jobs, e.g. 64GiB (default: no limit)\n"
-    "  --nvme-dir DIR         directory for NVMe-resident state\n"
+    "  --nvme-dir DIR         directory for NVMe-resident state (repeatable: the first is the\n"
+    "                         default, and a job's offload.nvme_dir must lie inside one)\n"
+    "  --data-root DIR        where jobs of TCP clients may read files (repeatable; none: they\n"
+    "                         name no files, stream data only)\n"
     "  --tcp HOST:PORT        also listen on TCP (needs --token-file)\n"
     "  --token-file FILE      secret clients must send in hello (>= 16 bytes, mode 0600); also\n"
     "                         the bearer token --http asks for beyond loopback\n"
     "  --http [HOST:]PORT     serve /metrics (Prometheus) and the dashboard at / over HTTP\n"
     "                         (HOST default 127.0.0.1; another address needs --token-file)\n"
     "  --max-frame SIZE       longest frame accepted (default 64MiB)\n"
+    "  --max-queued N         jobs queued at once; a submit over it is refused (default: none)\n"
+    "  --max-state-bytes SIZE size of the state dir's jobs at or over which a submit is refused\n"
+    "                         (default: none)\n"
     "  --cpu-threads N        threads of the CPU backend (default 0 = all cores)\n"
     "  --log-level L          error | warn | info | debug (default info)\n"
     "  --log-file PATH        append the log to PATH instead of stderr; SIGHUP reopens it\n"
@@ -191,9 +197,22 @@ static int default_state_dir(char *buf, size_t len) {
 enum {
   OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
   OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_CPU_RANKS, OPT_LOG_LEVEL, OPT_HELP,
-  OPT_VERSION, OPT_HTTP, OPT_LOG_FILE,
+  OPT_VERSION, OPT_HTTP, OPT_LOG_FILE, OPT_DATA_ROOT, OPT_MAX_QUEUED, OPT_MAX_STATE,
 };
 
+/* --nvme-dir and --data-root: an existing directory, kept resolved (symlinks followed) so that
+ * the job layer compares resolved paths with it. */
+static int add_dir(const char *flag, const char *arg, char store[][PATH_MAX], const char **list,
+                   int *n) {
+  struct stat st;
+  if (*n == ZT_TUNE_MAX_ROOTS)
+    return usage_error("%s: at most %d of them", flag, ZT_TUNE_MAX_ROOTS);
+  if (!realpath(arg, store[*n]) || stat(store[*n], &st) < 0 || !S_ISDIR(st.st_mode))
+    return usage_error("%s %s: not a directory", flag, arg);
+  list[*n] = store[*n];
+  (*n)++;
+  return 0;
+}
 
 int main(int argc, char **argv) {
   static const struct option opts[] = {
@@ -204,6 +223,9 @@ int main(int argc, char **argv) {
       {"gpu-mem-limit", required_argument, NULL, OPT_GPU_MEM},
       {"host-mem-limit", required_argument, NULL, OPT_HOST_MEM},
       {"nvme-dir", required_argument, NULL, OPT_NVME},
+      {"data-root", required_argument, NULL, OPT_DATA_ROOT},
+      {"max-queued", required_argument, NULL, OPT_MAX_QUEUED},
+      {"max-state-bytes", required_argument, NULL, OPT_MAX_STATE},
       {"tcp", required_argument, NULL, OPT_TCP},
       {"token-file", required_argument, NULL, OPT_TOKEN},
       {"max-frame", required_argument, NULL, OPT_MAX_FRAME},
@@ -218,6 +240,7 @@ int main(int argc, char **argv) {
   };
   static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], http_buf[256],
       token[ZT_TUNE_TOKEN_MAX];
+  static char nvme_buf[ZT_TUNE_MAX_ROOTS][PATH_MAX], root_buf[ZT_TUNE_MAX_ROOTS][PATH_MAX];
   zt_server_config cfg = {.max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
   const char *backend = "auto";
   const char *token_file = NULL, *log_file = NULL;
@@ -258,13 +281,23 @@ int main(int argc, char **argv) {
         cfg.max_frame = (uint32_t)size;
       }
       break;
-    case OPT_NVME: {
-      struct stat st;
-      if (stat(optarg, &st) < 0 || !S_ISDIR(st.st_mode))
-        return usage_error("--nvme-dir %s: not a directory", optarg);
-      cfg.nvme_dir = optarg;
+    case OPT_NVME:
+      if (add_dir("--nvme-dir", optarg, nvme_buf, cfg.nvme_dirs, &cfg.n_nvme_dirs)) return 2;
+      cfg.nvme_dir = cfg.nvme_dirs[0];
       break;
-    }
+    case OPT_MAX_QUEUED:
+      if (parse_int(optarg, 1, 1000000, &n) < 0)
+        return usage_error("--max-queued %s: expected a count from 1 to 1000000", optarg);
+      cfg.max_queued = (int)n;
+      break;
+    case OPT_MAX_STATE:
+      if (zt_size_parse(optarg, &size) < 0 || size == 0)
+        return usage_error("--max-state-bytes %s: expected a size such as 500GiB", optarg);
+      cfg.max_state_bytes = size;
+      break;
+    case OPT_DATA_ROOT:
+      if (add_dir("--data-root", optarg, root_buf, cfg.data_roots, &cfg.n_data_roots)) return 2;
+      break;
     case OPT_TCP:
       if (parse_hostport(optarg, host_buf, sizeof host_buf, 1, &cfg.tcp_host, &cfg.tcp_port) < 0)
         return usage_error("--tcp %s: expected HOST:PORT, e.g. 127.0.0.1:7070", optarg);

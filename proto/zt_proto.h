@@ -28,6 +28,7 @@
   X(batch, BATCH, "push one micro-batch of tokens into a stream job (blocks on credit)")       \
   X(watch, WATCH, "subscribe this connection to a job's events")                               \
   X(cancel, CANCEL, "cancel a queued or running job")                                          \
+  X(rm, RM, "remove a job that ended (done, failed, cancelled) and its directory")             \
   X(checkpoint, CHECKPOINT, "ask a running job to write a checkpoint now")                     \
   X(export, EXPORT, "a job's weights: one safetensors file, or a Hugging Face directory")      \
   X(logs, LOGS, "read a job's log from an offset")                                           \

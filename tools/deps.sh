@@ -6,7 +6,7 @@ set -euo pipefail
 zt_sudo() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 zt_packages=(meson ninja-build pkg-config gcc python3 libuv1-dev libmsgpack-dev liburing-dev libjansson-dev
-             libmicrohttpd-dev)
+             libmicrohttpd-dev libxxhash-dev)
 # zt_install PACKAGE...: the Debian packages not installed yet (tools/test.sh adds the tests' own).
 zt_install() {
   local p missing=()

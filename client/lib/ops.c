@@ -133,6 +133,7 @@ int zt_client_show(zt_client *c, const char *job, char **json_out) {
   return simple_call(c, "show", job, json_out);
 }
 int zt_client_cancel(zt_client *c, const char *job) { return simple_call(c, "cancel", job, NULL); }
+int zt_client_rm(zt_client *c, const char *job) { return simple_call(c, "rm", job, NULL); }
 int zt_client_checkpoint(zt_client *c, const char *job, char **json_out) {
   return simple_call(c, "checkpoint", job, json_out);
 }

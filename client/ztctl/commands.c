@@ -280,6 +280,20 @@ int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv) {
   return rc;
 }
 
+int ztctl_cmd_rm(const ztctl_opts *o, int argc, char **argv) {
+  int rc = want_args("rm", argc, argv, 1);
+  if (rc != ZTCTL_OK) return rc;
+  zt_client *c = ztctl_connect(o);
+  if (!c) return ZTCTL_FAILED;
+  rc = zt_client_rm(c, argv[0]) < 0 ? ztctl_fail(c) : ZTCTL_OK;
+  if (rc == ZTCTL_OK && o->json)
+    print_json(json_pack("{s:s,s:b}", "job", argv[0], "removed", 1));
+  else if (rc == ZTCTL_OK)
+    printf("%s: removed\n", argv[0]);
+  zt_client_close(c);
+  return rc;
+}
+
 int ztctl_cmd_shutdown(const ztctl_opts *o, int argc, char **argv) {
   int rc = want_args("shutdown", argc, argv, 0);
   if (rc != ZTCTL_OK) return rc;

@@ -16,8 +16,12 @@
 static const ztctl_cmd g_cmds[] = {
     {"status", "", "daemon version, backend, devices, memory per tier, queue", NULL,
      ztctl_cmd_status},
-    {"submit", "SPEC.json [--data FILE] [--wait | --watch]", "submit a job; prints its id",
-     "  --data FILE  stream this token file into the job (a stream job)\n"
+    {"submit", "SPEC.json [--data FILE [--detach]] [--wait | --watch]",
+     "submit a job; prints its id",
+     "  --data FILE  stream this token file into the job (a stream job); Ctrl-C meanwhile\n"
+     "               cancels the job (exit 130)\n"
+     "  --detach     with --data: Ctrl-C leaves the job running (it fails after its\n"
+     "               data.stream_timeout without a producer) and says how to cancel it\n"
      "  --wait       wait for the job to end; exit 1 unless it is done\n"
      "  --watch      like --wait, drawing progress\n",
      ztctl_cmd_submit},
@@ -26,13 +30,15 @@ static const ztctl_cmd g_cmds[] = {
     {"jobs", "", "list the daemon's jobs", NULL, ztctl_cmd_jobs},
     {"show", "JOB", "one job: state, progress, memory, spec (--json adds every loss)", NULL,
      ztctl_cmd_show},
-    {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done", NULL,
-     ztctl_cmd_watch},
+    {"watch", "JOB", "follow a job's progress until it ends; exit 1 unless it is done",
+     "  Ctrl-C stops the watching only: the job goes on (exit 130)\n", ztctl_cmd_watch},
     {"logs", "JOB [-f]", "the job's log: queued, running, checkpoints, the end or the error",
      "  -f, --follow  go on printing what is added until the job ends\n", ztctl_cmd_logs},
     {"plot", "JOB [--height ROWS]", "draw the job's loss curve in the terminal (80 columns)",
      "  --height ROWS  rows of the plot, 4 to 100 (default 16)\n", ztctl_cmd_plot},
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
+    {"rm", "JOB", "remove a job that ended (done, failed, cancelled) and its directory", NULL,
+     ztctl_cmd_rm},
     {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
     {"export", "JOB OUT.safetensors | JOB DIR --hf [--dtype bf16|fp32] [--max-shard-size SIZE]",
      "download the job's latest weights: one file, or a Hugging Face directory",
@@ -62,7 +68,8 @@ static const char g_global_details[] =
     "  -h, --help         this text; `ztctl help COMMAND` for one command\n"
     "  --version          ztctl's version and protocol\n"
     "\n"
-    "exit status: 0 ok, 1 failed (server error, or the job failed with --wait/--watch), 2 usage\n";
+    "exit status: 0 ok, 1 failed (server error, or the job failed with --wait/--watch), 2 usage,\n"
+    "130 interrupted (Ctrl-C)\n";
 
 const ztctl_cmd *ztctl_cmd_find(const char *name) {
   for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)

@@ -20,6 +20,30 @@ typedef struct feed {
   atomic_bool stopping; /* the watch is over: a failing push is expected, not news */
 } feed;
 
+/* Ctrl-C while ztctl feeds a stream job (ztctl_sigint_arm cuts the connections): the command
+ * cancels the job it fed over a new connection, or with --detach leaves it running and says
+ * how to cancel it. */
+static int interrupted(const ztctl_opts *o, const char *job, bool detach) {
+  if (detach) {
+    fprintf(stderr, "ztctl: interrupted: job %s keeps running without its data (it fails after "
+            "data.stream_timeout with no producer); cancel it with: ztctl cancel %s\n", job, job);
+    return ZTCTL_INTERRUPTED;
+  }
+  zt_client *c = ztctl_connect(o);
+  if (!c) return ZTCTL_FAILED;
+  int rc = zt_client_cancel(c, job);
+  if (rc < 0 && strcmp(zt_client_error_code(c), "EINVAL") != 0) {
+    rc = ztctl_fail(c);
+  } else {
+    /* EINVAL: it had ended already */
+    fprintf(stderr, "ztctl: interrupted: %s %s\n", rc < 0 ? "job already ended:" : "cancelled",
+            job);
+    rc = ZTCTL_INTERRUPTED;
+  }
+  zt_client_close(c);
+  return rc;
+}
+
 /* A file-source spec names its data relative to where the user is, not to the daemon. */
 static int resolve_data_path(json_t *spec) {
   json_t *data = json_object_get(spec, "data");
@@ -103,7 +127,7 @@ static void *feed_run(void *arg) {
   }
   if (b == f->batches) {
     f->rc = ZTCTL_OK;
-  } else if (!atomic_load(&f->stopping)) {
+  } else if (!atomic_load(&f->stopping) && !ztctl_sigint_came()) {
     fprintf(stderr, "ztctl: batch %llu of %llu: %s: %s\n", (unsigned long long)b + 1,
             (unsigned long long)f->batches, zt_client_error_code(f->c), zt_client_error_message(f->c));
     /* a job left without its data would wait for ever: stop it (a no-op if it already ended) */
@@ -150,10 +174,12 @@ static int batch_shape(zt_client *c, const char *job, const json_t *file_spec, f
 
 int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv) {
   const char *spec_path = NULL, *data_path = NULL;
-  bool wait = false, watch = false;
+  bool wait = false, watch = false, detach = false;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--wait") == 0) {
       wait = true;
+    } else if (strcmp(argv[i], "--detach") == 0) {
+      detach = true;
     } else if (strcmp(argv[i], "--watch") == 0) {
       watch = true;
     } else if (strcmp(argv[i], "--data") == 0) {
@@ -171,6 +197,8 @@ int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv) {
   }
   if (!spec_path) return ztctl_usage_error("submit", "submit needs a SPEC.json");
   if (wait && watch) return ztctl_usage_error("submit", "--wait and --watch exclude each other");
+  if (detach && !data_path)
+    return ztctl_usage_error("submit", "--detach is for --data (what Ctrl-C does to the job fed)");
 
   int rc = ZTCTL_FAILED;
   char *text = NULL;
@@ -212,14 +240,17 @@ int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv) {
     if ((rc = load_tokens(data_path, &f)) != ZTCTL_OK) goto out;
     if (!wait && !watch) {
       f.c = c;
+      ztctl_sigint_arm(c, NULL);
       feed_run(&f);
-      rc = f.rc;
+      ztctl_sigint_disarm();
+      rc = ztctl_sigint_came() ? interrupted(o, job, detach) : f.rc;
       goto out;
     }
     if (!(f.c = ztctl_connect(o))) {
       rc = ZTCTL_FAILED;
       goto out;
     }
+    ztctl_sigint_arm(c, f.c);
     int err = pthread_create(&feeder, NULL, feed_run, &f);
     if (err) {
       rc = ztctl_fail_msg("EAGAIN", "cannot start the feeder thread: %s", strerror(err));
@@ -236,6 +267,8 @@ int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv) {
     }
     pthread_join(feeder, NULL);
     if (rc == ZTCTL_OK) rc = f.rc;
+    ztctl_sigint_disarm();
+    if (ztctl_sigint_came()) rc = interrupted(o, job, detach);
   }
 out:
   if (f.c != c) zt_client_close(f.c);

@@ -1,5 +1,7 @@
 /* Following a job: the live progress line, per-event lines when not on a terminal, the summary. */
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -103,6 +105,10 @@ static int on_event(const char *event_json, void *user) {
       printf("%s: checkpoint at step %lld: %s\n", w->job, (long long)num(ev, "step", 0),
              json_string_value(json_object_get(ev, "path")) ?: "-");
       fflush(stdout);
+    } else if (strcmp(kind, "resume") == 0) {
+      end_line(w);
+      printf("%s: %s\n", w->job, json_string_value(json_object_get(ev, "message")) ?: "resumed");
+      fflush(stdout);
     }
   }
   json_decref(ev);
@@ -128,7 +134,8 @@ int ztctl_watch_job(const ztctl_opts *o, zt_client *c, const char *job, bool liv
                    .loss = NAN, .start = now_s()};
   int rc = zt_client_watch(c, job, on_event, &w);
   end_line(&w);
-  if (rc < 0) return ztctl_fail(c);
+  /* a cut connection after Ctrl-C is no failure to report: the caller says what happened */
+  if (rc < 0) return ztctl_sigint_came() ? ZTCTL_FAILED : ztctl_fail(c);
   if (!o->json) {
     if (!w.seen_step) fill_from_show(&w, c);
     char wall[32], loss[32];
@@ -143,6 +150,32 @@ int ztctl_watch_job(const ztctl_opts *o, zt_client *c, const char *job, bool liv
   return strcmp(w.state, "done") == 0 ? ZTCTL_OK : ZTCTL_FAILED;
 }
 
+static volatile sig_atomic_t g_sigint;
+static zt_client *volatile g_cut[2];
+
+/* shutdown(2) is async-signal-safe: all zt_client_interrupt does */
+static void on_sigint(int sig) {
+  (void)sig;
+  g_sigint = 1;
+  for (int i = 0; i < 2; i++) zt_client_interrupt(g_cut[i]);
+}
+
+void ztctl_sigint_arm(zt_client *a, zt_client *b) {
+  struct sigaction sa = {.sa_handler = on_sigint};
+  sigemptyset(&sa.sa_mask);
+  g_cut[0] = a;
+  g_cut[1] = b;
+  sigaction(SIGINT, &sa, NULL);
+}
+
+bool ztctl_sigint_came(void) { return g_sigint != 0; }
+
+void ztctl_sigint_disarm(void) {
+  signal(SIGINT, SIG_DFL);
+  g_cut[0] = g_cut[1] = NULL;
+}
+
+/* Ctrl-C only stops the watching: the job goes on. */
 int ztctl_cmd_watch(const ztctl_opts *o, int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (argv[i][0] == '-' && argv[i][1] != '\0')
@@ -150,7 +183,14 @@ int ztctl_cmd_watch(const ztctl_opts *o, int argc, char **argv) {
   if (argc != 1) return ztctl_usage_error("watch", "watch takes 1 argument, not %d", argc);
   zt_client *c = ztctl_connect(o);
   if (!c) return ZTCTL_FAILED;
+  ztctl_sigint_arm(c, NULL);
   int rc = ztctl_watch_job(o, c, argv[0], true);
+  ztctl_sigint_disarm();
+  if (ztctl_sigint_came()) {
+    fprintf(stderr, "ztctl: interrupted: stopped watching %s; it goes on (ztctl cancel %s stops "
+            "it)\n", argv[0], argv[0]);
+    rc = ZTCTL_INTERRUPTED;
+  }
   zt_client_close(c);
   return rc;
 }

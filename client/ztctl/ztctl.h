@@ -8,7 +8,8 @@
 #include <jansson.h>
 #include "client/include/zt/client.h"
 
-enum { ZTCTL_OK = 0, ZTCTL_FAILED = 1, ZTCTL_USAGE = 2 };
+/* ZTCTL_INTERRUPTED: stopped by Ctrl-C (SIGINT), as a shell reports a process SIGINT ended. */
+enum { ZTCTL_OK = 0, ZTCTL_FAILED = 1, ZTCTL_USAGE = 2, ZTCTL_INTERRUPTED = 130 };
 
 typedef struct ztctl_opts {
   const char *socket_path; /* NULL: the default rule (ZT_SOCKET, XDG_RUNTIME_DIR, /tmp/zt-UID) */
@@ -64,6 +65,13 @@ void ztctl_fmt_job_memory(char *buf, size_t cap, const json_t *mem, ztctl_mem_pa
  * only the summary. Returns ZTCTL_OK when the job ends "done", else ZTCTL_FAILED. */
 int ztctl_watch_job(const ztctl_opts *o, zt_client *c, const char *job, bool live);
 
+/* Ctrl-C while a command follows a job: arm (a, b: the connections to cut, either may be NULL)
+ * makes SIGINT shut them down (zt_client_interrupt), so that the calls blocked on them return;
+ * interrupted says whether it came; disarm restores the default before they are closed. */
+void ztctl_sigint_arm(zt_client *a, zt_client *b);
+bool ztctl_sigint_came(void);
+void ztctl_sigint_disarm(void);
+
 int ztctl_cmd_status(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_submit(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv);
@@ -73,6 +81,7 @@ int ztctl_cmd_watch(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_plot(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_logs(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_rm(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_checkpoint(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_tokenize(const ztctl_opts *o, int argc, char **argv);

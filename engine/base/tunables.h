@@ -116,6 +116,9 @@
  * each chunk's two matmuls still large enough to keep the GPU busy. */
 #define ZT_TUNE_LOSS_CHUNK_BYTES (64u << 20)
 
+/* Directories --nvme-dir and --data-root may each name. */
+#define ZT_TUNE_MAX_ROOTS 16
+
 /* GPUs --gpus may name, and simulated ranks --cpu-ranks may give the cpu backend. */
 #define ZT_TUNE_MAX_GPUS 64
 

@@ -1,13 +1,17 @@
-/* defines: admission, on the loop thread: zt_jobs_submit, zt_jobs_plan and zt_jobs_join
- * (jobs.h; called by engine/server). A spec is filled with the operator's defaults, parsed and
- * sized against this daemon's backend and limits (auto activation checkpointing resolved
- * here), and a new job gets its directory with the stored spec. */
+/* defines: admission: zt_jobs_submit, zt_jobs_plan and zt_jobs_join (jobs.h; called by
+ * engine/server on the loop thread, answered through their done callbacks). A spec is filled
+ * with the operator's defaults and parsed on the loop thread; a worker (work.c) checks the files
+ * it names and sizes it against this daemon's backend and limits (auto activation checkpointing
+ * resolved there); back on the loop thread a new job gets its directory with the stored spec. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/job/internal.h"
 #include "engine/job/store.h"
+#include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
@@ -27,10 +31,10 @@ static int resolve_auto_ckpt(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *ne
   return rc;
 }
 
-/* What submit and plan share: the operator's defaults filled in, the spec validated and sized
- * against this daemon's backend and limits. */
-static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__job_needs *needs,
-                 char *err, size_t errlen) {
+/* What submit, plan and join share, on the loop thread: the operator's defaults filled in and
+ * the spec parsed (its structure only: nothing read from the machine). */
+static int parse_spec(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, char *err,
+                      size_t errlen) {
   /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
    * names a directory; the stored spec records the one used. */
   json_t *filled = NULL;
@@ -47,10 +51,18 @@ static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__jo
   }
   int rc = zt__job_spec_parse(spec_in, spec, err, errlen);
   json_decref(filled);
-  if (rc < 0) return rc;
+  return rc;
+}
+
+/* ... and on a worker: the spec sized against this daemon's backend and limits, its files
+ * checked where the job will read them. */
+static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *err,
+                 size_t errlen) {
+  int rc;
   /* the stored spec records the count, so that a restart resumes the same split of the data */
   if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
-  if ((rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err,
+  if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
+      (rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err,
                                        errlen)) < 0)
     return rc;
   /* an offloaded job of one rank has it from its planner, of several from its gpu_budget
@@ -60,40 +72,38 @@ static int admit(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, zt__jo
   return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
 }
 
-json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, size_t errlen) {
-  zt_job_spec spec;
-  zt__job_needs needs = {0};
+/* The plan reply of an admitted spec (on the worker). */
+static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_needs *nd,
+                         int *rc, char *err, size_t errlen) {
   zt_model *m = NULL;
-  if ((*rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0 ||
-      (*rc = zt_model_create(&m, &spec.model, err, errlen)) < 0)
-    return NULL;
+  if ((*rc = zt_model_create(&m, &sp->model, err, errlen)) < 0) return NULL;
   json_t *ranks = json_array();
-  for (int i = 0; ranks && i < zt__job_world(&spec); i++)
-    if (json_array_append_new(ranks, json_integer((json_int_t)needs.rank_bytes)) < 0) {
+  for (int i = 0; ranks && i < zt__job_world(sp); i++)
+    if (json_array_append_new(ranks, json_integer((json_int_t)nd->rank_bytes)) < 0) {
       json_decref(ranks);
       ranks = NULL;
     }
   json_t *j = ranks ? json_pack("{s:s, s:s, s:I, s:I, s:{s:i, s:i, s:o}}", "backend",
-                                jobs->cfg.backend, "arch", zt_arch_name(spec.model.arch),
+                                jobs->cfg.backend, "arch", zt_arch_name(sp->model.arch),
                                 "params", (json_int_t)zt_model_num_params(m), "backend_bytes",
-                                (json_int_t)needs.backend_bytes, "parallel", "gpus", spec.gpus,
-                                "zero_stage", spec.zero_stage, "rank_bytes", ranks)
+                                (json_int_t)nd->backend_bytes, "parallel", "gpus", sp->gpus,
+                                "zero_stage", sp->zero_stage, "rank_bytes", ranks)
                     : NULL;
   json_t *par = json_object_get(j, "parallel");
-  if (par) json_object_set_new(par, "world", json_integer(zt__job_world(&spec)));
-  if (par && spec.n_peers) {
+  if (par) json_object_set_new(par, "world", json_integer(zt__job_world(sp)));
+  if (par && sp->n_peers) {
     json_t *peers = json_array();
-    for (int i = 0; peers && i < spec.n_peers; i++)
-      json_array_append_new(peers, json_string(spec.peers[i]));
+    for (int i = 0; peers && i < sp->n_peers; i++)
+      json_array_append_new(peers, json_string(sp->peers[i]));
     json_object_set_new(par, "peers", peers);
   }
   int units = zt_model_num_units(m);
   zt_model_destroy(m);
   zt_offload_plan p;
-  if (j && spec.has_offload && zt__job_world(&spec) > 1) {
+  if (j && sp->has_offload && zt__job_world(sp) > 1) {
     /* each rank's placement as resolved (engine/job/dp_placement.c) */
-    zt_train_cfg tc = zt__job_rank_train_cfg(&spec);
-    zt_dp_cfg dc = zt__job_dp_cfg(&spec, 0, 0);
+    zt_train_cfg tc = zt__job_rank_train_cfg(sp);
+    zt_dp_cfg dc = zt__job_dp_cfg(sp, 0, 0);
     json_object_set_new(
         j, "offload",
         json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "optimizer",
@@ -102,11 +112,11 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
                   dc.optimizer == ZT_PLACE_HOST || dc.optimizer == ZT_PLACE_NVME ? dc.gpu_units
                                                                                  : units,
                   "ckpt_every", tc.ckpt_every, "host_bytes_per_rank",
-                  (json_int_t)zt_dp_estimate_host_bytes(&spec.model, &tc, &dc),
-                  "device_bytes_per_rank", (json_int_t)needs.rank_bytes, "nvme_bytes_per_rank",
-                  (json_int_t)zt_dp_estimate_nvme_bytes(&spec.model, &tc, &dc)));
-  } else if (j && spec.has_offload &&
-      zt_offload_estimate(&spec.model, &spec.train, &spec.offload,
+                  (json_int_t)zt_dp_estimate_host_bytes(&sp->model, &tc, &dc),
+                  "device_bytes_per_rank", (json_int_t)nd->rank_bytes, "nvme_bytes_per_rank",
+                  (json_int_t)zt_dp_estimate_nvme_bytes(&sp->model, &tc, &dc)));
+  } else if (j && sp->has_offload &&
+      zt_offload_estimate(&sp->model, &sp->train, &sp->offload,
                           zt_backend_ops_of(jobs->cfg.backend), &p, err, errlen) == 0)
     json_object_set_new(
         j, "offload",
@@ -133,7 +143,7 @@ json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int *rc, char *err, s
 /* A new job in the registry: the next id, jobs/<id>/ with its checkpoints directory, spec.json,
  * part.json for a part, status.json ("queued"). On failure nothing is left but a consumed id
  * (taken once its directory exists). */
-static int create_job(zt_jobs *jobs, const zt_job_spec *spec, const zt__job_part *part,
+static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt__job_part *part,
                       zt__job **out, char *err, size_t errlen) {
   zt__job *job = NULL;
   json_t *pj = NULL;
@@ -145,6 +155,7 @@ static int create_job(zt_jobs *jobs, const zt_job_spec *spec, const zt__job_part
     return rc;
   }
   job->state = ZT_JOB_QUEUED;
+  job->tcp = tcp;
   job->created = zt__now();
   if (part) {
     job->part = *part;
@@ -184,24 +195,173 @@ out:
   return rc;
 }
 
-int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, char id[ZT_JOB_ID_MAX], char *err,
-                   size_t errlen) {
+/* A submit, plan or join on its way: parsed on the loop thread, admitted on a worker (admit,
+ * and for a plan its reply), finished back on the loop thread. */
+typedef enum admit_kind { ADMIT_SUBMIT, ADMIT_PLAN, ADMIT_JOIN } admit_kind;
+
+typedef struct admit_task {
+  zt__work w;
+  admit_kind kind;
+  int tcp;
   zt_job_spec spec;
-  zt__job *job;
+  zt__job_part part;      /* join */
   zt__job_needs needs;
+  int rc;                 /* the worker's verdict */
+  json_t *plan;           /* plan: the reply */
+  char err[ZT__ERR_MAX];
+} admit_task;
+
+/* --max-state-bytes: what the jobs' directories hold now (their checkpoints above all). */
+static int check_state_bytes(zt_jobs *jobs, char *err, size_t errlen) {
+  uint64_t limit = jobs->cfg.max_state_bytes, used;
+  char path[ZT__STATE_DIR_MAX + 8], a[32], b[32];
+  if (!limit) return 0;
+  snprintf(path, sizeof path, "%s/jobs", jobs->state_dir);
+  int rc = zt__store_tree_bytes(path, &used);
+  if (rc < 0) {
+    snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+    return rc;
+  }
+  if (used < limit) return 0;
+  zt_size_format(a, sizeof a, (double)used);
+  zt_size_format(b, sizeof b, (double)limit);
+  snprintf(err, errlen, "the state dir's jobs hold %s (%" PRIu64 " bytes), at or over ztd "
+           "--max-state-bytes %s (%" PRIu64 " bytes): remove jobs that ended (ztctl rm)", a, used,
+           b, limit);
+  return -ENOSPC;
+}
+
+/* --max-queued: checked when the submit comes and again when its job would be queued. */
+static int check_queued(zt_jobs *jobs, char *err, size_t errlen) {
+  if (!jobs->cfg.max_queued || jobs->n_queue < jobs->cfg.max_queued) return 0;
+  snprintf(err, errlen, "%d jobs are queued, ztd --max-queued %d: wait for them to start, or "
+           "cancel some", jobs->n_queue, jobs->cfg.max_queued);
+  return -EBUSY;
+}
+
+static void admit_run(zt__work *w) {
+  admit_task *t = (admit_task *)w;
+  zt_jobs *jobs = w->jobs;
+  if (t->kind == ADMIT_SUBMIT && (t->rc = check_state_bytes(jobs, t->err, sizeof t->err)) < 0)
+    return;
+  t->rc = admit(jobs, &t->spec, t->tcp, &t->needs, t->err, sizeof t->err);
+  if (t->rc == 0 && t->kind == ADMIT_PLAN)
+    t->plan = plan_json(jobs, &t->spec, &t->needs, &t->rc, t->err, sizeof t->err);
+}
+
+static void answer(admit_task *t, int rc, json_t *reply) {
+  if (t->w.done) t->w.done(t->w.owner, rc, reply, rc < 0 ? t->err : NULL);
+}
+
+static int finish_submit(admit_task *t, char id[ZT_JOB_ID_MAX]) {
+  zt_jobs *jobs = t->w.jobs;
+  zt__job *job;
   int rc;
+  if (jobs->shutting_down) {
+    snprintf(t->err, sizeof t->err, "the daemon is shutting down");
+    return -ESHUTDOWN;
+  }
+  if ((rc = check_queued(jobs, t->err, sizeof t->err)) < 0) return rc;
+  /* the queue checks the machine again when the job reaches its head (zt__jobs_maybe_start) */
+  if ((rc = create_job(jobs, &t->spec, t->tcp, NULL, &job, t->err, sizeof t->err)) < 0) return rc;
+  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
+  zt__jobs_enqueue(jobs, job);
+  zt__job_log(job, ZT_LOG_INFO, "queued%s%s", t->spec.name[0] ? ": " : "", t->spec.name);
+  zt__jobs_maybe_start(jobs);
+  return 0;
+}
+
+static int finish_join(admit_task *t, char id[ZT_JOB_ID_MAX]) {
+  zt_jobs *jobs = t->w.jobs;
+  zt__job *job;
+  int rc;
+  if (jobs->shutting_down) {
+    snprintf(t->err, sizeof t->err, "the daemon is shutting down");
+    return -ESHUTDOWN;
+  }
+  /* the coordinator's connection closed while the part was admitted: nobody would drive it */
+  if (!t->w.done) return -ECANCELED;
+  /* the coordinator waits for every part: one that cannot start now is refused, not queued */
+  int free_now = zt__jobs_free_devices(jobs);
+  if (free_now < t->spec.gpus) {
+    snprintf(t->err, sizeof t->err, "busy: %d of this daemon's %d GPUs are free, the part needs %d",
+             free_now, jobs->n_dev, t->spec.gpus);
+    return -EBUSY;
+  }
+  if ((rc = create_job(jobs, &t->spec, t->tcp, &t->part, &job, t->err, sizeof t->err)) < 0) return rc;
+  job->needs = t->needs;
+  job->has_needs = 1;
+  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
+  zt__job_log(job, ZT_LOG_INFO, "joined %s as ranks %d..%d of %d", t->part.coordinator,
+              t->part.rank0, t->part.rank0 + t->spec.gpus - 1, zt__job_world(&t->spec));
+  zt__jobs_start(jobs, job);
+  return 0;
+}
+
+static void admit_finish(zt__work *w) {
+  admit_task *t = (admit_task *)w;
+  char id[ZT_JOB_ID_MAX] = "";
+  int rc = t->rc;
+  if (rc == 0 && t->kind == ADMIT_PLAN) {
+    answer(t, 0, t->plan);
+    return;
+  }
+  if (rc == 0) rc = t->kind == ADMIT_SUBMIT ? finish_submit(t, id) : finish_join(t, id);
+  json_t *reply = rc == 0 ? json_pack("{s:s}", "job", id) : NULL;
+  if (rc == 0 && !reply) {
+    /* the job exists: its id is in the log, the list has it */
+    rc = -ENOMEM;
+    snprintf(t->err, sizeof t->err, "out of memory (job %s was queued)", id);
+  }
+  answer(t, rc, reply);
+  json_decref(reply);
+}
+
+static void admit_release(zt__work *w) {
+  admit_task *t = (admit_task *)w;
+  json_decref(t->plan);
+  free(t);
+}
+
+/* The parsed spec's task, handed to a worker. */
+static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in, int tcp,
+                       const zt__job_part *part, zt_jobs_done_cb done, void *owner, char *err,
+                       size_t errlen) {
   if (jobs->shutting_down) {
     snprintf(err, errlen, "the daemon is shutting down");
     return -ESHUTDOWN;
   }
-  if ((rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0 ||
-      (rc = create_job(jobs, &spec, NULL, &job, err, errlen)) < 0)
+  int rc = kind == ADMIT_SUBMIT ? check_queued(jobs, err, errlen) : 0;
+  if (rc < 0) return rc;
+  admit_task *t = calloc(1, sizeof *t);
+  if (!t) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  if ((rc = parse_spec(jobs, spec_in, &t->spec, err, errlen)) < 0) {
+    free(t);
     return rc;
-  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
-  zt__jobs_enqueue(jobs, job);
-  zt__job_log(job, ZT_LOG_INFO, "queued%s%s", spec.name[0] ? ": " : "", spec.name);
-  zt__jobs_maybe_start(jobs);
+  }
+  t->kind = kind;
+  t->tcp = tcp;
+  if (part) t->part = *part;
+  t->w.run = admit_run;
+  t->w.finish = admit_finish;
+  t->w.release = admit_release;
+  t->w.done = done;
+  t->w.owner = owner;
+  zt__jobs_work(jobs, &t->w);
   return 0;
+}
+
+int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_jobs_done_cb done,
+                   void *owner, char *err, size_t errlen) {
+  return admit_async(jobs, ADMIT_SUBMIT, spec_in, tcp, NULL, done, owner, err, errlen);
+}
+
+int zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_jobs_done_cb done,
+                 void *owner, char *err, size_t errlen) {
+  return admit_async(jobs, ADMIT_PLAN, spec_in, tcp, NULL, done, owner, err, errlen);
 }
 
 /* The join request's "part": {"world", "rank0", "nccl_id", "resume_step", "coordinator"}. */
@@ -245,40 +405,18 @@ static int parse_part(const json_t *p, const zt_job_spec *spec, zt__job_part *ou
   return 0;
 }
 
-int zt_jobs_join(zt_jobs *jobs, const json_t *spec_in, const json_t *part_in, void *owner,
-                 char id[ZT_JOB_ID_MAX], char *err, size_t errlen) {
+int zt_jobs_join(zt_jobs *jobs, const json_t *spec_in, const json_t *part_in, void *conn,
+                 int tcp, zt_jobs_done_cb done, void *owner, char *err, size_t errlen) {
   zt_job_spec spec;
   zt__job_part part;
-  zt__job_needs needs;
-  zt__job *job;
   int rc;
-  if (jobs->shutting_down) {
-    snprintf(err, errlen, "the daemon is shutting down");
-    return -ESHUTDOWN;
-  }
   /* the request's shape first, then what this daemon can do */
   if ((rc = zt__job_spec_parse(spec_in, &spec, err, errlen)) < 0) return rc;
   if (spec.n_peers == 0) {
     snprintf(err, errlen, "join: the spec has no parallel.peers: it is not a job spanning daemons");
     return -EINVAL;
   }
-  if ((rc = parse_part(part_in, &spec, &part, err, errlen)) < 0 ||
-      (rc = admit(jobs, spec_in, &spec, &needs, err, errlen)) < 0)
-    return rc;
-  /* the coordinator waits for every part: one that cannot start now is refused, not queued */
-  int free_now = zt__jobs_free_devices(jobs);
-  if (free_now < spec.gpus) {
-    snprintf(err, errlen, "busy: %d of this daemon's %d GPUs are free, the part needs %d",
-             free_now, jobs->n_dev, spec.gpus);
-    return -EBUSY;
-  }
-  part.owner = owner;
-  if ((rc = create_job(jobs, &spec, &part, &job, err, errlen)) < 0) return rc;
-  job->needs = needs;
-  job->has_needs = 1;
-  snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
-  zt__job_log(job, ZT_LOG_INFO, "joined %s as ranks %d..%d of %d", part.coordinator,
-              part.rank0, part.rank0 + spec.gpus - 1, zt__job_world(&spec));
-  zt__jobs_start(jobs, job);
-  return 0;
+  if ((rc = parse_part(part_in, &spec, &part, err, errlen)) < 0) return rc;
+  part.owner = conn;
+  return admit_async(jobs, ADMIT_JOIN, spec_in, tcp, &part, done, owner, err, errlen);
 }

@@ -81,8 +81,24 @@ void zt__job_answer_checkpoints(zt__job *job, const zt__msg *m) {
   }
 }
 
+/* The connection that pushed is a producer of the job until zt_jobs_forget reports it gone. */
+static int add_producer(zt__job *job, void *producer) {
+  for (int i = 0; i < job->n_producers; i++)
+    if (job->producers[i] == producer) return 0;
+  if (job->n_producers == job->cap_producers) {
+    int cap = job->cap_producers ? 2 * job->cap_producers : 4;
+    void **p = realloc(job->producers, (size_t)cap * sizeof *p);
+    if (!p) return -ENOMEM;
+    job->producers = p;
+    job->cap_producers = cap;
+  }
+  job->producers[job->n_producers++] = producer;
+  return 0;
+}
+
 int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, size_t n_tokens,
-                       zt_jobs_done_cb done, void *owner, char *err, size_t errlen) {
+                       void *producer, zt_jobs_done_cb done, void *owner, char *err,
+                       size_t errlen) {
   zt__job *job = zt__jobs_find(jobs, id, err, errlen);
   if (!job) return -ENOENT;
   if (job->spec.source != ZT_DATA_STREAM) {
@@ -112,6 +128,11 @@ int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, siz
     }
   }
   pthread_mutex_lock(&jobs->mu);
+  if (add_producer(job, producer) < 0) {
+    pthread_mutex_unlock(&jobs->mu);
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
   if (!job->pushes && job->ring.count < job->ring.cap) {
     zt__batch_ring_put(&job->ring, tokens);
     uint32_t queued = job->ring.count;
@@ -168,8 +189,22 @@ int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void
 }
 
 void zt_jobs_forget(zt_jobs *jobs, void *owner) {
+  zt__jobs_work_forget(jobs, owner);
   /* a part whose coordinator's connection closed cannot meet the other ranks again */
   pthread_mutex_lock(&jobs->mu);
+  /* a producer gone: the last one starts its job's data.stream_timeout */
+  for (int i = 0; i < jobs->n_all; i++) {
+    zt__job *job = jobs->all[i];
+    for (int k = 0; k < job->n_producers; k++) {
+      if (job->producers[k] != owner) continue;
+      job->producers[k] = job->producers[--job->n_producers];
+      if (!job->n_producers) {
+        job->idle_since = zt__mono();
+        pthread_cond_broadcast(&job->cond);
+      }
+      break;
+    }
+  }
   for (int i = 0; i < jobs->n_all; i++) {
     zt__job *job = jobs->all[i];
     if (!job->part.member || job->part.owner != owner) continue;

@@ -8,26 +8,19 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "engine/base/path.h"
 #include "proto/zt_tokens.h"
 
-int zt__token_file_open(zt__token_file *f, const char *path, int map, char *err, size_t errlen) {
+int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_path_roots *roots,
+                        char *err, size_t errlen) {
   int rc = 0;
   memset(f, 0, sizeof *f);
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (f->fd < 0) {
-    rc = -errno;
-    snprintf(err, errlen, "data.path: %s: %s", path, strerror(errno));
+  if ((rc = zt_path_open("data.path", path, 0, roots, &f->fd, NULL, 0, err, errlen)) < 0)
     goto out;
-  }
   struct stat st;
   if (fstat(f->fd, &st) != 0) {
     rc = -errno;
     snprintf(err, errlen, "data.path: %s: %s", path, strerror(errno));
-    goto out;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    rc = -EINVAL;
-    snprintf(err, errlen, "data.path: %s: not a regular file", path);
     goto out;
   }
   uint8_t hdr[ZT_TOKENS_HEADER_BYTES];
@@ -46,8 +39,8 @@ int zt__token_file_open(zt__token_file *f, const char *path, int map, char *err,
   uint64_t body = (uint64_t)st.st_size - ZT_TOKENS_HEADER_BYTES;
   if (body % h.token_bytes != 0) {
     rc = -EINVAL;
-    snprintf(err, errlen, "data.path: %s: truncated (%llu bytes of tokens is not a multiple of %u)",
-             path, (unsigned long long)body, h.token_bytes);
+    snprintf(err, errlen, "data.path: %s: truncated (its tokens are not a whole number of "
+             "%u-byte tokens)", path, h.token_bytes);
     goto out;
   }
   f->token_bytes = h.token_bytes;

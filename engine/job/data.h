@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "engine/base/path.h"
 
 typedef struct zt__token_file {
   int fd;
@@ -16,9 +17,11 @@ typedef struct zt__token_file {
   uint64_t n_tokens;
 } zt__token_file;
 
-/* Opens and checks a token file; map = 1 maps it for sampling. Errors name the path and cause
- * ("data.path: /x.tok: No such file or directory"). */
-int zt__token_file_open(zt__token_file *f, const char *path, int map, char *err, size_t errlen);
+/* Opens and checks a token file, a regular file inside roots (NULL: anywhere; engine/base/path.h);
+ * map = 1 maps it for sampling. Errors name the path and cause ("data.path: /x.tok: No such file
+ * or directory"), never a value read from a file that is not a token file. */
+int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_path_roots *roots,
+                        char *err, size_t errlen);
 void zt__token_file_close(zt__token_file *f);
 
 uint64_t zt__splitmix64(uint64_t x);

@@ -106,8 +106,14 @@ static int make(zt__exports *x, xreq *r, int step, const char *final) {
   if (snprintf(tmp, sizeof tmp, "%s.tmp", final) >= (int)sizeof tmp)
     return fail(r, -ENAMETOOLONG, "%s: %s", final);
   zt__store_checkpoint_path(weights, sizeof weights, r->dir, step);
+  /* what is converted is checked first (the checksums the checkpoint recorded) */
+  int rc = zt_checkpoint_verify(weights, "model.safetensors", r->err, sizeof r->err);
+  if (rc == 1)
+    ZT_LOGW("job", "%s: no checksums (written before zt recorded them): exported unverified",
+            weights);
+  if (rc < 0) return rc;
   strncat(weights, "/model.safetensors", sizeof weights - strlen(weights) - 1);
-  int rc = fresh_tmp(r, tmp);
+  rc = fresh_tmp(r, tmp);
   if (rc == 0) rc = zt_model_create(&m, &r->model, r->err, sizeof r->err);
   if (rc == 0) rc = zt_hf_export(m, weights, tmp, &o, r->err, sizeof r->err);
   if (rc == 0 && rename(tmp, final) < 0) rc = fail(r, -errno, "rename to %s: %s", final);

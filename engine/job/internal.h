@@ -1,5 +1,5 @@
 /* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, credit.c,
- * report.c, export.c, export_hf.c, recover.c) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
+ * report.c, export.c, export_hf.c, recover.c, work.c and the workers it runs) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
  * thread per running job). The fields a runner and the loop both touch are guarded by
  * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
 #ifndef ZT_JOB_INTERNAL_H
@@ -71,6 +71,7 @@ typedef struct zt__job {
   int held[ZT_JOBS_MAX_GPUS];
   int n_held;
   zt__job_part part;          /* set before the runner starts, read-only after */
+  int tcp;                    /* submitted over TCP: its paths are confined (jobs.h) */
 
   /* guarded by jobs->mu */
   zt_job_state state;
@@ -92,7 +93,13 @@ typedef struct zt__job {
   uint64_t ckpt_requested;    /* generation of the newest checkpoint request */
   uint64_t ckpt_taken;        /* generation the newest checkpoint answered */
   zt__batch_ring ring;        /* stream jobs */
-  pthread_cond_t cond;        /* runner waits for data; push, cancel, shutdown signal it */
+  /* stream jobs: the connections that pushed batches and are still open, and since when none
+   * is (CLOCK_MONOTONIC seconds): data.stream_timeout counts from then (runner.c) */
+  void **producers;
+  int n_producers, cap_producers;
+  double idle_since;
+  pthread_cond_t cond;        /* runner waits for data; push, cancel, shutdown, producers
+                                 coming and going signal it (CLOCK_MONOTONIC) */
 
   /* loop thread only */
   zt__pending_push *pushes, *pushes_tail;
@@ -101,7 +108,25 @@ typedef struct zt__job {
   int has_thread;
   zt__job_needs needs;        /* measured when the job reached the head of the queue */
   int has_needs;
+  int checking;               /* a worker checks the machine for its start (queue.c) */
+  int export_verified;        /* the checkpoint whose model.safetensors passed its checksums
+                                 for an export (export.c), 0 none */
 } zt__job;
+
+/* Work off the loop thread (work.c): run on a worker, then finish on the loop thread unless
+ * the registry closed meanwhile; release always, last. done/owner: the request it answers
+ * (NULL once zt_jobs_forget dropped its owner). A task refers to a job by its id, not its
+ * pointer: the job may be gone by the time it finishes. */
+typedef struct zt__work {
+  uv_work_t req;
+  struct zt_jobs *jobs;
+  struct zt__work *prev, *next;
+  void (*run)(struct zt__work *w);
+  void (*finish)(struct zt__work *w);
+  void (*release)(struct zt__work *w);
+  zt_jobs_done_cb done;
+  void *owner;
+} zt__work;
 
 typedef enum zt__msg_kind {
   ZT__MSG_EVENT = 1,    /* obj: an event for on_event */
@@ -145,7 +170,18 @@ struct zt_jobs {
   int shutdown_notified;
   void (*shutdown_done)(void *user);
   void *shutdown_user;
+  zt__work *works;            /* tasks out on workers */
+  int closing;                /* zt_jobs_close ran: the last task frees the registry */
 };
+
+/* work.c */
+void zt__jobs_work(zt_jobs *jobs, zt__work *w);
+void zt__jobs_work_forget(zt_jobs *jobs, void *owner);
+/* Marks the registry closed and cancels what has not started: 1 while tasks are still out (the
+ * last one frees the registry), else 0. */
+int zt__jobs_work_closed(zt_jobs *jobs);
+/* registry.c: the registry's own memory, freed last. */
+void zt__jobs_free(zt_jobs *jobs);
 
 /* Runner -> loop (queue.c): appends under mu and wakes the loop. obj is stolen; text may be
  * NULL. */
@@ -170,6 +206,8 @@ int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job 
 void zt__job_free(zt__job *job);
 int zt__jobs_add(zt_jobs *jobs, zt__job *job);
 int64_t zt__now(void);
+/* CLOCK_MONOTONIC in seconds, the clock of job->cond's timed waits. */
+double zt__mono(void);
 /* queue.c: the queue, the devices, the runners' messages. */
 void zt__jobs_on_async(uv_async_t *h);
 int zt__jobs_free_devices(const zt_jobs *jobs);
@@ -222,9 +260,11 @@ typedef struct runner {
   void (*comm_close)(zt_comm *c);
   zt_comm_cpu_group *group;
   zt__token_file tokens;
+  zt_model_cfg model;     /* the spec's, its init file by its resolved name */
   int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
   int32_t *batch;         /* the step's micro-batches, back to back */
   int have;               /* stream: micro-batches of the next step already in batch */
+  int starved;            /* stream: no producer for data.stream_timeout (take_micro_batch) */
   FILE *losses;
   zt__series series;          /* metrics.jsonl and TensorBoard's files (series.h) */
   char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */

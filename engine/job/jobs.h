@@ -4,7 +4,8 @@
  * Threading: every function here is called on the daemon's loop thread (libuv), and every
  * callback (events, batch credit, checkpoint completion, shutdown) is invoked on that thread too:
  * runners hand results back through a locked queue and uv_async_send. Nothing here blocks the
- * loop for long (no training, no waiting on runners).
+ * loop for long (no training, no waiting on runners) and nothing here opens a user's path on it:
+ * what reads the files a job names runs on libuv's thread pool (engine/job/work.c).
  *
  * Requests and replies are jansson objects: the server packs them to msgpack. Every error is a
  * negative errno plus a message naming the cause (field name for spec errors). */
@@ -52,7 +53,21 @@ typedef struct zt_jobs_config {
   uint64_t gpu_mem_limit;       /* 0 = the device's memory; a cuda job above it is refused */
   const char *nvme_dir;         /* --nvme-dir: an offloaded job's NVMe tier unless its spec
                                    names one; NULL = none */
+  /* Where jobs may reach, as resolved directories (symlinks followed). offload.nvme_dir must lie
+   * inside one of nvme_dirs (--nvme-dir, nvme_dir the first); with none a Unix-socket client's
+   * job may name any directory, a TCP client's none. A TCP client's job reads its files
+   * (data.path, model.init.safetensors) only inside data_roots (--data-root; none: it may name
+   * no file); a Unix-socket client's anywhere (the socket is 0600: it is the daemon's user). */
+  const char *const *nvme_dirs;
+  int n_nvme_dirs;
+  const char *const *data_roots;
+  int n_data_roots;
   uint32_t batch_queue_depth;   /* micro-batches a stream job buffers before credit stops */
+  /* Quotas of submit: --max-queued, the jobs queued at once (0: none), refused with -EBUSY;
+   * --max-state-bytes, the size of state_dir's jobs/ (0: none), at or over which a submit is
+   * refused with -ENOSPC. Both with the numbers. */
+  int max_queued;
+  uint64_t max_state_bytes;
   /* A job spanning daemons (parallel.peers): the token this daemon sends its peers (its own
    * --token-file: the daemons of such a job share one), NULL = such jobs are refused; and how
    * the parts name this daemon in their messages ("host 10.0.0.1:7070"). */
@@ -77,22 +92,36 @@ void zt_jobs_close(zt_jobs *jobs);
  * the status reply: "gpus" is the device set, each with the job holding it (null: free). */
 json_t *zt_jobs_status(zt_jobs *jobs);
 
-/* Validates the spec (every field; the error names it), writes jobs/<id>/ and queues the job. */
-int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
-                   size_t errlen);
+/* Completion of an asynchronous request: rc 0 with a reply object (may be NULL), or -errno and
+ * a message. Called exactly once unless zt_jobs_forget(owner) ran first. */
+typedef void (*zt_jobs_done_cb)(void *owner, int rc, json_t *reply, const char *message);
+
+/* Submit, plan and join answer later: the spec's structure is checked at once (-errno and the
+ * message naming the field, done not called), then a worker checks the files it names and sizes
+ * it (the loop never opens a user's file), and done gets the answer on the loop thread.
+ *
+ * tcp: the request came over TCP, whose clients' jobs reach only the directories the daemon
+ * allows them (zt_jobs_config: data_roots, nvme_dirs); the job remembers it for its start.
+ *
+ * Submit: validates the spec (every field; the error names it), writes jobs/<id>/ and queues
+ * the job; done gets {"job": id}. */
+int zt_jobs_submit(zt_jobs *jobs, const json_t *spec, int tcp, zt_jobs_done_cb done,
+                   void *owner, char *err, size_t errlen);
 /* Daemon to daemon (the coordinator of a job spanning daemons calls it over TCP): validates the
  * job's normalised spec and its part ({"world", "rank0", "nccl_id", "resume_step",
  * "coordinator"}: engine/job/internal.h) and starts the part now on parallel.gpus free devices
- * (-EBUSY when they are not free: the coordinator waits for its parts, so they never queue).
- * The part ends when zt_jobs_forget(owner) reports the connection gone. */
-int zt_jobs_join(zt_jobs *jobs, const json_t *spec, const json_t *part, void *owner,
-                 char id[ZT_JOB_ID_MAX], char *err, size_t errlen);
-/* The same validation and sizing as submit, without queueing: {"backend", "arch", "params",
- * "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes": [per rank]}[, "offload":
- * {"host_bytes", "device_bytes", "nvme_bytes", ...}]}, or NULL with *rc
- * and the refusal submit would give (ENOMEM with the numbers when it cannot fit, ENOSPC when
- * its NVMe files do not fit offload.nvme_dir). */
-json_t *zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen);
+ * (-EBUSY when they are not free: the coordinator waits for its parts, so they never queue);
+ * done gets {"job": id}. The part belongs to conn: it ends when zt_jobs_forget(conn) reports the
+ * connection gone. */
+int zt_jobs_join(zt_jobs *jobs, const json_t *spec, const json_t *part, void *conn, int tcp,
+                 zt_jobs_done_cb done, void *owner, char *err, size_t errlen);
+/* The same validation and sizing as submit, without queueing; done gets {"backend", "arch",
+ * "params", "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes": [per rank]}[,
+ * "offload": {"host_bytes", "device_bytes", "nvme_bytes", ...}]}, or the refusal submit would
+ * give (ENOMEM with the numbers when it cannot fit, ENOSPC when its NVMe files do not fit
+ * offload.nvme_dir). */
+int zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int tcp, zt_jobs_done_cb done,
+                 void *owner, char *err, size_t errlen);
 /* {"jobs": [ {job, name, state, arch, step, steps, loss, created, gpus}, ... ]}; gpus: the
  * devices a running job holds ([] otherwise). */
 json_t *zt_jobs_list(zt_jobs *jobs);
@@ -116,17 +145,20 @@ json_t *zt_jobs_log(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t len
                     char *err, size_t errlen);
 /* Terminal states answer -EINVAL ("job j000003 is already done"). */
 int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen);
-
-/* Completion of an asynchronous request: rc 0 with a reply object (may be NULL), or -errno and
- * a message. Called exactly once unless zt_jobs_forget(owner) ran first. */
-typedef void (*zt_jobs_done_cb)(void *owner, int rc, json_t *reply, const char *message);
+/* Removes a job that ended (done, failed, cancelled) and its directory; its id is never given
+ * again. A queued or running job (or a cancelled one whose runner is still stopping) is
+ * refused with -EBUSY. */
+int zt_jobs_rm(zt_jobs *jobs, const char *id, char *err, size_t errlen);
 
 /* Queues one micro-batch for a stream job. Calls done with {"queued": n} (micro-batches now in
  * the job's queue) when the batch is in that queue: at once if there is room, later if the
  * queue is full (this is the client's credit). Tokens must be in [0, model.vocab). Wrong job,
- * wrong source or wrong token count fail synchronously (return -errno, done not called). */
+ * wrong source or wrong token count fail synchronously (return -errno, done not called).
+ * producer (the connection) counts as the job's producer until zt_jobs_forget(producer): a
+ * running stream job with none for data.stream_timeout seconds checkpoints and fails. */
 int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, size_t n_tokens,
-                       zt_jobs_done_cb done, void *owner, char *err, size_t errlen);
+                       void *producer, zt_jobs_done_cb done, void *owner, char *err,
+                       size_t errlen);
 /* Asks a running job to checkpoint at its next step boundary; done gets {"step", "path"}. */
 int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void *owner,
                        char *err, size_t errlen);
@@ -135,12 +167,15 @@ int zt_jobs_checkpoint(zt_jobs *jobs, const char *id, zt_jobs_done_cb done, void
 void zt_jobs_forget(zt_jobs *jobs, void *owner);
 
 /* Reads up to `length` bytes (and at most 16 MiB) at `offset` of the job's latest exported
- * weights (the newest checkpoint's model.safetensors). Fills *data (malloc'd), *len, *total and
- * *step.
- * -ENOENT when the job has no checkpoint yet. */
-int zt_jobs_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
-                         uint8_t **data, size_t *len, uint64_t *total, uint64_t *step,
-                         char *err, size_t errlen);
+ * weights (the newest checkpoint's model.safetensors) on a worker; done gets them (data valid
+ * during the call), the file's size and the checkpoint's step, or -ENOENT when the job has no
+ * checkpoint yet, -EBADMSG naming the tensor when the file fails its checksums (verified once
+ * per checkpoint, before its first chunk). An unknown job fails at once (done not called).
+ * Called exactly once unless zt_jobs_forget(owner) ran first. */
+typedef void (*zt_jobs_export_cb)(void *owner, int rc, const uint8_t *data, size_t len,
+                                  uint64_t total, uint64_t step, const char *message);
+int zt_jobs_export(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                   zt_jobs_export_cb done, void *owner, char *err, size_t errlen);
 
 /* The Hugging Face export of the job's newest checkpoint (docs/protocol.md, "export"): made on
  * a worker thread into the job's directory (export/, store.h) once per checkpoint, dtype ("fp32"

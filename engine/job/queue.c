@@ -108,6 +108,8 @@ void zt__jobs_start(zt_jobs *jobs, zt__job *job) {
   if (!job->started) job->started = zt__now();
   job->backend_bytes = job->needs.backend_bytes;
   job->stop = ZT__STOP_NONE;
+  /* a stream job's wait for a producer counts while it holds its devices */
+  if (!job->n_producers) job->idle_since = zt__mono();
   pthread_mutex_unlock(&jobs->mu);
   int rc = -pthread_create(&job->thread, NULL, zt__runner_main, job);
   if (rc < 0) {
@@ -131,27 +133,83 @@ void zt__jobs_start(zt_jobs *jobs, zt__job *job) {
   zt__jobs_emit(jobs, job, ev);
 }
 
+/* The machine checked for a queued job about to start (its files, its devices, its memory), on
+ * a worker: a job queued before a restart was validated by another daemon (its files may be
+ * gone, the daemon may own fewer devices), and a file may have changed since the submit. The
+ * job is found again by its id when the check ends: it may have been cancelled meanwhile. */
+typedef struct start_check {
+  zt__work w;
+  char id[ZT_JOB_ID_MAX];
+  zt_job_spec spec;
+  int tcp;
+  zt__job_needs needs;
+  int rc;
+  char err[ZT__ERR_MAX];
+} start_check;
+
+static void start_check_run(zt__work *w) {
+  start_check *c = (start_check *)w;
+  const zt_jobs_config *cfg = &w->jobs->cfg;
+  if ((c->rc = zt__job_spec_check_files(&c->spec, cfg, c->tcp, c->err, sizeof c->err)) == 0)
+    c->rc = zt__job_spec_check_resources(&c->spec, cfg, &c->needs, c->err, sizeof c->err);
+}
+
+static void start_check_finish(zt__work *w) {
+  start_check *c = (start_check *)w;
+  zt_jobs *jobs = w->jobs;
+  char none[ZT__ERR_MAX];
+  zt__job *job = zt__jobs_find(jobs, c->id, none, sizeof none);
+  if (job) job->checking = 0;
+  if (job && zt__job_state_of(job) == ZT_JOB_QUEUED) {
+    if (c->rc < 0) {
+      for (int i = 0; i < jobs->n_queue; i++)
+        if (jobs->queue[i] == job) {
+          memmove(jobs->queue + i, jobs->queue + i + 1,
+                  (size_t)(jobs->n_queue - i - 1) * sizeof *jobs->queue);
+          jobs->n_queue--;
+          break;
+        }
+      zt__job_fail(jobs, job, c->err);
+    } else {
+      job->needs = c->needs;
+      job->has_needs = 1;
+    }
+  }
+  zt__jobs_maybe_start(jobs);
+}
+
+static void start_check_release(zt__work *w) { free(w); }
+
+static void start_check_begin(zt_jobs *jobs, zt__job *job) {
+  start_check *c = calloc(1, sizeof *c);
+  if (!c) {
+    memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
+    zt__job_fail(jobs, job, "out of memory checking the job before its start");
+    return;
+  }
+  snprintf(c->id, sizeof c->id, "%s", job->id);
+  c->spec = job->spec;
+  c->tcp = job->tcp;
+  c->w.run = start_check_run;
+  c->w.finish = start_check_finish;
+  c->w.release = start_check_release;
+  job->checking = 1;
+  zt__jobs_work(jobs, &c->w);
+}
+
 /* Starts queued jobs in FIFO order. The head starts when parallel.gpus devices are free (it
- * takes the first free ones) and its host memory fits beside the running jobs'; nothing
- * overtakes a head that waits, so narrow jobs cannot starve a wide one (they queue behind it
- * instead of filling the devices it waits for). The machine is checked again here because a
- * job queued before a restart was validated by another daemon (its files may be gone, the
- * daemon may own fewer devices). */
+ * takes the first free ones), the machine has been checked for it (start_check) and its host
+ * memory fits beside the running jobs'; nothing overtakes a head that waits, so narrow jobs
+ * cannot starve a wide one (they queue behind it instead of filling the devices it waits
+ * for). */
 void zt__jobs_maybe_start(zt_jobs *jobs) {
   while (!jobs->shutting_down && jobs->n_queue > 0) {
     zt__job *job = jobs->queue[0];
-    char err[ZT__ERR_MAX];
-    int rc;
     /* a job wider than the device set is failed by the check rather than waiting forever */
     if (job->spec.gpus <= jobs->n_dev && zt__jobs_free_devices(jobs) < job->spec.gpus) return;
     if (!job->has_needs) {
-      rc = zt__job_spec_check_resources(&job->spec, &jobs->cfg, &job->needs, err, sizeof err);
-      if (rc < 0) {
-        memmove(jobs->queue, jobs->queue + 1, (size_t)(--jobs->n_queue) * sizeof *jobs->queue);
-        zt__job_fail(jobs, job, err);
-        continue;
-      }
-      job->has_needs = 1;
+      if (!job->checking) start_check_begin(jobs, job);
+      return;
     }
     /* alone it fits (admission checked that); beside others it waits for them */
     const char *what;

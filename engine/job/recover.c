@@ -1,5 +1,6 @@
 /* defines: zt__jobs_scan (internal.h; called by zt_jobs_open): the jobs of the state dir read
- * back after a restart; one that was queued or running is queued again where it can resume. */
+ * back after a restart; one that was queued or running is queued again where it can resume.
+ * The files a job names are not read here: the queue's start check does it on a worker. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -36,7 +37,9 @@ static int load_job(zt_jobs *jobs, const char *id) {
   }
   if ((rc = zt__job_new(jobs, id, &spec, &job)) < 0) goto out;
   /* A runner that never ended (the daemon was killed) left its NVMe files: they take the space
-   * the job needs to start again. */
+   * the job needs to start again. This runs before the daemon serves anyone (zt_jobs_open) and
+   * only removes a directory the daemon made (store.h; nftw opens directories only, never a
+   * FIFO or a device). */
   char nvme_dir[ZT_PATH_MAX];
   int swept = zt__store_nvme_sweep(dir, id, nvme_dir, sizeof nvme_dir, err, sizeof err);
   if (swept < 0) ZT_LOGW("job", "%s: NVMe files of an interrupted run: %s", id, err);
@@ -54,12 +57,16 @@ static int load_job(zt_jobs *jobs, const char *id) {
     job->has_ckpt = 1;
     job->ckpt_step = (int)json_integer_value(v);
   }
+  /* absent from a record written before TCP jobs were confined: unconfined, as that daemon
+   * ran it */
+  job->tcp = !strcmp(json_string_value(json_object_get(st, "client")) ?: "", "tcp");
   job->created = status_time(st, "created");
   job->started = status_time(st, "started");
   job->ended = status_time(st, "ended");
   if ((rc = zt__jobs_add(jobs, job)) < 0) goto out;
   zt__job *added = job;
   job = NULL;
+
   char why[ZT__ERR_MAX];
   json_t *part = zt__store_read_json(dir, "part.json", why, sizeof why);
   if (part) {
@@ -125,6 +132,9 @@ int zt__jobs_scan(zt_jobs *jobs, char *err, size_t errlen) {
     n++;
   }
   if (n) qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+  /* ids of removed jobs stay taken */
+  long kept = zt__store_ids_next(jobs->state_dir);
+  if (kept > jobs->next_id) jobs->next_id = kept;
   for (int i = 0; i < n && rc == 0; i++) {
     long num = atol(ids[i] + 1);
     if (num >= jobs->next_id) jobs->next_id = num + 1;

@@ -33,6 +33,12 @@ int zt__job_state_terminal(zt_job_state s) { return s >= ZT_JOB_DONE; }
 
 int64_t zt__now(void) { return (int64_t)time(NULL); }
 
+double zt__mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* The job of that id; NULL with the message of -ENOENT if there is none. */
 zt__job *zt__jobs_find(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
   for (int i = 0; i < jobs->n_all; i++)
@@ -62,6 +68,7 @@ void zt__job_free(zt__job *job) {
     free(q);
   }
   zt__batch_ring_free(&job->ring);
+  free(job->producers);
   pthread_cond_destroy(&job->cond);
   json_decref(job->spec_json);
   free(job);
@@ -76,7 +83,11 @@ int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job 
   job->spec = *spec;
   job->micro_tokens =
       (size_t)spec->train.micro_batch * ((size_t)spec->model.seq_len + 1);
-  pthread_cond_init(&job->cond, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&job->cond, &ca);
+  pthread_condattr_destroy(&ca);
   job->spec_json = zt__job_spec_to_json(spec);
   int rc = job->spec_json ? 0 : -ENOMEM;
   if (rc == 0 && spec->source == ZT_DATA_STREAM) {
@@ -88,6 +99,35 @@ int zt__job_new(zt_jobs *jobs, const char *id, const zt_job_spec *spec, zt__job 
     return rc;
   }
   *out = job;
+  return 0;
+}
+
+int zt_jobs_rm(zt_jobs *jobs, const char *id, char *err, size_t errlen) {
+  zt__job *job = zt__jobs_find(jobs, id, err, errlen);
+  if (!job) return -ENOENT;
+  zt_job_state s = zt__job_state_of(job);
+  /* a cancelled job's runner may still be on its way out; a worker may still look at it */
+  if (!zt__job_state_terminal(s) || job->has_thread || job->checking) {
+    snprintf(err, errlen, "job %s is %s; only a job that ended (done, failed, cancelled) is "
+             "removed%s", id, zt__job_state_terminal(s) ? "still stopping" : zt_job_state_name(s),
+             zt__job_state_terminal(s) ? "" : " (ztctl cancel it first)");
+    return -EBUSY;
+  }
+  /* the id stays taken: a restart must not give it to a new job (zt__store_ids) */
+  int rc = zt__store_ids_record(jobs->state_dir, jobs->next_id, err, errlen);
+  if (rc < 0) return rc;
+  if ((rc = zt__store_remove_tree(job->dir)) < 0) {
+    snprintf(err, errlen, "%s: %s", job->dir, strerror(-rc));
+    return rc;
+  }
+  for (int i = 0; i < jobs->n_all; i++)
+    if (jobs->all[i] == job) {
+      memmove(jobs->all + i, jobs->all + i + 1, (size_t)(jobs->n_all - i - 1) * sizeof *jobs->all);
+      jobs->n_all--;
+      break;
+    }
+  ZT_LOGI("job", "%s removed (it was %s)", id, zt_job_state_name(s));
+  zt__job_free(job);
   return 0;
 }
 
@@ -183,8 +223,17 @@ void zt_jobs_close(zt_jobs *jobs) {
   for (int i = 0; i < jobs->n_all; i++) zt__job_free(jobs->all[i]);
   free(jobs->all);
   free(jobs->queue);
+  jobs->all = NULL;
+  jobs->queue = NULL;
+  jobs->n_all = jobs->n_queue = 0;
   if (jobs->async) uv_close((uv_handle_t *)jobs->async, free_async);
   if (jobs->lock_fd >= 0) close(jobs->lock_fd);
+  jobs->lock_fd = -1;
+  /* tasks a worker still runs finish into nothing; the last one frees what is left */
+  if (!zt__jobs_work_closed(jobs)) zt__jobs_free(jobs);
+}
+
+void zt__jobs_free(zt_jobs *jobs) {
   pthread_mutex_destroy(&jobs->mu);
   free(jobs);
 }

@@ -42,7 +42,8 @@ static json_t *time_or_null(int64_t t) { return t ? json_integer(t) : json_null(
 int zt__job_write_status(zt__job *job, char *err, size_t errlen) {
   pthread_mutex_lock(&job->jobs->mu);
   json_t *st = json_pack(
-      "{s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "state", zt_job_state_name(job->state),
+      "{s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "state",
+      zt_job_state_name(job->state), "client", job->tcp ? "tcp" : "unix",
       "step", job->step, "steps", job->spec.train.steps, "loss",
       job->has_loss ? json_real(job->loss) : json_null(), "error",
       job->error[0] ? json_string(job->error) : json_null(), "created",

@@ -77,16 +77,30 @@ out:
 }
 
 /* Stream: waits for one micro-batch. 1 = got it; 0 = woken for a stop or a checkpoint request
- * (the batches already taken stay in r->batch for the step). A job spanning daemons checkpoints
- * after its next step (the flags), so a request does not interrupt its wait. */
+ * (the batches already taken stay in r->batch for the step), or with r->starved set when no
+ * producer has been connected for data.stream_timeout seconds. A job spanning daemons
+ * checkpoints after its next step (the flags), so a request does not interrupt its wait; its
+ * parts wait for their coordinator, not for producers. */
 static int take_micro_batch(runner *r, int32_t *dst) {
   zt__job *job = r->job;
   pthread_mutex_t *mu = &job->jobs->mu;
-  int got = 0;
+  int got = 0, timeout = job->part.member ? 0 : job->spec.stream_timeout;
   pthread_mutex_lock(mu);
   while (job->ring.count == 0 && job->stop == ZT__STOP_NONE &&
-         (r->spans || job->ckpt_requested == job->ckpt_taken))
-    pthread_cond_wait(&job->cond, mu);
+         (r->spans || job->ckpt_requested == job->ckpt_taken)) {
+    if (!timeout || job->n_producers) {
+      pthread_cond_wait(&job->cond, mu);
+      continue;
+    }
+    double deadline = job->idle_since + timeout;
+    if (zt__mono() >= deadline) {
+      r->starved = 1;
+      break;
+    }
+    struct timespec ts = {.tv_sec = (time_t)deadline,
+                          .tv_nsec = (long)((deadline - (double)(time_t)deadline) * 1e9)};
+    pthread_cond_timedwait(&job->cond, mu, &ts);
+  }
   if (job->ring.count > 0 && job->stop == ZT__STOP_NONE &&
       (r->spans || job->ckpt_requested == job->ckpt_taken)) {
     zt__batch_ring_take(&job->ring, dst);
@@ -154,8 +168,17 @@ static int open_job(runner *r) {
   const zt_backend *be = &r->ranks[0].be;
   zt_offload_cfg oc = s->offload;
   int rc;
+  /* the files again, confined as at the submit: a name may lead elsewhere by now */
+  zt_path_roots files = zt__job_roots(&job->jobs->cfg, job->tcp, 0);
   if (s->source == ZT_DATA_FILE &&
-      (rc = zt__token_file_open(&r->tokens, s->data_path, 1, r->err, sizeof r->err)) < 0)
+      (rc = zt__token_file_open(&r->tokens, s->data_path, 1, &files, r->err, sizeof r->err)) < 0)
+    return rc;
+  /* the trainer reads the init file by the name it resolved to here */
+  zt_model_cfg *mc = &r->model;
+  *mc = s->model;
+  if (mc->init_path[0] &&
+      (rc = zt_path_open("model.init.safetensors", s->model.init_path, 0, &files, NULL,
+                         mc->init_path, sizeof mc->init_path, r->err, sizeof r->err)) < 0)
     return rc;
   /* a plan with NVMe files (optimizer nvme, or auto's host/NVMe split) */
   zt_offload_plan plan;
@@ -174,12 +197,11 @@ static int open_job(runner *r) {
   if (r->nvme_bytes > 0 && (rc = make_nvme_dir(r, &oc)) < 0) return rc;
   if (r->world > 1) {
     dpc.nvme_dir = oc.nvme_dir; /* the job's directory under it */
-    rc = zt_trainer_open_dp(&r->trainer, &s->model, &tc, &dpc, r->ranks, r->err, sizeof r->err);
+    rc = zt_trainer_open_dp(&r->trainer, mc, &tc, &dpc, r->ranks, r->err, sizeof r->err);
   } else if (s->has_offload) {
-    rc = zt_trainer_open_offload(&r->trainer, &s->model, &s->train, &oc, be, r->err,
-                                 sizeof r->err);
+    rc = zt_trainer_open_offload(&r->trainer, mc, &s->train, &oc, be, r->err, sizeof r->err);
   } else {
-    rc = zt_trainer_open(&r->trainer, &s->model, &s->train, be, r->err, sizeof r->err);
+    rc = zt_trainer_open(&r->trainer, mc, &s->train, be, r->err, sizeof r->err);
   }
   if (rc < 0) {
     if (r->nvme_dir[0]) explain_nvme_space(r, rc, be->ops);
@@ -225,6 +247,62 @@ static int open_job(runner *r) {
   job->backend_bytes = zt_trainer_backend_bytes(r->trainer);
   pthread_mutex_unlock(&job->jobs->mu);
   return 0;
+}
+
+/* The checkpoint a job resumes from: the newest that passes its checksums (zt_checkpoint_verify;
+ * one from before them is taken with a warning). Newer ones that fail are moved aside
+ * (step-NNNNNNNN.corrupt: kept for a look, no longer the job's newest) and the job's log and a
+ * "resume" event say so; when none passes the job fails rather than start over, its
+ * checkpoints left in place. The step, 0 for none, or -errno with r->err. */
+static int intact_checkpoint(runner *r) {
+  zt__job *job = r->job;
+  int *steps = NULL, n = zt__store_checkpoints(job->dir, &steps), pick = -1, rc = 0;
+  char path[ZT__JOB_DIR_MAX + 64], why[ZT__ERR_MAX], first[ZT__ERR_MAX] = "";
+  if (n < 0) {
+    snprintf(r->err, sizeof r->err, "%s/checkpoints: %s", job->dir, strerror(-n));
+    return n;
+  }
+  for (int i = n - 1; i >= 0 && pick < 0; i--) {
+    zt__store_checkpoint_path(path, sizeof path, job->dir, steps[i]);
+    rc = zt_checkpoint_verify(path, NULL, why, sizeof why);
+    if (rc >= 0) {
+      pick = i;
+      if (rc == 1)
+        zt__job_log(job, ZT_LOG_WARN, "%s has no checksums (written before zt recorded "
+                    "them): resumes from it unverified", path);
+    } else {
+      zt__job_log(job, ZT_LOG_WARN, "checkpoint at step %d fails its verification: %s",
+                  steps[i], why);
+      if (!first[0]) snprintf(first, sizeof first, "%s", why);
+    }
+  }
+  if (n > 0 && pick < 0) {
+    snprintf(r->err, sizeof r->err, "no intact checkpoint to resume from (the newest: %.1900s)",
+             first);
+    free(steps);
+    return -EBADMSG;
+  }
+  for (int i = n - 1; i > pick; i--) {
+    char aside[sizeof path + 16];
+    zt__store_checkpoint_path(path, sizeof path, job->dir, steps[i]);
+    snprintf(aside, sizeof aside, "%s.corrupt", path);
+    zt__store_remove_tree(aside);
+    if (rename(path, aside) < 0)
+      zt__job_log(job, ZT_LOG_WARN, "moving %s aside: %s", path, strerror(errno));
+  }
+  int step = pick >= 0 ? steps[pick] : 0;
+  if (first[0]) {
+    char msg[ZT__ERR_MAX + 128];
+    snprintf(msg, sizeof msg, "the newest checkpoint failed its verification (%.1800s); "
+             "resumes from the newest intact one, at step %d", first, step);
+    zt__job_log(job, ZT_LOG_WARN, "%s", msg);
+    json_t *ev = zt__job_event(job, "resume");
+    json_object_set_new(ev, "step", json_integer(step));
+    json_object_set_new(ev, "message", json_string(msg));
+    zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
+  }
+  free(steps);
+  return step;
 }
 
 /* A job spanning daemons stopped after `step` because a part asked (engine/train/dp/dp.h's
@@ -350,7 +428,8 @@ void *zt__runner_main(void *arg) {
   r.spans = r.world > r.local;
   r.micros = r.world * s->train.grad_accum;
 
-  r.resume_step = job->part.member ? job->part.resume_step : zt__store_newest_checkpoint(job->dir);
+  if (job->part.member) r.resume_step = job->part.resume_step;
+  else if ((rc = r.resume_step = intact_checkpoint(&r)) < 0) goto out;
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
   if ((rc = zt__runner_open_ranks(&r)) < 0 || (rc = open_job(&r)) < 0) goto out;
   zt__runner_publish_opened(&r);
@@ -399,6 +478,16 @@ void *zt__runner_main(void *arg) {
       while (r.have < want &&
              take_micro_batch(&r, r.batch + (size_t)(first + r.have) * job->micro_tokens))
         r.have++;
+      if (r.have < want && r.starved) {
+        /* the device is not held for a producer that is not coming back */
+        int kept = !r.spans && step > 0 && (rc = checkpoint(&r, gen)) == 0;
+        if (!r.spans && step > 0 && rc < 0) goto out;
+        snprintf(r.err, sizeof r.err, "no producer has been connected to push data for %d s "
+                 "(data.stream_timeout): stopped at step %d%s", s->stream_timeout, step,
+                 kept ? ", its checkpoint kept" : "");
+        rc = -ETIMEDOUT;
+        goto out;
+      }
       if (r.have < want && r.spans && stop != ZT__STOP_NONE) {
         /* no part is inside a step (this one lacks its data): end here, alone */
         zt__job_log(job, ZT_LOG_INFO, "stopped at step %d waiting for pushed data", step);

@@ -10,18 +10,19 @@
 #include <unistd.h>
 #include "engine/job/data.h"
 #include "engine/kernels/backend.h"
+#include "engine/model/safetensors.h"
 #include "engine/train/dp/dp.h"
 #include "engine/base/json_field.h"
+#include "engine/base/path.h"
 #include "engine/base/sizes.h"
 #include "engine/train/config.h"
 #include "offload/nvme_store.h"
 
-#define KEEP_MAX 1000
 
 static const char *const k_top[] = {"name",       "model",   "train",    "data",
                                     "checkpoint", "offload", "parallel", "log", NULL};
 static const char *const k_data_file[] = {"source", "path", NULL};
-static const char *const k_data_stream[] = {"source", NULL};
+static const char *const k_data_stream[] = {"source", "stream_timeout", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
 static const char *const k_parallel[] = {"gpus", "zero_stage", "peers", NULL};
 static const char *const k_log[] = {"tensorboard", NULL};
@@ -38,7 +39,9 @@ static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen)
   if (strcmp(src, "stream") == 0) {
     s->source = ZT_DATA_STREAM;
     s->data_path[0] = '\0';
-    return zt_json_check_keys(d, "data", k_data_stream, err, errlen);
+    if ((rc = zt_json_check_keys(d, "data", k_data_stream, err, errlen)) < 0) return rc;
+    return zt_json_get_int32(d, "data", "stream_timeout", 0, 0, ZT_JOB_MAX_STREAM_TIMEOUT,
+                             ZT_JOB_STREAM_TIMEOUT_DEFAULT, &s->stream_timeout, err, errlen);
   }
   snprintf(err, errlen, "data.source must be \"file\" or \"stream\"");
   return -EINVAL;
@@ -154,7 +157,7 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
     if ((rc = zt_json_check_keys(ckpt, "checkpoint", k_ckpt, err, errlen)) < 0 ||
         (rc = zt_json_get_int32(ckpt, "checkpoint", "every", 0, 0, ZT_TRAIN_MAX_STEPS, 0, &s->ckpt_every, err,
                         errlen)) < 0 ||
-        (rc = zt_json_get_int32(ckpt, "checkpoint", "keep", 0, 1, KEEP_MAX, 2, &s->ckpt_keep, err,
+        (rc = zt_json_get_int32(ckpt, "checkpoint", "keep", 0, 1, ZT_JOB_MAX_KEEP, 2, &s->ckpt_keep, err,
                         errlen)) < 0)
       return rc;
   }
@@ -362,9 +365,18 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
   return 0;
 }
 
-int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
-                                 zt__job_needs *needs, char *err, size_t errlen) {
+zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs) {
+  if (dirs)
+    return (zt_path_roots){.any = !tcp && cfg->n_nvme_dirs == 0, .dir = cfg->nvme_dirs,
+                           .n = cfg->n_nvme_dirs, .what = "ztd --nvme-dir"};
+  return (zt_path_roots){.any = !tcp, .dir = cfg->data_roots, .n = cfg->n_data_roots,
+                         .what = "ztd --data-root"};
+}
+
+int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+                             size_t errlen) {
   int rc;
+  zt_path_roots files = zt__job_roots(cfg, tcp, 0), dirs = zt__job_roots(cfg, tcp, 1);
   /* a Hugging Face directory: every tensor of every shard checked now (names, shapes, dtypes;
    * the headers only), not at the job's start */
   if (s->model.hf_dir[0]) {
@@ -372,6 +384,9 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     zt_model *m = NULL;
     zt_model_file *f = NULL;
     char why[512];
+    if ((rc = zt_path_open("model.hf", s->model.hf_dir, 1, &files, NULL, NULL, 0, err,
+                           errlen)) < 0)
+      return rc;
     if ((rc = zt_model_create(&m, &s->model, why, sizeof why)) == 0)
       rc = zt_model_file_open(&f, m, s->model.hf_dir, params, 1, 0, why, sizeof why);
     zt_model_file_close(f);
@@ -382,18 +397,27 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     }
   }
   if (s->model.init_path[0]) {
-    int fd = open(s->model.init_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      rc = -errno;
-      snprintf(err, errlen, "model.init.safetensors: %s: %s", s->model.init_path,
-               strerror(errno));
+    /* a safetensors file by its header (its tensors are the trainer's to match) */
+    zt_st_file *st = NULL;
+    char why[ZT_PATH_MAX + 256];
+    if ((rc = zt_path_open("model.init.safetensors", s->model.init_path, 0, &files, NULL, NULL,
+                           0, err, errlen)) < 0)
+      return rc;
+    rc = zt_st_open(&st, s->model.init_path, why, sizeof why);
+    zt_st_close(st);
+    if (rc < 0) {
+      snprintf(err, errlen, "model.init.safetensors: %s", why);
       return rc;
     }
-    close(fd);
   }
+  /* a directory the job may not use is refused even where its plan puts nothing there */
+  if (s->has_offload && s->offload.nvme_dir[0] && !dirs.any &&
+      (rc = zt_path_open("offload.nvme_dir", s->offload.nvme_dir, 1, &dirs, NULL, NULL, 0, err,
+                         errlen)) < 0)
+    return rc;
   if (s->source == ZT_DATA_FILE) {
     zt__token_file tf;
-    if ((rc = zt__token_file_open(&tf, s->data_path, 0, err, errlen)) < 0) return rc;
+    if ((rc = zt__token_file_open(&tf, s->data_path, 0, &files, err, errlen)) < 0) return rc;
     uint32_t vocab = tf.vocab;
     uint64_t n = tf.n_tokens;
     zt__token_file_close(&tf);
@@ -409,6 +433,12 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
       return -EINVAL;
     }
   }
+  return 0;
+}
+
+int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
+                                 zt__job_needs *needs, char *err, size_t errlen) {
+  int rc;
   /* The CPU reference runs bf16/fp16 (to test them), but slower than fp32 and with no memory
    * saved that a job would want; TF32 is a tensor-core mode. */
   if (strcmp(cfg->backend, "cuda") != 0 && s->train.precision != ZT_F32) {
@@ -480,7 +510,8 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
 json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   json_t *data = s->source == ZT_DATA_FILE
                      ? json_pack("{s:s, s:s}", "source", "file", "path", s->data_path)
-                     : json_pack("{s:s}", "source", "stream");
+                     : json_pack("{s:s, s:i}", "source", "stream", "stream_timeout",
+                                 s->stream_timeout);
   json_t *out = json_pack("{s:s, s:o, s:o, s:o, s:{s:i, s:i}, s:{s:b}}", "name", s->name,
                           "model", zt_config_model_to_json(&s->model), "train",
                           zt_config_train_to_json(&s->train), "data", data, "checkpoint",

@@ -9,13 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "engine/base/path.h"
 #include "engine/job/jobs.h"
 #include "engine/model/model.h"
 #include "engine/train/dp/dp.h"
 #include "engine/train/offload/offload.h"
 #include "engine/train/trainer.h"
 
+/* The bounds of the job's own fields (the model's and the recipe's are in engine/model/model.h
+ * and engine/plan/recipe.h); docs/spec.md states them (tests/unit/layout/check_limits.py). */
 #define ZT_JOB_NAME_MAX 64
+#define ZT_JOB_MAX_KEEP 1000 /* checkpoint.keep */
 /* zt_job_spec.gpus of "parallel": {"gpus": "all"} until admission makes it the daemon's count */
 #define ZT_JOB_GPUS_ALL (-1)
 /* parallel.peers: other ztd daemons ("host:port" of their TCP listeners) that run the job's
@@ -25,12 +29,18 @@
 
 typedef enum zt_data_source { ZT_DATA_FILE = 1, ZT_DATA_STREAM = 2 } zt_data_source;
 
+/* data.stream_timeout: seconds a running stream job waits with no producer connected before it
+ * checkpoints and fails (0: for ever); the default, and the most (30 days). */
+#define ZT_JOB_STREAM_TIMEOUT_DEFAULT 600
+#define ZT_JOB_MAX_STREAM_TIMEOUT 2592000
+
 typedef struct zt_job_spec {
   char name[ZT_JOB_NAME_MAX + 1];
   zt_model_cfg model;
   zt_train_cfg train;
   zt_data_source source;
   char data_path[ZT_PATH_MAX];   /* file source: absolute path of the token file */
+  int stream_timeout;            /* stream source: data.stream_timeout, seconds */
   int ckpt_every;                /* 0 = only at the end and on shutdown */
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
   int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload/offload.h) */
@@ -61,13 +71,23 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
  * programs that run a job's recipe without the daemon (tools/ztrain). 0 or -errno with the file
  * or the field named. */
 int zt_job_spec_load(const char *path, zt_job_spec *s, char *err, size_t errlen);
-/* What the machine must provide: the init and data files (the token file's header, vocab and
- * length), parallel.gpus devices of the daemon's set (zt__jobs_devices; s->gpus resolved, not
+/* The files the spec names, where the job will read them (engine/base/path.h: each must resolve
+ * to a regular file, or offload.nvme_dir to a directory, inside what its client may reach:
+ * zt__job_roots): the init file, the token file (its header, vocab and length), the NVMe
+ * directory. 0 or -errno with the field and the path. Reads the files: call it off the loop
+ * thread. */
+int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+                             size_t errlen);
+/* Where a job of a TCP client (tcp 1) or a Unix-socket one may read files (dirs 0) or keep its
+ * NVMe tier (dirs 1), as jobs.h's zt_jobs_config says. */
+zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs);
+/* What the machine must provide: parallel.gpus devices of the daemon's set (zt__jobs_devices; s->gpus resolved, not
  * ZT_JOB_GPUS_ALL) and the memory: the trainer's estimate (per rank with several) against, on
  * the cpu backend, host_mem_limit or physical RAM when the limit is 0 (all ranks together); on
  * the cuda backend, each device's memory (the smallest the daemon owns) or gpu_mem_limit when
  * smaller; an offloaded job's NVMe files against the free space of offload.nvme_dir
- * (-ENOSPC). *needs gets the estimates. 0 or -errno with the path or the numbers. */
+ * (-ENOSPC). *needs gets the estimates. 0 or -errno with the path or the numbers. Reads
+ * offload.nvme_dir's free space: off the loop thread too. */
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen);
 /* The normalised spec (every default written out): what jobs/<id>/spec.json holds. */

@@ -140,6 +140,21 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
   return remove(path) == 0 || errno == ENOENT ? 0 : -errno;
 }
 
+/* nftw has no argument for its callback: the sum is the calling thread's */
+static _Thread_local uint64_t g_tree_bytes;
+
+static int add_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  if (type == FTW_F && S_ISREG(st->st_mode)) g_tree_bytes += (uint64_t)st->st_size;
+  return 0;
+}
+
+int zt__store_tree_bytes(const char *path, uint64_t *bytes) {
+  g_tree_bytes = 0;
+  if (nftw(path, add_entry, 16, FTW_PHYS) == -1) return -errno;
+  *bytes = g_tree_bytes;
+  return 0;
+}
+
 int zt__store_remove_tree(const char *path) {
   int rc = nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (rc == -1) return errno == ENOENT ? 0 : -errno;
@@ -196,6 +211,26 @@ int zt__store_nvme_sweep(const char *job_dir, const char *id, char *dir_out, siz
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
   }
   return rc;
+}
+
+int zt__store_ids_record(const char *state_dir, long next, char *err, size_t errlen) {
+  json_t *j = json_pack("{s:I}", "next", (json_int_t)next);
+  if (!j) {
+    snprintf(err, errlen, "%s/ids.json: out of memory", state_dir);
+    return -ENOMEM;
+  }
+  int rc = zt__store_write_json(state_dir, "ids.json", j, err, errlen);
+  json_decref(j);
+  return rc;
+}
+
+long zt__store_ids_next(const char *state_dir) {
+  char err[64];
+  json_t *j = zt__store_read_json(state_dir, "ids.json", err, sizeof err);
+  json_t *v = json_object_get(j, "next");
+  long next = json_is_integer(v) && json_integer_value(v) > 0 ? (long)json_integer_value(v) : 0;
+  json_decref(j);
+  return next;
 }
 
 void zt__store_checkpoint_path(char *out, size_t outlen, const char *job_dir, int step) {

@@ -4,6 +4,7 @@
 #define ZT_JOB_STORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <jansson.h>
 
 /* Creates state_dir and state_dir/jobs if needed, checks they are writable, and takes the
@@ -19,6 +20,8 @@ json_t *zt__store_read_json(const char *dir, const char *name, char *err, size_t
 int zt__store_fsync_dir(const char *dir);
 /* rm -r; 0 when already absent. */
 int zt__store_remove_tree(const char *path);
+/* The bytes of the regular files under path (their sizes; symbolic links not followed). */
+int zt__store_tree_bytes(const char *path, uint64_t *bytes);
 
 /* job_dir/nvme.json, {"dir": path}: the directory an offloaded job's runner made under
  * offload.nvme_dir (ztd-<id>.XXXXXX) for its trainer's NVMe files, recorded while the runner
@@ -32,6 +35,12 @@ int zt__store_nvme_forget(const char *job_dir);
  * unless the directory could not be removed). */
 int zt__store_nvme_sweep(const char *job_dir, const char *id, char *dir_out, size_t dir_outlen,
                          char *err, size_t errlen);
+
+/* state_dir/ids.json, {"next": N}: the next job id, kept when a job is removed (zt_jobs_rm) so
+ * that its id is never given again, even when it was the highest on disk. Record (replaced
+ * atomically); read: N, or 0 when there is none. */
+int zt__store_ids_record(const char *state_dir, long next, char *err, size_t errlen);
+long zt__store_ids_next(const char *state_dir);
 
 /* job_dir/checkpoints/step-NNNNNNNN */
 void zt__store_checkpoint_path(char *out, size_t outlen, const char *job_dir, int step);

@@ -2,6 +2,8 @@
  * the table), and a directory's safetensors shards as one set. */
 #include "engine/model/hf.h"
 
+#include "engine/base/path.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -57,11 +59,15 @@ static int prefixed(int rc, char *err, size_t errlen, const char *prefix) {
 }
 
 int zt__hf_load_json(const char *path, json_t **out, char *err, size_t errlen) {
-  int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = -1;
   char *buf = NULL;
   struct stat st;
   *out = NULL;
-  if (fd < 0 || fstat(fd, &st) < 0) {
+  /* a FIFO or a device named config.json is refused from its stat, never opened: the spec's
+   * reader runs on ztd's loop thread */
+  int rc = zt_path_open(NULL, path, 0, NULL, &fd, NULL, 0, err, errlen);
+  if (rc < 0) goto out;
+  if (fstat(fd, &st) < 0) {
     rc = -errno;
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     goto out;

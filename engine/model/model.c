@@ -278,6 +278,10 @@ int zt_model_writer_finish(zt_model_writer *mw, char *err, size_t errlen) {
   return zt_st_writer_finish(mw->w, err, errlen);
 }
 
+uint64_t zt_model_writer_sum(const zt_model_writer *mw, int k, int i) {
+  return zt_st_writer_sum(mw->w, k * mw->m->nt + i);
+}
+
 void zt_model_writer_close(zt_model_writer *mw) {
   if (!mw) return;
   zt_st_writer_close(mw->w);
@@ -414,13 +418,19 @@ fail:
 
 int zt_model_file_read(const zt_model_file *mf, int k, int first, int end, float *dst,
                        char *err, size_t errlen) {
+  return zt_model_file_read_sum(mf, k, first, end, dst, NULL, err, errlen);
+}
+
+int zt_model_file_read_sum(const zt_model_file *mf, int k, int first, int end, float *dst,
+                           uint64_t *sums, char *err, size_t errlen) {
   const zt_model *m = mf->m;
   int rc = 0;
   for (int i = first; i < end && rc == 0; i++) {
     const zt_tensor_info *t = &m->t[i];
-    rc = zt_st_read_f32(mf->in[k * m->nt + i], mf->found[k * m->nt + i],
-                        dst + (t->offset - m->t[first].offset),
-                        t->transposed && !mf->internal, err, errlen);
+    rc = zt_st_read_f32_sum(mf->in[k * m->nt + i], mf->found[k * m->nt + i],
+                            dst + (t->offset - m->t[first].offset),
+                            t->transposed && !mf->internal, sums ? &sums[i - first] : NULL, err,
+                            errlen);
   }
   return rc;
 }

@@ -163,6 +163,10 @@ int zt_model_file_open(zt_model_file **f, const zt_model *m, const char *path,
                        size_t errlen);
 int zt_model_file_read(const zt_model_file *f, int k, int first, int end, float *dst, char *err,
                        size_t errlen);
+/* The same, and sums[i - first] the checksum of tensor i's bytes in the file
+ * (engine/base/checksum.h), for a checkpoint's verification. */
+int zt_model_file_read_sum(const zt_model_file *f, int k, int first, int end, float *dst,
+                           uint64_t *sums, char *err, size_t errlen);
 void zt_model_file_close(zt_model_file *f);
 
 /* The same file written a range of tensors at a time: open writes the header of the n states
@@ -179,6 +183,8 @@ int zt_model_writer_open(zt_model_writer **w, const zt_model *m, const char *pat
 int zt_model_writer_put(zt_model_writer *w, int k, int first, int end, const float *src,
                         float *scratch, char *err, size_t errlen);
 int zt_model_writer_finish(zt_model_writer *w, char *err, size_t errlen);
+/* The checksum of tensor i of state k as put (engine/base/checksum.h). */
+uint64_t zt_model_writer_sum(const zt_model_writer *w, int k, int i);
 void zt_model_writer_close(zt_model_writer *w);
 
 /* ---- forward and backward --------------------------------------------------------------------

@@ -4,6 +4,9 @@
  * first. */
 #include "engine/model/safetensors.h"
 
+#include "engine/base/checksum.h"
+#include "engine/base/path.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -20,6 +23,10 @@
 #endif
 
 /* The reference implementation refuses headers above 100 MB; so do we, before allocating. */
+/* What a file that is not safetensors is told: no value read from it (its length, its bytes)
+ * goes into a message, which may reach a client that could not read the file itself. Names
+ * from a header that parsed are fine, its numbers are not. */
+#define NOT_ST "not a safetensors file (bad header)"
 #define ST_HEADER_MAX (100u * 1000u * 1000u)
 
 struct zt_st_file {
@@ -79,13 +86,12 @@ static int parse_entry(zt_st_file *f, const char *name, json_t *v, zt_st_tensor 
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
     if (!strcmp(dtypes[i].name, ds)) t->dtype = dtypes[i].dtype, esize = dtypes[i].size;
   if (!t->dtype) {
-    snprintf(err, errlen, "%s: tensor %s: unknown dtype \"%s\"", f->path, name, ds);
+    snprintf(err, errlen, "%s: tensor %s: unknown dtype", f->path, name);
     return -EINVAL;
   }
   size_t nd = json_array_size(js);
   if (nd > ZT_ST_MAX_DIM) {
-    snprintf(err, errlen, "%s: tensor %s: %zu dimensions (at most %d)", f->path, name, nd,
-             ZT_ST_MAX_DIM);
+    snprintf(err, errlen, "%s: tensor %s: more than %d dimensions", f->path, name, ZT_ST_MAX_DIM);
     return -EINVAL;
   }
   t->ndim = (int)nd;
@@ -105,15 +111,15 @@ static int parse_entry(zt_st_file *f, const char *name, json_t *v, zt_st_tensor 
   json_int_t bi = json_is_integer(b) ? json_integer_value(b) : -1;
   json_int_t ei = json_is_integer(e) ? json_integer_value(e) : -1;
   if (bi < 0 || ei < bi || (uint64_t)ei > f->data_len) {
-    snprintf(err, errlen, "%s: tensor %s: data_offsets [%lld, %lld] out of range (data section "
-             "is %zu bytes)", f->path, name, (long long)bi, (long long)ei, f->data_len);
+    snprintf(err, errlen, "%s: tensor %s: data_offsets out of the file's data section", f->path,
+             name);
     return -EINVAL;
   }
   t->begin = (size_t)bi;
   t->end = (size_t)ei;
   if (t->end - t->begin != numel * esize) {
-    snprintf(err, errlen, "%s: tensor %s: data_offsets span %zu bytes but shape x %s needs %zu",
-             f->path, name, t->end - t->begin, ds, numel * esize);
+    snprintf(err, errlen, "%s: tensor %s: data_offsets do not span its shape x dtype", f->path,
+             name);
     return -EINVAL;
   }
   return 0;
@@ -147,17 +153,17 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: out of memory", path);
     goto out;
   }
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* a regular file, opened without blocking on a FIFO or a device */
+  if ((rc = zt_path_open(NULL, path, 0, NULL, &f->fd, NULL, 0, err, errlen)) < 0) goto out;
   struct stat st;
-  if (f->fd < 0 || fstat(f->fd, &st) < 0) {
+  if (fstat(f->fd, &st) < 0) {
     rc = -errno;
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     goto out;
   }
   if (st.st_size < 8) {
     rc = -EINVAL;
-    snprintf(err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length", path,
-             (long long)st.st_size);
+    snprintf(err, errlen, "%s: " NOT_ST, path);
     goto out;
   }
   size_t file_len = (size_t)st.st_size;
@@ -170,8 +176,7 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
   for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
   if (hlen > file_len - 8 || hlen > ST_HEADER_MAX) {
     rc = -EINVAL;
-    snprintf(err, errlen, "%s: truncated: header length %llu but only %zu bytes follow", path,
-             (unsigned long long)hlen, file_len - 8);
+    snprintf(err, errlen, "%s: " NOT_ST, path);
     goto out;
   }
   f->data_at = 8 + hlen;
@@ -189,7 +194,7 @@ int zt_st_open(zt_st_file **out, const char *path, char *err, size_t errlen) {
   root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &jerr);
   if (!root || !json_is_object(root)) {
     rc = -EINVAL;
-    snprintf(err, errlen, "%s: header is not a JSON object: %s", path, root ? "" : jerr.text);
+    snprintf(err, errlen, "%s: " NOT_ST, path);
     goto out;
   }
   size_t cap = json_object_size(root), names_len = 0;
@@ -300,15 +305,18 @@ static int convertible(const zt_st_file *f, const zt_st_tensor *t, char *err, si
 }
 
 /* Elements [first, first + n) of t into dst, or transposed (t 2-D (R, C), first 0, n its numel)
- * into the (C, R) transpose. */
+ * into the (C, R) transpose; *sum (unless NULL) the checksum of the bytes read as they lie in the
+ * file (engine/base/checksum.h). */
 static int read_elems(const zt_st_file *f, const zt_st_tensor *t, size_t first, size_t n,
-                      float *dst, int transpose, char *err, size_t errlen) {
+                      float *dst, int transpose, uint64_t *sum, char *err, size_t errlen) {
   size_t es = t->dtype == ZT_ST_F32 ? 4 : 2;
   uint64_t at = f->data_at + t->begin + first * es;
   int rc = 0;
   uint8_t *chunk = NULL;
+  zt_checksum_state *cs = NULL;
   if (!transpose && t->dtype == ZT_ST_F32) {
     rc = pread_full(f->fd, dst, n * 4, at);
+    if (rc == 0 && sum) *sum = zt_checksum(dst, n * 4);
     goto out;
   }
   /* element by element through a bounded chunk: element i of the range (row i / C, column
@@ -316,13 +324,16 @@ static int read_elems(const zt_st_file *f, const zt_st_tensor *t, size_t first, 
   size_t bytes = n * es;
   size_t per = ZT_ST_CHUNK_BYTES / es, R = transpose ? (size_t)t->shape[0] : 0,
          C = transpose ? (size_t)t->shape[1] : 0;
-  if (!(chunk = malloc(bytes < ZT_ST_CHUNK_BYTES ? (bytes ? bytes : 1) : ZT_ST_CHUNK_BYTES))) {
+  if (!(chunk = malloc(bytes < ZT_ST_CHUNK_BYTES ? (bytes ? bytes : 1) : ZT_ST_CHUNK_BYTES)) ||
+      (sum && !(cs = zt_checksum_new()))) {
+    free(chunk);
     snprintf(err, errlen, "%s: tensor %s: out of memory", f->path, t->name);
     return -ENOMEM;
   }
   for (size_t i0 = 0; i0 < n && rc == 0; i0 += per) {
     size_t k = n - i0 < per ? n - i0 : per;
     if ((rc = pread_full(f->fd, chunk, k * es, at + i0 * es)) < 0) break;
+    if (cs) zt_checksum_update(cs, chunk, k * es);
     if (!transpose) {
       for (size_t i = 0; i < k; i++) dst[i0 + i] = elem_f32(t->dtype, chunk, i);
       continue;
@@ -332,8 +343,10 @@ static int read_elems(const zt_st_file *f, const zt_st_tensor *t, size_t first, 
       if (++c == C) c = 0, r++;
     }
   }
+  if (rc == 0 && cs) *sum = zt_checksum_digest(cs);
 out:
   free(chunk);
+  zt_checksum_free(cs);
   if (rc < 0)
     snprintf(err, errlen, "%s: tensor %s: reading its data: %s", f->path, t->name,
              rc == -EIO ? "the file is shorter than its header says" : strerror(-rc));
@@ -342,13 +355,18 @@ out:
 
 int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
                    char *err, size_t errlen) {
+  return zt_st_read_f32_sum(f, t, dst, transpose, NULL, err, errlen);
+}
+
+int zt_st_read_f32_sum(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
+                       uint64_t *sum, char *err, size_t errlen) {
   int rc = convertible(f, t, err, errlen);
   if (rc < 0) return rc;
   if (transpose && t->ndim != 2) {
     snprintf(err, errlen, "%s: tensor %s: only 2-D tensors can be transposed", f->path, t->name);
     return -EINVAL;
   }
-  return read_elems(f, t, 0, t->numel, dst, transpose, err, errlen);
+  return read_elems(f, t, 0, t->numel, dst, transpose, sum, err, errlen);
 }
 
 int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first, size_t n,
@@ -360,7 +378,34 @@ int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t firs
              f->path, t->name, first, first, n, t->numel);
     return -EINVAL;
   }
-  return read_elems(f, t, first, n, dst, 0, err, errlen);
+  return read_elems(f, t, first, n, dst, 0, NULL, err, errlen);
+}
+
+int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *err,
+              size_t errlen) {
+  size_t bytes = t->end - t->begin, cap = bytes < ZT_ST_CHUNK_BYTES ? bytes : ZT_ST_CHUNK_BYTES;
+  uint8_t *chunk = malloc(cap ? cap : 1);
+  zt_checksum_state *cs = zt_checksum_new();
+  int rc = 0;
+  if (!chunk || !cs) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: tensor %s: out of memory", f->path, t->name);
+    goto out;
+  }
+  for (size_t off = 0; off < bytes && rc == 0; off += cap) {
+    size_t k = bytes - off < cap ? bytes - off : cap;
+    if ((rc = pread_full(f->fd, chunk, k, f->data_at + t->begin + off)) == 0)
+      zt_checksum_update(cs, chunk, k);
+  }
+  if (rc < 0)
+    snprintf(err, errlen, "%s: tensor %s: reading its data: %s", f->path, t->name,
+             rc == -EIO ? "the file is shorter than its header says" : strerror(-rc));
+  else
+    *sum = zt_checksum_digest(cs);
+out:
+  free(chunk);
+  zt_checksum_free(cs);
+  return rc;
 }
 
 static int fsync_dir_of(const char *path) {
@@ -386,6 +431,7 @@ struct zt_st_writer {
   size_t *left;         /* per entry: elements not put yet */
   char *half;           /* per entry: stored as BF16 */
   uint16_t *conv;       /* BF16 entries' conversion buffer (CONV_ELEMS), NULL without any */
+  uint64_t *sum;        /* per entry put whole: the checksum of its bytes (engine/base/checksum.h) */
   char (*names)[96];    /* per entry, for messages: the name's start */
   int finished;
 };
@@ -417,6 +463,7 @@ void zt_st_writer_close(zt_st_writer *w) {
   free(w->left);
   free(w->half);
   free(w->conv);
+  free(w->sum);
   free(w->names);
   free(w);
 }
@@ -439,8 +486,9 @@ int zt_st_writer_open(zt_st_writer **out, const char *path, const zt_st_entry *e
   w->numel = calloc((size_t)n + 1, sizeof *w->numel);
   w->left = calloc((size_t)n + 1, sizeof *w->left);
   w->half = calloc((size_t)n + 1, 1);
+  w->sum = calloc((size_t)n + 1, sizeof *w->sum);
   w->names = calloc((size_t)n + 1, sizeof *w->names);
-  if (!w->begin || !w->numel || !w->left || !w->half || !w->names) goto nomem;
+  if (!w->begin || !w->numel || !w->left || !w->half || !w->sum || !w->names) goto nomem;
   if (n_meta > 0) {
     json_t *m = json_object();
     if (!m || json_object_set_new(root, "__metadata__", m) < 0) goto nomem;
@@ -512,14 +560,22 @@ int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const
     return -EINVAL;
   }
   uint64_t at = w->data_at + w->begin[i];
+  /* an entry put whole gets the checksum of its bytes as written */
+  int whole = first == 0 && n == w->numel[i];
+  zt_checksum_state *cs = NULL;
   if (!w->half[i]) {
     rc = pwrite_full(w->fd, data, n * 4, at + first * 4);
+    if (rc == 0 && whole) w->sum[i] = zt_checksum(data, n * 4);
   } else {
+    if (whole && !(cs = zt_checksum_new())) rc = -ENOMEM;
     for (size_t i0 = 0; i0 < n && rc == 0; i0 += CONV_ELEMS) {
       size_t k = n - i0 < CONV_ELEMS ? n - i0 : CONV_ELEMS;
       for (size_t j = 0; j < k; j++) w->conv[j] = zt_f32_to_bf16(data[i0 + j]);
       rc = pwrite_full(w->fd, w->conv, k * 2, at + (first + i0) * 2);
+      if (rc == 0 && cs) zt_checksum_update(cs, w->conv, k * 2);
     }
+    if (rc == 0 && cs) w->sum[i] = zt_checksum_digest(cs);
+    zt_checksum_free(cs);
   }
   if (rc < 0) {
     snprintf(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
@@ -532,6 +588,8 @@ int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const
 int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_t errlen) {
   return zt_st_writer_put_range(w, i, 0, w->numel[i], data, err, errlen);
 }
+
+uint64_t zt_st_writer_sum(const zt_st_writer *w, int i) { return w->sum[i]; }
 
 int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen) {
   for (int i = 0; i < w->n; i++)

@@ -58,6 +58,13 @@ int zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, int t
  * floats); -EINVAL for a range outside the tensor or a dtype zt_st_read_f32 refuses. */
 int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first, size_t n,
                          float *dst, char *err, size_t errlen);
+/* The same, and *sum (unless NULL) the checksum of the tensor's bytes as they lie in the file
+ * (engine/base/checksum.h), summed as they are read. */
+int zt_st_read_f32_sum(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
+                       uint64_t *sum, char *err, size_t errlen);
+/* The checksum of tensor t's bytes in the file, read a chunk at a time (nothing converted). */
+int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *err,
+              size_t errlen);
 
 typedef struct zt_st_entry {
   const char *name;
@@ -90,6 +97,8 @@ int zt_st_writer_put(zt_st_writer *w, int i, const float *data, char *err, size_
 int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const float *data,
                            char *err, size_t errlen);
 int zt_st_writer_finish(zt_st_writer *w, char *err, size_t errlen);
+/* Entry i's checksum (engine/base/checksum.h) of the bytes put, once put. */
+uint64_t zt_st_writer_sum(const zt_st_writer *w, int i);
 void zt_st_writer_close(zt_st_writer *w);
 
 #endif

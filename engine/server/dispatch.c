@@ -207,51 +207,84 @@ static int request_spec(const zt_request *req, json_t **out, zt_proto_error *err
   return 0;
 }
 
-static int handle_submit(zt_conn *c, const zt_request *req, zt_proto_error *err) {
-  json_t *spec = NULL;
-  int rc = request_spec(req, &spec, err);
-  if (rc < 0) return rc;
-  char id[ZT_JOB_ID_MAX] = "";
-  char msg[256] = "";
-  rc = zt_jobs_submit(c->srv->jobs, spec, id, msg, sizeof msg);
-  json_decref(spec);
-  if (rc < 0) return job_error(err, rc, msg);
-  ZT_LOGI("server", "job %s submitted", id);
-  return reply_owned(c, req->id, json_pack("{s:s}", "job", id), err);
+/* The job layer answers a submit, plan or join once a worker has checked the files the spec
+ * names, a batch once it is queued (credit) and a checkpoint once written. */
+static void on_async_done(void *owner, int rc, json_t *reply, const char *message) {
+  zt_pending *p = owner;
+  zt_conn *c = p->conn;
+  uint32_t id = p->id;
+  zt_proto_op op = p->op;
+  /* the reply is queued before the request leaves the pending list: a half-closed client's
+   * connection closes once its last pending reply is out (a failed write may have closed it,
+   * and dropped p, already) */
+  if (rc < 0) {
+    zt__reply_error(c, id, rc, message && message[0] ? message : "failed");
+  } else {
+    if (op == ZT_OP_SUBMIT || op == ZT_OP_JOIN)
+      ZT_LOGI("server", "job %s %s", json_string_value(json_object_get(reply, "job")),
+              op == ZT_OP_SUBMIT ? "submitted" : "joined as a part");
+    zt__reply_ok(c, id, reply);
+  }
+  zt__conn_pending_drop(c, p);
+  if (op == ZT_OP_BATCH) zt__conn_resume(c, ZT_CONN_PAUSE_CREDIT);
+  if (op == ZT_OP_SUBMIT || op == ZT_OP_PLAN || op == ZT_OP_JOIN)
+    zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
 }
 
-static int handle_plan(zt_conn *c, const zt_request *req, zt_proto_error *err) {
-  json_t *spec = NULL;
-  int rc = request_spec(req, &spec, err);
-  if (rc < 0) return rc;
-  char msg[256] = "";
-  json_t *plan = zt_jobs_plan(c->srv->jobs, spec, &rc, msg, sizeof msg);
-  json_decref(spec);
-  if (!plan) return job_error(err, rc, msg);
-  return reply_owned(c, req->id, plan, err);
-}
-
-/* A coordinator's request to run a part of its job here: {spec: map, part: map}. The part
- * belongs to this connection: it ends if the connection closes. */
-static int handle_join(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+/* A request the job layer answers through on_async_done: start(jobs, spec, done, owner, msg)
+ * with the request's pending entry as the owner. */
+static int handle_spec_async(zt_conn *c, const zt_request *req, zt_proto_op op,
+                             zt_proto_error *err) {
   json_t *spec = NULL, *part = NULL;
   const msgpack_object *map = NULL;
   int rc = request_spec(req, &spec, err);
   if (rc < 0) return rc;
-  rc = required(zt_msg_get_map(req->body, NULL, "part", true, &map, err));
-  if (rc == 0 && !(part = zt_proto_to_json(map, err))) rc = err->code < 0 ? err->code : -EINVAL;
-  if (rc < 0) {
-    json_decref(spec);
-    return rc;
+  if (op == ZT_OP_JOIN) {
+    rc = required(zt_msg_get_map(req->body, NULL, "part", true, &map, err));
+    if (rc == 0 && !(part = zt_proto_to_json(map, err))) rc = err->code < 0 ? err->code : -EINVAL;
+    if (rc < 0) {
+      json_decref(spec);
+      return rc;
+    }
   }
-  char id[ZT_JOB_ID_MAX] = "";
+  zt_pending *p = zt__conn_pending_add(c, req->id, op);
+  if (!p) {
+    json_decref(spec);
+    json_decref(part);
+    return zt_proto_error_set(err, -ENOMEM, "out of memory");
+  }
+  /* the connection's next request waits for this answer, as it did when admission ran here */
+  zt__conn_pause(c, ZT_CONN_PAUSE_WORKER);
   char msg[512] = "";
-  rc = zt_jobs_join(c->srv->jobs, spec, part, c, id, msg, sizeof msg);
+  zt_jobs *jobs = c->srv->jobs;
+  /* a part belongs to its connection: it ends if the connection closes */
+  /* a TCP client's job reaches only the directories the daemon allows it (--data-root) */
+  int tcp = c->is_tcp;
+  rc = op == ZT_OP_SUBMIT ? zt_jobs_submit(jobs, spec, tcp, on_async_done, p, msg, sizeof msg)
+       : op == ZT_OP_PLAN ? zt_jobs_plan(jobs, spec, tcp, on_async_done, p, msg, sizeof msg)
+                          : zt_jobs_join(jobs, spec, part, c, tcp, on_async_done, p, msg,
+                                         sizeof msg);
   json_decref(spec);
   json_decref(part);
-  if (rc < 0) return job_error(err, rc, msg);
-  ZT_LOGI("server", "job %s joined as a part", id);
-  return reply_owned(c, req->id, json_pack("{s:s}", "job", id), err);
+  if (rc < 0) {
+    zt__conn_pending_drop(c, p);
+    zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
+    return job_error(err, rc, msg);
+  }
+  return 0;
+}
+
+static int handle_submit(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  return handle_spec_async(c, req, ZT_OP_SUBMIT, err);
+}
+
+static int handle_plan(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  return handle_spec_async(c, req, ZT_OP_PLAN, err);
+}
+
+/* A coordinator's request to run a part of its job here: {spec: map, part: map}. */
+static int handle_join(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  return handle_spec_async(c, req, ZT_OP_JOIN, err);
 }
 
 static int handle_jobs(zt_conn *c, const zt_request *req, zt_proto_error *err) {
@@ -266,24 +299,6 @@ static int handle_show(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   json_t *r = zt_jobs_show(c->srv->jobs, job, &rc, msg, sizeof msg);
   if (!r) return job_error(err, rc, msg);
   return reply_owned(c, req->id, r, err);
-}
-
-/* The job layer answers a batch once it is queued (credit) and a checkpoint once written. */
-static void on_async_done(void *owner, int rc, json_t *reply, const char *message) {
-  zt_pending *p = owner;
-  zt_conn *c = p->conn;
-  uint32_t id = p->id;
-  zt_proto_op op = p->op;
-  /* the reply is queued before the request leaves the pending list: a half-closed client's
-   * connection closes once its last pending reply is out (a failed write may have closed it,
-   * and dropped p, already) */
-  if (rc < 0) {
-    zt__reply_error(c, id, rc, message && message[0] ? message : "failed");
-  } else {
-    zt__reply_ok(c, id, reply);
-  }
-  zt__conn_pending_drop(c, p);
-  if (op == ZT_OP_BATCH) zt__conn_resume(c, ZT_CONN_PAUSE_CREDIT);
 }
 
 static int handle_batch(zt_conn *c, const zt_request *req, zt_proto_error *err) {
@@ -313,7 +328,7 @@ static int handle_batch(zt_conn *c, const zt_request *req, zt_proto_error *err) 
   /* No request is read until this batch has credit; done may run before push_batch returns. */
   zt__conn_pause(c, ZT_CONN_PAUSE_CREDIT);
   char msg[256] = "";
-  rc = zt_jobs_push_batch(c->srv->jobs, job, tokens, n, on_async_done, p, msg, sizeof msg);
+  rc = zt_jobs_push_batch(c->srv->jobs, job, tokens, n, c, on_async_done, p, msg, sizeof msg);
   free(tokens);
   if (rc < 0) {
     zt__conn_pending_drop(c, p);
@@ -370,6 +385,15 @@ static int handle_cancel(zt_conn *c, const zt_request *req, zt_proto_error *err)
   json_t *r = json_pack("{s:O}", "state", json_object_get(show, "state"));
   json_decref(show);
   return reply_owned(c, req->id, r, err);
+}
+
+static int handle_rm(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  char job[ZT_JOB_ID_MAX];
+  int rc = get_job(req, job, err);
+  if (rc < 0) return rc;
+  char msg[256] = "";
+  if ((rc = zt_jobs_rm(c->srv->jobs, job, msg, sizeof msg)) < 0) return job_error(err, rc, msg);
+  return reply_owned(c, req->id, json_pack("{s:s}", "job", job), err);
 }
 
 static int handle_checkpoint(zt_conn *c, const zt_request *req, zt_proto_error *err) {
@@ -429,6 +453,24 @@ static int export_hf_list(zt_conn *c, const zt_request *req, const char *job,
   return 0;
 }
 
+/* The job layer answers an export once a worker has read the chunk (and, first, verified the
+ * checkpoint's checksums). */
+static void on_export_done(void *owner, int rc, const uint8_t *data, size_t len, uint64_t total,
+                           uint64_t step, const char *message) {
+  zt_pending *p = owner;
+  zt_conn *c = p->conn;
+  if (rc < 0) {
+    zt__reply_error(c, p->id, rc, message && message[0] ? message : "failed");
+  } else {
+    json_t *r = json_pack("{s:I, s:I}", "total", (json_int_t)total, "step", (json_int_t)step);
+    if (r) reply_ok_bin(c, p->id, r, "data", data, len);
+    else zt__reply_error(c, p->id, -ENOMEM, "out of memory");
+    json_decref(r);
+  }
+  zt__conn_pending_drop(c, p);
+  zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
+}
+
 static int handle_export(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   char job[ZT_JOB_ID_MAX], xname[72], file[256];
   int rc = get_job(req, job, err);
@@ -445,25 +487,34 @@ static int handle_export(zt_conn *c, const zt_request *req, zt_proto_error *err)
   rc = zt_msg_get_u64(req->body, NULL, "length", false, &length, err);
   if (rc == -EINVAL) return rc;
   if (length > cap) length = cap;
-  uint8_t *data = NULL;
-  size_t len = 0;
-  uint64_t total = 0, step = 0;
   char msg[256] = "";
-  if (hf == 0)
+  if (hf == 0) {
+    /* a file of a Hugging Face export: made and checked by the worker that built it */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    uint64_t total = 0, step = 0;
     rc = zt_jobs_export_hf_chunk(c->srv->jobs, job, xname, file, offset, length, &data, &len,
                                  &total, &step, msg, sizeof msg);
-  else
-    rc = zt_jobs_export_chunk(c->srv->jobs, job, offset, length, &data, &len, &total, &step,
-                              msg, sizeof msg);
-  if (rc < 0) return job_error(err, rc, msg);
-  json_t *r = json_pack("{s:I, s:I}", "total", (json_int_t)total, "step", (json_int_t)step);
-  if (!r) {
+    if (rc < 0) return job_error(err, rc, msg);
+    json_t *r = json_pack("{s:I, s:I}", "total", (json_int_t)total, "step", (json_int_t)step);
+    if (!r) {
+      free(data);
+      return zt_proto_error_set(err, -ENOMEM, "out of memory");
+    }
+    reply_ok_bin(c, req->id, r, "data", data, len);
+    json_decref(r);
     free(data);
-    return zt_proto_error_set(err, -ENOMEM, "out of memory");
+    return 0;
   }
-  reply_ok_bin(c, req->id, r, "data", data, len);
-  json_decref(r);
-  free(data);
+  zt_pending *p = zt__conn_pending_add(c, req->id, ZT_OP_EXPORT);
+  if (!p) return zt_proto_error_set(err, -ENOMEM, "out of memory");
+  zt__conn_pause(c, ZT_CONN_PAUSE_WORKER);
+  rc = zt_jobs_export(c->srv->jobs, job, offset, length, on_export_done, p, msg, sizeof msg);
+  if (rc < 0) {
+    zt__conn_pending_drop(c, p);
+    zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);
+    return job_error(err, rc, msg);
+  }
   return 0;
 }
 

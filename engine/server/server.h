@@ -24,7 +24,12 @@ typedef struct zt_server_config {
   int cpu_ranks;                /* --cpu-ranks: simulated ranks of the cpu backend */
   uint64_t gpu_mem_limit;       /* 0 = none given */
   uint64_t host_mem_limit;      /* 0 = no limit */
-  const char *nvme_dir;         /* NULL = none */
+  const char *nvme_dir;         /* NULL = none; else nvme_dirs[0] */
+  /* --nvme-dir and --data-root, resolved (engine/job/jobs.h's zt_jobs_config says more) */
+  const char *nvme_dirs[ZT_TUNE_MAX_ROOTS];
+  int n_nvme_dirs;
+  const char *data_roots[ZT_TUNE_MAX_ROOTS];
+  int n_data_roots;
   const char *tcp_host;         /* NULL = no TCP listener */
   int tcp_port;
   const char *token;            /* required with tcp_host */
@@ -33,6 +38,8 @@ typedef struct zt_server_config {
   int cpu_threads;
   const char *http_host;        /* --http: NULL = no HTTP listener (engine/server/http.h) */
   int http_port;                /* 0: one the kernel picks (logged) */
+  int max_queued;               /* --max-queued: 0 = no limit */
+  uint64_t max_state_bytes;     /* --max-state-bytes: 0 = no limit */
 } zt_server_config;
 
 /* Starts listening, serves until SIGTERM/SIGINT or a shutdown request, stops gracefully.
@@ -81,9 +88,11 @@ enum {
   ZT_CONN_PAUSE_CREDIT = 1u << 0,  /* a batch waits for room in its job's queue */
   ZT_CONN_PAUSE_WRITES = 1u << 1,  /* the client does not read its replies */
   ZT_CONN_PAUSE_STOPPING = 1u << 2, /* the daemon is stopping: no new requests */
+  ZT_CONN_PAUSE_WORKER = 1u << 3,  /* a submit, plan, join or export waits for its worker:
+                                      requests stay in order */
 };
 
-/* An asynchronous request (batch, checkpoint) waiting for the job layer's done callback; it is
+/* An asynchronous request (submit, plan, join, export, batch, checkpoint) waiting for the job layer's done callback; it is
  * the `owner` handed to the job layer so that each reply finds its request id. */
 struct zt_pending {
   zt_conn *conn;

@@ -78,7 +78,9 @@ int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, c
  * 0 where every part sees dir (dp.h, "Parts"; else the flat layout).
  * Written into a temp directory, fsynced, then renamed into place; a save that fails removes the
  * temp directory and leaves dir as it was. The state moves between the trainer and the files a
- * piece of whole units at a time (zt_trainer_checkpoint_bytes). */
+ * piece of whole units at a time (zt_trainer_checkpoint_bytes). The record (trainer.json, or the
+ * manifest) holds the checksum of every tensor of every file ("checksum": "xxh3-64",
+ * "checksums": {file: {tensor: 16 hex digits}}). */
 int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen);
 /* Restores parameters, optimizer state and step; continues bit-identically. Either layout, into
  * any trainer (a per-rank checkpoint into the same world: each rank reads its own file, a
@@ -87,8 +89,18 @@ int zt_trainer_save(zt_trainer *t, const char *dir, char *err, size_t errlen);
  * missing or extra), a manifest's fields (-EINVAL naming the field) and its ranks' files (one
  * missing: -ENOENT naming it; of another size than the manifest's: -EINVAL) are checked before
  * any of the state is written; a load that fails after that (a read error of the files, a
- * failure of the step path) leaves the trainer refusing steps (-EIO) until a load succeeds. */
+ * failure of the step path) leaves the trainer refusing steps (-EIO) until a load succeeds.
+ * Each tensor is checked against its recorded checksum as it is read: a mismatch fails the load
+ * (-EBADMSG naming the file, the tensor and the word checksum); a checkpoint without checksums
+ * (written before they were recorded) loads with a warning in the log. */
 int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen);
+/* A checkpoint directory's files against the checksums recorded in it (trainer.json or the
+ * manifest: every tensor of every file is summed when written, and zt_trainer_load checks each
+ * as it reads it): only one file of it (e.g. "model.safetensors", what ztd's export serves), or
+ * all of them (only NULL). Reads all of their data. 0 when they match; 1 when the checkpoint has
+ * no checksums (written before they were recorded); -EBADMSG naming the file, the tensor and
+ * the word checksum where one differs; -errno naming the file when one cannot be read. */
+int zt_checkpoint_verify(const char *dir, const char *only, char *err, size_t errlen);
 /* Parameters alone as one safetensors file (fp32), atomically. */
 int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen);
 

@@ -18,7 +18,8 @@ PY
 port=$((20000 + RANDOM % 20000))
 printf 'an-integration-test-token-0123456789\n' >"$ZT_TMP/token"
 chmod 600 "$ZT_TMP/token"
-start_ztd --tcp "127.0.0.1:$port" --token-file "$ZT_TMP/token"
+# a part's spec comes over TCP: its token file must lie inside the daemon's --data-root
+start_ztd --tcp "127.0.0.1:$port" --token-file "$ZT_TMP/token" --data-root "$ZT_TMP"
 make_tokens "$ZT_TMP/gpl.zt"
 backend=$(ztctl --json status | json_get backend)
 spec "$ZT_TMP/plain.json" "$ZT_TMP/gpl.zt" 20

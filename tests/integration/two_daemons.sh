@@ -26,10 +26,15 @@ B_STATE="$ZT_TMP/b-state"
 B_PID=
 trap 'if [ -n "$B_PID" ]; then kill -KILL "$B_PID" 2>/dev/null; wait "$B_PID" 2>/dev/null; fi; cleanup' EXIT
 
-start_a() { start_ztd --backend cuda --gpus 0 --tcp "127.0.0.1:$port_a" --token-file "$ZT_TMP/token"; }
+# a part's spec comes over TCP: its token file must lie inside the daemon's --data-root
+start_a() {
+  start_ztd --backend cuda --gpus 0 --tcp "127.0.0.1:$port_a" --token-file "$ZT_TMP/token" \
+    --data-root "$ZT_TMP"
+}
 start_b() {
   "$ZTD" --socket "$B_SOCK" --state-dir "$B_STATE" --backend cuda --gpus 1 \
-    --tcp "127.0.0.1:$port_b" --token-file "$ZT_TMP/token" --log-level info >>"$ZT_TMP/b.log" 2>&1 &
+    --tcp "127.0.0.1:$port_b" --token-file "$ZT_TMP/token" --data-root "$ZT_TMP" --log-level info \
+    >>"$ZT_TMP/b.log" 2>&1 &
   B_PID=$!
   local i
   for i in $(seq 1 300); do

@@ -69,6 +69,8 @@ typedef int (*zt_watch_cb)(const char *event_json, void *user);
 int zt_client_watch(zt_client *c, const char *job, zt_watch_cb cb, void *user);
 
 int zt_client_cancel(zt_client *c, const char *job);
+/* Removes a job that ended and its directory on the daemon (EBUSY for a queued or running one). */
+int zt_client_rm(zt_client *c, const char *job);
 /* Asks a running job to checkpoint now and waits for it; json_out (optional) gets the reply
  * (step, path). */
 int zt_client_checkpoint(zt_client *c, const char *job, char **json_out);

@@ -51,12 +51,26 @@ static int file_open(zt_model_file **f, const zt_model *m, const char *path, st_
                             errlen);
 }
 
-/* The tensors of units [u0, u1) of state k from the file into buf (the range's flat layout). */
-static int read_piece(const zt_model_file *f, const zt_model *m, int k, int u0, int u1,
-                      float *buf, char *err, size_t errlen) {
-  int first, end;
+/* The tensors of units [u0, u1) of state k from the file (at path, of layout l) into buf (the
+ * range's flat layout), each checked against sums (sums.c; NULL: none recorded). */
+static int read_piece(const zt_model_file *f, const char *path, st_layout l, const json_t *sums,
+                      const zt_model *m, int k, int u0, int u1, float *buf, char *err,
+                      size_t errlen) {
+  int first, end, rc;
   zt__trainer_piece_tensors(m, u0, u1, &first, &end);
-  return zt_model_file_read(f, k, first, end, buf, err, errlen);
+  uint64_t *got = malloc((size_t)(end - first + 1) * sizeof *got);
+  if (!got) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
+  }
+  rc = zt_model_file_read_sum(f, k, first, end, buf, got, err, errlen);
+  for (int i = first; i < end && rc == 0; i++) {
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", zt_model_tensor(m, i)->name, l.suffix[k]);
+    rc = zt__ckpt_sums_check(sums, path, name, got[i - first], err, errlen);
+  }
+  free(got);
+  return rc;
 }
 
 /* The state, a piece at a time, into wm (the parameters) and, unless NULL, wo (m and v), both
@@ -82,8 +96,10 @@ static int save_pieces(zt_trainer *t, const char *where, zt_model_writer *wm,
 }
 
 /* The parameters, gathered a piece at a time, as one file of the checkpoint layout at path
- * (zt_trainer_export, and a per-rank checkpoint's model.safetensors). */
-int zt__ckpt_write_params(zt_trainer *t, const char *path, state_seq *q, char *err, size_t errlen) {
+ * (zt_trainer_export, and a per-rank checkpoint's model.safetensors, whose tensors' sums go into
+ * *sums unless sums is NULL). */
+int zt__ckpt_write_params(zt_trainer *t, const char *path, state_seq *q, json_t **sums,
+                          char *err, size_t errlen) {
   int rc;
   size_t cap = zt__trainer_piece_cap(t->model);
   float *buf = malloc(2 * cap * sizeof *buf);
@@ -93,6 +109,11 @@ int zt__ckpt_write_params(zt_trainer *t, const char *path, state_seq *q, char *e
     snprintf(err, errlen, "%s: out of memory", path);
   } else if ((rc = writer_open(&w, t->model, path, model_file, NULL, err, errlen)) == 0) {
     rc = save_pieces(t, path, w, NULL, buf, cap, q, err, errlen);
+  }
+  if (rc == 0 && sums &&
+      !(*sums = zt__ckpt_sums_of_writer(w, t->model, model_file.suffix, model_file.n))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", path);
   }
   zt_model_writer_close(w);
   free(buf);
@@ -119,7 +140,17 @@ int zt__ckpt_save_flat(zt_trainer *t, const char *tmp, state_seq *q, char *err, 
       (rc = save_pieces(t, tmp, wm, wo, buf, cap, q, err, errlen)) < 0)
     goto out;
   sprintf(file, "%s/trainer.json", tmp);
-  if (!(j = zt__ckpt_state_json(t, json_pack("{s:i}", "format", CKPT_FORMAT)))) {
+  json_t *head = json_pack("{s:i}", "format", CKPT_FORMAT);
+  if (!head ||
+      zt__ckpt_sums_add(head, "model.safetensors",
+                        zt__ckpt_sums_of_writer(wm, t->model, model_file.suffix,
+                                                model_file.n)) < 0 ||
+      zt__ckpt_sums_add(head, "optimizer.safetensors",
+                        zt__ckpt_sums_of_writer(wo, t->model, opt_file.suffix, opt_file.n)) < 0) {
+    json_decref(head);
+    head = NULL;
+  }
+  if (!(j = zt__ckpt_state_json(t, head))) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", file);
     goto out;
@@ -138,11 +169,11 @@ out:
 int zt__ckpt_load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *h, char *err,
                        size_t errlen) {
   int rc = 0, nu = zt_model_num_units(t->model);
-  char *file = malloc(strlen(dir) + 64);
+  char *file = malloc(strlen(dir) + 64), *file_o = malloc(strlen(dir) + 64);
   float *buf = NULL;
   zt_model_file *fm = NULL, *fo = NULL;
   json_t *j = NULL;
-  if (!file) {
+  if (!file || !file_o) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", dir);
     goto out;
@@ -153,16 +184,23 @@ int zt__ckpt_load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *
   if (!j || json_integer_value(json_object_get(j, "format")) != CKPT_FORMAT ||
       !zt__ckpt_step_in_range(json_object_get(j, "step"))) {
     rc = -EINVAL;
+    /* jansson's text would quote the file: none of a file that is not what it should be */
     snprintf(err, errlen, "%s: not a format-%d trainer state (%s)", file, CKPT_FORMAT,
-             j ? "format, step" : je.text);
+             j ? "format, step" : "missing, unreadable or not JSON");
     goto out;
   }
   if ((rc = zt__ckpt_read_head(t, j, file, h, err, errlen)) < 0) goto out;
+  const json_t *sums_m, *sums_o;
+  if ((rc = zt__ckpt_sums_file(j, file, "model.safetensors", &sums_m, err, errlen)) < 0 ||
+      (rc = zt__ckpt_sums_file(j, file, "optimizer.safetensors", &sums_o, err, errlen)) < 0)
+    goto out;
+  if (!sums_m) zt__ckpt_sums_missing(dir);
   /* both files whole before any of the state is written */
   sprintf(file, "%s/model.safetensors", dir);
-  if ((rc = file_open(&fm, t->model, file, model_file, err, errlen)) < 0) goto out;
-  sprintf(file, "%s/optimizer.safetensors", dir);
-  if ((rc = file_open(&fo, t->model, file, opt_file, err, errlen)) < 0) goto out;
+  sprintf(file_o, "%s/optimizer.safetensors", dir);
+  if ((rc = file_open(&fm, t->model, file, model_file, err, errlen)) < 0 ||
+      (rc = file_open(&fo, t->model, file_o, opt_file, err, errlen)) < 0)
+    goto out;
   size_t cap = zt__trainer_piece_cap(t->model);
   if (!(buf = malloc(3 * cap * sizeof *buf))) {
     rc = -ENOMEM;
@@ -172,13 +210,14 @@ int zt__ckpt_load_flat(zt_trainer *t, const char *dir, state_seq *q, ckpt_head *
   float *p = buf, *m = buf + cap, *v = buf + 2 * cap;
   for (int u0 = 0, u1; u0 < nu; u0 = u1) {
     u1 = zt__trainer_piece_end(t->model, u0, cap);
-    if ((rc = read_piece(fm, t->model, 0, u0, u1, p, err, errlen)) < 0 ||
-        (rc = read_piece(fo, t->model, 0, u0, u1, m, err, errlen)) < 0 ||
-        (rc = read_piece(fo, t->model, 1, u0, u1, v, err, errlen)) < 0 ||
+    if ((rc = read_piece(fm, file, model_file, sums_m, t->model, 0, u0, u1, p, err, errlen)) < 0 ||
+        (rc = read_piece(fo, file_o, opt_file, sums_o, t->model, 0, u0, u1, m, err, errlen)) < 0 ||
+        (rc = read_piece(fo, file_o, opt_file, sums_o, t->model, 1, u0, u1, v, err, errlen)) < 0 ||
         (rc = zt__ckpt_piece_in(t, dir, u0, u1, p, m, v, q, err, errlen)) < 0)
       goto out;
   }
 out:
+  free(file_o);
   zt_model_file_close(fm);
   zt_model_file_close(fo);
   json_decref(j);
@@ -193,7 +232,7 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
   if (rc < 0)
     snprintf(err, errlen, "backend %s failed before the export (%d)", t->be.ops->name, rc);
   else
-    rc = zt__ckpt_write_params(t, path, &q, err, errlen);
+    rc = zt__ckpt_write_params(t, path, &q, NULL, err, errlen);
   zt__ckpt_seq_end(t, &q, rc);
   return rc;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/base/checksum.h"
 #include "engine/model/safetensors.h"
 #include "engine/train/checkpoint/internal.h"
 #include "engine/train/dp/dp.h"
@@ -55,6 +56,8 @@ typedef struct rank_file {
   zt_st_writer *w;
   zt_st_file *f;
   const zt_st_tensor **found;   /* a load: unit u's state k, [3 * u + k] */
+  json_t *sums;                 /* a save: its tensors' sums once finished; a load: the
+                                   manifest's of it (NULL: none recorded) */
 } rank_file;
 
 typedef struct rank_set {
@@ -72,6 +75,7 @@ static void rank_set_close(rank_set *x) {
     free(f->path);
     free(f->first);
     free(f->found);
+    json_decref(f->sums);
   }
   free(x->rf);
   free(x->bytes);
@@ -207,8 +211,53 @@ static int save_put(void *arg, int r, int u, const float *p, const float *m, con
   return rc;
 }
 
-/* Finished (fsynced, renamed into place, its directory fsynced) and its size taken for the
- * manifest. */
+/* Rank r's file's tensors' sums, as its writer put them ({name: hex}). */
+static json_t *writer_sums(const rank_set *x, int r) {
+  const rank_file *f = &x->rf[r];
+  json_t *o = json_object();
+  for (int u = 0; o && u < zt_model_num_units(x->m); u++)
+    for (int k = 0; f->first[u] >= 0 && k < 3; k++) {
+      char name[NAME_MAX_LEN], hex[ZT_CHECKSUM_HEX];
+      snprintf(name, sizeof name, "%s%s", zt_model_unit(x->m, u)->name, rank_suffix[k]);
+      zt_checksum_hex(zt_st_writer_sum(f->w, f->first[u] + k), hex);
+      if (json_object_set_new(o, name, json_string(hex)) < 0) {
+        json_decref(o);
+        return NULL;
+      }
+    }
+  return o;
+}
+
+/* A rank file another part wrote (its writer's sums are that part's): summed from the file,
+ * which every part sees (probe.c). */
+static json_t *file_sums(const rank_file *f, char *err, size_t errlen) {
+  zt_st_file *sf = NULL;
+  json_t *o = NULL;
+  if (zt_st_open(&sf, f->path, err, errlen) < 0) return NULL;
+  if (!(o = json_object())) snprintf(err, errlen, "%s: out of memory", f->path);
+  for (int i = 0; o && i < zt_st_count(sf); i++) {
+    uint64_t sum;
+    char hex[ZT_CHECKSUM_HEX];
+    const zt_st_tensor *t = zt_st_tensor_at(sf, i);
+    int rc = zt_st_sum(sf, t, &sum, err, errlen);
+    if (rc == 0) {
+      zt_checksum_hex(sum, hex);
+      if (json_object_set_new(o, t->name, json_string(hex)) < 0) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "%s: out of memory", f->path);
+      }
+    }
+    if (rc < 0) {
+      json_decref(o);
+      o = NULL;
+    }
+  }
+  zt_st_close(sf);
+  return o;
+}
+
+/* Finished (fsynced, renamed into place, its directory fsynced), its size taken for the
+ * manifest and its sums (the writer's: the bytes as they were written). */
 static int save_end(void *arg, int r, int ok, char *err, size_t errlen) {
   rank_set *x = arg;
   rank_file *f = &x->rf[r];
@@ -222,6 +271,10 @@ static int save_end(void *arg, int r, int ok, char *err, size_t errlen) {
       x->bytes[r] = (long long)st.st_size;
     }
   }
+  if (ok && rc == 0 && !(f->sums = writer_sums(x, r))) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "%s: out of memory", f->path);
+  }
   zt_st_writer_close(f->w);
   f->w = NULL;
   return rc;
@@ -231,13 +284,20 @@ static int load_begin(void *arg, int r, char *err, size_t errlen) {
   return rank_file_open(arg, r, err, errlen);
 }
 
+/* Rank r's chunk of unit u's state k into dst, checked against the manifest's sum. */
+static int read_chunk(rank_set *x, int r, int u, int k, float *dst, char *err, size_t errlen) {
+  rank_file *f = &x->rf[r];
+  const zt_st_tensor *t = f->found[3 * u + k];
+  uint64_t sum;
+  int rc = zt_st_read_f32_sum(f->f, t, dst, 0, &sum, err, errlen);
+  return rc < 0 ? rc : zt__ckpt_sums_check(f->sums, f->path, t->name, sum, err, errlen);
+}
+
 static int load_get(void *arg, int r, int u, float *p, float *m, float *v, char *err,
                     size_t errlen) {
-  rank_file *f = &((rank_set *)arg)->rf[r];
   float *x[3] = {p, m, v};
   int rc = 0;
-  for (int k = 0; k < 3 && rc == 0; k++)
-    rc = zt_st_read_f32(f->f, f->found[3 * u + k], x[k], 0, err, errlen);
+  for (int k = 0; k < 3 && rc == 0; k++) rc = read_chunk(arg, r, u, k, x[k], err, errlen);
   return rc;
 }
 
@@ -260,7 +320,8 @@ static zt__shard_io rank_io(rank_set *x, int save) {
 
 /* The manifest: the layout, each unit's range and chunk, each rank's file and size, then
  * trainer.json's fields. */
-static json_t *manifest_json(const zt_trainer *t, const rank_set *x) {
+static json_t *manifest_json(const zt_trainer *t, rank_set *x, json_t *model_sums, char *err,
+                             size_t errlen) {
   const zt_model *m = t->model;
   json_t *units = json_array(), *ranks = json_array();
   int bad = !units || !ranks;
@@ -283,6 +344,20 @@ static json_t *manifest_json(const zt_trainer *t, const rank_set *x) {
                            "layout", LAYOUT_PER_RANK, "world", x->l.world, "zero_stage",
                            x->l.zero_stage, "align", (json_int_t)x->l.align, "model_file",
                            "model.safetensors", "units", units, "ranks", ranks);
+  bad = !head || zt__ckpt_sums_add(head, "model.safetensors", model_sums) < 0;
+  for (int r = 0; !bad && r < x->l.world; r++) {
+    rank_file *f = &x->rf[r];
+    if (!f->sums && !(f->sums = file_sums(f, err, errlen))) {
+      json_decref(head);
+      return NULL;
+    }
+    bad = zt__ckpt_sums_add(head, f->name, json_incref(f->sums)) < 0;
+  }
+  if (bad) {
+    json_decref(head);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
   return zt__ckpt_state_json(t, head);
 }
 
@@ -310,11 +385,13 @@ int zt__ckpt_save_ranked(zt_trainer *t, const zt_shard_table *tab, int stage, co
     goto out;
   }
   sprintf(file, "%s/model.safetensors", tmp);
-  if ((rc = zt__ckpt_write_params(t, file, q, err, errlen)) < 0) goto out;
+  json_t *model_sums = NULL;
+  if ((rc = zt__ckpt_write_params(t, file, q, &model_sums, err, errlen)) < 0) goto out;
   sprintf(file, "%s/" MANIFEST, tmp);
-  if (!(j = manifest_json(t, &x))) {
+  why[0] = '\0';
+  if (!(j = manifest_json(t, &x, model_sums, why, sizeof why))) {
     rc = -ENOMEM;
-    snprintf(err, errlen, "%s: out of memory", file);
+    snprintf(err, errlen, "%s: %s", file, why[0] ? why : "out of memory");
     goto out;
   }
   rc = zt__ckpt_write_json(file, j, err, errlen);
@@ -426,8 +503,26 @@ static int manifest_open(manifest *mf, const zt_model *m, const char *dir, const
     return -ENOMEM;
   }
   if (!(mf->j = json_load_file(file, 0, &je))) {
-    snprintf(err, errlen, "%s: not a JSON manifest (line %d: %s)", file, je.line, je.text);
+    /* jansson's text would quote the file */
+    snprintf(err, errlen, "%s: not a JSON manifest", file);
     return -EINVAL;
+  }
+  return 0;
+}
+
+/* The manifest's sums of each rank's file, which its reads check (a manifest from before the
+ * sums: none, with a warning). */
+static int expect_sums(rank_set *x, const manifest *mf, const char *file, char *err,
+                       size_t errlen) {
+  if (!json_object_get(mf->j, "checksums")) {
+    zt__ckpt_sums_missing(file);
+    return 0;
+  }
+  for (int r = 0; r < x->l.world; r++) {
+    const json_t *sums;
+    int rc = zt__ckpt_sums_file(mf->j, file, mf->names[r], &sums, err, errlen);
+    if (rc < 0) return rc;
+    x->rf[r].sums = json_incref((json_t *)sums);
   }
   return 0;
 }
@@ -470,7 +565,8 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
   }
   if ((rc = zt__ckpt_read_head(t, j, file, h, err, errlen)) < 0 ||
       (rc = read_layout(md, &mf, file, err, errlen)) < 0 ||
-      (rc = rank_set_open(&x, md, l, dir, mf.names, err, errlen)) < 0)
+      (rc = rank_set_open(&x, md, l, dir, mf.names, err, errlen)) < 0 ||
+      (rc = expect_sums(&x, &mf, file, err, errlen)) < 0)
     goto out;
   /* every file whole before any of the state is written */
   for (int r = 0; r < l->world; r++) {
@@ -526,8 +622,7 @@ int zt__ckpt_load_ranked(zt_trainer *t, const char *dir, const char *file, state
         size_t c = rank_count(md, l, u, r);
         size_t at = zt_model_unit(md, u)->offset + (size_t)r * l->chunk[u] - base;
         for (int k = 0; c && k < 3 && rc == 0; k++)
-          rc = zt_st_read_f32(f->f, f->found[3 * u + k], buf + (size_t)k * cap + at, 0, err,
-                              errlen);
+          rc = read_chunk(&x, r, u, k, buf + (size_t)k * cap + at, err, errlen);
       }
       rank_file_close(f);
       if (rc < 0) goto out;
@@ -575,7 +670,9 @@ int zt__rank_files_open(zt__rank_files **out, zt__shard_io *io, const zt_model *
       goto out;
     }
   }
-  if ((rc = rank_set_open(&x->x, m, &l, dir, mf.names, err, errlen)) < 0) goto out;
+  if ((rc = rank_set_open(&x->x, m, &l, dir, mf.names, err, errlen)) < 0 ||
+      (!save && (rc = expect_sums(&x->x, &mf, file, err, errlen)) < 0))
+    goto out;
   *io = rank_io(&x->x, save);
 out:
   manifest_close(&mf);

@@ -119,7 +119,86 @@ void jt_close(zt_jobs *jobs, uv_loop_t *loop) {
   uv_run(loop, UV_RUN_DEFAULT);
 }
 
+static uv_loop_t *g_loop;
+
+void jt_set_loop(uv_loop_t *loop) { g_loop = loop; }
+
+typedef struct jt_answer {
+  int done, rc;
+  json_t *reply;
+  char *err;
+  size_t errlen;
+} jt_answer;
+
+static void on_answer(void *owner, int rc, json_t *reply, const char *message) {
+  jt_answer *a = owner;
+  a->done = 1;
+  a->rc = rc;
+  a->reply = json_incref(reply);
+  if (rc < 0) snprintf(a->err, a->errlen, "%s", message ? message : "");
+}
+
+static int answered(void *arg) { return ((jt_answer *)arg)->done; }
+
+int jt_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
+              size_t errlen) {
+  jt_answer a = {.err = err, .errlen = errlen};
+  int rc = zt_jobs_submit(jobs, spec, 0, on_answer, &a, err, errlen);
+  if (rc < 0) return rc;
+  CHECK(g_loop != NULL);
+  jt_run_until(g_loop, answered, &a, 60);
+  if (a.rc == 0)
+    snprintf(id, ZT_JOB_ID_MAX, "%s", json_string_value(json_object_get(a.reply, "job")));
+  json_decref(a.reply);
+  return a.rc;
+}
+
+json_t *jt_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen) {
+  jt_answer a = {.err = err, .errlen = errlen};
+  if ((*rc = zt_jobs_plan(jobs, spec, 0, on_answer, &a, err, errlen)) < 0) return NULL;
+  CHECK(g_loop != NULL);
+  jt_run_until(g_loop, answered, &a, 60);
+  *rc = a.rc;
+  return a.reply;
+}
+
+typedef struct jt_chunk {
+  jt_answer a;
+  uint8_t **data;
+  size_t *len;
+  uint64_t *total, *step;
+} jt_chunk;
+
+static void on_chunk(void *owner, int rc, const uint8_t *data, size_t len, uint64_t total,
+                     uint64_t step, const char *message) {
+  jt_chunk *c = owner;
+  c->a.done = 1;
+  c->a.rc = rc;
+  if (rc < 0) {
+    snprintf(c->a.err, c->a.errlen, "%s", message ? message : "");
+    return;
+  }
+  *c->data = malloc(len ? len : 1);
+  CHECK(*c->data != NULL);
+  memcpy(*c->data, data, len);
+  *c->len = len;
+  *c->total = total;
+  *c->step = step;
+}
+
+int jt_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                    uint8_t **data, size_t *len, uint64_t *total, uint64_t *step, char *err,
+                    size_t errlen) {
+  jt_chunk c = {.a = {.err = err, .errlen = errlen}, data, len, total, step};
+  int rc = zt_jobs_export(jobs, id, offset, length, on_chunk, &c, err, errlen);
+  if (rc < 0) return rc;
+  CHECK(g_loop != NULL);
+  jt_run_until(g_loop, answered, &c.a, 60);
+  return c.a.rc;
+}
+
 zt_jobs *jt_open(uv_loop_t *loop, const char *state_dir, jt_events *ev, uint32_t depth) {
+  g_loop = loop;
   zt_jobs_config cfg = {.loop = loop,
                         .state_dir = state_dir,
                         .backend = "cpu",

@@ -48,5 +48,17 @@ void jt_run_until(uv_loop_t *loop, int (*pred)(void *), void *arg, double timeou
 void jt_close(zt_jobs *jobs, uv_loop_t *loop);
 
 zt_jobs *jt_open(uv_loop_t *loop, const char *state_dir, jt_events *ev, uint32_t depth);
+/* The loop jt_submit and jt_plan run (jt_open sets it; a test that opens its registry itself
+ * names it here). */
+void jt_set_loop(uv_loop_t *loop);
+/* zt_jobs_submit and zt_jobs_plan run to their answer: the refusal of either step (the spec's
+ * structure at once, the worker's checks later) comes back as rc and err, as one call. */
+int jt_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *err,
+              size_t errlen);
+json_t *jt_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen);
+/* zt_jobs_export run to its answer; *data malloc'd. */
+int jt_export_chunk(zt_jobs *jobs, const char *id, uint64_t offset, uint64_t length,
+                    uint8_t **data, size_t *len, uint64_t *total, uint64_t *step, char *err,
+                    size_t errlen);
 
 #endif

@@ -75,14 +75,14 @@ static void check_refusals(zt_jobs *jobs) {
       json_decref(x);
     }
     err[0] = '\0';
-    int rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    int rc = jt_submit(jobs, spec, id, err, sizeof err);
     if (rc != c->err || !strstr(err, c->msg)) {
       fprintf(stderr, "case %zu (parallel %s): rc %d (want %d), \"%s\" (want \"%s\")\n", i,
               c->parallel, rc, c->err, err, c->msg);
       exit(1);
     }
     /* plan refuses it the same way */
-    json_t *plan = zt_jobs_plan(jobs, spec, &rc, err, sizeof err);
+    json_t *plan = jt_plan(jobs, spec, &rc, err, sizeof err);
     CHECK(!plan && rc == c->err && strstr(err, c->msg));
     json_decref(spec);
   }
@@ -222,11 +222,11 @@ static void check_scheduling(zt_jobs *jobs, uv_loop_t *loop) {
   char want[256];
   /* stream jobs: running while they wait for batches, so nothing ends by itself */
   json_t *s2 = stream_spec(2), *s3 = stream_spec(3), *s1 = stream_spec(1);
-  CHECK(zt_jobs_submit(jobs, s2, a, err, sizeof err) == 0);
-  CHECK(zt_jobs_submit(jobs, s2, b, err, sizeof err) == 0);
-  CHECK(zt_jobs_submit(jobs, s3, c, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, s2, a, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, s2, b, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, s3, c, err, sizeof err) == 0);
   /* FIFO: the 1-rank job does not overtake the waiting 3-rank one */
-  CHECK(zt_jobs_submit(jobs, s1, d, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, s1, d, err, sizeof err) == 0);
   snprintf(want, sizeof want, "%s,%s,%s,%s", a, a, b, b);
   wait_arg w = {jobs, want};
   jt_run_until(loop, holders_are, &w, 30);
@@ -307,6 +307,7 @@ int main(void) {
                         .user = &ev};
   zt_jobs *jobs = NULL;
   CHECK(zt_jobs_open(&jobs, &cfg, err, sizeof err) == 0);
+  jt_set_loop(&loop);
   check_refusals(jobs);
 
   /* Admission sizes each rank with the estimate; plan reports it per rank. */
@@ -324,7 +325,7 @@ int main(void) {
     CHECK(needs.rank_bytes == rank && needs.backend_bytes == 2 * rank &&
           needs.host_bytes == 2 * rank);
     int rc;
-    json_t *plan = zt_jobs_plan(jobs, spec, &rc, err, sizeof err);
+    json_t *plan = jt_plan(jobs, spec, &rc, err, sizeof err);
     CHECK(plan && rc == 0);
     json_t *p = json_object_get(plan, "parallel");
     json_t *rb = json_object_get(p, "rank_bytes");
@@ -366,7 +367,7 @@ int main(void) {
   {
     json_t *spec = spec_of("{\"gpus\": \"all\", \"zero_stage\": 3}");
     json_object_set_new(spec, "data", json_pack("{s:s}", "source", "stream"));
-    CHECK(zt_jobs_submit(jobs, spec, id, err, sizeof err) == 0);
+    CHECK(jt_submit(jobs, spec, id, err, sizeof err) == 0);
     char path[800];
     snprintf(path, sizeof path, "%s/jobs/%s", state, id);
     json_error_t je;

@@ -40,7 +40,7 @@ static char *run_to_end(const char *state, const char *tok, uv_loop_t *loop) {
   json_array_clear(g_ev.all);
   zt_jobs *jobs = jt_open(loop, state, &g_ev, 4);
   json_t *spec = spec_for(tok);
-  CHECK(zt_jobs_submit(jobs, spec, id, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, id, err, sizeof err) == 0);
   json_decref(spec);
   jt_run_until(loop, job_ended, NULL, 120);
   jt_close(jobs, loop);
@@ -67,7 +67,7 @@ int main(void) {
   g_jobs = jt_open(&loop, state_b, &g_ev, 4);
   g_ev.hook = stop_on_step;
   json_t *spec = spec_for(tok);
-  CHECK(zt_jobs_submit(g_jobs, spec, id, err, sizeof err) == 0);
+  CHECK(jt_submit(g_jobs, spec, id, err, sizeof err) == 0);
   json_decref(spec);
   jt_run_until(&loop, shutdown_done, NULL, 120);
   g_ev.hook = NULL;
@@ -76,7 +76,7 @@ int main(void) {
   /* Nothing new is accepted while shutting down. */
   spec = spec_for(tok);
   char id2[ZT_JOB_ID_MAX];
-  CHECK(zt_jobs_submit(g_jobs, spec, id2, err, sizeof err) == -ESHUTDOWN);
+  CHECK(jt_submit(g_jobs, spec, id2, err, sizeof err) == -ESHUTDOWN);
   json_decref(spec);
   int rc;
   json_t *show = zt_jobs_show(g_jobs, id, &rc, err, sizeof err);

@@ -69,7 +69,7 @@ int main(void) {
   }
 
   json_t *spec = tiny_spec(tok);
-  CHECK(zt_jobs_submit(jobs, spec, g_id, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, g_id, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(strcmp(g_id, "j000001") == 0);
   jt_run_until(&loop, job_ended, NULL, 60);
@@ -123,8 +123,8 @@ int main(void) {
   uint8_t *data;
   size_t len;
   uint64_t total, at_step;
-  CHECK(zt_jobs_export_chunk(jobs, g_id, 0, 8, &data, &len, &total, &at_step, err,
-                             sizeof err) == 0);
+  CHECK(jt_export_chunk(jobs, g_id, 0, 8, &data, &len, &total, &at_step, err,
+                        sizeof err) == 0);
   CHECK(len == 8 && total > 8 && at_step == STEPS);
   free(data);
   CHECK(zt_jobs_cancel(jobs, g_id, err, sizeof err) == -EINVAL);
@@ -159,7 +159,7 @@ int main(void) {
    * would start it, it fails naming the file. */
   spec = tiny_spec(tok);
   char id2[ZT_JOB_ID_MAX];
-  CHECK(zt_jobs_submit(jobs, spec, id2, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, id2, err, sizeof err) == 0);
   CHECK(strcmp(id2, "j000002") == 0);
   json_decref(spec);
   jt_close(jobs, &loop);

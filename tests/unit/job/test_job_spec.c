@@ -165,7 +165,7 @@ int main(void) {
     }
     set_path(spec, c->path, v);
     err[0] = '\0';
-    int rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    int rc = jt_submit(jobs, spec, id, err, sizeof err);
     if (rc != c->err || !strstr(err, c->msg)) {
       fprintf(stderr, "case %zu (%s = %s): rc %d (want %d), message \"%s\" (want \"%s\")\n", i,
               c->path, c->value ? c->value : "<removed>", rc, c->err, err, c->msg);
@@ -185,7 +185,7 @@ int main(void) {
     jt_write_file(path, cj, strlen(cj));
     json_t *spec = base_spec();
     set_path(spec, "model", json_pack("{s:s, s:i}", "hf", hf, "seq_len", 8));
-    int rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    int rc = jt_submit(jobs, spec, id, err, sizeof err);
     CHECK(rc == -ENOENT && strstr(err, "model.hf: ") && strstr(err, "holds neither"));
     /* a file of one tensor: the first the model misses is named */
     zt_st_entry e = {.name = "model.embed_tokens.weight", .ndim = 2, .shape = {32, 16},
@@ -193,11 +193,11 @@ int main(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", hf);
     CHECK(zt_st_write(path, &e, 1, NULL, 0, err, sizeof err) == 0);
     free((void *)e.data);
-    rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    rc = jt_submit(jobs, spec, id, err, sizeof err);
     CHECK(rc == -EINVAL &&
           strstr(err, "tensor model.layers.0.input_layernorm.weight is missing"));
     set_path(spec, "model.seq_len", json_integer(4096));
-    rc = zt_jobs_submit(jobs, spec, id, err, sizeof err);
+    rc = jt_submit(jobs, spec, id, err, sizeof err);
     CHECK(rc == -EINVAL && strstr(err, "max_position_embeddings"));
     json_decref(spec);
   }
@@ -252,7 +252,7 @@ int main(void) {
   /* A good spec: defaults filled in the stored spec (the job may start; closing stops it). */
   json_t *spec = base_spec();
   set_path(spec, "train.steps", json_integer(2));
-  CHECK(zt_jobs_submit(jobs, spec, id, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, id, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(strcmp(id, "j000001") == 0);
   int rc;

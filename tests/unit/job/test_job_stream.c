@@ -63,7 +63,7 @@ static int push(zt_jobs *jobs, const char *id, int salt, owner *o) {
   int32_t tok[MICRO];
   char err[512];
   batch(tok, salt);
-  return zt_jobs_push_batch(jobs, id, tok, MICRO, on_done, o, err, sizeof err);
+  return zt_jobs_push_batch(jobs, id, tok, MICRO, o, on_done, o, err, sizeof err);
 }
 
 int main(void) {
@@ -83,10 +83,10 @@ int main(void) {
                            "model", "arch", "gpt", "vocab", 16, "seq_len", T, "d_model", 16,
                            "n_heads", 2, "n_layers", 1, "train", "steps", 100000, "micro_batch",
                            B, "data", "source", "file", "path", tok);
-  CHECK(zt_jobs_submit(jobs, spec, fid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, fid, err, sizeof err) == 0);
   json_decref(spec);
   spec = stream_spec(3);
-  CHECK(zt_jobs_submit(jobs, spec, sid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, sid, err, sizeof err) == 0);
   json_decref(spec);
   json_t *st = zt_jobs_status(jobs);
   CHECK(json_integer_value(json_object_get(st, "queued")) == 1);
@@ -97,17 +97,20 @@ int main(void) {
   owner a = {0}, b = {0};
   int32_t tokens[MICRO];
   batch(tokens, 0);
-  CHECK(zt_jobs_push_batch(jobs, sid, tokens, 100, on_done, &a, err, sizeof err) == -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, sid, tokens, 100, &a, on_done, &a, err, sizeof err) ==
+        -EINVAL);
   char want[200];
   snprintf(want, sizeof want, "batch has 100 tokens; job %s takes micro_batch*(seq_len+1) = %d",
            sid, MICRO);
   CHECK(strcmp(err, want) == 0);
-  CHECK(zt_jobs_push_batch(jobs, fid, tokens, MICRO, on_done, &a, err, sizeof err) == -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, fid, tokens, MICRO, &a, on_done, &a, err, sizeof err) ==
+        -EINVAL);
   CHECK(strstr(err, fid));
-  CHECK(zt_jobs_push_batch(jobs, "j000099", tokens, MICRO, on_done, &a, err, sizeof err) ==
+  CHECK(zt_jobs_push_batch(jobs, "j000099", tokens, MICRO, &a, on_done, &a, err, sizeof err) ==
         -ENOENT);
   tokens[5] = 16;
-  CHECK(zt_jobs_push_batch(jobs, sid, tokens, MICRO, on_done, &a, err, sizeof err) == -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, sid, tokens, MICRO, &a, on_done, &a, err, sizeof err) ==
+        -EINVAL);
   CHECK(strstr(err, "model.vocab"));
   CHECK(a.credits == 0 && a.errors == 0);
   /* A queued job takes no checkpoint request. */
@@ -152,7 +155,7 @@ int main(void) {
   /* Cancel reaches a runner waiting for data (one of two micro-batches given). */
   char cid[ZT_JOB_ID_MAX];
   spec = stream_spec(5);
-  CHECK(zt_jobs_submit(jobs, spec, cid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, cid, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(push(jobs, cid, 1, &a) == 0);
   wait_event(&loop, cid, "state", 1);
@@ -163,14 +166,14 @@ int main(void) {
   CHECK(jt_count(&g_ev, cid, "step") == 0);
   int32_t one[MICRO];
   batch(one, 0);
-  CHECK(zt_jobs_push_batch(jobs, cid, one, MICRO, on_done, &a, err, sizeof err) == -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, cid, one, MICRO, &a, on_done, &a, err, sizeof err) == -EINVAL);
   CHECK(strstr(err, "cancelled"));
 
   /* A checkpoint request is answered while the runner waits for data; then shutdown stops the
    * waiting runner, and the restarted daemon fails the job (its stream cannot be replayed). */
   char wid[ZT_JOB_ID_MAX];
   spec = stream_spec(5);
-  CHECK(zt_jobs_submit(jobs, spec, wid, err, sizeof err) == 0);
+  CHECK(jt_submit(jobs, spec, wid, err, sizeof err) == 0);
   json_decref(spec);
   CHECK(push(jobs, wid, 1, &a) == 0);
   CHECK(push(jobs, wid, 2, &a) == 0);

@@ -182,16 +182,20 @@ static int test_bf16_write(void) {
   return fails;
 }
 
+/* Refused with want and the file's name in the message, and none of the values read from the
+ * file (leak: one of them, NULL for none): a file that is not what it should be is not quoted. */
 static int refused(const char *name, const char *hdr, size_t data_len, uint64_t hlen,
-                   const char *want) {
+                   const char *want, const char *leak) {
   char err[512] = "";
   uint8_t data[64] = {0};
   write_raw(name, hdr, data, data_len, hlen);
   zt_st_file *f = NULL;
   int rc = zt_st_open(&f, path_of(name), err, sizeof err);
   zt_st_close(f);
-  return MC_EXPECT(rc == -EINVAL && strstr(err, want) && strstr(err, name),
-                   "%s: rc %d, message \"%s\" should name \"%s\" and the file", name, rc, err, want);
+  return MC_EXPECT(rc == -EINVAL && strstr(err, want) && strstr(err, name) &&
+                       (!leak || !strstr(err + strlen(path_of(name)), leak)),
+                   "%s: rc %d, message \"%s\" should name \"%s\" and the file, without \"%s\"",
+                   name, rc, err, want, leak ? leak : "");
 }
 
 static int test_bad_files(void) {
@@ -204,27 +208,30 @@ static int test_bad_files(void) {
     fclose(f);
     zt_st_file *sf;
     fails += MC_EXPECT(zt_st_open(&sf, path_of("short.safetensors"), err, sizeof err) == -EINVAL &&
-                       strstr(err, "shorter"), "3-byte file: %s", err);
+                       strstr(err, "not a safetensors file (bad header)") &&
+                       !strstr(err, "3 bytes"), "3-byte file: %s", err);
   }
-  fails += refused("hlen.safetensors", ok1, 8, 1000, "header length 1000");
-  fails += refused("json.safetensors", "{\"w\": [1, 2", 8, 0, "not a JSON object");
-  fails += refused("trunc.safetensors", ok1, 4, 0, "tensor w: data_offsets [0, 8] out of range");
+  fails += refused("hlen.safetensors", ok1, 8, 1000, "not a safetensors file (bad header)", "1000");
+  fails += refused("json.safetensors", "{\"w\": [1, 2", 8, 0,
+                   "not a safetensors file (bad header)", "[1");
+  fails += refused("trunc.safetensors", ok1, 4, 0,
+                   "tensor w: data_offsets out of the file's data section", "8");
   fails += refused("range.safetensors",
                    "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 8, 0,
-                   "tensor w: data_offsets [8, 16] out of range");
+                   "tensor w: data_offsets out of the file's data section", "16");
   fails += refused("size.safetensors",
                    "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, 0,
-                   "tensor w: data_offsets span 8 bytes but shape x F32 needs 12");
+                   "tensor w: data_offsets do not span its shape x dtype", "12");
   fails += refused("overlap.safetensors",
                    "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, 0,
-                   "overlap");
+                   "overlap", NULL);
   fails += refused("dtype.safetensors",
                    "{\"w\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0,
-                   "tensor w: unknown dtype \"Q4\"");
+                   "tensor w: unknown dtype", "Q4");
   fails += refused("shape.safetensors",
                    "{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, 0,
-                   "tensor w: shape[0]");
+                   "tensor w: shape[0]", "-2");
   /* a known dtype that does not convert is refused at read time */
   write_raw("i64.safetensors", "{\"w\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}",
             "\0\0\0\0\0\0\0\0", 8, 0);
