@@ -80,12 +80,19 @@ static json_t *rope_scaling_json(const zt_rope_scaling *r) {
   return o;
 }
 
+/* A model made from a spec has no tokenizer, so no special tokens: the class defaults would
+ * name ids that mean nothing here (GPT-2's 50256 lies outside a small vocabulary). */
+static int no_special_tokens(json_t *o) {
+  return put(o, "bos_token_id", json_null()) || put(o, "eos_token_id", json_null()) ||
+         put(o, "pad_token_id", json_null());
+}
+
 /* The fields the reader maps (hf.c's read_llama, read_gpt2), from m. */
 static int mapped_fields(json_t *o, const zt_model *m, zt_hf_type t, int from_source) {
   const zt_model_cfg *c = zt_model_cfg_of(m);
   if (t == ZT_HF_GPT2) {
     int rows = c->n_positions ? c->n_positions : c->seq_len;
-    return put(o, "vocab_size", json_integer(c->vocab)) ||
+    int bad = put(o, "vocab_size", json_integer(c->vocab)) ||
            put(o, "n_embd", json_integer(c->d_model)) ||
            put(o, "n_head", json_integer(c->n_heads)) ||
            put(o, "n_layer", json_integer(c->n_layers)) ||
@@ -97,6 +104,7 @@ static int mapped_fields(json_t *o, const zt_model *m, zt_hf_type t, int from_so
            put(o, "scale_attn_weights", json_true()) ||
            put(o, "scale_attn_by_inverse_layer_idx", json_false()) ||
            put(o, "add_cross_attention", json_false());
+    return bad || from_source ? bad : no_special_tokens(o);
   }
   int hs = c->head_dim ? c->head_dim : c->d_model / c->n_heads;
   int kv = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
@@ -121,7 +129,7 @@ static int mapped_fields(json_t *o, const zt_model *m, zt_hf_type t, int from_so
         put(o, "attention_dropout", json_real(0.0)) || put(o, "use_cache", json_true());
   if (!bad && (t == ZT_HF_QWEN2 || t == ZT_HF_QWEN3))
     bad = put(o, "use_sliding_window", json_false());
-  return bad;
+  return bad || no_special_tokens(o);
 }
 
 /* The source directory's config.json without what the export writes anew, or NULL (note set). */

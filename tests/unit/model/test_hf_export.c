@@ -124,6 +124,13 @@ static int test_configs(void) {
                      "decimals as written: %s", text);
   zt_model_cfg g = mc_tiny(ZT_ARCH_GPT);
   fails += check_config(&g, "gpt", "gpt2", "GPT2LMHeadModel");
+  snprintf(p, sizeof p, "%s/cfg", root);
+  json_t *gj = load(p, "config.json");
+  /* GPT2Config's default eos (50256) would lie outside this 256-token vocabulary */
+  fails += MC_EXPECT(gj && json_is_null(json_object_get(gj, "bos_token_id")) &&
+                     json_is_null(json_object_get(gj, "eos_token_id")),
+                     "a spec's GPT-2 names no special tokens");
+  json_decref(gj);
   g.d_ff = 24;
   fails += check_config(&g, "gpt d_ff 24", "gpt2", "GPT2LMHeadModel");
   /* no Hugging Face class for these */
@@ -345,7 +352,8 @@ static int test_source_dir(void) {
                      "no source: %s / %s", err, o.note);
   j = load(out, "config.json");
   fails += MC_EXPECT(!strcmp(str(j, "model_type"), "qwen2") &&
-                     !json_object_get(j, "bos_token_id"), "the model alone");
+                     json_is_null(json_object_get(j, "bos_token_id")) &&
+                     json_is_null(json_object_get(j, "eos_token_id")), "the model alone");
   json_decref(j);
   /* a stop asked before the first chunk */
   atomic_int stop = 1;
