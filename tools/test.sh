@@ -17,14 +17,14 @@ ninja -C "$builddir"
 
 # What the tests read ztd's files with, from PyPI: prometheus-client's text-format parser (the
 # http test) and TensorBoard's event reader (the series test), in a venv of their own; tests
-# that need them find it through ZT_TEST_PYTHON and skip without it.
+# that need them find it through ZT_TEST_PYTHON (and fail when it lacks them).
 venv=$builddir/test-venv
 zt_pip=(prometheus-client tensorboard)
 if ! "$venv/bin/python" -c 'import prometheus_client, tensorboard' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "${zt_pip[@]}"
 fi
-export ZT_TEST_PYTHON=$venv/bin/python
+export ZT_TEST_PYTHON=$(cd "$venv" && pwd)/bin/python  # absolute: tests run in other directories
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

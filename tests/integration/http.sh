@@ -10,8 +10,7 @@ if [ "${ZT_HAVE_HTTP:-0}" != 1 ]; then
   expect_fail 2 "built without its HTTP listener" "$ZTD" --http 9090
   exit 0
 fi
-PY=${ZT_TEST_PYTHON:-python3}
-"$PY" -c 'import prometheus_client' 2>/dev/null || { echo "no prometheus_client: tools/test.sh installs it"; exit 77; }
+python_with prometheus_client
 
 # the port the kernel picked, from the log
 http_port() {

@@ -33,6 +33,17 @@ fail() {
   exit 1
 }
 
+# python_with MODULE: sets PY to a python that imports MODULE. ZT_TEST_PYTHON (tools/test.sh's
+# venv) must have it, so a venv that went missing fails instead of skipping; without it the
+# system's python3 is tried and the test skips when it lacks the module.
+python_with() {
+  PY=${ZT_TEST_PYTHON:-python3}
+  "$PY" -c "import $1" 2>/dev/null && return 0
+  [ -z "${ZT_TEST_PYTHON:-}" ] || fail "ZT_TEST_PYTHON=$ZT_TEST_PYTHON does not import $1"
+  echo "no $1: tools/test.sh installs it"
+  exit 77
+}
+
 # start_ztd [extra ztd flags...]: starts ztd and waits until it answers status.
 start_ztd() {
   "$ZTD" --socket "$SOCK" --state-dir "$STATE" --cpu-threads 1 --log-level info "$@" \
