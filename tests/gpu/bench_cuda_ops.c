@@ -98,15 +98,16 @@ int main(void) {
   if (!saved)
     return 1;
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, NH, NH, hs, causal));
+    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, NH, NH, hs, causal, NULL));
     printf("attention_fwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B, T,
            C, NH, causal, t * 1e3, saved_bytes / 1048576.0);
-    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, NH, NH, hs, causal));
+    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, NH, NH, hs, causal, NULL));
     printf("attention_bwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
   }
   /* bf16: the flash kernels (flash_attention.cu), inputs rounded from the fp32 ones */
-  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, NH, NH, hs);
+  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, NH,
+                                                                              NH, hs);
   void *qkv16 = op->alloc(ctx, n3 * 2), *dqkv16 = op->alloc(ctx, n3 * 2);
   void *out16 = op->alloc(ctx, (size_t)N * C * 2), *dout16 = op->alloc(ctx, (size_t)N * C * 2);
   void *saved16 = op->alloc(ctx, saved16_bytes);
@@ -116,12 +117,13 @@ int main(void) {
   op->cast(ctx, dqkv16, ZT_BF16, qkv, ZT_F32, n3);
   op->cast(ctx, dout16, ZT_BF16, x, ZT_F32, (size_t)N * C);
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, NH, NH, hs, causal));
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, NH, NH, hs,
+                                        causal, NULL));
     printf("attention_fwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B,
            T, C, NH, causal, t * 1e3, saved16_bytes / 1048576.0);
     BEST_OF(10, t,
             op->attention_bwd_dt(ctx, ZT_BF16, dqkv16, dout16, qkv16, saved16, B, T, NH, NH, hs,
-                                 causal));
+                                 causal, NULL));
     printf("attention_bwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
   }
@@ -142,10 +144,10 @@ int main(void) {
     op->cast(ctx, da, ZT_BF16, src, ZT_F32, nq);
     op->cast(ctx, h1, ZT_BF16, src, ZT_F32, nf * 2);
     op->cast(ctx, h2, ZT_BF16, src, ZT_F32, nf * 2);
-    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, o, sv, a, B, T, LNH, LNKV, LHS, 1));
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, o, sv, a, B, T, LNH, LNKV, LHS, 1, NULL));
     printf("attention_fwd bf16 GQA B=%d T=%d NH=%d NKV=%d hs=%d causal: %8.3f ms\n", B, T, LNH,
            LNKV, LHS, t * 1e3);
-    BEST_OF(10, t, op->attention_bwd_dt(ctx, ZT_BF16, da, o, a, sv, B, T, LNH, LNKV, LHS, 1));
+    BEST_OF(10, t, op->attention_bwd_dt(ctx, ZT_BF16, da, o, a, sv, B, T, LNH, LNKV, LHS, 1, NULL));
     printf("attention_bwd bf16 GQA B=%d T=%d NH=%d NKV=%d hs=%d causal: %8.3f ms\n", B, T, LNH,
            LNKV, LHS, t * 1e3);
     BEST_OF(10, t, op->rmsnorm_fwd_dt(ctx, ZT_BF16, h1, rs, h2, nw, N, 1, LC, LC, 1e-5f));
@@ -176,9 +178,9 @@ int main(void) {
 
   int32_t *tok = dev_tokens(N, V);
   float *wte = dev_floats((size_t)V * C), *wpe = dev_floats((size_t)T * C);
-  BEST_OF(10, t, op->embedding_fwd(ctx, x, tok, wte, wpe, B, T, C));
+  BEST_OF(10, t, op->embedding_fwd(ctx, x, tok, wte, wpe, B, T, C, NULL));
   printf("embedding_fwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
-  BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C));
+  BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C, NULL));
   printf("embedding_bwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
 
   float *logits = dev_floats((size_t)N * Vp);
