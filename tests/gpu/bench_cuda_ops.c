@@ -128,6 +128,51 @@ int main(void) {
            t * 1e3);
   }
 
+  /* packed documents in bf16 (ops.h, "Documents"): B 8 rows of T 4096 holding documents of
+   * 384 to 640 tokens (about 512), against the same shape as one document a row (positions
+   * NULL, and 0..T-1: what the model passes by default) */
+  {
+    const int PB = 8, PT = 4096, PNH = 12, PHS = 64, PR = 3 * PNH * PHS;
+    size_t pn = (size_t)PB * PT, nq = pn * PR, no = pn * PNH * PHS;
+    size_t sb = op->attention_saved_bytes_dt(ZT_BF16, PB, PT, PNH, PNH, PHS);
+    float *src = dev_floats(nq);
+    void *a = op->alloc(ctx, nq * 2), *da = op->alloc(ctx, nq * 2), *o = op->alloc(ctx, no * 2);
+    void *sv = op->alloc(ctx, sb);
+    int32_t *h = malloc(pn * 2 * sizeof *h), *packed = op->alloc(ctx, pn * sizeof *h);
+    int32_t *ident = op->alloc(ctx, pn * sizeof *h);
+    if (!a || !da || !o || !sv || !h || !packed || !ident)
+      return 1;
+    int docs = 0;
+    for (int b = 0; b < PB; b++)
+      for (int i = 0; i < PT; docs++) {
+        int len = 384 + (int)((docs * 2654435761u) % 257);
+        for (int j = 0; j < len && i < PT; j++, i++) h[(size_t)b * PT + i] = j;
+      }
+    for (size_t i = 0; i < pn; i++) h[pn + i] = (int32_t)(i % PT);
+    op->to_device(ctx, packed, h, pn * sizeof *h);
+    op->to_device(ctx, ident, h + pn, pn * sizeof *h);
+    op->cast(ctx, a, ZT_BF16, src, ZT_F32, nq);
+    op->cast(ctx, da, ZT_BF16, src, ZT_F32, nq);
+    const int32_t *which[3] = {NULL, ident, packed};
+    const char *name[3] = {"one document a row (pos NULL)", "one document a row (pos 0..T-1)",
+                           "packed"};
+    for (int causal = 1; causal >= 0; causal--)
+      for (int k = 0; k < 3; k++) {
+        double tf, tb;
+        BEST_OF(10, tf, op->attention_fwd_dt(ctx, ZT_BF16, o, sv, a, PB, PT, PNH, PNH, PHS,
+                                             causal, which[k]));
+        BEST_OF(10, tb, op->attention_bwd_dt(ctx, ZT_BF16, da, o, a, sv, PB, PT, PNH, PNH, PHS,
+                                             causal, which[k]));
+        printf("attention bf16 B=%d T=%d NH=%d hs=%d causal=%d %s%s%.0f: fwd %8.3f ms bwd "
+               "%8.3f ms\n", PB, PT, PNH, PHS, causal, name[k],
+               k == 2 ? ", documents of ~" : "", k == 2 ? (double)pn / docs : 0.0, tf * 1e3,
+               tb * 1e3);
+      }
+    free(h);
+    op->free(ctx, src), op->free(ctx, a), op->free(ctx, da), op->free(ctx, o), op->free(ctx, sv);
+    op->free(ctx, packed), op->free(ctx, ident);
+  }
+
   /* the llama family in bf16: grouped-query flash attention, rmsnorm, rope, swiglu */
   {
     const int LC = 2048, LNH = 32, LNKV = 8, LHS = 64, LF = 8192, R = (LNH + 2 * LNKV) * LHS;
@@ -182,6 +227,21 @@ int main(void) {
   printf("embedding_fwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
   BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C, NULL));
   printf("embedding_bwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
+  /* with positions 0..T-1, as the model passes them by default */
+  int32_t *epos = dev_tokens(N, 1);
+  {
+    int32_t *h = malloc((size_t)N * sizeof *h);
+    if (!h)
+      return 1;
+    for (int i = 0; i < N; i++)
+      h[i] = i % T;
+    op->to_device(ctx, epos, h, (size_t)N * sizeof *h);
+    free(h);
+  }
+  BEST_OF(10, t, op->embedding_fwd(ctx, x, tok, wte, wpe, B, T, C, epos));
+  printf("embedding_fwd B=%d T=%d C=%d pos 0..T-1: %8.3f ms\n", B, T, C, t * 1e3);
+  BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C, epos));
+  printf("embedding_bwd B=%d T=%d C=%d pos 0..T-1: %8.3f ms\n", B, T, C, t * 1e3);
 
   float *logits = dev_floats((size_t)N * Vp);
   double loss;
