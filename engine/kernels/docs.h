@@ -23,6 +23,8 @@ ZT_DOCS_FN int zt_doc_start(const int32_t *pos, int t) {
  * given that token lo - 1 is in it. Starts never decrease along a row, so a binary search
  * finds it; on a malformed row it still returns a token in [lo, hi]. */
 ZT_DOCS_FN int zt_doc_end(const int32_t *pos, int lo, int hi, int s) {
+  if (lo < hi && zt_doc_start(pos, hi - 1) == s)
+    return hi; /* the common case, a document to the end of the range, in one read */
   while (lo < hi) {
     int mid = lo + (hi - lo) / 2;
     if (zt_doc_start(pos, mid) == s)
