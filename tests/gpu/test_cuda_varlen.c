@@ -12,8 +12,9 @@
  * Tolerances as in test_cuda_flash.c (u the unit roundoff of bf16, 2^-8): |got - want| <= A u m
  * + R u |want|, m the largest |want| of the compared part (q, k, v apart for gradients): A = R = 4
  * for outputs, A = 16, R = 8 for gradients; fp32 differs only in summation order: 1e-4. A
- * document alone is held to the same bounds: its keys are the same, only the tiles they fall in
- * (and so the order of the online softmax's sums) differ. */
+ * document packed against itself alone, both on the GPU, is held to twice those bounds: each
+ * side is within them of the exact values (its keys are the same; only the tiles they fall in,
+ * and so the order of the online softmax's sums, differ). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -185,14 +186,15 @@ static void test_attention(zt_dtype dt, int B, int T, int NH, int NKV, int hs, i
     void *oa, *da;
     gpu_run(dt, (char *)qkv_d + (size_t)at[k] * row * es, (char *)dout_d + (size_t)at[k] * C * es,
             NULL, 1, len[k], NH, NKV, hs, causal, &oa, &da);
+    double Ao2 = 2 * Ao, Ag2 = 2 * Ag, Rg2 = 2 * Rg;
     snprintf(what, sizeof what, "  document %d (%d tokens at %d) packed vs alone: fwd", k,
              len[k], at[k]);
-    compare(what, dt, (char *)out_g + (size_t)at[k] * C * es, oa, (size_t)len[k] * C, Ao, Ao, 0,
-            0);
+    compare(what, dt, (char *)out_g + (size_t)at[k] * C * es, oa, (size_t)len[k] * C, Ao2, Ao2,
+            0, 0);
     snprintf(what, sizeof what, "  document %d (%d tokens at %d) packed vs alone: bwd", k,
              len[k], at[k]);
-    compare(what, dt, (char *)dq_g + (size_t)at[k] * row * es, da, (size_t)len[k] * row, Ag, Rg,
-            qn, kvn);
+    compare(what, dt, (char *)dq_g + (size_t)at[k] * row * es, da, (size_t)len[k] * row, Ag2,
+            Rg2, qn, kvn);
     free(oa), free(da);
   }
   printf("%s: %d documents, %s\n", tag, nd, failures == fails_before ? "ok" : "FAIL");

@@ -5,7 +5,8 @@ document separately, with the same weights.
 
 For each architecture (GPT-2 with learned positions, Llama with GQA and RoPE, Qwen2 with q/k/v
 biases) this builds a small model with transformers' classes, perturbs its norm gains and
-biases (so a mishandled one shows), saves it with save_pretrained (fp32 safetensors) into
+biases (so a mishandled one shows) and scales its matrices up fivefold (so the loss depends
+markedly on the context and the positions: a leak across documents shows), saves it with save_pretrained (fp32 safetensors) into
 OUT/<arch>/hf, and packs B rows of T tokens with documents of 1 to 40 tokens; a document that
 does not fit the rest of a row is split there and its tail starts the next row (positions
 restarting at 0, as zt's packer writes them). Targets are each token's successor (the last of
@@ -83,7 +84,9 @@ def build(arch, out, seed):
     model = getattr(transformers, cls)(cfg).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
+            if p.ndim == 2:  # 5x the init: the loss then leans on context and positions
+                p.mul_(5.0)
+            elif p.ndim == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
                 p.add_(0.1 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.copy_(0.02 * torch.randn_like(p))
