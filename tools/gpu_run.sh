@@ -33,6 +33,7 @@ run() { # name command...
 run cuda_ops "$b/tests/gpu/test_cuda_ops"
 run cuda_lowp "$b/tests/gpu/test_cuda_lowp"
 run cuda_flash "$b/tests/gpu/test_cuda_flash"
+run cuda_varlen "$b/tests/gpu/test_cuda_varlen"
 run cuda_train "$b/tests/gpu/test_cuda_train"
 run cuda_mixed "$b/tests/gpu/test_cuda_mixed"
 run cuda_offload "$b/tests/gpu/test_cuda_offload"

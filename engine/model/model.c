@@ -498,6 +498,17 @@ int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, 
   return zt_acts_open_dt(out, m, be, B, ckpt_every, ZT_F32, err, errlen);
 }
 
+/* 0..T-1 in every row, one document a row: what a caller that stages no positions trains on. */
+static int default_positions(zt_acts *a) {
+  size_t N = (size_t)a->B * (size_t)a->T;
+  int32_t *h = malloc(N * sizeof *h);
+  if (!h) return -ENOMEM;
+  for (size_t i = 0; i < N; i++) h[i] = (int32_t)(i % (size_t)a->T);
+  a->be.ops->to_device(a->be.ctx, a->pos, h, N * sizeof *h);
+  free(h);
+  return 0;
+}
+
 int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int B,
                     int ckpt_every, zt_dtype dt, char *err, size_t errlen) {
   *out = NULL;
@@ -544,6 +555,7 @@ int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int 
   m->arch->bind_acts(a, &b);
   if (a->row_loss && !(a->h_tgt = malloc((size_t)B * (size_t)a->T * sizeof *a->h_tgt))) goto nomem;
   if (m->arch->acts_ready) m->arch->acts_ready(a);
+  if (default_positions(a) < 0) goto nomem;
   *out = a;
   return 0;
 nomem:

@@ -221,8 +221,10 @@ zt_dtype zt_acts_dtype(const zt_acts *a);
  * and next-token targets (-1 = ignored). */
 int32_t *zt_acts_tokens(zt_acts *a);
 int32_t *zt_acts_targets(zt_acts *a);
-/* The position of each of the B*T tokens (RoPE's), a backend buffer the caller fills before
- * forward; NULL for an arch without rotary positions (gpt, encoder). */
+/* The position of each of the B*T tokens in its document (ops.h, "Documents"), a backend
+ * buffer of every arch that the caller fills before forward: attention stays inside documents,
+ * and learned positions (gpt) and RoPE (llama) read it. zt_acts_open fills 0..T-1 (one
+ * document a row). */
 int32_t *zt_acts_positions(zt_acts *a);
 /* (B*T, vocab) logits (of the acts' type) after forward; the loss op turns them into their
  * gradient in place. NULL for llama, whose head never holds a micro-batch's logits: its
