@@ -428,6 +428,7 @@ void *zt__runner_main(void *arg) {
   r.spans = r.world > r.local;
   r.micros = r.world * s->train.grad_accum;
 
+  double admitted = mono_seconds();
   if (job->part.member) r.resume_step = job->part.resume_step;
   else if ((rc = r.resume_step = intact_checkpoint(&r)) < 0) goto out;
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
@@ -435,6 +436,9 @@ void *zt__runner_main(void *arg) {
   zt__runner_publish_opened(&r);
 
   double run_start = mono_seconds();
+  /* the time to a first step a user waits for (docs/BENCHMARKS.md "Time to the first step") */
+  zt__job_log(job, ZT_LOG_INFO, "ready to train %.2f s after its start (devices, %s, buffers)",
+              run_start - admitted, r.resume_step > 0 ? "checkpoint loaded" : "initial weights");
   int run_first_step = zt_trainer_step_count(r.trainer);
   for (;;) {
     pthread_mutex_lock(mu);
@@ -503,6 +507,9 @@ void *zt__runner_main(void *arg) {
     if (r.spans) zt_trainer_dp_set_flags(r.trainer, flags);
     if ((rc = train_step(&r, run_start, run_first_step, &flags)) < 0) goto out;
     int now_step = zt_trainer_step_count(r.trainer);
+    if (now_step == run_first_step + 1)
+      zt__job_log(job, ZT_LOG_INFO, "first step (%d) done %.2f s after its start",
+                  now_step, mono_seconds() - admitted);
     int last = now_step >= s->train.steps; /* the final checkpoint follows the loop */
     if (!last && ((s->ckpt_every > 0 && now_step % s->ckpt_every == 0) ||
                   (flags & ZT_DP_FLAG_CHECKPOINT))) {

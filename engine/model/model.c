@@ -129,33 +129,43 @@ static int init_draws(zt__init_kind k) { return k == ZT__INIT_NORMAL || k == ZT_
 /* GPT-2's init for both archs: weights and embeddings N(0, 0.02), projections into the residual
  * stream N(0, 0.02/sqrt(2L)), biases 0, norms 1/0. Tensors are filled in layout order from one
  * splitmix64 stream seeded with cfg.init_seed. (The encoder therefore does not start from
- * PyTorch's default init; parity runs load their init from safetensors.) A range starts the
- * stream where the tensors before it leave it (two draws per random element), without drawing
- * them, so an offloaded open makes its pieces in any order with the flat init's bits. */
-void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst) {
+ * PyTorch's default init; parity runs load their init from safetensors.) A random element takes
+ * two draws, so element j of tensor i starts the stream at draw 2 * (the random elements before
+ * it): any slice starts there without drawing what comes before, which lets an offloaded open
+ * make its pieces in any order and threads fill one piece in parts, with the flat init's bits. */
+void zt_model_init_params_slice(const zt_model *m, int first, int end, float *dst, size_t begin,
+                                size_t stop) {
   uint64_t draws = 0;
   for (int i = 0; i < first; i++)
     if (init_draws(m->init[i])) draws += 2 * (uint64_t)m->t[i].numel;
-  uint64_t s = m->cfg.init_seed + draws * SPLITMIX_GAMMA;
   double resid = 0.02 / sqrt(2.0 * m->cfg.n_layers);
+  size_t base = first < end ? m->t[first].offset : 0;
   for (int i = first; i < end; i++) {
-    float *x = dst + (m->t[i].offset - m->t[first].offset);
-    size_t n = m->t[i].numel;
-    switch (m->init[i]) {
-    case ZT__INIT_NORMAL:
-      for (size_t j = 0; j < n; j++) x[j] = (float)(0.02 * normal01(&s));
-      break;
-    case ZT__INIT_RESID:
-      for (size_t j = 0; j < n; j++) x[j] = (float)(resid * normal01(&s));
-      break;
-    case ZT__INIT_ZEROS:
-      memset(x, 0, n * sizeof *x);
-      break;
-    case ZT__INIT_ONES:
-      for (size_t j = 0; j < n; j++) x[j] = 1.0f;
-      break;
+    size_t at = m->t[i].offset - base, n = m->t[i].numel;
+    size_t j0 = begin > at ? begin - at : 0, j1 = stop < at + n ? stop - at : n;
+    int random = init_draws(m->init[i]);
+    if (stop > at && j0 < n) {
+      float *x = dst + at;
+      uint64_t s = m->cfg.init_seed + (draws + 2 * (uint64_t)j0) * SPLITMIX_GAMMA;
+      double sd = m->init[i] == ZT__INIT_RESID ? resid : 0.02;
+      if (random)
+        for (size_t j = j0; j < j1; j++) x[j] = (float)(sd * normal01(&s));
+      else if (m->init[i] == ZT__INIT_ZEROS)
+        memset(x + j0, 0, (j1 - j0) * sizeof *x);
+      else
+        for (size_t j = j0; j < j1; j++) x[j] = 1.0f;
     }
+    if (random) draws += 2 * (uint64_t)n;
   }
+}
+
+size_t zt_model_range_numel(const zt_model *m, int first, int end) {
+  if (first >= end) return 0;
+  return m->t[end - 1].offset + m->t[end - 1].numel - m->t[first].offset;
+}
+
+void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst) {
+  zt_model_init_params_slice(m, first, end, dst, 0, zt_model_range_numel(m, first, end));
 }
 
 void zt_model_init_params(const zt_model *m, float *p) {

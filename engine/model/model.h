@@ -126,6 +126,13 @@ void zt_model_init_params(const zt_model *m, float *params_host);
  * is tensor first's first parameter): the bits zt_model_init_params writes there, for any range
  * asked in any order, so that a model larger than memory is initialised a piece at a time. */
 void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst);
+/* Elements [begin, stop) of that range (0 is tensor first's first parameter) into the same
+ * places of dst, the bits the whole range has there: threads fill disjoint slices of one range
+ * in any order and any number (engine/train/trainer.c runs them on the CPU pool). */
+void zt_model_init_params_slice(const zt_model *m, int first, int end, float *dst, size_t begin,
+                                size_t stop);
+/* The parameters of tensors [first, end), which tile one range of the flat layout. */
+size_t zt_model_range_numel(const zt_model *m, int first, int end);
 
 /* ---- checkpoints (safetensors) ---------------------------------------------------------------
  * A model state buffer is a flat host buffer in the parameter layout (parameters, or an AdamW

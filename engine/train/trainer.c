@@ -9,8 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "engine/base/tunables.h"
 #include "engine/kernels/backend.h"
 #include "engine/plan/dp_plan.h"
+#include "offload/cpu_pool.h"
 
 /* In double: warmup lr * s / warmup for s <= warmup; then lr (constant) or the cosine from lr to
  * min_lr over the remaining steps, min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with
@@ -153,15 +157,42 @@ int zt__trainer_shard_table(const zt_model *m, int world, zt_shard_table **tab) 
   return zt_dp_plan_shard_table(m, world, tab);
 }
 
-int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen) {
+int zt__trainer_init_open_threads(zt__trainer_init *in, const zt_model *m, int threads, char *err,
+                                  size_t errlen) {
   static const char *const params[] = {""};
   const zt_model_cfg *mc = zt_model_cfg_of(m);
   /* a Hugging Face directory's shards, or one safetensors file */
   const char *path = mc->hf_dir[0] ? mc->hf_dir : mc->init_path;
   in->m = m;
   in->file = NULL;
-  if (!path[0]) return 0;
-  return zt_model_file_open(&in->file, m, path, params, 1, 0, err, errlen);
+  in->pool = NULL;
+  if (path[0]) return zt_model_file_open(&in->file, m, path, params, 1, 0, err, errlen);
+  /* Box-Muller costs ~40 ns an element: a 1.5 B model took a minute on one core before its first
+   * step. The pool runs beside nothing yet (the job has not started), so every core. */
+  if (threads <= 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cores > 0 ? (int)cores : 1;
+  }
+  if (threads == 1) return 0;
+  int rc = zt_cpu_pool_open(&in->pool, threads, 0);
+  if (rc < 0) snprintf(err, errlen, "starting %d threads for the random init failed: %s",
+                       threads, strerror(-rc));
+  return rc;
+}
+
+int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen) {
+  return zt__trainer_init_open_threads(in, m, 0, err, errlen);
+}
+
+typedef struct init_slice {
+  const zt_model *m;
+  int first, end;
+  float *dst;
+} init_slice;
+
+static void init_slice_run(void *arg, size_t begin, size_t end) {
+  const init_slice *a = arg;
+  zt_model_init_params_slice(a->m, a->first, a->end, a->dst, begin, end);
 }
 
 int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
@@ -169,13 +200,27 @@ int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *hos
   int first, end;
   zt__trainer_piece_tensors(in->m, u0, u1, &first, &end);
   if (in->file) return zt_model_file_read(in->file, 0, first, end, host, err, errlen);
-  zt_model_init_params_range(in->m, first, end, host);
+  if (!in->pool) {
+    zt_model_init_params_range(in->m, first, end, host);
+    return 0;
+  }
+  init_slice a = {.m = in->m, .first = first, .end = end, .dst = host};
+  zt_cpu_job job = {.fn = init_slice_run, .arg = &a,
+                    .n = zt_model_range_numel(in->m, first, end), .chunk = ZT_TUNE_INIT_CHUNK};
+  int rc = zt_cpu_pool_submit(in->pool, &job);
+  if (rc < 0) {
+    snprintf(err, errlen, "the random init's threads refused the work: %s", strerror(-rc));
+    return rc;
+  }
+  zt_cpu_pool_wait(in->pool, &job);
   return 0;
 }
 
 void zt__trainer_init_close(zt__trainer_init *in) {
   zt_model_file_close(in->file);
+  zt_cpu_pool_close(in->pool);
   in->file = NULL;
+  in->pool = NULL;
 }
 
 int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t errlen) {
