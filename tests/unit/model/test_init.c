@@ -125,6 +125,21 @@ static int test_threads(void) {
                        "serial init", threads[k]);
     zt__trainer_init_close(&in);
   }
+  /* the token embedding is N(0, 0.02) with neighbours uncorrelated (the pair's cosine and sine
+   * are independent normals): mean, sd and the lag-1 correlation within 6 standard errors */
+  const zt_tensor_info *wte = zt_model_tensor(m, 0);
+  double sum = 0, sq = 0, lag = 0, k = (double)wte->numel;
+  for (size_t i = 0; i < wte->numel; i++) {
+    double x = flat[wte->offset + i];
+    sum += x;
+    sq += x * x;
+    if (i) lag += x * flat[wte->offset + i - 1];
+  }
+  double sd = sqrt(sq / k - (sum / k) * (sum / k)), se = 6.0 / sqrt(k);
+  fails += MC_EXPECT(fabs(sum / k) < 0.02 * se && fabs(sd / 0.02 - 1.0) < se &&
+                     fabs(lag / (k - 1) / (sd * sd)) < se, "%s: mean %g, sd %g, lag-1 "
+                     "correlation %g over %.0f elements", wte->name, sum / k, sd,
+                     lag / (k - 1) / (sd * sd), k);
   memset(r, 0xff, n * sizeof *r);
   for (size_t stop = n, step = 7919; stop > 0;) {
     size_t begin = stop > step ? stop - step : 0;
