@@ -176,8 +176,10 @@ static int open_job(runner *r) {
   /* the trainer reads the init file by the name it resolved to here */
   zt_model_cfg *mc = &r->model;
   *mc = s->model;
+  /* model.init.job's file is the daemon's own (its job directory), not the client's */
   if (mc->init_path[0] &&
-      (rc = zt_path_open("model.init.safetensors", s->model.init_path, 0, &files, NULL,
+      (rc = zt_path_open(mc->init_job[0] ? "model.init.job" : "model.init.safetensors",
+                         s->model.init_path, 0, mc->init_job[0] ? NULL : &files, NULL,
                          mc->init_path, sizeof mc->init_path, r->err, sizeof r->err)) < 0)
     return rc;
   /* a plan with NVMe files (optimizer nvme, or auto's host/NVMe split) */

@@ -53,6 +53,9 @@ typedef struct zt_model_cfg {
   int d_ff;       /* feed-forward width; 0 = the arch default (gpt and llama 4C, encoder 2048) */
   uint64_t init_seed;                 /* used when init_path is empty */
   char init_path[ZT_PATH_MAX];        /* init.safetensors; "" = random init from init_seed */
+  /* init.job: a ztd job whose newest weights start this one; ztd links its checkpoint's
+   * model.safetensors into the new job's directory and points init_path there. "" = none. */
+  char init_job[24];
   /* llama only (zt_model_cfg_check refuses them on the other archs): */
   int n_kv_heads;       /* key/value heads (grouped-query attention); 0 = n_heads */
   int head_dim;         /* hs; 0 = d_model / n_heads (then n_heads must divide d_model) */

@@ -3,7 +3,8 @@
 # one, train bitwise the losses of an uninterrupted N-step run (constant schedule: the horizon's
 # change alters nothing else); the new steps survive a restart; refusals name the cause: an
 # unknown job, a running one, N not above the job's step, a job with no checkpoint, a TCP client
-# naming a job submitted over the Unix socket.
+# naming a job submitted over the Unix socket. model.init.job starts a job from another's newest
+# weights, as a file of them would, with the same refusals.
 . "$(dirname "$0")/lib.sh"
 
 port=$((20000 + RANDOM % 20000))
@@ -76,9 +77,44 @@ tcp resume "$mine" --steps 30 >/dev/null || fail "TCP resume of its own job"
 wait_end "$mine" done
 cmp "$STATE/jobs/$full/losses.log" "$STATE/jobs/$mine/losses.log" || fail "TCP resume differs"
 
+# model.init.job: a new job from another's newest weights (a new optimizer) trains as one from
+# those weights exported to a file
+ztctl export "$full" "$ZT_TMP/data/full.safetensors" >/dev/null || fail "export $full"
+spec "$ZT_TMP/from-job.json" "$ZT_TMP/data/gpl.zt" 12 
+sed -i "s|\"init\": {\"seed\": 1}|\"init\": {\"job\": \"$full\"}|" "$ZT_TMP/from-job.json"
+spec "$ZT_TMP/from-file.json" "$ZT_TMP/data/gpl.zt" 12
+sed -i "s|\"init\": {\"seed\": 1}|\"init\": {\"safetensors\": \"$ZT_TMP/data/full.safetensors\"}|" \
+  "$ZT_TMP/from-file.json"
+from_job=$(new_job "$ZT_TMP/from-job.json") || exit 1
+from_file=$(new_job "$ZT_TMP/from-file.json") || exit 1
+wait_end "$from_job" done
+wait_end "$from_file" done
+cmp "$STATE/jobs/$from_job/losses.log" "$STATE/jobs/$from_file/losses.log" ||
+  fail "init.job differs from init.safetensors of the exported weights"
+first=$(head -n 1 "$STATE/jobs/$from_job/losses.log" | cut -d' ' -f2)
+last=$(tail -n 1 "$STATE/jobs/$full/losses.log" | cut -d' ' -f2)
+python3 -c "import sys; a, b = map(float, sys.argv[1:]); assert a < b + 0.5, (a, b)" "$first" "$last" ||
+  fail "init.job's first loss $first is not near the source's last $last"
+grep -q "\"job\": \"$full\"" "$STATE/jobs/$from_job/spec.json" || fail "spec.json lacks init.job"
+grep -q "starts from the weights of job $full" "$STATE/jobs/$from_job/log" || fail "log lacks init.job"
+expect_fail 1 "model.init.job: no job j999999" ztctl submit <(sed "s/$full/j999999/" "$ZT_TMP/from-job.json")
+expect_fail 1 "model.init.job: job $none has no checkpoint yet" \
+  ztctl submit <(sed "s/$full/$none/" "$ZT_TMP/from-job.json")
+expect_fail 1 "model.init.job must be a job id" ztctl plan <(sed "s/\"$full\"/\"x1\"/" "$ZT_TMP/from-job.json")
+expect_fail 1 "model.init takes exactly one of seed, safetensors or job" \
+  ztctl plan <(sed "s/\"job\": \"$full\"/\"job\": \"$full\", \"seed\": 1/" "$ZT_TMP/from-job.json")
+expect_fail 1 "model.init.job: job $full was submitted over the Unix socket" tcp submit "$ZT_TMP/from-job.json"
+sed "s/$full/$mine/" "$ZT_TMP/from-job.json" >"$ZT_TMP/from-mine.json"
+from_mine=$(tcp submit "$ZT_TMP/from-mine.json") || fail "TCP init.job of its own job: $from_mine"
+wait_end "$from_mine" done
+# its weights are its own: the source removed, it still resumes after a restart
+ztctl rm "$full" >/dev/null || fail "rm $full"
+
 # the new horizon survives a restart
 stop_ztd
 start_ztd
 [ "$(ztctl --json show "$short" | json_get steps)" = 30 ] || fail "steps after a restart"
 [ "$(state "$short")" = done ] || fail "state after a restart"
+ztctl resume "$from_job" --steps 14 >/dev/null || fail "resume of the init.job job after a restart"
+wait_end "$from_job" done
 echo "resume: ok"
