@@ -176,6 +176,9 @@ static int open_job(runner *r) {
   /* the trainer reads the init file by the name it resolved to here */
   zt_model_cfg *mc = &r->model;
   *mc = s->model;
+  /* a resume's checkpoint replaces the initial weights: drawing or reading them is wasted (the
+   * seeded init of an 8 B model is minutes of CPU) */
+  mc->init_loaded = r->resume_step > 0;
   /* model.init.job's file is the daemon's own (its job directory), not the client's */
   if (mc->init_path[0] &&
       (rc = zt_path_open(mc->init_job[0] ? "model.init.job" : "model.init.safetensors",

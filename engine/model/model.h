@@ -56,6 +56,9 @@ typedef struct zt_model_cfg {
   /* init.job: a ztd job whose newest weights start this one; ztd links its checkpoint's
    * model.safetensors into the new job's directory and points init_path there. "" = none. */
   char init_job[24];
+  /* Not in the spec: the caller loads a checkpoint over the initial state (ztd's resume), so the
+   * open writes zeros where the init would go, without reading or drawing it. */
+  int init_loaded;
   /* llama only (zt_model_cfg_check refuses them on the other archs): */
   int n_kv_heads;       /* key/value heads (grouped-query attention); 0 = n_heads */
   int head_dim;         /* hs; 0 = d_model / n_heads (then n_heads must divide d_model) */

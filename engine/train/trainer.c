@@ -176,7 +176,9 @@ int zt__trainer_init_open_threads(zt__trainer_init *in, const zt_model *m, int t
   in->m = m;
   in->file = NULL;
   in->pool = NULL;
-  if (path[0]) return zt_model_file_open(&in->file, m, path, params, 1, 0, err, errlen);
+  in->zeros = mc->init_loaded;
+  if (path[0] && !in->zeros)
+    return zt_model_file_open(&in->file, m, path, params, 1, 0, err, errlen);
   /* Box-Muller costs ~40 ns an element: a 1.5 B model took a minute on one core before its first
    * step. The pool runs beside nothing yet (the job has not started), so every core. */
   if (threads <= 0) {
@@ -205,17 +207,23 @@ static void init_slice_run(void *arg, size_t begin, size_t end) {
   zt_model_init_params_slice(a->m, a->first, a->end, a->dst, begin, end);
 }
 
+static void zero_slice_run(void *arg, size_t begin, size_t end) {
+  const init_slice *a = arg;
+  memset(a->dst + begin, 0, (end - begin) * sizeof *a->dst);
+}
+
 int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
                           size_t errlen) {
   int first, end;
   zt__trainer_piece_tensors(in->m, u0, u1, &first, &end);
   if (in->file) return zt_model_file_read(in->file, 0, first, end, host, err, errlen);
   if (!in->pool) {
-    zt_model_init_params_range(in->m, first, end, host);
+    if (in->zeros) memset(host, 0, zt_model_range_numel(in->m, first, end) * sizeof *host);
+    else zt_model_init_params_range(in->m, first, end, host);
     return 0;
   }
   init_slice a = {.m = in->m, .first = first, .end = end, .dst = host};
-  zt_cpu_job job = {.fn = init_slice_run, .arg = &a,
+  zt_cpu_job job = {.fn = in->zeros ? zero_slice_run : init_slice_run, .arg = &a,
                     .n = zt_model_range_numel(in->m, first, end), .chunk = ZT_TUNE_INIT_CHUNK};
   int rc = zt_cpu_pool_submit(in->pool, &job);
   if (rc < 0) {

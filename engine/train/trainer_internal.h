@@ -88,6 +88,7 @@ typedef struct zt__trainer_init {
   const zt_model *m;
   zt_model_file *file;  /* NULL: the seeded init */
   struct zt_cpu_pool *pool; /* the seeded init's threads (its bits do not depend on them) */
+  int zeros;                /* cfg.init_loaded: zeros, a checkpoint comes over them */
 } zt__trainer_init;
 int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen);
 /* The same with the seeded init on `threads` threads (0: every core). */

@@ -4,7 +4,8 @@
  * tensor by tensor into buffers of their own) is bitwise the flat init's; a safetensors file
  * read through zt_model_file a unit at a time backwards (an HF-style file: prefixed names,
  * transposed Conv1D weights, the buffers HF files carry; and a file of two states) is bitwise
- * zt_model_load_states's; the init on the CPU pool is the serial one whatever its threads;
+ * zt_model_load_states's; the init on the CPU pool is the serial one whatever its threads (and
+ * zeros, its file unopened, when a checkpoint will be loaded over it);
  * strict, a prefixed name is missing and an HF buffer unexpected; a
  * tensor whose dtype does not convert is refused at open, named; zt_model_writer, a unit at a
  * time backwards, writes zt_model_save_states's file byte for byte. */
@@ -140,6 +141,22 @@ static int test_threads(void) {
                      fabs(lag / (k - 1) / (sd * sd)) < se, "%s: mean %g, sd %g, lag-1 "
                      "correlation %g over %.0f elements", wte->name, sum / k, sd,
                      lag / (k - 1) / (sd * sd), k);
+  /* a resume's open (init_loaded): zeros on the pool, the init file not even opened */
+  zt_model_cfg lc = mc;
+  lc.init_loaded = 1;
+  snprintf(lc.init_path, sizeof lc.init_path, "%s", path_of("absent.safetensors"));
+  zt_model *lm = NULL;
+  if (zt_model_create(&lm, &lc, err, sizeof err) < 0) exit(1);
+  zt__trainer_init li;
+  memset(r, 0xff, n * sizeof *r);
+  fails += MC_EXPECT(zt__trainer_init_open_threads(&li, lm, 3, err, sizeof err) == 0 &&
+                     zt__trainer_init_read(&li, 0, nu, r, err, sizeof err) == 0, "init_loaded: %s",
+                     err);
+  zt__trainer_init_close(&li);
+  zt_model_destroy(lm);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; i++) nonzero += r[i] != 0.0f;
+  fails += MC_EXPECT(nonzero == 0, "init_loaded: %zu of %zu parameters are not zero", nonzero, n);
   memset(r, 0xff, n * sizeof *r);
   for (size_t stop = n, step = 7919; stop > 0;) {
     size_t begin = stop > step ? stop - step : 0;
