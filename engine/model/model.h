@@ -53,6 +53,12 @@ typedef struct zt_model_cfg {
   int d_ff;       /* feed-forward width; 0 = the arch default (gpt and llama 4C, encoder 2048) */
   uint64_t init_seed;                 /* used when init_path is empty */
   char init_path[ZT_PATH_MAX];        /* init.safetensors; "" = random init from init_seed */
+  /* init.job: a ztd job whose newest weights start this one; ztd links its checkpoint's
+   * model.safetensors into the new job's directory and points init_path there. "" = none. */
+  char init_job[24];
+  /* Not in the spec: the caller loads a checkpoint over the initial state (ztd's resume), so the
+   * open writes zeros where the init would go, without reading or drawing it. */
+  int init_loaded;
   /* llama only (zt_model_cfg_check refuses them on the other archs): */
   int n_kv_heads;       /* key/value heads (grouped-query attention); 0 = n_heads */
   int head_dim;         /* hs; 0 = d_model / n_heads (then n_heads must divide d_model) */
@@ -126,6 +132,13 @@ void zt_model_init_params(const zt_model *m, float *params_host);
  * is tensor first's first parameter): the bits zt_model_init_params writes there, for any range
  * asked in any order, so that a model larger than memory is initialised a piece at a time. */
 void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst);
+/* Elements [begin, stop) of that range (0 is tensor first's first parameter) into the same
+ * places of dst, the bits the whole range has there: threads fill disjoint slices of one range
+ * in any order and any number (engine/train/trainer.c runs them on the CPU pool). */
+void zt_model_init_params_slice(const zt_model *m, int first, int end, float *dst, size_t begin,
+                                size_t stop);
+/* The parameters of tensors [first, end), which tile one range of the flat layout. */
+size_t zt_model_range_numel(const zt_model *m, int first, int end);
 
 /* ---- checkpoints (safetensors) ---------------------------------------------------------------
  * A model state buffer is a flat host buffer in the parameter layout (parameters, or an AdamW

@@ -12,7 +12,7 @@ static const char *const k_model[] = {
     "arch",       "vocab",      "seq_len",  "d_model",        "n_heads",  "n_layers",
     "d_ff",       "init",       "n_kv_heads", "head_dim",     "rms_eps",  "rope_theta",
     "rope_scaling", "tie_embeddings", "qkv_bias", "qk_norm",  "hf",       NULL};
-static const char *const k_init[] = {"seed", "safetensors", NULL};
+static const char *const k_init[] = {"seed", "safetensors", "job", NULL};
 static const char *const k_rope[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                      "original_max_position_embeddings", NULL};
 static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum",
@@ -142,10 +142,19 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
     if ((rc = zt_json_check_keys(init, "model.init", k_init, err, errlen)) < 0) return rc;
     int has_seed = json_object_get(init, "seed") != NULL;
     int has_file = json_object_get(init, "safetensors") != NULL;
-    if (has_seed == has_file) {
-      snprintf(err, errlen, "model.init takes exactly one of seed or safetensors");
+    json_t *job = json_object_get(init, "job");
+    if (has_seed + has_file + (job != NULL) != 1) {
+      snprintf(err, errlen, "model.init takes exactly one of seed, safetensors or job");
       return -EINVAL;
     }
+    const char *id = json_string_value(job);
+    size_t idlen = id ? strlen(id) : 0;
+    if (job && (!id || idlen < 2 || idlen >= sizeof c->init_job || id[0] != 'j' ||
+                strspn(id + 1, "0123456789") != idlen - 1)) {
+      snprintf(err, errlen, "model.init.job must be a job id such as \"j000004\"");
+      return -EINVAL;
+    }
+    if (job) memcpy(c->init_job, id, idlen + 1);
     int64_t seed;
     if (has_seed && (rc = zt_json_get_int(init, "model.init", "seed", 1, 0, INT64_MAX, 0, &seed,
                                           err, errlen)) < 0)
@@ -160,8 +169,9 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
 
 json_t *zt_config_model_to_json(const zt_model_cfg *c) {
   if (c->hf_dir[0]) return json_pack("{s:s, s:i}", "hf", c->hf_dir, "seq_len", c->seq_len);
-  json_t *init = c->init_path[0] ? json_pack("{s:s}", "safetensors", c->init_path)
-                                 : json_pack("{s:I}", "seed", (json_int_t)c->init_seed);
+  json_t *init = c->init_job[0]    ? json_pack("{s:s}", "job", c->init_job)
+                 : c->init_path[0] ? json_pack("{s:s}", "safetensors", c->init_path)
+                                   : json_pack("{s:I}", "seed", (json_int_t)c->init_seed);
   json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "arch", zt_arch_name(c->arch),
                         "vocab", c->vocab, "seq_len", c->seq_len, "d_model", c->d_model,
                         "n_heads", c->n_heads, "n_layers", c->n_layers, "d_ff", c->d_ff, "init",
