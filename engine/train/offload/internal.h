@@ -88,6 +88,10 @@ typedef struct off_state {
   zt_cpu_pool *pool;
   zt_streamer *st;
   int nu;
+  /* offload.order unit: the activations of each micro-batch of the step (macts[0] is t->acts),
+   * and whether the backward is unit-major too (zt_offload_backward_unit_major) */
+  int unit_major, um_back;
+  zt_acts **macts;
   int head;            /* the unit that also reads the embedding unit (gpt head), or -1 */
   float *embed_grads;  /* the embedding unit's gradient buffer, held from the head to unit 0 */
   zt_opt_run *runs;    /* the AdamW runs (the store has its copy; these the device units') */

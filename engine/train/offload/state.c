@@ -162,6 +162,8 @@ static void off_close(zt_trainer *t) {
   zt_nvme_store_close(s->nvme); /* its files with it */
   if (s->nvme_dir[0]) rmdir(s->nvme_dir);
   zt_host_arena_close(s->host); /* masters, m, v, gradients and the staging with it */
+  for (int k = 1; s->macts && k < t->tc.grad_accum; k++) zt_acts_close(s->macts[k]);
+  free(s->macts);
   free(s->slot);
   free(s->scopy_off);
   free(s->updated);
@@ -212,6 +214,7 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
                             .ckpt_every = t->tc.ckpt_every,
                             .params = s->oc.params,
                             .est_step_s = s->est_s,
+                            .unit_major = s->unit_major,
                             .gpu_unit_bytes = s->dev_unit_bytes,
                             .gpu_unit_updates = s->gpu_unit_updates,
                             .step_ns = s->step_ns,

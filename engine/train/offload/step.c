@@ -101,9 +101,11 @@ static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen
   return 0;
 }
 
-/* Delayed: the pending update's units are started one a unit (zt__off_pend_pump), behind the unit's
- * compute so that the device has work while an NVMe read is waited for. */
-static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
+/* The forward of the n micro-batches whose activations are acts (unit-major: every one of the
+ * step's, each unit fetched once for them all). Delayed: the pending update's units are started
+ * one a unit (zt__off_pend_pump), behind the unit's compute so that the device has work while
+ * an NVMe read is waited for. */
+static int walk_forward(zt_trainer *t, zt_acts *const *acts, int n, char *err, size_t errlen) {
   off_state *s = t->path_state;
   for (int u = 0; u < s->nu; u++) {
     void *p = NULL, *e = NULL;
@@ -114,7 +116,8 @@ static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
     }
     if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
       s->copy->ops->compute_mark(s->copy, 0);
-      zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
+      for (int j = 0; j < n; j++)
+        zt_model_unit_forward_dt(t->model, acts[j], u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
       s->copy->ops->compute_mark(s->copy, 1);
       prc = zt__off_pend_pump(t);
     }
@@ -129,11 +132,14 @@ static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
-/* first: the first counted micro-batch of the step, whose gradient buffers start at zero; later
- * ones continue the host's running sum. last: the last counted one. With the sums on the device
- * (dsum, zeroed by the step) every micro-batch resumes them and only the last writes them back. */
-static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *err,
-                         size_t errlen) {
+/* The backward of the n micro-batches whose activations are acts, each unit's of them all
+ * adding into its gradient buffer in their order (n > 1: unit-major, no head reading the
+ * embedding). first: they begin with the first counted micro-batch of the step, whose gradient
+ * buffers start at zero; later ones continue the host's running sum. last: they end with the
+ * last counted one. With the sums on the device (dsum, zeroed by the step) every walk resumes
+ * them and only the last writes them back. */
+static int walk_backward(zt_trainer *t, zt_acts *const *acts, int n, int first, int last,
+                         overlap *ov, char *err, size_t errlen) {
   off_state *s = t->path_state;
   unsigned gflags = ZT_STREAM_GRADS | (first && !s->dsum ? 0u : ZT_STREAM_GRADS_RESUME);
   /* this walk's write-backs, and whether they are the step's first to the host */
@@ -155,8 +161,9 @@ static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *
     }
     if (rc == 0 && (rc = prefetch_from(s, u, -1)) == 0) {
       s->copy->ops->compute_mark(s->copy, 0);
-      zt_model_unit_backward_dt(t->model, t->acts, u, p, lp_of(t, u, p), g, e, lp_of(t, 0, e),
-                                eg);
+      for (int j = 0; j < n; j++)
+        zt_model_unit_backward_dt(t->model, acts[j], u, p, lp_of(t, u, p), g, e, lp_of(t, 0, e),
+                                  eg);
       s->copy->ops->compute_mark(s->copy, 1);
     }
     /* a failed step's gradients are dropped, not written back */
@@ -225,6 +232,7 @@ static int off_begin(void *ctx, zt__step_walk *w) {
   }
   if (s->dsum) o->zero(t->be.ctx, s->d_sum, (n - s->ng_floats) * sizeof(float));
   x->ov = (overlap){.on = 0, .hp = &x->hp, .bad_unit = -1};
+  w->unit_major = s->unit_major;
   return 0;
 }
 
@@ -232,7 +240,7 @@ static int off_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *
   off_step *x = ctx;
   (void)w;
   (void)mb;
-  return walk_forward(x->t, x->err, x->errlen);
+  return walk_forward(x->t, &x->t->acts, 1, x->err, x->errlen);
 }
 
 /* the loss's compute, timed as the walks' is */
@@ -245,7 +253,44 @@ static int off_backward(void *ctx, const zt__step_walk *w, const zt__step_micro 
   off_step *x = ctx;
   /* the last counted micro-batch's backward updates the units as it goes, where it may */
   x->ov.on = w->overlap && mb->last;
-  return walk_backward(x->t, mb->first, mb->last, &x->ov, x->err, x->errlen);
+  return walk_backward(x->t, &x->t->acts, 1, mb->first, mb->last, &x->ov, x->err, x->errlen);
+}
+
+/* ---- unit-major (offload.order unit) ---------------------------------------------------- */
+
+static zt_acts *off_acts(void *ctx, int k) {
+  return ((off_state *)((off_step *)ctx)->t->path_state)->macts[k];
+}
+
+static int off_forward_all(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs, int n) {
+  off_step *x = ctx;
+  off_state *s = x->t->path_state;
+  zt_acts *acts[ZT_UNIT_MAJOR_MICROS_MAX];
+  (void)w;
+  for (int j = 0; j < n; j++) acts[j] = s->macts[mbs[j].k];
+  return walk_forward(x->t, acts, n, x->err, x->errlen);
+}
+
+/* Unit-major, or micro-major after the unit-major forward where the head reads the embedding
+ * (zt_offload_backward_unit_major). */
+static int off_backward_all(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs,
+                            int n) {
+  off_step *x = ctx;
+  off_state *s = x->t->path_state;
+  zt_acts *acts[ZT_UNIT_MAJOR_MICROS_MAX];
+  int rc = 0;
+  for (int j = 0; j < n; j++) acts[j] = s->macts[mbs[j].k];
+  if (s->um_back) {
+    x->ov.on = w->overlap && mbs[n - 1].last;
+    return walk_backward(x->t, acts, n, mbs[0].first, mbs[n - 1].last, &x->ov, x->err,
+                         x->errlen);
+  }
+  for (int j = 0; j < n && rc == 0; j++) {
+    x->ov.on = w->overlap && mbs[j].last;
+    rc = walk_backward(x->t, &acts[j], 1, mbs[j].first, mbs[j].last, &x->ov, x->err,
+                       x->errlen);
+  }
+  return rc;
 }
 
 static int off_norm(void *ctx, const zt__step_walk *w, zt__step_norm *nm) {
@@ -383,7 +428,8 @@ static int off_end(void *ctx, const zt__step_walk *w, int rc) {
 
 static const zt__step_hooks off_hooks = {
     .begin = off_begin, .forward = off_forward, .compute = off_compute,
-    .backward = off_backward, .norm = off_norm, .nonfinite = off_nonfinite,
+    .backward = off_backward, .acts = off_acts, .forward_all = off_forward_all,
+    .backward_all = off_backward_all, .norm = off_norm, .nonfinite = off_nonfinite,
     .broken = off_broken, .update = off_update, .end = off_end};
 
 int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
