@@ -98,7 +98,9 @@ typedef struct off_state {
   int *first_run;      /* runs of unit u: [first_run[u], first_run[u + 1]) */
   size_t act_bytes, arena_budget, host_bytes;
   char *updated;       /* per unit: its update of this step has started */
-  uint64_t adam_units, adam_overlapped;
+  uint64_t adam_units, adam_overlapped, adam_landed;
+  int landing;         /* the last step's updates of the streamed units may still run: each
+                          lands behind the next step's forward of it (zt__off_land) */
   int broken;          /* a failed step left part of the parameters updated */
 } off_state;
 
@@ -118,6 +120,9 @@ int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char
 /* zt_opt_store_cfg.updated: an NVMe unit's updated masters to the host copy it streams from */
 int zt__off_opt_updated(void *ctx, int u, const zt_opt_set *set);
 int zt__off_update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp);
+/* The last step's updates still running (landing): finished. A failure leaves the state between
+ * two steps: broken. */
+int zt__off_land(zt_trainer *t);
 
 /* delayed.c: the delayed update */
 void zt__off_swap_copies(zt_trainer *t);

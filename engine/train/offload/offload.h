@@ -44,6 +44,8 @@ typedef struct zt_offload_stats {
   uint64_t nvme_bytes_read, nvme_bytes_written; /* the NVMe tier's traffic (store counters) */
   uint64_t adam_units;   /* unit updates run on the CPU pool */
   uint64_t adam_overlapped; /* of those, submitted before the backward had finished */
+  uint64_t adam_landed;  /* of those, left running when their step returned and waited for by
+                            the next step's forward of the unit */
   /* The timeline, cumulative over the steps: each resource's busy time against the steps'
    * wall time tells which one bounds the step. compute: the device's unit forwards, backwards,
    * losses and device AdamW; h2d / d2h: the copy queues; adam: the CPU pool's threads, summed

@@ -16,6 +16,8 @@
  * whose gradients are nan is skipped, never an error. The step's gradient sums over several
  * micro-batches on the device (grads gpu, which also takes the ring without clipping) and on the
  * host (grads host, each later micro-batch resuming from them) in the placements above.
+ * Clipping at 0.5 clips, at NOCLIP never; without NVMe units each step's updates land behind the
+ * next step's forward (counted exactly).
  * offload.order: parsed, auto's choice is the cost model's, unit refused past its limit; with the
  * argument "unit" (beside "nvme" or not) every case above runs unit-major (llama untied, so
  * that its backward is unit-major too; gpt's head reads the embedding), each streamed unit
@@ -46,6 +48,8 @@ static zt_offload_order g_order = ZT_ORDER_AUTO;
  * growth interval of 2 clean steps the scale grows and overflows again. */
 #define F16_SCALE0 0x1p22f
 #define F16_GROWTH 2
+/* a grad_clip no norm of these cases reaches */
+#define NOCLIP 1e6f
 
 static zt_backend g_be; /* one cpu backend for every trainer */
 
@@ -354,6 +358,22 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
     fails += MC_EXPECT(st.adam_overlapped == (uint64_t)(STEPS - (g_ga == 1 ? 2 : 0)) * nu,
                        "%s: %llu updates overlapped", what,
                        (unsigned long long)st.adam_overlapped);
+  /* clipping: 0.5 clips some steps, NOCLIP none (the coefficient stays 1: the same updates,
+   * after the norm) */
+  int clipped = 0;
+  for (int i = 0; i < STEPS; i++) clipped += !ref[i].skipped && ref[i].grad_norm > tc.grad_clip;
+  if (tc.grad_clip > 0)
+    fails += MC_EXPECT(tc.grad_clip < NOCLIP ? clipped > 0 : clipped == 0, "%s: %d of %d steps "
+                       "clipped at %g", what, clipped, STEPS, (double)tc.grad_clip);
+  /* without NVMe units a step's updates still running when it returns land behind the next
+   * step's forward: each streamed unit waited for there once, after every step that updated
+   * (not skipped) and is followed by one that walks */
+  uint64_t landings = 0;
+  for (int i = 0; i + 1 < STEPS; i++) landings += !ref[i].skipped && step_counts(i + 1);
+  fails += MC_EXPECT(st.adam_landed == (on_nvme ? 0 : landings * nu), "%s: %llu updates landed "
+                     "behind the next forward (%llu expected)", what,
+                     (unsigned long long)st.adam_landed,
+                     (unsigned long long)(on_nvme ? 0 : landings * nu));
   if (on_nvme)
     fails += MC_EXPECT(st.nvme_bytes_read > 0 && st.nvme_bytes_written > 0, "%s: NVMe read "
                        "%llu, written %llu bytes", what, (unsigned long long)st.nvme_bytes_read,
@@ -1004,6 +1024,7 @@ int main(int argc, char **argv) {
     oc.prefetch = 1;
     fails += check_case(archs[i], "resident, overlapped", train_cfg(0, 0), oc, 0);
     fails += check_case(archs[i], "resident, clipped", train_cfg(0.5f, 0), oc, 0);
+    fails += check_case(archs[i], "streamed, clip that never clips", train_cfg(NOCLIP, 0), oc, 1);
     oc.prefetch = 0;
     fails += check_case(archs[i], "streamed, clipped, no prefetch", train_cfg(0.5f, 0), oc, 1);
     oc.prefetch = 2;
@@ -1082,6 +1103,8 @@ int main(int argc, char **argv) {
     /* fp16: the placements bf16 runs in; the updates always after the backward */
     g_dt = ZT_F16;
     fails += check_case(archs[i], "fp16, resident", train_cfg(0, 0), oc, 0);
+    fails += check_case(archs[i], "fp16, streamed, clip that never clips", train_cfg(NOCLIP, 0),
+                        oc, 1);
     fails += check_case(archs[i], "fp16, streamed, clipped, checkpointed", train_cfg(0.5f, 1),
                         oc, 1);
     oc.gpu_units = 2;
