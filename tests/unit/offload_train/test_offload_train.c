@@ -381,6 +381,11 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   else
     fails += MC_EXPECT(st.nvme_bytes_read == 0 && st.nvme_bytes_written == 0, "%s: NVMe used",
                        what);
+  /* streamed unit-major untied: the gradients exactly once a step (the plan's bytes) */
+  if (want_streaming && um && !tied)
+    fails += MC_EXPECT(st.bytes_d2h == (uint64_t)STEPS * plan.d2h_bytes, "%s: %llu bytes to the "
+                       "host, expected %d x %llu", what, (unsigned long long)st.bytes_d2h, STEPS,
+                       (unsigned long long)plan.d2h_bytes);
   if (want_streaming) {
     fails += MC_EXPECT(st.device_budget == oc.gpu_budget, "%s: budget %zu, asked %zu", what,
                        st.device_budget, oc.gpu_budget);
@@ -394,6 +399,18 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
     fails += MC_EXPECT(st.evictions == 0 && st.fetches == fetching * nu,
                        "%s: all resident, %llu fetches %llu evictions", what,
                        (unsigned long long)st.fetches, (unsigned long long)st.evictions);
+    /* the bytes exactly where every walk writes a unit's gradients back once a step (unit-major
+     * untied, or the sums on the device): the pieces once a fetching step, the gradients once
+     * a walking step, what the plan expects of a step */
+    uint64_t walking = STEPS - (g_ga == 1 ? 2 : 0);
+    if ((um && !tied) || sums == ZT_PLACE_GPU)
+      fails += MC_EXPECT(st.bytes_h2d == fetching * plan.h2d_bytes &&
+                             st.bytes_d2h == walking * plan.d2h_bytes,
+                         "%s: %llu/%llu bytes H2D/D2H, expected %llu x %llu / %llu x %llu",
+                         what, (unsigned long long)st.bytes_h2d,
+                         (unsigned long long)st.bytes_d2h, (unsigned long long)fetching,
+                         (unsigned long long)plan.h2d_bytes, (unsigned long long)walking,
+                         (unsigned long long)plan.d2h_bytes);
   }
 out:
   zt_trainer_close(a);
