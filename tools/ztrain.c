@@ -222,8 +222,8 @@ int main(int argc, char **argv) {
     if (offload && zt_trainer_offload_stats(t, &os) == 0)
       printf(", \"offload\": {\"device_budget\": %zu, \"act_bytes\": %zu, \"arena_budget\": %zu, "
              "\"arena_peak\": %zu, \"host_bytes\": %zu, \"params\": \"%s\", \"grads\": \"%s\", "
-             "\"dsum_bytes\": %zu, \"ckpt_every\": %d, "
-             "\"est_step_s\": %.4f, \"gpu_units\": %d, "
+             "\"dsum_bytes\": %zu, \"ckpt_every\": %d, \"order\": \"%s\", "
+             "\"adam_landed\": %llu, \"est_step_s\": %.4f, \"gpu_units\": %d, "
              "\"gpu_unit_bytes\": %zu, \"fetches\": %llu, \"evictions\": %llu, "
              "\"bytes_h2d\": %llu, \"bytes_d2h\": %llu, "
              "\"nvme_bytes_read\": %llu, \"nvme_bytes_written\": %llu, "
@@ -232,7 +232,8 @@ int main(int argc, char **argv) {
              "\"wait_adam\": %.4f, \"wait_nvme\": %.4f}}",
              os.device_budget, os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
              zt_offload_place_name(os.params), zt_offload_place_name(os.grads), os.dsum_bytes,
-             os.ckpt_every, os.est_step_s, os.gpu_units, os.gpu_unit_bytes,
+             os.ckpt_every, os.unit_major ? "unit" : "micro",
+             (unsigned long long)os.adam_landed, os.est_step_s, os.gpu_units, os.gpu_unit_bytes,
              (unsigned long long)os.fetches,
              (unsigned long long)os.evictions, (unsigned long long)os.bytes_h2d,
              (unsigned long long)os.bytes_d2h, (unsigned long long)os.nvme_bytes_read,

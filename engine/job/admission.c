@@ -165,6 +165,9 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                   "est_step_s", p.est_step_s, "h2d_bytes", (json_int_t)p.h2d_bytes,
                   "d2h_bytes", (json_int_t)p.d2h_bytes, "nvme_step_bytes",
                   (json_int_t)p.nvme_step_bytes));
+  json_t *off = j && zt__job_world(sp) == 1 ? json_object_get(j, "offload") : NULL;
+  if (off)
+    json_object_set_new(off, "order", json_string(p.unit_major ? "unit" : "micro"));
   if (!j) {
     *rc = -ENOMEM;
     snprintf(err, errlen, "out of memory");

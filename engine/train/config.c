@@ -25,7 +25,7 @@ static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
 static const char *const k_offload[] = {"params",      "grads",       "optimizer",  "gpu_budget",
                                         "host_budget", "nvme_budget", "prefetch",   "gpu_units",
                                         "host_units",  "grad_slots",  "delayed_update",
-                                        "nvme_dir",    NULL};
+                                        "nvme_dir",    "order",       NULL};
 
 /* "model": {"hf": "/abs/dir", "seq_len": N}: the rest comes from the directory's config.json. */
 static int model_from_hf(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
@@ -338,6 +338,20 @@ static int get_place(const json_t *o, const char *key, zt_offload_place *out, ch
   return 0;
 }
 
+static const char *const order_names[] = {"auto", "micro", "unit"};
+
+static int get_order(const json_t *o, zt_offload_order *out, char *err, size_t errlen) {
+  const json_t *v = json_object_get(o, "order");
+  if (!v) return 0;
+  for (int i = 0; json_is_string(v) && i <= ZT_ORDER_UNIT; i++)
+    if (!strcmp(json_string_value(v), order_names[i])) {
+      *out = (zt_offload_order)i;
+      return 0;
+    }
+  snprintf(err, errlen, "offload.order must be \"micro\", \"unit\" or \"auto\"");
+  return -EINVAL;
+}
+
 /* A count of units, slots or prefetches: -1 (dflt) when absent; the policy check bounds it. */
 static int get_count(const json_t *o, const char *key, int dflt, int *out, char *err,
                      size_t errlen) {
@@ -366,6 +380,7 @@ int zt_config_offload_from_json(const json_t *o, zt_offload_cfg *c, char *err, s
       (rc = get_place(o, "params", &c->params, err, errlen)) < 0 ||
       (rc = get_place(o, "grads", &c->grads, err, errlen)) < 0 ||
       (rc = get_place(o, "optimizer", &c->optimizer, err, errlen)) < 0 ||
+      (rc = get_order(o, &c->order, err, errlen)) < 0 ||
       (rc = zt_json_get_size(o, "offload", "gpu_budget", 0, &gpu_budget, err, errlen)) < 0 ||
       (rc = zt_json_get_size(o, "offload", "host_budget", 0, &host_budget, err, errlen)) < 0 ||
       (rc = zt_json_get_size(o, "offload", "nvme_budget", 0, &c->nvme_budget, err, errlen)) < 0 ||
@@ -400,5 +415,6 @@ json_t *zt_config_offload_to_json(const zt_offload_cfg *o) {
     json_object_set_new(off, "nvme_budget", json_integer((json_int_t)o->nvme_budget));
   if (o->grad_slots) json_object_set_new(off, "grad_slots", json_integer(o->grad_slots));
   if (o->delayed_update) json_object_set_new(off, "delayed_update", json_true());
+  if (o->order) json_object_set_new(off, "order", json_string(order_names[o->order]));
   return off;
 }

@@ -235,6 +235,28 @@ static void zero_on_pool(zt_cpu_pool *pool, float *x, size_t n) {
   else zt_cpu_pool_wait(pool, &job);
 }
 
+/* offload.order unit: every micro-batch of the step keeps its activations (t->acts the first's)
+ * from its forward to its backward, as the plan counts them. */
+static int open_micro_acts(zt_trainer *t, off_state *s, int unit_major, char *err,
+                           size_t errlen) {
+  int G = t->tc.grad_accum, rc;
+  s->unit_major = unit_major;
+  s->um_back = unit_major && zt_offload_backward_unit_major(t->model);
+  if (!unit_major) return 0;
+  if (!(s->macts = calloc((size_t)G, sizeof *s->macts))) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  s->macts[0] = t->acts;
+  for (int k = 1; k < G; k++) {
+    if ((rc = zt_acts_open_dt(&s->macts[k], t->model, &t->be, t->tc.micro_batch,
+                              t->tc.ckpt_every, t->tc.precision, err, errlen)) < 0)
+      return rc;
+    s->act_bytes += zt_acts_bytes(s->macts[k]);
+  }
+  return 0;
+}
+
 int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen) {
@@ -290,6 +312,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
                             tc->precision, err, errlen)) < 0)
     goto out;
   s->act_bytes = zt_acts_bytes(t->acts);
+  if ((rc = open_micro_acts(t, s, plan.unit_major, err, errlen)) < 0) goto out;
   t->h_tok = malloc(N * sizeof *t->h_tok);
   t->h_tgt = malloc(N * sizeof *t->h_tgt);
   units = calloc((size_t)s->nu, sizeof *units);
