@@ -6,6 +6,7 @@
         c.push_batch(job, tokens)                  # list of ints, array('i'), or int32 LE bytes
         c.watch(job, lambda ev: print(ev))         # events as dicts until the job ends
         c.export(job, "model.safetensors")
+    ztclient.write_tokens("sft.tok", ztclient.chat_documents(tokenizer, examples))  # zttokens.py
 
 Every failure raises ZtError(code, message), e.g. ZtError("EINVAL", "model.n_heads must ...").
 The library is $ZTCLIENT_LIB if set; else the one `meson install` put beside this binding's
@@ -19,7 +20,10 @@ import json
 import os
 import sys
 
-__all__ = ["ZtError", "Client", "connect", "default_socket"]
+from zttokens import IGNORE_INDEX, chat_documents, write_tokens
+
+__all__ = ["ZtError", "Client", "connect", "default_socket", "write_tokens", "chat_documents",
+           "IGNORE_INDEX"]
 
 
 class ZtError(Exception):

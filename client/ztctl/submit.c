@@ -77,6 +77,13 @@ static int load_tokens(const char *path, feed *f) {
     rc = ztctl_fail_msg("EINVAL", "%s is not a token file (see ztctl tokenize)", path);
     goto out;
   }
+  if (h.version != ZT_TOKENS_VERSION) {
+    /* pushed rows are windows of the token stream; documents are packed by a file job */
+    rc = ztctl_fail_msg("EINVAL", "%s is a version %u token file (documents); --data streams "
+                        "version 1 files: name it in data.path of a file job instead", path,
+                        h.version);
+    goto out;
+  }
   f->n_tokens = ((uint64_t)size - ZT_TOKENS_HEADER_BYTES) / h.token_bytes;
   if (f->n_tokens < f->seq_len + 1) {
     rc = ztctl_fail_msg("EINVAL", "%s holds %llu tokens, fewer than seq_len + 1 = %llu", path,

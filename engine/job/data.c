@@ -11,6 +11,54 @@
 #include "engine/base/path.h"
 #include "proto/zt_tokens.h"
 
+uint64_t zt__token_file_doc_start(const zt__token_file *f, uint64_t d) {
+  if (f->version == ZT_TOKENS_VERSION) return d ? f->n_tokens : 0;
+  return zt__get_le64(f->map + f->starts_at + 8 * d);
+}
+
+int32_t zt__token_file_token(const zt__token_file *f, uint64_t i) {
+  const uint8_t *p = f->map + f->tokens_at + i * f->token_bytes;
+  /* Token ids are < vocab <= INT32_MAX in practice; a larger id wraps negative and the
+   * trainer refuses it as out of range rather than training on garbage. */
+  return f->token_bytes == 2 ? (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8)
+                             : (int32_t)zt__get_le32(p);
+}
+
+int zt__token_file_counted(const zt__token_file *f, uint64_t i) {
+  if (f->version == ZT_TOKENS_VERSION) return 1;
+  return f->map[f->mask_at + i / 8] >> (i % 8) & 1;
+}
+
+/* The document table (starts[0] = 0, increasing, the last = n_tokens) and every token below
+ * the file's vocabulary: one pass at admission, naming the first index that is wrong. */
+static int check_v2(const zt__token_file *f, const char *path, char *err, size_t errlen) {
+  uint64_t prev = zt__token_file_doc_start(f, 0);
+  if (prev != 0) {
+    snprintf(err, errlen, "data.path: %s: document table: document 0 does not start at token 0",
+             path);
+    return -EINVAL;
+  }
+  for (uint64_t d = 1; d <= f->n_docs; d++) {
+    uint64_t s = zt__token_file_doc_start(f, d);
+    if (s <= prev || s > f->n_tokens || (d == f->n_docs && s != f->n_tokens)) {
+      snprintf(err, errlen, "data.path: %s: document table: entry %llu is not between the "
+               "previous start and the token count %llu (a document is never empty)", path,
+               (unsigned long long)d, (unsigned long long)f->n_tokens);
+      return -EINVAL;
+    }
+    for (uint64_t i = prev; i < s; i++)
+      if ((uint32_t)zt__token_file_token(f, i) >= f->vocab) {
+        snprintf(err, errlen, "data.path: %s: document %llu, token %llu (index %llu of the "
+                 "file) is not below the file's vocabulary %u", path,
+                 (unsigned long long)(d - 1), (unsigned long long)(i - prev),
+                 (unsigned long long)i, f->vocab);
+        return -EINVAL;
+      }
+    prev = s;
+  }
+  return 0;
+}
+
 int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_path_roots *roots,
                         char *err, size_t errlen) {
   int rc = 0;
@@ -23,7 +71,7 @@ int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_p
     snprintf(err, errlen, "data.path: %s: %s", path, strerror(errno));
     goto out;
   }
-  uint8_t hdr[ZT_TOKENS_HEADER_BYTES];
+  uint8_t hdr[ZT_TOKENS_V2_HEADER_BYTES];
   ssize_t n = pread(f->fd, hdr, sizeof hdr, 0);
   if (n < 0) {
     rc = -errno;
@@ -31,22 +79,50 @@ int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_p
     goto out;
   }
   zt_tokens_header h;
-  if ((size_t)n < sizeof hdr || zt_tokens_header_decode(hdr, &h) != 0) {
+  if ((size_t)n < ZT_TOKENS_HEADER_BYTES || zt_tokens_header_decode(hdr, &h) != 0) {
     rc = -EINVAL;
     snprintf(err, errlen, "data.path: %s: not a token file (bad header; see docs/spec.md)", path);
     goto out;
   }
-  uint64_t body = (uint64_t)st.st_size - ZT_TOKENS_HEADER_BYTES;
-  if (body % h.token_bytes != 0) {
-    rc = -EINVAL;
-    snprintf(err, errlen, "data.path: %s: truncated (its tokens are not a whole number of "
-             "%u-byte tokens)", path, h.token_bytes);
-    goto out;
-  }
+  f->version = h.version;
   f->token_bytes = h.token_bytes;
   f->vocab = h.vocab;
-  f->n_tokens = body / h.token_bytes;
-  if (map) {
+  if (h.version == ZT_TOKENS_VERSION) {
+    uint64_t body = (uint64_t)st.st_size - ZT_TOKENS_HEADER_BYTES;
+    if (body % h.token_bytes != 0) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "data.path: %s: truncated (its tokens are not a whole number of "
+               "%u-byte tokens)", path, h.token_bytes);
+      goto out;
+    }
+    f->n_tokens = body / h.token_bytes;
+    f->n_docs = 1;
+    f->tokens_at = ZT_TOKENS_HEADER_BYTES;
+  } else {
+    zt_tokens_layout l;
+    if ((size_t)n < sizeof hdr || zt_tokens_header_decode_v2(hdr, &h) != 0 ||
+        zt_tokens_layout_of(&h, &l) != 0) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "data.path: %s: not a token file (bad version 2 header; see "
+               "docs/spec.md)", path);
+      goto out;
+    }
+    if ((uint64_t)st.st_size != l.size) {
+      rc = -EINVAL;
+      snprintf(err, errlen, "data.path: %s: truncated or padded: its header's %llu tokens and "
+               "%llu documents make a file of %llu bytes, not %llu", path,
+               (unsigned long long)h.n_tokens, (unsigned long long)h.n_docs,
+               (unsigned long long)l.size, (unsigned long long)st.st_size);
+      goto out;
+    }
+    f->n_tokens = h.n_tokens;
+    f->n_docs = h.n_docs;
+    f->tokens_at = l.tokens;
+    f->mask_at = l.mask;
+    f->starts_at = l.starts;
+  }
+  /* version 2's tables are checked here, at admission, so that sampling trusts them */
+  if (map || h.version == ZT_TOKENS_VERSION_DOCS) {
     f->map_len = (size_t)st.st_size;
     void *p = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, f->fd, 0);
     if (p == MAP_FAILED) {
@@ -56,6 +132,12 @@ int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_p
       goto out;
     }
     f->map = p;
+  }
+  if (h.version == ZT_TOKENS_VERSION_DOCS && (rc = check_v2(f, path, err, errlen)) < 0) goto out;
+  if (!map && f->map) {
+    munmap((void *)f->map, f->map_len);
+    f->map = NULL;
+    f->map_len = 0;
   }
 out:
   if (rc < 0) zt__token_file_close(f);
@@ -76,22 +158,21 @@ uint64_t zt__splitmix64(uint64_t x) {
   return z ^ (z >> 31);
 }
 
-void zt__token_file_sample(const zt__token_file *f, uint64_t seed, int step, int grad_accum,
-                           int B, int T, int32_t *out) {
-  const uint8_t *tok = f->map + ZT_TOKENS_HEADER_BYTES;
+void zt__token_file_windows(const zt__token_file *f, uint64_t seed, int step, int micros, int B,
+                            int T, const zt__rows *out) {
   uint64_t span = f->n_tokens - (uint64_t)T;
-  for (int m = 0; m < grad_accum; m++) {
+  for (int m = 0; m < micros; m++) {
     for (int b = 0; b < B; b++) {
-      uint64_t r = ((uint64_t)(step - 1) * (uint64_t)grad_accum + (uint64_t)m) * (uint64_t)B +
+      uint64_t r = ((uint64_t)(step - 1) * (uint64_t)micros + (uint64_t)m) * (uint64_t)B +
                    (uint64_t)b;
       uint64_t start = zt__splitmix64(seed ^ (r * 0x9E3779B97F4A7C15ull)) % span;
-      int32_t *row = out + ((size_t)m * (size_t)B + (size_t)b) * (size_t)(T + 1);
-      for (int t = 0; t <= T; t++) {
-        const uint8_t *p = tok + (start + (uint64_t)t) * f->token_bytes;
-        /* Token ids are < vocab <= INT32_MAX in practice; a larger id wraps negative and the
-         * trainer refuses it as out of range rather than training on garbage. */
-        row[t] = f->token_bytes == 2 ? (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8)
-                                     : (int32_t)zt__get_le32(p);
+      size_t at = ((size_t)m * (size_t)B + (size_t)b) * (size_t)T;
+      for (int t = 0; t < T; t++) {
+        uint64_t i = start + (uint64_t)t;
+        out->inputs[at + t] = zt__token_file_token(f, i);
+        out->targets[at + t] = zt__token_file_counted(f, i + 1) ? zt__token_file_token(f, i + 1)
+                                                                : -1;
+        out->positions[at + t] = t;
       }
     }
   }

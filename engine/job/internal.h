@@ -260,6 +260,9 @@ typedef struct runner {
   void (*comm_close)(zt_comm *c);
   zt_comm_cpu_group *group;
   zt__token_file tokens;
+  zt_data_packing packing; /* file source: the spec's, AUTO resolved by the file's version */
+  zt__packer packer;      /* file source packed by documents */
+  zt__rows rows;          /* file source: the step's rows (one allocation at rows.inputs) */
   zt_model_cfg model;     /* the spec's, its init file by its resolved name */
   int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
   int32_t *batch;         /* the step's micro-batches, back to back */

@@ -16,6 +16,7 @@
 #include "engine/base/log.h"
 #include "engine/train/dp/dp.h"
 #include "engine/base/tunables.h"
+#include "proto/zt_tokens.h"
 
 static double mono_seconds(void) {
   struct timespec ts;
@@ -162,6 +163,25 @@ static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
            "offload.nvme_dir %.500s)", why, bytes, need, s->offload.nvme_dir);
 }
 
+/* The file source's packing and the step's rows in the trainer's planes. */
+static int open_rows(runner *r) {
+  const zt_job_spec *s = &r->job->spec;
+  size_t n = (size_t)r->micros * (size_t)s->train.micro_batch * (size_t)s->model.seq_len;
+  r->packing = s->packing != ZT_PACKING_AUTO ? s->packing
+               : r->tokens.version == ZT_TOKENS_VERSION_DOCS ? ZT_PACKING_DOCUMENTS
+                                                             : ZT_PACKING_WINDOWS;
+  r->rows.inputs = malloc(3 * n * sizeof(int32_t));
+  if (!r->rows.inputs ||
+      (r->packing == ZT_PACKING_DOCUMENTS &&
+       zt__packer_init(&r->packer, &r->tokens, s->model.seq_len, s->train.seed, s->shuffle) < 0)) {
+    snprintf(r->err, sizeof r->err, "out of memory for the data's rows");
+    return -ENOMEM;
+  }
+  r->rows.targets = r->rows.inputs + n;
+  r->rows.positions = r->rows.targets + n;
+  return 0;
+}
+
 static int open_job(runner *r) {
   zt__job *job = r->job;
   const zt_job_spec *s = &job->spec;
@@ -173,6 +193,7 @@ static int open_job(runner *r) {
   if (s->source == ZT_DATA_FILE &&
       (rc = zt__token_file_open(&r->tokens, s->data_path, 1, &files, r->err, sizeof r->err)) < 0)
     return rc;
+  if (s->source == ZT_DATA_FILE && (rc = open_rows(r)) < 0) return rc;
   /* the trainer reads the init file by the name it resolved to here */
   zt_model_cfg *mc = &r->model;
   *mc = s->model;
@@ -358,7 +379,11 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   const zt_job_spec *s = &job->spec;
   zt_step_result res;
   double t0 = mono_seconds();
-  int rc = zt_trainer_step(r->trainer, r->batch, &res, r->err, sizeof r->err);
+  zt_batch b = {.tokens = r->batch};
+  if (r->job->spec.source == ZT_DATA_FILE)
+    b = (zt_batch){.inputs = r->rows.inputs, .targets = r->rows.targets,
+                   .positions = r->rows.positions};
+  int rc = zt_trainer_step_batch(r->trainer, &b, &res, r->err, sizeof r->err);
   if (rc < 0) return rc;
   *flags = res.flags;
   double now = mono_seconds();
@@ -468,8 +493,11 @@ void *zt__runner_main(void *arg) {
     if (step >= s->train.steps) break;
 
     if (s->source == ZT_DATA_FILE) {
-      zt__token_file_sample(&r.tokens, s->train.seed, step + 1, r.micros, s->train.micro_batch,
-                            s->model.seq_len, r.batch);
+      if (r.packing == ZT_PACKING_DOCUMENTS)
+        zt__packer_fill(&r.packer, step + 1, r.micros, s->train.micro_batch, &r.rows);
+      else
+        zt__token_file_windows(&r.tokens, s->train.seed, step + 1, r.micros,
+                               s->train.micro_batch, s->model.seq_len, &r.rows);
     } else {
       /* a part takes its own ranks' micro-batches (the coordinator forwards them), the
        * coordinator every rank's */
@@ -546,6 +574,8 @@ out:
   pthread_mutex_unlock(mu);
   zt_comm_nccl_cancel_free(r.cancel);
 #endif
+  zt__packer_close(&r.packer);
+  free(r.rows.inputs);
   zt__token_file_close(&r.tokens);
   pthread_mutex_lock(mu);
   job->backend_bytes = 0;

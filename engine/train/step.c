@@ -10,49 +10,84 @@
 
 #include "engine/train/trainer_internal.h"
 
+/* Slot j of row b of micro-batch m: its input, its target (-1: not counted) and its
+ * document-local position, from either of zt_batch's forms. */
+typedef struct slot {
+  int32_t x, y, pos;
+} slot;
+
+static slot slot_of(const zt_trainer *t, const zt_batch *bt, size_t m, int b, int j) {
+  int T = zt_model_cfg_of(t->model)->seq_len;
+  if (bt->tokens) {
+    const int32_t *row = bt->tokens + (m * (size_t)t->tc.micro_batch + (size_t)b) * (size_t)(T + 1);
+    return (slot){row[j], row[j + 1], j};
+  }
+  size_t i = (m * (size_t)t->tc.micro_batch + (size_t)b) * (size_t)T + (size_t)j;
+  return (slot){bt->inputs[i], bt->targets[i], bt->positions[i]};
+}
+
 /* Every token of the step's `micros` micro-batches is checked before any work, so a bad batch
  * leaves the trainer as it was. -1 is padding: never a target; as an input it reads embedding
  * row 0. */
-static int check_tokens(const zt_trainer *t, const int32_t *tok, int micros, char *err,
+static int check_tokens(const zt_trainer *t, const zt_batch *bt, int micros, char *err,
                         size_t errlen) {
   int T = zt_model_cfg_of(t->model)->seq_len, V = zt_model_cfg_of(t->model)->vocab;
-  size_t rows = (size_t)micros * (size_t)t->tc.micro_batch;
-  for (size_t r = 0; r < rows; r++)
-    for (int j = 0; j <= T; j++) {
-      int32_t x = tok[r * (size_t)(T + 1) + (size_t)j];
-      if (x < -1 || x >= V) {
-        snprintf(err, errlen, "micro-batch %zu row %zu position %d: token %d is outside [0, %d) "
-                 "(-1 marks padding)", r / (size_t)t->tc.micro_batch,
-                 r % (size_t)t->tc.micro_batch, j, x, V);
-        return -EINVAL;
+  int B = t->tc.micro_batch;
+  if (bt->tokens) {
+    size_t rows = (size_t)micros * (size_t)B;
+    for (size_t r = 0; r < rows; r++)
+      for (int j = 0; j <= T; j++) {
+        int32_t x = bt->tokens[r * (size_t)(T + 1) + (size_t)j];
+        if (x < -1 || x >= V) {
+          snprintf(err, errlen, "micro-batch %zu row %zu position %d: token %d is outside [0, "
+                   "%d) (-1 marks padding)", r / (size_t)B, r % (size_t)B, j, x, V);
+          return -EINVAL;
+        }
       }
-    }
+    return 0;
+  }
+  for (size_t m = 0; m < (size_t)micros; m++)
+    for (int b = 0; b < B; b++)
+      for (int j = 0, prev = -1; j < T; j++) {
+        slot s = slot_of(t, bt, m, b, j);
+        const char *what = s.x < -1 || s.x >= V ? "input" : s.y < -1 || s.y >= V ? "target" : NULL;
+        if (what) {
+          snprintf(err, errlen, "micro-batch %zu row %d index %d: %s %d is outside [0, %d) (-1 "
+                   "marks padding)", m, b, j, what, what[0] == 'i' ? s.x : s.y, V);
+          return -EINVAL;
+        }
+        if (s.pos != 0 && (j == 0 || s.pos != prev + 1)) {
+          snprintf(err, errlen, "micro-batch %zu row %d index %d: position %d is neither 0 (a "
+                   "document's start) nor the previous position plus 1", m, b, j, s.pos);
+          return -EINVAL;
+        }
+        prev = s.pos;
+      }
   return 0;
 }
 
-/* Stages micro-batch k of the step's tokens into the acts; returns the tokens counted as
+/* Stages micro-batch k of the step's batch into the acts; returns the tokens counted as
  * targets (0: a micro-batch of padding alone, nothing staged). */
-static int stage_micro(zt_trainer *t, const int32_t *tokens, int k) {
+static int stage_micro(zt_trainer *t, const zt_batch *bt, int k) {
   const zt_ops *o = t->be.ops;
   int T = zt_model_cfg_of(t->model)->seq_len, B = t->tc.micro_batch, N = B * T;
-  const int32_t *mb = tokens + (size_t)k * zt_trainer_micro_tokens(t);
   int counted = 0;
   for (int b = 0; b < B; b++)
     for (int j = 0; j < T; j++) {
-      int32_t x = mb[(size_t)b * (T + 1) + j], y = mb[(size_t)b * (T + 1) + j + 1];
-      t->h_tok[b * T + j] = x < 0 ? 0 : x;
-      t->h_tgt[b * T + j] = y;
-      counted += y >= 0;
+      slot s = slot_of(t, bt, (size_t)k, b, j);
+      t->h_tok[b * T + j] = s.x < 0 ? 0 : s.x;
+      t->h_tgt[b * T + j] = s.y;
+      counted += s.y >= 0;
     }
   if (!counted) return 0;
   o->to_device(t->be.ctx, zt_acts_tokens(t->acts), t->h_tok, (size_t)N * sizeof(int32_t));
   o->to_device(t->be.ctx, zt_acts_targets(t->acts), t->h_tgt, (size_t)N * sizeof(int32_t));
-  /* RoPE's positions: 0..T-1 in every row. to_device has read its host buffer when it returns
-   * (as the next micro-batch's staging relies on), so h_tok stages them too. */
+  /* The positions (0..T-1 in every row of the tokens form). to_device has read its host buffer
+   * when it returns (as the next micro-batch's staging relies on), so h_tok stages them too. */
   int32_t *pos = zt_acts_positions(t->acts);
   if (pos) {
     for (int b = 0; b < B; b++)
-      for (int j = 0; j < T; j++) t->h_tok[b * T + j] = j;
+      for (int j = 0; j < T; j++) t->h_tok[b * T + j] = slot_of(t, bt, (size_t)k, b, j).pos;
     o->to_device(t->be.ctx, pos, t->h_tok, (size_t)N * sizeof(int32_t));
   }
   return counted;
@@ -60,14 +95,12 @@ static int stage_micro(zt_trainer *t, const int32_t *tokens, int k) {
 
 /* The last of micro-batches micro0 .. micro0 + grad_accum - 1 with a counted target, as an
  * index from micro0; -1 none. */
-static int last_counted_micro(const zt_trainer *t, const int32_t *tokens, int micro0) {
+static int last_counted_micro(const zt_trainer *t, const zt_batch *bt, int micro0) {
   int T = zt_model_cfg_of(t->model)->seq_len, last = -1;
-  size_t mt = zt_trainer_micro_tokens(t);
-  tokens += (size_t)micro0 * mt;
   for (int k = 0; k < t->tc.grad_accum; k++)
     for (int b = 0; b < t->tc.micro_batch && last < k; b++)
-      for (int j = 1; j <= T; j++)
-        if (tokens[(size_t)k * mt + (size_t)b * (T + 1) + j] >= 0) {
+      for (int j = 0; j < T; j++)
+        if (slot_of(t, bt, (size_t)(micro0 + k), b, j).y >= 0) {
           last = k;
           break;
         }
@@ -129,14 +162,14 @@ static int finish(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
 
 int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__step_args *a,
                   int rank, zt__step_out *out) {
-  int G = v->tc.grad_accum, micro0 = rank * G, last = last_counted_micro(v, a->tokens, micro0);
+  int G = v->tc.grad_accum, micro0 = rank * G, last = last_counted_micro(v, a->batch, micro0);
   zt__step_walk w = {.a = a};
   zt__step_norm n = {0};
   *out = (zt__step_out){0};
   int rc = h->begin ? h->begin(ctx, &w) : 0;
   w.overlap = v->tc.grad_clip == 0 && !a->fp16 && !w.deferred;
   for (int k = 0; rc == 0 && k < G; k++) {
-    zt__step_micro mb = {.k = k, .counted = stage_micro(v, a->tokens, micro0 + k),
+    zt__step_micro mb = {.k = k, .counted = stage_micro(v, a->batch, micro0 + k),
                          .first = n.micros == 0, .last = k == last};
     /* a micro-batch of padding alone has no loss and contributes no gradient */
     if (!mb.counted && !h->walk_padding) continue;
@@ -154,13 +187,13 @@ int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
   return h->end ? h->end(ctx, &w, rc) : rc;
 }
 
-int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const int32_t *tokens,
+int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const zt_batch *batch,
              zt_step_result *res, char *err, size_t errlen) {
   const zt_train_cfg *c = &t->tc;
-  int rc = check_tokens(t, tokens, world * c->grad_accum, err, errlen);
+  int rc = check_tokens(t, batch, world * c->grad_accum, err, errlen);
   if (rc < 0) return rc;
   int fp16 = c->precision == ZT_F16, step = t->step + 1;
-  zt__step_args a = {.tokens = tokens, .step = step, .adam_step = t->adam_step + 1,
+  zt__step_args a = {.batch = batch, .step = step, .adam_step = t->adam_step + 1,
                      .lr = zt_train_lr(c, step), .loss_scale = fp16 ? t->scaler.scale : 1.0f,
                      .fp16 = fp16, .world = world};
   zt__step_out o;

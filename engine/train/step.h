@@ -27,7 +27,7 @@
 
 /* The step as the recipe sets it, the same on every rank. */
 typedef struct zt__step_args {
-  const int32_t *tokens;  /* the step's world * grad_accum micro-batches; rank r's micro-batch k
+  const zt_batch *batch;  /* the step's world * grad_accum micro-batches; rank r's micro-batch k
                              is r * grad_accum + k */
   int step, adam_step;    /* this step's number and AdamW's t if it updates */
   float lr;
@@ -113,10 +113,10 @@ typedef struct zt__step_hooks {
  * before any work (a bad batch leaves the trainer as it was), the walk (h->run or here), then
  * the fp16 scaler, t's step counts and *res. A refused step (-ERANGE) still fills *res
  * (skipped, its loss, norm and flags: every part of a world must see the flags). */
-int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const int32_t *tokens,
+int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const zt_batch *batch,
              zt_step_result *res, char *err, size_t errlen);
 /* One rank's walk on view (its model, config, backend, activations, host staging): micro-batches
- * rank * grad_accum .. of a->tokens, the hooks called with ctx. 0 (updated or skipped), or the
+ * rank * grad_accum .. of a->batch, the hooks called with ctx. 0 (updated or skipped), or the
  * failure (refused: -ERANGE with out->refused). */
 int zt__step_rank(zt_trainer *view, const zt__step_hooks *h, void *ctx, const zt__step_args *a,
                   int rank, zt__step_out *out);

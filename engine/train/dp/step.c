@@ -545,7 +545,7 @@ static int dp_run(void *ctx, const zt__step_args *a, zt__step_out *out, char *er
   return s->ranks[bad].rc;
 }
 
-int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+int zt__dp_step(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
                 size_t errlen) {
   dp_state *s = t->path_state;
   if (s->broken) {
