@@ -93,38 +93,49 @@ static int stage_micro(zt_trainer *t, const zt_batch *bt, int k) {
   return counted;
 }
 
-/* The last of micro-batches micro0 .. micro0 + grad_accum - 1 with a counted target, as an
- * index from micro0; -1 none. */
-static int last_counted_micro(const zt_trainer *t, const zt_batch *bt, int micro0) {
-  int T = zt_model_cfg_of(t->model)->seq_len, last = -1;
+/* The counted targets of micro-batches micro0 .. micro0 + grad_accum - 1; *last: the last of
+ * them with one, as an index from micro0 (-1 none). */
+static double rank_counted(const zt_trainer *t, const zt_batch *bt, int micro0, int *last) {
+  int T = zt_model_cfg_of(t->model)->seq_len;
+  double counted = 0;
+  *last = -1;
   for (int k = 0; k < t->tc.grad_accum; k++)
-    for (int b = 0; b < t->tc.micro_batch && last < k; b++)
+    for (int b = 0; b < t->tc.micro_batch; b++)
       for (int j = 0; j < T; j++)
         if (slot_of(t, bt, (size_t)(micro0 + k), b, j).y >= 0) {
-          last = k;
-          break;
+          *last = k;
+          counted++;
         }
-  return last;
+  return counted;
 }
 
 /* The loss of the micro-batch staged, its gradient scaled by the loss scale over the step's
- * counted micro-batches (PyTorch's loss / grad_accum, times the fp16 loss scale), after the
+ * counted targets, every micro-batch's of every rank (transformers' Trainer since 4.46: the
+ * sum over the step's targets divided by their number, times the fp16 loss scale), after the
  * forward; the model computes it now or (a chunked head) in its head's backward
- * (zt_model_loss). */
+ * (zt_model_loss). Every per-micro-batch gradient scale is made here. */
 static void micro_loss(zt_trainer *v, const zt__step_hooks *h, void *ctx,
-                       const zt__step_args *a, int counted) {
+                       const zt__step_walk *w) {
   if (h->compute) h->compute(ctx, 0);
-  zt_model_loss(v->model, v->acts,
-                (float)((double)a->loss_scale / ((double)counted * a->world * v->tc.grad_accum)));
+  zt_model_loss(v->model, v->acts, (float)((double)w->a->loss_scale / w->counted));
   if (h->compute) h->compute(ctx, 1);
 }
 
-/* After the backward: the mean over the micro-batch's counted tokens. */
-static double micro_loss_value(zt_trainer *v) {
+/* After the backward: the sum over the micro-batch's counted tokens (their count: mb->counted). */
+static double micro_loss_sum(zt_trainer *v) {
   double loss_sum = 0;
   int n_counted = 0;
   zt_acts_loss(v->acts, &loss_sum, &n_counted);
-  return loss_sum / n_counted;
+  return loss_sum;
+}
+
+void zt__step_norm_add(zt__step_norm *n, double loss_sum, double counted) {
+  /* the mean as each micro-batch's loss was made before the step's normaliser */
+  n->loss += loss_sum / counted;
+  n->loss_sum += loss_sum;
+  if (n->micros && counted != n->micro_counted) n->unequal = 1;
+  n->micro_counted = counted;
+  n->micros++;
 }
 
 /* After the backward: the verdict on the norm (fp16's skip, a refusal, a broken state) or the
@@ -133,7 +144,9 @@ static int finish(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
                   const zt__step_norm *n, zt__step_out *out) {
   const zt__step_args *a = w->a;
   int rc;
-  out->loss = n->micros ? n->loss / n->micros : 0.0;
+  /* Micro-batches of one count: the mean of their means is the mean over their targets, and
+   * keeps the bits of the steps before the normaliser counted targets */
+  out->loss = !n->micros ? 0.0 : n->unequal ? n->loss_sum / w->counted : n->loss / n->micros;
   /* the norm of the unscaled gradients: loss_scale is a power of two, so dividing the norm is
    * unscaling every value first */
   out->norm = sqrt(n->sumsq) / a->loss_scale;
@@ -162,11 +175,12 @@ static int finish(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
 
 int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__step_args *a,
                   int rank, zt__step_out *out) {
-  int G = v->tc.grad_accum, micro0 = rank * G, last = last_counted_micro(v, a->batch, micro0);
-  zt__step_walk w = {.a = a};
+  int G = v->tc.grad_accum, micro0 = rank * G, last;
+  zt__step_walk w = {.a = a, .counted = rank_counted(v, a->batch, micro0, &last)};
   zt__step_norm n = {0};
   *out = (zt__step_out){0};
   int rc = h->begin ? h->begin(ctx, &w) : 0;
+  if (rc == 0 && h->count) rc = h->count(ctx, &w);
   w.overlap = v->tc.grad_clip == 0 && !a->fp16 && !w.deferred;
   for (int k = 0; rc == 0 && k < G; k++) {
     zt__step_micro mb = {.k = k, .counted = stage_micro(v, a->batch, micro0 + k),
@@ -174,13 +188,12 @@ int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
     /* a micro-batch of padding alone has no loss and contributes no gradient */
     if (!mb.counted && !h->walk_padding) continue;
     if ((rc = h->forward(ctx, &w, &mb)) < 0) break;
-    if (mb.counted) micro_loss(v, h, ctx, a, mb.counted);
+    if (mb.counted) micro_loss(v, h, ctx, &w);
     if ((rc = h->backward(ctx, &w, &mb)) < 0) break;
     if (mb.counted) {
-      mb.loss = micro_loss_value(v);
+      mb.loss_sum = micro_loss_sum(v);
       if (h->loss && (rc = h->loss(ctx, &w, &mb)) < 0) break;
-      n.loss += mb.loss;
-      n.micros++;
+      zt__step_norm_add(&n, mb.loss_sum, mb.counted);
     }
   }
   if (rc == 0 && (rc = h->norm(ctx, &w, &n)) == 0) rc = finish(v, h, ctx, &w, &n, out);

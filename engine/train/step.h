@@ -10,8 +10,9 @@
  *
  * The recipe's order, which every strategy keeps (the order of every floating-point operation
  * and of every call to the backend, the copy engine and the communicator is the strategy's
- * own within each hook): begin; per micro-batch k of the rank: stage its tokens, forward, the
- * loss (scaled by loss_scale / (counted * world * grad_accum)), backward; norm; then either a
+ * own within each hook): begin; count; per micro-batch k of the rank: stage its tokens,
+ * forward, the loss (scaled by loss_scale / the step's counted targets, every rank's), backward;
+ * norm; then either a
  * non-finite gradient (fp16: skipped; else refused, or broken where units were updated during
  * the backward) or the clip coefficient and the update; end, whatever happened. Data
  * parallelism runs the walk per rank rather than gathering its ranks into one walk: each rank's
@@ -43,6 +44,7 @@ typedef struct zt__step_walk {
   int overlap;            /* the units' updates may start during the backward: no clipping (it
                              needs the norm first), not fp16 (the overflow verdict first), not
                              deferred */
+  double counted;         /* the step's counted targets: the rank's, then (count) the world's */
 } zt__step_walk;
 
 /* A micro-batch of the walk. */
@@ -51,7 +53,8 @@ typedef struct zt__step_micro {
   int counted;            /* its counted targets; 0: padding alone, nothing staged (walked only
                              with walk_padding, computing nothing) */
   int first, last;        /* the rank's first counted micro-batch of the step, its last */
-  double loss;            /* counted: its mean loss, known after the backward (the loss hook) */
+  double loss_sum;        /* counted: its loss summed over its targets, known after the backward
+                             (the loss hook) */
 } zt__step_micro;
 
 /* What norm reports once the backward is done. */
@@ -59,10 +62,11 @@ typedef struct zt__step_norm {
   double sumsq;           /* of the loss-scaled gradients, the whole step's */
   int nonfinite;
   int updated;            /* units were updated during the backward (overlap) */
-  /* the micro-batches' mean losses added in their order, and their count, as the walk made
-   * them; data parallelism's norm puts the world's (every rank's, in rank order) */
-  double loss;
-  int micros;
+  /* the micro-batches' mean losses and summed losses added in their order, their count,
+   * whether their counted targets differ, as zt__step_norm_add makes them; data parallelism's
+   * norm puts the world's (every rank's, in rank order) */
+  double loss, loss_sum, micro_counted;
+  int micros, unequal;
   unsigned flags;         /* data parallelism: the world's step flags (dp.h); 0 otherwise */
 } zt__step_norm;
 
@@ -87,12 +91,15 @@ typedef struct zt__step_hooks {
   int walk_padding;
   /* before the first micro-batch: the gradient buffers made ready; sets w->deferred */
   int (*begin)(void *ctx, zt__step_walk *w);
+  /* after begin, with several ranks: w->counted, the rank's, made the world's (the gradient
+   * scale of every micro-batch needs it before the first backward) */
+  int (*count)(void *ctx, zt__step_walk *w);
   int (*forward)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
   /* brackets the device work the recipe queues itself (the loss): end 0 before, 1 after */
   void (*compute)(void *ctx, int end);
   int (*backward)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
-  /* after a counted micro-batch's backward: mb->loss is known (a chunked head computes it in
-   * its backward) */
+  /* after a counted micro-batch's backward: mb->loss_sum is known (a chunked head computes it
+   * in its backward) */
   int (*loss)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
   /* after the last micro-batch (n: the walk's loss and count filled in) */
   int (*norm)(void *ctx, const zt__step_walk *w, zt__step_norm *n);
@@ -115,6 +122,8 @@ typedef struct zt__step_hooks {
  * (skipped, its loss, norm and flags: every part of a world must see the flags). */
 int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const zt_batch *batch,
              zt_step_result *res, char *err, size_t errlen);
+/* A counted micro-batch's loss (summed over its `counted` targets) into n, in the walk's order. */
+void zt__step_norm_add(zt__step_norm *n, double loss_sum, double counted);
 /* One rank's walk on view (its model, config, backend, activations, host staging): micro-batches
  * rank * grad_accum .. of a->batch, the hooks called with ctx. 0 (updated or skipped), or the
  * failure (refused: -ERANGE with out->refused). */

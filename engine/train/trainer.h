@@ -15,7 +15,8 @@ float zt_train_lr(const zt_train_cfg *c, int step);
 
 typedef struct zt_step_result {
   int step;             /* the optimizer step just completed (1-based) */
-  double loss;          /* mean loss over the step's tokens (averaged over micro-batches) */
+  double loss;          /* the mean over the step's counted targets, every micro-batch's (with
+                           as many in each: the mean of their means, its bits) */
   double grad_norm;     /* global L2 norm before clipping */
   float lr;
   int64_t tokens;       /* tokens processed in this step */
