@@ -265,7 +265,7 @@ typedef struct runner {
   zt__rows rows;          /* file source: the step's rows (one allocation at rows.inputs) */
   zt_model_cfg model;     /* the spec's, its init file by its resolved name */
   int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
-  int32_t *batch;         /* the step's micro-batches, back to back */
+  int32_t *batch;         /* stream: the step's micro-batches, back to back */
   int have;               /* stream: micro-batches of the next step already in batch */
   int starved;            /* stream: no producer for data.stream_timeout (take_micro_batch) */
   FILE *losses;

@@ -255,9 +255,11 @@ static int open_job(runner *r) {
   if ((rc = zt__series_open(&r->series, job->dir, step, s->log_tensorboard, r->err,
                             sizeof r->err)) < 0)
     return rc;
-  /* zeros: a part fills only its ranks' micro-batches of a pushed step */
-  r->batch = calloc((size_t)r->micros * job->micro_tokens, sizeof(int32_t));
-  if (!r->batch) {
+  /* zeros: a part fills only its ranks' micro-batches of a pushed step (a file's rows are in
+   * r->rows) */
+  if (s->source == ZT_DATA_STREAM)
+    r->batch = calloc((size_t)r->micros * job->micro_tokens, sizeof(int32_t));
+  if (s->source == ZT_DATA_STREAM && !r->batch) {
     snprintf(r->err, sizeof r->err, "out of memory for the batch buffer");
     return -ENOMEM;
   }

@@ -74,6 +74,16 @@ PY
 head -c -8 "$ZT_TMP/docs.tok" >"$ZT_TMP/trunc.tok"
 spec "$ZT_TMP/trunc.json" "$ZT_TMP/trunc.tok" 5
 expect_fail 1 "data.path: $ZT_TMP/trunc.tok: truncated or padded" ztctl submit "$ZT_TMP/trunc.json"
+# a token past the file's own vocabulary (a writer's bug): the index named, no byte of it echoed
+python3 - "$ZT_TMP/docs.tok" "$ZT_TMP/over.tok" <<'PY'
+import sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+raw[48 + 2 * 5:48 + 2 * 5 + 2] = (300).to_bytes(2, "little")
+open(sys.argv[2], "wb").write(raw)
+PY
+spec "$ZT_TMP/over.json" "$ZT_TMP/over.tok" 5
+expect_fail 1 "(index 5 of the file) is not below the file's vocabulary 256" \
+  ztctl submit "$ZT_TMP/over.json"
 ztctl pack "$ZT_TMP/docs.jsonl" "$ZT_TMP/big.tok" --vocab 300 >/dev/null || fail "pack --vocab 300"
 spec "$ZT_TMP/big.json" "$ZT_TMP/big.tok" 5
 expect_fail 1 "data.path: $ZT_TMP/big.tok: token vocabulary 300 is larger than model.vocab 256" \
