@@ -11,6 +11,7 @@ A document is a list of token ids (every token but the first a target) or a dict
 by the trainer, -100 = not a target) or "loss_mask" (1 = a target). ztd packs documents into rows
 (data.packing) and counts in the loss only the targets whose bit is set.
 """
+import operator
 import os
 import struct
 
@@ -33,8 +34,13 @@ def _document(i, doc, vocab):
     if not ids:
         raise ValueError(f"document {i}: input_ids must be a non-empty list of token ids")
     for j, t in enumerate(ids):
-        if not isinstance(t, int) or t < 0 or (vocab is not None and t >= vocab):
-            raise ValueError(f"document {i}: input_ids[{j}] is not an integer in [0, {vocab})")
+        try:
+            ids[j] = t = operator.index(t)  # numpy's integers too
+        except TypeError:
+            t = -1
+        if t < 0 or (vocab is not None and t >= vocab):
+            want = f"an integer in [0, {vocab})" if vocab is not None else "a non-negative integer"
+            raise ValueError(f"document {i}: input_ids[{j}] is not {want}")
     given = labels if labels is not None else mask
     if given is not None and len(given) != len(ids):
         name = "labels" if labels is not None else "loss_mask"
