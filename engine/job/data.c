@@ -178,10 +178,31 @@ void zt__token_file_windows(const zt__token_file *f, uint64_t seed, int step, in
   }
 }
 
+void zt__rows_from_pushed(const int32_t *tokens, const uint8_t *marks, int micros, int B, int T,
+                          const zt__rows *out) {
+  for (size_t r = 0; r < (size_t)micros * (size_t)B; r++) {
+    const int32_t *row = tokens + r * (size_t)(T + 1);
+    const uint8_t *mk = marks + r * (size_t)(T + 1);
+    int32_t pos = 0;
+    for (int j = 0; j < T; j++) {
+      size_t s = r * (size_t)T + (size_t)j;
+      if (j > 0 && (mk[j] & ZT__MARK_START)) pos = 0;
+      out->inputs[s] = row[j];
+      out->targets[s] =
+          (mk[j + 1] & ZT__MARK_COUNTED) && !(mk[j + 1] & ZT__MARK_START) ? row[j + 1] : -1;
+      out->positions[s] = pos++;
+    }
+  }
+}
+
 int zt__batch_ring_init(zt__batch_ring *r, uint32_t cap, size_t micro_tokens) {
   memset(r, 0, sizeof *r);
   r->buf = malloc((size_t)cap * micro_tokens * sizeof(int32_t));
-  if (!r->buf) return -ENOMEM;
+  r->marks = malloc((size_t)cap * micro_tokens);
+  if (!r->buf || !r->marks) {
+    zt__batch_ring_free(r);
+    return -ENOMEM;
+  }
   r->cap = cap;
   r->micro_tokens = micro_tokens;
   return 0;
@@ -189,17 +210,20 @@ int zt__batch_ring_init(zt__batch_ring *r, uint32_t cap, size_t micro_tokens) {
 
 void zt__batch_ring_free(zt__batch_ring *r) {
   free(r->buf);
+  free(r->marks);
   memset(r, 0, sizeof *r);
 }
 
-void zt__batch_ring_put(zt__batch_ring *r, const int32_t *tokens) {
+void zt__batch_ring_put(zt__batch_ring *r, const int32_t *tokens, const uint8_t *marks) {
   uint32_t slot = (r->head + r->count) % r->cap;
   memcpy(r->buf + (size_t)slot * r->micro_tokens, tokens, r->micro_tokens * sizeof(int32_t));
+  memcpy(r->marks + (size_t)slot * r->micro_tokens, marks, r->micro_tokens);
   r->count++;
 }
 
-void zt__batch_ring_take(zt__batch_ring *r, int32_t *out) {
-  memcpy(out, r->buf + (size_t)r->head * r->micro_tokens, r->micro_tokens * sizeof(int32_t));
+void zt__batch_ring_take(zt__batch_ring *r, int32_t *tokens, uint8_t *marks) {
+  memcpy(tokens, r->buf + (size_t)r->head * r->micro_tokens, r->micro_tokens * sizeof(int32_t));
+  memcpy(marks, r->marks + (size_t)r->head * r->micro_tokens, r->micro_tokens);
   r->head = (r->head + 1) % r->cap;
   r->count--;
 }

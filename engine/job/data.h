@@ -68,12 +68,23 @@ int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed
 void zt__packer_close(zt__packer *p);
 /* The rows of step `step` (1-based), as windows' numbering: row r = ((step-1)*micros + m)*B + b. */
 void zt__packer_fill(zt__packer *p, int step, int micros, int B, const zt__rows *out);
-/* The rows of epoch e (0-based). */
-uint64_t zt__packer_epoch_rows(zt__packer *p, uint64_t e);
 
-/* A fixed ring of micro-batches (the stream job's queue); the caller locks. */
+/* A pushed token's marks (one byte a token beside the rows of T + 1 tokens): it counts as a
+ * target (of the token before it); it starts a document (its row's first token always does). */
+#define ZT__MARK_COUNTED 1u
+#define ZT__MARK_START 2u
+
+/* Pushed rows of T + 1 tokens and their marks (micros * B rows) in zt_batch's planes: slot j's
+ * input is token j, its target token j + 1 where that one counts and starts no document (else
+ * -1), its position counts from its document's start. Marks all ZT__MARK_COUNTED: the rows as
+ * zt_trainer_step reads them. */
+void zt__rows_from_pushed(const int32_t *tokens, const uint8_t *marks, int micros, int B, int T,
+                          const zt__rows *out);
+
+/* A fixed ring of micro-batches and their marks (the stream job's queue); the caller locks. */
 typedef struct zt__batch_ring {
   int32_t *buf;
+  uint8_t *marks;
   size_t micro_tokens;
   uint32_t cap, head, count;
 } zt__batch_ring;
@@ -81,7 +92,7 @@ typedef struct zt__batch_ring {
 int zt__batch_ring_init(zt__batch_ring *r, uint32_t cap, size_t micro_tokens);
 void zt__batch_ring_free(zt__batch_ring *r);
 /* Copy one micro-batch in (the ring must not be full) / out (must not be empty). */
-void zt__batch_ring_put(zt__batch_ring *r, const int32_t *tokens);
-void zt__batch_ring_take(zt__batch_ring *r, int32_t *out);
+void zt__batch_ring_put(zt__batch_ring *r, const int32_t *tokens, const uint8_t *marks);
+void zt__batch_ring_take(zt__batch_ring *r, int32_t *tokens, uint8_t *marks);
 
 #endif

@@ -107,14 +107,6 @@ static uint64_t seek_row(zt__packer *p, uint64_t r) {
   return r - p->epoch_row0;
 }
 
-uint64_t zt__packer_epoch_rows(zt__packer *p, uint64_t e) {
-  uint64_t held = p->epoch;
-  build_epoch(p, e);
-  uint64_t n = p->n_rows;
-  build_epoch(p, held); /* the next fill goes on from the epoch it held */
-  return n;
-}
-
 void zt__packer_fill(zt__packer *p, int step, int micros, int B, const zt__rows *out) {
   size_t T = (size_t)p->T;
   uint64_t r0 = (uint64_t)(step - 1) * (uint64_t)micros * (uint64_t)B;

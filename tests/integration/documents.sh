@@ -70,6 +70,13 @@ assert ld != lw, "documents and windows made the same batches"
 print("documents: 30 steps packed by documents and by windows")
 PY
 
+# the same file streamed by ztctl: its rows go with their loss mask and document starts
+spec "$ZT_TMP/stream.json" stream 10
+out=$(ztctl --json submit "$ZT_TMP/stream.json" --data "$ZT_TMP/docs.tok" --wait) ||
+  fail "streaming a version 2 file: $out"
+sid=$(printf '%s\n' "$out" | job_id_of)
+[ "$(state "$sid")" = done ] || fail "the streamed job: $(ztctl show "$sid")"
+
 # bad files at submit, naming the file; the daemon goes on serving
 head -c -8 "$ZT_TMP/docs.tok" >"$ZT_TMP/trunc.tok"
 spec "$ZT_TMP/trunc.json" "$ZT_TMP/trunc.tok" 5

@@ -95,7 +95,7 @@ int main(void) {
   zt__rows r = {buf, buf + 4 * T, buf + 2 * 4 * T};
   zt__packer p;
   CHECK(zt__packer_init(&p, &f, T, 7, 0) == 0);
-  CHECK(zt__packer_epoch_rows(&p, 0) == 3);
+  CHECK(p.epoch == 0 && p.n_rows == 3);
   zt__packer_fill(&p, 1, 2, 2, &r); /* step 1: rows 0..3 */
   check_run(&r, 0, 0, 0, 3, 0);
   check_run(&r, 0, 3, 3, 5, 0);
@@ -185,6 +185,23 @@ int main(void) {
             w[2 * T + b * T + t] == zt__token_file_token(&f, start + (uint64_t)t + 1));
   }
   zt__token_file_close(&f);
+
+  /* pushed rows: a document starting at index 4 (its first token is no target of the one
+   * before, its positions restart), token 6 not counted */
+  int32_t pushed[T + 1], pr[3 * T];
+  uint8_t marks[T + 1];
+  for (int i = 0; i <= T; i++) {
+    pushed[i] = 10 + i;
+    marks[i] = ZT__MARK_COUNTED;
+  }
+  marks[4] |= ZT__MARK_START;
+  marks[6] = 0;
+  zt__rows rp = {pr, pr + T, pr + 2 * T};
+  zt__rows_from_pushed(pushed, marks, 1, 1, T, &rp);
+  static const int32_t want_y[T] = {11, 12, 13, -1, 15, -1, 17, 18};
+  static const int32_t want_pos[T] = {0, 1, 2, 3, 0, 1, 2, 3};
+  for (int j = 0; j < T; j++)
+    CHECK(pr[j] == 10 + j && pr[T + j] == want_y[j] && pr[2 * T + j] == want_pos[j]);
 
   /* refusals, each naming the file */
   snprintf(path, sizeof path, "%s/docs.tok", dir);
