@@ -261,6 +261,12 @@ int zt_client_submit_msgpack(zt_client *c, const void *spec, size_t len,
 }
 
 int zt_client_push_batch(zt_client *c, const char *job, const int32_t *tokens, size_t n_tokens) {
+  return zt_client_push_batch_docs(c, job, tokens, NULL, NULL, n_tokens);
+}
+
+int zt_client_push_batch_docs(zt_client *c, const char *job, const int32_t *tokens,
+                              const uint8_t *loss_mask, const uint8_t *doc_starts,
+                              size_t n_tokens) {
   int rc = 0;
   zt_out o;
   zt_msg reply;
@@ -270,8 +276,10 @@ int zt_client_push_batch(zt_client *c, const char *job, const int32_t *tokens, s
     rc = zt__client_fail(c, -EMSGSIZE, "batch of %zu tokens is too large for one frame", n_tokens);
     goto out;
   }
-  uint32_t id = zt__client_begin(c, &o, "batch", 2);
+  uint32_t id = zt__client_begin(c, &o, "batch", 2 + (loss_mask != NULL) + (doc_starts != NULL));
   zt_out_kv_str(&o, "job", job);
+  if (loss_mask) zt_out_kv_bin(&o, "loss_mask", loss_mask, n_tokens);
+  if (doc_starts) zt_out_kv_bin(&o, "doc_starts", doc_starts, n_tokens);
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   zt_out_kv_bin(&o, "tokens", tokens, n_tokens * 4);
 #else

@@ -6,6 +6,7 @@
         c.push_batch(job, tokens)                  # list of ints, array('i'), or int32 LE bytes
         c.watch(job, lambda ev: print(ev))         # events as dicts until the job ends
         c.export(job, "model.safetensors")
+    ztclient.write_tokens("sft.tok", ztclient.chat_documents(tokenizer, examples))  # zttokens.py
 
 Every failure raises ZtError(code, message), e.g. ZtError("EINVAL", "model.n_heads must ...").
 The library is $ZTCLIENT_LIB if set; else the one `meson install` put beside this binding's
@@ -19,7 +20,10 @@ import json
 import os
 import sys
 
-__all__ = ["ZtError", "Client", "connect", "default_socket"]
+from zttokens import IGNORE_INDEX, chat_documents, write_tokens
+
+__all__ = ["ZtError", "Client", "connect", "default_socket", "write_tokens", "chat_documents",
+           "IGNORE_INDEX"]
 
 
 class ZtError(Exception):
@@ -64,7 +68,7 @@ def _load():
         "zt_client_jobs": (I, [P, OUT]),
         "zt_client_plan_json": (I, [P, S, OUT]),
         "zt_client_show": (I, [P, S, OUT]),
-        "zt_client_push_batch": (I, [P, S, P, Z]),
+        "zt_client_push_batch_docs": (I, [P, S, P, P, P, Z]),
         "zt_client_watch": (I, [P, S, P, P]),
         "zt_client_cancel": (I, [P, S]),
         "zt_client_checkpoint": (I, [P, S, OUT]),
@@ -196,10 +200,19 @@ class Client:
     def show(self, job):
         return self._json_call(_library().zt_client_show, job.encode())
 
-    def push_batch(self, job, tokens):
-        """One micro-batch (micro_batch * (seq_len + 1) tokens); blocks until ztd has room."""
+    def push_batch(self, job, tokens, loss_mask=None, doc_starts=None):
+        """One micro-batch (micro_batch * (seq_len + 1) tokens); blocks until ztd has room.
+        loss_mask, doc_starts: None or a 0/1 a token (docs/protocol.md, batch): which tokens
+        count as targets (None: all), which start a document within their row (None: none)."""
         buf, n = _tokens_buffer(tokens)
-        self._check(_library().zt_client_push_batch(self._h, job.encode(), ctypes.cast(buf, ctypes.c_void_p), n))
+        marks = []
+        for name, m in (("loss_mask", loss_mask), ("doc_starts", doc_starts)):
+            if m is not None and len(m) != n:
+                raise ValueError(f"{name} has {len(m)} entries for {n} tokens")
+            marks.append(None if m is None else ctypes.create_string_buffer(bytes(m), n))
+        self._check(_library().zt_client_push_batch_docs(
+            self._h, job.encode(), ctypes.cast(buf, ctypes.c_void_p),
+            *(ctypes.cast(m, ctypes.c_void_p) if m is not None else None for m in marks), n))
 
     def watch(self, job, callback):
         """Calls callback(event_dict) per event until the job ends (returns None) or the callback

@@ -55,6 +55,12 @@ static const ztctl_cmd g_cmds[] = {
      ztctl_cmd_export},
     {"tokenize", "--bytes TEXT OUT", "write TEXT (a file, - for stdin) as a byte-level token file",
      "  --bytes      one token per byte (vocabulary 256, 2-byte tokens)\n", ztctl_cmd_tokenize},
+    {"pack", "IN.jsonl OUT [--vocab N]",
+     "write documents of token ids (a JSON object a line) as a token file with a loss mask",
+     "  a line: {\"input_ids\": [...]} with \"labels\": [...] (-100: not a target, as\n"
+     "          transformers) or \"loss_mask\": [0|1...], aligned with input_ids\n"
+     "  --vocab N    the vocabulary (default: the largest id + 1); an id >= N is refused\n",
+     ztctl_cmd_pack},
     {"shutdown", "", "checkpoint running jobs and stop ztd", NULL, ztctl_cmd_shutdown},
 };
 

@@ -14,6 +14,8 @@ typedef struct feed {
   zt_client *c;     /* the feeder's own connection */
   const char *job;
   int32_t *tokens;  /* the whole token file */
+  uint8_t *counted, *starts; /* version 2: a byte a token, its mask bit and whether a document
+                                starts there; NULL for version 1 */
   uint64_t n_tokens;
   uint64_t micro_batch, seq_len, batches;
   int rc;           /* ZTCTL_OK or ZTCTL_FAILED */
@@ -77,7 +79,17 @@ static int load_tokens(const char *path, feed *f) {
     rc = ztctl_fail_msg("EINVAL", "%s is not a token file (see ztctl tokenize)", path);
     goto out;
   }
-  f->n_tokens = ((uint64_t)size - ZT_TOKENS_HEADER_BYTES) / h.token_bytes;
+  zt_tokens_layout l = {.tokens = ZT_TOKENS_HEADER_BYTES};
+  if (h.version == ZT_TOKENS_VERSION) {
+    f->n_tokens = ((uint64_t)size - ZT_TOKENS_HEADER_BYTES) / h.token_bytes;
+  } else if (size < ZT_TOKENS_V2_HEADER_BYTES || zt_tokens_header_decode_v2(raw, &h) < 0 ||
+             zt_tokens_layout_of(&h, &l) < 0 || l.size != (uint64_t)size) {
+    rc = ztctl_fail_msg("EINVAL", "%s is not a whole version 2 token file (see docs/spec.md)",
+                        path);
+    goto out;
+  } else {
+    f->n_tokens = h.n_tokens;
+  }
   if (f->n_tokens < f->seq_len + 1) {
     rc = ztctl_fail_msg("EINVAL", "%s holds %llu tokens, fewer than seq_len + 1 = %llu", path,
                         (unsigned long long)f->n_tokens, (unsigned long long)(f->seq_len + 1));
@@ -88,10 +100,25 @@ static int load_tokens(const char *path, feed *f) {
     rc = ztctl_fail_msg("ENOMEM", "out of memory");
     goto out;
   }
-  const uint8_t *p = raw + ZT_TOKENS_HEADER_BYTES;
+  const uint8_t *p = raw + l.tokens;
   for (uint64_t i = 0; i < f->n_tokens; i++)
     f->tokens[i] = h.token_bytes == 2 ? (int32_t)(p[2 * i] | p[2 * i + 1] << 8)
                                       : (int32_t)zt__get_le32(p + 4 * i);
+  if (h.version == ZT_TOKENS_VERSION_DOCS) {
+    /* the daemon checks the bytes it is sent; a table out of order here only marks fewer
+     * starts */
+    f->counted = malloc(f->n_tokens);
+    f->starts = calloc(f->n_tokens, 1);
+    if (!f->counted || !f->starts) {
+      rc = ztctl_fail_msg("ENOMEM", "out of memory");
+      goto out;
+    }
+    for (uint64_t i = 0; i < f->n_tokens; i++) f->counted[i] = raw[l.mask + i / 8] >> (i % 8) & 1;
+    for (uint64_t d = 0; d < h.n_docs; d++) {
+      uint64_t s = zt__get_le64(raw + l.starts + 8 * d);
+      if (s < f->n_tokens) f->starts[s] = 1;
+    }
+  }
   rc = ZTCTL_OK;
   goto out;
 io:
@@ -102,12 +129,21 @@ out:
   return rc;
 }
 
-/* Micro-batch b: rows are consecutive windows of T+1 tokens at stride T, wrapping at the end. */
-static void fill_batch(const feed *f, uint64_t b, int32_t *out) {
+/* Micro-batch b: rows are consecutive windows of T+1 tokens at stride T, wrapping at the end;
+ * a version 2 file's mask and document starts go with them. */
+static void fill_batch(const feed *f, uint64_t b, int32_t *out, uint8_t *mask, uint8_t *starts) {
   uint64_t T = f->seq_len;
   for (uint64_t r = 0; r < f->micro_batch; r++) {
     uint64_t start = ((b * f->micro_batch + r) % f->n_tokens) * T % f->n_tokens;
-    for (uint64_t t = 0; t <= T; t++) out[r * (T + 1) + t] = f->tokens[(start + t) % f->n_tokens];
+    for (uint64_t t = 0; t <= T; t++) {
+      uint64_t i = (start + t) % f->n_tokens;
+      out[r * (T + 1) + t] = f->tokens[i];
+      if (f->counted) {
+        mask[r * (T + 1) + t] = f->counted[i];
+        /* the wrap from the file's end to its start begins a document too */
+        starts[r * (T + 1) + t] = f->starts[i];
+      }
+    }
   }
 }
 
@@ -115,15 +151,20 @@ static void *feed_run(void *arg) {
   feed *f = arg;
   size_t n = (size_t)(f->micro_batch * (f->seq_len + 1));
   int32_t *buf = malloc(n * sizeof *buf);
+  uint8_t *mask = malloc(2 * n), *starts = mask ? mask + n : NULL;
   f->rc = ZTCTL_FAILED;
-  if (!buf) {
+  if (!buf || !mask) {
+    free(buf);
+    free(mask);
     ztctl_fail_msg("ENOMEM", "out of memory");
     return NULL;
   }
   uint64_t b = 0;
   for (; b < f->batches; b++) {
-    fill_batch(f, b, buf);
-    if (zt_client_push_batch(f->c, f->job, buf, n) < 0) break;
+    fill_batch(f, b, buf, mask, starts);
+    if (zt_client_push_batch_docs(f->c, f->job, buf, f->counted ? mask : NULL,
+                                  f->counted ? starts : NULL, n) < 0)
+      break;
   }
   if (b == f->batches) {
     f->rc = ZTCTL_OK;
@@ -134,6 +175,7 @@ static void *feed_run(void *arg) {
     if (zt_client_cancel(f->c, f->job) == 0) fprintf(stderr, "ztctl: cancelled %s\n", f->job);
   }
   free(buf);
+  free(mask);
   return NULL;
 }
 
@@ -274,6 +316,8 @@ out:
   if (f.c != c) zt_client_close(f.c);
   zt_client_close(c);
   free(f.tokens);
+  free(f.counted);
+  free(f.starts);
   free(text);
   json_decref(spec);
   return rc;

@@ -86,6 +86,7 @@ int ztctl_cmd_resume(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_checkpoint(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_tokenize(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_pack(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_shutdown(const ztctl_opts *o, int argc, char **argv);
 
 #endif

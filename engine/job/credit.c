@@ -26,7 +26,7 @@ void zt__job_refill(zt__job *job) {
       pthread_mutex_unlock(&jobs->mu);
       return;
     }
-    zt__batch_ring_put(&job->ring, p->tokens);
+    zt__batch_ring_put(&job->ring, p->tokens, p->marks);
     uint32_t queued = job->ring.count;
     pthread_cond_signal(&job->cond);
     job->pushes = p->next;
@@ -35,6 +35,7 @@ void zt__job_refill(zt__job *job) {
     zt_jobs_done_cb done = p->done;
     void *owner = p->owner;
     free(p->tokens);
+    free(p->marks);
     free(p);
     credit(done, owner, queued);
   }
@@ -48,6 +49,7 @@ void zt__job_fail_pending(zt__job *job, int rc, const char *message) {
     zt_jobs_done_cb done = p->done;
     void *owner = p->owner;
     free(p->tokens);
+    free(p->marks);
     free(p);
     done(owner, rc, NULL, message);
   }
@@ -96,7 +98,25 @@ static int add_producer(zt__job *job, void *producer) {
   return 0;
 }
 
-int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, size_t n_tokens,
+/* The marks of a pushed micro-batch from its loss_mask and doc_starts, each checked byte by
+ * byte (0 or 1), the error naming the field, the row and the index. */
+static int pushed_marks(const zt__job *job, const uint8_t *loss_mask, const uint8_t *doc_starts,
+                        uint8_t *marks, char *err, size_t errlen) {
+  size_t n = job->micro_tokens, row = (size_t)job->spec.model.seq_len + 1;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t m = loss_mask ? loss_mask[i] : 1, s = doc_starts ? doc_starts[i] : 0;
+    if (m > 1 || s > 1) {
+      snprintf(err, errlen, "batch %s row %zu index %zu: %u is neither 0 nor 1",
+               m > 1 ? "loss_mask" : "doc_starts", i / row, i % row, m > 1 ? m : s);
+      return -EINVAL;
+    }
+    marks[i] = (uint8_t)((m ? ZT__MARK_COUNTED : 0) | (s ? ZT__MARK_START : 0));
+  }
+  return 0;
+}
+
+int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens,
+                       const uint8_t *loss_mask, const uint8_t *doc_starts, size_t n_tokens,
                        void *producer, zt_jobs_done_cb done, void *owner, char *err,
                        size_t errlen) {
   zt__job *job = zt__jobs_find(jobs, id, err, errlen);
@@ -127,14 +147,26 @@ int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, siz
       return -EINVAL;
     }
   }
+  uint8_t *marks = malloc(n_tokens);
+  if (!marks) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  int rc = pushed_marks(job, loss_mask, doc_starts, marks, err, errlen);
+  if (rc < 0) {
+    free(marks);
+    return rc;
+  }
   pthread_mutex_lock(&jobs->mu);
   if (add_producer(job, producer) < 0) {
     pthread_mutex_unlock(&jobs->mu);
+    free(marks);
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
   if (!job->pushes && job->ring.count < job->ring.cap) {
-    zt__batch_ring_put(&job->ring, tokens);
+    zt__batch_ring_put(&job->ring, tokens, marks);
+    free(marks);
     uint32_t queued = job->ring.count;
     pthread_cond_signal(&job->cond);
     pthread_mutex_unlock(&jobs->mu);
@@ -147,11 +179,13 @@ int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, siz
   if (!p || !copy) {
     free(p);
     free(copy);
+    free(marks);
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
   memcpy(copy, tokens, n_tokens * sizeof *copy);
   p->tokens = copy;
+  p->marks = marks;
   p->done = done;
   p->owner = owner;
   if (job->pushes_tail)
@@ -224,6 +258,7 @@ void zt_jobs_forget(zt_jobs *jobs, void *owner) {
       if (p->owner == owner) {
         *pp = p->next;
         free(p->tokens);
+        free(p->marks);
         free(p);
       } else {
         last = p;

@@ -38,6 +38,7 @@ typedef enum zt__stop {
 typedef struct zt__pending_push {
   struct zt__pending_push *next;
   int32_t *tokens;
+  uint8_t *marks;         /* ZT__MARK_* a token (data.h) */
   zt_jobs_done_cb done;
   void *owner;
 } zt__pending_push;
@@ -262,9 +263,13 @@ typedef struct runner {
   void (*comm_close)(zt_comm *c);
   zt_comm_cpu_group *group;
   zt__token_file tokens;
+  zt_data_packing packing; /* file source: the spec's, AUTO resolved by the file's version */
+  zt__packer packer;      /* file source packed by documents */
+  zt__rows rows;          /* file source: the step's rows (one allocation at rows.inputs) */
   zt_model_cfg model;     /* the spec's, its init file by its resolved name */
   int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
-  int32_t *batch;         /* the step's micro-batches, back to back */
+  int32_t *batch;         /* stream: the step's micro-batches, back to back */
+  uint8_t *marks;         /* stream: their tokens' ZT__MARK_* (data.h) */
   int have;               /* stream: micro-batches of the next step already in batch */
   int starved;            /* stream: no producer for data.stream_timeout (take_micro_batch) */
   FILE *losses;

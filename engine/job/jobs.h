@@ -161,11 +161,15 @@ int zt_jobs_resume(zt_jobs *jobs, const char *id, int64_t steps, int tcp, json_t
 
 /* Queues one micro-batch for a stream job. Calls done with {"queued": n} (micro-batches now in
  * the job's queue) when the batch is in that queue: at once if there is room, later if the
- * queue is full (this is the client's credit). Tokens must be in [0, model.vocab). Wrong job,
- * wrong source or wrong token count fail synchronously (return -errno, done not called).
- * producer (the connection) counts as the job's producer until zt_jobs_forget(producer): a
- * running stream job with none for data.stream_timeout seconds checkpoints and fails. */
-int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens, size_t n_tokens,
+ * queue is full (this is the client's credit). Tokens must be in [0, model.vocab); loss_mask
+ * and doc_starts (each NULL, or a byte of 0 or 1 a token) say which tokens count as targets
+ * (NULL: all) and which start a document within their row (NULL: none; docs/protocol.md). Wrong
+ * job, wrong source, wrong token count or a bad byte fail synchronously (return -errno naming
+ * the row and index, done not called). producer (the connection) counts as the job's producer
+ * until zt_jobs_forget(producer): a running stream job with none for data.stream_timeout seconds
+ * checkpoints and fails. */
+int zt_jobs_push_batch(zt_jobs *jobs, const char *id, const int32_t *tokens,
+                       const uint8_t *loss_mask, const uint8_t *doc_starts, size_t n_tokens,
                        void *producer, zt_jobs_done_cb done, void *owner, char *err,
                        size_t errlen);
 /* Asks a running job to checkpoint at its next step boundary; done gets {"step", "path"}. */

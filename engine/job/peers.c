@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "client/include/zt/client.h"
+#include "engine/job/data.h"
 
 typedef struct peer {
   struct zt__peers *ps;
@@ -177,24 +178,35 @@ int zt__peers_start(zt__peers **out, const zt__job *job, const char *nccl_id_hex
   return 0;
 }
 
-int zt__peers_push(zt__peers *ps, const int32_t *batch, size_t micro_tokens, char *err,
-                   size_t errlen) {
+int zt__peers_push(zt__peers *ps, const int32_t *batch, const uint8_t *marks, size_t micro_tokens,
+                   char *err, size_t errlen) {
   size_t per_part = (size_t)ps->ranks * (size_t)ps->accum;
-  for (int i = 0; i < ps->n; i++) {
+  /* the marks as the protocol carries them: a loss mask and the documents' starts */
+  uint8_t *mask = malloc(2 * micro_tokens), *starts = mask + micro_tokens;
+  if (!mask) {
+    snprintf(err, errlen, "out of memory for the peers' batches");
+    return -ENOMEM;
+  }
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < ps->n; i++) {
     peer *p = &ps->list[i];
     /* peer i runs ranks gpus * (i + 1) ..: the coordinator's come first */
-    const int32_t *first = batch + (size_t)(i + 1) * per_part * micro_tokens;
-    for (size_t j = 0; j < per_part; j++) {
-      int rc = zt_client_push_batch(p->push, p->job, first + j * micro_tokens, micro_tokens);
-      if (rc < 0) {
+    size_t first = (size_t)(i + 1) * per_part * micro_tokens;
+    for (size_t j = 0; rc == 0 && j < per_part; j++) {
+      size_t at = first + j * micro_tokens;
+      for (size_t k = 0; k < micro_tokens; k++) {
+        mask[k] = (marks[at + k] & ZT__MARK_COUNTED) != 0;
+        starts[k] = (marks[at + k] & ZT__MARK_START) != 0;
+      }
+      rc = zt_client_push_batch_docs(p->push, p->job, batch + at, mask, starts, micro_tokens);
+      if (rc < 0)
         snprintf(err, errlen, "peer %s: pushing its ranks' micro-batches to its part (job %s "
                  "there): %s: %s", p->addr, p->job, zt_client_error_code(p->push),
                  zt_client_error_message(p->push));
-        return rc;
-      }
     }
   }
-  return 0;
+  free(mask);
+  return rc;
 }
 
 void zt__peers_finish(zt__peers *ps, int wait_s) {

@@ -32,9 +32,10 @@ int zt__peers_start(zt__peers **out, const zt__job *job, const char *nccl_id_hex
                     size_t errlen);
 
 /* Stream jobs: forwards the step's micro-batches (world * grad_accum of micro_tokens tokens,
- * back to back) of each peer's ranks to its part. 0, or -errno with err naming the peer. */
-int zt__peers_push(zt__peers *p, const int32_t *batch, size_t micro_tokens, char *err,
-                   size_t errlen);
+ * back to back, with their ZT__MARK_* marks, engine/job/data.h) of each peer's ranks to its
+ * part. 0, or -errno with err naming the peer. */
+int zt__peers_push(zt__peers *p, const int32_t *batch, const uint8_t *marks, size_t micro_tokens,
+                   char *err, size_t errlen);
 
 /* Waits up to wait_s seconds for every part to end, then closes the connections (ending the
  * parts still running), joins the watching threads and frees. No lost callback runs once this

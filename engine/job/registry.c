@@ -60,6 +60,7 @@ void zt__job_free(zt__job *job) {
     zt__pending_push *p = job->pushes;
     job->pushes = p->next;
     free(p->tokens);
+    free(p->marks);
     free(p);
   }
   while (job->ckpt_requests) {

@@ -16,6 +16,7 @@
 #include "engine/base/log.h"
 #include "engine/train/dp/dp.h"
 #include "engine/base/tunables.h"
+#include "proto/zt_tokens.h"
 
 static double mono_seconds(void) {
   struct timespec ts;
@@ -81,7 +82,7 @@ out:
  * producer has been connected for data.stream_timeout seconds. A job spanning daemons
  * checkpoints after its next step (the flags), so a request does not interrupt its wait; its
  * parts wait for their coordinator, not for producers. */
-static int take_micro_batch(runner *r, int32_t *dst) {
+static int take_micro_batch(runner *r, int32_t *dst, uint8_t *marks) {
   zt__job *job = r->job;
   pthread_mutex_t *mu = &job->jobs->mu;
   int got = 0, timeout = job->part.member ? 0 : job->spec.stream_timeout;
@@ -103,7 +104,7 @@ static int take_micro_batch(runner *r, int32_t *dst) {
   }
   if (job->ring.count > 0 && job->stop == ZT__STOP_NONE &&
       (r->spans || job->ckpt_requested == job->ckpt_taken)) {
-    zt__batch_ring_take(&job->ring, dst);
+    zt__batch_ring_take(&job->ring, dst, marks);
     got = 1;
   }
   pthread_mutex_unlock(mu);
@@ -162,6 +163,32 @@ static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
            "offload.nvme_dir %.500s)", why, bytes, need, s->offload.nvme_dir);
 }
 
+/* The step's rows in the trainer's planes. */
+static int alloc_rows(runner *r) {
+  const zt_job_spec *s = &r->job->spec;
+  size_t n = (size_t)r->micros * (size_t)s->train.micro_batch * (size_t)s->model.seq_len;
+  r->rows.inputs = malloc(3 * n * sizeof(int32_t));
+  if (!r->rows.inputs) return -ENOMEM;
+  r->rows.targets = r->rows.inputs + n;
+  r->rows.positions = r->rows.targets + n;
+  return 0;
+}
+
+/* The file source's packing and the step's rows. */
+static int open_rows(runner *r) {
+  const zt_job_spec *s = &r->job->spec;
+  r->packing = s->packing != ZT_PACKING_AUTO ? s->packing
+               : r->tokens.version == ZT_TOKENS_VERSION_DOCS ? ZT_PACKING_DOCUMENTS
+                                                             : ZT_PACKING_WINDOWS;
+  if (alloc_rows(r) < 0 ||
+      (r->packing == ZT_PACKING_DOCUMENTS &&
+       zt__packer_init(&r->packer, &r->tokens, s->model.seq_len, s->train.seed, s->shuffle) < 0)) {
+    snprintf(r->err, sizeof r->err, "out of memory for the data's rows");
+    return -ENOMEM;
+  }
+  return 0;
+}
+
 static int open_job(runner *r) {
   zt__job *job = r->job;
   const zt_job_spec *s = &job->spec;
@@ -173,6 +200,7 @@ static int open_job(runner *r) {
   if (s->source == ZT_DATA_FILE &&
       (rc = zt__token_file_open(&r->tokens, s->data_path, 1, &files, r->err, sizeof r->err)) < 0)
     return rc;
+  if (s->source == ZT_DATA_FILE && (rc = open_rows(r)) < 0) return rc;
   /* the trainer reads the init file by the name it resolved to here */
   zt_model_cfg *mc = &r->model;
   *mc = s->model;
@@ -239,9 +267,17 @@ static int open_job(runner *r) {
   if ((rc = zt__series_open(&r->series, job->dir, step, s->log_tensorboard, r->err,
                             sizeof r->err)) < 0)
     return rc;
-  /* zeros: a part fills only its ranks' micro-batches of a pushed step */
-  r->batch = calloc((size_t)r->micros * job->micro_tokens, sizeof(int32_t));
-  if (!r->batch) {
+  /* zeros: a part fills only its ranks' micro-batches of a pushed step (a file's rows are in
+   * r->rows; a stream's are made there from r->batch and r->marks) */
+  if (s->source == ZT_DATA_STREAM) {
+    r->batch = calloc((size_t)r->micros * job->micro_tokens, sizeof(int32_t));
+    r->marks = calloc((size_t)r->micros * job->micro_tokens, 1);
+    if (r->batch && r->marks && alloc_rows(r) < 0) {
+      free(r->marks);
+      r->marks = NULL;
+    }
+  }
+  if (s->source == ZT_DATA_STREAM && (!r->batch || !r->marks)) {
     snprintf(r->err, sizeof r->err, "out of memory for the batch buffer");
     return -ENOMEM;
   }
@@ -363,7 +399,12 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   const zt_job_spec *s = &job->spec;
   zt_step_result res;
   double t0 = mono_seconds();
-  int rc = zt_trainer_step(r->trainer, r->batch, &res, r->err, sizeof r->err);
+  if (s->source == ZT_DATA_STREAM)
+    zt__rows_from_pushed(r->batch, r->marks, r->micros, s->train.micro_batch, s->model.seq_len,
+                         &r->rows);
+  zt_batch b = {.inputs = r->rows.inputs, .targets = r->rows.targets,
+                .positions = r->rows.positions};
+  int rc = zt_trainer_step_batch(r->trainer, &b, &res, r->err, sizeof r->err);
   if (rc < 0) return rc;
   *flags = res.flags;
   double now = mono_seconds();
@@ -477,15 +518,19 @@ void *zt__runner_main(void *arg) {
     if (step >= s->train.steps) break;
 
     if (s->source == ZT_DATA_FILE) {
-      zt__token_file_sample(&r.tokens, s->train.seed, step + 1, r.micros, s->train.micro_batch,
-                            s->model.seq_len, r.batch);
+      if (r.packing == ZT_PACKING_DOCUMENTS)
+        zt__packer_fill(&r.packer, step + 1, r.micros, s->train.micro_batch, &r.rows);
+      else
+        zt__token_file_windows(&r.tokens, s->train.seed, step + 1, r.micros,
+                               s->train.micro_batch, s->model.seq_len, &r.rows);
     } else {
       /* a part takes its own ranks' micro-batches (the coordinator forwards them), the
        * coordinator every rank's */
       int G = s->train.grad_accum, first = job->part.member ? r.rank0 * G : 0;
       int want = job->part.member ? r.local * G : r.micros;
       while (r.have < want &&
-             take_micro_batch(&r, r.batch + (size_t)(first + r.have) * job->micro_tokens))
+             take_micro_batch(&r, r.batch + (size_t)(first + r.have) * job->micro_tokens,
+                              r.marks + (size_t)(first + r.have) * job->micro_tokens))
         r.have++;
       if (r.have < want && r.starved) {
         /* the device is not held for a producer that is not coming back */
@@ -505,7 +550,7 @@ void *zt__runner_main(void *arg) {
         goto out;
       }
       if (r.have < want) continue;
-      if (r.peers && (rc = zt__peers_push(r.peers, r.batch, job->micro_tokens, r.err,
+      if (r.peers && (rc = zt__peers_push(r.peers, r.batch, r.marks, job->micro_tokens, r.err,
                                           sizeof r.err)) < 0)
         goto out;
     }
@@ -541,6 +586,7 @@ out:
   if (r.losses) fclose(r.losses);
   zt__series_close(&r.series);
   free(r.batch);
+  free(r.marks);
   int final_step = r.trainer ? zt_trainer_step_count(r.trainer) : 0;
   zt_trainer_close(r.trainer); /* its NVMe files with it */
   r.trainer = NULL;
@@ -558,6 +604,8 @@ out:
   pthread_mutex_unlock(mu);
   zt_comm_nccl_cancel_free(r.cancel);
 #endif
+  zt__packer_close(&r.packer);
+  free(r.rows.inputs);
   zt__token_file_close(&r.tokens);
   pthread_mutex_lock(mu);
   job->backend_bytes = 0;

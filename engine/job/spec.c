@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include "engine/job/data.h"
+#include "proto/zt_tokens.h"
 #include "engine/kernels/backend.h"
 #include "engine/model/safetensors.h"
 #include "engine/train/dp/dp.h"
@@ -21,7 +22,7 @@
 
 static const char *const k_top[] = {"name",       "model",   "train",    "data",
                                     "checkpoint", "offload", "parallel", "log", NULL};
-static const char *const k_data_file[] = {"source", "path", NULL};
+static const char *const k_data_file[] = {"source", "path", "packing", "shuffle", NULL};
 static const char *const k_data_stream[] = {"source", "stream_timeout", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
 static const char *const k_parallel[] = {"gpus", "zero_stage", "peers", NULL};
@@ -34,6 +35,21 @@ static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen)
   if (strcmp(src, "file") == 0) {
     s->source = ZT_DATA_FILE;
     if ((rc = zt_json_check_keys(d, "data", k_data_file, err, errlen)) < 0) return rc;
+    const char *packing = NULL;
+    if ((rc = zt_json_get_string(d, "data", "packing", "", &packing, err, errlen)) < 0) return rc;
+    if (!packing[0]) s->packing = ZT_PACKING_AUTO;
+    else if (strcmp(packing, "windows") == 0) s->packing = ZT_PACKING_WINDOWS;
+    else if (strcmp(packing, "documents") == 0) s->packing = ZT_PACKING_DOCUMENTS;
+    else {
+      snprintf(err, errlen, "data.packing must be \"documents\" or \"windows\"");
+      return -EINVAL;
+    }
+    if ((rc = zt_json_get_bool(d, "data", "shuffle", 0, &s->shuffle, err, errlen)) < 0) return rc;
+    if (s->shuffle && s->packing == ZT_PACKING_WINDOWS) {
+      snprintf(err, errlen, "data.shuffle shuffles documents; data.packing \"windows\" samples "
+               "its rows at random already");
+      return -EINVAL;
+    }
     return zt_json_get_abs_path(d, "data", "path", s->data_path, sizeof s->data_path, err, errlen);
   }
   if (strcmp(src, "stream") == 0) {
@@ -422,13 +438,15 @@ int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, in
     if ((rc = zt__token_file_open(&tf, s->data_path, 0, &files, err, errlen)) < 0) return rc;
     uint32_t vocab = tf.vocab;
     uint64_t n = tf.n_tokens;
+    int windows = s->packing == ZT_PACKING_WINDOWS ||
+                  (s->packing == ZT_PACKING_AUTO && tf.version == ZT_TOKENS_VERSION);
     zt__token_file_close(&tf);
     if (vocab > (uint32_t)s->model.vocab) {
       snprintf(err, errlen, "data.path: %s: token vocabulary %u is larger than model.vocab %d",
                s->data_path, vocab, s->model.vocab);
       return -EINVAL;
     }
-    if (n < (uint64_t)s->model.seq_len + 1) {
+    if (windows && n < (uint64_t)s->model.seq_len + 1) {
       snprintf(err, errlen,
                "data.path: %s: holds %llu tokens; model.seq_len %d needs at least %d",
                s->data_path, (unsigned long long)n, s->model.seq_len, s->model.seq_len + 1);
@@ -514,6 +532,11 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
                      ? json_pack("{s:s, s:s}", "source", "file", "path", s->data_path)
                      : json_pack("{s:s, s:i}", "source", "stream", "stream_timeout",
                                  s->stream_timeout);
+  if (data && s->source == ZT_DATA_FILE && s->packing != ZT_PACKING_AUTO)
+    json_object_set_new(data, "packing", json_string(s->packing == ZT_PACKING_DOCUMENTS
+                                                         ? "documents" : "windows"));
+  if (data && s->source == ZT_DATA_FILE && s->shuffle)
+    json_object_set_new(data, "shuffle", json_true());
   json_t *out = json_pack("{s:s, s:o, s:o, s:o, s:{s:i, s:i}, s:{s:b}}", "name", s->name,
                           "model", zt_config_model_to_json(&s->model), "train",
                           zt_config_train_to_json(&s->train), "data", data, "checkpoint",

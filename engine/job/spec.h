@@ -28,6 +28,10 @@
 #define ZT_JOB_PEER_MAX 256
 
 typedef enum zt_data_source { ZT_DATA_FILE = 1, ZT_DATA_STREAM = 2 } zt_data_source;
+/* data.packing; AUTO (not given): documents for a version 2 token file, windows for version 1 */
+typedef enum zt_data_packing {
+  ZT_PACKING_AUTO = 0, ZT_PACKING_WINDOWS = 1, ZT_PACKING_DOCUMENTS = 2
+} zt_data_packing;
 
 /* data.stream_timeout: seconds a running stream job waits with no producer connected before it
  * checkpoints and fails (0: for ever); the default, and the most (30 days). */
@@ -41,6 +45,8 @@ typedef struct zt_job_spec {
   zt_data_source source;
   char data_path[ZT_PATH_MAX];   /* file source: absolute path of the token file */
   int stream_timeout;            /* stream source: data.stream_timeout, seconds */
+  zt_data_packing packing;       /* file source: data.packing */
+  int shuffle;                   /* file source: data.shuffle (documents packing) */
   int ckpt_every;                /* 0 = only at the end and on shutdown */
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
   int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload/offload.h) */

@@ -320,6 +320,23 @@ static int handle_batch(zt_conn *c, const zt_request *req, zt_proto_error *err) 
     tokens[i] = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
                           (uint32_t)b[3] << 24);
   }
+  /* a byte a token, as many as the tokens (docs/protocol.md) */
+  const uint8_t *marks[2] = {NULL, NULL};
+  static const char *const mark_names[2] = {"loss_mask", "doc_starts"};
+  for (int k = 0; k < 2; k++) {
+    size_t mlen = 0;
+    rc = zt_msg_get_bin(req->body, NULL, mark_names[k], false, &marks[k], &mlen, err);
+    if (rc == -ENOENT) continue;
+    if (rc < 0) {
+      free(tokens);
+      return rc;
+    }
+    if (marks[k] && mlen != n) {
+      free(tokens);
+      return zt_proto_error_set(err, -EINVAL, "%s: %zu bytes for %zu tokens (one a token)",
+                                mark_names[k], mlen, n);
+    }
+  }
   zt_pending *p = zt__conn_pending_add(c, req->id, ZT_OP_BATCH);
   if (!p) {
     free(tokens);
@@ -328,7 +345,8 @@ static int handle_batch(zt_conn *c, const zt_request *req, zt_proto_error *err) 
   /* No request is read until this batch has credit; done may run before push_batch returns. */
   zt__conn_pause(c, ZT_CONN_PAUSE_CREDIT);
   char msg[256] = "";
-  rc = zt_jobs_push_batch(c->srv->jobs, job, tokens, n, c, on_async_done, p, msg, sizeof msg);
+  rc = zt_jobs_push_batch(c->srv->jobs, job, tokens, marks[0], marks[1], n, c, on_async_done, p,
+                          msg, sizeof msg);
   free(tokens);
   if (rc < 0) {
     zt__conn_pending_drop(c, p);

@@ -10,11 +10,11 @@
  *
  * The recipe's order, which every strategy keeps (the order of every floating-point operation
  * and of every call to the backend, the copy engine and the communicator is the strategy's
- * own within each hook): begin; per micro-batch k of the rank: stage its tokens, forward, the
- * loss (scaled by loss_scale / (counted * world * grad_accum)), backward (unit-major: every
- * micro-batch staged, one forward of them all, each one's loss, one backward, each one's loss
- * value: the same math per unit and micro-batch, in another order between units); norm; then
- * either a
+ * own within each hook): begin; count; per micro-batch k of the rank: stage its tokens,
+ * forward, the loss (scaled by loss_scale / the step's counted targets, every rank's), backward
+ * (unit-major: every micro-batch staged, one forward of them all, each one's loss, one backward,
+ * each one's loss value: the same math per unit and micro-batch, in another order between
+ * units); norm; then either a
  * non-finite gradient (fp16: skipped; else refused, or broken where units were updated during
  * the backward) or the clip coefficient and the update; end, whatever happened. Data
  * parallelism runs the walk per rank rather than gathering its ranks into one walk: each rank's
@@ -30,7 +30,7 @@
 
 /* The step as the recipe sets it, the same on every rank. */
 typedef struct zt__step_args {
-  const int32_t *tokens;  /* the step's world * grad_accum micro-batches; rank r's micro-batch k
+  const zt_batch *batch;  /* the step's world * grad_accum micro-batches; rank r's micro-batch k
                              is r * grad_accum + k */
   int step, adam_step;    /* this step's number and AdamW's t if it updates */
   float lr;
@@ -49,6 +49,7 @@ typedef struct zt__step_walk {
   int unit_major;         /* set by begin: the micro-batches are staged first, each into the
                              activations h->acts gives, and walked together (forward_all,
                              backward_all) */
+  double counted;         /* the step's counted targets: the rank's, then (count) the world's */
 } zt__step_walk;
 
 /* A micro-batch of the walk. */
@@ -57,7 +58,8 @@ typedef struct zt__step_micro {
   int counted;            /* its counted targets; 0: padding alone, nothing staged (walked only
                              with walk_padding, computing nothing) */
   int first, last;        /* the rank's first counted micro-batch of the step, its last */
-  double loss;            /* counted: its mean loss, known after the backward (the loss hook) */
+  double loss_sum;        /* counted: its loss summed over its targets, known after the backward
+                             (the loss hook) */
 } zt__step_micro;
 
 /* What norm reports once the backward is done. */
@@ -65,10 +67,11 @@ typedef struct zt__step_norm {
   double sumsq;           /* of the loss-scaled gradients, the whole step's */
   int nonfinite;
   int updated;            /* units were updated during the backward (overlap) */
-  /* the micro-batches' mean losses added in their order, and their count, as the walk made
-   * them; data parallelism's norm puts the world's (every rank's, in rank order) */
-  double loss;
-  int micros;
+  /* the micro-batches' mean losses and summed losses added in their order, their count,
+   * whether their counted targets differ, as zt__step_norm_add makes them; data parallelism's
+   * norm puts the world's (every rank's, in rank order) */
+  double loss, loss_sum, micro_counted;
+  int micros, unequal;
   unsigned flags;         /* data parallelism: the world's step flags (dp.h); 0 otherwise */
 } zt__step_norm;
 
@@ -93,6 +96,9 @@ typedef struct zt__step_hooks {
   int walk_padding;
   /* before the first micro-batch: the gradient buffers made ready; sets w->deferred */
   int (*begin)(void *ctx, zt__step_walk *w);
+  /* after begin, with several ranks: w->counted, the rank's, made the world's (the gradient
+   * scale of every micro-batch needs it before the first backward) */
+  int (*count)(void *ctx, zt__step_walk *w);
   int (*forward)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
   /* brackets the device work the recipe queues itself (the loss): end 0 before, 1 after */
   void (*compute)(void *ctx, int end);
@@ -103,8 +109,8 @@ typedef struct zt__step_hooks {
   zt_acts *(*acts)(void *ctx, int k);
   int (*forward_all)(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs, int n);
   int (*backward_all)(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs, int n);
-  /* after a counted micro-batch's backward: mb->loss is known (a chunked head computes it in
-   * its backward) */
+  /* after a counted micro-batch's backward: mb->loss_sum is known (a chunked head computes it
+   * in its backward) */
   int (*loss)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
   /* after the last micro-batch (n: the walk's loss and count filled in) */
   int (*norm)(void *ctx, const zt__step_walk *w, zt__step_norm *n);
@@ -125,10 +131,12 @@ typedef struct zt__step_hooks {
  * before any work (a bad batch leaves the trainer as it was), the walk (h->run or here), then
  * the fp16 scaler, t's step counts and *res. A refused step (-ERANGE) still fills *res
  * (skipped, its loss, norm and flags: every part of a world must see the flags). */
-int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const int32_t *tokens,
+int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const zt_batch *batch,
              zt_step_result *res, char *err, size_t errlen);
+/* A counted micro-batch's loss (summed over its `counted` targets) into n, in the walk's order. */
+void zt__step_norm_add(zt__step_norm *n, double loss_sum, double counted);
 /* One rank's walk on view (its model, config, backend, activations, host staging): micro-batches
- * rank * grad_accum .. of a->tokens, the hooks called with ctx. 0 (updated or skipped), or the
+ * rank * grad_accum .. of a->batch, the hooks called with ctx. 0 (updated or skipped), or the
  * failure (refused: -ERANGE with out->refused). */
 int zt__step_rank(zt_trainer *view, const zt__step_hooks *h, void *ctx, const zt__step_args *a,
                   int rank, zt__step_out *out);

@@ -371,6 +371,12 @@ static const zt__step_hooks plain_hooks = {
 
 int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                     size_t errlen) {
+  zt_batch b = {.tokens = tokens};
+  return zt_trainer_step_batch(t, &b, res, err, errlen);
+}
+
+int zt_trainer_step_batch(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
+                          size_t errlen) {
   if (t->part_loaded) {
     snprintf(err, errlen, "step %d: a checkpoint load failed after writing part of the state; "
              "load a checkpoint to continue", t->step + 1);

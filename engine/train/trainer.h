@@ -15,7 +15,8 @@ float zt_train_lr(const zt_train_cfg *c, int step);
 
 typedef struct zt_step_result {
   int step;             /* the optimizer step just completed (1-based) */
-  double loss;          /* mean loss over the step's tokens (averaged over micro-batches) */
+  double loss;          /* the mean over the step's counted targets, every micro-batch's (with
+                           as many in each: the mean of their means, its bits) */
   double grad_norm;     /* global L2 norm before clipping */
   float lr;
   int64_t tokens;       /* tokens processed in this step */
@@ -66,6 +67,19 @@ size_t zt_trainer_micro_tokens(const zt_trainer *t);
  * engine/train/step.h. */
 int zt_trainer_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
                     size_t errlen);
+/* A step's batch as the trainer takes it, for all of its micro-batches back to back: either
+ * tokens (zt_trainer_step's rows of T + 1) alone, or three planes of B * T per micro-batch:
+ * inputs (-1: padding, read as token 0), targets (-1: not counted) and positions
+ * (document-local: a row starts at 0 and each position is 0, a document's start, or the one
+ * before plus 1; engine/model/model.h's contract). */
+typedef struct zt_batch {
+  const int32_t *tokens;
+  const int32_t *inputs, *targets, *positions;
+} zt_batch;
+/* zt_trainer_step over either form; a position that breaks the contract gives -EINVAL naming
+ * the micro-batch, row and index. */
+int zt_trainer_step_batch(zt_trainer *t, const zt_batch *b, zt_step_result *res, char *err,
+                          size_t errlen);
 
 /* Checkpoint directory: model.safetensors (parameters under the documented names),
  * optimizer.safetensors (AdamW m and v, same names), trainer.json (step, AdamW's step, the fp16

@@ -14,7 +14,7 @@
  * zt_trainer_get_state reach a path's state through read_state / write_state, a range of whole
  * units at a time (checkpoint/state.c). */
 typedef struct zt__train_path {
-  int (*step)(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+  int (*step)(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
               size_t errlen);
   /* The state of units [u0, u1) in the flat layout, copied out (any pointer may be NULL) or in
    * (a checkpoint loaded), wherever the path keeps it. The buffers hold that range alone:

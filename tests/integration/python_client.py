@@ -76,3 +76,45 @@ with ztclient.connect(socket=sock) as c:
     c.cancel(job)  # it would wait for a pushed batch
 print(f"python client: job {job} trained {STEPS} steps, losses {show['losses'][0]:.4f} -> "
       f"{show['losses'][-1]:.4f}, exported {len(header) - ('__metadata__' in header)} tensors")
+
+# Pushed documents: a loss mask of ones is no mask (the same losses, bitwise); a row split into
+# two documents and a masked prompt train otherwise; a mask byte other than 0 or 1 is refused
+# naming the row and index, and the job goes on with the next batch.
+def run_stream(c, masks):
+    j = c.submit(spec)
+    for row, (mask, starts) in zip(rows, masks):
+        c.push_batch(j, row, loss_mask=mask, doc_starts=starts)
+    ended = []
+    c.watch(j, ended.append)
+    s = c.show(j)
+    assert s["state"] == "done", s
+    return j, s["losses"]
+
+
+with ztclient.connect(socket=sock) as c:
+    ones = [1] * per
+    _, plain = run_stream(c, [(None, None)] * STEPS)
+    _, masked_ones = run_stream(c, [(ones, None)] * STEPS)
+    assert plain == masked_ones, (plain, masked_ones)
+    split = [0] * per
+    for r in range(B):
+        split[r * (T + 1) + T // 2] = 1
+    prompt = [0 if i % (T + 1) < 5 else 1 for i in range(per)]
+    _, docs = run_stream(c, [(prompt, split)] * STEPS)
+    assert len(docs) == STEPS and docs != plain, (docs, plain)
+    j = c.submit(spec)
+    bad = list(ones)
+    bad[(T + 1) + 3] = 2
+    try:
+        c.push_batch(j, rows[0], loss_mask=bad)
+    except ztclient.ZtError as e:
+        assert e.code == "EINVAL" and "batch loss_mask row 1 index 3: 2 is neither 0 nor 1" in \
+            e.message, (e.code, e.message)
+    else:
+        raise AssertionError("a loss_mask byte of 2 was accepted")
+    for row in rows:
+        c.push_batch(j, row)
+    c.watch(j, lambda e: None)
+    assert c.show(j)["state"] == "done"
+print(f"python client: pushed documents and loss masks (plain {plain[-1]:.4f}, split documents "
+      f"with masked prompts {docs[-1]:.4f}); a bad mask refused, the job went on")

@@ -13,8 +13,9 @@ the CPU in fp32 for 20 steps, and writes into OUT/<arch>/:
   spec.json         {"model": {...}, "train": {...}} for ztrain --spec
   losses.json       {"losses": [per-step loss], "torch": version}
 
-The recipe is zt's: per micro-batch the mean cross-entropy over its non-padding targets, backward
-of loss / grad_accum, the printed step loss the mean of the micro-batch losses; clip_grad_norm_
+The recipe is zt's (transformers' Trainer's since 4.46): per micro-batch the cross-entropy summed
+over its non-padding targets, backward of that sum / the step's counted targets (every
+micro-batch's), the printed step loss the step's sum over its counted targets; clip_grad_norm_
 (1.0); AdamW (betas 0.9, 0.95, eps 1e-8, weight decay 0.1 on tensors with ndim >= 2, none on
 biases and norms); lr warmup 5 steps from 0 then cosine to 1e-4 at step 20.
 
@@ -237,17 +238,19 @@ def train(model, batches, vocab):
             g["lr"] = lr_at(step)
         opt.zero_grad(set_to_none=True)
         total = 0.0
+        counted = int((batches[step - 1, :, :, 1:] >= 0).sum())
         for k in range(ga):
             rows = batches[step - 1, k].long()
             x, y = rows[:, :-1].clone(), rows[:, 1:]
             x[x < 0] = 0
             logits = model(x)
-            loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1), ignore_index=-1)
-            (loss / ga).backward()
+            loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1), ignore_index=-1,
+                                   reduction="sum")
+            (loss / counted).backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), TRAIN["grad_clip"])
         opt.step()
-        losses.append(total / ga)
+        losses.append(total / counted)
     return losses
 
 

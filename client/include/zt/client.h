@@ -60,6 +60,13 @@ int zt_client_show(zt_client *c, const char *job, char **json_out);
 /* Pushes one micro-batch (micro_batch * (seq_len + 1) tokens) into a stream job. Blocks until the
  * daemon has room for it (credit), so a fast producer cannot grow the daemon's memory. */
 int zt_client_push_batch(zt_client *c, const char *job, const int32_t *tokens, size_t n_tokens);
+/* The same with a byte a token (each NULL: not sent): loss_mask 1 = the token counts as a target
+ * (NULL: every token does), doc_starts 1 = the token starts a document within its row, whose
+ * positions restart there and whose first token is no target (NULL: a row is one document).
+ * ztd refuses another byte than 0 or 1 naming the field, the row and the index. */
+int zt_client_push_batch_docs(zt_client *c, const char *job, const int32_t *tokens,
+                              const uint8_t *loss_mask, const uint8_t *doc_starts,
+                              size_t n_tokens);
 
 /* Called for every event of the watched job, as JSON text. Return non-zero to stop watching. */
 typedef int (*zt_watch_cb)(const char *event_json, void *user);

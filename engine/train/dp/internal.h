@@ -245,7 +245,7 @@ float *zt__dp_unit_grads(dp_rank_state *k, int u);
 int zt__dp_gather_updated(dp_rank_state *k, int u);
 /* step.c: the step on every rank, and the path's */
 extern const zt__dp_cmd zt__dp_cmd_step;
-int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+int zt__dp_step(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
                 size_t errlen);
 
 /* state.c: where a state call finds host unit u's chunks, and puts them back */

@@ -282,12 +282,32 @@ static int dp_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *m
 
 /* Micro-batch j's backward, the gradients reduced unit by unit (the host units' taken up
  * behind it, their updates started where the walk may overlap them). */
-/* micro-batch j's loss into the rank's record, for the exchange */
+/* micro-batch j's summed loss and its counted targets into the rank's record, for the
+ * exchange */
 static int dp_loss(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
   double *rec = rank_rec(ctx);
   (void)w;
-  rec[X_MICRO + 2 * mb->k] = mb->loss;
-  rec[X_MICRO + 2 * mb->k + 1] = 1;
+  rec[X_MICRO + 2 * mb->k] = mb->loss_sum;
+  rec[X_MICRO + 2 * mb->k + 1] = mb->counted;
+  return 0;
+}
+
+/* The world's counted targets, added in rank order: every rank's micro-batches are scaled by
+ * the same normaliser, even where a part holds only its own ranks' batches (a pushed step).
+ * The exchange buffer is free until the norm's exchange rewrites it. */
+static int dp_count(void *ctx, zt__step_walk *w) {
+  dp_rank_state *k = ctx;
+  const dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  double got[ZT_DP_MAX_WORLD];
+  be->ops->to_device(be->ctx, k->xchg + k->r, &w->counted, sizeof(double));
+  int rc = k->comm.ops->all_gather(k->comm.ctx, k->xchg + k->r, k->xchg, sizeof(double),
+                                   k->stream);
+  if (rc < 0) return zt__dp_comm_fail(k, rc, "exchanging the counted targets");
+  be->ops->to_host(be->ctx, got, k->xchg, (size_t)s->dc.world * sizeof(double));
+  if ((rc = be->ops->sync(be->ctx)) < 0) return zt__dp_backend_fail(k, rc);
+  w->counted = 0;
+  for (int r = 0; r < s->dc.world; r++) w->counted += got[r];
   return 0;
 }
 
@@ -338,8 +358,8 @@ static int exchange(dp_rank_state *k, const double *rec, zt__step_norm *n) {
   if (rc < 0) return zt__dp_comm_fail(k, rc, "exchanging the loss and the norm");
   be->ops->to_host(be->ctx, k->h_xchg, k->xchg, (size_t)s->dc.world * bytes);
   if ((rc = be->ops->sync(be->ctx)) < 0) return zt__dp_backend_fail(k, rc);
-  double sumsq = 0, loss = 0;
-  int micros = 0;
+  double sumsq = 0;
+  zt__step_norm sum = {0};
   n->nonfinite = n->updated = 0;
   n->flags = 0;
   for (int r = 0; r < s->dc.world; r++) {
@@ -349,14 +369,15 @@ static int exchange(dp_rank_state *k, const double *rec, zt__step_norm *n) {
     n->updated |= x[X_UPDATED] != 0;
     n->flags |= (unsigned)x[X_FLAGS];
     for (int j = 0; j < k->view.tc.grad_accum; j++)
-      if (x[X_MICRO + 2 * j + 1] != 0) {
-        loss += x[X_MICRO + 2 * j];
-        micros++;
-      }
+      if (x[X_MICRO + 2 * j + 1] != 0) zt__step_norm_add(&sum, x[X_MICRO + 2 * j],
+                                                         x[X_MICRO + 2 * j + 1]);
   }
   n->sumsq = sumsq;
-  n->loss = loss;
-  n->micros = micros;
+  n->loss = sum.loss;
+  n->loss_sum = sum.loss_sum;
+  n->micro_counted = sum.micro_counted;
+  n->micros = sum.micros;
+  n->unequal = sum.unequal;
   return 0;
 }
 
@@ -515,7 +536,7 @@ static int dp_run(void *ctx, const zt__step_args *a, zt__step_out *out, char *er
 
 /* Every rank walks every micro-batch, padding too: the collectives need every rank. */
 static const zt__step_hooks dp_hooks = {
-    .run = dp_run, .walk_padding = 1, .begin = dp_begin, .forward = dp_forward,
+    .run = dp_run, .walk_padding = 1, .begin = dp_begin, .count = dp_count, .forward = dp_forward,
     .backward = dp_backward, .loss = dp_loss, .norm = dp_norm, .nonfinite = dp_nonfinite,
     .broken = dp_broken, .update = dp_update, .end = dp_end};
 
@@ -545,7 +566,7 @@ static int dp_run(void *ctx, const zt__step_args *a, zt__step_out *out, char *er
   return s->ranks[bad].rc;
 }
 
-int zt__dp_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+int zt__dp_step(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
                 size_t errlen) {
   dp_state *s = t->path_state;
   if (s->broken) {

@@ -113,7 +113,7 @@ int zt__off_write_state(zt_trainer *t, int u0, int u1, const float *params, cons
 extern const zt__train_path zt__offload_path;
 
 /* step.c: the step */
-int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+int zt__off_step(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
                  size_t errlen);
 
 /* update.c: a unit's update */

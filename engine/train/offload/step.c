@@ -464,7 +464,7 @@ static const zt__step_hooks off_hooks = {
     .backward_all = off_backward_all, .norm = off_norm, .nonfinite = off_nonfinite,
     .broken = off_broken, .update = off_update, .end = off_end};
 
-int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,
+int zt__off_step(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
                  size_t errlen) {
   off_state *s = t->path_state;
   if (s->broken) {

@@ -63,7 +63,7 @@ static int push(zt_jobs *jobs, const char *id, int salt, owner *o) {
   int32_t tok[MICRO];
   char err[512];
   batch(tok, salt);
-  return zt_jobs_push_batch(jobs, id, tok, MICRO, o, on_done, o, err, sizeof err);
+  return zt_jobs_push_batch(jobs, id, tok, NULL, NULL, MICRO, o, on_done, o, err, sizeof err);
 }
 
 int main(void) {
@@ -97,21 +97,36 @@ int main(void) {
   owner a = {0}, b = {0};
   int32_t tokens[MICRO];
   batch(tokens, 0);
-  CHECK(zt_jobs_push_batch(jobs, sid, tokens, 100, &a, on_done, &a, err, sizeof err) ==
-        -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, sid, tokens, NULL, NULL, 100, &a, on_done, &a, err,
+                           sizeof err) == -EINVAL);
   char want[200];
   snprintf(want, sizeof want, "batch has 100 tokens; job %s takes micro_batch*(seq_len+1) = %d",
            sid, MICRO);
   CHECK(strcmp(err, want) == 0);
-  CHECK(zt_jobs_push_batch(jobs, fid, tokens, MICRO, &a, on_done, &a, err, sizeof err) ==
-        -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, fid, tokens, NULL, NULL, MICRO, &a, on_done, &a, err,
+                           sizeof err) == -EINVAL);
   CHECK(strstr(err, fid));
-  CHECK(zt_jobs_push_batch(jobs, "j000099", tokens, MICRO, &a, on_done, &a, err, sizeof err) ==
-        -ENOENT);
+  CHECK(zt_jobs_push_batch(jobs, "j000099", tokens, NULL, NULL, MICRO, &a, on_done, &a, err,
+                           sizeof err) == -ENOENT);
   tokens[5] = 16;
-  CHECK(zt_jobs_push_batch(jobs, sid, tokens, MICRO, &a, on_done, &a, err, sizeof err) ==
-        -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, sid, tokens, NULL, NULL, MICRO, &a, on_done, &a, err,
+                           sizeof err) == -EINVAL);
   CHECK(strstr(err, "model.vocab"));
+  /* a loss mask or document starts of another byte than 0 or 1: the row and the index */
+  batch(tokens, 0);
+  uint8_t mask[MICRO], starts[MICRO];
+  memset(mask, 1, sizeof mask);
+  memset(starts, 0, sizeof starts);
+  mask[MICRO - 1] = 2;
+  CHECK(zt_jobs_push_batch(jobs, sid, tokens, mask, starts, MICRO, &a, on_done, &a, err,
+                           sizeof err) == -EINVAL);
+  snprintf(want, sizeof want, "batch loss_mask row %d index %d: 2 is neither 0 nor 1", B - 1, T);
+  CHECK(strcmp(err, want) == 0);
+  mask[MICRO - 1] = 1;
+  starts[T + 1 + 2] = 5;
+  CHECK(zt_jobs_push_batch(jobs, sid, tokens, mask, starts, MICRO, &a, on_done, &a, err,
+                           sizeof err) == -EINVAL);
+  CHECK(strcmp(err, "batch doc_starts row 1 index 2: 5 is neither 0 nor 1") == 0);
   CHECK(a.credits == 0 && a.errors == 0);
   /* A queued job takes no checkpoint request. */
   CHECK(zt_jobs_checkpoint(jobs, sid, on_done, &a, err, sizeof err) == -EINVAL);
@@ -166,7 +181,8 @@ int main(void) {
   CHECK(jt_count(&g_ev, cid, "step") == 0);
   int32_t one[MICRO];
   batch(one, 0);
-  CHECK(zt_jobs_push_batch(jobs, cid, one, MICRO, &a, on_done, &a, err, sizeof err) == -EINVAL);
+  CHECK(zt_jobs_push_batch(jobs, cid, one, NULL, NULL, MICRO, &a, on_done, &a, err,
+                           sizeof err) == -EINVAL);
   CHECK(strstr(err, "cancelled"));
 
   /* A checkpoint request is answered while the runner waits for data; then shutdown stops the

@@ -96,7 +96,8 @@ static size_t step_tokens(const zt_model_cfg *mc) {
 }
 
 /* STEPS steps of tokens; step 3's last micro-batch and step 5's first are padding alone (with
- * one micro-batch a step, steps 3 and 5 count nothing). */
+ * one micro-batch a step, steps 3 and 5 count nothing); step 1's first micro-batch counts fewer
+ * targets than its others (the step's normaliser is its counted targets). */
 static int32_t *make_tokens(const zt_model_cfg *mc, uint64_t seed) {
   size_t per = step_tokens(mc), micro = (size_t)B * (mc->seq_len + 1);
   int32_t *tok = malloc(STEPS * per * sizeof *tok);
@@ -106,6 +107,7 @@ static int32_t *make_tokens(const zt_model_cfg *mc, uint64_t seed) {
     tok[3 * per + (size_t)(g_ga - 1) * micro + i] = -1;
     tok[5 * per + i] = -1;
   }
+  tok[1 * per + 3] = tok[1 * per + 4] = -1;
   return tok;
 }
 

@@ -1,0 +1,117 @@
+/* The "documents" packing of a token file (engine/job/data.h): an epoch's document order and
+ * the rows it makes, rebuilt when a step reaches another epoch. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/job/data.h"
+
+/* One row from document k of the order at offset off: written into (x, y, pos) when they are
+ * not NULL; advances k and off to where the next row starts. */
+static void pack_row(const zt__packer *p, uint64_t *k, uint64_t *off, int32_t *x, int32_t *y,
+                     int32_t *pos) {
+  const zt__token_file *f = p->f;
+  int T = p->T, at = 0;
+  while (at < T && *k < f->n_docs) {
+    uint64_t d = p->order[*k], s = zt__token_file_doc_start(f, d) + *off,
+             e = zt__token_file_doc_start(f, d + 1), len = e - s;
+    uint64_t take = len;
+    if (len > (uint64_t)(T - at)) {
+      if (at > 0) break; /* it starts the next row */
+      take = (uint64_t)T;
+    }
+    for (uint64_t i = 0; x && i < take; i++) {
+      uint64_t t = s + i;
+      x[at + i] = zt__token_file_token(f, t);
+      y[at + i] = t + 1 < e && zt__token_file_counted(f, t + 1) ? zt__token_file_token(f, t + 1)
+                                                                 : -1;
+      pos[at + i] = (int32_t)i;
+    }
+    at += (int)take;
+    if (take == len) {
+      (*k)++;
+      *off = 0;
+    } else {
+      *off += take;
+    }
+  }
+  /* padding is a document of its own, so it is attended by nothing real */
+  for (int i = at; x && i < T; i++) {
+    x[i] = y[i] = -1;
+    pos[i] = i - at;
+  }
+}
+
+/* Epoch e's order: Fisher-Yates driven by splitmix64 of (seed, epoch, i). */
+static void order_epoch(zt__packer *p, uint64_t e) {
+  uint64_t n = p->f->n_docs;
+  for (uint64_t i = 0; i < n; i++) p->order[i] = i;
+  if (!p->shuffle) return;
+  uint64_t key = zt__splitmix64(p->seed ^ ((e + 1) * 0xD1B54A32D192ED03ull));
+  for (uint64_t i = n - 1; i > 0; i--) {
+    uint64_t j = zt__splitmix64(key ^ (i * 0x9E3779B97F4A7C15ull)) % (i + 1), t = p->order[i];
+    p->order[i] = p->order[j];
+    p->order[j] = t;
+  }
+}
+
+static void build_epoch(zt__packer *p, uint64_t e) {
+  order_epoch(p, e);
+  uint64_t k = 0, off = 0;
+  p->n_rows = 0;
+  while (k < p->f->n_docs) {
+    p->row_k[p->n_rows] = k;
+    p->row_off[p->n_rows] = off;
+    p->n_rows++;
+    pack_row(p, &k, &off, NULL, NULL, NULL);
+  }
+  p->epoch = e;
+}
+
+int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed, int shuffle) {
+  memset(p, 0, sizeof *p);
+  p->f = f;
+  p->T = T;
+  p->seed = seed;
+  p->shuffle = shuffle;
+  /* a row holds a document's start, or T tokens of one, or the short end of a split one */
+  p->cap_rows = 2 * f->n_docs + f->n_tokens / (uint64_t)T + 1;
+  p->order = malloc(f->n_docs * sizeof *p->order);
+  p->row_k = malloc(p->cap_rows * sizeof *p->row_k);
+  p->row_off = malloc(p->cap_rows * sizeof *p->row_off);
+  if (!p->order || !p->row_k || !p->row_off) {
+    zt__packer_close(p);
+    return -ENOMEM;
+  }
+  build_epoch(p, 0);
+  return 0;
+}
+
+void zt__packer_close(zt__packer *p) {
+  free(p->order);
+  free(p->row_k);
+  free(p->row_off);
+  memset(p, 0, sizeof *p);
+}
+
+/* Holds the epoch of row r; returns r's index within it. */
+static uint64_t seek_row(zt__packer *p, uint64_t r) {
+  if (r < p->epoch_row0) {
+    p->epoch_row0 = 0;
+    build_epoch(p, 0);
+  }
+  while (r >= p->epoch_row0 + p->n_rows) {
+    p->epoch_row0 += p->n_rows;
+    build_epoch(p, p->epoch + 1);
+  }
+  return r - p->epoch_row0;
+}
+
+void zt__packer_fill(zt__packer *p, int step, int micros, int B, const zt__rows *out) {
+  size_t T = (size_t)p->T;
+  uint64_t r0 = (uint64_t)(step - 1) * (uint64_t)micros * (uint64_t)B;
+  for (uint64_t i = 0; i < (uint64_t)micros * (uint64_t)B; i++) {
+    uint64_t at = seek_row(p, r0 + i), k = p->row_k[at], off = p->row_off[at];
+    pack_row(p, &k, &off, out->inputs + i * T, out->targets + i * T, out->positions + i * T);
+  }
+}
