@@ -333,6 +333,8 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
              (long long)json_integer_value(json_object_get(par, "gpus")), peers);
     printf("\n");
   }
+  const char *why = json_string_value(json_object_get(plan, "offloaded_by_default"));
+  if (why) printf("offloaded by default (\"offload\": false opts out): %s\n", why);
   if (off && world > 1) {
     /* each rank's placement (engine/job/dp_placement.c) */
     ztctl_fmt_bytes(host, sizeof host,

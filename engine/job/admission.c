@@ -54,22 +54,92 @@ static int parse_spec(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, c
   return rc;
 }
 
-/* ... and on a worker: the spec sized against this daemon's backend and limits, its files
- * checked where the job will read them. */
-static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *err,
-                 size_t errlen) {
-  int rc;
-  /* the stored spec records the count, so that a restart resumes the same split of the data */
-  if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
-  if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
-      (rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err,
-                                       errlen)) < 0)
-    return rc;
+/* The spec sized as it stands: a parallel job's offload placement, auto checkpointing, then
+ * the memory against this daemon's limits. */
+static int size_spec(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *err,
+                     size_t errlen) {
+  int rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err, errlen);
+  if (rc < 0) return rc;
   /* an offloaded job of one rank has it from its planner, of several from its gpu_budget
    * (zt__job_resolve_dp_offload) */
   if ((!spec->has_offload || zt__job_world(spec) > 1) && spec->train.ckpt_every == ZT_CKPT_AUTO)
     return resolve_auto_ckpt(jobs, spec, needs, err, errlen);
   return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
+}
+
+/* The daemon's device budget is an offloaded job's: offload.gpu_budget is filled with it where
+ * the spec leaves it out and may only lower it. */
+static int apply_device_budget(zt_jobs *jobs, zt_job_spec *spec, char *err, size_t errlen) {
+  const char *what;
+  double budget = zt__jobs_device_budget(&jobs->cfg, &what);
+  if (!spec->has_offload || budget <= 0) return 0;
+  if (!spec->offload.gpu_budget) {
+    spec->offload.gpu_budget = (size_t)budget;
+    return 0;
+  }
+  if ((double)spec->offload.gpu_budget <= budget) return 0;
+  char a[32], b[32];
+  zt_size_format(a, sizeof a, (double)spec->offload.gpu_budget);
+  zt_size_format(b, sizeof b, budget);
+  snprintf(err, errlen, "offload.gpu_budget %s is more than this daemon's device budget (%s %s): "
+           "leave it out to take the daemon's", a, what, b);
+  return -EINVAL;
+}
+
+/* A job with no "offload" object that does not fit the device is offloaded by default: offload
+ * auto under the daemon's device budget, checkpointing auto unless the spec gives it. The
+ * stored spec records the offload object, so a restart runs the same. `why` gets the refusal
+ * of the job as given (logged with the job); on failure err has both refusals. */
+static int offload_by_default(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs,
+                              char *why, size_t whylen, char *err, size_t errlen) {
+  const char *what;
+  double budget = zt__jobs_device_budget(&jobs->cfg, &what);
+  zt_job_spec *off = malloc(sizeof *off);
+  if (!off) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  snprintf(why, whylen, "%s", err);
+  *off = *spec;
+  off->has_offload = 1;
+  zt_offload_cfg_defaults(&off->offload);
+  off->offload.gpu_budget = (size_t)budget;
+  if (jobs->cfg.nvme_dir)
+    snprintf(off->offload.nvme_dir, sizeof off->offload.nvme_dir, "%s", jobs->cfg.nvme_dir);
+  if (!off->ckpt_given) off->train.ckpt_every = ZT_CKPT_AUTO;
+  char how[ZT__ERR_MAX];
+  int rc = size_spec(jobs, off, needs, how, sizeof how);
+  if (rc == 0) {
+    *spec = *off;
+  } else {
+    char b[32];
+    zt_size_format(b, sizeof b, budget);
+    snprintf(err, errlen, "%.900s; offloaded (offload auto under %s %s): %.1800s", why, what, b,
+             how);
+  }
+  free(off);
+  return rc;
+}
+
+/* ... and on a worker: the spec sized against this daemon's backend and limits, its files
+ * checked where the job will read them. */
+static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *why,
+                 size_t whylen, char *err, size_t errlen) {
+  int rc;
+  const char *what;
+  why[0] = 0;
+  /* the stored spec records the count, so that a restart resumes the same split of the data */
+  if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
+  if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
+      (rc = apply_device_budget(jobs, spec, err, errlen)) < 0)
+    return rc;
+  zt_train_cfg given = spec->train;
+  rc = size_spec(jobs, spec, needs, err, errlen);
+  if (rc != -ENOMEM || spec->has_offload || spec->offload_off ||
+      zt__jobs_device_budget(&jobs->cfg, &what) <= 0)
+    return rc;
+  spec->train = given;
+  return offload_by_default(jobs, spec, needs, why, whylen, err, errlen);
 }
 
 /* The plan reply of an admitted spec (on the worker). */
@@ -207,6 +277,7 @@ typedef struct admit_task {
   zt__job_part part;      /* join */
   zt__job_needs needs;
   int rc;                 /* the worker's verdict */
+  char offloaded[ZT__ERR_MAX]; /* offloaded by default: the refusal of the job as given */
   json_t *plan;           /* plan: the reply */
   char err[ZT__ERR_MAX];
 } admit_task;
@@ -244,9 +315,12 @@ static void admit_run(zt__work *w) {
   zt_jobs *jobs = w->jobs;
   if (t->kind == ADMIT_SUBMIT && (t->rc = check_state_bytes(jobs, t->err, sizeof t->err)) < 0)
     return;
-  t->rc = admit(jobs, &t->spec, t->tcp, &t->needs, t->err, sizeof t->err);
+  t->rc = admit(jobs, &t->spec, t->tcp, &t->needs, t->offloaded, sizeof t->offloaded, t->err,
+                sizeof t->err);
   if (t->rc == 0 && t->kind == ADMIT_PLAN)
     t->plan = plan_json(jobs, &t->spec, &t->needs, &t->rc, t->err, sizeof t->err);
+  if (t->plan && t->offloaded[0])
+    json_object_set_new(t->plan, "offloaded_by_default", json_string(t->offloaded));
 }
 
 static void answer(admit_task *t, int rc, json_t *reply) {
@@ -267,6 +341,9 @@ static int finish_submit(admit_task *t, char id[ZT_JOB_ID_MAX]) {
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
   zt__jobs_enqueue(jobs, job);
   zt__job_log(job, ZT_LOG_INFO, "queued%s%s", t->spec.name[0] ? ": " : "", t->spec.name);
+  if (t->offloaded[0])
+    zt__job_log(job, ZT_LOG_INFO, "offloaded by default (\"offload\": false opts out): %s",
+                t->offloaded);
   zt__jobs_maybe_start(jobs);
   return 0;
 }

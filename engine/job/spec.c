@@ -140,9 +140,14 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
   if ((rc = zt_json_get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
       (rc = parse_data(data, s, err, errlen)) < 0)
     return rc;
-  const json_t *off;
-  if ((rc = zt_json_get_object(j, "", "offload", 0, &off, err, errlen)) < 0) return rc;
-  if (off) {
+  s->ckpt_given = json_object_get(train, "activation_checkpointing") != NULL;
+  const json_t *off = json_object_get(j, "offload");
+  if (off && !json_is_object(off) && !json_is_false(off)) {
+    snprintf(err, errlen, "offload must be an object or false");
+    return -EINVAL;
+  }
+  s->offload_off = json_is_false(off);
+  if (json_is_object(off)) {
     s->has_offload = 1;
     if ((rc = zt_config_offload_from_json(off, &s->offload, err, errlen)) < 0) return rc;
   }
@@ -262,6 +267,12 @@ static double device_limit(const zt_jobs_config *cfg, const char **what) {
   return limit;
 }
 
+double zt__jobs_device_budget(const zt_jobs_config *cfg, const char **what) {
+  if (strcmp(cfg->backend, "cuda") == 0) return device_limit(cfg, what);
+  *what = "GPU limit";
+  return (double)cfg->gpu_mem_limit;
+}
+
 static int too_big(double need, double limit, const char *what, const char *part,
                    const zt_jobs_config *cfg, char *err, size_t errlen) {
   if (limit <= 0 || need <= limit) return 0;
@@ -294,8 +305,8 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   if ((rc = too_big(host, limit, what, "of host memory (offload host tier)", cfg, err,
                     errlen)) < 0)
     return rc;
-  if (!on_cpu) {
-    limit = device_limit(cfg, &what);
+  if (!on_cpu || cfg->gpu_mem_limit) {
+    limit = zt__jobs_device_budget(cfg, &what);
     if ((rc = too_big((double)plan.device_bytes, limit, what,
                       "of device memory (offload device side)", cfg, err, errlen)) < 0)
       return rc;
@@ -476,6 +487,15 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
         (rc = check_nvme_space(s->offload.nvme_dir, nvme * (uint64_t)s->gpus, err, errlen)) < 0)
       return rc;
   }
+  /* --gpu-mem-limit on the cpu backend: each simulated device's budget, as a GPU's would be */
+  if (on_cpu && cfg->gpu_mem_limit && need > (double)cfg->gpu_mem_limit) {
+    char a[32], b[32];
+    zt_size_format(a, sizeof a, need);
+    zt_size_format(b, sizeof b, (double)cfg->gpu_mem_limit);
+    snprintf(err, errlen, "job needs %s per %s on the cpu backend; GPU limit %s", a,
+             W == 1 ? "device" : "rank's device", b);
+    return -ENOMEM;
+  }
   /* the cpu backend's ranks all live in host memory */
   double on_device = on_cpu ? need * W : need;
   if (limit > 0 && on_device > limit) {
@@ -526,6 +546,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   else json_decref(peers);
   if (out) json_object_set_new(out, "parallel", par);
   if (out && s->has_offload) json_object_set_new(out, "offload", zt_config_offload_to_json(&s->offload));
+  if (out && s->offload_off) json_object_set_new(out, "offload", json_false());
   return out;
 }
 
