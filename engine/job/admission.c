@@ -5,6 +5,7 @@
  * resolved there); back on the loop thread a new job gets its directory with the stored spec. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "engine/job/store.h"
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
+#include "engine/plan/batch.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
  * gpu_budget): the least recompute that fits the device (the offload planner decides it with
@@ -50,6 +52,10 @@ static int parse_spec(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, c
     spec_in = filled;
   }
   int rc = zt__job_spec_parse(spec_in, spec, err, errlen);
+  /* not part of the parse: a stored spec always gives it, as resolved */
+  if (rc == 0)
+    spec->ckpt_given = json_object_get(json_object_get(spec_in, "train"),
+                                       "activation_checkpointing") != NULL;
   json_decref(filled);
   return rc;
 }
@@ -114,10 +120,94 @@ static int offload_by_default(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *n
   } else {
     char b[32];
     zt_size_format(b, sizeof b, budget);
-    snprintf(err, errlen, "%.900s; offloaded (offload auto under %s %s): %.1800s", why, what, b,
+    snprintf(err, errlen, "%.600s; offloaded (offload auto under %s %s): %.1300s", why, what, b,
              how);
   }
   free(off);
+  return rc;
+}
+
+/* The spec sized, and where it does not fit the device and may be offloaded by default
+ * (offload 1), offloaded. */
+static int fit(zt_jobs *jobs, zt_job_spec *spec, int offload, zt__job_needs *needs, char *why,
+               size_t whylen, char *err, size_t errlen) {
+  const char *what;
+  zt_train_cfg given = spec->train;
+  int rc = size_spec(jobs, spec, needs, err, errlen);
+  if (rc != -ENOMEM || !offload || spec->has_offload || spec->offload_off ||
+      zt__jobs_device_budget(&jobs->cfg, &what) <= 0)
+    return rc;
+  spec->train = given;
+  return offload_by_default(jobs, spec, needs, why, whylen, err, errlen);
+}
+
+/* The cost model's step time of a sized spec: an offloaded rank's plan, else its compute. */
+static double step_s(zt_jobs *jobs, const zt_job_spec *spec) {
+  zt_offload_plan p;
+  char why[ZT__ERR_MAX];
+  if (spec->has_offload && zt__job_world(spec) == 1 &&
+      zt_offload_estimate(&spec->model, &spec->train, &spec->offload,
+                          zt_backend_ops_of(jobs->cfg.backend), &p, why, sizeof why) == 0)
+    return p.est_step_s;
+  zt_model *m = NULL;
+  if (zt_model_create(&m, &spec->model, why, sizeof why) < 0) return HUGE_VAL;
+  zt_train_cfg tc = zt__job_rank_train_cfg(spec);
+  double s = zt_batch_step_s(m, &tc);
+  zt_model_destroy(m);
+  return s;
+}
+
+/* train.batch_tokens: each split of the step's tokens into micro_batch x grad_accum (largest
+ * micro-batch first) sized with the checkpointing auto unless the spec gives it, the fastest
+ * by the cost model kept (a tie to the fewer micro-batches). Offloaded by default only where no
+ * split fits the device as it is; nothing fitting, the refusal of the one-row micro-batch,
+ * which needs the least memory. */
+static int fit_batch(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *why,
+                     size_t whylen, char *err, size_t errlen) {
+  int micro[ZT_BATCH_MAX_SPLITS];
+  int n = zt_batch_splits(&spec->train, zt__job_world(spec), spec->model.seq_len, micro,
+                          ZT_BATCH_MAX_SPLITS, err, errlen);
+  if (n < 0) return n;
+  zt_job_spec *cand = malloc(2 * sizeof *cand), *best = cand + 1;
+  if (!cand) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  int64_t rows = spec->train.batch_tokens / ((int64_t)zt__job_world(spec) * spec->model.seq_len);
+  int rc = -ENOMEM, found = 0;
+  double best_s = 0;
+  zt__job_needs nd;
+  char w[ZT__ERR_MAX];
+  for (int offload = 0; offload < 2 && !found; offload++)
+    for (int i = 0; i < n; i++) {
+      *cand = *spec;
+      cand->train.micro_batch = micro[i];
+      cand->train.grad_accum = (int)(rows / micro[i]);
+      if (!cand->ckpt_given) cand->train.ckpt_every = ZT_CKPT_AUTO;
+      w[0] = 0;
+      rc = fit(jobs, cand, offload, &nd, w, sizeof w, err, errlen);
+      if (rc == -ENOMEM || rc == -ENOSPC) continue;
+      if (rc < 0) goto out;
+      double s = step_s(jobs, cand);
+      if (!found || s < best_s) {
+        *best = *cand;
+        *needs = nd;
+        best_s = s;
+        snprintf(why, whylen, "%s", w);
+      }
+      found = 1;
+    }
+  if (found) {
+    *spec = *best;
+    rc = 0;
+  } else {
+    snprintf(w, sizeof w, "%s", err);
+    snprintf(err, errlen, "train.batch_tokens %lld fits in no split (the least memory: "
+             "train.micro_batch 1 x train.grad_accum %lld): %.1800s",
+             (long long)spec->train.batch_tokens, (long long)rows, w);
+  }
+out:
+  free(cand);
   return rc;
 }
 
@@ -126,20 +216,14 @@ static int offload_by_default(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *n
 static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *why,
                  size_t whylen, char *err, size_t errlen) {
   int rc;
-  const char *what;
   why[0] = 0;
   /* the stored spec records the count, so that a restart resumes the same split of the data */
   if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
   if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
       (rc = apply_device_budget(jobs, spec, err, errlen)) < 0)
     return rc;
-  zt_train_cfg given = spec->train;
-  rc = size_spec(jobs, spec, needs, err, errlen);
-  if (rc != -ENOMEM || spec->has_offload || spec->offload_off ||
-      zt__jobs_device_budget(&jobs->cfg, &what) <= 0)
-    return rc;
-  spec->train = given;
-  return offload_by_default(jobs, spec, needs, why, whylen, err, errlen);
+  if (spec->train.batch_tokens) return fit_batch(jobs, spec, needs, why, whylen, err, errlen);
+  return fit(jobs, spec, 1, needs, why, whylen, err, errlen);
 }
 
 /* The plan reply of an admitted spec (on the worker). */
@@ -161,6 +245,14 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                     : NULL;
   json_t *par = json_object_get(j, "parallel");
   if (par) json_object_set_new(par, "world", json_integer(zt__job_world(sp)));
+  /* the step's split, the planner's where train.batch_tokens left it open */
+  if (j)
+    json_object_set_new(
+        j, "batch",
+        json_pack("{s:i, s:i, s:I}", "micro_batch", sp->train.micro_batch, "grad_accum",
+                  sp->train.grad_accum, "tokens",
+                  (json_int_t)sp->train.micro_batch * sp->train.grad_accum *
+                      zt__job_world(sp) * sp->model.seq_len));
   if (par && sp->n_peers) {
     json_t *peers = json_array();
     for (int i = 0; peers && i < sp->n_peers; i++)

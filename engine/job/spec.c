@@ -140,7 +140,6 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
   if ((rc = zt_json_get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
       (rc = parse_data(data, s, err, errlen)) < 0)
     return rc;
-  s->ckpt_given = json_object_get(train, "activation_checkpointing") != NULL;
   const json_t *off = json_object_get(j, "offload");
   if (off && !json_is_object(off) && !json_is_false(off)) {
     snprintf(err, errlen, "offload must be an object or false");

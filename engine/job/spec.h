@@ -47,8 +47,9 @@ typedef struct zt_job_spec {
   zt_offload_cfg offload;
   int offload_off;               /* "offload": false: never offloaded, refused where it does not
                                     fit the device (admission.c offloads by default otherwise) */
-  int ckpt_given;                /* train.activation_checkpointing is in the spec (an offload
-                                    by default leaves it as given, else makes it "auto") */
+  int ckpt_given;                /* train.activation_checkpointing is in the submitted spec
+                                    (admission.c: the planner leaves it as given, else makes it
+                                    "auto"); not set by the parse */
   int gpus;                      /* parallel.gpus: ranks, one per device (engine/train/dp/dp.h) */
   int zero_stage;                /* parallel.zero_stage: 1, 2 or 3 (no effect with one rank) */
   int n_peers;                   /* parallel.peers: the daemons running ranks gpus * (i + 1) .. */
