@@ -211,6 +211,46 @@ out:
   return rc;
 }
 
+/* A refusal for memory says what change would fit, with the field's full path: the first of
+ * checkpointing "auto", a smaller micro-batch (a divisor of the given one, the grad_accum
+ * that keeps the step's tokens), the offload "offload": false opts out of, that fits
+ * (appended to err with what a device then holds). Nothing appended where none does. */
+static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t errlen) {
+  zt_job_spec *c = malloc(sizeof *c);
+  if (!c) return;
+  char w[ZT__ERR_MAX], e[ZT__ERR_MAX], size[32], fix[160] = "";
+  zt__job_needs nd;
+  int offload = !given->offload_off, B = given->train.micro_batch;
+  *c = *given;
+  if (given->train.ckpt_every != ZT_CKPT_AUTO && given->train.ckpt_every != 1) {
+    c->train.ckpt_every = ZT_CKPT_AUTO;
+    if (fit(jobs, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
+      snprintf(fix, sizeof fix, "train.activation_checkpointing.every \"auto\"");
+  }
+  for (int m = B - 1; !fix[0] && !given->train.batch_tokens && m >= 1; m--) {
+    if (B % m) continue;
+    *c = *given;
+    c->train.micro_batch = m;
+    c->train.grad_accum = given->train.grad_accum * (B / m);
+    if (c->train.grad_accum <= ZT_TRAIN_MAX_BATCH &&
+        fit(jobs, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
+      snprintf(fix, sizeof fix, "train.micro_batch %d and train.grad_accum %d", m,
+               c->train.grad_accum);
+  }
+  if (!fix[0] && given->offload_off) {
+    *c = *given;
+    c->offload_off = 0;
+    if (fit(jobs, c, 1, &nd, w, sizeof w, e, sizeof e) == 0)
+      snprintf(fix, sizeof fix, "the \"offload\": false left out (offloaded by default)");
+  }
+  if (fix[0]) {
+    size_t n = strlen(err);
+    zt_size_format(size, sizeof size, (double)nd.rank_bytes);
+    snprintf(err + n, errlen - n, "; fits with %s (%s a device)", fix, size);
+  }
+  free(c);
+}
+
 /* ... and on a worker: the spec sized against this daemon's backend and limits, its files
  * checked where the job will read them. */
 static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *why,
@@ -222,8 +262,17 @@ static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs
   if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
       (rc = apply_device_budget(jobs, spec, err, errlen)) < 0)
     return rc;
-  if (spec->train.batch_tokens) return fit_batch(jobs, spec, needs, why, whylen, err, errlen);
-  return fit(jobs, spec, 1, needs, why, whylen, err, errlen);
+  zt_job_spec *given = malloc(sizeof *given);
+  if (!given) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  *given = *spec;
+  rc = spec->train.batch_tokens ? fit_batch(jobs, spec, needs, why, whylen, err, errlen)
+                                : fit(jobs, spec, 1, needs, why, whylen, err, errlen);
+  if (rc == -ENOMEM) advise(jobs, given, err, errlen);
+  free(given);
+  return rc;
 }
 
 /* The plan reply of an admitted spec (on the worker). */

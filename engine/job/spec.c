@@ -302,8 +302,14 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   /* each limit before its `what` is read: the order of a call's arguments is unspecified */
   double limit = zt__jobs_host_limit(cfg, &what);
   if ((rc = too_big(host, limit, what, "of host memory (offload host tier)", cfg, err,
-                    errlen)) < 0)
+                    errlen)) < 0) {
+    if (!s->offload.nvme_dir[0] && s->offload.optimizer == ZT_PLACE_AUTO) {
+      size_t n = strlen(err);
+      snprintf(err + n, errlen - n, ": set offload.nvme_dir (and offload.host_budget) to keep "
+               "on NVMe the optimizer state the host cannot hold");
+    }
     return rc;
+  }
   if (!on_cpu || cfg->gpu_mem_limit) {
     limit = zt__jobs_device_budget(cfg, &what);
     if ((rc = too_big((double)plan.device_bytes, limit, what,
@@ -446,6 +452,23 @@ int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, in
   return 0;
 }
 
+/* The two consumers of a job on the device, for a refusal: its activations and the rest
+ * (parameters, gradients, AdamW state), "activations 20.1 GiB + model state 8.7 GiB". */
+static const char *consumers(const zt_job_spec *s, const zt_ops *ops, double need, char *out,
+                             size_t outlen) {
+  zt_model *m = NULL;
+  char why[256], a[32], b[32];
+  out[0] = 0;
+  if (zt_model_create(&m, &s->model, why, sizeof why) < 0) return out;
+  int ck = s->train.ckpt_every == ZT_CKPT_AUTO ? 0 : s->train.ckpt_every;
+  double acts = (double)zt_acts_size_dt(m, ops, s->train.micro_batch, ck, s->train.precision);
+  zt_model_destroy(m);
+  zt_size_format(a, sizeof a, acts);
+  zt_size_format(b, sizeof b, need - acts);
+  snprintf(out, outlen, "activations %s + parameters, gradients and AdamW state %s", a, b);
+  return out;
+}
+
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen) {
   int rc;
@@ -488,23 +511,25 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   }
   /* --gpu-mem-limit on the cpu backend: each simulated device's budget, as a GPU's would be */
   if (on_cpu && cfg->gpu_mem_limit && need > (double)cfg->gpu_mem_limit) {
-    char a[32], b[32];
+    char a[32], b[32], r[128];
     zt_size_format(a, sizeof a, need);
     zt_size_format(b, sizeof b, (double)cfg->gpu_mem_limit);
-    snprintf(err, errlen, "job needs %s per %s on the cpu backend; GPU limit %s", a,
-             W == 1 ? "device" : "rank's device", b);
+    snprintf(err, errlen, "job needs %s per %s on the cpu backend%s%s%s; GPU limit %s", a,
+             W == 1 ? "device" : "rank's device", W == 1 ? " (" : "",
+             W == 1 ? consumers(s, ops, need, r, sizeof r) : "", W == 1 ? ")" : "", b);
     return -ENOMEM;
   }
   /* the cpu backend's ranks all live in host memory */
   double on_device = on_cpu ? need * W : need;
   if (limit > 0 && on_device > limit) {
-    char a[32], b[32], r[32], ranks[96];
+    char a[32], b[32], r[128], ranks[96];
     zt__job_ranks_text(s, ranks, sizeof ranks);
     zt_size_format(a, sizeof a, on_device);
     zt_size_format(b, sizeof b, limit);
     zt_size_format(r, sizeof r, need);
     if (W == 1)
-      snprintf(err, errlen, "job needs %s on the %s backend; %s %s", a, cfg->backend, what, b);
+      snprintf(err, errlen, "job needs %s on the %s backend (%s); %s %s", a, cfg->backend,
+               consumers(s, ops, need, r, sizeof r), what, b);
     else if (on_cpu)
       snprintf(err, errlen, "job needs %s on the cpu backend (%d ranks of %s: parallel.gpus "
                "%d, zero_stage %d); %s %s", a, W, r, W, s->zero_stage, what, b);

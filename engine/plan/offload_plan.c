@@ -8,11 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/sizes.h"
 #include "engine/base/tunables.h"
 #include "offload/device_arena.h"
 #include "offload/host_arena.h"
 #include "offload/opt_store.h"
 #include "offload/streamer.h"
+
+/* A size in a refusal: "1.5 GiB", one of at most SIZE_TEXTS in a message. */
+#define SIZE_TEXTS 8
+typedef struct size_texts {
+  char t[SIZE_TEXTS][32];
+  int n;
+} size_texts;
+static const char *sz(size_texts *b, double bytes) {
+  char *t = b->t[b->n++ % SIZE_TEXTS];
+  zt_size_format(t, sizeof b->t[0], bytes);
+  return t;
+}
 
 /* the policy's limits (engine/plan/recipe.h) */
 #define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
@@ -194,18 +207,20 @@ static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt
     host_sizes(m, oc, tc, on_cpu, nh, z);
   }
   if (oc->host_budget && z->host > oc->host_budget) {
-    snprintf(err, errlen, "offload.host_budget is %zu bytes; the host tier needs %zu with %d "
-             "unit(s)' optimizer on the host and %d on NVMe%s", oc->host_budget, z->host,
-             nh - ng, nu - nh,
+    size_texts b = {0};
+    snprintf(err, errlen, "offload.host_budget is %s (%zu bytes); the host tier needs %s with %d "
+             "unit(s)' optimizer on the host and %d on NVMe%s", sz(&b, (double)oc->host_budget),
+             oc->host_budget, sz(&b, (double)z->host), nh - ng, nu - nh,
              oc->nvme_dir[0] ? "" : " (with an offload.nvme_dir, optimizer auto keeps on NVMe "
                                     "what the host cannot hold)");
     return -ENOMEM;
   }
   uint64_t nvme = nvme_file_bytes(m, nh);
   if (oc->nvme_budget && nvme > oc->nvme_budget) {
-    snprintf(err, errlen, "offload.nvme_budget is %llu bytes; the NVMe tier needs %llu for the "
-             "optimizer of %d unit(s) (%d on the host)", (unsigned long long)oc->nvme_budget,
-             (unsigned long long)nvme, nu - nh, nh - ng);
+    size_texts b = {0};
+    snprintf(err, errlen, "offload.nvme_budget is %s (%llu bytes); the NVMe tier needs %s for "
+             "the optimizer of %d unit(s) (%d on the host)", sz(&b, (double)oc->nvme_budget),
+             (unsigned long long)oc->nvme_budget, sz(&b, (double)nvme), nu - nh, nh - ng);
     return -ENOSPC;
   }
   return 0;
@@ -254,20 +269,25 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
   if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
     z->arena = resident;
     if (oc->gpu_budget && fixed + resident > oc->gpu_budget) {
-      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
-               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
-               "gradient sums on the device %zu + parameters and gradient buffers %zu); "
-               "offload.gpu_budget is %zu (params host streams the units)", fixed + resident,
-               act_bytes, ng, z->dev_units, z->dsum_bytes, resident, oc->gpu_budget);
+      size_texts b = {0};
+      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %s (%zu "
+               "bytes: activations %s + %d unit(s) with their optimizer on the device %s + "
+               "gradient sums on the device %s + parameters and gradient buffers %s); "
+               "offload.gpu_budget is %s (params host streams the units)",
+               sz(&b, (double)(fixed + resident)), fixed + resident, sz(&b, (double)act_bytes),
+               ng, sz(&b, (double)z->dev_units), sz(&b, (double)z->dsum_bytes),
+               sz(&b, (double)resident), sz(&b, (double)oc->gpu_budget));
       return -ENOMEM;
     }
   } else {
     if (oc->gpu_budget < fixed + need) {
-      snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
-               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
-               "gradient sums on the device %zu + %d unit(s) held and %d prefetched with their "
-               "gradients %zu)", oc->gpu_budget, fixed + need, act_bytes, ng, z->dev_units,
-               z->dsum_bytes, z->held, oc->prefetch, need);
+      size_texts b = {0};
+      snprintf(err, errlen, "offload.gpu_budget is %s; streaming needs at least %s (%zu bytes: "
+               "activations %s + %d unit(s) with their optimizer on the device %s + gradient "
+               "sums on the device %s + %d unit(s) held and %d prefetched with their gradients "
+               "%s)", sz(&b, (double)oc->gpu_budget), sz(&b, (double)(fixed + need)),
+               fixed + need, sz(&b, (double)act_bytes), ng, sz(&b, (double)z->dev_units),
+               sz(&b, (double)z->dsum_bytes), z->held, oc->prefetch, sz(&b, (double)need));
       return -ENOMEM;
     }
     z->arena = oc->gpu_budget - fixed;
