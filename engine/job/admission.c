@@ -15,6 +15,7 @@
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 #include "engine/plan/batch.h"
+#include "engine/plan/rates.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
  * gpu_budget): the least recompute that fits the device (the offload planner decides it with
@@ -294,6 +295,7 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                     : NULL;
   json_t *par = json_object_get(j, "parallel");
   if (par) json_object_set_new(par, "world", json_integer(zt__job_world(sp)));
+  if (j) json_object_set_new(j, "rates", json_string(zt_plan_rates_active()->name));
   /* the step's split, the planner's where train.batch_tokens left it open */
   if (j)
     json_object_set_new(

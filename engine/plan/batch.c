@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "engine/base/tunables.h"
+#include "engine/plan/rates.h"
 
 /* The nearest multiples of `unit` below and above `want` (the lower at least one unit). */
 static void nearest(int64_t want, int64_t unit, int64_t *lo, int64_t *hi) {
@@ -59,8 +59,8 @@ double zt_batch_step_s(const zt_model *m, const zt_train_cfg *tc) {
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
   double B = tc->micro_batch;
   double flops = 6 * P * B * T + 12 * L * B * T * T * mc->d_model;
-  double rate = tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
-                                        : ZT_TUNE_PLAN_DEVICE_FLOPS_LP;
+  const zt_plan_rates *R = zt_plan_rates_active();
+  double rate = tc->precision == ZT_F32 ? R->flops_f32 : R->flops_lp;
   double recomputed = tc->ckpt_every > 0 ? ceil(L / tc->ckpt_every) / L : 0;
   return tc->grad_accum * flops / rate * (1 + recomputed / 3);
 }
