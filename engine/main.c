@@ -403,14 +403,15 @@ int main(int argc, char **argv) {
     return 1;
   }
   /* The cost model's rates of this machine, where a calibration (or its operator) left them:
-   * read before any thread plans. */
+   * read before any thread plans; none where the state dir is not there yet (or is no
+   * directory, which zt_server_run reports). */
   char rates_path[4200], err_rates[4400];
   zt_plan_rates rates;
   snprintf(rates_path, sizeof rates_path, "%s/rates.json", cfg.state_dir);
   if ((rc = zt_plan_rates_load(rates_path, &rates, err_rates, sizeof err_rates)) == 0) {
     zt_plan_rates_use(&rates);
     zt_log(ZT_LOG_INFO, "plan", "cost model rates \"%s\" from %s", rates.name, rates_path);
-  } else if (rc != -ENOENT) {
+  } else if (rc != -ENOENT && rc != -ENOTDIR) {
     fprintf(stderr, "ztd: %s\n", err_rates);
     return 1;
   }
