@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include "engine/job/internal.h"
 #include "engine/job/store.h"
 #include "engine/base/sizes.h"
@@ -217,6 +218,8 @@ out:
  * that keeps the step's tokens), the offload "offload": false opts out of, that fits
  * (appended to err with what a device then holds). Nothing appended where none does. */
 static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t errlen) {
+  /* a batch_tokens split was searched with the checkpointing already */
+  if (given->train.batch_tokens) return;
   zt_job_spec *c = malloc(sizeof *c);
   if (!c) return;
   char w[ZT__ERR_MAX], e[ZT__ERR_MAX], size[32], fix[160] = "";
@@ -228,7 +231,7 @@ static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t er
     if (fit(jobs, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
       snprintf(fix, sizeof fix, "train.activation_checkpointing.every \"auto\"");
   }
-  for (int m = B - 1; !fix[0] && !given->train.batch_tokens && m >= 1; m--) {
+  for (int m = B - 1; !fix[0] && m >= 1; m--) {
     if (B % m) continue;
     *c = *given;
     c->train.micro_batch = m;
@@ -252,6 +255,36 @@ static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t er
   free(c);
 }
 
+/* The checkpoints a job keeps live in its directory under the state dir: checkpoint.keep of
+ * them and the one being written, each 12 bytes a parameter (the fp32 parameters, AdamW's m and
+ * v) and a header of up to 2 KB a tensor a file. A disk without room for them is refused at
+ * submit with the sizes, not at the job's first save (an 8 B job's checkpoint is ~96 GB). */
+static int check_checkpoint_space(zt_jobs *jobs, const zt_job_spec *s, char *err,
+                                  size_t errlen) {
+  zt_model *m = NULL;
+  struct statvfs v;
+  int rc = zt_model_create(&m, &s->model, err, errlen);
+  if (rc < 0) return rc;
+  double one = 12.0 * (double)zt_model_num_params(m) + 2.0 * 2048 * zt_model_num_tensors(m);
+  zt_model_destroy(m);
+  if (statvfs(jobs->state_dir, &v) < 0) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", jobs->state_dir, strerror(-rc));
+    return rc;
+  }
+  double avail = (double)v.f_bavail * (double)v.f_frsize, all = one * (s->ckpt_keep + 1);
+  if (all <= avail) return 0;
+  char a[32], b[32], c[32];
+  zt_size_format(a, sizeof a, one);
+  zt_size_format(b, sizeof b, all);
+  zt_size_format(c, sizeof c, avail);
+  snprintf(err, errlen, "checkpoint: the job's checkpoints take %s each (fp32 parameters, AdamW's "
+           "m and v), %d at once with checkpoint.keep %d: %s; the state dir %s has %s free%s",
+           a, s->ckpt_keep + 1, s->ckpt_keep, b, jobs->state_dir, c,
+           s->ckpt_keep > 1 ? ": lower checkpoint.keep or free space" : ": free space");
+  return -ENOSPC;
+}
+
 /* ... and on a worker: the spec sized against this daemon's backend and limits, its files
  * checked where the job will read them. */
 static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *why,
@@ -273,7 +306,7 @@ static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs
                                 : fit(jobs, spec, 1, needs, why, whylen, err, errlen);
   if (rc == -ENOMEM) advise(jobs, given, err, errlen);
   free(given);
-  return rc;
+  return rc < 0 ? rc : check_checkpoint_space(jobs, spec, err, errlen);
 }
 
 /* The plan reply of an admitted spec (on the worker). */
