@@ -39,8 +39,8 @@ int zt_batch_splits(const zt_train_cfg *tc, int ranks, int seq_len, int *micro, 
   }
   int64_t rows = bt / row; /* micro_batch × grad_accum */
   int n = 0;
-  for (int64_t m = fixed_m ? tc->micro_batch : (rows < ZT_TRAIN_MAX_BATCH ? rows : ZT_TRAIN_MAX_BATCH);
-       m >= 1 && n < max; m = fixed_m ? 0 : m - 1) {
+  int64_t top = rows < ZT_TRAIN_MAX_BATCH ? rows : ZT_TRAIN_MAX_BATCH;
+  for (int64_t m = fixed_m ? tc->micro_batch : top; m >= 1 && n < max; m = fixed_m ? 0 : m - 1) {
     if (rows % m != 0 || rows / m > ZT_TRAIN_MAX_BATCH) continue;
     if (fixed_g && rows / m != tc->grad_accum) continue;
     micro[n++] = (int)m;
