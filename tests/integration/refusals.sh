@@ -26,7 +26,7 @@ rspec "$ZT_TMP/ck.json" '{"micro_batch": 8}'
 rspec "$ZT_TMP/mb.json" '{"micro_batch": 32, "activation_checkpointing": {"every": 1}}'
 rspec "$ZT_TMP/budget.json" '{"micro_batch": 1}' '{"gpu_budget": 1000}'
 for op in submit plan; do
-  expect_fail 1 "job needs 61.71 MiB on the cpu backend (activations " ztctl "$op" "$ZT_TMP/ck.json"
+  expect_fail 1 "MiB on the cpu backend (activations " ztctl "$op" "$ZT_TMP/ck.json"
   expect_fail 1 " + parameters, gradients and AdamW state " ztctl "$op" "$ZT_TMP/ck.json"
   expect_fail 1 'host limit 40 MiB; fits with train.activation_checkpointing.every "auto" (' \
     ztctl "$op" "$ZT_TMP/ck.json"
