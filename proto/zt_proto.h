@@ -29,6 +29,7 @@
   X(watch, WATCH, "subscribe this connection to a job's events")                               \
   X(cancel, CANCEL, "cancel a queued or running job")                                          \
   X(rm, RM, "remove a job that ended (done, failed, cancelled) and its directory")             \
+  X(resume, RESUME, "continue a done or cancelled job from its checkpoint to more steps")      \
   X(checkpoint, CHECKPOINT, "ask a running job to write a checkpoint now")                     \
   X(export, EXPORT, "a job's weights: one safetensors file, or a Hugging Face directory")      \
   X(logs, LOGS, "read a job's log from an offset")                                           \

@@ -33,6 +33,7 @@ run() { # name command...
 run cuda_ops "$b/tests/gpu/test_cuda_ops"
 run cuda_lowp "$b/tests/gpu/test_cuda_lowp"
 run cuda_flash "$b/tests/gpu/test_cuda_flash"
+run cuda_varlen "$b/tests/gpu/test_cuda_varlen"
 run cuda_train "$b/tests/gpu/test_cuda_train"
 run cuda_mixed "$b/tests/gpu/test_cuda_mixed"
 run cuda_offload "$b/tests/gpu/test_cuda_offload"
@@ -50,6 +51,13 @@ python3 tools/bench/gpu_step_bench.py --ztrain "$b/tools/ztrain" --json "$out/be
   2>&1 | tee "$out/bench.log"
 python3 tools/bench/offload_bench.py --ztrain "$b/tools/ztrain" --json "$out/offload.json" \
   2>&1 | tee "$out/offload.log"
+# Issue 18: GPT-2 1.5 B clipped at 1.0 (the updates landing behind the next forward), then four
+# micro-batches a step micro-major against unit-major.
+python3 tools/bench/offload_bench.py --ztrain "$b/tools/ztrain" --json "$out/offload_clip.json" \
+  --clip 1.0 --runs gpt2-1.5b:auto:auto:auto,gpt2-1.5b:host:host:1 2>&1 | tee "$out/offload_clip.log"
+python3 tools/bench/offload_bench.py --ztrain "$b/tools/ztrain" --json "$out/offload_order.json" \
+  --no-torch --grad-accum 4 --clip 1.0 \
+  --runs gpt2-1.5b:host:host:1:micro,gpt2-1.5b:host:host:1:unit 2>&1 | tee "$out/offload_order.log"
 python3 tools/bench/cpu_adam_vs_torch.py --bench "$b/tests/unit/offload/bench_cpu_adam" \
   2>&1 | tee "$out/cpu_adam.log"
 # The NVMe store against a raw io_uring O_DIRECT loop on the machine's disk (the build

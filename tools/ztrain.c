@@ -33,7 +33,9 @@ static const char usage[] =
     "  tiers' bytes and the timeline (seconds each resource was busy over all steps, and\n"
     "  wait_*: seconds the trainer's thread waited on copies, the CPU AdamW, NVMe).\n"
     "Prints one line per step, or with --json one object {\"losses\": [...], ...} on stdout;\n"
-    "  step_ms and tokens_per_s are means over the steps after the first (the warm-up).\n";
+    "  step_ms and tokens_per_s are means over the steps after the first (the warm-up);\n"
+    "  open_s is the trainer's open (its buffers and the init: the time to the first step),\n"
+    "  first_step_s the first step's own time.\n";
 
 /* A whole decimal int in [lo, hi], or -EINVAL. */
 static int parse_int(const char *s, int lo, int hi, int *out) {
@@ -165,9 +167,13 @@ int main(int argc, char **argv) {
   if ((rc = read_file(batches, &tok, &n_tok, err, sizeof err)) < 0) goto fail;
   if ((rc = zt_backend_open(&be, backend, device < 0 ? 0 : device, threads, err, sizeof err)) < 0)
     goto fail;
+  struct timespec o0, o1;
+  clock_gettime(CLOCK_MONOTONIC, &o0);
   rc = offload ? zt_trainer_open_offload(&t, &mc, &tc, &oc, &be, err, sizeof err)
                : zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err);
   if (rc < 0) goto fail;
+  clock_gettime(CLOCK_MONOTONIC, &o1);
+  double open_s = seconds_between(&o0, &o1), first_step_s = 0;
   size_t per_step = zt_trainer_micro_tokens(t) * (size_t)tc.grad_accum;
   if (n_tok < per_step * (size_t)tc.steps) {
     snprintf(err, sizeof err, "%s holds %zu tokens; %d steps need %zu", batches, n_tok, tc.steps,
@@ -195,6 +201,7 @@ int main(int argc, char **argv) {
     if ((rc = zt_trainer_step(t, tok + per_step * (size_t)s, &r, err, sizeof err)) < 0) goto fail;
     clock_gettime(CLOCK_MONOTONIC, &te);
     if (s > 0 || tc.steps == 1) timed += seconds_between(&ts, &te);
+    if (s == 0) first_step_s = seconds_between(&ts, &te);
     step_tokens = r.tokens;
     losses[s] = r.loss;
     skipped += r.skipped;
@@ -209,19 +216,20 @@ int main(int argc, char **argv) {
   if (json) {
     printf("{\"arch\": \"%s\", \"backend\": \"%s\", \"params\": %zu, \"ckpt_every\": %d, "
            "\"precision\": \"%s\", \"tf32\": %s, \"skipped_steps\": %d, "
-           "\"backend_bytes\": %zu, \"seconds\": %.3f, \"step_ms\": %.3f, "
+           "\"backend_bytes\": %zu, \"open_s\": %.3f, \"first_step_s\": %.3f, "
+           "\"seconds\": %.3f, \"step_ms\": %.3f, "
            "\"tokens_per_s\": %.1f, \"losses\": [", zt_arch_name(mc.arch), be.ops->name,
            zt_model_num_params(zt_trainer_model(t)), tc.ckpt_every, zt_dtype_name(tc.precision),
-           tc.tf32 ? "true" : "false", skipped, zt_trainer_backend_bytes(t), secs, step_ms,
-           tok_s);
+           tc.tf32 ? "true" : "false", skipped, zt_trainer_backend_bytes(t), open_s,
+           first_step_s, secs, step_ms, tok_s);
     for (int s = 0; s < tc.steps; s++) printf("%s%.9g", s ? ", " : "", losses[s]);
     printf("]");
     zt_offload_stats os;
     if (offload && zt_trainer_offload_stats(t, &os) == 0)
       printf(", \"offload\": {\"device_budget\": %zu, \"act_bytes\": %zu, \"arena_budget\": %zu, "
              "\"arena_peak\": %zu, \"host_bytes\": %zu, \"params\": \"%s\", \"grads\": \"%s\", "
-             "\"dsum_bytes\": %zu, \"ckpt_every\": %d, "
-             "\"est_step_s\": %.4f, \"gpu_units\": %d, "
+             "\"dsum_bytes\": %zu, \"ckpt_every\": %d, \"order\": \"%s\", "
+             "\"adam_landed\": %llu, \"est_step_s\": %.4f, \"gpu_units\": %d, "
              "\"gpu_unit_bytes\": %zu, \"fetches\": %llu, \"evictions\": %llu, "
              "\"bytes_h2d\": %llu, \"bytes_d2h\": %llu, "
              "\"nvme_bytes_read\": %llu, \"nvme_bytes_written\": %llu, "
@@ -230,7 +238,8 @@ int main(int argc, char **argv) {
              "\"wait_adam\": %.4f, \"wait_nvme\": %.4f}}",
              os.device_budget, os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
              zt_offload_place_name(os.params), zt_offload_place_name(os.grads), os.dsum_bytes,
-             os.ckpt_every, os.est_step_s, os.gpu_units, os.gpu_unit_bytes,
+             os.ckpt_every, os.unit_major ? "unit" : "micro",
+             (unsigned long long)os.adam_landed, os.est_step_s, os.gpu_units, os.gpu_unit_bytes,
              (unsigned long long)os.fetches,
              (unsigned long long)os.evictions, (unsigned long long)os.bytes_h2d,
              (unsigned long long)os.bytes_d2h, (unsigned long long)os.nvme_bytes_read,
@@ -240,8 +249,9 @@ int main(int argc, char **argv) {
              os.wait_nvme_ns / 1e9);
     printf("}\n");
   } else {
-    printf("%d steps in %.3f s on %s; after the first: %.3f ms/step, %.1f tokens/s\n", tc.steps,
-           secs, be.ops->name, step_ms, tok_s);
+    printf("opened in %.3f s, first step %.3f s; %d steps in %.3f s on %s; after the first: "
+           "%.3f ms/step, %.1f tokens/s\n", open_s, first_step_s, tc.steps, secs, be.ops->name,
+           step_ms, tok_s);
   }
   goto out;
 fail:

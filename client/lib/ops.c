@@ -134,6 +134,20 @@ int zt_client_show(zt_client *c, const char *job, char **json_out) {
 }
 int zt_client_cancel(zt_client *c, const char *job) { return simple_call(c, "cancel", job, NULL); }
 int zt_client_rm(zt_client *c, const char *job) { return simple_call(c, "rm", job, NULL); }
+int zt_client_resume(zt_client *c, const char *job, uint64_t steps, char **json_out) {
+  zt_out o;
+  zt_msg reply;
+  zt_out_init(&o);
+  uint32_t id = zt__client_begin(c, &o, "resume", 2);
+  zt_out_kv_str(&o, "job", job);
+  zt_out_kv_u64(&o, "steps", steps);
+  int rc = zt__client_call(c, &o, id, &reply);
+  zt_out_close(&o);
+  if (rc < 0) return rc;
+  if (json_out) rc = zt__client_to_json(c, reply.root, json_out);
+  zt_msg_close(&reply);
+  return rc;
+}
 int zt_client_checkpoint(zt_client *c, const char *job, char **json_out) {
   return simple_call(c, "checkpoint", job, json_out);
 }

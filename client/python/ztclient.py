@@ -68,6 +68,7 @@ def _load():
         "zt_client_watch": (I, [P, S, P, P]),
         "zt_client_cancel": (I, [P, S]),
         "zt_client_checkpoint": (I, [P, S, OUT]),
+        "zt_client_resume": (I, [P, S, ctypes.c_uint64, OUT]),
         "zt_client_export": (I, [P, S, S]),
         "zt_client_export_hf": (I, [P, S, S, S, ctypes.c_uint64, OUT]),
         "zt_client_shutdown": (I, [P]),
@@ -221,6 +222,11 @@ class Client:
 
     def cancel(self, job):
         self._check(_library().zt_client_cancel(self._h, job.encode()))
+
+    def resume(self, job, steps):
+        """Continues a done or cancelled job from its newest checkpoint to `steps` steps in all;
+        returns {"job", "state", "steps", "from_step"}."""
+        return self._json_call(_library().zt_client_resume, job.encode(), steps)
 
     def checkpoint(self, job):
         """Waits for the checkpoint; returns {"step", "path"}."""

@@ -1,4 +1,4 @@
-/* The one-request commands: status, jobs, show, cancel, checkpoint, shutdown. */
+/* The one-request commands: status, jobs, show, cancel, rm, resume, checkpoint, shutdown. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +290,39 @@ int ztctl_cmd_rm(const ztctl_opts *o, int argc, char **argv) {
     print_json(json_pack("{s:s,s:b}", "job", argv[0], "removed", 1));
   else if (rc == ZTCTL_OK)
     printf("%s: removed\n", argv[0]);
+  zt_client_close(c);
+  return rc;
+}
+
+int ztctl_cmd_resume(const ztctl_opts *o, int argc, char **argv) {
+  const char *job = NULL;
+  long long steps = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+      char *end;
+      steps = strtoll(argv[++i], &end, 10);
+      if (*end || steps < 1) return ztctl_usage_error("resume", "--steps wants a positive count");
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return ztctl_usage_error("resume", "unknown option '%s'", argv[i]);
+    } else if (job) {
+      return ztctl_usage_error("resume", "resume takes 1 argument");
+    } else {
+      job = argv[i];
+    }
+  }
+  if (!job || !steps) return ztctl_usage_error("resume", "resume takes JOB --steps N");
+  zt_client *c = ztctl_connect(o);
+  if (!c) return ZTCTL_FAILED;
+  char *json = NULL;
+  int rc = zt_client_resume(c, job, (uint64_t)steps, &json) < 0 ? ztctl_fail(c) : ZTCTL_OK;
+  json_t *j = rc == ZTCTL_OK ? json_loads(json, 0, NULL) : NULL;
+  if (rc == ZTCTL_OK && o->json)
+    printf("%s\n", json);
+  else if (rc == ZTCTL_OK)
+    printf("%s: queued to train to step %lld from its checkpoint at step %lld\n", job, steps,
+           (long long)json_integer_value(json_object_get(j, "from_step")));
+  json_decref(j);
+  free(json);
   zt_client_close(c);
   return rc;
 }

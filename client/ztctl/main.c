@@ -39,6 +39,11 @@ static const ztctl_cmd g_cmds[] = {
     {"cancel", "JOB", "cancel a queued or running job", NULL, ztctl_cmd_cancel},
     {"rm", "JOB", "remove a job that ended (done, failed, cancelled) and its directory", NULL,
      ztctl_cmd_rm},
+    {"resume", "JOB --steps N",
+     "continue a done or cancelled job from its newest checkpoint to N steps in all",
+     "  --steps N  the job's new train.steps (above its step now): the optimizer state, loss\n"
+     "             scale and data position carry on, the schedule's horizon becomes N\n",
+     ztctl_cmd_resume},
     {"checkpoint", "JOB", "write a checkpoint of a running job now", NULL, ztctl_cmd_checkpoint},
     {"export", "JOB OUT.safetensors | JOB DIR --hf [--dtype bf16|fp32] [--max-shard-size SIZE]",
      "download the job's latest weights: one file, or a Hugging Face directory",

@@ -82,6 +82,7 @@ int ztctl_cmd_plot(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_logs(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_cancel(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_rm(const ztctl_opts *o, int argc, char **argv);
+int ztctl_cmd_resume(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_checkpoint(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_export(const ztctl_opts *o, int argc, char **argv);
 int ztctl_cmd_tokenize(const ztctl_opts *o, int argc, char **argv);

@@ -22,6 +22,10 @@
 #define ZT_TUNE_HF_SHARD_BYTES 5000000000ull
 #define ZT_TUNE_HF_CHUNK_ELEMS ((size_t)4 << 20)
 
+/* The seeded random init's share of work a pool thread takes at a time, in elements (~10 ms of
+ * Box-Muller; engine/train/trainer.c). */
+#define ZT_TUNE_INIT_CHUNK ((size_t)256 << 10)
+
 /* Micro-batches a stream job buffers before ztd stops granting credit to its producer. */
 #define ZT_TUNE_BATCH_QUEUE_DEPTH 4u
 

@@ -35,10 +35,42 @@ static int resolve_auto_ckpt(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *ne
   return rc;
 }
 
+/* model.init.job: the other job's newest checkpoint's weights, a file of the state dir (the
+ * daemon's own, read on the worker's header check as any init file; create_job links it into
+ * the new job's directory, so that the other job's pruning or removal cannot take it away). A
+ * TCP client names only jobs submitted over TCP (resume.c says why). */
+static int resolve_init_job(zt_jobs *jobs, zt_job_spec *spec, int tcp, char *err, size_t errlen) {
+  const char *id = spec->model.init_job;
+  if (!id[0]) return 0;
+  zt__job *from = zt__jobs_find(jobs, id, err, errlen);
+  if (!from) {
+    snprintf(err, errlen, "model.init.job: no job %s", id);
+    return -ENOENT;
+  }
+  if (tcp && !from->tcp) {
+    snprintf(err, errlen, "model.init.job: job %s was submitted over the Unix socket; a TCP "
+             "client's job starts only from jobs submitted over TCP", id);
+    return -EACCES;
+  }
+  int step = zt__store_newest_checkpoint(from->dir);
+  if (step <= 0) {
+    snprintf(err, errlen, "model.init.job: job %s has no checkpoint yet", id);
+    return -ENOENT;
+  }
+  char ck[ZT__JOB_DIR_MAX + 64];
+  zt__store_checkpoint_path(ck, sizeof ck, from->dir, step);
+  if (snprintf(spec->model.init_path, sizeof spec->model.init_path, "%s/model.safetensors", ck) >=
+      (int)sizeof spec->model.init_path) {
+    snprintf(err, errlen, "model.init.job: the state dir's path is too long");
+    return -ENAMETOOLONG;
+  }
+  return 0;
+}
+
 /* What submit, plan and join share, on the loop thread: the operator's defaults filled in and
  * the spec parsed (its structure only: nothing read from the machine). */
-static int parse_spec(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, char *err,
-                      size_t errlen) {
+static int parse_spec(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_job_spec *spec,
+                      char *err, size_t errlen) {
   /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
    * names a directory; the stored spec records the one used. */
   json_t *filled = NULL;
@@ -59,7 +91,7 @@ static int parse_spec(zt_jobs *jobs, const json_t *spec_in, zt_job_spec *spec, c
     spec->ckpt_given = json_object_get(json_object_get(spec_in, "train"),
                                        "activation_checkpointing") != NULL;
   json_decref(filled);
-  return rc;
+  return rc < 0 ? rc : resolve_init_job(jobs, spec, tcp, err, errlen);
 }
 
 /* The spec sized as it stands: a parallel job's offload placement, auto checkpointing, then
@@ -379,11 +411,32 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                   "est_step_s", p.est_step_s, "h2d_bytes", (json_int_t)p.h2d_bytes,
                   "d2h_bytes", (json_int_t)p.d2h_bytes, "nvme_step_bytes",
                   (json_int_t)p.nvme_step_bytes));
+  json_t *off = j && zt__job_world(sp) == 1 ? json_object_get(j, "offload") : NULL;
+  if (off)
+    json_object_set_new(off, "order", json_string(p.unit_major ? "unit" : "micro"));
   if (!j) {
     *rc = -ENOMEM;
     snprintf(err, errlen, "out of memory");
   }
   return j;
+}
+
+/* model.init.job's file, a hard link in the job's own directory (init.safetensors) from then
+ * on: the same bytes, whatever becomes of the other job's checkpoints. */
+static int link_init(zt__job *job, char *err, size_t errlen) {
+  char own[ZT__JOB_DIR_MAX + 32];
+  snprintf(own, sizeof own, "%s/" ZT__INIT_FILE, job->dir);
+  if (link(job->spec.model.init_path, own) < 0) {
+    int rc = -errno;
+    snprintf(err, errlen, "model.init.job: job %s's newest checkpoint: %s%s", job->spec.model.init_job,
+             strerror(errno), errno == ENOENT ? " (a newer one replaced it meanwhile: submit "
+             "again)" : "");
+    return rc;
+  }
+  zt__job_log(job, ZT_LOG_INFO, "starts from the weights of job %s: %s",
+              job->spec.model.init_job, job->spec.model.init_path);
+  snprintf(job->spec.model.init_path, sizeof job->spec.model.init_path, "%s", own);
+  return 0;
 }
 
 /* A new job in the registry: the next id, jobs/<id>/ with its checkpoints directory, spec.json,
@@ -422,6 +475,7 @@ static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt_
   }
   /* The id is taken once its directory exists, even if writing it fails below. */
   jobs->next_id++;
+  if (spec->model.init_job[0] && (rc = link_init(job, err, errlen)) < 0) goto out;
   if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0 ||
       (pj && (rc = zt__store_write_json(job->dir, "part.json", pj, err, errlen)) < 0) ||
       (rc = zt__job_write_status(job, err, errlen)) < 0)
@@ -591,7 +645,7 @@ static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in, in
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  if ((rc = parse_spec(jobs, spec_in, &t->spec, err, errlen)) < 0) {
+  if ((rc = parse_spec(jobs, spec_in, tcp, &t->spec, err, errlen)) < 0) {
     free(t);
     return rc;
   }

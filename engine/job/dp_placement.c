@@ -68,6 +68,11 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
              "step of one rank delays its update)", ranks);
     return -ENOTSUP;
   }
+  if (o->order == ZT_ORDER_UNIT) {
+    snprintf(err, errlen, "offload.order unit with %s is not supported (the data-parallel walk "
+             "is micro-major); use auto or micro", ranks);
+    return -ENOTSUP;
+  }
   if (o->grads == ZT_PLACE_GPU) {
     snprintf(err, errlen, "offload.grads gpu with %s is not supported (the ranks reduce their "
              "gradients where their placement puts them, engine/train/dp/dp.h); use auto", ranks);

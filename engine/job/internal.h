@@ -24,6 +24,8 @@
 #define ZT__JOB_DIR_MAX (ZT__STATE_DIR_MAX + 128)
 #define ZT__ERR_MAX 2048
 #define ZT__PART_NAME_MAX 320
+/* model.init.job's weights, linked into the job's directory (admission.c, recover.c). */
+#define ZT__INIT_FILE "init.safetensors"
 
 /* Why a runner should leave its step loop. */
 typedef enum zt__stop {

@@ -150,6 +150,15 @@ int zt_jobs_cancel(zt_jobs *jobs, const char *id, char *err, size_t errlen);
  * refused with -EBUSY. */
 int zt_jobs_rm(zt_jobs *jobs, const char *id, char *err, size_t errlen);
 
+/* Continued training: a job that ended done or cancelled is queued again to train to `steps`
+ * (its spec's train.steps from now on, the schedule's horizon with it) from its newest
+ * checkpoint; *reply {"job", "state": "queued", "steps", "from_step"}. Refusals: -ENOENT (no such
+ * job, no checkpoint), -EBUSY (queued, running, still stopping; --max-queued), -EINVAL (failed,
+ * a part, steps not above the job's step), -EACCES (tcp, and the job came over the Unix socket:
+ * its files are not confined). */
+int zt_jobs_resume(zt_jobs *jobs, const char *id, int64_t steps, int tcp, json_t **reply,
+                   char *err, size_t errlen);
+
 /* Queues one micro-batch for a stream job. Calls done with {"queued": n} (micro-batches now in
  * the job's queue) when the batch is in that queue: at once if there is room, later if the
  * queue is full (this is the client's credit). Tokens must be in [0, model.vocab). Wrong job,

@@ -35,6 +35,8 @@ static int load_job(zt_jobs *jobs, const char *id) {
     ZT_LOGW("job", "skipping %s: status.json has no valid state", dir);
     goto out;
   }
+  if (spec.model.init_job[0])
+    snprintf(spec.model.init_path, sizeof spec.model.init_path, "%s/" ZT__INIT_FILE, dir);
   if ((rc = zt__job_new(jobs, id, &spec, &job)) < 0) goto out;
   /* A runner that never ended (the daemon was killed) left its NVMe files: they take the space
    * the job needs to start again. This runs before the daemon serves anyone (zt_jobs_open) and

@@ -176,8 +176,13 @@ static int open_job(runner *r) {
   /* the trainer reads the init file by the name it resolved to here */
   zt_model_cfg *mc = &r->model;
   *mc = s->model;
+  /* a resume's checkpoint replaces the initial weights: drawing or reading them is wasted (the
+   * seeded init of an 8 B model is minutes of CPU) */
+  mc->init_loaded = r->resume_step > 0;
+  /* model.init.job's file is the daemon's own (its job directory), not the client's */
   if (mc->init_path[0] &&
-      (rc = zt_path_open("model.init.safetensors", s->model.init_path, 0, &files, NULL,
+      (rc = zt_path_open(mc->init_job[0] ? "model.init.job" : "model.init.safetensors",
+                         s->model.init_path, 0, mc->init_job[0] ? NULL : &files, NULL,
                          mc->init_path, sizeof mc->init_path, r->err, sizeof r->err)) < 0)
     return rc;
   /* a plan with NVMe files (optimizer nvme, or auto's host/NVMe split) */
@@ -428,6 +433,7 @@ void *zt__runner_main(void *arg) {
   r.spans = r.world > r.local;
   r.micros = r.world * s->train.grad_accum;
 
+  double admitted = mono_seconds();
   if (job->part.member) r.resume_step = job->part.resume_step;
   else if ((rc = r.resume_step = intact_checkpoint(&r)) < 0) goto out;
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
@@ -435,6 +441,9 @@ void *zt__runner_main(void *arg) {
   zt__runner_publish_opened(&r);
 
   double run_start = mono_seconds();
+  /* the time to a first step a user waits for (docs/BENCHMARKS.md "Time to the first step") */
+  zt__job_log(job, ZT_LOG_INFO, "ready to train %.2f s after its start (devices, %s, buffers)",
+              run_start - admitted, r.resume_step > 0 ? "checkpoint loaded" : "initial weights");
   int run_first_step = zt_trainer_step_count(r.trainer);
   for (;;) {
     pthread_mutex_lock(mu);
@@ -503,6 +512,9 @@ void *zt__runner_main(void *arg) {
     if (r.spans) zt_trainer_dp_set_flags(r.trainer, flags);
     if ((rc = train_step(&r, run_start, run_first_step, &flags)) < 0) goto out;
     int now_step = zt_trainer_step_count(r.trainer);
+    if (now_step == run_first_step + 1)
+      zt__job_log(job, ZT_LOG_INFO, "first step (%d) done %.2f s after its start",
+                  now_step, mono_seconds() - admitted);
     int last = now_step >= s->train.steps; /* the final checkpoint follows the loop */
     if (!last && ((s->ckpt_every > 0 && now_step % s->ckpt_every == 0) ||
                   (flags & ZT_DP_FLAG_CHECKPOINT))) {

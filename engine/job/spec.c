@@ -416,13 +416,15 @@ int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, in
     /* a safetensors file by its header (its tensors are the trainer's to match) */
     zt_st_file *st = NULL;
     char why[ZT_PATH_MAX + 256];
-    if ((rc = zt_path_open("model.init.safetensors", s->model.init_path, 0, &files, NULL, NULL,
-                           0, err, errlen)) < 0)
+    /* model.init.job's file is the daemon's own (admission.c), not the client's */
+    const char *field = s->model.init_job[0] ? "model.init.job" : "model.init.safetensors";
+    if ((rc = zt_path_open(field, s->model.init_path, 0, s->model.init_job[0] ? NULL : &files,
+                           NULL, NULL, 0, err, errlen)) < 0)
       return rc;
     rc = zt_st_open(&st, s->model.init_path, why, sizeof why);
     zt_st_close(st);
     if (rc < 0) {
-      snprintf(err, errlen, "model.init.safetensors: %s", why);
+      snprintf(err, errlen, "%s: %s", field, why);
       return rc;
     }
   }

@@ -50,12 +50,14 @@ typedef struct zt_ops {
   const char *(*error_text)(void *ctx);
 
   /* ---- embedding -------------------------------------------------------------------------- */
-  /* out (B,T,C) = wte[tok[b,t]] + wpe[t] (wpe may be NULL: no position embedding). */
+  /* out (B,T,C) = wte[tok[b,t]] + wpe[p(b,t)] (wpe may be NULL: no position embedding), p the
+   * token's document-local position (see "Documents" below; pos NULL: p = t). */
   void (*embedding_fwd)(void *ctx, float *out, const int32_t *tok, const float *wte,
-                        const float *wpe, int B, int T, int C);
-  /* dwte[tok] += dout; dwpe[t] += sum_b dout (dwpe NULL when wpe was NULL). */
+                        const float *wpe, int B, int T, int C, const int32_t *pos);
+  /* dwte[tok] += dout; dwpe[p] += the sum of dout over the tokens at position p, in row order
+   * and within a row in document order, added once (dwpe NULL when wpe was NULL). */
   void (*embedding_bwd)(void *ctx, float *dwte, float *dwpe, const float *dout,
-                        const int32_t *tok, int B, int T, int C);
+                        const int32_t *tok, int B, int T, int C, const int32_t *pos);
 
   /* ---- linear ----------------------------------------------------------------------------- */
   /* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC) (bias may be NULL). */
@@ -91,14 +93,22 @@ typedef struct zt_ops {
    * attention; NKV == NH is multi-head; NH % NKV == 0). softmax(q k^T / sqrt(hs)) v with the
    * max subtracted; causal masks keys after the query. K/V heads are never replicated in memory.
    * saved is backend-private state for backward of attention_saved_bytes() bytes (the CPU
-   * reference keeps the probabilities (B,NH,T,T)). */
+   * reference keeps the probabilities (B,NH,T,T)).
+   * Documents: pos (B*T, backend memory) holds each token's document-local position; tokens i
+   * and j of a row are in one document iff i - pos[i] == j - pos[j]; a document (or the part
+   * of a long one that a row starts with) is a run of positions 0, 1, 2, ... A key is visible
+   * to a query only inside the query's document (causal: and not after the query). pos NULL
+   * is one document per row: today's path and bits, and pos = 0..T-1 in every row gives the
+   * same bits. A position outside [0, t] is read as the
+   * nearest bound, so no pos makes an op read outside its row. */
   size_t (*attention_saved_bytes)(int B, int T, int NH, int NKV, int hs);
   void (*attention_fwd)(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                        int NH, int NKV, int hs, int causal);
+                        int NH, int NKV, int hs, int causal, const int32_t *pos);
   /* dqkv += d(out)/d(qkv) . dout  (dk, dv of a shared head sum over the query heads of its
    * group) */
   void (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                        const void *saved, int B, int T, int NH, int NKV, int hs, int causal);
+                        const void *saved, int B, int T, int NH, int NKV, int hs, int causal,
+                        const int32_t *pos);
 
   /* ---- rotary position embedding --------------------------------------------------------- */
   /* x (N, H, hs) rotated in place, token n at position pos[n]: for i < hs/2, with
@@ -170,9 +180,10 @@ typedef struct zt_ops {
 
   /* ---- typed entries (see the top of the file); arguments as in the fp32 entries --------- */
   void (*embedding_fwd_dt)(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
-                           const float *wte, const float *wpe, int B, int T, int C);
+                           const float *wte, const float *wpe, int B, int T, int C,
+                           const int32_t *pos);
   void (*embedding_bwd_dt)(void *ctx, zt_dtype dt, float *dwte, float *dwpe, const void *dout,
-                           const int32_t *tok, int B, int T, int C);
+                           const int32_t *tok, int B, int T, int C, const int32_t *pos);
   void (*matmul_fwd_dt)(void *ctx, zt_dtype dt, void *out, const void *inp, const void *w,
                         const float *bias, int N, int C, int OC);
   void (*matmul_bwd_dt)(void *ctx, zt_dtype dt, void *dinp, float *dw, float *dbias,
@@ -189,10 +200,11 @@ typedef struct zt_ops {
                          ptrdiff_t stride);
   size_t (*attention_saved_bytes_dt)(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
   void (*attention_fwd_dt)(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                           int B, int T, int NH, int NKV, int hs, int causal);
+                           int B, int T, int NH, int NKV, int hs, int causal,
+                           const int32_t *pos);
   void (*attention_bwd_dt)(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
                            const void *qkv, const void *saved, int B, int T, int NH, int NKV,
-                           int hs, int causal);
+                           int hs, int causal, const int32_t *pos);
   /* x in dt, rotated in fp32 and rounded once */
   void (*rope_fwd_dt)(void *ctx, zt_dtype dt, void *x, const float *inv_freq,
                       const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);

@@ -75,7 +75,7 @@ struct zt_acts {
   void *base;
   size_t bytes;
   int32_t *tok, *tgt;
-  int32_t *pos;         /* RoPE's positions (llama); NULL otherwise */
+  int32_t *pos;         /* positions in the documents (zt_acts_positions) */
   void *logits;         /* the micro-batch's logits (gpt, encoder); NULL for a chunked head */
   /* The chunked head's loss (llama): zt_model_loss records dscale and zeroes row_loss (B*T
    * fp32 losses the head's backward adds into, a chunk of loss_rows rows of logits at a time);

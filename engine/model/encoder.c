@@ -93,6 +93,7 @@ static void bind_acts(zt_acts *a, zt__bump *b) {
   size_t V = (size_t)a->m->cfg.vocab;
   a->tok = zt__bump_bytes(b, N * sizeof(int32_t));
   a->tgt = zt__bump_bytes(b, N * sizeof(int32_t));
+  a->pos = zt__bump_bytes(b, N * sizeof(int32_t));
   a->logits = zt__bump_acts(b, a, N * V);
   e->encoded = zt__bump_acts(b, a, N * C);
   e->tmp = zt__bump_acts(b, a, N * C);
@@ -127,7 +128,8 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
   int B = a->B, T = a->T, C = m->cfg.d_model, F = m->d_ff, NH = m->cfg.n_heads, L = m->cfg.n_layers;
   int N = B * T;
   if (u == 0) {
-    o->embedding_fwd_dt(ctx, dt, e->encoded, a->tok, zt__unit_tensor(m, p, 0, 0), NULL, B, T, C);
+    o->embedding_fwd_dt(ctx, dt, e->encoded, a->tok, zt__unit_tensor(m, p, 0, 0), NULL, B, T,
+                        C, NULL);
     return;
   }
   if (u == L + 1) {
@@ -142,7 +144,7 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
 #define W(k) zt__unit_tensor(m, p, u, k)
 #define WL(k) zt__unit_tensor_dt(m, p_lp, dt, u, k)
   o->matmul_fwd_dt(ctx, dt, l->qkv, x, WL(ENC_IN_W), W(ENC_IN_B), N, C, 3 * C);
-  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NH, C / NH, 0);
+  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NH, C / NH, 0, a->pos);
   o->matmul_fwd_dt(ctx, dt, e->tmp, l->atty, WL(ENC_OUT_W), W(ENC_OUT_B), N, C, C);
   o->add_dt(ctx, dt, l->r1, x, e->tmp, (size_t)N * C);
   o->layernorm_fwd_dt(ctx, dt, l->h1, l->m1, l->s1, l->r1, W(ENC_N1_W), W(ENC_N1_B), N, C);
@@ -169,7 +171,8 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   int N = B * T;
   size_t NC = (size_t)N * C, NF = (size_t)N * F;
   if (u == 0) {
-    o->embedding_bwd_dt(ctx, dt, zt__unit_tensor(m, gr, 0, 0), NULL, e->dres, a->tok, B, T, C);
+    o->embedding_bwd_dt(ctx, dt, zt__unit_tensor(m, gr, 0, 0), NULL, e->dres, a->tok, B, T,
+                        C, NULL);
     return;
   }
   if (u == L + 1) {
@@ -205,7 +208,7 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   o->matmul_bwd_dt(ctx, dt, e->datty, G(ENC_OUT_W), G(ENC_OUT_B), e->dres, l->atty,
                    WL(ENC_OUT_W), N, C, C);
   o->zero(ctx, e->dqkv, 3 * NC * es);
-  o->attention_bwd_dt(ctx, dt, e->dqkv, e->datty, l->qkv, l->att, B, T, NH, NH, C / NH, 0);
+  o->attention_bwd_dt(ctx, dt, e->dqkv, e->datty, l->qkv, l->att, B, T, NH, NH, C / NH, 0, a->pos);
   o->matmul_bwd_dt(ctx, dt, e->dres, G(ENC_IN_W), G(ENC_IN_B), e->dqkv, x, WL(ENC_IN_W), N, C,
                    3 * C);
 #undef W

@@ -102,6 +102,7 @@ static void bind_acts(zt_acts *a, zt__bump *b) {
   size_t V = (size_t)a->m->cfg.vocab;
   a->tok = zt__bump_bytes(b, N * sizeof(int32_t));
   a->tgt = zt__bump_bytes(b, N * sizeof(int32_t));
+  a->pos = zt__bump_bytes(b, N * sizeof(int32_t));
   a->logits = zt__bump_acts(b, a, N * V);
   g->encoded = zt__bump_acts(b, a, N * C);
   g->lnf = zt__bump_acts(b, a, N * C);
@@ -139,7 +140,7 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
   int N = B * T;
   if (u == 0) {
     o->embedding_fwd_dt(ctx, dt, g->encoded, a->tok, zt__unit_tensor(m, p, 0, 0),
-                     zt__unit_tensor(m, p, 0, 1), B, T, C);
+                     zt__unit_tensor(m, p, 0, 1), B, T, C, a->pos);
     return;
   }
   if (u == L + 1) {
@@ -156,7 +157,7 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
   o->layernorm_fwd_dt(ctx, dt, l->ln1, l->ln1_mean, l->ln1_rstd, in, W(BLK_LN1_W), W(BLK_LN1_B),
                       N, C);
   o->matmul_fwd_dt(ctx, dt, l->qkv, l->ln1, WL(BLK_QKV_W), W(BLK_QKV_B), N, C, 3 * C);
-  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NH, C / NH, 1);
+  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NH, C / NH, 1, a->pos);
   o->matmul_fwd_dt(ctx, dt, g->tmp, l->atty, WL(BLK_PROJ_W), W(BLK_PROJ_B), N, C, C);
   o->add_dt(ctx, dt, l->res2, in, g->tmp, (size_t)N * C);
   o->layernorm_fwd_dt(ctx, dt, l->ln2, l->ln2_mean, l->ln2_rstd, l->res2, W(BLK_LN2_W),
@@ -183,7 +184,7 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   size_t NC = (size_t)N * C;
   if (u == 0) {
     o->embedding_bwd_dt(ctx, dt, zt__unit_tensor(m, gr, 0, 0), zt__unit_tensor(m, gr, 0, 1),
-                        g->dres, a->tok, B, T, C);
+                        g->dres, a->tok, B, T, C, a->pos);
     return;
   }
   if (u == L + 1) {
@@ -219,7 +220,7 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   o->matmul_bwd_dt(ctx, dt, g->dc, G(BLK_PROJ_W), G(BLK_PROJ_B), g->dres, l->atty,
                    WL(BLK_PROJ_W), N, C, C);
   o->zero(ctx, g->dqkv, 3 * NC * es);
-  o->attention_bwd_dt(ctx, dt, g->dqkv, g->dc, l->qkv, l->att, B, T, NH, NH, C / NH, 1);
+  o->attention_bwd_dt(ctx, dt, g->dqkv, g->dc, l->qkv, l->att, B, T, NH, NH, C / NH, 1, a->pos);
   o->zero(ctx, g->dc, NC * es);
   o->matmul_bwd_dt(ctx, dt, g->dc, G(BLK_QKV_W), G(BLK_QKV_B), g->dqkv, l->ln1, WL(BLK_QKV_W),
                    N, C, 3 * C);

@@ -238,7 +238,8 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
   (void)embed;
   (void)embed_lp;
   if (u == 0) {
-    o->embedding_fwd_dt(ctx, dt, g->encoded, a->tok, zt__unit_tensor(m, p, 0, 0), NULL, B, T, C);
+    o->embedding_fwd_dt(ctx, dt, g->encoded, a->tok, zt__unit_tensor(m, p, 0, 0), NULL, B, T,
+                        C, NULL);
     return;
   }
   if (u == L + 1) {
@@ -264,7 +265,7 @@ static void unit_forward(const zt_model *m, zt_acts *a, int u, const float *p, c
   }
   o->rope_fwd_dt(ctx, dt, l->qkv, g->inv_freq, a->pos, N, NH, hs, QKV);
   o->rope_fwd_dt(ctx, dt, at(l->qkv, dt, Q), g->inv_freq, a->pos, N, NKV, hs, QKV);
-  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NKV, hs, 1);
+  o->attention_fwd_dt(ctx, dt, l->atty, l->att, l->qkv, B, T, NH, NKV, hs, 1, a->pos);
   o->matmul_fwd_dt(ctx, dt, g->tmp, l->atty, WL(x.ow), NULL, N, Q, C);
   o->add_dt(ctx, dt, l->res2, in, g->tmp, (size_t)N * C);
   o->rmsnorm_fwd_dt(ctx, dt, l->xn2, l->rstd2, l->res2, W(x.post_w), N, 1, C, C, eps);
@@ -317,7 +318,8 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   int NH = c->n_heads, NKV = m->n_kv_heads, hs = m->head_dim;
   int Q = NH * hs, QKV = (NH + 2 * NKV) * hs;
   if (u == 0) {
-    o->embedding_bwd_dt(ctx, dt, zt__unit_tensor(m, gr, 0, 0), NULL, g->dres, a->tok, B, T, C);
+    o->embedding_bwd_dt(ctx, dt, zt__unit_tensor(m, gr, 0, 0), NULL, g->dres, a->tok, B, T,
+                        C, NULL);
     return;
   }
   if (u == L + 1) {
@@ -345,7 +347,7 @@ static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, 
   o->zero(ctx, g->datt, (size_t)N * Q * es);
   o->matmul_bwd_dt(ctx, dt, g->datt, G(x.ow), NULL, g->dres, l->atty, WL(x.ow), N, Q, C);
   o->zero(ctx, g->dqkv, (size_t)N * QKV * es);
-  o->attention_bwd_dt(ctx, dt, g->dqkv, g->datt, l->qkv, l->att, B, T, NH, NKV, hs, 1);
+  o->attention_bwd_dt(ctx, dt, g->dqkv, g->datt, l->qkv, l->att, B, T, NH, NKV, hs, 1, a->pos);
   o->rope_bwd_dt(ctx, dt, g->dqkv, g->inv_freq, a->pos, N, NH, hs, QKV);
   o->rope_bwd_dt(ctx, dt, at(g->dqkv, dt, Q), g->inv_freq, a->pos, N, NKV, hs, QKV);
   const void *dproj = g->dqkv;

@@ -116,12 +116,16 @@ static uint64_t splitmix64(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-/* Box-Muller in double from two 53-bit uniforms; u1 is in (0, 1] so log() is finite. Only the
- * cosine branch is used: one normal per two draws keeps the stream trivial to reproduce. */
-static double normal01(uint64_t *s) {
-  double u1 = (double)((splitmix64(s) >> 11) + 1) * 0x1.0p-53;
-  double u2 = (double)(splitmix64(s) >> 11) * 0x1.0p-53;
-  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+/* Box-Muller in double from two 53-bit uniforms; u1 is in (0, 1] so log() is finite. Both
+ * branches are used: two normals per two draws, one log and one sincos for a pair of elements
+ * (the cosine branch alone cost a log and a cos per element, 60 ns of the init's 64). */
+static void normal_pair(uint64_t *s, double z[2]) {
+  /* below 2^53: the signed conversion is exact, and one instruction where the unsigned is not */
+  double u1 = (double)(int64_t)((splitmix64(s) >> 11) + 1) * 0x1.0p-53;
+  double u2 = (double)(int64_t)(splitmix64(s) >> 11) * 0x1.0p-53;
+  double r = sqrt(-2.0 * log(u1)), t = 2.0 * M_PI * u2;
+  z[0] = r * cos(t);
+  z[1] = r * sin(t);
 }
 
 static int init_draws(zt__init_kind k) { return k == ZT__INIT_NORMAL || k == ZT__INIT_RESID; }
@@ -129,33 +133,47 @@ static int init_draws(zt__init_kind k) { return k == ZT__INIT_NORMAL || k == ZT_
 /* GPT-2's init for both archs: weights and embeddings N(0, 0.02), projections into the residual
  * stream N(0, 0.02/sqrt(2L)), biases 0, norms 1/0. Tensors are filled in layout order from one
  * splitmix64 stream seeded with cfg.init_seed. (The encoder therefore does not start from
- * PyTorch's default init; parity runs load their init from safetensors.) A range starts the
- * stream where the tensors before it leave it (two draws per random element), without drawing
- * them, so an offloaded open makes its pieces in any order with the flat init's bits. */
-void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst) {
+ * PyTorch's default init; parity runs load their init from safetensors.) Elements 2p and 2p + 1
+ * of a random tensor are the cosine and sine of the pair made from draws 2p and 2p + 1 of the
+ * tensor's part of the stream (2 * ceil(n / 2) draws), so any slice starts its stream without
+ * drawing what comes before: an offloaded open makes its pieces in any order and threads fill
+ * one piece in parts, with the flat init's bits. */
+void zt_model_init_params_slice(const zt_model *m, int first, int end, float *dst, size_t begin,
+                                size_t stop) {
   uint64_t draws = 0;
   for (int i = 0; i < first; i++)
-    if (init_draws(m->init[i])) draws += 2 * (uint64_t)m->t[i].numel;
-  uint64_t s = m->cfg.init_seed + draws * SPLITMIX_GAMMA;
+    if (init_draws(m->init[i])) draws += 2 * (((uint64_t)m->t[i].numel + 1) / 2);
   double resid = 0.02 / sqrt(2.0 * m->cfg.n_layers);
+  size_t base = first < end ? m->t[first].offset : 0;
   for (int i = first; i < end; i++) {
-    float *x = dst + (m->t[i].offset - m->t[first].offset);
-    size_t n = m->t[i].numel;
-    switch (m->init[i]) {
-    case ZT__INIT_NORMAL:
-      for (size_t j = 0; j < n; j++) x[j] = (float)(0.02 * normal01(&s));
-      break;
-    case ZT__INIT_RESID:
-      for (size_t j = 0; j < n; j++) x[j] = (float)(resid * normal01(&s));
-      break;
-    case ZT__INIT_ZEROS:
-      memset(x, 0, n * sizeof *x);
-      break;
-    case ZT__INIT_ONES:
-      for (size_t j = 0; j < n; j++) x[j] = 1.0f;
-      break;
+    size_t at = m->t[i].offset - base, n = m->t[i].numel;
+    size_t j0 = begin > at ? begin - at : 0, j1 = stop < at + n ? stop - at : n;
+    int random = init_draws(m->init[i]);
+    if (stop > at && j0 < n) {
+      float *x = dst + at;
+      uint64_t s = m->cfg.init_seed + (draws + 2 * (uint64_t)(j0 / 2)) * SPLITMIX_GAMMA;
+      double sd = m->init[i] == ZT__INIT_RESID ? resid : 0.02, z[2];
+      if (random)
+        for (size_t j = j0; j < j1;) {
+          normal_pair(&s, z);
+          for (size_t k = j & 1; k < 2 && j < j1; k++, j++) x[j] = (float)(sd * z[k]);
+        }
+      else if (m->init[i] == ZT__INIT_ZEROS)
+        memset(x + j0, 0, (j1 - j0) * sizeof *x);
+      else
+        for (size_t j = j0; j < j1; j++) x[j] = 1.0f;
     }
+    if (random) draws += 2 * (((uint64_t)n + 1) / 2);
   }
+}
+
+size_t zt_model_range_numel(const zt_model *m, int first, int end) {
+  if (first >= end) return 0;
+  return m->t[end - 1].offset + m->t[end - 1].numel - m->t[first].offset;
+}
+
+void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst) {
+  zt_model_init_params_slice(m, first, end, dst, 0, zt_model_range_numel(m, first, end));
 }
 
 void zt_model_init_params(const zt_model *m, float *p) {
@@ -498,6 +516,17 @@ int zt_acts_open(zt_acts **out, const zt_model *m, const zt_backend *be, int B, 
   return zt_acts_open_dt(out, m, be, B, ckpt_every, ZT_F32, err, errlen);
 }
 
+/* 0..T-1 in every row, one document a row: what a caller that stages no positions trains on. */
+static int default_positions(zt_acts *a) {
+  size_t N = (size_t)a->B * (size_t)a->T;
+  int32_t *h = malloc(N * sizeof *h);
+  if (!h) return -ENOMEM;
+  for (size_t i = 0; i < N; i++) h[i] = (int32_t)(i % (size_t)a->T);
+  a->be.ops->to_device(a->be.ctx, a->pos, h, N * sizeof *h);
+  free(h);
+  return 0;
+}
+
 int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int B,
                     int ckpt_every, zt_dtype dt, char *err, size_t errlen) {
   *out = NULL;
@@ -544,6 +573,7 @@ int zt_acts_open_dt(zt_acts **out, const zt_model *m, const zt_backend *be, int 
   m->arch->bind_acts(a, &b);
   if (a->row_loss && !(a->h_tgt = malloc((size_t)B * (size_t)a->T * sizeof *a->h_tgt))) goto nomem;
   if (m->arch->acts_ready) m->arch->acts_ready(a);
+  if (default_positions(a) < 0) goto nomem;
   *out = a;
   return 0;
 nomem:

@@ -53,6 +53,12 @@ typedef struct zt_model_cfg {
   int d_ff;       /* feed-forward width; 0 = the arch default (gpt and llama 4C, encoder 2048) */
   uint64_t init_seed;                 /* used when init_path is empty */
   char init_path[ZT_PATH_MAX];        /* init.safetensors; "" = random init from init_seed */
+  /* init.job: a ztd job whose newest weights start this one; ztd links its checkpoint's
+   * model.safetensors into the new job's directory and points init_path there. "" = none. */
+  char init_job[24];
+  /* Not in the spec: the caller loads a checkpoint over the initial state (ztd's resume), so the
+   * open writes zeros where the init would go, without reading or drawing it. */
+  int init_loaded;
   /* llama only (zt_model_cfg_check refuses them on the other archs): */
   int n_kv_heads;       /* key/value heads (grouped-query attention); 0 = n_heads */
   int head_dim;         /* hs; 0 = d_model / n_heads (then n_heads must divide d_model) */
@@ -126,6 +132,13 @@ void zt_model_init_params(const zt_model *m, float *params_host);
  * is tensor first's first parameter): the bits zt_model_init_params writes there, for any range
  * asked in any order, so that a model larger than memory is initialised a piece at a time. */
 void zt_model_init_params_range(const zt_model *m, int first, int end, float *dst);
+/* Elements [begin, stop) of that range (0 is tensor first's first parameter) into the same
+ * places of dst, the bits the whole range has there: threads fill disjoint slices of one range
+ * in any order and any number (engine/train/trainer.c runs them on the CPU pool). */
+void zt_model_init_params_slice(const zt_model *m, int first, int end, float *dst, size_t begin,
+                                size_t stop);
+/* The parameters of tensors [first, end), which tile one range of the flat layout. */
+size_t zt_model_range_numel(const zt_model *m, int first, int end);
 
 /* ---- checkpoints (safetensors) ---------------------------------------------------------------
  * A model state buffer is a flat host buffer in the parameter layout (parameters, or an AdamW
@@ -221,8 +234,10 @@ zt_dtype zt_acts_dtype(const zt_acts *a);
  * and next-token targets (-1 = ignored). */
 int32_t *zt_acts_tokens(zt_acts *a);
 int32_t *zt_acts_targets(zt_acts *a);
-/* The position of each of the B*T tokens (RoPE's), a backend buffer the caller fills before
- * forward; NULL for an arch without rotary positions (gpt, encoder). */
+/* The position of each of the B*T tokens in its document (ops.h, "Documents"), a backend
+ * buffer of every arch that the caller fills before forward: attention stays inside documents,
+ * and learned positions (gpt) and RoPE (llama) read it. zt_acts_open fills 0..T-1 (one
+ * document a row). */
 int32_t *zt_acts_positions(zt_acts *a);
 /* (B*T, vocab) logits (of the acts' type) after forward; the loss op turns them into their
  * gradient in place. NULL for llama, whose head never holds a micro-batch's logits: its

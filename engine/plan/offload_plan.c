@@ -305,7 +305,7 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
  * once a step when the arena holds them all, else in each forward and backward (the streamer
  * keeps what fits, so this is the most); its gradients to the host every micro-batch and from
  * the second micro-batch on its running sum copied back, or with dsum its sum to the host once
- * a step. */
+ * a step; unit-major, once a pass, and its gradients to the host once a step. */
 static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const zt_offload_placement *p,
                            double *h2d, double *d2h) {
   double ga = tc->grad_accum, fetch = 0, grads = 0;
@@ -313,8 +313,12 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const zt_o
     fetch += (double)unit_fetch_bytes(m, u, tc->precision);
     grads += (double)zt_model_unit(m, u)->numel * sizeof(float);
   }
-  double fetches = p->params == ZT_PLACE_GPU || p->z.all_resident ? 1 : 2 * ga;
-  double moves = p->z.dsum ? 1 : ga;
+  /* unit-major: once a pass; a head that reads the embedding keeps the backward micro-major
+   * (zt_offload_backward_unit_major) */
+  int um_back = p->unit_major && zt_offload_backward_unit_major(m);
+  double fetches = p->params == ZT_PLACE_GPU || p->z.all_resident ? 1
+                   : p->unit_major ? 1 + (um_back ? 1 : ga) : 2 * ga;
+  double moves = p->z.dsum || um_back ? 1 : ga;
   *h2d = fetch * fetches + grads * (moves - 1);
   *d2h = grads * moves;
 }
@@ -350,8 +354,9 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offl
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
   double copies = fmax(h2d / R->h2d_bytes, d2h / R->d2h_bytes);
+  int um_back = p->unit_major && zt_offload_backward_unit_major(m);
   double sums = (ga - 1) * p_cpu * sizeof(float);
-  double resumed = p->z.dsum ? 0 : sums / R->h2d_bytes + sums / R->d2h_bytes;
+  double resumed = p->z.dsum || um_back ? 0 : sums / R->h2d_bytes + sums / R->d2h_bytes;
   double rest = fmax(0, copies - compute) + resumed + p_dev * 18 / R->hbm_bytes;
   if (p->delayed) return fmax(compute + rest, cpu);
   return compute + fmax(last, cpu - hidden) + rest;
@@ -359,13 +364,16 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offl
 
 /* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
  * the host and NVMe sides follow (place_optimizer). */
-static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                    const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
-                    zt_offload_placement *p, char *err, size_t errlen) {
+static int plan_try_order(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                          const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
+                          int um, zt_offload_placement *p, char *err, size_t errlen) {
   zt_offload_cfg c = *oc;
   c.params = place;
   *p = (zt_offload_placement){.ckpt_every = ck, .params = place, .delayed = oc->delayed_update,
+                  .unit_major = um,
                   .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
+  /* unit-major keeps every micro-batch's activations until its backward */
+  p->act_bytes *= um ? (size_t)tc->grad_accum : 1;
   if (!p->act_bytes) {
     snprintf(err, errlen, "train.activation_checkpointing.every %d: cannot size the "
              "activations", ck);
@@ -376,6 +384,32 @@ static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_
     rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, &p->z, err, errlen);
   if (rc == 0) p->est_s = plan_cost(m, tc, p);
   return rc;
+}
+
+/* A candidate in the order offload.order fixes; auto with several micro-batches and a
+ * gpu_budget: the cheaper of the two that fits (unit-major's activations may not), else micro. */
+static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                    const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
+                    zt_offload_placement *p, char *err, size_t errlen) {
+  int several = tc->grad_accum > 1 && tc->grad_accum <= ZT_UNIT_MAJOR_MICROS_MAX;
+  int um = several && oc->order == ZT_ORDER_UNIT;
+  int rc = plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, um, p, err, errlen);
+  if (!several || oc->order != ZT_ORDER_AUTO || !oc->gpu_budget || !p->act_bytes) return rc;
+  zt_offload_placement q;
+  char why[512];
+  if (plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, 1, &q, why, sizeof why) == 0 &&
+      (rc < 0 || q.est_s < p->est_s)) {
+    *p = q;
+    rc = 0;
+  }
+  return rc;
+}
+
+int zt_offload_backward_unit_major(const zt_model *m) {
+  /* the head's gradient of the embedding and the embedding's own add up in one buffer in the
+   * order head, embedding, head, ... of the micro-batches (the run without offload's), which a
+   * unit-major backward would change */
+  return !zt_model_head_reads_embed(m);
 }
 
 /* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
@@ -392,6 +426,11 @@ int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
     snprintf(err, errlen, "offload.gpu_units is %d; the model has %d units and at least one "
              "must be streamed (leave the offload object out to keep everything on the device)",
              oc->gpu_units, nu);
+    return -EINVAL;
+  }
+  if (oc->order == ZT_ORDER_UNIT && tc->grad_accum > ZT_UNIT_MAJOR_MICROS_MAX) {
+    snprintf(err, errlen, "offload.order: unit walks at most %d micro-batches at once "
+             "(train.grad_accum is %d)", ZT_UNIT_MAJOR_MICROS_MAX, tc->grad_accum);
     return -EINVAL;
   }
   int ck_auto = tc->ckpt_every == ZT_CKPT_AUTO && budget;
@@ -474,6 +513,7 @@ int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt
                              .params = p.params,
                              .grads = p.z.dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
                              .dsum_bytes = p.z.dsum_bytes,
+                             .unit_major = p.unit_major,
                              .est_step_s = p.est_s};
     double h2d, d2h;
     plan_transfers(m, tc, &p, &h2d, &d2h);

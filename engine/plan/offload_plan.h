@@ -19,7 +19,7 @@ typedef struct zt_offload_plan {
   size_t host_bytes;       /* the host arena */
   size_t device_bytes;     /* act_bytes + gpu_unit_bytes + dsum_bytes + arena_bytes */
   uint64_t nvme_bytes;     /* the NVMe files, in the store's whole blocks */
-  size_t act_bytes;        /* activations of one micro-batch */
+  size_t act_bytes;        /* activations: of one micro-batch, or unit-major of all the step's */
   size_t gpu_unit_bytes;   /* the units whose optimizer lives on the device */
   size_t arena_bytes;      /* the streamer's arena: parameter copies and gradient buffers */
   int units, gpu_units;    /* the model's units; the leading ones with the optimizer on device */
@@ -30,6 +30,7 @@ typedef struct zt_offload_plan {
   zt_offload_place params; /* the parameters' home between uses, as resolved */
   zt_offload_place grads;  /* where the step's gradient sums are kept, as resolved: gpu, host */
   size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
+  int unit_major;          /* offload.order as resolved: 1 unit, 0 micro */
   double est_step_s;       /* the cost model's step time (engine/plan/rates.h's rates) */
   /* the transfers a step is expected to make: parameters and running gradient sums to the
    * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
@@ -90,7 +91,8 @@ typedef struct zt_offload_sizes {
 typedef struct zt_offload_placement {
   int ckpt_every;          /* train.activation_checkpointing.every, resolved */
   zt_offload_place params; /* offload.params, resolved */
-  size_t act_bytes;
+  size_t act_bytes;        /* every micro-batch's with unit_major */
+  int unit_major;          /* offload.order, resolved */
   zt_offload_sizes z;      /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, resolved */
   int delayed;             /* offload.delayed_update */
   double est_s;            /* the cost model's step time */
@@ -101,6 +103,10 @@ zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dt
 size_t zt_offload_unit_param_bytes(const zt_model *m, int u, zt_dtype dt);
 /* NVMe unit u's stream copy on the host (params not nvme), floats */
 size_t zt_offload_stream_copy_floats(const zt_model *m, int u, zt_dtype dt);
+
+/* Whether a unit-major step's backward is unit-major too (1), or micro-major after a unit-major
+ * forward (0: a head that reads the embedding, docs/offload.md "Unit-major micro-batches"). */
+int zt_offload_backward_unit_major(const zt_model *m);
 
 /* What the offloaded step runs on: the cpu and cuda backends; -ENOTSUP naming the field
  * otherwise. */

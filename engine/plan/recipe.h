@@ -68,6 +68,17 @@ int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen);
 #define ZT_OFFLOAD_GRAD_RING_MIN (ZT_OFFLOAD_UNIT_DONE_LAG + 2)
 #define ZT_OFFLOAD_GRAD_RING_MAX 4096
 
+/* offload.order unit: the micro-batches a step walks at once, at most */
+#define ZT_UNIT_MAJOR_MICROS_MAX 64
+
+/* The order of a step's micro-batches ("auto" | "micro" | "unit" in offload.order,
+ * docs/offload.md "Unit-major micro-batches"). */
+typedef enum zt_offload_order {
+  ZT_ORDER_AUTO = 0,
+  ZT_ORDER_MICRO = 1, /* each micro-batch walks every unit, forward then backward */
+  ZT_ORDER_UNIT = 2,  /* each unit walks every micro-batch: its parameters come once a pass */
+} zt_offload_order;
+
 /* A placement of one kind ("gpu" | "host" | "nvme" | "auto" in the spec). */
 typedef enum zt_offload_place {
   ZT_PLACE_AUTO = 0,
@@ -111,6 +122,8 @@ typedef struct zt_offload_cfg {
   int delayed_update;         /* 1: from step 2 on, the streamed units' update of a step runs
                                  during the next step (docs/offload.md "Delayed
                                  update"); 0: none */
+  zt_offload_order order;     /* with grad_accum > 1; auto: with a gpu_budget the cost model's
+                                 choice, else micro */
   char nvme_dir[ZT_PATH_MAX]; /* an existing directory; the trainer keeps its files in a new
                                  directory in it (zt-offload.XXXXXX, removed when it closes);
                                  required with an nvme placement */

@@ -396,6 +396,20 @@ static int handle_rm(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   return reply_owned(c, req->id, json_pack("{s:s}", "job", job), err);
 }
 
+static int handle_resume(zt_conn *c, const zt_request *req, zt_proto_error *err) {
+  char job[ZT_JOB_ID_MAX];
+  uint64_t steps = 0;
+  int rc = get_job(req, job, err);
+  if (rc < 0) return rc;
+  if ((rc = required(zt_msg_get_u64(req->body, NULL, "steps", true, &steps, err))) < 0) return rc;
+  if (steps > INT64_MAX) steps = INT64_MAX;
+  char msg[256] = "";
+  json_t *r = NULL;
+  if ((rc = zt_jobs_resume(c->srv->jobs, job, (int64_t)steps, c->is_tcp, &r, msg, sizeof msg)) < 0)
+    return job_error(err, rc, msg);
+  return reply_owned(c, req->id, r, err);
+}
+
 static int handle_checkpoint(zt_conn *c, const zt_request *req, zt_proto_error *err) {
   char job[ZT_JOB_ID_MAX];
   int rc = get_job(req, job, err);

@@ -12,7 +12,7 @@ static const char *const k_model[] = {
     "arch",       "vocab",      "seq_len",  "d_model",        "n_heads",  "n_layers",
     "d_ff",       "init",       "n_kv_heads", "head_dim",     "rms_eps",  "rope_theta",
     "rope_scaling", "tie_embeddings", "qkv_bias", "qk_norm",  "hf",       NULL};
-static const char *const k_init[] = {"seed", "safetensors", NULL};
+static const char *const k_init[] = {"seed", "safetensors", "job", NULL};
 static const char *const k_rope[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                      "original_max_position_embeddings", NULL};
 static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum", "batch_tokens",
@@ -25,7 +25,7 @@ static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
 static const char *const k_offload[] = {"params",      "grads",       "optimizer",  "gpu_budget",
                                         "host_budget", "nvme_budget", "prefetch",   "gpu_units",
                                         "host_units",  "grad_slots",  "delayed_update",
-                                        "nvme_dir",    NULL};
+                                        "nvme_dir",    "order",       NULL};
 
 /* "model": {"hf": "/abs/dir", "seq_len": N}: the rest comes from the directory's config.json. */
 static int model_from_hf(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
@@ -142,10 +142,19 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
     if ((rc = zt_json_check_keys(init, "model.init", k_init, err, errlen)) < 0) return rc;
     int has_seed = json_object_get(init, "seed") != NULL;
     int has_file = json_object_get(init, "safetensors") != NULL;
-    if (has_seed == has_file) {
-      snprintf(err, errlen, "model.init takes exactly one of seed or safetensors");
+    json_t *job = json_object_get(init, "job");
+    if (has_seed + has_file + (job != NULL) != 1) {
+      snprintf(err, errlen, "model.init takes exactly one of seed, safetensors or job");
       return -EINVAL;
     }
+    const char *id = json_string_value(job);
+    size_t idlen = id ? strlen(id) : 0;
+    if (job && (!id || idlen < 2 || idlen >= sizeof c->init_job || id[0] != 'j' ||
+                strspn(id + 1, "0123456789") != idlen - 1)) {
+      snprintf(err, errlen, "model.init.job must be a job id such as \"j000004\"");
+      return -EINVAL;
+    }
+    if (job) memcpy(c->init_job, id, idlen + 1);
     int64_t seed;
     if (has_seed && (rc = zt_json_get_int(init, "model.init", "seed", 1, 0, INT64_MAX, 0, &seed,
                                           err, errlen)) < 0)
@@ -160,8 +169,9 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
 
 json_t *zt_config_model_to_json(const zt_model_cfg *c) {
   if (c->hf_dir[0]) return json_pack("{s:s, s:i}", "hf", c->hf_dir, "seq_len", c->seq_len);
-  json_t *init = c->init_path[0] ? json_pack("{s:s}", "safetensors", c->init_path)
-                                 : json_pack("{s:I}", "seed", (json_int_t)c->init_seed);
+  json_t *init = c->init_job[0]    ? json_pack("{s:s}", "job", c->init_job)
+                 : c->init_path[0] ? json_pack("{s:s}", "safetensors", c->init_path)
+                                   : json_pack("{s:I}", "seed", (json_int_t)c->init_seed);
   json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "arch", zt_arch_name(c->arch),
                         "vocab", c->vocab, "seq_len", c->seq_len, "d_model", c->d_model,
                         "n_heads", c->n_heads, "n_layers", c->n_layers, "d_ff", c->d_ff, "init",
@@ -355,6 +365,20 @@ static int get_place(const json_t *o, const char *key, zt_offload_place *out, ch
   return 0;
 }
 
+static const char *const order_names[] = {"auto", "micro", "unit"};
+
+static int get_order(const json_t *o, zt_offload_order *out, char *err, size_t errlen) {
+  const json_t *v = json_object_get(o, "order");
+  if (!v) return 0;
+  for (int i = 0; json_is_string(v) && i <= ZT_ORDER_UNIT; i++)
+    if (!strcmp(json_string_value(v), order_names[i])) {
+      *out = (zt_offload_order)i;
+      return 0;
+    }
+  snprintf(err, errlen, "offload.order must be \"micro\", \"unit\" or \"auto\"");
+  return -EINVAL;
+}
+
 /* A count of units, slots or prefetches: -1 (dflt) when absent; the policy check bounds it. */
 static int get_count(const json_t *o, const char *key, int dflt, int *out, char *err,
                      size_t errlen) {
@@ -383,6 +407,7 @@ int zt_config_offload_from_json(const json_t *o, zt_offload_cfg *c, char *err, s
       (rc = get_place(o, "params", &c->params, err, errlen)) < 0 ||
       (rc = get_place(o, "grads", &c->grads, err, errlen)) < 0 ||
       (rc = get_place(o, "optimizer", &c->optimizer, err, errlen)) < 0 ||
+      (rc = get_order(o, &c->order, err, errlen)) < 0 ||
       (rc = zt_json_get_size(o, "offload", "gpu_budget", 0, &gpu_budget, err, errlen)) < 0 ||
       (rc = zt_json_get_size(o, "offload", "host_budget", 0, &host_budget, err, errlen)) < 0 ||
       (rc = zt_json_get_size(o, "offload", "nvme_budget", 0, &c->nvme_budget, err, errlen)) < 0 ||
@@ -417,5 +442,6 @@ json_t *zt_config_offload_to_json(const zt_offload_cfg *o) {
     json_object_set_new(off, "nvme_budget", json_integer((json_int_t)o->nvme_budget));
   if (o->grad_slots) json_object_set_new(off, "grad_slots", json_integer(o->grad_slots));
   if (o->delayed_update) json_object_set_new(off, "delayed_update", json_true());
+  if (o->order) json_object_set_new(off, "order", json_string(order_names[o->order]));
   return off;
 }

@@ -127,6 +127,42 @@ static int finish(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
   return h->update(ctx, w, scale);
 }
 
+/* The unit-major walk of a rank's micro-batches: each staged into its own activations, walked
+ * through the units together; each one's loss as the micro-major walk makes it. v->acts is each
+ * micro-batch's in turn where the recipe reads it, and the first's after. */
+static int walk_unit_major(zt_trainer *v, const zt__step_hooks *h, void *ctx, zt__step_walk *w,
+                           int micro0, int last, zt__step_norm *n) {
+  const zt__step_args *a = w->a;
+  int G = v->tc.grad_accum, walked = 0, counted = 0, rc = 0;
+  zt__step_micro mbs[ZT_UNIT_MAJOR_MICROS_MAX];
+  zt_acts *a0 = v->acts;
+  for (int k = 0; k < G; k++) {
+    v->acts = h->acts(ctx, k);
+    zt__step_micro mb = {.k = k, .counted = stage_micro(v, a->tokens, micro0 + k),
+                         .first = counted == 0, .last = k == last};
+    counted += mb.counted > 0;
+    if (mb.counted || h->walk_padding) mbs[walked++] = mb;
+  }
+  if (walked && (rc = h->forward_all(ctx, w, mbs, walked)) == 0) {
+    for (int j = 0; j < walked; j++)
+      if (mbs[j].counted) {
+        v->acts = h->acts(ctx, mbs[j].k);
+        micro_loss(v, h, ctx, a, mbs[j].counted);
+      }
+    rc = h->backward_all(ctx, w, mbs, walked);
+  }
+  for (int j = 0; rc == 0 && j < walked; j++)
+    if (mbs[j].counted) {
+      v->acts = h->acts(ctx, mbs[j].k);
+      mbs[j].loss = micro_loss_value(v);
+      if (h->loss && (rc = h->loss(ctx, w, &mbs[j])) < 0) break;
+      n->loss += mbs[j].loss;
+      n->micros++;
+    }
+  v->acts = a0;
+  return rc;
+}
+
 int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__step_args *a,
                   int rank, zt__step_out *out) {
   int G = v->tc.grad_accum, micro0 = rank * G, last = last_counted_micro(v, a->tokens, micro0);
@@ -135,7 +171,8 @@ int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
   *out = (zt__step_out){0};
   int rc = h->begin ? h->begin(ctx, &w) : 0;
   w.overlap = v->tc.grad_clip == 0 && !a->fp16 && !w.deferred;
-  for (int k = 0; rc == 0 && k < G; k++) {
+  if (rc == 0 && w.unit_major) rc = walk_unit_major(v, h, ctx, &w, micro0, last, &n);
+  for (int k = 0; rc == 0 && !w.unit_major && k < G; k++) {
     zt__step_micro mb = {.k = k, .counted = stage_micro(v, a->tokens, micro0 + k),
                          .first = n.micros == 0, .last = k == last};
     /* a micro-batch of padding alone has no loss and contributes no gradient */

@@ -11,7 +11,10 @@
  * The recipe's order, which every strategy keeps (the order of every floating-point operation
  * and of every call to the backend, the copy engine and the communicator is the strategy's
  * own within each hook): begin; per micro-batch k of the rank: stage its tokens, forward, the
- * loss (scaled by loss_scale / (counted * world * grad_accum)), backward; norm; then either a
+ * loss (scaled by loss_scale / (counted * world * grad_accum)), backward (unit-major: every
+ * micro-batch staged, one forward of them all, each one's loss, one backward, each one's loss
+ * value: the same math per unit and micro-batch, in another order between units); norm; then
+ * either a
  * non-finite gradient (fp16: skipped; else refused, or broken where units were updated during
  * the backward) or the clip coefficient and the update; end, whatever happened. Data
  * parallelism runs the walk per rank rather than gathering its ranks into one walk: each rank's
@@ -43,6 +46,9 @@ typedef struct zt__step_walk {
   int overlap;            /* the units' updates may start during the backward: no clipping (it
                              needs the norm first), not fp16 (the overflow verdict first), not
                              deferred */
+  int unit_major;         /* set by begin: the micro-batches are staged first, each into the
+                             activations h->acts gives, and walked together (forward_all,
+                             backward_all) */
 } zt__step_walk;
 
 /* A micro-batch of the walk. */
@@ -91,6 +97,12 @@ typedef struct zt__step_hooks {
   /* brackets the device work the recipe queues itself (the loss): end 0 before, 1 after */
   void (*compute)(void *ctx, int end);
   int (*backward)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);
+  /* unit-major (w->unit_major): the activations of the rank's micro-batch k, and the walks of
+   * the n micro-batches mbs (in k order, those walked) through the units at once; the recipe
+   * computes each one's loss between the two */
+  zt_acts *(*acts)(void *ctx, int k);
+  int (*forward_all)(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs, int n);
+  int (*backward_all)(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs, int n);
   /* after a counted micro-batch's backward: mb->loss is known (a chunked head computes it in
    * its backward) */
   int (*loss)(void *ctx, const zt__step_walk *w, const zt__step_micro *mb);

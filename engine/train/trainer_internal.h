@@ -87,8 +87,13 @@ int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t er
 typedef struct zt__trainer_init {
   const zt_model *m;
   zt_model_file *file;  /* NULL: the seeded init */
+  struct zt_cpu_pool *pool; /* the seeded init's threads (its bits do not depend on them) */
+  int zeros;                /* cfg.init_loaded: zeros, a checkpoint comes over them */
 } zt__trainer_init;
 int zt__trainer_init_open(zt__trainer_init *in, const zt_model *m, char *err, size_t errlen);
+/* The same with the seeded init on `threads` threads (0: every core). */
+int zt__trainer_init_open_threads(zt__trainer_init *in, const zt_model *m, int threads, char *err,
+                                  size_t errlen);
 int zt__trainer_init_read(const zt__trainer_init *in, int u0, int u1, float *host, char *err,
                           size_t errlen);
 void zt__trainer_init_close(zt__trainer_init *in);

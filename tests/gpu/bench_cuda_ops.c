@@ -98,15 +98,16 @@ int main(void) {
   if (!saved)
     return 1;
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, NH, NH, hs, causal));
+    BEST_OF(10, t, op->attention_fwd(ctx, att_out, saved, qkv, B, T, NH, NH, hs, causal, NULL));
     printf("attention_fwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B, T,
            C, NH, causal, t * 1e3, saved_bytes / 1048576.0);
-    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, NH, NH, hs, causal));
+    BEST_OF(10, t, op->attention_bwd(ctx, dqkv, x, qkv, saved, B, T, NH, NH, hs, causal, NULL));
     printf("attention_bwd B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
   }
   /* bf16: the flash kernels (flash_attention.cu), inputs rounded from the fp32 ones */
-  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, NH, NH, hs);
+  size_t n3 = (size_t)N * 3 * C, saved16_bytes = op->attention_saved_bytes_dt(ZT_BF16, B, T, NH,
+                                                                              NH, hs);
   void *qkv16 = op->alloc(ctx, n3 * 2), *dqkv16 = op->alloc(ctx, n3 * 2);
   void *out16 = op->alloc(ctx, (size_t)N * C * 2), *dout16 = op->alloc(ctx, (size_t)N * C * 2);
   void *saved16 = op->alloc(ctx, saved16_bytes);
@@ -116,14 +117,60 @@ int main(void) {
   op->cast(ctx, dqkv16, ZT_BF16, qkv, ZT_F32, n3);
   op->cast(ctx, dout16, ZT_BF16, x, ZT_F32, (size_t)N * C);
   for (int causal = 0; causal < 2; causal++) {
-    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, NH, NH, hs, causal));
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, out16, saved16, qkv16, B, T, NH, NH, hs,
+                                        causal, NULL));
     printf("attention_fwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms (saved %.0f MiB)\n", B,
            T, C, NH, causal, t * 1e3, saved16_bytes / 1048576.0);
     BEST_OF(10, t,
             op->attention_bwd_dt(ctx, ZT_BF16, dqkv16, dout16, qkv16, saved16, B, T, NH, NH, hs,
-                                 causal));
+                                 causal, NULL));
     printf("attention_bwd bf16 B=%d T=%d C=%d NH=%d causal=%d: %8.3f ms\n", B, T, C, NH, causal,
            t * 1e3);
+  }
+
+  /* packed documents in bf16 (ops.h, "Documents"): B 8 rows of T 4096 holding documents of
+   * 384 to 640 tokens (about 512), against the same shape as one document a row (positions
+   * NULL, and 0..T-1: what the model passes by default) */
+  {
+    const int PB = 8, PT = 4096, PNH = 12, PHS = 64, PR = 3 * PNH * PHS;
+    size_t pn = (size_t)PB * PT, nq = pn * PR, no = pn * PNH * PHS;
+    size_t sb = op->attention_saved_bytes_dt(ZT_BF16, PB, PT, PNH, PNH, PHS);
+    float *src = dev_floats(nq);
+    void *a = op->alloc(ctx, nq * 2), *da = op->alloc(ctx, nq * 2), *o = op->alloc(ctx, no * 2);
+    void *sv = op->alloc(ctx, sb);
+    int32_t *h = malloc(pn * 2 * sizeof *h), *packed = op->alloc(ctx, pn * sizeof *h);
+    int32_t *ident = op->alloc(ctx, pn * sizeof *h);
+    if (!a || !da || !o || !sv || !h || !packed || !ident)
+      return 1;
+    int docs = 0;
+    for (int b = 0; b < PB; b++)
+      for (int i = 0; i < PT; docs++) {
+        int len = 384 + (int)((docs * 2654435761u) % 257);
+        for (int j = 0; j < len && i < PT; j++, i++) h[(size_t)b * PT + i] = j;
+      }
+    for (size_t i = 0; i < pn; i++) h[pn + i] = (int32_t)(i % PT);
+    op->to_device(ctx, packed, h, pn * sizeof *h);
+    op->to_device(ctx, ident, h + pn, pn * sizeof *h);
+    op->cast(ctx, a, ZT_BF16, src, ZT_F32, nq);
+    op->cast(ctx, da, ZT_BF16, src, ZT_F32, nq);
+    const int32_t *which[3] = {NULL, ident, packed};
+    const char *name[3] = {"one document a row (pos NULL)", "one document a row (pos 0..T-1)",
+                           "packed"};
+    for (int causal = 1; causal >= 0; causal--)
+      for (int k = 0; k < 3; k++) {
+        double tf, tb;
+        BEST_OF(10, tf, op->attention_fwd_dt(ctx, ZT_BF16, o, sv, a, PB, PT, PNH, PNH, PHS,
+                                             causal, which[k]));
+        BEST_OF(10, tb, op->attention_bwd_dt(ctx, ZT_BF16, da, o, a, sv, PB, PT, PNH, PNH, PHS,
+                                             causal, which[k]));
+        printf("attention bf16 B=%d T=%d NH=%d hs=%d causal=%d %s%s%.0f: fwd %8.3f ms bwd "
+               "%8.3f ms\n", PB, PT, PNH, PHS, causal, name[k],
+               k == 2 ? ", documents of ~" : "", k == 2 ? (double)pn / docs : 0.0, tf * 1e3,
+               tb * 1e3);
+      }
+    free(h);
+    op->free(ctx, src), op->free(ctx, a), op->free(ctx, da), op->free(ctx, o), op->free(ctx, sv);
+    op->free(ctx, packed), op->free(ctx, ident);
   }
 
   /* the llama family in bf16: grouped-query flash attention, rmsnorm, rope, swiglu */
@@ -142,10 +189,10 @@ int main(void) {
     op->cast(ctx, da, ZT_BF16, src, ZT_F32, nq);
     op->cast(ctx, h1, ZT_BF16, src, ZT_F32, nf * 2);
     op->cast(ctx, h2, ZT_BF16, src, ZT_F32, nf * 2);
-    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, o, sv, a, B, T, LNH, LNKV, LHS, 1));
+    BEST_OF(10, t, op->attention_fwd_dt(ctx, ZT_BF16, o, sv, a, B, T, LNH, LNKV, LHS, 1, NULL));
     printf("attention_fwd bf16 GQA B=%d T=%d NH=%d NKV=%d hs=%d causal: %8.3f ms\n", B, T, LNH,
            LNKV, LHS, t * 1e3);
-    BEST_OF(10, t, op->attention_bwd_dt(ctx, ZT_BF16, da, o, a, sv, B, T, LNH, LNKV, LHS, 1));
+    BEST_OF(10, t, op->attention_bwd_dt(ctx, ZT_BF16, da, o, a, sv, B, T, LNH, LNKV, LHS, 1, NULL));
     printf("attention_bwd bf16 GQA B=%d T=%d NH=%d NKV=%d hs=%d causal: %8.3f ms\n", B, T, LNH,
            LNKV, LHS, t * 1e3);
     BEST_OF(10, t, op->rmsnorm_fwd_dt(ctx, ZT_BF16, h1, rs, h2, nw, N, 1, LC, LC, 1e-5f));
@@ -176,10 +223,25 @@ int main(void) {
 
   int32_t *tok = dev_tokens(N, V);
   float *wte = dev_floats((size_t)V * C), *wpe = dev_floats((size_t)T * C);
-  BEST_OF(10, t, op->embedding_fwd(ctx, x, tok, wte, wpe, B, T, C));
+  BEST_OF(10, t, op->embedding_fwd(ctx, x, tok, wte, wpe, B, T, C, NULL));
   printf("embedding_fwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
-  BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C));
+  BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C, NULL));
   printf("embedding_bwd B=%d T=%d C=%d: %8.3f ms\n", B, T, C, t * 1e3);
+  /* with positions 0..T-1, as the model passes them by default */
+  int32_t *epos = dev_tokens(N, 1);
+  {
+    int32_t *h = malloc((size_t)N * sizeof *h);
+    if (!h)
+      return 1;
+    for (int i = 0; i < N; i++)
+      h[i] = i % T;
+    op->to_device(ctx, epos, h, (size_t)N * sizeof *h);
+    free(h);
+  }
+  BEST_OF(10, t, op->embedding_fwd(ctx, x, tok, wte, wpe, B, T, C, epos));
+  printf("embedding_fwd B=%d T=%d C=%d pos 0..T-1: %8.3f ms\n", B, T, C, t * 1e3);
+  BEST_OF(10, t, op->embedding_bwd(ctx, wte, wpe, x, tok, B, T, C, epos));
+  printf("embedding_bwd B=%d T=%d C=%d pos 0..T-1: %8.3f ms\n", B, T, C, t * 1e3);
 
   float *logits = dev_floats((size_t)N * Vp);
   double loss;

@@ -144,30 +144,32 @@ static void test_shape(zt_dtype dt, int B, int T, int NH, int NKV, int hs, int c
   void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NKV, hs));
   if (!saved_h) exit(1);
 
-  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal);
+  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal, NULL);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal, NULL);
   snprintf(what, sizeof what, "fwd %s", tag);
   check(what, &out, A_out, R_out, 0, 0);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out2.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out2.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal, NULL);
   snprintf(what, sizeof what, "fwd twice %s", tag);
   same_bits(what, &out, &out2);
 
   /* the gradient alone (from zeros), then added onto a random start */
   tb dz = make(dt, nqkv, 0, 0);
-  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dz.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dz.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal);
+  cpu.ops->attention_bwd_dt(cpu.ctx, dt, dz.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs, causal,
+                            NULL);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, dz.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal,
+                            NULL);
   snprintf(what, sizeof what, "bwd from 0 (dq|dk|dv) %s", tag);
   check(what, &dz, A_grad, R_grad, qn, kvn);
   tb dadd = make(dt, nqkv, -1, 1), dadd2 = make(dt, nqkv, 0, 0);
   gpu.ops->to_device(gpu.ctx, dadd2.d, dadd.h, nqkv * zt_dtype_size(dt));
   cpu.ops->attention_bwd_dt(cpu.ctx, dt, dadd.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs,
-                            causal);
+                            causal, NULL);
   gpu.ops->attention_bwd_dt(gpu.ctx, dt, dadd.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs,
-                            causal);
+                            causal, NULL);
   snprintf(what, sizeof what, "bwd adds into dqkv %s", tag);
   check(what, &dadd, A_grad, R_grad, qn, kvn);
   gpu.ops->attention_bwd_dt(gpu.ctx, dt, dadd2.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs,
-                            causal);
+                            causal, NULL);
   snprintf(what, sizeof what, "bwd twice %s", tag);
   same_bits(what, &dadd, &dadd2);
 
@@ -190,11 +192,13 @@ static void test_unaligned(zt_dtype dt, int B, int T, int NH, int NKV, int hs, i
   char what[128];
   gpu.ops->to_device(gpu.ctx, qkv_u + 2, qkv.h, nqkv * es);
   gpu.ops->to_device(gpu.ctx, dout_u + 2, dout.h, n * es);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved, qkv.d, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_bwd_dt(gpu.ctx, dt, d.d, dout.d, qkv.d, saved, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out_u.d, saved, qkv_u + 2, B, T, NH, NKV, hs, causal);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved, qkv.d, B, T, NH, NKV, hs, causal, NULL);
+  gpu.ops->attention_bwd_dt(gpu.ctx, dt, d.d, dout.d, qkv.d, saved, B, T, NH, NKV, hs, causal,
+                            NULL);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out_u.d, saved, qkv_u + 2, B, T, NH, NKV, hs, causal,
+                            NULL);
   gpu.ops->attention_bwd_dt(gpu.ctx, dt, d_u.d, dout_u + 2, qkv_u + 2, saved, B, T, NH, NKV, hs,
-                            causal);
+                            causal, NULL);
   snprintf(what, sizeof what, "fwd unaligned = aligned B=%d T=%d hs=%d NH=%d NKV=%d", B, T, hs,
            NH, NKV);
   same_bits(what, &out, &out_u);

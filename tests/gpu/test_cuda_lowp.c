@@ -181,16 +181,16 @@ static void test_attention(zt_dtype dt, int B, int T, int NH, int NKV, int hs, i
   tb qkv = make(dt, nqkv, -1, 1), out = make(dt, n, 0, 0);
   void *saved_h = calloc(1, cpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NKV, hs));
   void *saved_d = twin_dev_alloc(&gpu, gpu.ops->attention_saved_bytes_dt(dt, B, T, NH, NKV, hs));
-  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal);
+  cpu.ops->attention_fwd_dt(cpu.ctx, dt, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal, NULL);
+  gpu.ops->attention_fwd_dt(gpu.ctx, dt, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal, NULL);
   snprintf(what, sizeof what, "attention_fwd B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T, NH,
            NKV, hs, causal);
   check(what, &out, 4 * u, 4 * u);
   tb dout = make(dt, n, -1, 1), dqkv = make(dt, nqkv, -1, 1);
   cpu.ops->attention_bwd_dt(cpu.ctx, dt, dqkv.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs,
-                            causal);
+                            causal, NULL);
   gpu.ops->attention_bwd_dt(gpu.ctx, dt, dqkv.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs,
-                            causal);
+                            causal, NULL);
   snprintf(what, sizeof what, "attention_bwd B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T, NH,
            NKV, hs, causal);
   check(what, &dqkv, 16 * u, 8 * u);
@@ -304,13 +304,13 @@ static void test_embedding(zt_dtype dt, int B, int T, int C, int V) {
   gpu.ops->to_device(gpu.ctx, dtok, tok, rows * sizeof *tok);
   tb wte = make(ZT_F32, (size_t)V * C, -1, 1), wpe = make(ZT_F32, (size_t)T * C, -1, 1);
   tb out = make(dt, rows * C, 0, 0);
-  cpu.ops->embedding_fwd_dt(cpu.ctx, dt, out.h, tok, wte.h, wpe.h, B, T, C);
-  gpu.ops->embedding_fwd_dt(gpu.ctx, dt, out.d, dtok, wte.d, wpe.d, B, T, C);
+  cpu.ops->embedding_fwd_dt(cpu.ctx, dt, out.h, tok, wte.h, wpe.h, B, T, C, NULL);
+  gpu.ops->embedding_fwd_dt(gpu.ctx, dt, out.d, dtok, wte.d, wpe.d, B, T, C, NULL);
   check_bits("embedding_fwd", &out);
   tb dout = make(dt, rows * C, -1, 1);
   tb dwte = make(ZT_F32, (size_t)V * C, -1, 1), dwpe = make(ZT_F32, (size_t)T * C, -1, 1);
-  cpu.ops->embedding_bwd_dt(cpu.ctx, dt, dwte.h, dwpe.h, dout.h, tok, B, T, C);
-  gpu.ops->embedding_bwd_dt(gpu.ctx, dt, dwte.d, dwpe.d, dout.d, dtok, B, T, C);
+  cpu.ops->embedding_bwd_dt(cpu.ctx, dt, dwte.h, dwpe.h, dout.h, tok, B, T, C, NULL);
+  gpu.ops->embedding_bwd_dt(gpu.ctx, dt, dwte.d, dwpe.d, dout.d, dtok, B, T, C, NULL);
   check("embedding_bwd dwte (fp32)", &dwte, 1e-6, 1e-6);
   check("embedding_bwd dwpe (fp32)", &dwpe, 1e-6, 1e-6);
   free(tok);

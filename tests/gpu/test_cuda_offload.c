@@ -11,13 +11,18 @@
  * offloaded one changing no parameter or moment for it and, resident, fetching nothing again
  * after it. The delayed update (offload.delayed_update), streamed: losses within the same
  * tolerances of the cpu backend's delayed run, and ten times further from the undelayed run's.
- * Exits 77 without a GPU. */
+ * offload.order unit, resident with the sums on the host and streamed (clipped): the same
+ * tolerances; the bytes to the device exactly the pieces once a step (a head that reads the
+ * embedding keeps its backward micro-major: the running sums too), the gradients to the host
+ * exactly once a step (also resident micro-major with the sums on the device), streamed at
+ * most the pieces twice a step. Exits 77 without a GPU. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/kernels/cuda/cuda_backend.h"
+#include "engine/plan/offload_plan.h"
 #include "engine/train/offload/offload.h"
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
@@ -151,10 +156,14 @@ static void stream_within_least(const zt_backend *gpu, const zt_model_cfg *mc,
   oc->gpu_budget = hi;
 }
 
-typedef enum placement { RESIDENT, SUMS_HOST, STREAMED, OPT_NVME, DEVICE_UNITS } placement;
+typedef enum placement {
+  RESIDENT, SUMS_HOST, STREAMED, OPT_NVME, DEVICE_UNITS, UNIT_SUMS_HOST, UNIT_STREAMED
+} placement;
 static const char *const placement_names[] = {"resident", "resident, sums on the host",
                                               "streamed", "optimizer nvme",
-                                              "2 device units, streamed"};
+                                              "2 device units, streamed",
+                                              "unit-major, resident, sums on the host",
+                                              "unit-major, streamed"};
 
 static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, placement pl,
                  const char *tmp) {
@@ -179,8 +188,11 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   zt_trainer *a = NULL, *b = NULL;
   double ref[STEPS], off[STEPS];
   if (pl == DEVICE_UNITS) oc.gpu_units = 2;
-  if (pl == SUMS_HOST) oc.grads = ZT_PLACE_HOST;
-  if (pl != RESIDENT && pl != SUMS_HOST) stream_within_least(gpu, &mc, &tc, &oc);
+  int unit = pl == UNIT_SUMS_HOST || pl == UNIT_STREAMED;
+  if (unit) oc.order = ZT_ORDER_UNIT;
+  if (pl == SUMS_HOST || pl == UNIT_SUMS_HOST) oc.grads = ZT_PLACE_HOST;
+  int resident = pl == RESIDENT || pl == SUMS_HOST || pl == UNIT_SUMS_HOST;
+  if (!resident) stream_within_least(gpu, &mc, &tc, &oc);
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, gpu, err, sizeof err) == 0, "%s: %s", what, err) ||
       MC_EXPECT(zt_trainer_open_offload(&b, &mc, &tc, &oc, gpu, err, sizeof err) == 0, "%s: %s",
                 what, err)) {
@@ -204,13 +216,18 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
                      st.host_pinned, st.host_bytes);
   /* fp16: one step skipped, which updates nothing and leaves the device copies valid */
   int skipped = dt == ZT_F16;
-  if (pl == RESIDENT || pl == SUMS_HOST) {
+  /* unit-major with a head that does not read the embedding: each unit's gradients summed over
+   * the micro-batches on the device and sent to the host once a step, nothing resumed */
+  int once = unit && zt_offload_backward_unit_major(zt_trainer_model(b));
+  fails += MC_EXPECT(st.unit_major == unit, "%s: unit-major %d", what, st.unit_major);
+  uint64_t grads = piece_bytes(&mc, ZT_F32);
+  if (resident) {
     /* the pieces once a step but after the skipped one; with the sums on the host (without a
      * budget auto keeps them on the device) from the second micro-batch on each unit's running
-     * sum */
-    zt_offload_place sums = pl == SUMS_HOST ? ZT_PLACE_HOST : ZT_PLACE_GPU;
+     * sum, but unit-major */
+    zt_offload_place sums = pl == RESIDENT ? ZT_PLACE_GPU : ZT_PLACE_HOST;
     uint64_t want = (STEPS - skipped) * piece_bytes(&mc, dt) +
-                    (sums == ZT_PLACE_HOST ? STEPS * (GA - 1) * piece_bytes(&mc, ZT_F32) : 0);
+                    (sums == ZT_PLACE_HOST && !once ? STEPS * (GA - 1) * grads : 0);
     fails += MC_EXPECT(st.grads == sums, "%s: gradient sums on the %s", what,
                        zt_offload_place_name(st.grads));
     fails += MC_EXPECT(st.bytes_h2d == want, "%s: %llu bytes to the device, the pieces are %llu",
@@ -218,6 +235,17 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   } else {
     fails += MC_EXPECT(st.evictions > 0, "%s: nothing evicted: not streamed", what);
   }
+  /* the gradients once a step exactly; streamed unit-major, the pieces at most twice a step
+   * (once for the forward of both micro-batches, once for their backward) */
+  if (once || pl == RESIDENT)
+    fails += MC_EXPECT(st.bytes_d2h == STEPS * grads, "%s: %llu bytes to the host, the "
+                       "gradients once a step are %llu", what, (unsigned long long)st.bytes_d2h,
+                       (unsigned long long)(STEPS * grads));
+  if (once && pl == UNIT_STREAMED)
+    fails += MC_EXPECT(st.bytes_h2d <= 2 * STEPS * piece_bytes(&mc, dt), "%s: %llu bytes to "
+                       "the device, more than the pieces twice a step (%llu)", what,
+                       (unsigned long long)st.bytes_h2d,
+                       (unsigned long long)(2 * STEPS * piece_bytes(&mc, dt)));
   fails += MC_EXPECT(st.gpu_units == (pl == DEVICE_UNITS ? 2 : 0) &&
                      st.gpu_unit_updates == (uint64_t)(STEPS - skipped) * st.gpu_units,
                      "%s: %d device units, %llu updates", what, st.gpu_units,
@@ -328,6 +356,8 @@ int main(void) {
       fails += check(&gpu, archs[i], dts[d], 1.0f, STREAMED, tmp);
       if (have_uring) fails += check(&gpu, archs[i], dts[d], 0, OPT_NVME, tmp);
       fails += check(&gpu, archs[i], dts[d], 1.0f, DEVICE_UNITS, tmp);
+      fails += check(&gpu, archs[i], dts[d], 0, UNIT_SUMS_HOST, tmp);
+      fails += check(&gpu, archs[i], dts[d], 1.0f, UNIT_STREAMED, tmp);
       fails += check_delayed(&gpu, archs[i], dts[d]);
     }
   if (!have_uring) printf("optimizer nvme cases skipped: io_uring unavailable (%s)\n", err);

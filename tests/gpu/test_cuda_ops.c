@@ -140,28 +140,28 @@ static void test_embedding(kc_rng *r, int B, int T, int C, int V) {
 
   for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
     buf *o = with_wpe ? &out : &out2;
-    cpu.ops->embedding_fwd(cpu.ctx, o->h, tok, wte.h, with_wpe ? wpe.h : NULL, B, T, C);
-    gpu.ops->embedding_fwd(gpu.ctx, o->d, dtok, wte.d, with_wpe ? wpe.d : NULL, B, T, C);
+    cpu.ops->embedding_fwd(cpu.ctx, o->h, tok, wte.h, with_wpe ? wpe.h : NULL, B, T, C, NULL);
+    gpu.ops->embedding_fwd(gpu.ctx, o->d, dtok, wte.d, with_wpe ? wpe.d : NULL, B, T, C, NULL);
     snprintf(what, sizeof what, "embedding_fwd B=%d T=%d C=%d wpe=%d", B, T, C, with_wpe);
     check(what, *o, 0, 0);
   }
 
   buf dout = random_buf(r, rows * C, -1, 1);
   buf dwte = random_buf(r, (size_t)V * C, -1, 1), dwpe = random_buf(r, (size_t)T * C, -1, 1);
-  cpu.ops->embedding_bwd(cpu.ctx, dwte.h, dwpe.h, dout.h, tok, B, T, C);
-  gpu.ops->embedding_bwd(gpu.ctx, dwte.d, dwpe.d, dout.d, dtok, B, T, C);
+  cpu.ops->embedding_bwd(cpu.ctx, dwte.h, dwpe.h, dout.h, tok, B, T, C, NULL);
+  gpu.ops->embedding_bwd(gpu.ctx, dwte.d, dwpe.d, dout.d, dtok, B, T, C, NULL);
   snprintf(what, sizeof what, "embedding_bwd dwte V=%d", V);
   check(what, dwte, 1e-6, 1e-6);
   check("embedding_bwd dwpe", dwpe, 1e-6, 1e-6);
   /* without wpe: dwte only */
-  cpu.ops->embedding_bwd(cpu.ctx, dwte.h, NULL, dout.h, tok, B, T, C);
-  gpu.ops->embedding_bwd(gpu.ctx, dwte.d, NULL, dout.d, dtok, B, T, C);
+  cpu.ops->embedding_bwd(cpu.ctx, dwte.h, NULL, dout.h, tok, B, T, C, NULL);
+  gpu.ops->embedding_bwd(gpu.ctx, dwte.d, NULL, dout.d, dtok, B, T, C, NULL);
   check("embedding_bwd dwte (no wpe, second add)", dwte, 1e-6, 1e-6);
 
   /* determinism: the same backward into two copies of the same start */
   buf d1 = zero_buf((size_t)V * C), d2 = zero_buf((size_t)V * C);
-  gpu.ops->embedding_bwd(gpu.ctx, d1.d, NULL, dout.d, dtok, B, T, C);
-  gpu.ops->embedding_bwd(gpu.ctx, d2.d, NULL, dout.d, dtok, B, T, C);
+  gpu.ops->embedding_bwd(gpu.ctx, d1.d, NULL, dout.d, dtok, B, T, C, NULL);
+  gpu.ops->embedding_bwd(gpu.ctx, d2.d, NULL, dout.d, dtok, B, T, C, NULL);
   expect_same_bits("embedding_bwd twice", d1.d, d2.d, d1.n);
 
   buf *all[] = {&wte, &wpe, &out, &out2, &dout, &dwte, &dwpe, &d1, &d2};
@@ -257,8 +257,8 @@ static void test_attention(kc_rng *r, int B, int T, int NH, int NKV, int hs, int
   float *saved_d = twin_dev_alloc(&gpu, gbytes);
   char what[128];
 
-  cpu.ops->attention_fwd(cpu.ctx, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_fwd(gpu.ctx, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal);
+  cpu.ops->attention_fwd(cpu.ctx, out.h, saved_h, qkv.h, B, T, NH, NKV, hs, causal, NULL);
+  gpu.ops->attention_fwd(gpu.ctx, out.d, saved_d, qkv.d, B, T, NH, NKV, hs, causal, NULL);
   snprintf(what, sizeof what, "attention_fwd P B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T, NH,
            NKV, hs, causal);
   float *p_got = download(saved_d, np);
@@ -271,15 +271,15 @@ static void test_attention(kc_rng *r, int B, int T, int NH, int NKV, int hs, int
    * shared head sum over its group: longer sums. */
   gpu.ops->to_device(gpu.ctx, saved_d, saved_h, np * sizeof(float));
   buf dout = random_buf(r, nout, -1, 1), dqkv = random_buf(r, nqkv, -1, 1);
-  cpu.ops->attention_bwd(cpu.ctx, dqkv.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_bwd(gpu.ctx, dqkv.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal);
+  cpu.ops->attention_bwd(cpu.ctx, dqkv.h, dout.h, qkv.h, saved_h, B, T, NH, NKV, hs, causal, NULL);
+  gpu.ops->attention_bwd(gpu.ctx, dqkv.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal, NULL);
   snprintf(what, sizeof what, "attention_bwd dqkv B=%d T=%d NH=%d NKV=%d hs=%d causal=%d", B, T,
            NH, NKV, hs, causal);
   check(what, dqkv, sum_atol(NH / NKV * T + hs), 1e-4);
 
   buf d1 = zero_buf(nqkv), d2 = zero_buf(nqkv);
-  gpu.ops->attention_bwd(gpu.ctx, d1.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal);
-  gpu.ops->attention_bwd(gpu.ctx, d2.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal);
+  gpu.ops->attention_bwd(gpu.ctx, d1.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal, NULL);
+  gpu.ops->attention_bwd(gpu.ctx, d2.d, dout.d, qkv.d, saved_d, B, T, NH, NKV, hs, causal, NULL);
   snprintf(what, sizeof what, "attention_bwd twice NH=%d NKV=%d hs=%d", NH, NKV, hs);
   expect_same_bits(what, d1.d, d2.d, nqkv);
 

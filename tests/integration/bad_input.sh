@@ -48,6 +48,9 @@ bad_spec host-budget-small 's["offload"] = {"optimizer": "host", "host_budget": 
 bad_spec delayed-type 's["offload"] = {"delayed_update": 1}' offload.delayed_update
 bad_spec delayed-params-nvme 's["offload"] = {"delayed_update": True, "params": "nvme", "optimizer": "nvme", "nvme_dir": "/tmp"}' offload.delayed_update
 bad_spec delayed-dp 's["offload"] = {"delayed_update": True}; s["parallel"] = {"gpus": 2}' offload.delayed_update
+bad_spec order-word 's["offload"] = {"order": "units"}' offload.order
+bad_spec order-dp 's["offload"] = {"order": "unit"}; s["parallel"] = {"gpus": 2}' offload.order
+bad_spec order-many 's["offload"] = {"order": "unit"}; s["train"]["grad_accum"] = 65' offload.order
 bad_spec grads-gpu-dp 's["offload"] = {"grads": "gpu"}; s["parallel"] = {"gpus": 2}' offload.grads
 bad_spec grads-nvme 's["offload"] = {"grads": "nvme"}' offload.grads
 bad_spec ckpt-word 's["train"]["activation_checkpointing"] = {"every": "often"}' 'integer or "auto"'

@@ -17,7 +17,8 @@ job=$(submit "$ZT_TMP/job.json")
 
 # -f prints what the log holds and what comes until the job ends, then exits
 out=$(timeout 120 "$ZTCTL" --socket "$SOCK" logs "$job" -f) || fail "logs -f: $out"
-for want in "queued: tiny" "running on the cpu backend" "checkpoint at step 40" "done at step 40"; do
+for want in "queued: tiny" "running on the cpu backend" "ready to train" "first step (1) done" \
+    "checkpoint at step 40" "done at step 40"; do
   grep -q "$want" <<<"$out" || fail "logs -f lacks '$want': $out"
 done
 [ "$out" = "$(cat "$STATE/jobs/$job/log")" ] || fail "logs -f is not the log file"

@@ -96,7 +96,7 @@ assert 0 < plans[1]["offload"]["host_bytes_per_rank"] < plans[3]["offload"]["hos
 PY
 expect_fail 1 "offload.gpu_budget 683.59 KiB per GPU is too small for parallel.gpus 2: with the \
 optimizer of 0 unit(s) on the GPU and the rest's on the host, the parameters on the host and \
-every block recomputed a rank needs 728.69 KiB" budget_plan 700000
+every block recomputed a rank needs 728.94 KiB" budget_plan 700000
 ospec "$ZT_TMP/h3.json" 3 '{"optimizer": "host", "params": "host", "gpu_units": 1}'
 ospec "$ZT_TMP/n3.json" 3 "{\"optimizer\": \"nvme\", \"gpu_units\": 1, \"nvme_dir\": \"$NVME\"}"
 python3 - "$(ztctl --json plan "$ZT_TMP/n3.json")" <<'PY' || fail "nvme plan"

@@ -65,5 +65,14 @@ with ztclient.connect(socket=sock) as c:
     assert listing["step"] == STEPS and names == ["config.json", "model.safetensors"], listing
     with open(os.path.join(hf_dir, "config.json")) as f:
         assert json.load(f)["architectures"] == ["GPT2LMHeadModel"]
+    try:
+        c.resume(job, STEPS)
+    except ztclient.ZtError as e:
+        assert e.code == "EINVAL" and f"steps {STEPS} is not in" in e.message, (e.code, e.message)
+    else:
+        raise AssertionError("a resume to the step the job is at was accepted")
+    r = c.resume(job, STEPS + 1)
+    assert r == {"job": job, "state": "queued", "steps": STEPS + 1, "from_step": STEPS}, r
+    c.cancel(job)  # it would wait for a pushed batch
 print(f"python client: job {job} trained {STEPS} steps, losses {show['losses'][0]:.4f} -> "
       f"{show['losses'][-1]:.4f}, exported {len(header) - ('__metadata__' in header)} tensors")

@@ -67,6 +67,38 @@ print("offload: 20 losses bitwise equal to the job without offload")
 PY
 [ -z "$(ls -A "$ZT_TMP/nvme")" ] || fail "the offloaded job left files in --nvme-dir: $(ls "$ZT_TMP/nvme")"
 
+# offload.order unit (an untied llama: its backward unit-major too), streamed within the
+# smallest budget with checkpointing: the plan says so, and the losses of 3 micro-batches a
+# step are bitwise the job's without offload.
+ARCH=llama pspec "$ZT_TMP/um-ref.json" 12 3 ""
+ARCH=llama pspec "$ZT_TMP/um.json" 12 3 ""
+python3 - "$ZT_TMP/um.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["train"]["activation_checkpointing"] = {"every": 1}
+s["offload"] = {"params": "host", "order": "unit", "gpu_budget": 1000}
+json.dump(s, open(sys.argv[1], "w"))
+PY
+out=$(ztctl plan "$ZT_TMP/um.json" 2>&1) && fail "unit-major: a 1000-byte gpu_budget was accepted"
+um_need=$(printf '%s' "$out" | sed -n 's/.*streaming needs at least [^(]* (\([0-9]*\) bytes.*/\1/p')
+[ -n "$um_need" ] || fail "unit-major budget refusal: $out"
+sed -i "s/\"gpu_budget\": 1000/\"gpu_budget\": $um_need/" "$ZT_TMP/um.json"
+ztctl --json plan "$ZT_TMP/um.json" | python3 -c '
+import json, sys
+o = json.loads(sys.stdin.read())["offload"]
+assert o["order"] == "unit" and o["ckpt_every"] == 1 and o["params"] == "host", o' ||
+  fail "unit-major plan: $(ztctl --json plan "$ZT_TMP/um.json")"
+um_ref=$(submit "$ZT_TMP/um-ref.json")
+um=$(submit "$ZT_TMP/um.json")
+wait_state "$um_ref" done
+wait_state "$um" done
+python3 - "$(ztctl --json show "$um_ref")" "$(ztctl --json show "$um")" <<'PY' || fail "unit-major losses differ"
+import json, sys
+ref, um = (json.loads(a) for a in sys.argv[1:3])
+assert ref["losses"] == um["losses"] and len(ref["losses"]) == 12, (ref["losses"], um["losses"])
+print("offload.order unit: 12 losses bitwise equal to the job without offload")
+PY
+
 # Precisions: on cuda, bf16 and fp16 jobs learn, with activation checkpointing on and off; on
 # cpu they are refused at submit, naming the field.
 for prec in bf16 fp16; do

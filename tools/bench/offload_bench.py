@@ -13,8 +13,11 @@ same batches, bf16 compute with fp32 master weights, AdamW:
   MODEL:PARAMS:OPTIMIZER:CKPT (params gpu: every unit's compute copy resident, host: streamed,
   auto: the planner's choice; optimizer host: every update on the CPU, auto: the planner puts
   the leading units that fit the budget on the GPU; CKPT an integer or auto). PARAMS none: no
-  offload object and no budget, the plain step on the GPU (the "no-budget time"). A fifth
-  field `delayed` adds "delayed_update": true (the optimizer one step behind).
+  offload object and no budget, the plain step on the GPU (the "no-budget time"). Further
+  fields: `delayed` adds "delayed_update": true (the optimizer one step behind); `unit` or
+  `micro` sets "order" (the micro-batches' order with --grad-accum > 1; else the planner's).
+  MODEL llama3-8b: Llama-3-8B's shape (zt only: --no-torch). --clip sets train.grad_clip,
+  --host-budget-gib and --nvme-dir the host tier's limit and where the rest goes.
 - FSDP2: fully_shard per block and on the root with CPUOffloadPolicy(pin_memory=True),
   MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torch.optim.AdamW(fused=True) on
   the CPU-resident params, torch.utils.checkpoint per block (it needs it to stay near the
@@ -47,6 +50,9 @@ CONFIGS = {
                       n_layers=12, d_ff=0, B=8),
     "gpt2-1.5b": dict(arch="gpt", vocab=50304, seq_len=1024, d_model=1600, n_heads=25,
                       n_layers=48, d_ff=0, B=8),
+    "llama3-8b": dict(arch="llama", vocab=128256, seq_len=2048, d_model=4096, n_heads=32,
+                      n_layers=32, d_ff=14336, B=4,
+                      extra=dict(n_kv_heads=8, rms_eps=1e-5, rope_theta=500000.0)),
 }
 WARMUP = 2
 
@@ -104,18 +110,25 @@ def fsdp2_step_time(cfg, batches, steps):
 
 
 def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, grad_accum,
-                 delayed=False):
+                 delayed=False, order=None, clip=0.0, host_budget=0, nvme_dir=None):
     with tempfile.TemporaryDirectory() as d:
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
                 "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": grad_accum,
-                          "optimizer": {"lr": 1e-4}, "precision": "bf16",
+                          "optimizer": {"lr": 1e-4}, "precision": "bf16", "grad_clip": clip,
                           "activation_checkpointing": {"every": ckpt if ckpt == "auto"
                                                        else int(ckpt)}},
                 "data": {"source": "stream"}}
+        spec["model"].update(cfg.get("extra", {}))
         if params != "none":
             spec["offload"] = {"params": params, "optimizer": optimizer, "gpu_budget": budget,
                                "prefetch": 2, "delayed_update": delayed}
+            if order:
+                spec["offload"]["order"] = order
+            if host_budget:
+                spec["offload"]["host_budget"] = host_budget
+            if nvme_dir:
+                spec["offload"]["nvme_dir"] = nvme_dir
         with open(os.path.join(d, "spec.json"), "w") as f:
             json.dump(spec, f)
         batches.astype("<i4").tofile(os.path.join(d, "batches.bin"))
@@ -140,6 +153,9 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--grad-accum", type=int, default=1,
                     help="zt only (the FSDP2 baseline runs without accumulation: use --no-torch)")
+    ap.add_argument("--clip", type=float, default=0.0, help="train.grad_clip of zt's runs")
+    ap.add_argument("--host-budget-gib", type=float, default=0)
+    ap.add_argument("--nvme-dir")
     args = ap.parse_args()
     if args.grad_accum > 1 and not args.no_torch:
         ap.error("--grad-accum > 1 needs --no-torch (the FSDP2 baseline does not accumulate)")
@@ -150,9 +166,11 @@ def main():
           f"gpu_budget {args.budget_gib} GiB")
     for run in args.runs.split(","):
         name, params, optimizer, ckpt, *rest = run.split(":")
-        delayed = rest == ["delayed"]
+        delayed = "delayed" in rest
+        order = "unit" if "unit" in rest else "micro" if "micro" in rest else None
         placement = f"params {params}, optimizer {optimizer}, checkpointing {ckpt}" + \
-            (", delayed update" if delayed else "")
+            (", delayed update" if delayed else "") + (f", order {order}" if order else "") + \
+            (f", clip {args.clip:g}" if args.clip else "")
         cfg = CONFIGS[name]
         tokens = cfg["B"] * cfg["seq_len"] * args.grad_accum
         batches = rng.integers(0, cfg["vocab"],
@@ -160,7 +178,8 @@ def main():
                                dtype=np.int32)
         try:
             z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, ckpt, budget,
-                             args.steps, args.grad_accum, delayed)
+                             args.steps, args.grad_accum, delayed, order, args.clip,
+                             int(args.host_budget_gib * (1 << 30)), args.nvme_dir)
         except RuntimeError as e:
             print(f"{name} zt params {placement}: FAILED: {e}", flush=True)
             continue
@@ -189,13 +208,16 @@ def main():
               f"host {z['offload']['host_bytes'] / 2**30:.2f} GiB, {o['gpu_units']} units' optimizer "
               f"on the GPU ({o['gpu_unit_bytes'] / 2**30:.2f} GiB); plan: params {o['params']}, "
               f"gradient sums {o['grads']} ({o['dsum_bytes'] / 2**30:.2f} GiB), "
-              f"checkpointing every {o['ckpt_every']}, estimated {o['est_step_s'] * 1e3:.0f} ms",
+              f"checkpointing every {o['ckpt_every']}, order {o['order']}, "
+              f"estimated {o['est_step_s'] * 1e3:.0f} ms; H2D {o['bytes_h2d'] / 2**30:.2f} GiB, "
+              f"D2H {o['bytes_d2h'] / 2**30:.2f} GiB over the run, "
+              f"{o['adam_landed']} updates landed behind the next forward",
               flush=True)
         print("    waited on: " + ", ".join(f"{k} {v:.0%}" for k, v in waits.items()), flush=True)
         print("    busy: " + ", ".join(f"{k} {v:.0%}" for k, v in busy.items()) +
               f"; H2D {row['h2d_gb_s']:.1f} GB/s, D2H {row['d2h_gb_s']:.1f} GB/s while copying",
               flush=True)
-        if not args.no_torch:
+        if not args.no_torch and cfg["arch"] == "gpt":
             if name not in torch_done:
                 try:
                     torch_done[name] = fsdp2_step_time(cfg, batches, args.steps)

@@ -71,6 +71,10 @@ int zt_client_watch(zt_client *c, const char *job, zt_watch_cb cb, void *user);
 int zt_client_cancel(zt_client *c, const char *job);
 /* Removes a job that ended and its directory on the daemon (EBUSY for a queued or running one). */
 int zt_client_rm(zt_client *c, const char *job);
+/* Continues a job that ended done or cancelled from its newest checkpoint to `steps` steps in
+ * all (queued again; the schedule's horizon becomes steps); json_out (optional) gets the reply
+ * (job, state, steps, from_step). */
+int zt_client_resume(zt_client *c, const char *job, uint64_t steps, char **json_out);
 /* Asks a running job to checkpoint now and waits for it; json_out (optional) gets the reply
  * (step, path). */
 int zt_client_checkpoint(zt_client *c, const char *job, char **json_out);

@@ -1,7 +1,8 @@
 /* Scaled dot-product attention with grouped-query heads (NKV == NH: multi-head).
  *   qkv (B,T,(NH+2*NKV)*hs): per token q (NH,hs) | k (NKV,hs) | v (NKV,hs);  out (B,T,NH*hs);
  *   query head h reads kv head h / (NH/NKV);
- *   saved = the probabilities P (B,NH,T,T), zero where the causal mask hides a key.
+ *   saved = the probabilities P (B,NH,T,T), zero where a key is hidden (after the query, or in
+ *   another document: a query sees the keys [lo, hi) of its document, see key_span).
  * Forward rows are independent, so threads split (b, h, query). The backward accumulates dk
  * and dv of a kv head over every query of every query head of its group, so threads split
  * (b, kv head) and each runs its group's query heads in order, each head's queries in order:
@@ -10,6 +11,7 @@
 #include <stddef.h>
 
 #include "engine/kernels/cpu/cpu.h"
+#include "engine/kernels/docs.h"
 
 size_t zt__cpu_attention_saved_bytes(int B, int T, int NH, int NKV, int hs) {
   return (size_t)B * NH * T * T * sizeof(float);
@@ -40,6 +42,14 @@ static void dot_rows(float *s, const float *a, const float *rows, ptrdiff_t stri
   }
 }
 
+/* The keys [*lo, *hi) query t of a row sees; pos_row NULL: one document. The keys are the
+ * same run of the same values wherever the document sits in its row, so its sums are too. */
+static void key_span(const int32_t *pos_row, int T, int t, int causal, int *lo, int *hi) {
+  int s = pos_row ? zt_doc_start(pos_row, t) : 0;
+  *lo = s;
+  *hi = causal ? t + 1 : pos_row ? zt_doc_end(pos_row, t + 1, T, s) : T;
+}
+
 /* Where a head's rows start in one token's qkv row, and the distance between tokens. */
 typedef struct qkv_geom {
   ptrdiff_t row;      /* (NH+2*NKV)*hs */
@@ -54,7 +64,7 @@ static qkv_geom geometry(int NH, int NKV, int hs) {
 }
 
 void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                           int NH, int NKV, int hs, int causal) {
+                           int NH, int NKV, int hs, int causal, const int32_t *pos) {
   float *att = saved;
   qkv_geom g = geometry(NH, NKV, hs);
   ptrdiff_t C = (ptrdiff_t)NH * hs;
@@ -71,30 +81,33 @@ void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv,
     const float *k = base + g.k0 + kvh;
     const float *v = base + g.v0 + kvh;
     float *p = att + r * T; /* (b, h, t) row: r = (b*NH + h)*T + t */
-    int nk = causal ? t + 1 : T;
+    int lo, hi;
+    key_span(pos ? pos + (ptrdiff_t)b * T : NULL, T, t, causal, &lo, &hi);
 
-    dot_rows(p, q, k, g.row, nk, hs);
+    dot_rows(p + lo, q, k + (ptrdiff_t)lo * g.row, g.row, hi - lo, hs);
     float maxv = -INFINITY;
-    for (int j = 0; j < nk; j++) {
+    for (int j = lo; j < hi; j++) {
       p[j] *= scale;
       if (p[j] > maxv)
         maxv = p[j];
     }
     float sum = 0.0f;
-    for (int j = 0; j < nk; j++) {
+    for (int j = lo; j < hi; j++) {
       p[j] = expf(p[j] - maxv);
       sum += p[j];
     }
     float inv = 1.0f / sum;
-    for (int j = 0; j < nk; j++)
+    for (int j = lo; j < hi; j++)
       p[j] *= inv;
-    for (int j = nk; j < T; j++)
+    for (int j = 0; j < lo; j++)
+      p[j] = 0.0f;
+    for (int j = hi; j < T; j++)
       p[j] = 0.0f;
 
     float *o = out + ((ptrdiff_t)b * T + t) * C + (ptrdiff_t)h * hs;
     for (int d = 0; d < hs; d++)
       o[d] = 0.0f;
-    for (int j = 0; j < nk; j++) {
+    for (int j = lo; j < hi; j++) {
       const float *vj = v + j * g.row;
       float pj = p[j];
       for (int d = 0; d < hs; d++)
@@ -108,7 +121,7 @@ void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv,
  *   dQ += scale dS K;  dK += scale dS^T Q. */
 void zt__cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
                            const void *saved, int B, int T, int NH, int NKV, int hs,
-                           int causal) {
+                           int causal, const int32_t *pos) {
   const float *att = saved;
   qkv_geom g = geometry(NH, NKV, hs);
   ptrdiff_t C = (ptrdiff_t)NH * hs;
@@ -133,18 +146,19 @@ void zt__cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const floa
         const float *p = att_h + (ptrdiff_t)t * T;
         const float *do_t = dout + ((ptrdiff_t)b * T + t) * C + (ptrdiff_t)h * hs;
         const float *qt = q + t * g.row;
-        int nk = causal ? t + 1 : T;
+        int lo, hi;
+        key_span(pos ? pos + (ptrdiff_t)b * T : NULL, T, t, causal, &lo, &hi);
 
-        dot_rows(ds, do_t, v, g.row, nk, hs);
+        dot_rows(ds + lo, do_t, v + (ptrdiff_t)lo * g.row, g.row, hi - lo, hs);
         float pdp = 0.0f;
-        for (int j = 0; j < nk; j++)
+        for (int j = lo; j < hi; j++)
           pdp += p[j] * ds[j];
-        for (int j = 0; j < nk; j++)
+        for (int j = lo; j < hi; j++)
           ds[j] = p[j] * (ds[j] - pdp) * scale;
 
         for (int d = 0; d < hs; d++)
           dq_acc[d] = 0.0f;
-        for (int j = 0; j < nk; j++) {
+        for (int j = lo; j < hi; j++) {
           const float *kj = k + j * g.row;
           float *dkj = dk + j * g.row;
           float *dvj = dv + j * g.row;

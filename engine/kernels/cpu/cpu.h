@@ -36,9 +36,9 @@ static inline int zt__cpu_threads(void *ctx) { return ((const zt__cpu_ctx *)ctx)
 
 /* embedding.c */
 void zt__cpu_embedding_fwd(void *ctx, float *out, const int32_t *tok, const float *wte,
-                           const float *wpe, int B, int T, int C);
+                           const float *wpe, int B, int T, int C, const int32_t *pos);
 void zt__cpu_embedding_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
-                           const int32_t *tok, int B, int T, int C);
+                           const int32_t *tok, int B, int T, int C, const int32_t *pos);
 
 /* linear.c */
 void zt__cpu_matmul_fwd(void *ctx, float *out, const float *inp, const float *w,
@@ -63,9 +63,10 @@ void zt__cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dw, const float *dout, c
 /* attention.c */
 size_t zt__cpu_attention_saved_bytes(int B, int T, int NH, int NKV, int hs);
 void zt__cpu_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                           int NH, int NKV, int hs, int causal);
+                           int NH, int NKV, int hs, int causal, const int32_t *pos);
 void zt__cpu_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                           const void *saved, int B, int T, int NH, int NKV, int hs, int causal);
+                           const void *saved, int B, int T, int NH, int NKV, int hs, int causal,
+                               const int32_t *pos);
 
 /* rope.c */
 void zt__cpu_rope_fwd(void *ctx, float *x, const float *inv_freq, const int32_t *pos, int N,
@@ -115,9 +116,10 @@ void zt__cpu_adamw_dt(void *ctx, float *p, const float *g, float *m, float *v, s
                       int step, float grad_scale, void *p_lp, zt_dtype lp_t);
 int zt__cpu_set_allow_tf32(void *ctx, int allow);
 void zt__cpu_embedding_fwd_dt(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
-                              const float *wte, const float *wpe, int B, int T, int C);
+                              const float *wte, const float *wpe, int B, int T, int C,
+                                  const int32_t *pos);
 void zt__cpu_embedding_bwd_dt(void *ctx, zt_dtype dt, float *dwte, float *dwpe, const void *dout,
-                              const int32_t *tok, int B, int T, int C);
+                              const int32_t *tok, int B, int T, int C, const int32_t *pos);
 void zt__cpu_matmul_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, const void *w,
                            const float *bias, int N, int C, int OC);
 void zt__cpu_matmul_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *dbias,
@@ -135,10 +137,11 @@ void zt__cpu_rmsnorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, const
                             int C, ptrdiff_t stride);
 size_t zt__cpu_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
 void zt__cpu_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                              int B, int T, int NH, int NKV, int hs, int causal);
+                              int B, int T, int NH, int NKV, int hs, int causal,
+                                  const int32_t *pos);
 void zt__cpu_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
                               const void *qkv, const void *saved, int B, int T, int NH, int NKV,
-                              int hs, int causal);
+                              int hs, int causal, const int32_t *pos);
 void zt__cpu_rope_fwd_dt(void *ctx, zt_dtype dt, void *x, const float *inv_freq,
                          const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
 void zt__cpu_rope_bwd_dt(void *ctx, zt_dtype dt, void *dx, const float *inv_freq,

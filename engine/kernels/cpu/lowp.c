@@ -57,31 +57,32 @@ static void tmps_free(tmps *t) {
 }
 
 void zt__cpu_embedding_fwd_dt(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
-                              const float *wte, const float *wpe, int B, int T, int C) {
+                              const float *wte, const float *wpe, int B, int T, int C,
+                                  const int32_t *pos) {
   if (dt == ZT_F32) {
-    zt__cpu_embedding_fwd(ctx, out, tok, wte, wpe, B, T, C);
+    zt__cpu_embedding_fwd(ctx, out, tok, wte, wpe, B, T, C, pos);
     return;
   }
   size_t n = (size_t)B * T * C;
   tmps t = {.ctx = ctx};
   float *o = tmp(&t, NULL, dt, n);
   if (t.failed) goto out;
-  zt__cpu_embedding_fwd(ctx, o, tok, wte, wpe, B, T, C);
+  zt__cpu_embedding_fwd(ctx, o, tok, wte, wpe, B, T, C, pos);
   zt__cpu_cast(ctx, out, dt, o, ZT_F32, n);
 out:
   tmps_free(&t);
 }
 
 void zt__cpu_embedding_bwd_dt(void *ctx, zt_dtype dt, float *dwte, float *dwpe, const void *dout,
-                              const int32_t *tok, int B, int T, int C) {
+                              const int32_t *tok, int B, int T, int C, const int32_t *pos) {
   if (dt == ZT_F32) {
-    zt__cpu_embedding_bwd(ctx, dwte, dwpe, dout, tok, B, T, C);
+    zt__cpu_embedding_bwd(ctx, dwte, dwpe, dout, tok, B, T, C, pos);
     return;
   }
   tmps t = {.ctx = ctx};
   float *d = tmp(&t, dout, dt, (size_t)B * T * C);
   if (t.failed) goto out;
-  zt__cpu_embedding_bwd(ctx, dwte, dwpe, d, tok, B, T, C);
+  zt__cpu_embedding_bwd(ctx, dwte, dwpe, d, tok, B, T, C, pos);
 out:
   tmps_free(&t);
 }
@@ -218,16 +219,17 @@ size_t zt__cpu_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int N
 }
 
 void zt__cpu_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                              int B, int T, int NH, int NKV, int hs, int causal) {
+                              int B, int T, int NH, int NKV, int hs, int causal,
+                                  const int32_t *pos) {
   if (dt == ZT_F32) {
-    zt__cpu_attention_fwd(ctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
+    zt__cpu_attention_fwd(ctx, out, saved, qkv, B, T, NH, NKV, hs, causal, pos);
     return;
   }
   size_t bt = (size_t)B * T, n = bt * NH * hs, nqkv = bt * (NH + 2 * NKV) * hs;
   tmps t = {.ctx = ctx};
   float *q = tmp(&t, qkv, dt, nqkv), *o = tmp(&t, NULL, dt, n);
   if (t.failed) goto out;
-  zt__cpu_attention_fwd(ctx, o, saved, q, B, T, NH, NKV, hs, causal);
+  zt__cpu_attention_fwd(ctx, o, saved, q, B, T, NH, NKV, hs, causal, pos);
   zt__cpu_cast(ctx, out, dt, o, ZT_F32, n);
 out:
   tmps_free(&t);
@@ -235,16 +237,16 @@ out:
 
 void zt__cpu_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
                               const void *qkv, const void *saved, int B, int T, int NH, int NKV,
-                              int hs, int causal) {
+                              int hs, int causal, const int32_t *pos) {
   if (dt == ZT_F32) {
-    zt__cpu_attention_bwd(ctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal);
+    zt__cpu_attention_bwd(ctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal, pos);
     return;
   }
   size_t bt = (size_t)B * T, n = bt * NH * hs, nqkv = bt * (NH + 2 * NKV) * hs;
   tmps t = {.ctx = ctx};
   float *dq = tmp(&t, dqkv, dt, nqkv), *d = tmp(&t, dout, dt, n), *q = tmp(&t, qkv, dt, nqkv);
   if (t.failed) goto out;
-  zt__cpu_attention_bwd(ctx, dq, d, q, saved, B, T, NH, NKV, hs, causal);
+  zt__cpu_attention_bwd(ctx, dq, d, q, saved, B, T, NH, NKV, hs, causal, pos);
   zt__cpu_cast(ctx, dqkv, dt, dq, ZT_F32, nqkv);
 out:
   tmps_free(&t);

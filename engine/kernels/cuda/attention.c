@@ -11,6 +11,10 @@
  * its query heads by the rounds in order (beta 1 on one stream), a fixed order with no
  * atomics. With NKV == NH there is one round: plain multi-head attention, as before.
  *
+ * Documents (ops.h): the products run over the whole (T,T) tiles and the softmax kernels keep
+ * each query's row inside its document, zeros elsewhere, so P and dS carry the mask into every
+ * product that reads them.
+ *
  * saved = P (B,NH,T,T), the probabilities, exactly as the CPU reference keeps them, followed
  * by scratch for dP of E batch elements at a time: E = as many as fit ATT_SCRATCH_BYTES, at
  * least one. The scratch is part of saved so that the memory planner counts it with the
@@ -93,7 +97,7 @@ static int gemm_eh(zt__cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb
 }
 
 void zt__cuda_attention_fwd(void *vctx, float *out, void *saved, const float *qkv, int B, int T,
-                            int NH, int NKV, int hs, int causal) {
+                            int NH, int NKV, int hs, int causal, const int32_t *pos) {
   zt__cuda_ctx *ctx = vctx;
   float *att = saved;
   geom g;
@@ -111,7 +115,7 @@ void zt__cuda_attention_fwd(void *vctx, float *out, void *saved, const float *qk
                 round_j(qkv, g.R, sq, g.hs, j, g.group), 0.0f,
                 round_j(att, T, sp, g.tt, j, g.group), B, NKV) < 0)
       goto out;
-  if (zt__cuda_softmax_rows(ctx, att, (size_t)B * NH * T, T, causal) < 0)
+  if (zt__cuda_softmax_rows(ctx, att, (size_t)B * NH * T, T, causal, pos, NH) < 0)
     goto out;
   /* O = P v: cm(O^T) (hs,T) = cm(V^T) (hs,T) * cm(P^T) (T,T) */
   for (int j = 0; j < g.group; j++)
@@ -129,7 +133,7 @@ out:
  * order: the fixed sum over a group's query heads. */
 void zt__cuda_attention_bwd(void *vctx, float *dqkv, const float *dout, const float *qkv,
                             const void *saved, int B, int T, int NH, int NKV, int hs,
-                            int causal) {
+                            int causal, const int32_t *pos) {
   zt__cuda_ctx *ctx = vctx;
   const float *att = saved;
   float *ds; /* the scratch tail of saved (see the top of the file) */
@@ -162,7 +166,8 @@ void zt__cuda_attention_bwd(void *vctx, float *dqkv, const float *dout, const fl
       if (gemm_eh(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, 1.0f, v, QJ(do0, g.C, so, g.hs),
                   0.0f, QJ(ds, T, sp, g.tt), n, NKV) < 0)
         goto out;
-    if (zt__cuda_softmax_bwd_rows(ctx, ds, p0, (size_t)n * NH * T, T, causal, g.scale) < 0)
+    if (zt__cuda_softmax_bwd_rows(ctx, ds, p0, (size_t)n * NH * T, T, causal, g.scale,
+                                  pos ? pos + (size_t)b0 * T : NULL, NH) < 0)
       goto out;
     /* dQ += dS K: cm(dQ^T) (hs,T) += cm(K^T) (hs,T) * cm(dS^T) */
     for (int j = 0; j < g.group; j++)
@@ -254,14 +259,15 @@ static int gemm_groups_ex(zt__cuda_ctx *ctx, cublasOperation_t ta, cublasOperati
 }
 
 void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                               int B, int T, int NH, int NKV, int hs, int causal) {
+                               int B, int T, int NH, int NKV, int hs, int causal,
+                                   const int32_t *pos) {
   zt__cuda_ctx *ctx = vctx;
   size_t es = zt_dtype_size(dt);
   lp_saved lay;
   float *s32;
   geom g;
   if (dt == ZT_F32) {
-    zt__cuda_attention_fwd(vctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
+    zt__cuda_attention_fwd(vctx, out, saved, qkv, B, T, NH, NKV, hs, causal, pos);
     return;
   }
   if (ctx->err)
@@ -270,7 +276,7 @@ void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, 
   if (B == 0 || T == 0)
     return;
   if (zt__cuda_flash_supported(dt, B, NH, NKV, hs)) {
-    zt__cuda_flash_fwd(ctx, dt, out, saved, qkv, B, T, NH, NKV, hs, causal);
+    zt__cuda_flash_fwd(ctx, dt, out, saved, qkv, B, T, NH, NKV, hs, causal, pos);
     return;
   }
   g = geometry(T, NH, NKV, hs);
@@ -288,7 +294,8 @@ void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, 
                          round_j_ex(q, dt, g.R, hs, j, g.group), 0.0f,
                          round_j_ex(s32, ZT_F32, T, g.tt, j, g.group), NKV) < 0)
         goto out;
-    if (zt__cuda_softmax_rows(ctx, s32, (size_t)NH * T, T, causal) < 0)
+    if (zt__cuda_softmax_rows(ctx, s32, (size_t)NH * T, T, causal,
+                              pos ? pos + (size_t)b * T : NULL, NH) < 0)
       goto out;
     zt__cuda_cast(ctx, p, dt, s32, ZT_F32, (size_t)NH * g.tt);
     /* O = P v */
@@ -304,7 +311,7 @@ out:
 
 void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *dout,
                                const void *qkv, const void *saved, int B, int T, int NH, int NKV,
-                               int hs, int causal) {
+                               int hs, int causal, const int32_t *pos) {
   zt__cuda_ctx *ctx = vctx;
   size_t es = zt_dtype_size(dt);
   lp_saved lay;
@@ -312,7 +319,7 @@ void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *
   char *ds;
   geom g;
   if (dt == ZT_F32) {
-    zt__cuda_attention_bwd(vctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal);
+    zt__cuda_attention_bwd(vctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal, pos);
     return;
   }
   if (ctx->err)
@@ -321,7 +328,7 @@ void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *
   if (B == 0 || T == 0)
     return;
   if (zt__cuda_flash_supported(dt, B, NH, NKV, hs)) {
-    zt__cuda_flash_bwd(ctx, dt, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal);
+    zt__cuda_flash_bwd(ctx, dt, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal, pos);
     return;
   }
   g = geometry(T, NH, NKV, hs);
@@ -348,7 +355,8 @@ void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *
       if (gemm_groups_ex(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, QJ(dob, dt, g.C, hs),
                          0.0f, QJ(s32, ZT_F32, T, g.tt), NKV) < 0)
         goto out;
-    if (zt__cuda_softmax_bwd_rows_dt(ctx, dt, s32, p, (size_t)NH * T, T, causal, g.scale) < 0)
+    if (zt__cuda_softmax_bwd_rows_dt(ctx, dt, s32, p, (size_t)NH * T, T, causal, g.scale,
+                                     pos ? pos + (size_t)b * T : NULL, NH) < 0)
       goto out;
     zt__cuda_cast(ctx, ds, dt, s32, ZT_F32, (size_t)NH * g.tt);
     /* dQ += dS K;  dK += dS^T Q (the rounds in order) */

@@ -85,9 +85,9 @@ static inline unsigned zt__cuda_blocks(size_t n, unsigned threads) {
 
 /* embedding.cu */
 void zt__cuda_embedding_fwd(void *ctx, float *out, const int32_t *tok, const float *wte,
-                            const float *wpe, int B, int T, int C);
+                            const float *wpe, int B, int T, int C, const int32_t *pos);
 void zt__cuda_embedding_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
-                            const int32_t *tok, int B, int T, int C);
+                            const int32_t *tok, int B, int T, int C, const int32_t *pos);
 
 /* linear.c */
 void zt__cuda_matmul_fwd(void *ctx, float *out, const float *inp, const float *w,
@@ -112,16 +112,18 @@ void zt__cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dw, const float *dout,
 /* attention.c (cuBLAS) and its kernels in attention.cu */
 size_t zt__cuda_attention_saved_bytes(int B, int T, int NH, int NKV, int hs);
 void zt__cuda_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
-                            int NH, int NKV, int hs, int causal);
+                            int NH, int NKV, int hs, int causal, const int32_t *pos);
 void zt__cuda_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
                             const void *saved, int B, int T, int NH, int NKV, int hs,
-                            int causal);
-/* att holds rows of T scores; each becomes its softmax over the first (causal ? t+1 : T)
- * entries (t = row % T), the rest 0. */
-int zt__cuda_softmax_rows(zt__cuda_ctx *ctx, float *att, size_t rows, int T, int causal);
+                            int causal, const int32_t *pos);
+/* att holds rows (b, h, t) of T scores, b from 0; each becomes its softmax over the keys query
+ * t sees (causal: up to t; pos non-NULL: in t's document, pos[b*T + t] its position, ops.h),
+ * the rest 0. */
+int zt__cuda_softmax_rows(zt__cuda_ctx *ctx, float *att, size_t rows, int T, int causal,
+                          const int32_t *pos, int NH);
 /* dp (rows of T) becomes dS = P * (dP - rowsum(P * dP)) * scale, 0 where the mask hides. */
 int zt__cuda_softmax_bwd_rows(zt__cuda_ctx *ctx, float *dp, const float *att, size_t rows,
-                              int T, int causal, float scale);
+                              int T, int causal, float scale, const int32_t *pos, int NH);
 
 /* rope.cu */
 void zt__cuda_rope_fwd(void *ctx, float *x, const float *inv_freq, const int32_t *pos, int N,
@@ -171,9 +173,11 @@ void zt__cuda_adamw_dt(void *ctx, float *p, const float *g, float *m, float *v, 
                        float lr, float beta1, float beta2, float eps, float weight_decay,
                        int step, float grad_scale, void *p_lp, zt_dtype lp_t);
 void zt__cuda_embedding_fwd_dt(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
-                               const float *wte, const float *wpe, int B, int T, int C);
+                               const float *wte, const float *wpe, int B, int T, int C,
+                                   const int32_t *pos);
 void zt__cuda_embedding_bwd_dt(void *ctx, zt_dtype dt, float *dwte, float *dwpe,
-                               const void *dout, const int32_t *tok, int B, int T, int C);
+                               const void *dout, const int32_t *tok, int B, int T, int C,
+                                   const int32_t *pos);
 void zt__cuda_matmul_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, const void *w,
                             const float *bias, int N, int C, int OC);
 void zt__cuda_matmul_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, float *dbias,
@@ -191,17 +195,19 @@ void zt__cuda_rmsnorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, cons
                              int C, ptrdiff_t stride);
 size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
 void zt__cuda_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
-                               int B, int T, int NH, int NKV, int hs, int causal);
+                               int B, int T, int NH, int NKV, int hs, int causal,
+                                   const int32_t *pos);
 void zt__cuda_attention_bwd_dt(void *ctx, zt_dtype dt, void *dqkv, const void *dout,
                                const void *qkv, const void *saved, int B, int T, int NH, int NKV,
-                               int hs, int causal);
+                               int hs, int causal, const int32_t *pos);
 void zt__cuda_rope_fwd_dt(void *ctx, zt_dtype dt, void *x, const float *inv_freq,
                           const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
 void zt__cuda_rope_bwd_dt(void *ctx, zt_dtype dt, void *dx, const float *inv_freq,
                           const int32_t *pos, int N, int H, int hs, ptrdiff_t stride);
 /* zt__cuda_softmax_bwd_rows with the probabilities stored as att_t */
 int zt__cuda_softmax_bwd_rows_dt(zt__cuda_ctx *ctx, zt_dtype att_t, float *dp, const void *att,
-                                 size_t rows, int T, int causal, float scale);
+                                 size_t rows, int T, int causal, float scale,
+                                 const int32_t *pos, int NH);
 void zt__cuda_gelu_fwd_dt(void *ctx, zt_dtype dt, void *out, const void *inp, size_t n);
 void zt__cuda_gelu_bwd_dt(void *ctx, zt_dtype dt, void *dinp, const void *inp, const void *dout,
                           size_t n);

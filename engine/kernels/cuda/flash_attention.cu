@@ -23,6 +23,12 @@
 // each one's query tiles in order, so a shared head's dK and dV are summed over its group in
 // registers, in a fixed order, and written once.
 //
+// Documents (ops.h; pos NULL: one a row): a key tile wholly outside the documents of a block's
+// rows is never loaded (the first tile read is the one holding the document start of the
+// block's first row, as varlen flash attention does; the last the one holding the document end
+// of its last row), and inside a tile a score is masked only where the tile and the warp's rows
+// are not all one document (fa_one_doc), so a tile inside one document costs what it did.
+//
 // Determinism: no atomics. The forward and the dQ kernel own their query rows, the dK/dV kernel
 // its key rows (so the backward computes S and dP twice, once in each kernel, the price of
 // having no atomics); every sum runs in an order fixed by the shapes.
@@ -32,6 +38,7 @@
 #include "engine/kernels/cuda/flash_attention.h"
 #include "engine/kernels/cuda/lowp.cuh"
 #include "engine/kernels/cuda/reduce.cuh"
+#include "engine/kernels/docs.h"
 
 #define WARPS 4
 #define THREADS (WARPS * 32)
@@ -187,6 +194,19 @@ static __device__ void fa_add_rows(E *g, size_t ld, int row0, int T,
     }
 }
 
+// Whether rows [r0, r1] and columns [c0, c1] of a tile (indices below T) lie in one document of
+// the row of positions prow: starts never decrease, so the smallest and the largest index
+// decide it. No positions: one document.
+static __device__ __forceinline__ bool fa_one_doc(const int32_t *prow, int r0, int r1, int c0,
+                                                  int c1) {
+  return !prow || zt_doc_start(prow, min(r0, c0)) == zt_doc_start(prow, max(r1, c1));
+}
+
+// The document start of token i (i < T), -1 past T.
+static __device__ __forceinline__ int fa_doc(const int32_t *prow, int i, int T) {
+  return i < T ? zt_doc_start(prow, i) : -1;
+}
+
 template <int N> static __device__ __forceinline__ void fa_zero(float (&a)[N][4]) {
 #pragma unroll
   for (int n = 0; n < N; n++)
@@ -201,8 +221,8 @@ template <int HS> struct fa_fwd_geom {
 
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
-    fa_fwd_kernel(E *out, E *o_copy, float *lse, const E *qkv, int T, int NH, int NKV,
-                  int causal, float scale_log2, bool vec) {
+    fa_fwd_kernel(E *out, E *o_copy, float *lse, const E *qkv, const int32_t *pos, int T,
+                  int NH, int NKV, int causal, float scale_log2, bool vec) {
   constexpr int LD = fa_pitch<HS>::LD, BN = fa_fwd_geom<HS>::BN;
   extern __shared__ __align__(128) unsigned char sm[];
   E *sq = (E *)sm, *sk = sq + ROWS * LD, *sv = sk + 2 * BN * LD; // K and V: two tiles each
@@ -214,15 +234,20 @@ static __global__ void __launch_bounds__(THREADS)
   const E *qg = qkv + (size_t)b * T * R + (size_t)h * HS;
   const E *kg = qkv + (size_t)b * T * R + C + (size_t)(h / (NH / NKV)) * HS;
   const E *vg = kg + (size_t)NKV * HS;
+  const int32_t *prow = pos ? pos + (size_t)b * T : nullptr;
+  int qlast = min(T, q0 + ROWS) - 1, wr0 = min(q0 + warp * 16, T - 1), wr1 = min(wr0 + 15, T - 1);
+  int drow[2] = {prow ? fa_doc(prow, row[0], T) : 0, prow ? fa_doc(prow, row[1], T) : 0};
 
-  int kend = causal ? min(T, q0 + ROWS) : T, ntiles = (kend + BN - 1) / BN;
+  int kend = causal ? qlast + 1
+                    : prow ? zt_doc_end(prow, qlast + 1, T, zt_doc_start(prow, qlast)) : T;
+  int j0 = prow ? zt_doc_start(prow, q0) / BN : 0, ntiles = (kend + BN - 1) / BN;
   fa_load_tile<E, HS, ROWS>(sq, qg, R, q0, T, vec);
-  fa_load_tile<E, HS, BN>(sk, kg, R, 0, T, vec);
-  fa_load_tile<E, HS, BN>(sv, vg, R, 0, T, vec);
+  fa_load_tile<E, HS, BN>(sk + (j0 & 1) * BN * LD, kg, R, j0 * BN, T, vec);
+  fa_load_tile<E, HS, BN>(sv + (j0 & 1) * BN * LD, vg, R, j0 * BN, T, vec);
   fa_cp_commit();
   float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   fa_zero(o);
-  for (int j = 0; j < ntiles; j++) {
+  for (int j = j0; j < ntiles; j++) {
     E *kt = sk + (j & 1) * BN * LD, *vt = sv + (j & 1) * BN * LD;
     if (j + 1 < ntiles) { // the next tile into the other buffers while this one computes
       fa_load_tile<E, HS, BN>(sk + ((j + 1) & 1) * BN * LD, kg, R, (j + 1) * BN, T, vec);
@@ -237,7 +262,8 @@ static __global__ void __launch_bounds__(THREADS)
     fa_zero(s);
     fa_xyt<E, HS, BN>(s, sq + warp * 16 * LD, kt);
     int k0 = j * BN;
-    bool edge = k0 + BN > T || (causal && k0 + BN > q0 + warp * 16);
+    bool mixed = !fa_one_doc(prow, wr0, wr1, k0, min(k0 + BN, T) - 1);
+    bool edge = k0 + BN > T || (causal && k0 + BN > q0 + warp * 16) || mixed;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < BN / 8; n++)
@@ -245,7 +271,8 @@ static __global__ void __launch_bounds__(THREADS)
       for (int e = 0; e < 4; e++) {
         float v = s[n][e] * scale_log2;
         int col = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
-        if (edge && (col >= T || (causal && col > row[e >> 1])))
+        if (edge && (col >= T || (causal && col > row[e >> 1]) ||
+                     (mixed && zt_doc_start(prow, col) != drow[e >> 1])))
           v = -INFINITY;
         s[n][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -341,7 +368,8 @@ template <int HS> struct fa_bwd_geom {
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
     fa_bwd_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
-                     int T, int NH, int NKV, int causal, float scale, float scale_log2, bool vec) {
+                     const int32_t *pos, int T, int NH, int NKV, int causal, float scale,
+                     float scale_log2, bool vec) {
   constexpr int LD = fa_pitch<HS>::LD, N = fa_bwd_geom<HS>::N;
   extern __shared__ __align__(128) unsigned char sm[];
   E *sk = (E *)sm, *sv = sk + ROWS * LD, *sq = sv + ROWS * LD, *sdo = sq + 2 * N * LD;
@@ -353,7 +381,14 @@ static __global__ void __launch_bounds__(THREADS)
   size_t C = (size_t)NH * HS, R = (size_t)(NH + 2 * NKV) * HS;
   const E *qkv_b = qkv + (size_t)b * T * R, *dout_b = dout + (size_t)b * T * C;
   const E *kg = qkv_b + C + (size_t)g * HS, *vg = kg + (size_t)NKV * HS;
-  int qstart = causal ? k0 : 0, ntiles = (T - qstart + N - 1) / N;
+  const int32_t *prow = pos ? pos + (size_t)b * T : nullptr;
+  int klast = min(T, k0 + ROWS) - 1, wk0 = min(k0 + warp * 16, T - 1), wk1 = min(wk0 + 15, T - 1);
+  int dkey[2] = {prow ? fa_doc(prow, key[0], T) : 0, prow ? fa_doc(prow, key[1], T) : 0};
+  // the queries that see the block's keys: from the first key (causal) or its document's start
+  // to the end of the last key's document
+  int qstart = causal ? k0 : prow ? zt_doc_start(prow, k0) : 0;
+  int qend = prow ? zt_doc_end(prow, klast + 1, T, zt_doc_start(prow, klast)) : T;
+  int ntiles = (qend - qstart + N - 1) / N;
   // tile it of the loop: query head g*group + it/ntiles, its query tile it%ntiles; its rows,
   // LSE and D into buffer i
   auto load = [&](int i, int it) {
@@ -392,12 +427,14 @@ static __global__ void __launch_bounds__(THREADS)
     fa_zero(dpt);
     fa_xyt<E, HS, N>(st, sk + warp * 16 * LD, qt);
     fa_xyt<E, HS, N>(dpt, sv + warp * 16 * LD, dot);
+    bool mixed = !fa_one_doc(prow, wk0, wk1, min(q0, T - 1), min(q0 + N, T) - 1);
 #pragma unroll
     for (int n = 0; n < N / 8; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int c = n * 8 + 2 * (lane % 4) + (e & 1), q = q0 + c, kr = key[e >> 1];
-        float p = q < T && kr < T && (!causal || kr <= q)
+        float p = q < T && kr < T && (!causal || kr <= q) &&
+                          (!mixed || zt_doc_start(prow, q) == dkey[e >> 1])
                       ? exp2f(st[n][e] * scale_log2 - slse[i * N + c])
                       : 0.0f;
         st[n][e] = p;
@@ -417,7 +454,8 @@ static __global__ void __launch_bounds__(THREADS)
 template <class E, int HS>
 static __global__ void __launch_bounds__(THREADS)
     fa_bwd_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
-                    int T, int NH, int NKV, int causal, float scale, float scale_log2, bool vec) {
+                    const int32_t *pos, int T, int NH, int NKV, int causal, float scale,
+                    float scale_log2, bool vec) {
   constexpr int LD = fa_pitch<HS>::LD, N = fa_bwd_geom<HS>::N;
   extern __shared__ __align__(128) unsigned char sm[];
   E *sq = (E *)sm, *sdo = sq + ROWS * LD, *sk = sdo + ROWS * LD, *sv = sk + 2 * N * LD;
@@ -437,15 +475,21 @@ static __global__ void __launch_bounds__(THREADS)
     Dr[r] = row[r] < T ? Dg[row[r]] : 0.0f;
   }
 
-  int kend = causal ? min(T, q0 + ROWS) : T, ntiles = (kend + N - 1) / N;
+  const int32_t *prow = pos ? pos + (size_t)b * T : nullptr;
+  int qlast = min(T, q0 + ROWS) - 1, wr0 = min(q0 + warp * 16, T - 1), wr1 = min(wr0 + 15, T - 1);
+  int drow[2] = {prow ? fa_doc(prow, row[0], T) : 0, prow ? fa_doc(prow, row[1], T) : 0};
+
+  int kend = causal ? qlast + 1
+                    : prow ? zt_doc_end(prow, qlast + 1, T, zt_doc_start(prow, qlast)) : T;
+  int j0 = prow ? zt_doc_start(prow, q0) / N : 0, ntiles = (kend + N - 1) / N;
   fa_load_tile<E, HS, ROWS>(sq, qg, R, q0, T, vec);
   fa_load_tile<E, HS, ROWS>(sdo, dog, C, q0, T, vec);
-  fa_load_tile<E, HS, N>(sk, kg, R, 0, T, vec);
-  fa_load_tile<E, HS, N>(sv, vg, R, 0, T, vec);
+  fa_load_tile<E, HS, N>(sk + (j0 & 1) * N * LD, kg, R, j0 * N, T, vec);
+  fa_load_tile<E, HS, N>(sv + (j0 & 1) * N * LD, vg, R, j0 * N, T, vec);
   fa_cp_commit();
   float dq[HS / 8][4];
   fa_zero(dq);
-  for (int j = 0; j < ntiles; j++) {
+  for (int j = j0; j < ntiles; j++) {
     int k0 = j * N, i = j & 1;
     if (j + 1 < ntiles) {
       fa_load_tile<E, HS, N>(sk + (i ^ 1) * N * LD, kg, R, k0 + N, T, vec);
@@ -463,12 +507,14 @@ static __global__ void __launch_bounds__(THREADS)
     fa_zero(dp);
     fa_xyt<E, HS, N>(s, sq + warp * 16 * LD, kt);
     fa_xyt<E, HS, N>(dp, sdo + warp * 16 * LD, vt);
+    bool mixed = !fa_one_doc(prow, wr0, wr1, k0, min(k0 + N, T) - 1);
 #pragma unroll
     for (int n = 0; n < N / 8; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int col = k0 + n * 8 + 2 * (lane % 4) + (e & 1), r = row[e >> 1];
-        float p = r < T && col < T && (!causal || col <= r)
+        float p = r < T && col < T && (!causal || col <= r) &&
+                          (!mixed || zt_doc_start(prow, col) == drow[e >> 1])
                       ? exp2f(s[n][e] * scale_log2 - l2[e >> 1])
                       : 0.0f;
         dp[n][e] = p * (dp[n][e] - Dr[e >> 1]) * scale;
@@ -527,7 +573,7 @@ static int allow_smem(zt__cuda_ctx *ctx, K kernel, size_t bytes, const char *wha
 
 template <class E, int HS>
 static int fwd(zt__cuda_ctx *ctx, fa_layout l, E *out, void *saved, const E *qkv, int B, int T,
-               int NH, int NKV, int causal, float scale) {
+               int NH, int NKV, int causal, float scale, const int32_t *pos) {
   constexpr size_t smem = fa_fwd_geom<HS>::bytes;
   float *lse = (float *)saved;
   E *o_copy = (E *)((char *)saved + l.o_off);
@@ -535,14 +581,15 @@ static int fwd(zt__cuda_ctx *ctx, fa_layout l, E *out, void *saved, const E *qkv
   dim3 grid((unsigned)((T + ROWS - 1) / ROWS), (unsigned)NH, (unsigned)B);
   if (allow_smem(ctx, fa_fwd_kernel<E, HS>, smem, "fa_fwd_kernel smem") < 0)
     return ctx->err;
-  fa_fwd_kernel<E, HS><<<grid, THREADS, smem, ctx->stream>>>(out, o_copy, lse, qkv, T, NH, NKV,
-                                                             causal, scale * LOG2E, vec);
+  fa_fwd_kernel<E, HS><<<grid, THREADS, smem, ctx->stream>>>(out, o_copy, lse, qkv, pos, T, NH,
+                                                             NKV, causal, scale * LOG2E, vec);
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_fwd_kernel", __FILE__, __LINE__);
 }
 
 template <class E, int HS>
 static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *qkv,
-               const void *saved, int B, int T, int NH, int NKV, int causal, float scale) {
+               const void *saved, int B, int T, int NH, int NKV, int causal, float scale,
+               const int32_t *pos) {
   typedef fa_bwd_geom<HS> G;
   const float *lse = (const float *)saved;
   const E *o_copy = (const E *)((const char *)saved + l.o_off);
@@ -559,13 +606,13 @@ static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *
   if (allow_smem(ctx, fa_bwd_kv_kernel<E, HS>, G::kv_bytes, "fa_bwd_kv_kernel smem") < 0)
     return ctx->err;
   fa_bwd_kv_kernel<E, HS><<<kv_grid, THREADS, G::kv_bytes, ctx->stream>>>(
-      dqkv, dout, qkv, lse, D, T, NH, NKV, causal, scale, scale * LOG2E, vec);
+      dqkv, dout, qkv, lse, D, pos, T, NH, NKV, causal, scale, scale * LOG2E, vec);
   if (zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_bwd_kv_kernel", __FILE__, __LINE__) < 0)
     return ctx->err;
   if (allow_smem(ctx, fa_bwd_q_kernel<E, HS>, G::q_bytes, "fa_bwd_q_kernel smem") < 0)
     return ctx->err;
   fa_bwd_q_kernel<E, HS><<<grid, THREADS, G::q_bytes, ctx->stream>>>(
-      dqkv, dout, qkv, lse, D, T, NH, NKV, causal, scale, scale * LOG2E, vec);
+      dqkv, dout, qkv, lse, D, pos, T, NH, NKV, causal, scale, scale * LOG2E, vec);
   return zt__cuda_check_rt(ctx, cudaGetLastError(), "fa_bwd_q_kernel", __FILE__, __LINE__);
 }
 
@@ -602,21 +649,22 @@ static int bwd(zt__cuda_ctx *ctx, fa_layout l, E *dqkv, const E *dout, const E *
 
 extern "C" int zt__cuda_flash_fwd(zt__cuda_ctx *ctx, zt_dtype dt, void *out, void *saved,
                                   const void *qkv, int B, int T, int NH, int NKV, int hs,
-                                  int causal) {
+                                  int causal, const int32_t *pos) {
   float scale = 1.0f / sqrtf((float)hs);
   fa_layout l = layout(dt, B, T, NH, hs);
   FA_DISPATCH(dt, hs,
-              fwd<E, HS>(ctx, l, (E *)out, saved, (const E *)qkv, B, T, NH, NKV, causal, scale));
+              fwd<E, HS>(ctx, l, (E *)out, saved, (const E *)qkv, B, T, NH, NKV, causal, scale,
+                         pos));
   return ctx->err;
 }
 
 extern "C" int zt__cuda_flash_bwd(zt__cuda_ctx *ctx, zt_dtype dt, void *dqkv, const void *dout,
                                   const void *qkv, const void *saved, int B, int T, int NH,
-                                  int NKV, int hs, int causal) {
+                                  int NKV, int hs, int causal, const int32_t *pos) {
   float scale = 1.0f / sqrtf((float)hs);
   fa_layout l = layout(dt, B, T, NH, hs);
   FA_DISPATCH(dt, hs,
               bwd<E, HS>(ctx, l, (E *)dqkv, (const E *)dout, (const E *)qkv, saved, B, T, NH,
-                         NKV, causal, scale));
+                         NKV, causal, scale, pos));
   return ctx->err;
 }

@@ -88,13 +88,19 @@ typedef struct off_state {
   zt_cpu_pool *pool;
   zt_streamer *st;
   int nu;
+  /* offload.order unit: the activations of each micro-batch of the step (macts[0] is t->acts),
+   * and whether the backward is unit-major too (zt_offload_backward_unit_major) */
+  int unit_major, um_back;
+  zt_acts **macts;
   int head;            /* the unit that also reads the embedding unit (gpt head), or -1 */
   float *embed_grads;  /* the embedding unit's gradient buffer, held from the head to unit 0 */
   zt_opt_run *runs;    /* the AdamW runs (the store has its copy; these the device units') */
   int *first_run;      /* runs of unit u: [first_run[u], first_run[u + 1]) */
   size_t act_bytes, arena_budget, host_bytes;
   char *updated;       /* per unit: its update of this step has started */
-  uint64_t adam_units, adam_overlapped;
+  uint64_t adam_units, adam_overlapped, adam_landed;
+  int landing;         /* the last step's updates of the streamed units may still run: each
+                          lands behind the next step's forward of it (zt__off_land) */
   int broken;          /* a failed step left part of the parameters updated */
 } off_state;
 
@@ -114,6 +120,9 @@ int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char
 /* zt_opt_store_cfg.updated: an NVMe unit's updated masters to the host copy it streams from */
 int zt__off_opt_updated(void *ctx, int u, const zt_opt_set *set);
 int zt__off_update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp);
+/* The last step's updates still running (landing): finished. A failure leaves the state between
+ * two steps: broken. */
+int zt__off_land(zt_trainer *t);
 
 /* delayed.c: the delayed update */
 void zt__off_swap_copies(zt_trainer *t);

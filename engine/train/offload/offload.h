@@ -23,7 +23,8 @@ int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_tra
 typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + device units + gradient sums +
                             arena */
-  size_t act_bytes;      /* activations of one micro-batch (backend memory) */
+  size_t act_bytes;      /* activations of one micro-batch, unit-major of every micro-batch
+                            of the step (backend memory) */
   int gpu_units;         /* leading units with their optimizer on the device */
   int host_units;        /* the units after them with their optimizer on the host */
   int grad_slots;        /* the host's gradient ring (0: one flat buffer) */
@@ -32,6 +33,7 @@ typedef struct zt_offload_stats {
   zt_offload_place grads;  /* where the step's gradient sums are kept: gpu, host */
   size_t dsum_bytes;     /* grads gpu: their device buffer */
   double est_step_s;     /* the plan's step time by the planner's cost model */
+  int unit_major;        /* offload.order as the plan resolved it: 1 unit, 0 micro */
   size_t gpu_unit_bytes; /* their device buffers */
   uint64_t gpu_unit_updates; /* unit updates run by the backend's AdamW */
   size_t arena_budget;   /* the device arena: parameter copies and gradient buffers */
@@ -42,6 +44,8 @@ typedef struct zt_offload_stats {
   uint64_t nvme_bytes_read, nvme_bytes_written; /* the NVMe tier's traffic (store counters) */
   uint64_t adam_units;   /* unit updates run on the CPU pool */
   uint64_t adam_overlapped; /* of those, submitted before the backward had finished */
+  uint64_t adam_landed;  /* of those, left running when their step returned and waited for by
+                            the next step's forward of the unit */
   /* The timeline, cumulative over the steps: each resource's busy time against the steps'
    * wall time tells which one bounds the step. compute: the device's unit forwards, backwards,
    * losses and device AdamW; h2d / d2h: the copy queues; adam: the CPU pool's threads, summed

@@ -8,6 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/base/clock.h"
+#include "engine/base/log.h"
+#include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 
 /* AdamW worker threads. On the CPU backend one keeps the update of a unit running beside the
@@ -220,6 +223,40 @@ out:
   return rc;
 }
 
+static void zero_floats(void *arg, size_t begin, size_t end) {
+  memset((float *)arg + begin, 0, (end - begin) * sizeof(float));
+}
+
+/* The host units' moments start at zero: tens of GB for a 7 B model, which one thread clears at
+ * a few GB/s, so on the pool (already started: the AdamW threads). */
+static void zero_on_pool(zt_cpu_pool *pool, float *x, size_t n) {
+  zt_cpu_job job = {.fn = zero_floats, .arg = x, .n = n, .chunk = (size_t)16 << 20};
+  if (zt_cpu_pool_submit(pool, &job) < 0) memset(x, 0, n * sizeof *x);
+  else zt_cpu_pool_wait(pool, &job);
+}
+
+/* offload.order unit: every micro-batch of the step keeps its activations (t->acts the first's)
+ * from its forward to its backward, as the plan counts them. */
+static int open_micro_acts(zt_trainer *t, off_state *s, int unit_major, char *err,
+                           size_t errlen) {
+  int G = t->tc.grad_accum, rc;
+  s->unit_major = unit_major;
+  s->um_back = unit_major && zt_offload_backward_unit_major(t->model);
+  if (!unit_major) return 0;
+  if (!(s->macts = calloc((size_t)G, sizeof *s->macts))) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  s->macts[0] = t->acts;
+  for (int k = 1; k < G; k++) {
+    if ((rc = zt_acts_open_dt(&s->macts[k], t->model, &t->be, t->tc.micro_batch,
+                              t->tc.ckpt_every, t->tc.precision, err, errlen)) < 0)
+      return rc;
+    s->act_bytes += zt_acts_bytes(s->macts[k]);
+  }
+  return 0;
+}
+
 int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
                             const zt_offload_cfg *oc, const zt_backend *be, char *err,
                             size_t errlen) {
@@ -275,6 +312,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
                             tc->precision, err, errlen)) < 0)
     goto out;
   s->act_bytes = zt_acts_bytes(t->acts);
+  if ((rc = open_micro_acts(t, s, plan.unit_major, err, errlen)) < 0) goto out;
   t->h_tok = malloc(N * sizeof *t->h_tok);
   t->h_tgt = malloc(N * sizeof *t->h_tgt);
   units = calloc((size_t)s->nu, sizeof *units);
@@ -303,11 +341,14 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   s->dsum = z.dsum;
   s->dsum_bytes = z.dsum_bytes;
   s->host_bytes = z.host;
+  /* where the time to a first step goes (docs/BENCHMARKS.md "Time to the first step") */
+  uint64_t t_open = zt_now_ns(), t_host = 0, t_state = 0, t_zero = 0;
   if ((rc = zt_host_arena_open(&s->host, s->host_bytes, on_gpu ? zt_host_mem_cuda() : NULL)) < 0) {
     snprintf(err, errlen, "offload: opening the host arena failed (%d)", rc);
     goto out;
   }
   /* host_sizes' buffers; the host units' m and v once the initial state is written */
+  t_host = zt_now_ns() - t_open;
   s->d_alias = z.alias;
   if (s->h_floats && (rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float),
                                                (void **)&s->h[ZT_OPT_MASTER])) < 0)
@@ -367,12 +408,16 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
              "optimizer on the device failed", z.dev_units, s->ng);
     goto out;
   }
+  t_state = zt_now_ns();
   if ((rc = write_initial_state(t, err, errlen)) < 0) goto out;
+  t_zero = zt_now_ns();
+  t_state = t_zero - t_state;
   for (int k = ZT_OPT_M; k < ZT_OPT_KINDS && s->h_floats; k++) {
     if ((rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float), (void **)&s->h[k])) < 0)
       goto host_full;
-    memset(s->h[k], 0, s->h_floats * sizeof(float));
+    zero_on_pool(s->pool, s->h[k], s->h_floats);
   }
+  t_zero = zt_now_ns() - t_zero;
   if (s->d_alias) open_device_units(t);
   /* fp32 compute: the device copy of a unit is its masters, fetched from the host copy or from
    * their file; bf16/fp16: the pieces its ops read, from the masters and the compute copy;
@@ -422,6 +467,12 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   sc.dev = s->dev;
   sc.copy = s->copy;
   if ((rc = zt_streamer_open(&s->st, &sc, err, errlen)) < 0) goto out;
+  char host[32];
+  zt_size_format(host, sizeof host, (double)s->host_bytes);
+  ZT_LOGI("offload", "open in %.2f s: host tier %s%s in %.2f s, initial state in %.2f s, host "
+          "moments zeroed in %.2f s", (double)(zt_now_ns() - t_open) * 1e-9, host,
+          on_gpu ? " (pinned)" : "", (double)t_host * 1e-9, (double)t_state * 1e-9,
+          (double)t_zero * 1e-9);
   *out = t;
   t = NULL;
   goto out;

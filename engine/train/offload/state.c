@@ -64,7 +64,8 @@ static int off_read_state(zt_trainer *t, int u0, int u1, float *params, float *m
   size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
   size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
   /* delayed: the state of the last step, its update landed */
-  int rc = zt__off_pend_finish(t), frc = zt_opt_store_finish(s->opt);
+  int rc = zt__off_pend_finish(t), lrc = zt__off_land(t), frc = zt_opt_store_finish(s->opt);
+  if (rc == 0) rc = lrc;
   if (rc == 0) rc = frc;
   for (int k = 0; k < ZT_OPT_KINDS && a < b && rc == 0; k++)
     if (out[k]) memcpy(out[k] + (a - base), s->h[k] + (a - s->lo), (b - a) * sizeof(float));
@@ -96,7 +97,8 @@ int zt__off_write_state(zt_trainer *t, int u0, int u1, const float *params, cons
   size_t end = zt_model_unit(t->model, u1 - 1)->offset + zt_model_unit(t->model, u1 - 1)->numel;
   size_t a = base > s->lo ? base : s->lo, b = end < s->lo + s->h_floats ? end : s->lo + s->h_floats;
   /* delayed: the pending update lands first (its NVMe writes must not follow these) */
-  int rc = zt__off_pend_finish(t), frc = zt_opt_store_finish(s->opt);
+  int rc = zt__off_pend_finish(t), lrc = zt__off_land(t), frc = zt_opt_store_finish(s->opt);
+  if (rc == 0) rc = lrc;
   if (rc == 0) rc = frc;
   for (int k = 0; k < ZT_OPT_KINDS && a < b; k++) {
     if (!s->h[k]) continue;
@@ -162,6 +164,8 @@ static void off_close(zt_trainer *t) {
   zt_nvme_store_close(s->nvme); /* its files with it */
   if (s->nvme_dir[0]) rmdir(s->nvme_dir);
   zt_host_arena_close(s->host); /* masters, m, v, gradients and the staging with it */
+  for (int k = 1; s->macts && k < t->tc.grad_accum; k++) zt_acts_close(s->macts[k]);
+  free(s->macts);
   free(s->slot);
   free(s->scopy_off);
   free(s->updated);
@@ -212,6 +216,7 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
                             .ckpt_every = t->tc.ckpt_every,
                             .params = s->oc.params,
                             .est_step_s = s->est_s,
+                            .unit_major = s->unit_major,
                             .gpu_unit_bytes = s->dev_unit_bytes,
                             .gpu_unit_updates = s->gpu_unit_updates,
                             .step_ns = s->step_ns,
@@ -238,6 +243,7 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
                             .bytes_h2d = ss.bytes_h2d,
                             .bytes_d2h = ss.bytes_d2h,
                             .adam_units = s->adam_units,
-                            .adam_overlapped = s->adam_overlapped};
+                            .adam_overlapped = s->adam_overlapped,
+                            .adam_landed = s->adam_landed};
   return 0;
 }

@@ -28,6 +28,8 @@ static int prefetch_from(off_state *s, int u, int dir) {
   for (int d = 0; d < s->oc.prefetch; d++) {
     int v = v0 + d * dir;
     if (v < s->ng || v >= s->nu) break;
+    /* landing: the copy is of the unit's updated parameters */
+    if (s->landing) zt_opt_store_wait(s->opt, v);
     int rc = zt_streamer_prefetch(s->st, v - s->ng);
     if (rc < 0 && rc != -EAGAIN) return rc;
   }
@@ -101,22 +103,33 @@ static int unit_done(zt_trainer *t, int u, overlap *ov, char *err, size_t errlen
   return 0;
 }
 
-/* Delayed: the pending update's units are started one a unit (zt__off_pend_pump), behind the unit's
- * compute so that the device has work while an NVMe read is waited for. */
-static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
+/* The forward of the n micro-batches whose activations are acts (unit-major: every one of the
+ * step's, each unit fetched once for them all). Delayed: the pending update's units are started
+ * one a unit (zt__off_pend_pump), behind the unit's compute so that the device has work while
+ * an NVMe read is waited for. */
+static int walk_forward(zt_trainer *t, zt_acts *const *acts, int n, char *err, size_t errlen) {
   off_state *s = t->path_state;
+  /* landing: the units ahead are prefetched once this one's compute is queued, so that the
+   * device works while the runner waits for their updates */
+  int early = !s->landing;
   for (int u = 0; u < s->nu; u++) {
     void *p = NULL, *e = NULL;
+    if (s->landing && u >= s->ng) {
+      zt_opt_store_wait(s->opt, u);
+      s->adam_landed++;
+    }
     int rc = unit_get(t, u, 0, &p, NULL), prc = 0;
     if (rc == 0 && u == s->head && (rc = unit_get(t, 0, 0, &e, NULL)) < 0) {
       unit_put(t, u, 0);
       p = NULL;
     }
-    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
+    if (rc == 0 && (!early || (rc = prefetch_from(s, u, 1)) == 0)) {
       s->copy->ops->compute_mark(s->copy, 0);
-      zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
+      for (int j = 0; j < n; j++)
+        zt_model_unit_forward_dt(t->model, acts[j], u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
       s->copy->ops->compute_mark(s->copy, 1);
       prc = zt__off_pend_pump(t);
+      if (!early) rc = prefetch_from(s, u, 1);
     }
     if (e) unit_put(t, 0, 0);
     if (p) unit_put(t, u, 0);
@@ -129,11 +142,14 @@ static int walk_forward(zt_trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
-/* first: the first counted micro-batch of the step, whose gradient buffers start at zero; later
- * ones continue the host's running sum. last: the last counted one. With the sums on the device
- * (dsum, zeroed by the step) every micro-batch resumes them and only the last writes them back. */
-static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *err,
-                         size_t errlen) {
+/* The backward of the n micro-batches whose activations are acts, each unit's of them all
+ * adding into its gradient buffer in their order (n > 1: unit-major, no head reading the
+ * embedding). first: they begin with the first counted micro-batch of the step, whose gradient
+ * buffers start at zero; later ones continue the host's running sum. last: they end with the
+ * last counted one. With the sums on the device (dsum, zeroed by the step) every walk resumes
+ * them and only the last writes them back. */
+static int walk_backward(zt_trainer *t, zt_acts *const *acts, int n, int first, int last,
+                         overlap *ov, char *err, size_t errlen) {
   off_state *s = t->path_state;
   unsigned gflags = ZT_STREAM_GRADS | (first && !s->dsum ? 0u : ZT_STREAM_GRADS_RESUME);
   /* this walk's write-backs, and whether they are the step's first to the host */
@@ -155,8 +171,9 @@ static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *
     }
     if (rc == 0 && (rc = prefetch_from(s, u, -1)) == 0) {
       s->copy->ops->compute_mark(s->copy, 0);
-      zt_model_unit_backward_dt(t->model, t->acts, u, p, lp_of(t, u, p), g, e, lp_of(t, 0, e),
-                                eg);
+      for (int j = 0; j < n; j++)
+        zt_model_unit_backward_dt(t->model, acts[j], u, p, lp_of(t, u, p), g, e, lp_of(t, 0, e),
+                                  eg);
       s->copy->ops->compute_mark(s->copy, 1);
     }
     /* a failed step's gradients are dropped, not written back */
@@ -189,6 +206,16 @@ static int walk_backward(zt_trainer *t, int first, int last, overlap *ov, char *
 }
 
 /* ---- the strategy (engine/train/step.h) -------------------------------------------------- */
+
+/* The last step's updates finished before this step's backward writes the gradients they read
+ * (or its norm, where nothing was walked). */
+static int land(zt_trainer *t, int step, char *err, size_t errlen) {
+  int rc = zt__off_land(t);
+  if (rc < 0)
+    snprintf(err, errlen, "step %d: the AdamW update of step %d failed: %s", step, step - 1,
+             zt_opt_store_error(((off_state *)t->path_state)->opt, rc));
+  return rc;
+}
 
 /* One step of the path: the recipe's hooks' state. */
 typedef struct off_step {
@@ -225,6 +252,7 @@ static int off_begin(void *ctx, zt__step_walk *w) {
   }
   if (s->dsum) o->zero(t->be.ctx, s->d_sum, (n - s->ng_floats) * sizeof(float));
   x->ov = (overlap){.on = 0, .hp = &x->hp, .bad_unit = -1};
+  w->unit_major = s->unit_major;
   return 0;
 }
 
@@ -232,7 +260,7 @@ static int off_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *
   off_step *x = ctx;
   (void)w;
   (void)mb;
-  return walk_forward(x->t, x->err, x->errlen);
+  return walk_forward(x->t, &x->t->acts, 1, x->err, x->errlen);
 }
 
 /* the loss's compute, timed as the walks' is */
@@ -244,8 +272,48 @@ static void off_compute(void *ctx, int end) {
 static int off_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
   off_step *x = ctx;
   /* the last counted micro-batch's backward updates the units as it goes, where it may */
+  int rc = land(x->t, w->a->step, x->err, x->errlen);
+  if (rc < 0) return rc;
   x->ov.on = w->overlap && mb->last;
-  return walk_backward(x->t, mb->first, mb->last, &x->ov, x->err, x->errlen);
+  return walk_backward(x->t, &x->t->acts, 1, mb->first, mb->last, &x->ov, x->err, x->errlen);
+}
+
+/* ---- unit-major (offload.order unit) ---------------------------------------------------- */
+
+static zt_acts *off_acts(void *ctx, int k) {
+  return ((off_state *)((off_step *)ctx)->t->path_state)->macts[k];
+}
+
+static int off_forward_all(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs, int n) {
+  off_step *x = ctx;
+  off_state *s = x->t->path_state;
+  zt_acts *acts[ZT_UNIT_MAJOR_MICROS_MAX];
+  (void)w;
+  for (int j = 0; j < n; j++) acts[j] = s->macts[mbs[j].k];
+  return walk_forward(x->t, acts, n, x->err, x->errlen);
+}
+
+/* Unit-major, or micro-major after the unit-major forward where the head reads the embedding
+ * (zt_offload_backward_unit_major). */
+static int off_backward_all(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs,
+                            int n) {
+  off_step *x = ctx;
+  off_state *s = x->t->path_state;
+  zt_acts *acts[ZT_UNIT_MAJOR_MICROS_MAX];
+  int rc = land(x->t, w->a->step, x->err, x->errlen);
+  if (rc < 0) return rc;
+  for (int j = 0; j < n; j++) acts[j] = s->macts[mbs[j].k];
+  if (s->um_back) {
+    x->ov.on = w->overlap && mbs[n - 1].last;
+    return walk_backward(x->t, acts, n, mbs[0].first, mbs[n - 1].last, &x->ov, x->err,
+                         x->errlen);
+  }
+  for (int j = 0; j < n && rc == 0; j++) {
+    x->ov.on = w->overlap && mbs[j].last;
+    rc = walk_backward(x->t, &acts[j], 1, mbs[j].first, mbs[j].last, &x->ov, x->err,
+                       x->errlen);
+  }
+  return rc;
 }
 
 static int off_norm(void *ctx, const zt__step_walk *w, zt__step_norm *nm) {
@@ -255,6 +323,7 @@ static int off_norm(void *ctx, const zt__step_walk *w, zt__step_norm *nm) {
   const zt_ops *o = t->be.ops;
   size_t n = zt_model_num_params(t->model);
   int counted_micros = nm->micros, rc;
+  if ((rc = land(t, w->a->step, x->err, x->errlen)) < 0) return rc;
   if ((rc = zt_streamer_wait_grads(s->st, -1)) < 0) {
     snprintf(x->err, x->errlen, "offload step %d: %s", w->a->step, zt_streamer_error(s->st));
     return rc;
@@ -330,15 +399,22 @@ static int off_update(void *ctx, const zt__step_walk *w, float grad_scale) {
   int rc = 0, step = w->a->step;
   /* the device units' too */
   x->hp.grad_scale = grad_scale;
+  /* Without NVMe units or the delay, the streamed units' updates are left running when the step
+   * returns: each lands behind the next step's forward of it (zt__off_land), so they start in
+   * the forward's order, the device units' after them (on the runner, done by then). NVMe
+   * units' follow the store's read-ahead, in the backward's order, and are waited for. */
+  int landing = !x->defer && !s->delayed && s->nh == s->nu;
   /* the units the overlap did not reach (all of them with clipping or without a counted
-   * micro-batch), in the backward's order; deferred: the device units alone */
-  for (int u = x->defer ? s->ng - 1 : s->nu - 1; u >= 0 && rc == 0; u--)
-    if (!s->updated[u]) {
-      s->updated[u] = 1;
-      rc = zt__off_update_unit(t, u, &x->hp);
-    }
-  int frc = zt_opt_store_finish(s->opt);
+   * micro-batch); deferred: the device units alone */
+  for (int i = 0; i < s->nu && rc == 0; i++) {
+    int u = !landing ? s->nu - 1 - i : i + s->ng < s->nu ? i + s->ng : i + s->ng - s->nu;
+    if ((x->defer && u >= s->ng) || s->updated[u]) continue;
+    s->updated[u] = 1;
+    rc = zt__off_update_unit(t, u, &x->hp);
+  }
+  int frc = landing && rc == 0 ? 0 : zt_opt_store_finish(s->opt);
   if (rc == 0) rc = frc;
+  s->landing = landing && rc == 0;
   /* delayed, not deferred (step 1): the update wrote the next buffers */
   if (rc == 0 && s->delayed && !x->defer) zt__off_swap_copies(t);
   if (rc < 0) {
@@ -374,6 +450,7 @@ static int off_end(void *ctx, const zt__step_walk *w, int rc) {
   }
   /* a pending update of the step before lands (a failure of it breaks the state) */
   if (zt__off_pend_finish(x->t) < 0) s->broken = 1;
+  zt__off_land(x->t);
   zt_opt_store_finish(s->opt);
   /* updates that overlapped the backward stay: the state is no step's */
   for (int u = 0; u < s->nu; u++) s->broken |= s->updated[u];
@@ -383,7 +460,8 @@ static int off_end(void *ctx, const zt__step_walk *w, int rc) {
 
 static const zt__step_hooks off_hooks = {
     .begin = off_begin, .forward = off_forward, .compute = off_compute,
-    .backward = off_backward, .norm = off_norm, .nonfinite = off_nonfinite,
+    .backward = off_backward, .acts = off_acts, .forward_all = off_forward_all,
+    .backward_all = off_backward_all, .norm = off_norm, .nonfinite = off_nonfinite,
     .broken = off_broken, .update = off_update, .end = off_end};
 
 int zt__off_step(zt_trainer *t, const int32_t *tokens, zt_step_result *res, char *err,

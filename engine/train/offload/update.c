@@ -73,3 +73,12 @@ int zt__off_update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
     return rc;
   return u > s->nh ? zt_opt_store_read(s->opt, u - 1) : 0;
 }
+
+int zt__off_land(zt_trainer *t) {
+  off_state *s = t->path_state;
+  if (!s->landing) return 0;
+  s->landing = 0;
+  int rc = zt_opt_store_finish(s->opt);
+  if (rc < 0) s->broken = 1;
+  return rc;
+}

@@ -54,9 +54,9 @@ int main(int argc, char **argv) {
   float *aout = kc_floats((size_t)B * T * AC), *adout = kc_random(&rng, (size_t)B * T * AC, -1, 1);
   float *dqkv = kc_floats((size_t)B * T * 3 * AC);
   void *saved = kc_floats(op->attention_saved_bytes(B, T, NH, NH, AC / NH) / sizeof(float));
-  BEST_OF(5, t, op->attention_fwd(be.ctx, aout, saved, qkv, B, T, NH, NH, AC / NH, 1));
+  BEST_OF(5, t, op->attention_fwd(be.ctx, aout, saved, qkv, B, T, NH, NH, AC / NH, 1, NULL));
   printf("attention_fwd B=%d T=%d C=%d NH=%d causal: %7.2f ms\n", B, T, AC, NH, t * 1e3);
-  BEST_OF(5, t, op->attention_bwd(be.ctx, dqkv, adout, qkv, saved, B, T, NH, NH, AC / NH, 1));
+  BEST_OF(5, t, op->attention_bwd(be.ctx, dqkv, adout, qkv, saved, B, T, NH, NH, AC / NH, 1, NULL));
   printf("attention_bwd B=%d T=%d C=%d NH=%d causal: %7.2f ms\n", B, T, AC, NH, t * 1e3);
 
   int V = 4096, NR = 1024;

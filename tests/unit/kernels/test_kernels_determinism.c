@@ -55,9 +55,9 @@ static int test_attention(int NH, int NKV) {
       out[k] = kc_floats(nout);
       saved[k] = kc_floats(nsaved);
       g[k] = kc_copy(g0, nqkv);
-      be[k]->ops->attention_fwd(be[k]->ctx, out[k], saved[k], qkv, B, T, NH, NKV, hs, causal);
+      be[k]->ops->attention_fwd(be[k]->ctx, out[k], saved[k], qkv, B, T, NH, NKV, hs, causal, NULL);
       be[k]->ops->attention_bwd(be[k]->ctx, g[k], dout, qkv, saved[k], B, T, NH, NKV, hs,
-                                causal);
+                                causal, NULL);
     }
     fail |= same("attention_fwd", out[0], out[1], nout);
     fail |= same("attention saved", saved[0], saved[1], nsaved);
@@ -137,7 +137,7 @@ static int test_reductions(void) {
     int32_t *etok = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++)
       etok[i] = i % 5; /* heavy repeats */
-    be[k]->ops->embedding_bwd(ctx, dwte, dwpe, dout, etok, B, T, C);
+    be[k]->ops->embedding_bwd(ctx, dwte, dwpe, dout, etok, B, T, C, NULL);
     free(etok);
     memcpy(dl, logits, sizeof(float) * N * V);
     be[k]->ops->crossentropy_fwd_bwd(ctx, dl, tok, N, V, V, -1, 0.01f, &loss[k], &count[k]);

@@ -110,7 +110,7 @@ static int test_attention(int NH, int NKV, int causal) {
         }
       }
 
-  be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
+  be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal, NULL);
   snprintf(what, sizeof what, "attention NH=%d NKV=%d causal=%d out", NH, NKV, causal);
   fail |= kc_close(what, out, ref, nout, 1e-5, 1e-4);
   snprintf(what, sizeof what, "attention NH=%d NKV=%d causal=%d probs", NH, NKV, causal);
@@ -122,7 +122,7 @@ static int test_attention(int NH, int NKV, int causal) {
     float *kv = qkv + (size_t)(T - 1) * R + C;
     for (int i = 0; i < 2 * NKV * hs; i++)
       kv[i] += 1.0f;
-    be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
+    be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal, NULL);
     fail |= KC_EXPECT(memcmp(out, before, (size_t)(T - 1) * C * sizeof(float)) == 0,
                       "causal attention: earlier queries changed with a future key");
     fail |= KC_EXPECT(memcmp(out + (size_t)(T - 1) * C, before + (size_t)(T - 1) * C,
@@ -336,7 +336,7 @@ static int test_embedding(void) {
     for (int i = 0; i < B * T; i++)
       for (int c = 0; c < C; c++)
         ref[i * C + c] = (double)(wte[tok[i] * C + c] + (with_wpe ? wpe[(i % T) * C + c] : 0.0f));
-    be.ops->embedding_fwd(be.ctx, out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
+    be.ops->embedding_fwd(be.ctx, out, tok, wte, with_wpe ? wpe : NULL, B, T, C, NULL);
     fail |= kc_close(with_wpe ? "embedding_fwd wpe" : "embedding_fwd", out, ref,
                      (size_t)B * T * C, 0, 0);
   }

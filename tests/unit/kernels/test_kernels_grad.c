@@ -81,7 +81,7 @@ typedef struct emb_case {
 
 static double emb_loss(void *p) {
   emb_case *c = p;
-  be.ops->embedding_fwd(be.ctx, c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+  be.ops->embedding_fwd(be.ctx, c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C, NULL);
   return dot_r(c->out, c->r, (size_t)c->B * c->T * c->C);
 }
 
@@ -98,7 +98,7 @@ static int test_embedding(int with_wpe) {
   float *dwte = grad_start((size_t)c.V * c.C), *dwte0 = kc_copy(dwte, (size_t)c.V * c.C);
   float *dwpe = with_wpe ? grad_start((size_t)c.T * c.C) : NULL;
   float *dwpe0 = with_wpe ? kc_copy(dwpe, (size_t)c.T * c.C) : NULL;
-  be.ops->embedding_bwd(be.ctx, dwte, dwpe, c.r, c.tok, c.B, c.T, c.C);
+  be.ops->embedding_bwd(be.ctx, dwte, dwpe, c.r, c.tok, c.B, c.T, c.C, NULL);
   int fail = check_input(with_wpe ? "embedding dwte (wpe)" : "embedding dwte (no wpe)",
                          emb_loss, &c, c.wte, dwte, dwte0, (size_t)c.V * c.C);
   if (with_wpe)
@@ -189,7 +189,7 @@ typedef struct att_case {
 static double att_loss(void *p) {
   att_case *c = p;
   be.ops->attention_fwd(be.ctx, c->out, c->saved, c->qkv, c->B, c->T, c->NH, c->NKV, c->hs,
-                        c->causal);
+                        c->causal, NULL);
   return dot_r(c->out, c->r, (size_t)c->B * c->T * c->NH * c->hs);
 }
 
@@ -203,7 +203,7 @@ static int test_attention(int NH, int NKV, int hs, int causal) {
   c.saved = kc_floats(be.ops->attention_saved_bytes(c.B, c.T, NH, NKV, hs) / sizeof(float));
   att_loss(&c);
   float *dqkv = grad_start(nqkv), *dqkv0 = kc_copy(dqkv, nqkv);
-  be.ops->attention_bwd(be.ctx, dqkv, c.r, c.qkv, c.saved, c.B, c.T, NH, NKV, hs, causal);
+  be.ops->attention_bwd(be.ctx, dqkv, c.r, c.qkv, c.saved, c.B, c.T, NH, NKV, hs, causal, NULL);
   char what[96];
   snprintf(what, sizeof what, "attention NH=%d NKV=%d hs=%d causal=%d dqkv", NH, NKV, hs, causal);
   int fail = check_input(what, att_loss, &c, c.qkv, dqkv, dqkv0, nqkv);

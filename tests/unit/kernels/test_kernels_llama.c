@@ -46,8 +46,8 @@ static int test_gqa(int NH, int NKV, int causal) {
   float *saved = kc_floats(nsaved), *msaved = kc_floats(nsaved);
   int fail = KC_EXPECT(be.ops->attention_saved_bytes(B, T, NH, NH, hs) / sizeof(float) == nsaved,
                        "saved bytes depend on NKV");
-  be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal);
-  be.ops->attention_fwd(be.ctx, mout, msaved, mqkv, B, T, NH, NH, hs, causal);
+  be.ops->attention_fwd(be.ctx, out, saved, qkv, B, T, NH, NKV, hs, causal, NULL);
+  be.ops->attention_fwd(be.ctx, mout, msaved, mqkv, B, T, NH, NH, hs, causal, NULL);
   snprintf(what, sizeof what, "NH=%d NKV=%d causal=%d", NH, NKV, causal);
   fail |= KC_EXPECT(!memcmp(out, mout, nout * sizeof(float)) &&
                         !memcmp(saved, msaved, nsaved * sizeof(float)),
@@ -60,8 +60,8 @@ static int test_gqa(int NH, int NKV, int causal) {
     for (size_t i = C; i < R3; i++)
       if (((i - C) / hs) % NH % (NH / NKV))
         mdqkv[t * R3 + i] = 0.0f; /* the start lives in the group's first copy only */
-  be.ops->attention_bwd(be.ctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal);
-  be.ops->attention_bwd(be.ctx, mdqkv, dout, mqkv, msaved, B, T, NH, NH, hs, causal);
+  be.ops->attention_bwd(be.ctx, dqkv, dout, qkv, saved, B, T, NH, NKV, hs, causal, NULL);
+  be.ops->attention_bwd(be.ctx, mdqkv, dout, mqkv, msaved, B, T, NH, NH, hs, causal, NULL);
   double *want = malloc(nqkv * sizeof(double));
   if (!want) exit(1);
   for (int t = 0; t < BT; t++) {

@@ -243,12 +243,12 @@ static int test_ops(zt_dtype dt) {
       float *ref = kc_floats(NC), *dqkv_r = kc_copy(dqkv.f, nqkv);
       uint16_t *out = calloc(NC, 2);
       char what[64];
-      o->attention_fwd(ctx, ref, saved_r, qkv.f, B, T, NH, NKV, hs, causal);
-      o->attention_fwd_dt(ctx, dt, out, saved, qkv.h, B, T, NH, NKV, hs, causal);
+      o->attention_fwd(ctx, ref, saved_r, qkv.f, B, T, NH, NKV, hs, causal, NULL);
+      o->attention_fwd_dt(ctx, dt, out, saved, qkv.h, B, T, NH, NKV, hs, causal, NULL);
       snprintf(what, sizeof what, "attention_fwd NKV=%d causal=%d", NKV, causal);
       fails += same_lp(what, dt, out, ref, NC);
-      o->attention_bwd(ctx, dqkv_r, dout.f, qkv.f, saved_r, B, T, NH, NKV, hs, causal);
-      o->attention_bwd_dt(ctx, dt, dqkv.h, dout.h, qkv.h, saved, B, T, NH, NKV, hs, causal);
+      o->attention_bwd(ctx, dqkv_r, dout.f, qkv.f, saved_r, B, T, NH, NKV, hs, causal, NULL);
+      o->attention_bwd_dt(ctx, dt, dqkv.h, dout.h, qkv.h, saved, B, T, NH, NKV, hs, causal, NULL);
       snprintf(what, sizeof what, "attention_bwd NKV=%d causal=%d", NKV, causal);
       fails += same_lp(what, dt, dqkv.h, dqkv_r, nqkv);
       lp_free(&qkv), lp_free(&dout), lp_free(&dqkv);
@@ -349,19 +349,21 @@ static int test_ops(zt_dtype dt) {
 
   /* embedding */
   {
-    float *wte = kc_random(&rng, (size_t)V * C, -1, 1), *wpe = kc_random(&rng, (size_t)T * C, -1, 1);
+    float *wte = kc_random(&rng, (size_t)V * C, -1, 1), *wpe = kc_random(&rng, (size_t)T * C, -1,
+                                                                         1);
     int32_t tok[B * T];
     for (int i = 0; i < N; i++) tok[i] = kc_int(&rng, V);
     float *ref = kc_floats(NC);
     uint16_t *out = calloc(NC, 2);
-    o->embedding_fwd(ctx, ref, tok, wte, wpe, B, T, C);
-    o->embedding_fwd_dt(ctx, dt, out, tok, wte, wpe, B, T, C);
+    o->embedding_fwd(ctx, ref, tok, wte, wpe, B, T, C, NULL);
+    o->embedding_fwd_dt(ctx, dt, out, tok, wte, wpe, B, T, C, NULL);
     fails += same_lp("embedding_fwd", dt, out, ref, NC);
     lp dout = lp_random(dt, NC, -1, 1);
-    float *dwte = kc_random(&rng, (size_t)V * C, -1, 1), *dwpe = kc_random(&rng, (size_t)T * C, -1, 1);
+    float *dwte = kc_random(&rng, (size_t)V * C, -1, 1), *dwpe = kc_random(&rng, (size_t)T * C,
+                                                                           -1, 1);
     float *dwte_r = kc_copy(dwte, (size_t)V * C), *dwpe_r = kc_copy(dwpe, (size_t)T * C);
-    o->embedding_bwd(ctx, dwte_r, dwpe_r, dout.f, tok, B, T, C);
-    o->embedding_bwd_dt(ctx, dt, dwte, dwpe, dout.h, tok, B, T, C);
+    o->embedding_bwd(ctx, dwte_r, dwpe_r, dout.f, tok, B, T, C, NULL);
+    o->embedding_bwd_dt(ctx, dt, dwte, dwpe, dout.h, tok, B, T, C, NULL);
     fails += same_f32("embedding_bwd dwte", dt, dwte, dwte_r, (size_t)V * C);
     fails += same_f32("embedding_bwd dwpe", dt, dwpe, dwpe_r, (size_t)T * C);
     lp_free(&dout);

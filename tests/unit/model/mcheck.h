@@ -23,8 +23,7 @@ zt_model_cfg mc_tiny(zt_arch arch);
  * many. */
 #define MC_LLAMA_VARIANTS 4
 int mc_llama_variants(zt_model_cfg *out, const char **name);
-/* RoPE's positions of B rows of T tokens (0..T-1 each) into a's buffer; nothing for an arch
- * without one. */
+/* The positions of B rows of T tokens (0..T-1 each: one document a row) into a's buffer. */
 void mc_positions(const zt_backend *be, zt_acts *a, int B, int T);
 zt_train_cfg mc_train(int B, int grad_accum);
 

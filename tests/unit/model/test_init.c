@@ -4,7 +4,9 @@
  * tensor by tensor into buffers of their own) is bitwise the flat init's; a safetensors file
  * read through zt_model_file a unit at a time backwards (an HF-style file: prefixed names,
  * transposed Conv1D weights, the buffers HF files carry; and a file of two states) is bitwise
- * zt_model_load_states's; strict, a prefixed name is missing and an HF buffer unexpected; a
+ * zt_model_load_states's; the init on the CPU pool is the serial one whatever its threads (and
+ * zeros, its file unopened, when a checkpoint will be loaded over it);
+ * strict, a prefixed name is missing and an HF buffer unexpected; a
  * tensor whose dtype does not convert is refused at open, named; zt_model_writer, a unit at a
  * time backwards, writes zt_model_save_states's file byte for byte. */
 #include <errno.h>
@@ -12,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/tunables.h"
 #include "engine/model/safetensors.h"
+#include "engine/train/trainer_internal.h"
 #include "tests/unit/model/mcheck.h"
 
 static char dir[512];
@@ -80,6 +84,88 @@ static int test_seeded(zt_model_cfg mc) {
                      "same init", zt_arch_name(arch), (unsigned long long)mc.init_seed - 1,
                      (unsigned long long)mc.init_seed);
   zt_model_destroy(m2);
+  free(flat);
+  free(r);
+  zt_model_destroy(m);
+  return fails;
+}
+
+/* The seeded init on the CPU pool: with 1, 2, 3 and 7 threads, unit by unit and as one piece,
+ * it is bitwise the flat serial init, and so are slices at odd places filled in reverse (chunks
+ * of the pool cross tensor boundaries: the model has several chunks' worth of parameters). */
+static int test_threads(void) {
+  char err[512];
+  zt_model *m = NULL;
+  zt_model_cfg mc = mc_tiny(ZT_ARCH_GPT);
+  mc.vocab = 3000;
+  mc.d_model = 128;
+  mc.n_heads = 4;
+  mc.seq_len = 64;
+  if (zt_model_create(&m, &mc, err, sizeof err) < 0) exit(1);
+  size_t n = zt_model_num_params(m);
+  int nu = zt_model_num_units(m), nt = zt_model_num_tensors(m), fails = 0;
+  fails += MC_EXPECT(n > 3 * ZT_TUNE_INIT_CHUNK, "%zu parameters: too few for several chunks", n);
+  float *flat = malloc(n * sizeof *flat), *r = malloc(n * sizeof *r);
+  zt_model_init_params(m, flat);
+  static const int threads[] = {1, 2, 3, 7};
+  for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+    zt__trainer_init in;
+    fails += MC_EXPECT(zt__trainer_init_open_threads(&in, m, threads[k], err, sizeof err) == 0,
+                       "%d threads: %s", threads[k], err);
+    fails += MC_EXPECT((in.pool != NULL) == (threads[k] > 1), "%d threads: pool %p", threads[k],
+                       (void *)in.pool);
+    memset(r, 0xff, n * sizeof *r);
+    for (int u = nu - 1; u >= 0; u--)
+      fails += MC_EXPECT(zt__trainer_init_read(&in, u, u + 1, r + zt_model_unit(m, u)->offset,
+                                               err, sizeof err) == 0, "unit %d: %s", u, err);
+    fails += MC_EXPECT(!memcmp(flat, r, n * sizeof *r), "%d threads, unit by unit: differs from "
+                       "the serial init", threads[k]);
+    memset(r, 0xff, n * sizeof *r);
+    fails += MC_EXPECT(zt__trainer_init_read(&in, 0, nu, r, err, sizeof err) == 0, "%s", err);
+    fails += MC_EXPECT(!memcmp(flat, r, n * sizeof *r), "%d threads, one piece: differs from the "
+                       "serial init", threads[k]);
+    zt__trainer_init_close(&in);
+  }
+  /* the token embedding is N(0, 0.02) with neighbours uncorrelated (the pair's cosine and sine
+   * are independent normals): mean, sd and the lag-1 correlation within 6 standard errors */
+  const zt_tensor_info *wte = zt_model_tensor(m, 0);
+  double sum = 0, sq = 0, lag = 0, k = (double)wte->numel;
+  for (size_t i = 0; i < wte->numel; i++) {
+    double x = flat[wte->offset + i];
+    sum += x;
+    sq += x * x;
+    if (i) lag += x * flat[wte->offset + i - 1];
+  }
+  double sd = sqrt(sq / k - (sum / k) * (sum / k)), se = 6.0 / sqrt(k);
+  fails += MC_EXPECT(fabs(sum / k) < 0.02 * se && fabs(sd / 0.02 - 1.0) < se &&
+                     fabs(lag / (k - 1) / (sd * sd)) < se, "%s: mean %g, sd %g, lag-1 "
+                     "correlation %g over %.0f elements", wte->name, sum / k, sd,
+                     lag / (k - 1) / (sd * sd), k);
+  /* a resume's open (init_loaded): zeros on the pool, the init file not even opened */
+  zt_model_cfg lc = mc;
+  lc.init_loaded = 1;
+  snprintf(lc.init_path, sizeof lc.init_path, "%s", path_of("absent.safetensors"));
+  zt_model *lm = NULL;
+  if (zt_model_create(&lm, &lc, err, sizeof err) < 0) exit(1);
+  zt__trainer_init li;
+  memset(r, 0xff, n * sizeof *r);
+  fails += MC_EXPECT(zt__trainer_init_open_threads(&li, lm, 3, err, sizeof err) == 0 &&
+                     zt__trainer_init_read(&li, 0, nu, r, err, sizeof err) == 0, "init_loaded: %s",
+                     err);
+  zt__trainer_init_close(&li);
+  zt_model_destroy(lm);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; i++) nonzero += r[i] != 0.0f;
+  fails += MC_EXPECT(nonzero == 0, "init_loaded: %zu of %zu parameters are not zero", nonzero, n);
+  memset(r, 0xff, n * sizeof *r);
+  for (size_t stop = n, step = 7919; stop > 0;) {
+    size_t begin = stop > step ? stop - step : 0;
+    zt_model_init_params_slice(m, 0, nt, r, begin, stop);
+    stop = begin;
+    step = step * 3 % 100003 + 1;
+  }
+  fails += MC_EXPECT(!memcmp(flat, r, n * sizeof *r), "odd slices backwards differ from the flat "
+                     "init");
   free(flat);
   free(r);
   zt_model_destroy(m);
@@ -303,7 +389,7 @@ static int test_llama(zt_model_cfg mc, const char *what) {
 int main(void) {
   snprintf(dir, sizeof dir, "%s", mc_tmpdir());
   int fails = test_seeded(mc_tiny(ZT_ARCH_GPT)) + test_seeded(mc_tiny(ZT_ARCH_ENCODER)) +
-              test_files();
+              test_files() + test_threads();
   zt_model_cfg v[MC_LLAMA_VARIANTS];
   const char *name[MC_LLAMA_VARIANTS];
   for (int i = 0, nv = mc_llama_variants(v, name); i < nv; i++) {

@@ -8,6 +8,7 @@
  * on cuda when there is no device. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,12 @@ int main(int argc, char **argv) {
            "PyTorch and commit its output there)\n", argc < 2 ? "(no path given)" : argv[1]);
     return 77;
   }
+  /* a spec's model.hf must be absolute (engine/model/hf.c), and the variants' are made from this */
+  char root[PATH_MAX];
+  if (!realpath(argv[1], root)) {
+    perror(argv[1]);
+    return 1;
+  }
   zt_backend be;
   int rc = backend_open(argc > 2 ? argv[2] : "cpu", &be);
   if (rc) return rc;
@@ -132,10 +139,10 @@ int main(int argc, char **argv) {
   static const char *const hf[] = {"hf/llama_gqa42",  "hf/llama3_gqa82_tied", "hf/llama_linear",
                                    "hf/mistral",      "hf/qwen2_bias",        "hf/qwen3_qknorm"};
   double wg = 0, we = 0, wh = 0;
-  int fails = run_arch(&be, argv[1], "gpt", 0, &wg) + run_arch(&be, argv[1], "encoder", 0, &we);
+  int fails = run_arch(&be, root, "gpt", 0, &wg) + run_arch(&be, root, "encoder", 0, &we);
   for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++) {
     double w = 0;
-    fails += run_arch(&be, argv[1], hf[i], 1, &w);
+    fails += run_arch(&be, root, hf[i], 1, &w);
     if (w > wh) wh = w;
   }
   printf("%s: max relative per-step loss difference: gpt %.3g, encoder %.3g, llama family %.3g "

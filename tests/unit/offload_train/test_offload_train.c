@@ -15,7 +15,13 @@
  * a refetch of the resident units), a checkpoint in the middle carrying the scaler; a step
  * whose gradients are nan is skipped, never an error. The step's gradient sums over several
  * micro-batches on the device (grads gpu, which also takes the ring without clipping) and on the
- * host (grads host, each later micro-batch resuming from them) in the placements above. */
+ * host (grads host, each later micro-batch resuming from them) in the placements above.
+ * Clipping at 0.5 clips, at NOCLIP never; without NVMe units each step's updates land behind the
+ * next step's forward (counted exactly).
+ * offload.order: parsed, auto's choice is the cost model's, unit refused past its limit; with the
+ * argument "unit" (beside "nvme" or not) every case above runs unit-major (llama untied, so
+ * that its backward is unit-major too; gpt's head reads the embedding), each streamed unit
+ * fetched at most once a pass and its gradients written back once a step. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,18 +40,25 @@
 static int g_ga = GA; /* micro-batches a step of the cases that follow */
 static int g_wide;    /* the cases that follow on d_model 64: units of many pages each */
 static zt_dtype g_dt = ZT_F32; /* the compute precision of the cases that follow */
+/* offload.order of every offloaded trainer whose spec leaves it to auto ("unit": argv) */
+static zt_offload_order g_order = ZT_ORDER_AUTO;
 
 /* fp16: the initial loss scale of both trainers of a case, past what the first steps' gradients
  * can take in fp16, so that they are skipped until the scale has backed off; with check_case's
  * growth interval of 2 clean steps the scale grows and overflows again. */
 #define F16_SCALE0 0x1p22f
 #define F16_GROWTH 2
+/* a grad_clip no norm of these cases reaches */
+#define NOCLIP 1e6f
 
 static zt_backend g_be; /* one cpu backend for every trainer */
 
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg mc = mc_tiny(arch);
   mc.n_layers = 4;
+  /* unit-major: llama untied (Llama 3 8B's head), whose backward is unit-major too; gpt keeps
+   * the head that reads the embedding */
+  if (arch == ZT_ARCH_LLAMA && g_order) mc.tie_embeddings = 0;
   if (g_wide) {
     mc.d_model = 64;
     mc.d_ff = arch == ZT_ARCH_ENCODER ? 128 : 0;
@@ -154,8 +167,10 @@ static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
 
 static int open_off(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                     const zt_offload_cfg *oc, const zt_backend *be, char *err, size_t errlen) {
+  zt_offload_cfg c = *oc;
+  if (!c.order) c.order = g_order;
   err[0] = 0;
-  return zt_trainer_open_offload(t, mc, tc, oc, be, err, errlen);
+  return zt_trainer_open_offload(t, mc, tc, &c, be, err, errlen);
 }
 
 /* The smallest gpu_budget that opens with params streamed. The device needs the same whatever
@@ -274,6 +289,21 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   fails += MC_EXPECT(zt_trainer_backend_bytes(b) == st.device_budget, "%s: backend bytes", what);
   /* What the daemon admits at submit is exactly what the trainer took. */
   zt_offload_plan plan;
+  if (!oc.order) oc.order = g_order;
+  int um = oc.order == ZT_ORDER_UNIT && tc.grad_accum > 1;
+  fails += MC_EXPECT(st.unit_major == um, "%s: unit-major %d, expected %d", what, st.unit_major,
+                     um);
+  /* unit-major: a streamed unit comes to the device once for the forward of every micro-batch
+   * and once for their backward (a head reading the embedding: once a micro-batch in the
+   * backward), and its gradients go to the host once a step */
+  int tied = zt_model_head_reads_embed(zt_trainer_model(b));
+  uint64_t passes = 1 + (tied ? (uint64_t)tc.grad_accum : 1);
+  if (um)
+    fails += MC_EXPECT(st.fetches <= STEPS * passes * nu &&
+                           (tied || st.grad_writebacks <= (uint64_t)STEPS * nu),
+                       "%s: unit-major made %llu fetches, %llu write-backs in %d steps of %d "
+                       "streamed units", what, (unsigned long long)st.fetches,
+                       (unsigned long long)st.grad_writebacks, STEPS, nu);
   fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, be.ops, &plan, err, sizeof err) == 0,
                      "%s: estimate: %s", what, err);
   size_t est_host = plan.host_bytes, est_dev = plan.device_bytes;
@@ -328,6 +358,22 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
     fails += MC_EXPECT(st.adam_overlapped == (uint64_t)(STEPS - (g_ga == 1 ? 2 : 0)) * nu,
                        "%s: %llu updates overlapped", what,
                        (unsigned long long)st.adam_overlapped);
+  /* clipping: 0.5 clips some steps, NOCLIP none (the coefficient stays 1: the same updates,
+   * after the norm) */
+  int clipped = 0;
+  for (int i = 0; i < STEPS; i++) clipped += !ref[i].skipped && ref[i].grad_norm > tc.grad_clip;
+  if (tc.grad_clip > 0)
+    fails += MC_EXPECT(tc.grad_clip < NOCLIP ? clipped > 0 : clipped == 0, "%s: %d of %d steps "
+                       "clipped at %g", what, clipped, STEPS, (double)tc.grad_clip);
+  /* without NVMe units a step's updates still running when it returns land behind the next
+   * step's forward: each streamed unit waited for there once, after every step that updated
+   * (not skipped) and is followed by one that walks */
+  uint64_t landings = 0;
+  for (int i = 0; i + 1 < STEPS; i++) landings += !ref[i].skipped && step_counts(i + 1);
+  fails += MC_EXPECT(st.adam_landed == (on_nvme ? 0 : landings * nu), "%s: %llu updates landed "
+                     "behind the next forward (%llu expected)", what,
+                     (unsigned long long)st.adam_landed,
+                     (unsigned long long)(on_nvme ? 0 : landings * nu));
   if (on_nvme)
     fails += MC_EXPECT(st.nvme_bytes_read > 0 && st.nvme_bytes_written > 0, "%s: NVMe read "
                        "%llu, written %llu bytes", what, (unsigned long long)st.nvme_bytes_read,
@@ -335,6 +381,11 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   else
     fails += MC_EXPECT(st.nvme_bytes_read == 0 && st.nvme_bytes_written == 0, "%s: NVMe used",
                        what);
+  /* streamed unit-major untied: the gradients exactly once a step (the plan's bytes) */
+  if (want_streaming && um && !tied)
+    fails += MC_EXPECT(st.bytes_d2h == (uint64_t)STEPS * plan.d2h_bytes, "%s: %llu bytes to the "
+                       "host, expected %d x %llu", what, (unsigned long long)st.bytes_d2h, STEPS,
+                       (unsigned long long)plan.d2h_bytes);
   if (want_streaming) {
     fails += MC_EXPECT(st.device_budget == oc.gpu_budget, "%s: budget %zu, asked %zu", what,
                        st.device_budget, oc.gpu_budget);
@@ -348,6 +399,18 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
     fails += MC_EXPECT(st.evictions == 0 && st.fetches == fetching * nu,
                        "%s: all resident, %llu fetches %llu evictions", what,
                        (unsigned long long)st.fetches, (unsigned long long)st.evictions);
+    /* the bytes exactly where every walk writes a unit's gradients back once a step (unit-major
+     * untied, or the sums on the device): the pieces once a fetching step, the gradients once
+     * a walking step, what the plan expects of a step */
+    uint64_t walking = STEPS - (g_ga == 1 ? 2 : 0);
+    if ((um && !tied) || sums == ZT_PLACE_GPU)
+      fails += MC_EXPECT(st.bytes_h2d == fetching * plan.h2d_bytes &&
+                             st.bytes_d2h == walking * plan.d2h_bytes,
+                         "%s: %llu/%llu bytes H2D/D2H, expected %llu x %llu / %llu x %llu",
+                         what, (unsigned long long)st.bytes_h2d,
+                         (unsigned long long)st.bytes_d2h, (unsigned long long)fetching,
+                         (unsigned long long)plan.h2d_bytes, (unsigned long long)walking,
+                         (unsigned long long)plan.d2h_bytes);
   }
 out:
   zt_trainer_close(a);
@@ -782,6 +845,8 @@ static int check_json(void) {
       {"{\"host_units\": 2, \"optimizer\": \"host\"}", "offload.host_units splits"},
       {"{\"host_budget\": \"lots\"}", "offload.host_budget must be a byte count"},
       {"{\"nvme_budget\": -5}", "offload.nvme_budget must be a byte count"},
+      {"{\"order\": \"units\"}", "offload.order must be \"micro\", \"unit\" or \"auto\""},
+      {"{\"order\": 2}", "offload.order must be"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     j = json_loads(bad[i].json, 0, NULL);
@@ -791,12 +856,84 @@ static int check_json(void) {
     fails += MC_EXPECT(rc == -EINVAL && strstr(err, bad[i].err), "%s: rc %d, '%s'", bad[i].json,
                        rc, err);
   }
+  j = json_loads("{\"order\": \"unit\"}", 0, NULL);
+  rc = zt_config_offload_from_json(j, &oc, err, sizeof err);
+  json_decref(j);
+  j = zt_config_offload_to_json(&oc);
+  fails += MC_EXPECT(rc == 0 && oc.order == ZT_ORDER_UNIT &&
+                         !strcmp(json_string_value(json_object_get(j, "order")), "unit"),
+                     "order unit: rc %d (%s), not kept", rc, err);
+  json_decref(j);
+  return fails;
+}
+
+/* offload.order: auto under a budget is the cheaper of micro and unit by the cost model, which
+ * charges unit-major the activations of every micro-batch and spares it the refetches; unit
+ * asked with more micro-batches than a step walks at once is refused naming the field. */
+static int check_order(zt_arch arch) {
+  int fails = 0;
+  char err[512];
+  g_wide = 1; /* units large beside the activations, as in the models that stream */
+  zt_model_cfg mc = model_cfg(arch);
+  g_wide = 0;
+  if (arch == ZT_ARCH_LLAMA) mc.tie_embeddings = 0; /* as Llama 3 8B */
+  zt_train_cfg tc = train_cfg(0, 0);
+  zt_offload_cfg oc;
+  zt_offload_cfg_defaults(&oc);
+  oc.params = oc.optimizer = ZT_PLACE_HOST;
+  oc.order = ZT_ORDER_MICRO;
+  /* micro-major's smallest budget, with room for unit-major's activations beside the same
+   * arena: both stream */
+  oc.gpu_budget = min_budget(&mc, &tc, oc, &g_be);
+  zt_offload_plan micro, unit, any;
+  int rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &micro, err, sizeof err);
+  oc.gpu_budget += (size_t)(tc.grad_accum - 1) * micro.act_bytes;
+  if (rc == 0) rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &micro, err, sizeof err);
+  oc.order = ZT_ORDER_UNIT;
+  if (rc == 0) rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &unit, err, sizeof err);
+  oc.order = ZT_ORDER_AUTO;
+  if (rc == 0) rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &any, err, sizeof err);
+  if (MC_EXPECT(rc == 0, "%s order: %s", zt_arch_name(arch), err)) return 1;
+  /* untied, the streamed units are fetched twice a step instead of twice a micro-batch */
+  int cheaper = unit.est_step_s < micro.est_step_s, tied = arch == ZT_ARCH_GPT;
+  fails += MC_EXPECT(!micro.unit_major && unit.unit_major &&
+                         unit.act_bytes == (size_t)tc.grad_accum * micro.act_bytes &&
+                         (tied || (unit.h2d_bytes < micro.h2d_bytes && cheaper)) &&
+                         any.unit_major == cheaper &&
+                         any.est_step_s == (cheaper ? unit : micro).est_step_s,
+                     "%s order: micro %g s, unit %g s (activations %zu, %zu; H2D %llu, %llu), "
+                     "auto chose %s", zt_arch_name(arch), micro.est_step_s, unit.est_step_s,
+                     micro.act_bytes, unit.act_bytes, (unsigned long long)micro.h2d_bytes,
+                     (unsigned long long)unit.h2d_bytes, any.unit_major ? "unit" : "micro");
+  /* every unit resident beside one micro-batch's activations: fetched once a step either way,
+   * and unit-major would only take memory */
+  oc.order = ZT_ORDER_MICRO;
+  oc.params = ZT_PLACE_GPU;
+  oc.gpu_budget = 0;
+  rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &micro, err, sizeof err);
+  oc.order = ZT_ORDER_AUTO;
+  oc.params = ZT_PLACE_AUTO;
+  oc.gpu_budget = micro.device_bytes;
+  fails += MC_EXPECT(rc == 0 && zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &any, err,
+                                                    sizeof err) == 0 && !any.unit_major,
+                     "%s order auto at %zu bytes (all resident): %s, unit-major %d",
+                     zt_arch_name(arch), oc.gpu_budget, err, any.unit_major);
+  oc.order = ZT_ORDER_UNIT;
+  tc.grad_accum = ZT_UNIT_MAJOR_MICROS_MAX + 1;
+  err[0] = 0;
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &unit, err, sizeof err) ==
+                         -EINVAL && strstr(err, "offload.order") && strstr(err, "grad_accum"),
+                     "order unit, %d micro-batches: '%s'", tc.grad_accum, err);
   return fails;
 }
 
 /* The host tier, or with "nvme" the NVMe placements (skipped where io_uring is forbidden). */
 int main(int argc, char **argv) {
-  int nvme = argc > 1 && !strcmp(argv[1], "nvme"), fails = 0;
+  int nvme = 0, fails = 0;
+  for (int i = 1; i < argc; i++) {
+    nvme |= !strcmp(argv[i], "nvme");
+    if (!strcmp(argv[i], "unit")) g_order = ZT_ORDER_UNIT;
+  }
   g_be = mc_backend();
   const char *tmp = mc_tmpdir();
   zt_arch archs[] = {ZT_ARCH_GPT, ZT_ARCH_ENCODER, ZT_ARCH_LLAMA};
@@ -814,7 +951,7 @@ int main(int argc, char **argv) {
       return 77;
     }
     snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "%s", tmp);
-  } else {
+  } else if (!g_order) {
     fails += check_refusals() + check_json() + check_nonfinite(tmp);
   }
   for (int i = 0; i < 3; i++) {
@@ -868,7 +1005,7 @@ int main(int argc, char **argv) {
       zt_offload_cfg all_host;
       zt_offload_cfg_defaults(&all_host);
       fails += check_resume(archs[i], all_host, oc, 0, "ring, host into 2 host units", tmp);
-      fails += check_auto_split(archs[i], oc, train_cfg(0, 0), "ring");
+      if (!g_order) fails += check_auto_split(archs[i], oc, train_cfg(0, 0), "ring");
       oc.grad_slots = 0;
       g_ga = 2;
       fails += check_case(archs[i], "2 micro-batches, 2 host units, rest nvme, streamed",
@@ -885,7 +1022,7 @@ int main(int argc, char **argv) {
       fails += check_resume(archs[i], oc, all_host, 0.5f, "2 host units into host", tmp);
       bf = train_cfg(0.5f, 0);
       bf.precision = ZT_BF16;
-      fails += check_auto_split(archs[i], oc, bf, "bf16, clipped");
+      if (!g_order) fails += check_auto_split(archs[i], oc, bf, "bf16, clipped");
       /* fp16: optimizer nvme, the split, device units beside NVMe ones (their own buffers, the
        * overflow check in two parts), a resume across placements */
       g_dt = ZT_F16;
@@ -905,6 +1042,7 @@ int main(int argc, char **argv) {
     oc.prefetch = 1;
     fails += check_case(archs[i], "resident, overlapped", train_cfg(0, 0), oc, 0);
     fails += check_case(archs[i], "resident, clipped", train_cfg(0.5f, 0), oc, 0);
+    fails += check_case(archs[i], "streamed, clip that never clips", train_cfg(NOCLIP, 0), oc, 1);
     oc.prefetch = 0;
     fails += check_case(archs[i], "streamed, clipped, no prefetch", train_cfg(0.5f, 0), oc, 1);
     oc.prefetch = 2;
@@ -977,11 +1115,14 @@ int main(int argc, char **argv) {
     oc.gpu_units = -1;
     fails += check_resume(archs[i], oc, oc, 0, "grads gpu", tmp);
     oc.grads = ZT_PLACE_AUTO;
-    fails += check_auto_units(archs[i]);
-    fails += check_auto_ckpt(archs[i]);
+    /* the planner's auto choices are the micro-major run's */
+    if (!g_order)
+      fails += check_auto_units(archs[i]) + check_auto_ckpt(archs[i]) + check_order(archs[i]);
     /* fp16: the placements bf16 runs in; the updates always after the backward */
     g_dt = ZT_F16;
     fails += check_case(archs[i], "fp16, resident", train_cfg(0, 0), oc, 0);
+    fails += check_case(archs[i], "fp16, streamed, clip that never clips", train_cfg(NOCLIP, 0),
+                        oc, 1);
     fails += check_case(archs[i], "fp16, streamed, clipped, checkpointed", train_cfg(0.5f, 1),
                         oc, 1);
     oc.gpu_units = 2;
