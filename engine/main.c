@@ -20,6 +20,7 @@
 #include "engine/base/sizes.h"
 #include "engine/server/server.h"
 #include "engine/base/tunables.h"
+#include "engine/plan/rates.h"
 #include "proto/zt_proto.h"
 
 _Static_assert(ZT_TUNE_MAX_FRAME_DEFAULT == ZT_PROTO_FRAME_MAX_DEFAULT,
@@ -399,6 +400,19 @@ int main(int argc, char **argv) {
   }
   if (log_file && (rc = zt_log_open_file(log_file)) < 0) {
     fprintf(stderr, "ztd: --log-file %s: %s\n", log_file, strerror(-rc));
+    return 1;
+  }
+  /* The cost model's rates of this machine, where a calibration (or its operator) left them:
+   * read before any thread plans; none where the state dir is not there yet (or is no
+   * directory, which zt_server_run reports). */
+  char rates_path[4200], err_rates[4400];
+  zt_plan_rates rates;
+  snprintf(rates_path, sizeof rates_path, "%s/rates.json", cfg.state_dir);
+  if ((rc = zt_plan_rates_load(rates_path, &rates, err_rates, sizeof err_rates)) == 0) {
+    zt_plan_rates_use(&rates);
+    zt_log(ZT_LOG_INFO, "plan", "cost model rates \"%s\" from %s", rates.name, rates_path);
+  } else if (rc != -ENOENT && rc != -ENOTDIR) {
+    fprintf(stderr, "ztd: %s\n", err_rates);
     return 1;
   }
   /* A client that hangs up mid-reply must not kill the daemon. */

@@ -42,7 +42,8 @@ run comm_nccl "$b/tests/gpu/test_comm_nccl"
 run cuda_dp "$b/tests/gpu/test_cuda_dp"
 run model_parity_cuda "$b/tests/gpu/test_parity_cuda" tests/data/parity cuda
 export ZTD=$b/engine/server/ztd ZTCTL=$b/client/ztctl/ztctl ZT_TEST_BIN_DIR=$b/tests/integration
-for t in train restart bad_input memory offload_eio offload_resume parallel_gpu peers two_daemons; do
+for t in train restart bad_input memory offload_eio offload_resume parallel_gpu peers two_daemons \
+  offload_default_gpu; do
   run "integration_$t" bash "tests/integration/$t.sh"
 done
 if [ "$tests_only" != --tests-only ]; then

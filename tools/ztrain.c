@@ -94,6 +94,12 @@ static int load_spec(const char *path, zt_model_cfg *mc, zt_train_cfg *tc, zt_of
              s.gpus);
     return -ENOTSUP;
   }
+  if (s.train.micro_batch == ZT_BATCH_AUTO || s.train.grad_accum == ZT_BATCH_AUTO) {
+    snprintf(err, errlen, "%s: train.batch_tokens without train.micro_batch and "
+             "train.grad_accum: ztd's planner splits it (ztctl plan prints its split); ztrain "
+             "runs the split given", path);
+    return -ENOTSUP;
+  }
   *mc = s.model;
   *tc = s.train;
   *oc = s.offload;

@@ -377,6 +377,18 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
              (long long)json_integer_value(json_object_get(par, "gpus")), peers);
     printf("\n");
   }
+  const json_t *batch = json_object_get(plan, "batch");
+  if (batch)
+  {
+    long long tokens = json_integer_value(json_object_get(batch, "tokens"));
+    long long mb = json_integer_value(json_object_get(batch, "micro_batch"));
+    long long ga = json_integer_value(json_object_get(batch, "grad_accum"));
+    long long rows = mb * ga * (world > 0 ? world : 1);
+    printf("batch: %lld tokens a step = train.micro_batch %lld x train.grad_accum %lld x %lld "
+           "rank(s) x model.seq_len %lld\n", tokens, mb, ga, world, rows ? tokens / rows : 0);
+  }
+  const char *why = json_string_value(json_object_get(plan, "offloaded_by_default"));
+  if (why) printf("offloaded by default (\"offload\": false opts out): %s\n", why);
   if (off && world > 1) {
     /* each rank's placement (engine/job/dp_placement.c) */
     ztctl_fmt_bytes(host, sizeof host,

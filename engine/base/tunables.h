@@ -97,6 +97,9 @@
 /* bytes/s the NVMe tier reads and writes the optimizer state at (bench_nvme: 1.59 read, 1.90
  * write on the H200 machine's disk) */
 #define ZT_TUNE_PLAN_NVME_BYTES 1.7e9
+/* device memory bytes/s the device units' AdamW moves (18 bytes a parameter) */
+#define ZT_TUNE_PLAN_HBM_BYTES 3e12
+/* These are the built-in rates (engine/plan/rates.h); a state dir's rates.json replaces them. */
 
 /* MFU, the model flops utilisation of a step event ("mfu", docs/protocol.md): 6 * N * tokens/s
  * (N the model's parameters: the forward and backward of their matmuls, attention left out, as

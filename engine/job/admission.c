@@ -5,14 +5,18 @@
  * resolved there); back on the loop thread a new job gets its directory with the stored spec. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include "engine/job/internal.h"
 #include "engine/job/store.h"
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
+#include "engine/plan/batch.h"
+#include "engine/plan/rates.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
  * gpu_budget): the least recompute that fits the device (the offload planner decides it with
@@ -82,26 +86,259 @@ static int parse_spec(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_job_spec
     spec_in = filled;
   }
   int rc = zt__job_spec_parse(spec_in, spec, err, errlen);
+  /* not part of the parse: a stored spec always gives it, as resolved */
+  if (rc == 0)
+    spec->ckpt_given = json_object_get(json_object_get(spec_in, "train"),
+                                       "activation_checkpointing") != NULL;
   json_decref(filled);
   return rc < 0 ? rc : resolve_init_job(jobs, spec, tcp, err, errlen);
 }
 
-/* ... and on a worker: the spec sized against this daemon's backend and limits, its files
- * checked where the job will read them. */
-static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *err,
-                 size_t errlen) {
-  int rc;
-  /* the stored spec records the count, so that a restart resumes the same split of the data */
-  if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
-  if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
-      (rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err,
-                                       errlen)) < 0)
-    return rc;
+/* The spec sized as it stands: a parallel job's offload placement, auto checkpointing, then
+ * the memory against this daemon's limits. */
+static int size_spec(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *err,
+                     size_t errlen) {
+  int rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err, errlen);
+  if (rc < 0) return rc;
   /* an offloaded job of one rank has it from its planner, of several from its gpu_budget
    * (zt__job_resolve_dp_offload) */
   if ((!spec->has_offload || zt__job_world(spec) > 1) && spec->train.ckpt_every == ZT_CKPT_AUTO)
     return resolve_auto_ckpt(jobs, spec, needs, err, errlen);
   return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
+}
+
+/* The daemon's device budget is an offloaded job's: offload.gpu_budget is filled with it where
+ * the spec leaves it out and may only lower it. */
+static int apply_device_budget(zt_jobs *jobs, zt_job_spec *spec, char *err, size_t errlen) {
+  const char *what;
+  double budget = zt__jobs_device_budget(&jobs->cfg, &what);
+  if (!spec->has_offload || budget <= 0) return 0;
+  if (!spec->offload.gpu_budget) {
+    spec->offload.gpu_budget = (size_t)budget;
+    return 0;
+  }
+  if ((double)spec->offload.gpu_budget <= budget) return 0;
+  char a[32], b[32];
+  zt_size_format(a, sizeof a, (double)spec->offload.gpu_budget);
+  zt_size_format(b, sizeof b, budget);
+  snprintf(err, errlen, "offload.gpu_budget %s is more than this daemon's device budget (%s %s): "
+           "leave it out to take the daemon's", a, what, b);
+  return -EINVAL;
+}
+
+/* A job with no "offload" object that does not fit the device is offloaded by default: offload
+ * auto under the daemon's device budget, checkpointing auto unless the spec gives it. The
+ * stored spec records the offload object, so a restart runs the same. `why` gets the refusal
+ * of the job as given (logged with the job); on failure err has both refusals. */
+static int offload_by_default(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs,
+                              char *why, size_t whylen, char *err, size_t errlen) {
+  const char *what;
+  double budget = zt__jobs_device_budget(&jobs->cfg, &what);
+  zt_job_spec *off = malloc(sizeof *off);
+  if (!off) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  snprintf(why, whylen, "%s", err);
+  *off = *spec;
+  off->has_offload = 1;
+  zt_offload_cfg_defaults(&off->offload);
+  off->offload.gpu_budget = (size_t)budget;
+  if (jobs->cfg.nvme_dir)
+    snprintf(off->offload.nvme_dir, sizeof off->offload.nvme_dir, "%s", jobs->cfg.nvme_dir);
+  if (!off->ckpt_given) off->train.ckpt_every = ZT_CKPT_AUTO;
+  char how[ZT__ERR_MAX];
+  int rc = size_spec(jobs, off, needs, how, sizeof how);
+  if (rc == 0) {
+    *spec = *off;
+  } else {
+    char b[32];
+    zt_size_format(b, sizeof b, budget);
+    snprintf(err, errlen, "%.600s; offloaded (offload auto under %s %s): %.1300s", why, what, b,
+             how);
+  }
+  free(off);
+  return rc;
+}
+
+/* The spec sized, and where it does not fit the device and may be offloaded by default
+ * (offload 1), offloaded. */
+static int fit(zt_jobs *jobs, zt_job_spec *spec, int offload, zt__job_needs *needs, char *why,
+               size_t whylen, char *err, size_t errlen) {
+  const char *what;
+  zt_train_cfg given = spec->train;
+  int rc = size_spec(jobs, spec, needs, err, errlen);
+  if (rc != -ENOMEM || !offload || spec->has_offload || spec->offload_off ||
+      zt__jobs_device_budget(&jobs->cfg, &what) <= 0)
+    return rc;
+  spec->train = given;
+  return offload_by_default(jobs, spec, needs, why, whylen, err, errlen);
+}
+
+/* The cost model's step time of a sized spec: an offloaded rank's plan, else its compute. */
+static double step_s(zt_jobs *jobs, const zt_job_spec *spec) {
+  zt_offload_plan p;
+  char why[ZT__ERR_MAX];
+  if (spec->has_offload && zt__job_world(spec) == 1 &&
+      zt_offload_estimate(&spec->model, &spec->train, &spec->offload,
+                          zt_backend_ops_of(jobs->cfg.backend), &p, why, sizeof why) == 0)
+    return p.est_step_s;
+  zt_model *m = NULL;
+  if (zt_model_create(&m, &spec->model, why, sizeof why) < 0) return HUGE_VAL;
+  zt_train_cfg tc = zt__job_rank_train_cfg(spec);
+  double s = zt_batch_step_s(m, &tc);
+  zt_model_destroy(m);
+  return s;
+}
+
+/* train.batch_tokens: each split of the step's tokens into micro_batch x grad_accum (largest
+ * micro-batch first) sized with the checkpointing auto unless the spec gives it, the fastest
+ * by the cost model kept (a tie to the fewer micro-batches). Offloaded by default only where no
+ * split fits the device as it is; nothing fitting, the refusal of the one-row micro-batch,
+ * which needs the least memory. */
+static int fit_batch(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *why,
+                     size_t whylen, char *err, size_t errlen) {
+  int micro[ZT_BATCH_MAX_SPLITS];
+  int n = zt_batch_splits(&spec->train, zt__job_world(spec), spec->model.seq_len, micro,
+                          ZT_BATCH_MAX_SPLITS, err, errlen);
+  if (n < 0) return n;
+  zt_job_spec *cand = malloc(2 * sizeof *cand), *best = cand + 1;
+  if (!cand) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  int64_t rows = spec->train.batch_tokens / ((int64_t)zt__job_world(spec) * spec->model.seq_len);
+  int rc = -ENOMEM, found = 0;
+  double best_s = 0;
+  zt__job_needs nd;
+  char w[ZT__ERR_MAX];
+  for (int offload = 0; offload < 2 && !found; offload++)
+    for (int i = 0; i < n; i++) {
+      *cand = *spec;
+      cand->train.micro_batch = micro[i];
+      cand->train.grad_accum = (int)(rows / micro[i]);
+      if (!cand->ckpt_given) cand->train.ckpt_every = ZT_CKPT_AUTO;
+      w[0] = 0;
+      rc = fit(jobs, cand, offload, &nd, w, sizeof w, err, errlen);
+      if (rc == -ENOMEM || rc == -ENOSPC) continue;
+      if (rc < 0) goto out;
+      double s = step_s(jobs, cand);
+      if (!found || s < best_s) {
+        *best = *cand;
+        *needs = nd;
+        best_s = s;
+        snprintf(why, whylen, "%s", w);
+      }
+      found = 1;
+    }
+  if (found) {
+    *spec = *best;
+    rc = 0;
+  } else {
+    snprintf(w, sizeof w, "%s", err);
+    snprintf(err, errlen, "train.batch_tokens %lld fits in no split (the least memory: "
+             "train.micro_batch 1 x train.grad_accum %lld): %.1800s",
+             (long long)spec->train.batch_tokens, (long long)rows, w);
+  }
+out:
+  free(cand);
+  return rc;
+}
+
+/* A refusal for memory says what change would fit, with the field's full path: the first of
+ * checkpointing "auto", a smaller micro-batch (a divisor of the given one, the grad_accum
+ * that keeps the step's tokens), the offload "offload": false opts out of, that fits
+ * (appended to err with what a device then holds). Nothing appended where none does. */
+static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t errlen) {
+  /* a batch_tokens split was searched with the checkpointing already */
+  if (given->train.batch_tokens) return;
+  zt_job_spec *c = malloc(sizeof *c);
+  if (!c) return;
+  char w[ZT__ERR_MAX], e[ZT__ERR_MAX], size[32], fix[160] = "";
+  zt__job_needs nd;
+  int offload = !given->offload_off, B = given->train.micro_batch;
+  *c = *given;
+  if (given->train.ckpt_every != ZT_CKPT_AUTO && given->train.ckpt_every != 1) {
+    c->train.ckpt_every = ZT_CKPT_AUTO;
+    if (fit(jobs, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
+      snprintf(fix, sizeof fix, "train.activation_checkpointing.every \"auto\"");
+  }
+  for (int m = B - 1; !fix[0] && m >= 1; m--) {
+    if (B % m) continue;
+    *c = *given;
+    c->train.micro_batch = m;
+    c->train.grad_accum = given->train.grad_accum * (B / m);
+    if (c->train.grad_accum <= ZT_TRAIN_MAX_BATCH &&
+        fit(jobs, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
+      snprintf(fix, sizeof fix, "train.micro_batch %d and train.grad_accum %d", m,
+               c->train.grad_accum);
+  }
+  if (!fix[0] && given->offload_off) {
+    *c = *given;
+    c->offload_off = 0;
+    if (fit(jobs, c, 1, &nd, w, sizeof w, e, sizeof e) == 0)
+      snprintf(fix, sizeof fix, "the \"offload\": false left out (offloaded by default)");
+  }
+  if (fix[0]) {
+    size_t n = strlen(err);
+    zt_size_format(size, sizeof size, (double)nd.rank_bytes);
+    snprintf(err + n, errlen - n, "; fits with %s (%s a device)", fix, size);
+  }
+  free(c);
+}
+
+/* The checkpoints a job keeps live in its directory under the state dir: checkpoint.keep of
+ * them and the one being written, each 12 bytes a parameter (the fp32 parameters, AdamW's m and
+ * v) and a header of up to 2 KB a tensor a file. A disk without room for them is refused at
+ * submit with the sizes, not at the job's first save (an 8 B job's checkpoint is ~96 GB). */
+static int check_checkpoint_space(zt_jobs *jobs, const zt_job_spec *s, char *err,
+                                  size_t errlen) {
+  zt_model *m = NULL;
+  struct statvfs v;
+  int rc = zt_model_create(&m, &s->model, err, errlen);
+  if (rc < 0) return rc;
+  double one = 12.0 * (double)zt_model_num_params(m) + 2.0 * 2048 * zt_model_num_tensors(m);
+  zt_model_destroy(m);
+  if (statvfs(jobs->state_dir, &v) < 0) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s", jobs->state_dir, strerror(-rc));
+    return rc;
+  }
+  double avail = (double)v.f_bavail * (double)v.f_frsize, all = one * (s->ckpt_keep + 1);
+  if (all <= avail) return 0;
+  char a[32], b[32], c[32];
+  zt_size_format(a, sizeof a, one);
+  zt_size_format(b, sizeof b, all);
+  zt_size_format(c, sizeof c, avail);
+  snprintf(err, errlen, "checkpoint: the job's checkpoints take %s each (fp32 parameters, AdamW's "
+           "m and v), %d at once with checkpoint.keep %d: %s; the state dir %s has %s free%s",
+           a, s->ckpt_keep + 1, s->ckpt_keep, b, jobs->state_dir, c,
+           s->ckpt_keep > 1 ? ": lower checkpoint.keep or free space" : ": free space");
+  return -ENOSPC;
+}
+
+/* ... and on a worker: the spec sized against this daemon's backend and limits, its files
+ * checked where the job will read them. */
+static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *why,
+                 size_t whylen, char *err, size_t errlen) {
+  int rc;
+  why[0] = 0;
+  /* the stored spec records the count, so that a restart resumes the same split of the data */
+  if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
+  if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
+      (rc = apply_device_budget(jobs, spec, err, errlen)) < 0)
+    return rc;
+  zt_job_spec *given = malloc(sizeof *given);
+  if (!given) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  *given = *spec;
+  rc = spec->train.batch_tokens ? fit_batch(jobs, spec, needs, why, whylen, err, errlen)
+                                : fit(jobs, spec, 1, needs, why, whylen, err, errlen);
+  if (rc == -ENOMEM) advise(jobs, given, err, errlen);
+  free(given);
+  return rc < 0 ? rc : check_checkpoint_space(jobs, spec, err, errlen);
 }
 
 /* The plan reply of an admitted spec (on the worker). */
@@ -123,6 +360,15 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                     : NULL;
   json_t *par = json_object_get(j, "parallel");
   if (par) json_object_set_new(par, "world", json_integer(zt__job_world(sp)));
+  if (j) json_object_set_new(j, "rates", json_string(zt_plan_rates_active()->name));
+  /* the step's split, the planner's where train.batch_tokens left it open */
+  if (j)
+    json_object_set_new(
+        j, "batch",
+        json_pack("{s:i, s:i, s:I}", "micro_batch", sp->train.micro_batch, "grad_accum",
+                  sp->train.grad_accum, "tokens",
+                  (json_int_t)sp->train.micro_batch * sp->train.grad_accum *
+                      zt__job_world(sp) * sp->model.seq_len));
   if (par && sp->n_peers) {
     json_t *peers = json_array();
     for (int i = 0; peers && i < sp->n_peers; i++)
@@ -261,6 +507,7 @@ typedef struct admit_task {
   zt__job_part part;      /* join */
   zt__job_needs needs;
   int rc;                 /* the worker's verdict */
+  char offloaded[ZT__ERR_MAX]; /* offloaded by default: the refusal of the job as given */
   json_t *plan;           /* plan: the reply */
   char err[ZT__ERR_MAX];
 } admit_task;
@@ -298,9 +545,12 @@ static void admit_run(zt__work *w) {
   zt_jobs *jobs = w->jobs;
   if (t->kind == ADMIT_SUBMIT && (t->rc = check_state_bytes(jobs, t->err, sizeof t->err)) < 0)
     return;
-  t->rc = admit(jobs, &t->spec, t->tcp, &t->needs, t->err, sizeof t->err);
+  t->rc = admit(jobs, &t->spec, t->tcp, &t->needs, t->offloaded, sizeof t->offloaded, t->err,
+                sizeof t->err);
   if (t->rc == 0 && t->kind == ADMIT_PLAN)
     t->plan = plan_json(jobs, &t->spec, &t->needs, &t->rc, t->err, sizeof t->err);
+  if (t->plan && t->offloaded[0])
+    json_object_set_new(t->plan, "offloaded_by_default", json_string(t->offloaded));
 }
 
 static void answer(admit_task *t, int rc, json_t *reply) {
@@ -321,6 +571,9 @@ static int finish_submit(admit_task *t, char id[ZT_JOB_ID_MAX]) {
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
   zt__jobs_enqueue(jobs, job);
   zt__job_log(job, ZT_LOG_INFO, "queued%s%s", t->spec.name[0] ? ": " : "", t->spec.name);
+  if (t->offloaded[0])
+    zt__job_log(job, ZT_LOG_INFO, "offloaded by default (\"offload\": false opts out): %s",
+                t->offloaded);
   zt__jobs_maybe_start(jobs);
   return 0;
 }

@@ -156,9 +156,13 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
   if ((rc = zt_json_get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
       (rc = parse_data(data, s, err, errlen)) < 0)
     return rc;
-  const json_t *off;
-  if ((rc = zt_json_get_object(j, "", "offload", 0, &off, err, errlen)) < 0) return rc;
-  if (off) {
+  const json_t *off = json_object_get(j, "offload");
+  if (off && !json_is_object(off) && !json_is_false(off)) {
+    snprintf(err, errlen, "offload must be an object or false");
+    return -EINVAL;
+  }
+  s->offload_off = json_is_false(off);
+  if (json_is_object(off)) {
     s->has_offload = 1;
     if ((rc = zt_config_offload_from_json(off, &s->offload, err, errlen)) < 0) return rc;
   }
@@ -278,6 +282,12 @@ static double device_limit(const zt_jobs_config *cfg, const char **what) {
   return limit;
 }
 
+double zt__jobs_device_budget(const zt_jobs_config *cfg, const char **what) {
+  if (strcmp(cfg->backend, "cuda") == 0) return device_limit(cfg, what);
+  *what = "GPU limit";
+  return (double)cfg->gpu_mem_limit;
+}
+
 static int too_big(double need, double limit, const char *what, const char *part,
                    const zt_jobs_config *cfg, char *err, size_t errlen) {
   if (limit <= 0 || need <= limit) return 0;
@@ -308,10 +318,16 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
   /* each limit before its `what` is read: the order of a call's arguments is unspecified */
   double limit = zt__jobs_host_limit(cfg, &what);
   if ((rc = too_big(host, limit, what, "of host memory (offload host tier)", cfg, err,
-                    errlen)) < 0)
+                    errlen)) < 0) {
+    if (!s->offload.nvme_dir[0] && s->offload.optimizer == ZT_PLACE_AUTO) {
+      size_t n = strlen(err);
+      snprintf(err + n, errlen - n, ": set offload.nvme_dir (and offload.host_budget) to keep "
+               "on NVMe the optimizer state the host cannot hold");
+    }
     return rc;
-  if (!on_cpu) {
-    limit = device_limit(cfg, &what);
+  }
+  if (!on_cpu || cfg->gpu_mem_limit) {
+    limit = zt__jobs_device_budget(cfg, &what);
     if ((rc = too_big((double)plan.device_bytes, limit, what,
                       "of device memory (offload device side)", cfg, err, errlen)) < 0)
       return rc;
@@ -456,6 +472,23 @@ int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, in
   return 0;
 }
 
+/* The two consumers of a job on the device, for a refusal: its activations and the rest
+ * (parameters, gradients, AdamW state), "activations 20.1 GiB + model state 8.7 GiB". */
+static const char *consumers(const zt_job_spec *s, const zt_ops *ops, double need, char *out,
+                             size_t outlen) {
+  zt_model *m = NULL;
+  char why[256], a[32], b[32];
+  out[0] = 0;
+  if (zt_model_create(&m, &s->model, why, sizeof why) < 0) return out;
+  int ck = s->train.ckpt_every == ZT_CKPT_AUTO ? 0 : s->train.ckpt_every;
+  double acts = (double)zt_acts_size_dt(m, ops, s->train.micro_batch, ck, s->train.precision);
+  zt_model_destroy(m);
+  zt_size_format(a, sizeof a, acts);
+  zt_size_format(b, sizeof b, need - acts);
+  snprintf(out, outlen, "activations %s + parameters, gradients and AdamW state %s", a, b);
+  return out;
+}
+
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen) {
   int rc;
@@ -496,16 +529,27 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
         (rc = check_nvme_space(s->offload.nvme_dir, nvme * (uint64_t)s->gpus, err, errlen)) < 0)
       return rc;
   }
+  /* --gpu-mem-limit on the cpu backend: each simulated device's budget, as a GPU's would be */
+  if (on_cpu && cfg->gpu_mem_limit && need > (double)cfg->gpu_mem_limit) {
+    char a[32], b[32], r[128];
+    zt_size_format(a, sizeof a, need);
+    zt_size_format(b, sizeof b, (double)cfg->gpu_mem_limit);
+    snprintf(err, errlen, "job needs %s per %s on the cpu backend%s%s%s; GPU limit %s", a,
+             W == 1 ? "device" : "rank's device", W == 1 ? " (" : "",
+             W == 1 ? consumers(s, ops, need, r, sizeof r) : "", W == 1 ? ")" : "", b);
+    return -ENOMEM;
+  }
   /* the cpu backend's ranks all live in host memory */
   double on_device = on_cpu ? need * W : need;
   if (limit > 0 && on_device > limit) {
-    char a[32], b[32], r[32], ranks[96];
+    char a[32], b[32], r[128], ranks[96];
     zt__job_ranks_text(s, ranks, sizeof ranks);
     zt_size_format(a, sizeof a, on_device);
     zt_size_format(b, sizeof b, limit);
     zt_size_format(r, sizeof r, need);
     if (W == 1)
-      snprintf(err, errlen, "job needs %s on the %s backend; %s %s", a, cfg->backend, what, b);
+      snprintf(err, errlen, "job needs %s on the %s backend (%s); %s %s", a, cfg->backend,
+               consumers(s, ops, need, r, sizeof r), what, b);
     else if (on_cpu)
       snprintf(err, errlen, "job needs %s on the cpu backend (%d ranks of %s: parallel.gpus "
                "%d, zero_stage %d); %s %s", a, W, r, W, s->zero_stage, what, b);
@@ -551,6 +595,7 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
   else json_decref(peers);
   if (out) json_object_set_new(out, "parallel", par);
   if (out && s->has_offload) json_object_set_new(out, "offload", zt_config_offload_to_json(&s->offload));
+  if (out && s->offload_off) json_object_set_new(out, "offload", json_false());
   return out;
 }
 

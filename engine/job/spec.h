@@ -51,6 +51,11 @@ typedef struct zt_job_spec {
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
   int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload/offload.h) */
   zt_offload_cfg offload;
+  int offload_off;               /* "offload": false: never offloaded, refused where it does not
+                                    fit the device (admission.c offloads by default otherwise) */
+  int ckpt_given;                /* train.activation_checkpointing is in the submitted spec
+                                    (admission.c: the planner leaves it as given, else makes it
+                                    "auto"); not set by the parse */
   int gpus;                      /* parallel.gpus: ranks, one per device (engine/train/dp/dp.h) */
   int zero_stage;                /* parallel.zero_stage: 1, 2 or 3 (no effect with one rank) */
   int n_peers;                   /* parallel.peers: the daemons running ranks gpus * (i + 1) .. */
@@ -106,6 +111,10 @@ int zt__jobs_devices(const zt_jobs_config *cfg, int *ids);
 /* CPU threads of one rank's backend on the cpu backend: cpu_threads (0 = all cores) split
  * evenly between the simulated ranks, at least 1; cpu_threads itself with one rank. */
 int zt__jobs_rank_threads(const zt_jobs_config *cfg);
+/* The device budget of one rank: on cuda the device's memory (the smallest the daemon owns) or
+ * gpu_mem_limit when smaller, on the cpu backend gpu_mem_limit (its simulated devices' budget);
+ * 0 for none. *what names which, for messages. */
+double zt__jobs_device_budget(const zt_jobs_config *cfg, const char **what);
 /* The host memory every running job together may take: host_mem_limit, else physical RAM
  * (*what names which, for messages). */
 double zt__jobs_host_limit(const zt_jobs_config *cfg, const char **what);

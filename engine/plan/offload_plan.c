@@ -8,11 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/sizes.h"
 #include "engine/base/tunables.h"
+#include "engine/plan/rates.h"
 #include "offload/device_arena.h"
 #include "offload/host_arena.h"
 #include "offload/opt_store.h"
 #include "offload/streamer.h"
+
+/* A size in a refusal: "1.5 GiB", one of at most SIZE_TEXTS in a message. */
+#define SIZE_TEXTS 8
+typedef struct size_texts {
+  char t[SIZE_TEXTS][32];
+  int n;
+} size_texts;
+static const char *sz(size_texts *b, double bytes) {
+  char *t = b->t[b->n++ % SIZE_TEXTS];
+  zt_size_format(t, sizeof b->t[0], bytes);
+  return t;
+}
 
 /* the policy's limits (engine/plan/recipe.h) */
 #define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
@@ -102,9 +116,9 @@ static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int 
                       size_t slot_bytes) {
   if (asked) return asked < ns ? asked : ns;
   double tokens = (double)tc->micro_batch * zt_model_cfg_of(m)->seq_len;
-  double flops = tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
-                                         : ZT_TUNE_PLAN_DEVICE_FLOPS_LP;
-  double ratio = 4 * tokens * ZT_TUNE_PLAN_CPU_ADAM_PARAMS / flops;
+  const zt_plan_rates *R = zt_plan_rates_active();
+  double flops = tc->precision == ZT_F32 ? R->flops_f32 : R->flops_lp;
+  double ratio = 4 * tokens * R->adamw_params / flops;
   int slots = GRAD_RING_SLOTS + (ratio < 1 ? (int)ceil(ns * (1 - ratio)) : 0);
   size_t fit = slot_bytes ? ZT_TUNE_GRAD_RING_BYTES / slot_bytes : (size_t)slots;
   if ((size_t)slots > fit) slots = fit > GRAD_RING_SLOTS ? (int)fit : GRAD_RING_SLOTS;
@@ -194,8 +208,10 @@ static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt
     host_sizes(m, oc, tc, on_cpu, nh, z);
   }
   if (oc->host_budget && z->host > oc->host_budget) {
-    snprintf(err, errlen, "offload.host_budget is %zu bytes; the host tier needs %zu with %d "
-             "unit(s)' optimizer on the host and %d on NVMe%s", oc->host_budget, z->host,
+    size_texts b = {0};
+    snprintf(err, errlen, "offload.host_budget is %s (%zu bytes); the host tier needs %s (%zu "
+             "bytes) with %d unit(s)' optimizer on the host and %d on NVMe%s",
+             sz(&b, (double)oc->host_budget), oc->host_budget, sz(&b, (double)z->host), z->host,
              nh - ng, nu - nh,
              oc->nvme_dir[0] ? "" : " (with an offload.nvme_dir, optimizer auto keeps on NVMe "
                                     "what the host cannot hold)");
@@ -203,9 +219,11 @@ static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt
   }
   uint64_t nvme = nvme_file_bytes(m, nh);
   if (oc->nvme_budget && nvme > oc->nvme_budget) {
-    snprintf(err, errlen, "offload.nvme_budget is %llu bytes; the NVMe tier needs %llu for the "
-             "optimizer of %d unit(s) (%d on the host)", (unsigned long long)oc->nvme_budget,
-             (unsigned long long)nvme, nu - nh, nh - ng);
+    size_texts b = {0};
+    snprintf(err, errlen, "offload.nvme_budget is %s (%llu bytes); the NVMe tier needs %s (%llu "
+             "bytes) for the optimizer of %d unit(s) (%d on the host)",
+             sz(&b, (double)oc->nvme_budget), (unsigned long long)oc->nvme_budget,
+             sz(&b, (double)nvme), (unsigned long long)nvme, nu - nh, nh - ng);
     return -ENOSPC;
   }
   return 0;
@@ -254,20 +272,25 @@ static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, s
   if (params == ZT_PLACE_GPU || !oc->gpu_budget) {
     z->arena = resident;
     if (oc->gpu_budget && fixed + resident > oc->gpu_budget) {
-      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %zu bytes "
-               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
-               "gradient sums on the device %zu + parameters and gradient buffers %zu); "
-               "offload.gpu_budget is %zu (params host streams the units)", fixed + resident,
-               act_bytes, ng, z->dev_units, z->dsum_bytes, resident, oc->gpu_budget);
+      size_texts b = {0};
+      snprintf(err, errlen, "offload.params gpu keeps every unit on the device: needs %s (%zu "
+               "bytes: activations %s + %d unit(s) with their optimizer on the device %s + "
+               "gradient sums on the device %s + parameters and gradient buffers %s); "
+               "offload.gpu_budget is %s (params host streams the units)",
+               sz(&b, (double)(fixed + resident)), fixed + resident, sz(&b, (double)act_bytes),
+               ng, sz(&b, (double)z->dev_units), sz(&b, (double)z->dsum_bytes),
+               sz(&b, (double)resident), sz(&b, (double)oc->gpu_budget));
       return -ENOMEM;
     }
   } else {
     if (oc->gpu_budget < fixed + need) {
-      snprintf(err, errlen, "offload.gpu_budget is %zu bytes; streaming needs at least %zu "
-               "(activations %zu + %d unit(s) with their optimizer on the device %zu + "
-               "gradient sums on the device %zu + %d unit(s) held and %d prefetched with their "
-               "gradients %zu)", oc->gpu_budget, fixed + need, act_bytes, ng, z->dev_units,
-               z->dsum_bytes, z->held, oc->prefetch, need);
+      size_texts b = {0};
+      snprintf(err, errlen, "offload.gpu_budget is %s; streaming needs at least %s (%zu bytes: "
+               "activations %s + %d unit(s) with their optimizer on the device %s + gradient "
+               "sums on the device %s + %d unit(s) held and %d prefetched with their gradients "
+               "%s)", sz(&b, (double)oc->gpu_budget), sz(&b, (double)(fixed + need)),
+               fixed + need, sz(&b, (double)act_bytes), ng, sz(&b, (double)z->dev_units),
+               sz(&b, (double)z->dsum_bytes), z->held, oc->prefetch, sz(&b, (double)need));
       return -ENOMEM;
     }
     z->arena = oc->gpu_budget - fixed;
@@ -300,7 +323,7 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const zt_o
   *d2h = grads * moves;
 }
 
-/* The cost model that ranks the plans that fit (tunables in engine/base/tunables.h): per step, the
+/* The cost model that ranks the plans that fit (the rates of engine/plan/rates.h): per step, the
  * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
  * forward), the host's work on the streamed units (their sum of squares on the runner and their
  * AdamW on the pool, beside which the NVMe units' state is read and written) less the backward
@@ -317,23 +340,24 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offl
   double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
   double N = (double)tc->micro_batch * T, ga = tc->grad_accum;
   double flops = 6 * P * N + 12 * L * tc->micro_batch * T * T * mc->d_model;
-  double micro = flops / (tc->precision == ZT_F32 ? ZT_TUNE_PLAN_DEVICE_FLOPS_F32
-                                                  : ZT_TUNE_PLAN_DEVICE_FLOPS_LP);
+  const zt_plan_rates *R = zt_plan_rates_active();
+  double micro = flops / (tc->precision == ZT_F32 ? R->flops_f32 : R->flops_lp);
   double recomputed = p->ckpt_every > 0 ? ceil(L / p->ckpt_every) / L : 0;
   double compute = ga * micro * (1 + recomputed / 3);
   double p_dev = p->z.ng ? (double)zt_model_unit(m, p->z.ng)->offset : 0, p_cpu = P - p_dev;
-  double per_param = 1 / ZT_TUNE_PLAN_CPU_ADAM_PARAMS + 4 / ZT_TUNE_PLAN_HOST_SUMSQ_BYTES;
-  double nvme = 2 * (double)nvme_file_bytes(m, p->z.nh) / ZT_TUNE_PLAN_NVME_BYTES;
+  double per_param = 1 / R->adamw_params + 4 / R->sumsq_bytes;
+  double nvme_bytes = (double)nvme_file_bytes(m, p->z.nh);
+  double nvme = nvme_bytes / R->nvme_read + nvme_bytes / R->nvme_write;
   double cpu = fmax(p_cpu * per_param, nvme);
   double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
   double hidden = tc->grad_clip > 0 || tc->precision == ZT_F16 ? 0 : micro * 2 / 3 * p_dev / P;
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
-  double copies = fmax(h2d, d2h) / ZT_TUNE_PLAN_LINK_BYTES;
+  double copies = fmax(h2d / R->h2d_bytes, d2h / R->d2h_bytes);
   int um_back = p->unit_major && zt_offload_backward_unit_major(m);
-  double resumed = p->z.dsum || um_back
-                       ? 0 : 2 * (ga - 1) * p_cpu * sizeof(float) / ZT_TUNE_PLAN_LINK_BYTES;
-  double rest = fmax(0, copies - compute) + resumed + p_dev * 18 / 3e12;
+  double sums = (ga - 1) * p_cpu * sizeof(float);
+  double resumed = p->z.dsum || um_back ? 0 : sums / R->h2d_bytes + sums / R->d2h_bytes;
+  double rest = fmax(0, copies - compute) + resumed + p_dev * 18 / R->hbm_bytes;
   if (p->delayed) return fmax(compute + rest, cpu);
   return compute + fmax(last, cpu - hidden) + rest;
 }

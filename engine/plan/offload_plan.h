@@ -3,7 +3,7 @@
  * zt_trainer_open_offload (engine/train/offload), which allocates it: the choices auto leaves
  * open, decided (zt_offload_placement), every size they give (zt_offload_sizes), a unit's
  * device copy (zt_offload_unit_layout). One computation behind both, so what the daemon admits
- * is what the trainer allocates; the cost model's rates are in engine/base/tunables.h. */
+ * is what the trainer allocates; the cost model's rates are engine/plan/rates.h's. */
 #ifndef ZT_PLAN_OFFLOAD_PLAN_H
 #define ZT_PLAN_OFFLOAD_PLAN_H
 
@@ -31,7 +31,7 @@ typedef struct zt_offload_plan {
   zt_offload_place grads;  /* where the step's gradient sums are kept, as resolved: gpu, host */
   size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
   int unit_major;          /* offload.order as resolved: 1 unit, 0 micro */
-  double est_step_s;       /* the cost model's step time (engine/base/tunables.h's rates) */
+  double est_step_s;       /* the cost model's step time (engine/plan/rates.h's rates) */
   /* the transfers a step is expected to make: parameters and running gradient sums to the
    * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
    * NVMe reads plus writes */

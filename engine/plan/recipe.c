@@ -43,8 +43,10 @@ static int range_f(char *err, size_t errlen, const char *f, float v, double lo, 
 int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
   int rc;
   if ((rc = range_i(err, errlen, "steps", c->steps, 1, ZT_TRAIN_MAX_STEPS)) < 0 ||
-      (rc = range_i(err, errlen, "micro_batch", c->micro_batch, 1, ZT_TRAIN_MAX_BATCH)) < 0 ||
-      (rc = range_i(err, errlen, "grad_accum", c->grad_accum, 1, ZT_TRAIN_MAX_BATCH)) < 0 ||
+      (rc = range_i(err, errlen, "micro_batch", c->micro_batch, c->batch_tokens ? 0 : 1,
+                    ZT_TRAIN_MAX_BATCH)) < 0 ||
+      (rc = range_i(err, errlen, "grad_accum", c->grad_accum, c->batch_tokens ? 0 : 1,
+                    ZT_TRAIN_MAX_BATCH)) < 0 ||
       (rc = range_f(err, errlen, "optimizer.lr", c->lr, 0, 1, ZT_TRAIN_MAX_LR, 0)) < 0 ||
       (rc = range_f(err, errlen, "optimizer.betas[0]", c->beta1, 0, 0, 1, 1)) < 0 ||
       (rc = range_f(err, errlen, "optimizer.betas[1]", c->beta2, 0, 0, 1, 1)) < 0 ||

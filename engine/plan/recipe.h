@@ -15,6 +15,9 @@ typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_sched
  * docs/spec.md lists them. */
 #define ZT_TRAIN_MAX_STEPS 1000000000
 #define ZT_TRAIN_MAX_BATCH 65536      /* train.micro_batch, train.grad_accum */
+#define ZT_TRAIN_MAX_BATCH_TOKENS (1LL << 40) /* train.batch_tokens */
+/* train.micro_batch or train.grad_accum "auto" (or left out with train.batch_tokens) */
+#define ZT_BATCH_AUTO 0
 #define ZT_TRAIN_MAX_LR 10.0
 #define ZT_TRAIN_MAX_GRAD_CLIP 1e6
 #define ZT_TRAIN_MAX_CKPT_EVERY 1048576
@@ -24,8 +27,11 @@ typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_sched
 
 typedef struct zt_train_cfg {
   int steps;            /* optimizer steps */
-  int micro_batch;      /* B */
-  int grad_accum;       /* micro-batches per optimizer step */
+  int micro_batch;      /* B; ZT_BATCH_AUTO: the planner's (with batch_tokens) */
+  int grad_accum;       /* micro-batches per optimizer step; ZT_BATCH_AUTO as micro_batch */
+  /* JSON "batch_tokens": tokens per optimizer step, micro_batch × grad_accum × ranks × seq_len
+   * (engine/plan/batch.h); 0: not given */
+  int64_t batch_tokens;
   float lr, beta1, beta2, eps, weight_decay; /* AdamW; defaults as torch: 1e-3, 0.9, 0.999, 1e-8, 0.01 */
   zt_schedule schedule; /* warmup (linear from 0) then constant or cosine to min_lr */
   int warmup_steps;

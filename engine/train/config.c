@@ -15,7 +15,7 @@ static const char *const k_model[] = {
 static const char *const k_init[] = {"seed", "safetensors", "job", NULL};
 static const char *const k_rope[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                      "original_max_position_embeddings", NULL};
-static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum",
+static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum", "batch_tokens",
                                       "precision", "tf32",        "optimizer",
                                       "schedule",  "grad_clip",   "seed",
                                       "activation_checkpointing", NULL};
@@ -255,6 +255,24 @@ static int parse_schedule(const json_t *sched, zt_train_cfg *c, char *err, size_
                          &c->min_lr, err, errlen);
 }
 
+/* train.micro_batch or train.grad_accum: an integer, or with train.batch_tokens "auto" or left
+ * out (ZT_BATCH_AUTO: the planner picks them, engine/plan/batch.h). */
+static int get_batch_dim(const json_t *t, const char *key, int dflt, zt_train_cfg *c, int *out,
+                         char *err, size_t errlen) {
+  const json_t *v = json_object_get(t, key);
+  if (c->batch_tokens && (!v || (json_is_string(v) && !strcmp(json_string_value(v), "auto")))) {
+    *out = ZT_BATCH_AUTO;
+    return 0;
+  }
+  if (json_is_string(v)) {
+    snprintf(err, errlen, "train.%s must be an integer in [1, %d]%s", key, ZT_TRAIN_MAX_BATCH,
+             c->batch_tokens ? " or \"auto\"" : " (\"auto\" needs train.batch_tokens)");
+    return -EINVAL;
+  }
+  return zt_json_get_int32(t, "train", key, dflt == 0, 1, ZT_TRAIN_MAX_BATCH, dflt, out, err,
+                           errlen);
+}
+
 int zt_config_train_from_json(const json_t *t, zt_train_cfg *c, char *err, size_t errlen) {
   int rc;
   const char *s;
@@ -267,10 +285,10 @@ int zt_config_train_from_json(const json_t *t, zt_train_cfg *c, char *err, size_
   if ((rc = zt_json_check_keys(t, "train", k_train, err, errlen)) < 0) return rc;
   if ((rc = zt_json_get_int32(t, "train", "steps", 1, 1, ZT_TRAIN_MAX_STEPS, 0, &c->steps, err,
                               errlen)) < 0 ||
-      (rc = zt_json_get_int32(t, "train", "micro_batch", 1, 1, ZT_TRAIN_MAX_BATCH, 0,
-                              &c->micro_batch, err, errlen)) < 0 ||
-      (rc = zt_json_get_int32(t, "train", "grad_accum", 0, 1, ZT_TRAIN_MAX_BATCH, 1,
-                              &c->grad_accum, err, errlen)) < 0)
+      (rc = zt_json_get_int(t, "train", "batch_tokens", 0, 1, ZT_TRAIN_MAX_BATCH_TOKENS, 0,
+                            &c->batch_tokens, err, errlen)) < 0 ||
+      (rc = get_batch_dim(t, "micro_batch", 0, c, &c->micro_batch, err, errlen)) < 0 ||
+      (rc = get_batch_dim(t, "grad_accum", 1, c, &c->grad_accum, err, errlen)) < 0)
     return rc;
   if ((rc = zt_json_get_string(t, "train", "precision", "fp32", &s, err, errlen)) < 0) return rc;
   if (zt_dtype_parse(s, &c->precision) < 0) {
@@ -312,11 +330,17 @@ int zt_config_train_from_json(const json_t *t, zt_train_cfg *c, char *err, size_
   return zt_train_cfg_check(c, err, errlen);
 }
 
+/* micro_batch or grad_accum as stored: "auto" only in a spec not yet planned (ztrain's) */
+static json_t *batch_dim_json(int v) {
+  return v == ZT_BATCH_AUTO ? json_string("auto") : json_integer(v);
+}
+
 json_t *zt_config_train_to_json(const zt_train_cfg *t) {
-  return json_pack(
-      "{s:i, s:i, s:i, s:s, s:b, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, "
+  json_t *j = json_pack(
+      "{s:i, s:o, s:o, s:s, s:b, s:{s:s, s:f, s:[f, f], s:f, s:f}, s:{s:s, s:i, s:f}, s:f, "
       "s:I, s:{s:o}}",
-      "steps", t->steps, "micro_batch", t->micro_batch, "grad_accum", t->grad_accum,
+      "steps", t->steps, "micro_batch", batch_dim_json(t->micro_batch), "grad_accum",
+      batch_dim_json(t->grad_accum),
       "precision", zt_dtype_name(t->precision), "tf32", t->tf32,
       "optimizer", "name", "adamw", "lr", (double)t->lr, "betas", (double)t->beta1,
       (double)t->beta2, "eps", (double)t->eps, "weight_decay", (double)t->weight_decay,
@@ -325,6 +349,9 @@ json_t *zt_config_train_to_json(const zt_train_cfg *t) {
       "grad_clip", (double)t->grad_clip, "seed", (json_int_t)t->seed,
       "activation_checkpointing", "every",
       t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every));
+  if (j && t->batch_tokens)
+    json_object_set_new(j, "batch_tokens", json_integer((json_int_t)t->batch_tokens));
+  return j;
 }
 
 static int get_place(const json_t *o, const char *key, zt_offload_place *out, char *err,

@@ -18,6 +18,11 @@ flat = {"model": {"arch": m["arch"], "vocab": m["vocab"], "seq_len": m["seq_len"
 json.dump(flat, open(f"{d}/flat.json", "w"))
 job["parallel"] = {"gpus": 2}
 json.dump(job, open(f"{d}/two.json", "w"))
+tokens = json.loads(json.dumps(job))
+del tokens["parallel"]
+tokens["train"]["batch_tokens"] = t["micro_batch"] * m["seq_len"]
+del tokens["train"]["micro_batch"]
+json.dump(tokens, open(f"{d}/tokens.json", "w"))
 random.seed(5)
 n = t["steps"] * t["micro_batch"] * (m["seq_len"] + 1)
 open(f"{d}/tok.bin", "wb").write(struct.pack(f"<{n}i", *(random.randrange(m["vocab"]) for _ in range(n))))
@@ -35,6 +40,9 @@ out=$("$ZTRAIN" --spec "$ZT_TMP/flat.json" --batches "$ZT_TMP/tok.bin" 2>&1) && 
 case "$out" in *"unknown field 'model.init_seed'"*) ;; *) fail "flat config: $out" ;; esac
 out=$("$ZTRAIN" --spec "$ZT_TMP/two.json" --batches "$ZT_TMP/tok.bin" 2>&1) && fail "2 ranks accepted"
 case "$out" in *"parallel.gpus 2: ztrain runs one rank"*) ;; *) fail "refusal: $out" ;; esac
+out=$("$ZTRAIN" --spec "$ZT_TMP/tokens.json" --batches "$ZT_TMP/tok.bin" 2>&1) && fail "batch_tokens split"
+case "$out" in *"train.batch_tokens without train.micro_batch and train.grad_accum: ztd's planner splits it"*) ;;
+  *) fail "batch_tokens refusal: $out" ;; esac
 out=$("$ZTRAIN" --spec "$ZT_TMP/bad.json" --batches "$ZT_TMP/tok.bin" 2>&1) && fail "bad JSON accepted"
 case "$out" in *bad.json*) ;; *) fail "bad JSON: $out" ;; esac
 echo "ztrain: ok"

@@ -124,7 +124,8 @@ static const bad_case k_bad[] = {
    "name must be at most 64"},
   /* About 51 G parameters: fits the model's bounds, not this machine. */
   {"model", "{\"arch\": \"gpt\", \"vocab\": 32, \"seq_len\": 8, \"d_model\": 8192, "
-            "\"n_heads\": 64, \"n_layers\": 64}", -ENOMEM, "on the cpu backend; this machine has"},
+            "\"n_heads\": 64, \"n_layers\": 64}", -ENOMEM,
+   "parameters, gradients and AdamW state 768.11 GiB); this machine has"},
 };
 
 int main(void) {
@@ -210,7 +211,8 @@ int main(void) {
     zt_jobs_config limited = {.backend = "cpu", .host_mem_limit = 1000};
     zt_jobs_config unlimited = {.backend = "cpu"};
     CHECK(zt__job_spec_check_resources(&s, &limited, &bytes, err, sizeof err) == -ENOMEM);
-    CHECK(strstr(err, "job needs ") && strstr(err, "on the cpu backend; host limit 1000 B"));
+    CHECK(strstr(err, "job needs ") && strstr(err, "on the cpu backend (activations ") &&
+          strstr(err, "); host limit 1000 B"));
     CHECK(zt__job_spec_check_resources(&s, &unlimited, &bytes, err, sizeof err) == 0);
     CHECK(bytes.backend_bytes ==
           zt_trainer_estimate_bytes(&s.model, &s.train, zt_backend_cpu_ops()));

@@ -25,6 +25,7 @@ FIELDS = {
     "ZT_MODEL_MAX_ROPE_THETA": ["model.rope_theta"],
     "ZT_TRAIN_MAX_STEPS": ["train.steps", "checkpoint.every"],
     "ZT_TRAIN_MAX_BATCH": ["train.micro_batch", "train.grad_accum"],
+    "ZT_TRAIN_MAX_BATCH_TOKENS": ["train.batch_tokens"],
     "ZT_TRAIN_MAX_LR": ["train.optimizer.lr"],
     "ZT_TRAIN_MAX_GRAD_CLIP": ["train.grad_clip"],
     "ZT_TRAIN_MAX_CKPT_EVERY": ["train.activation_checkpointing.every"],

@@ -683,7 +683,8 @@ static int check_refusals(void) {
   zt_offload_cfg_defaults(&oc);
   oc.gpu_budget = 4096;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
-                     strstr(err, "offload.gpu_budget is 4096"), "tiny budget: %s", err);
+                     strstr(err, "offload.gpu_budget is 4 KiB; streaming needs at least "),
+                     "tiny budget: %s", err);
   oc.params = ZT_PLACE_GPU;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
                      strstr(err, "offload.params gpu"), "resident in a tiny budget: %s", err);
@@ -708,15 +709,15 @@ static int check_refusals(void) {
   zt_offload_cfg_defaults(&oc);
   oc.host_budget = 4096;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
-                     strstr(err, "offload.host_budget is 4096 bytes") &&
+                     strstr(err, "offload.host_budget is 4 KiB (4096 bytes)") &&
                      strstr(err, "offload.nvme_dir"), "tiny host budget: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.optimizer = ZT_PLACE_NVME;
   oc.nvme_budget = 4096;
   snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOSPC &&
-                     strstr(err, "offload.nvme_budget is 4096 bytes"), "tiny nvme budget: %s",
-                     err);
+                     strstr(err, "offload.nvme_budget is 4 KiB (4096 bytes)"),
+                     "tiny nvme budget: %s", err);
   oc.host_units = -2;
   fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.host_units must be >= 0"), "host_units -2: %s", err);

@@ -30,15 +30,12 @@ static void set_budget(zt_offload_cfg *oc, int which, size_t b) {
   if (which == NVME) oc->nvme_budget = b;
 }
 
-/* The figure a refusal names as needed ("needs at least N", "the host tier needs N"), 0 when it
- * names none. */
+/* The figure a refusal names as needed, in bytes after its size ("needs at least 1.5 MiB
+ * (1572864 bytes", "the host tier needs 2 KiB (2048 bytes"), 0 when it names none. */
 static size_t needed(const char *err) {
-  const char *at = strstr(err, "needs at least ");
-  if (at)
-    at += strlen("needs at least ");
-  else if ((at = strstr(err, "needs ")))
-    at += strlen("needs ");
-  return at ? (size_t)strtoull(at, NULL, 10) : 0;
+  const char *at = strstr(err, "needs ");
+  if (at) at = strstr(at, " (");
+  return at ? (size_t)strtoull(at + 2, NULL, 10) : 0;
 }
 
 /* A refusal of a budget of kind `which`: its figure fits. */

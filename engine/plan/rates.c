@@ -1,0 +1,130 @@
+/* The cost model's rates (engine/plan/rates.h). */
+#include "engine/plan/rates.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/base/tunables.h"
+
+static const zt_plan_rates k_default = {
+    .name = "default",
+    .flops_lp = ZT_TUNE_PLAN_DEVICE_FLOPS_LP,
+    .flops_f32 = ZT_TUNE_PLAN_DEVICE_FLOPS_F32,
+    .h2d_bytes = ZT_TUNE_PLAN_LINK_BYTES,
+    .d2h_bytes = ZT_TUNE_PLAN_LINK_BYTES,
+    .adamw_params = ZT_TUNE_PLAN_CPU_ADAM_PARAMS,
+    .sumsq_bytes = ZT_TUNE_PLAN_HOST_SUMSQ_BYTES,
+    .nvme_read = ZT_TUNE_PLAN_NVME_BYTES,
+    .nvme_write = ZT_TUNE_PLAN_NVME_BYTES,
+    .hbm_bytes = ZT_TUNE_PLAN_HBM_BYTES,
+};
+
+/* The H200 machine's figures as measured (docs/BENCHMARKS.md; tunables.h's comments): the
+ * default's, with the disk's read and write apart (bench_nvme). */
+static const zt_plan_rates k_h200 = {
+    .name = "h200",
+    .flops_lp = ZT_TUNE_PLAN_DEVICE_FLOPS_LP,
+    .flops_f32 = ZT_TUNE_PLAN_DEVICE_FLOPS_F32,
+    .h2d_bytes = ZT_TUNE_PLAN_LINK_BYTES,
+    .d2h_bytes = ZT_TUNE_PLAN_LINK_BYTES,
+    .adamw_params = ZT_TUNE_PLAN_CPU_ADAM_PARAMS,
+    .sumsq_bytes = ZT_TUNE_PLAN_HOST_SUMSQ_BYTES,
+    .nvme_read = 1.59e9,
+    .nvme_write = 1.90e9,
+    .hbm_bytes = ZT_TUNE_PLAN_HBM_BYTES,
+};
+
+static const zt_plan_rates *const k_named[] = {&k_default, &k_h200};
+
+static zt_plan_rates g_active = k_default;
+
+const zt_plan_rates *zt_plan_rates_active(void) { return &g_active; }
+
+void zt_plan_rates_use(const zt_plan_rates *r) { g_active = *r; }
+
+int zt_plan_rates_named(const char *name, zt_plan_rates *out, char *err, size_t errlen) {
+  for (size_t i = 0; i < sizeof k_named / sizeof k_named[0]; i++)
+    if (!strcmp(k_named[i]->name, name)) {
+      *out = *k_named[i];
+      return 0;
+    }
+  snprintf(err, errlen, "no built-in rates named \"%.64s\" (the sets: default, h200)", name);
+  return -ENOENT;
+}
+
+/* the file's fields: JSON name, offset in the struct */
+static const struct {
+  const char *key;
+  size_t off;
+} k_fields[] = {
+    {"flops_bf16", offsetof(zt_plan_rates, flops_lp)},
+    {"flops_fp32", offsetof(zt_plan_rates, flops_f32)},
+    {"h2d_bytes", offsetof(zt_plan_rates, h2d_bytes)},
+    {"d2h_bytes", offsetof(zt_plan_rates, d2h_bytes)},
+    {"adamw_params", offsetof(zt_plan_rates, adamw_params)},
+    {"sumsq_bytes", offsetof(zt_plan_rates, sumsq_bytes)},
+    {"nvme_read_bytes", offsetof(zt_plan_rates, nvme_read)},
+    {"nvme_write_bytes", offsetof(zt_plan_rates, nvme_write)},
+    {"hbm_bytes", offsetof(zt_plan_rates, hbm_bytes)},
+};
+#define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
+
+int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t errlen) {
+  json_error_t je;
+  FILE *f = fopen(path, "re");
+  err[0] = 0;
+  if (!f) {
+    int rc = -errno;
+    if (rc != -ENOENT) snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+    return rc;
+  }
+  json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+  fclose(f);
+  if (!json_is_object(j)) {
+    /* the parser's position, never the file's bytes */
+    if (j) snprintf(err, errlen, "%s: a rates file is one JSON object", path);
+    else snprintf(err, errlen, "%s: not JSON (line %d, column %d)", path, je.line, je.column);
+    json_decref(j);
+    return -EINVAL;
+  }
+  zt_plan_rates r = k_default;
+  snprintf(r.name, sizeof r.name, "%s", "file");
+  int rc = 0;
+  const char *key;
+  json_t *v;
+  json_object_foreach(j, key, v) {
+    if (!strcmp(key, "name")) {
+      const char *s = json_string_value(v);
+      if (!s || !s[0] || strlen(s) >= sizeof r.name) {
+        snprintf(err, errlen, "%s: name must be a string of 1 to %d characters", path,
+                 ZT_PLAN_RATES_NAME_MAX - 1);
+        rc = -EINVAL;
+        break;
+      }
+      snprintf(r.name, sizeof r.name, "%s", s);
+      continue;
+    }
+    size_t i = 0;
+    while (i < N_FIELDS && strcmp(k_fields[i].key, key)) i++;
+    if (i == N_FIELDS) {
+      snprintf(err, errlen, "%s: unknown field (the fields: name, flops_bf16, flops_fp32, "
+               "h2d_bytes, d2h_bytes, adamw_params, sumsq_bytes, nvme_read_bytes, "
+               "nvme_write_bytes, hbm_bytes)", path);
+      rc = -EINVAL;
+      break;
+    }
+    double x = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(x) || x <= 0) {
+      snprintf(err, errlen, "%s: %s must be a positive number (per second)", path, key);
+      rc = -EINVAL;
+      break;
+    }
+    *(double *)((char *)&r + k_fields[i].off) = x;
+  }
+  json_decref(j);
+  if (rc == 0) *out = r;
+  return rc;
+}

@@ -1,0 +1,37 @@
+/* defines: the cost model's rates (zt_plan_rates): the machine's speeds the planner ranks plans
+ * by (engine/plan/offload_plan.c, batch.c). The built-in default (engine/base/tunables.h's
+ * figures), the named sets, and a JSON file of them (docs/offload.md "Rates"), which ztd reads
+ * from its state dir at start (engine/main.c, before any thread) and makes the process's
+ * rates; a later calibration writes that file. */
+#ifndef ZT_PLAN_RATES_H
+#define ZT_PLAN_RATES_H
+
+#include <stddef.h>
+
+#define ZT_PLAN_RATES_NAME_MAX 64
+
+typedef struct zt_plan_rates {
+  char name[ZT_PLAN_RATES_NAME_MAX]; /* "default", "h200", or a file's "name" */
+  double flops_lp;       /* device flops/s of a bf16/fp16 step (6 * N * tokens + attention) */
+  double flops_f32;      /* the same in fp32 */
+  double h2d_bytes;      /* pinned host to device copies, bytes/s */
+  double d2h_bytes;      /* device to pinned host */
+  double adamw_params;   /* the CPU AdamW pool's parameters/s inside a step */
+  double sumsq_bytes;    /* the runner's read of host gradients for their norm, bytes/s */
+  double nvme_read;      /* the NVMe tier's optimizer-state reads, bytes/s */
+  double nvme_write;     /* and writes */
+  double hbm_bytes;      /* device memory, bytes/s (the device units' AdamW) */
+} zt_plan_rates;
+
+/* The rates plans use: the built-in default until zt_plan_rates_use. */
+const zt_plan_rates *zt_plan_rates_active(void);
+/* Makes *r the process's rates (copied); call before any thread plans. */
+void zt_plan_rates_use(const zt_plan_rates *r);
+/* A built-in set by name ("default", "h200"): 0, or -ENOENT naming the sets. */
+int zt_plan_rates_named(const char *name, zt_plan_rates *out, char *err, size_t errlen);
+/* A rates file: a JSON object of the fields above by their JSON names (docs/offload.md), each a
+ * positive number; those left out keep the default's. 0, -ENOENT (no such file: err empty), or
+ * -errno / -EINVAL naming the file and the field. */
+int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,43 @@
+#!/bin/bash
+# The checkpoints' bytes against the state dir's free space at admission (docs/spec.md "Checks
+# against the machine"): on a 2 MiB state dir, a job whose checkpoint.keep + 1 checkpoints do
+# not fit is refused at submit and plan with the sizes and what to change, and ztd keeps
+# serving: a smaller job on the same disk is admitted and trains. The disk is a tmpfs mounted in
+# a private mount namespace (this script re-runs itself in one); skipped where mounting is not
+# allowed.
+if [ -z "${ZT_MOUNT_NS:-}" ]; then
+  for how in "-m" "-Urm"; do
+    if ZT_MOUNT_NS=1 unshare $how --propagation private true 2>/dev/null; then
+      ZT_MOUNT_NS=1 exec unshare $how --propagation private "$0" "$@"
+    fi
+  done
+  export ZT_MOUNT_NS=none
+fi
+. "$(dirname "$0")/lib.sh"
+
+mkdir -p "$STATE"
+if [ "$ZT_MOUNT_NS" != 1 ] || ! mount -t tmpfs -o size=2m tmpfs "$STATE" 2>/dev/null; then
+  echo "SKIP: cannot mount a small tmpfs here"
+  exit 77
+fi
+trap 'umount -l "$STATE"; cleanup' EXIT
+start_ztd --backend cpu
+make_tokens "$ZT_TMP/gpl.zt"
+spec "$ZT_TMP/small.json" "$ZT_TMP/gpl.zt" 3
+spec "$ZT_TMP/big.json" "$ZT_TMP/gpl.zt" 3
+python3 - "$ZT_TMP/big.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["model"].update(n_layers=6, d_model=64, n_heads=4)
+json.dump(s, open(sys.argv[1], "w"))
+PY
+for op in submit plan; do
+  expect_fail 1 "checkpoint: the job's checkpoints take " ztctl "$op" "$ZT_TMP/big.json"
+  expect_fail 1 "3 at once with checkpoint.keep 2: " ztctl "$op" "$ZT_TMP/big.json"
+  expect_fail 1 "; the state dir $STATE has " ztctl "$op" "$ZT_TMP/big.json"
+  expect_fail 1 "free: lower checkpoint.keep or free space" ztctl "$op" "$ZT_TMP/big.json"
+done
+job=$(submit "$ZT_TMP/small.json")
+wait_end "$job" done 120
+stop_ztd
+echo "ckpt_space: ok"

@@ -1,0 +1,94 @@
+/* The cost model's rates (engine/plan/rates.h): the built-in sets by name, a rates file (its
+ * fields over the default's, its refusals naming the file and the field without its bytes),
+ * and that plans rank by the rates in use: under a slower device the estimate grows (the
+ * choices may change with it: the gradient ring's slots follow the rates) and still fits. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/kernels/backend.h"
+#include "engine/plan/offload_plan.h"
+#include "engine/plan/rates.h"
+#include "tests/unit/model/mcheck.h"
+
+static char g_path[64];
+
+static void write_file(const char *text) {
+  FILE *f = fopen(g_path, "w");
+  fputs(text, f);
+  fclose(f);
+}
+
+int main(void) {
+  int fails = 0;
+  char err[512];
+  zt_plan_rates r, d = *zt_plan_rates_active();
+  fails += MC_EXPECT(!strcmp(d.name, "default") && d.flops_lp > 0 && d.nvme_read > 0,
+                     "the built-in default is active: %s", d.name);
+  fails += MC_EXPECT(zt_plan_rates_named("h200", &r, err, sizeof err) == 0 &&
+                         !strcmp(r.name, "h200") && r.nvme_read != r.nvme_write,
+                     "h200: %s", err);
+  fails += MC_EXPECT(zt_plan_rates_named("a100", &r, err, sizeof err) == -ENOENT &&
+                         strstr(err, "\"a100\"") && strstr(err, "default, h200"),
+                     "unknown set: %s", err);
+
+  snprintf(g_path, sizeof g_path, "/tmp/zt-rates-test.%d.json", (int)getpid());
+  unlink(g_path);
+  fails += MC_EXPECT(zt_plan_rates_load(g_path, &r, err, sizeof err) == -ENOENT && !err[0],
+                     "no file: %s", err);
+  write_file("{\"name\": \"slow-box\", \"flops_bf16\": 1e13, \"nvme_write_bytes\": 5e8}");
+  fails += MC_EXPECT(zt_plan_rates_load(g_path, &r, err, sizeof err) == 0, "load: %s", err);
+  fails += MC_EXPECT(!strcmp(r.name, "slow-box") && r.flops_lp == 1e13 &&
+                         r.nvme_write == 5e8 && r.flops_f32 == d.flops_f32 &&
+                         r.h2d_bytes == d.h2d_bytes,
+                     "the file's fields over the default's");
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"{\"flops_bf16\": -1}", "flops_bf16 must be a positive number"},
+      {"{\"flops_bf16\": \"fast\"}", "flops_bf16 must be a positive number"},
+      {"{\"secret-ish\": 1}", "unknown field (the fields: name, flops_bf16"},
+      {"[1, 2]", "a rates file is one JSON object"},
+      {"{\"h2d_bytes\": 5e10, oops}", "not JSON (line 1, column"},
+      {"{\"name\": \"\"}", "name must be a string of 1 to 63 characters"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    write_file(bad[i].text);
+    int rc = zt_plan_rates_load(g_path, &r, err, sizeof err);
+    fails += MC_EXPECT(rc == -EINVAL && strstr(err, g_path) && strstr(err, bad[i].want) &&
+                           !strstr(err, "secret") && !strstr(err, "oops"),
+                       "%s: %d %s", bad[i].text, rc, err);
+  }
+  unlink(g_path);
+
+  /* GPT-2 124M, bf16, offloaded under 4 GiB, planned again under a device 35x slower */
+  zt_model_cfg mc = {.arch = ZT_ARCH_GPT, .vocab = 50257, .seq_len = 1024, .d_model = 768,
+                     .n_heads = 12, .n_layers = 12};
+  zt_train_cfg tc;
+  zt_train_cfg_defaults(&tc);
+  tc.micro_batch = 8;
+  tc.precision = ZT_BF16;
+  zt_offload_cfg oc;
+  zt_offload_cfg_defaults(&oc);
+  oc.gpu_budget = (size_t)4 << 30;
+  oc.gpu_units = 0;
+  tc.ckpt_every = 1;
+  zt_offload_plan a, b;
+  const zt_ops *ops = zt_backend_ops_of("cpu");
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, ops, &a, err, sizeof err) == 0,
+                     "plan: %s", err);
+  zt_plan_rates slow = d;
+  slow.flops_lp = d.flops_lp / 35;
+  zt_plan_rates_use(&slow);
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, ops, &b, err, sizeof err) == 0,
+                     "plan under slow rates: %s", err);
+  fails += MC_EXPECT(b.est_step_s > 5 * a.est_step_s, "estimate %g s, slow device %g s",
+                     a.est_step_s, b.est_step_s);
+  fails += MC_EXPECT(b.device_bytes <= oc.gpu_budget, "the slow device's plan fits its budget");
+  zt_plan_rates_use(&d);
+  if (!fails) printf("rates: ok (GPT-2 124M: %.3f s a step, %.3f s on a device 35x slower)\n",
+                     a.est_step_s, b.est_step_s);
+  return fails ? 1 : 0;
+}
