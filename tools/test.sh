@@ -16,12 +16,12 @@ fi
 ninja -C "$builddir"
 
 # What the tests read ztd's files with, from PyPI: prometheus-client's text-format parser (the
-# http test), TensorBoard's event reader (the series test), and tokenizers with transformers
-# (no torch: the chat_template test's tokenizer and chat template), in a venv of their own;
+# http test), TensorBoard's event reader (the series test), and tokenizers, transformers and
+# jinja2, which renders chat templates (no torch: the chat_template test), in a venv of their own;
 # tests that need them find it through ZT_TEST_PYTHON (and fail when it lacks them).
 venv=$builddir/test-venv
-zt_pip=(prometheus-client tensorboard tokenizers transformers)
-if ! "$venv/bin/python" -c 'import prometheus_client, tensorboard, tokenizers, transformers' 2>/dev/null; then
+zt_pip=(prometheus-client tensorboard tokenizers transformers jinja2)
+if ! "$venv/bin/python" -c 'import prometheus_client, tensorboard, tokenizers, transformers, jinja2' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "${zt_pip[@]}"
 fi
