@@ -46,8 +46,9 @@ const zt_st_tensor *zt_st_tensor_at(const zt_st_file *f, int i);
 const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
 
 /* What zt_st_read_f32 converts or transposes through: at most this many bytes of the file at a
- * time (F32 data read as it lies goes straight into dst). */
-#define ZT_ST_CHUNK_BYTES ((size_t)1 << 20)
+ * time, read as several pieces in flight and converted on several threads (engine/base/pio.h);
+ * F32 data read as it lies goes straight into dst, the same way. */
+#define ZT_ST_CHUNK_BYTES ((size_t)16 << 20)
 
 /* Converts tensor t to fp32 into dst (t->numel floats). With transpose, t must be 2-D (R, C) and
  * dst receives the (C, R) transpose. -EINVAL for dtypes that are not F32/BF16/F16, -EIO (or the
