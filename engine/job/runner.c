@@ -10,6 +10,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 #include "engine/job/internal.h"
@@ -23,6 +26,21 @@ static double mono_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The bytes of a checkpoint directory's plain files, and "S GB in T s (R GB/s)" of them moved in
+ * seconds secs into out, for the job's log (docs/BENCHMARKS.md "Time to the first step"). */
+static void ckpt_rate(const char *dir, double secs, char *out, size_t outlen) {
+  uint64_t bytes = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  struct stat st;
+  while (d && (e = readdir(d)))
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      bytes += (uint64_t)st.st_size;
+  if (d) closedir(d);
+  snprintf(out, outlen, "%.3f GB in %.2f s (%.2f GB/s)", bytes / 1e9, secs,
+           secs > 0 ? bytes / 1e9 / secs : 0.0);
 }
 
 /* Saves the trainer at its current step (unless the newest checkpoint already is that step),
@@ -47,6 +65,7 @@ static int checkpoint(runner *r, uint64_t gen) {
     job->ckpt_step = step;
     pthread_mutex_unlock(mu);
   } else if (fresh) {
+    double t0 = mono_seconds();
     if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0 ||
         (rc = zt__series_sync(&r->series, r->err, sizeof r->err)) < 0)
       goto out;
@@ -60,7 +79,9 @@ static int checkpoint(runner *r, uint64_t gen) {
     job->ckpt_step = step;
     pthread_mutex_unlock(mu);
     if ((rc = zt__job_write_status(job, r->err, sizeof r->err)) < 0) goto out;
-    zt__job_log(job, ZT_LOG_INFO, "checkpoint at step %d: %s", step, path);
+    char rate[96];
+    ckpt_rate(path, mono_seconds() - t0, rate, sizeof rate);
+    zt__job_log(job, ZT_LOG_INFO, "checkpoint at step %d: %s (%s)", step, path, rate);
     json_t *ev = zt__job_event(job, "checkpoint");
     json_object_set_new(ev, "step", json_integer(step));
     json_object_set_new(ev, "path", json_string(path));
@@ -349,8 +370,11 @@ static int resume_load(runner *r) {
   for (;;) {
     int step = r->resume_step, rc;
     zt__store_checkpoint_path(path, sizeof path, job->dir, step);
+    double t0 = mono_seconds();
     if ((rc = zt_trainer_load(r->trainer, path, r->err, sizeof r->err)) == 0) {
-      zt__job_log(job, ZT_LOG_INFO, "resumes from %s (step %d)", path, step);
+      char rate[96];
+      ckpt_rate(path, mono_seconds() - t0, rate, sizeof rate);
+      zt__job_log(job, ZT_LOG_INFO, "resumes from %s (step %d), loaded %s", path, step, rate);
       ckpt_resumed(r, step);
       return 0;
     }
