@@ -414,6 +414,12 @@ int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t firs
   return read_elems(f, t, first, n, dst, 0, NULL, err, errlen);
 }
 
+void zt_st_willneed(const zt_st_file *f, const zt_st_tensor *t) {
+  if (t->end > t->begin)
+    (void)posix_fadvise(f->fd, (off_t)(f->data_at + t->begin), (off_t)(t->end - t->begin),
+                        POSIX_FADV_WILLNEED);
+}
+
 int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *err,
               size_t errlen) {
   size_t bytes = t->end - t->begin, cap = bytes < ZT_ST_CHUNK_BYTES ? bytes : ZT_ST_CHUNK_BYTES;
@@ -463,7 +469,8 @@ struct zt_st_writer {
   size_t *begin, *numel; /* per entry: its first byte in the data section, its elements */
   size_t *left;         /* per entry: elements not put yet */
   char *half;           /* per entry: stored as BF16 */
-  uint16_t *conv;       /* BF16 entries' conversion buffer (CONV_ELEMS), NULL without any */
+  uint16_t *conv;       /* BF16 entries' conversion buffer (conv_cap), NULL without any */
+  size_t conv_cap;      /* elements: CONV_ELEMS, or the largest BF16 entry's where smaller */
   uint64_t *sum;        /* per entry put whole: the checksum of its bytes (engine/base/checksum.h) */
   char (*names)[96];    /* per entry, for messages: the name's start */
   int finished;
@@ -551,10 +558,12 @@ int zt_st_writer_open(zt_st_writer **out, const char *path, const zt_st_entry *e
     w->begin[i] = off;
     w->numel[i] = w->left[i] = numel;
     w->half[i] = (char)half;
-    if (half && !w->conv && !(w->conv = malloc(CONV_ELEMS * sizeof *w->conv))) goto nomem;
+    if (half && numel > w->conv_cap) w->conv_cap = numel < CONV_ELEMS ? numel : CONV_ELEMS;
     snprintf(w->names[i], sizeof w->names[i], "%s", e[i].name);
     off += bytes;
   }
+  /* no more conversion buffer than the largest BF16 entry needs */
+  if (w->conv_cap && !(w->conv = malloc(w->conv_cap * sizeof *w->conv))) goto nomem;
   if (!(hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER))) goto nomem;
   /* the header is padded with spaces to a multiple of 8 bytes, so the data starts aligned */
   size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
@@ -612,8 +621,8 @@ int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const
     if (rc == 0 && whole) w->sum[i] = zt_checksum(data, n * 4);
   } else {
     if (whole && !(cs = zt_checksum_new())) rc = -ENOMEM;
-    for (size_t i0 = 0; i0 < n && rc == 0; i0 += CONV_ELEMS) {
-      size_t k = n - i0 < CONV_ELEMS ? n - i0 : CONV_ELEMS;
+    for (size_t i0 = 0; i0 < n && rc == 0; i0 += w->conv_cap) {
+      size_t k = n - i0 < w->conv_cap ? n - i0 : w->conv_cap;
       bf16_job bj = {w->conv, data + i0};
       zt_pio_for(k, CONV_GRAIN, to_bf16_range, &bj);
       rc = zt_pio_pwrite(w->fd, w->conv, k * 2, at + (first + i0) * 2);

@@ -108,7 +108,7 @@ int zt_trainer_export(zt_trainer *t, const char *path, char *err, size_t errlen)
  * backend buffers, an offloaded trainer's host tier and files): the state moves in pieces of
  * whole units of at most the largest unit's parameters, through one staging of their
  * parameters, m and v (3 x 4 bytes a parameter of the largest unit); a load reads the files
- * through the safetensors reader's chunk (ZT_ST_CHUNK_BYTES, 16 MiB); the files' headers are
+ * through the safetensors reader's chunk (ZT_ST_CHUNK_BYTES, 1 MiB); the files' headers are
  * built from the model's tensors (an allowance of 2 KB a tensor of each file). It does not grow
  * with the model's depth but for the headers: a 10.3 B GPT (d_model 5120, 32 layers), whose
  * flat state is 124 GB, takes 3.8 GB (a block's 315 M parameters). A data-parallel part's
