@@ -22,6 +22,12 @@
 #define ZT_TUNE_HF_SHARD_BYTES 5000000000ull
 #define ZT_TUNE_HF_CHUNK_ELEMS ((size_t)4 << 20)
 
+/* Large reads and writes of checkpoint and model files (engine/base/pio.c): a transfer of at
+ * least two pieces is cut into pieces of this many bytes that this many threads issue at once,
+ * so the disk sees several requests in flight instead of one buffered read's readahead. */
+#define ZT_TUNE_PIO_PIECE_BYTES ((size_t)4 << 20)
+#define ZT_TUNE_PIO_THREADS 4
+
 /* The seeded random init's share of work a pool thread takes at a time, in elements (~10 ms of
  * Box-Muller; engine/train/trainer.c). */
 #define ZT_TUNE_INIT_CHUNK ((size_t)256 << 10)

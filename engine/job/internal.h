@@ -256,6 +256,9 @@ typedef struct runner {
 #endif
   zt__peers *peers;       /* the coordinator's parts on its peers */
   int resume_step;        /* the checkpoint the job starts from, 0 none */
+  int ckpt_any;           /* a checkpoint was tried (runner.c's intact_checkpoint) */
+  int ckpt_verified;      /* resume_step's was verified before its load */
+  char ckpt_first_bad[ZT__ERR_MAX];  /* the first failure of a newer one, "" none */
   int together;           /* the parts stopped after the same step as this one */
   zt_dp_rank ranks[ZT_JOBS_MAX_GPUS];
   int n_be;                              /* backends opened, ranks 0 .. n_be-1 */

@@ -3,11 +3,16 @@
  * losses.log, checkpoints. Everything the loop thread must see goes through zt__jobs_post. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 #include "engine/job/internal.h"
@@ -22,6 +27,21 @@ static double mono_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The bytes of a checkpoint directory's plain files, and "S GB in T s (R GB/s)" of them moved in
+ * seconds secs into out, for the job's log (docs/BENCHMARKS.md "Time to the first step"). */
+static void ckpt_rate(const char *dir, double secs, char *out, size_t outlen) {
+  uint64_t bytes = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  struct stat st;
+  while (d && (e = readdir(d)))
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      bytes += (uint64_t)st.st_size;
+  if (d) closedir(d);
+  snprintf(out, outlen, "%.3f GB in %.2f s (%.2f GB/s)", bytes / 1e9, secs,
+           secs > 0 ? bytes / 1e9 / secs : 0.0);
 }
 
 /* Saves the trainer at its current step (unless the newest checkpoint already is that step),
@@ -46,6 +66,7 @@ static int checkpoint(runner *r, uint64_t gen) {
     job->ckpt_step = step;
     pthread_mutex_unlock(mu);
   } else if (fresh) {
+    double t0 = mono_seconds();
     if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0 ||
         (rc = zt__series_sync(&r->series, r->err, sizeof r->err)) < 0)
       goto out;
@@ -59,7 +80,9 @@ static int checkpoint(runner *r, uint64_t gen) {
     job->ckpt_step = step;
     pthread_mutex_unlock(mu);
     if ((rc = zt__job_write_status(job, r->err, sizeof r->err)) < 0) goto out;
-    zt__job_log(job, ZT_LOG_INFO, "checkpoint at step %d: %s", step, path);
+    char rate[96];
+    ckpt_rate(path, mono_seconds() - t0, rate, sizeof rate);
+    zt__job_log(job, ZT_LOG_INFO, "checkpoint at step %d: %s (%s)", step, path, rate);
     json_t *ev = zt__job_event(job, "checkpoint");
     json_object_set_new(ev, "step", json_integer(step));
     json_object_set_new(ev, "path", json_string(path));
@@ -189,6 +212,8 @@ static int open_rows(runner *r) {
   return 0;
 }
 
+static int resume_load(runner *r);
+
 static int open_job(runner *r) {
   zt__job *job = r->job;
   const zt_job_spec *s = &job->spec;
@@ -248,10 +273,8 @@ static int open_job(runner *r) {
     zt__job_log(job, ZT_LOG_INFO, "resumes from %s's checkpoint at step %d",
                 job->part.coordinator, newest);
   } else if (newest > 0) {
-    char path[ZT__JOB_DIR_MAX + 64];
-    zt__store_checkpoint_path(path, sizeof path, job->dir, newest);
-    if ((rc = zt_trainer_load(r->trainer, path, r->err, sizeof r->err)) < 0) return rc;
-    zt__job_log(job, ZT_LOG_INFO, "resumes from %s (step %d)", path, newest);
+    if ((rc = resume_load(r)) < 0) return rc;
+    newest = r->resume_step;  /* an older one where the newest was corrupt */
   }
   int step = zt_trainer_step_count(r->trainer);
   /* Steps after the checkpoint are trained again (the sampler makes them identical). */
@@ -290,21 +313,42 @@ static int open_job(runner *r) {
   return 0;
 }
 
-/* The checkpoint a job resumes from: the newest that passes its checksums (zt_checkpoint_verify;
- * one from before them is taken with a warning). Newer ones that fail are moved aside
- * (step-NNNNNNNN.corrupt: kept for a look, no longer the job's newest) and the job's log and a
- * "resume" event say so; when none passes the job fails rather than start over, its
- * checkpoints left in place. The step, 0 for none, or -errno with r->err. */
-static int intact_checkpoint(runner *r) {
+/* The checkpoint a job resumes from is the newest that passes its checksums. A flat one (no
+ * manifest) of a job on this daemon alone is verified by its load, which sums every tensor as it
+ * reads it (engine/train/checkpoint/sums.c): its bytes are read once. A per-rank one, whose load
+ * does not read its model.safetensors, and any of a job spanning daemons, whose parts are told
+ * the step before the load, are verified first (zt_checkpoint_verify: a second read). Those
+ * that fail are moved aside once one passes (step-NNNNNNNN.corrupt: kept for a look, no longer
+ * the job's newest) and the job's log and a "resume" event say so; when none passes the job
+ * fails rather than start over, its checkpoints left in place. */
+
+/* A checkpoint that failed: logged, and the first failure kept for the event. */
+static void ckpt_failed(runner *r, int step, const char *why) {
+  zt__job_log(r->job, ZT_LOG_WARN, "checkpoint at step %d fails its verification: %s", step, why);
+  if (!r->ckpt_first_bad[0]) snprintf(r->ckpt_first_bad, sizeof r->ckpt_first_bad, "%s", why);
+}
+
+/* The newest checkpoint below step `below` to try: verified here where its load would not
+ * verify it (above), else taken as it is. The step, 0 for none, or -errno with r->err. */
+static int intact_checkpoint(runner *r, int below) {
   zt__job *job = r->job;
   int *steps = NULL, n = zt__store_checkpoints(job->dir, &steps), pick = -1, rc = 0;
-  char path[ZT__JOB_DIR_MAX + 64], why[ZT__ERR_MAX], first[ZT__ERR_MAX] = "";
+  char path[ZT__JOB_DIR_MAX + 64], why[ZT__ERR_MAX];
   if (n < 0) {
     snprintf(r->err, sizeof r->err, "%s/checkpoints: %s", job->dir, strerror(-n));
     return n;
   }
   for (int i = n - 1; i >= 0 && pick < 0; i--) {
+    if (steps[i] >= below) continue;
+    r->ckpt_any = 1;
     zt__store_checkpoint_path(path, sizeof path, job->dir, steps[i]);
+    char manifest[sizeof path + 16];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+    r->ckpt_verified = r->spans || access(manifest, F_OK) == 0;
+    if (!r->ckpt_verified) {
+      pick = i;
+      break;
+    }
     rc = zt_checkpoint_verify(path, NULL, why, sizeof why);
     if (rc >= 0) {
       pick = i;
@@ -312,18 +356,26 @@ static int intact_checkpoint(runner *r) {
         zt__job_log(job, ZT_LOG_WARN, "%s has no checksums (written before zt recorded "
                     "them): resumes from it unverified", path);
     } else {
-      zt__job_log(job, ZT_LOG_WARN, "checkpoint at step %d fails its verification: %s",
-                  steps[i], why);
-      if (!first[0]) snprintf(first, sizeof first, "%s", why);
+      ckpt_failed(r, steps[i], why);
     }
   }
-  if (n > 0 && pick < 0) {
+  int step = pick >= 0 ? steps[pick] : 0;
+  free(steps);
+  if (r->ckpt_any && pick < 0) {
     snprintf(r->err, sizeof r->err, "no intact checkpoint to resume from (the newest: %.1900s)",
-             first);
-    free(steps);
+             r->ckpt_first_bad);
     return -EBADMSG;
   }
-  for (int i = n - 1; i > pick; i--) {
+  return step;
+}
+
+/* Once the job resumes from step: the newer checkpoints, which failed, moved aside, and the
+ * event that says why. */
+static void ckpt_resumed(runner *r, int step) {
+  zt__job *job = r->job;
+  int *steps = NULL, n = zt__store_checkpoints(job->dir, &steps);
+  char path[ZT__JOB_DIR_MAX + 64];
+  for (int i = n - 1; i >= 0 && steps[i] > step; i--) {
     char aside[sizeof path + 16];
     zt__store_checkpoint_path(path, sizeof path, job->dir, steps[i]);
     snprintf(aside, sizeof aside, "%s.corrupt", path);
@@ -331,19 +383,51 @@ static int intact_checkpoint(runner *r) {
     if (rename(path, aside) < 0)
       zt__job_log(job, ZT_LOG_WARN, "moving %s aside: %s", path, strerror(errno));
   }
-  int step = pick >= 0 ? steps[pick] : 0;
-  if (first[0]) {
+  free(steps);
+  if (r->ckpt_first_bad[0]) {
     char msg[ZT__ERR_MAX + 128];
     snprintf(msg, sizeof msg, "the newest checkpoint failed its verification (%.1800s); "
-             "resumes from the newest intact one, at step %d", first, step);
+             "resumes from the newest intact one, at step %d", r->ckpt_first_bad, step);
     zt__job_log(job, ZT_LOG_WARN, "%s", msg);
     json_t *ev = zt__job_event(job, "resume");
     json_object_set_new(ev, "step", json_integer(step));
     json_object_set_new(ev, "message", json_string(msg));
     zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);
   }
-  free(steps);
-  return step;
+}
+
+/* The trainer loaded from r->resume_step's checkpoint, or an older one where a load finds the
+ * newer corrupt: a load that fails with a checksum mismatch is corrupt; one that fails
+ * otherwise is read again by zt_checkpoint_verify to tell a damaged file (corrupt) from a
+ * checkpoint that does not fit the job (the job fails with the load's error). */
+static int resume_load(runner *r) {
+  zt__job *job = r->job;
+  char path[ZT__JOB_DIR_MAX + 64], why[ZT__ERR_MAX];
+  for (;;) {
+    int step = r->resume_step, rc;
+    zt__store_checkpoint_path(path, sizeof path, job->dir, step);
+    double t0 = mono_seconds();
+    if ((rc = zt_trainer_load(r->trainer, path, r->err, sizeof r->err)) == 0) {
+      char rate[96];
+      ckpt_rate(path, mono_seconds() - t0, rate, sizeof rate);
+      zt__job_log(job, ZT_LOG_INFO, "resumes from %s (step %d), loaded %s", path, step, rate);
+      ckpt_resumed(r, step);
+      return 0;
+    }
+    if (r->ckpt_verified) return rc;
+    if (rc == -EBADMSG)
+      snprintf(why, sizeof why, "%s", r->err);
+    else if (zt_checkpoint_verify(path, NULL, why, sizeof why) >= 0)
+      return rc;
+    ckpt_failed(r, step, why);
+    if ((rc = intact_checkpoint(r, step)) <= 0) {
+      if (rc == 0)
+        snprintf(r->err, sizeof r->err, "no intact checkpoint to resume from (the newest: "
+                 "%.1900s)", r->ckpt_first_bad);
+      return rc < 0 ? rc : -EBADMSG;
+    }
+    r->resume_step = rc;
+  }
 }
 
 /* A job spanning daemons stopped after `step` because a part asked (engine/train/dp/dp.h's
@@ -476,7 +560,7 @@ void *zt__runner_main(void *arg) {
 
   double admitted = mono_seconds();
   if (job->part.member) r.resume_step = job->part.resume_step;
-  else if ((rc = r.resume_step = intact_checkpoint(&r)) < 0) goto out;
+  else if ((rc = r.resume_step = intact_checkpoint(&r, INT_MAX)) < 0) goto out;
   if ((rc = zt__job_write_status(job, r.err, sizeof r.err)) < 0) goto out;
   if ((rc = zt__runner_open_ranks(&r)) < 0 || (rc = open_job(&r)) < 0) goto out;
   zt__runner_publish_opened(&r);

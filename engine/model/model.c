@@ -445,6 +445,10 @@ int zt_model_file_read_sum(const zt_model_file *mf, int k, int first, int end, f
   int rc = 0;
   for (int i = first; i < end && rc == 0; i++) {
     const zt_tensor_info *t = &m->t[i];
+    /* the next tensor (the next piece's first, after the last) on its way from the disk while
+     * this one is read, summed and converted, and the caller copies the piece in */
+    if (i + 1 < m->nt && mf->found[k * m->nt + i + 1])
+      zt_st_willneed(mf->in[k * m->nt + i + 1], mf->found[k * m->nt + i + 1]);
     rc = zt_st_read_f32_sum(mf->in[k * m->nt + i], mf->found[k * m->nt + i],
                             dst + (t->offset - m->t[first].offset),
                             t->transposed && !mf->internal, sums ? &sums[i - first] : NULL, err,

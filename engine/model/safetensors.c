@@ -6,6 +6,7 @@
 
 #include "engine/base/checksum.h"
 #include "engine/base/path.h"
+#include "engine/base/pio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -304,9 +305,46 @@ static int convertible(const zt_st_file *f, const zt_st_tensor *t, char *err, si
   return -EINVAL;
 }
 
+/* The conversion of one chunk: elements [a, b) of chunk (elements i0.. of the tensor's range)
+ * into dst, at dst[i0 + i], or at dst[(i % C) * R + i / C] (i counted from the range's start)
+ * transposed; zt_pio_for runs the ranges on several threads. */
+typedef struct conv_job {
+  zt_st_dtype dtype;
+  const uint8_t *chunk;
+  float *dst;
+  size_t i0, R, C;
+  int transpose;
+} conv_job;
+
+static void conv_range(void *ctx, size_t a, size_t b) {
+  const conv_job *j = ctx;
+  if (!j->transpose) {
+    float *d = j->dst + j->i0;
+    if (j->dtype == ZT_ST_BF16) {
+      const uint8_t *p = j->chunk;
+      for (size_t i = a; i < b; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        d[i] = bf16_to_f32(h);
+      }
+    } else {
+      for (size_t i = a; i < b; i++) d[i] = elem_f32(j->dtype, j->chunk, i);
+    }
+    return;
+  }
+  size_t R = j->R, C = j->C, r = (j->i0 + a) / C, c = (j->i0 + a) % C;
+  for (size_t i = a; i < b; i++) {
+    j->dst[c * R + r] = elem_f32(j->dtype, j->chunk, i);
+    if (++c == C) c = 0, r++;
+  }
+}
+
+/* What one thread of a chunk's conversion takes at least, in elements. */
+#define CONV_GRAIN ((size_t)256 << 10)
+
 /* Elements [first, first + n) of t into dst, or transposed (t 2-D (R, C), first 0, n its numel)
  * into the (C, R) transpose; *sum (unless NULL) the checksum of the bytes read as they lie in the
- * file (engine/base/checksum.h). */
+ * file (engine/base/checksum.h), summed in the same pass as the load: each byte is read once. */
 static int read_elems(const zt_st_file *f, const zt_st_tensor *t, size_t first, size_t n,
                       float *dst, int transpose, uint64_t *sum, char *err, size_t errlen) {
   size_t es = t->dtype == ZT_ST_F32 ? 4 : 2;
@@ -315,33 +353,28 @@ static int read_elems(const zt_st_file *f, const zt_st_tensor *t, size_t first, 
   uint8_t *chunk = NULL;
   zt_checksum_state *cs = NULL;
   if (!transpose && t->dtype == ZT_ST_F32) {
-    rc = pread_full(f->fd, dst, n * 4, at);
+    rc = zt_pio_pread(f->fd, dst, n * 4, at);
     if (rc == 0 && sum) *sum = zt_checksum(dst, n * 4);
     goto out;
   }
-  /* element by element through a bounded chunk: element i of the range (row i / C, column
-   * i % C when transposed) lands at dst[i], or at dst[(i % C) * R + i / C] transposed */
+  /* through a bounded chunk, read as several pieces at once, then converted on several threads */
   size_t bytes = n * es;
-  size_t per = ZT_ST_CHUNK_BYTES / es, R = transpose ? (size_t)t->shape[0] : 0,
-         C = transpose ? (size_t)t->shape[1] : 0;
+  size_t per = ZT_ST_CHUNK_BYTES / es;
+  conv_job cj = {.dtype = t->dtype, .dst = dst, .transpose = transpose,
+                 .R = transpose ? (size_t)t->shape[0] : 0, .C = transpose ? (size_t)t->shape[1] : 0};
   if (!(chunk = malloc(bytes < ZT_ST_CHUNK_BYTES ? (bytes ? bytes : 1) : ZT_ST_CHUNK_BYTES)) ||
       (sum && !(cs = zt_checksum_new()))) {
     free(chunk);
     snprintf(err, errlen, "%s: tensor %s: out of memory", f->path, t->name);
     return -ENOMEM;
   }
+  cj.chunk = chunk;
   for (size_t i0 = 0; i0 < n && rc == 0; i0 += per) {
     size_t k = n - i0 < per ? n - i0 : per;
-    if ((rc = pread_full(f->fd, chunk, k * es, at + i0 * es)) < 0) break;
+    if ((rc = zt_pio_pread(f->fd, chunk, k * es, at + i0 * es)) < 0) break;
     if (cs) zt_checksum_update(cs, chunk, k * es);
-    if (!transpose) {
-      for (size_t i = 0; i < k; i++) dst[i0 + i] = elem_f32(t->dtype, chunk, i);
-      continue;
-    }
-    for (size_t i = 0, r = i0 / C, c = i0 % C; i < k; i++) {
-      dst[c * R + r] = elem_f32(t->dtype, chunk, i);
-      if (++c == C) c = 0, r++;
-    }
+    cj.i0 = i0;
+    zt_pio_for(k, CONV_GRAIN, conv_range, &cj);
   }
   if (rc == 0 && cs) *sum = zt_checksum_digest(cs);
 out:
@@ -381,6 +414,12 @@ int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t firs
   return read_elems(f, t, first, n, dst, 0, NULL, err, errlen);
 }
 
+void zt_st_willneed(const zt_st_file *f, const zt_st_tensor *t) {
+  if (t->end > t->begin)
+    (void)posix_fadvise(f->fd, (off_t)(f->data_at + t->begin), (off_t)(t->end - t->begin),
+                        POSIX_FADV_WILLNEED);
+}
+
 int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *err,
               size_t errlen) {
   size_t bytes = t->end - t->begin, cap = bytes < ZT_ST_CHUNK_BYTES ? bytes : ZT_ST_CHUNK_BYTES;
@@ -394,7 +433,7 @@ int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *e
   }
   for (size_t off = 0; off < bytes && rc == 0; off += cap) {
     size_t k = bytes - off < cap ? bytes - off : cap;
-    if ((rc = pread_full(f->fd, chunk, k, f->data_at + t->begin + off)) == 0)
+    if ((rc = zt_pio_pread(f->fd, chunk, k, f->data_at + t->begin + off)) == 0)
       zt_checksum_update(cs, chunk, k);
   }
   if (rc < 0)
@@ -430,7 +469,8 @@ struct zt_st_writer {
   size_t *begin, *numel; /* per entry: its first byte in the data section, its elements */
   size_t *left;         /* per entry: elements not put yet */
   char *half;           /* per entry: stored as BF16 */
-  uint16_t *conv;       /* BF16 entries' conversion buffer (CONV_ELEMS), NULL without any */
+  uint16_t *conv;       /* BF16 entries' conversion buffer (conv_cap), NULL without any */
+  size_t conv_cap;      /* elements: CONV_ELEMS, or the largest BF16 entry's where smaller */
   uint64_t *sum;        /* per entry put whole: the checksum of its bytes (engine/base/checksum.h) */
   char (*names)[96];    /* per entry, for messages: the name's start */
   int finished;
@@ -518,10 +558,12 @@ int zt_st_writer_open(zt_st_writer **out, const char *path, const zt_st_entry *e
     w->begin[i] = off;
     w->numel[i] = w->left[i] = numel;
     w->half[i] = (char)half;
-    if (half && !w->conv && !(w->conv = malloc(CONV_ELEMS * sizeof *w->conv))) goto nomem;
+    if (half && numel > w->conv_cap) w->conv_cap = numel < CONV_ELEMS ? numel : CONV_ELEMS;
     snprintf(w->names[i], sizeof w->names[i], "%s", e[i].name);
     off += bytes;
   }
+  /* no more conversion buffer than the largest BF16 entry needs */
+  if (w->conv_cap && !(w->conv = malloc(w->conv_cap * sizeof *w->conv))) goto nomem;
   if (!(hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER))) goto nomem;
   /* the header is padded with spaces to a multiple of 8 bytes, so the data starts aligned */
   size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
@@ -551,6 +593,17 @@ out:
   return rc;
 }
 
+/* fp32 -> BF16 of a range of a put, on several threads (zt_pio_for). */
+typedef struct bf16_job {
+  uint16_t *out;
+  const float *in;
+} bf16_job;
+
+static void to_bf16_range(void *ctx, size_t a, size_t b) {
+  const bf16_job *j = ctx;
+  for (size_t i = a; i < b; i++) j->out[i] = zt_f32_to_bf16(j->in[i]);
+}
+
 int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const float *data,
                            char *err, size_t errlen) {
   int rc = 0;
@@ -564,14 +617,15 @@ int zt_st_writer_put_range(zt_st_writer *w, int i, size_t first, size_t n, const
   int whole = first == 0 && n == w->numel[i];
   zt_checksum_state *cs = NULL;
   if (!w->half[i]) {
-    rc = pwrite_full(w->fd, data, n * 4, at + first * 4);
+    rc = zt_pio_pwrite(w->fd, data, n * 4, at + first * 4);
     if (rc == 0 && whole) w->sum[i] = zt_checksum(data, n * 4);
   } else {
     if (whole && !(cs = zt_checksum_new())) rc = -ENOMEM;
-    for (size_t i0 = 0; i0 < n && rc == 0; i0 += CONV_ELEMS) {
-      size_t k = n - i0 < CONV_ELEMS ? n - i0 : CONV_ELEMS;
-      for (size_t j = 0; j < k; j++) w->conv[j] = zt_f32_to_bf16(data[i0 + j]);
-      rc = pwrite_full(w->fd, w->conv, k * 2, at + (first + i0) * 2);
+    for (size_t i0 = 0; i0 < n && rc == 0; i0 += w->conv_cap) {
+      size_t k = n - i0 < w->conv_cap ? n - i0 : w->conv_cap;
+      bf16_job bj = {w->conv, data + i0};
+      zt_pio_for(k, CONV_GRAIN, to_bf16_range, &bj);
+      rc = zt_pio_pwrite(w->fd, w->conv, k * 2, at + (first + i0) * 2);
       if (rc == 0 && cs) zt_checksum_update(cs, w->conv, k * 2);
     }
     if (rc == 0 && cs) w->sum[i] = zt_checksum_digest(cs);

@@ -46,7 +46,9 @@ const zt_st_tensor *zt_st_tensor_at(const zt_st_file *f, int i);
 const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
 
 /* What zt_st_read_f32 converts or transposes through: at most this many bytes of the file at a
- * time (F32 data read as it lies goes straight into dst). */
+ * time, converted on several threads (engine/base/pio.h); F32 data read as it lies goes
+ * straight into dst, as several pieces in flight. The checkpoint's memory bound counts it
+ * (engine/train/checkpoint/state.c; its tests hold the bound below a flat copy of a small model). */
 #define ZT_ST_CHUNK_BYTES ((size_t)1 << 20)
 
 /* Converts tensor t to fp32 into dst (t->numel floats). With transpose, t must be 2-D (R, C) and
@@ -62,6 +64,10 @@ int zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t firs
  * (engine/base/checksum.h), summed as they are read. */
 int zt_st_read_f32_sum(const zt_st_file *f, const zt_st_tensor *t, float *dst, int transpose,
                        uint64_t *sum, char *err, size_t errlen);
+/* Asks the kernel to start reading tensor t's bytes into the page cache now (posix_fadvise
+ * WILLNEED), so that the disk works on them while the caller converts or copies what it read
+ * before; nothing is read into the caller's memory, and a failure is ignored. */
+void zt_st_willneed(const zt_st_file *f, const zt_st_tensor *t);
 /* The checksum of tensor t's bytes in the file, read a chunk at a time (nothing converted). */
 int zt_st_sum(const zt_st_file *f, const zt_st_tensor *t, uint64_t *sum, char *err,
               size_t errlen);

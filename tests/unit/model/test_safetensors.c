@@ -2,11 +2,13 @@
  * BF16 writing (round to nearest even as dtype.h, a transposed entry, ranges put out of order and
  * read back, a range put twice or a tensor left unfinished refused),
  * every malformed input refused with a message naming the tensor or the cause, and model-level
- * loading (HF "transformer." prefix and buffers accepted; missing, extra, misshapen refused). */
+ * loading (HF "transformer." prefix and buffers accepted; missing, extra, misshapen refused),
+ * and tensors of many chunks read and written in pieces in flight, bit for bit. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/kernels/dtype.h"
 #include "engine/model/safetensors.h"
@@ -182,6 +184,76 @@ static int test_bf16_write(void) {
   return fails;
 }
 
+/* Tensors larger than a chunk (ZT_ST_CHUNK_BYTES), so that reads and writes go as several pieces
+ * in flight and the conversion on several threads (engine/base/pio.h): BF16 (2-D, odd shape,
+ * read plain, transposed and by a range across chunks) and F32 read back bit for bit, their
+ * checksums as summed on the way equal to zt_st_sum's; the file cut short fails naming it. */
+static int test_large(void) {
+  int fails = 0;
+  char err[512];
+  size_t R = 2503, C = 4001, n = R * C;  /* 20 MB of BF16, 40 MB of F32 */
+  float *x = malloc(n * 4), *back = malloc(n * 4);
+  if (!x || !back) return 1;
+  for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i * 2654435761u % 200003u) - 100000) * 0x1p-10f;
+  zt_st_entry e[2] = {{.name = "h", .ndim = 2, .shape = {(int64_t)R, (int64_t)C}, .data = x,
+                       .dtype = ZT_ST_BF16},
+                      {.name = "f", .ndim = 1, .shape = {(int64_t)n}, .data = x}};
+  fails += MC_EXPECT(zt_st_write(path_of("big.safetensors"), e, 2, NULL, 0, err, sizeof err) == 0,
+                     "write: %s", err);
+  zt_st_file *f = NULL;
+  if (zt_st_open(&f, path_of("big.safetensors"), err, sizeof err) < 0) {
+    fprintf(stderr, "FAIL open: %s\n", err);
+    return fails + 1;
+  }
+  const zt_st_tensor *th = zt_st_find(f, "h"), *tf = zt_st_find(f, "f");
+  uint64_t s1 = 0, s2 = 1;
+  fails += MC_EXPECT(zt_st_read_f32_sum(f, th, back, 0, &s1, err, sizeof err) == 0 &&
+                     zt_st_sum(f, th, &s2, err, sizeof err) == 0 && s1 == s2, "BF16 sum: %s", err);
+  size_t bad = n;
+  for (size_t i = 0; i < n && bad == n; i++) {
+    float want = zt_bf16_to_f32(zt_f32_to_bf16(x[i]));
+    if (memcmp(&back[i], &want, 4)) bad = i;
+  }
+  fails += MC_EXPECT(bad == n, "BF16 element %zu", bad);
+  fails += MC_EXPECT(zt_st_read_f32(f, th, back, 1, err, sizeof err) == 0, "%s", err);
+  bad = n;
+  for (size_t r = 0; r < R && bad == n; r++)
+    for (size_t c = 0; c < C; c++) {
+      float want = zt_bf16_to_f32(zt_f32_to_bf16(x[r * C + c]));
+      if (memcmp(&back[c * R + r], &want, 4)) {
+        bad = r * C + c;
+        break;
+      }
+    }
+  fails += MC_EXPECT(bad == n, "transposed BF16 element %zu", bad);
+  size_t first = 3 * n / 7, k = n / 2;
+  fails += MC_EXPECT(zt_st_read_f32_range(f, th, first, k, back, err, sizeof err) == 0, "%s", err);
+  bad = k;
+  for (size_t i = 0; i < k && bad == k; i++) {
+    float want = zt_bf16_to_f32(zt_f32_to_bf16(x[first + i]));
+    if (memcmp(&back[i], &want, 4)) bad = i;
+  }
+  fails += MC_EXPECT(bad == k, "a range across chunks: element %zu", bad);
+  s1 = 0, s2 = 1;
+  fails += MC_EXPECT(zt_st_read_f32_sum(f, tf, back, 0, &s1, err, sizeof err) == 0 &&
+                     zt_st_sum(f, tf, &s2, err, sizeof err) == 0 && s1 == s2 &&
+                     !memcmp(back, x, n * 4), "F32 read back: %s", err);
+  /* cut inside the F32 tensor after the open: the read fails naming the file and the tensor;
+   * a fresh open refuses the header's offsets */
+  fails += MC_EXPECT(truncate(path_of("big.safetensors"), (off_t)(n * 2 + n * 3)) == 0, "truncate");
+  int rc = zt_st_read_f32(f, tf, back, 0, err, sizeof err);
+  fails += MC_EXPECT(rc == -EIO && strstr(err, "big.safetensors") && strstr(err, "tensor f") &&
+                     strstr(err, "shorter"), "a file cut under the reader: %d %s", rc, err);
+  zt_st_close(f);
+  f = NULL;
+  rc = zt_st_open(&f, path_of("big.safetensors"), err, sizeof err);
+  fails += MC_EXPECT(rc == -EINVAL && strstr(err, "big.safetensors"), "a cut file: %d %s", rc, err);
+  zt_st_close(f);
+  free(x);
+  free(back);
+  return fails;
+}
+
 /* Refused with want and the file's name in the message, and none of the values read from the
  * file (leak: one of them, NULL for none): a file that is not what it should be is not quoted. */
 static int refused(const char *name, const char *hdr, size_t data_len, uint64_t hlen,
@@ -304,7 +376,8 @@ static int test_model_files(void) {
 
 int main(void) {
   snprintf(dir, sizeof dir, "%s", mc_tmpdir());
-  int fails = test_roundtrip() + test_half_types() + test_bf16_write() + test_bad_files() + test_model_files();
+  int fails = test_roundtrip() + test_half_types() + test_bf16_write() + test_bad_files() + test_model_files() +
+              test_large();
   mc_rmtree(dir);
   return fails ? 1 : 0;
 }
