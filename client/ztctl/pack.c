@@ -6,7 +6,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "client/ztctl/ztctl.h"
 #include "proto/zt_tokens.h"
@@ -127,54 +126,30 @@ static int write_pad8(FILE *f, uint64_t written) {
 }
 
 static int write_docs(const docs *d, uint32_t vocab, const char *out_path) {
-  int rc = ZTCTL_FAILED;
-  char *tmp = NULL;
-  FILE *out = NULL;
-  if (asprintf(&tmp, "%s.tmp", out_path) < 0) return ztctl_fail_msg("ENOMEM", "out of memory");
-  out = fopen(tmp, "wb");
-  if (!out) {
-    rc = ztctl_fail_msg("EACCES", "cannot create %s: %s", tmp, strerror(errno));
-    goto out;
-  }
+  ztctl_outfile out;
+  int rc = ztctl_outfile_open(&out, out_path);
+  if (rc != ZTCTL_OK) return rc;
   zt_tokens_header h = {.version = ZT_TOKENS_VERSION_DOCS, .token_bytes = vocab <= 65536 ? 2 : 4,
                         .vocab = vocab, .n_tokens = d->n_tok, .n_docs = d->n_docs};
   uint8_t hdr[ZT_TOKENS_V2_HEADER_BYTES], buf[8];
   zt_tokens_header_encode(hdr, &h);
-  if (write_all(out, hdr, sizeof hdr) < 0) goto write_err;
+  if (write_all(out.f, hdr, sizeof hdr) < 0) return ztctl_outfile_fail(&out);
   for (uint64_t i = 0; i < d->n_tok; i++) {
     zt__put_le32(buf, d->tok[i]);
-    if (write_all(out, buf, h.token_bytes) < 0) goto write_err;
+    if (write_all(out.f, buf, h.token_bytes) < 0) return ztctl_outfile_fail(&out);
   }
-  if (write_pad8(out, d->n_tok * h.token_bytes) < 0) goto write_err;
+  if (write_pad8(out.f, d->n_tok * h.token_bytes) < 0) return ztctl_outfile_fail(&out);
   for (uint64_t i = 0; i < d->n_tok; i += 8) {
     uint8_t bits = 0;
     for (uint64_t b = 0; b < 8 && i + b < d->n_tok; b++) bits |= (uint8_t)(d->mask[i + b] << b);
-    if (write_all(out, &bits, 1) < 0) goto write_err;
+    if (write_all(out.f, &bits, 1) < 0) return ztctl_outfile_fail(&out);
   }
-  if (write_pad8(out, (d->n_tok + 7) / 8) < 0) goto write_err;
+  if (write_pad8(out.f, (d->n_tok + 7) / 8) < 0) return ztctl_outfile_fail(&out);
   for (uint64_t k = 0; k <= d->n_docs; k++) {
     zt__put_le64(buf, k < d->n_docs ? d->starts[k] : d->n_tok);
-    if (write_all(out, buf, 8) < 0) goto write_err;
+    if (write_all(out.f, buf, 8) < 0) return ztctl_outfile_fail(&out);
   }
-  if (fflush(out) != 0 || fsync(fileno(out)) != 0) goto write_err;
-  if (fclose(out) != 0) {
-    out = NULL;
-    goto write_err;
-  }
-  out = NULL;
-  if (rename(tmp, out_path) < 0) {
-    rc = ztctl_fail_msg("EIO", "rename %s to %s: %s", tmp, out_path, strerror(errno));
-    goto out;
-  }
-  rc = ZTCTL_OK;
-  goto out;
-write_err:
-  rc = ztctl_fail_msg(errno == ENOSPC ? "ENOSPC" : "EIO", "writing %s: %s", tmp, strerror(errno));
-out:
-  if (out) fclose(out);
-  if (rc != ZTCTL_OK) unlink(tmp);
-  free(tmp);
-  return rc;
+  return ztctl_outfile_commit(&out);
 }
 
 int ztctl_cmd_pack(const ztctl_opts *o, int argc, char **argv) {

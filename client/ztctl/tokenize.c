@@ -1,27 +1,19 @@
 /* ztctl tokenize --bytes: the byte-level tokenizer (vocabulary 256), written as a token file
  * (proto/zt_tokens.h) through a temporary file and a rename. */
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "client/ztctl/ztctl.h"
 #include "proto/zt_tokens.h"
 
 static int tokenize_bytes(FILE *in, const char *in_name, const char *out_path, uint64_t *count) {
-  int rc = ZTCTL_FAILED;
-  char *tmp = NULL;
-  FILE *out = NULL;
-  if (asprintf(&tmp, "%s.tmp", out_path) < 0) return ztctl_fail_msg("ENOMEM", "out of memory");
-  out = fopen(tmp, "wb");
-  if (!out) {
-    rc = ztctl_fail_msg("EACCES", "cannot create %s: %s", tmp, strerror(errno));
-    goto out;
-  }
+  ztctl_outfile out;
+  int rc = ztctl_outfile_open(&out, out_path);
+  if (rc != ZTCTL_OK) return rc;
   uint8_t hdr[ZT_TOKENS_HEADER_BYTES];
   zt_tokens_header h = {.version = ZT_TOKENS_VERSION, .token_bytes = 2, .vocab = 256};
   zt_tokens_header_encode(hdr, &h);
-  if (fwrite(hdr, 1, sizeof hdr, out) != sizeof hdr) goto write_err;
+  if (fwrite(hdr, 1, sizeof hdr, out.f) != sizeof hdr) return ztctl_outfile_fail(&out);
   uint8_t ibuf[65536], obuf[2 * 65536];
   size_t n;
   *count = 0;
@@ -30,32 +22,15 @@ static int tokenize_bytes(FILE *in, const char *in_name, const char *out_path, u
       obuf[2 * i] = ibuf[i];
       obuf[2 * i + 1] = 0;
     }
-    if (fwrite(obuf, 2, n, out) != n) goto write_err;
+    if (fwrite(obuf, 2, n, out.f) != n) return ztctl_outfile_fail(&out);
     *count += n;
   }
   if (ferror(in)) {
     rc = ztctl_fail_msg("EIO", "reading %s: %s", in_name, strerror(errno));
-    goto out;
+    ztctl_outfile_abort(&out);
+    return rc;
   }
-  if (fflush(out) != 0 || fsync(fileno(out)) != 0) goto write_err;
-  if (fclose(out) != 0) {
-    out = NULL;
-    goto write_err;
-  }
-  out = NULL;
-  if (rename(tmp, out_path) < 0) {
-    rc = ztctl_fail_msg("EIO", "rename %s to %s: %s", tmp, out_path, strerror(errno));
-    goto out;
-  }
-  rc = ZTCTL_OK;
-  goto out;
-write_err:
-  rc = ztctl_fail_msg(errno == ENOSPC ? "ENOSPC" : "EIO", "writing %s: %s", tmp, strerror(errno));
-out:
-  if (out) fclose(out);
-  if (rc != ZTCTL_OK) unlink(tmp);
-  free(tmp);
-  return rc;
+  return ztctl_outfile_commit(&out);
 }
 
 int ztctl_cmd_tokenize(const ztctl_opts *o, int argc, char **argv) {

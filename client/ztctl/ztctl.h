@@ -43,6 +43,19 @@ int ztctl_fail(zt_client *c);
 /* Prints "ztctl: CODE: message"; returns ZTCTL_FAILED. */
 int ztctl_fail_msg(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A file written to PATH.tmp and renamed over PATH once complete (outfile.c). open and commit
+ * return ZTCTL_OK or report the failure; fail reports a write error (errno) and, like abort,
+ * removes the temporary file. */
+typedef struct ztctl_outfile {
+  FILE *f;
+  char *tmp;
+  const char *path;
+} ztctl_outfile;
+int ztctl_outfile_open(ztctl_outfile *o, const char *path);
+int ztctl_outfile_commit(ztctl_outfile *o);
+int ztctl_outfile_fail(ztctl_outfile *o);
+void ztctl_outfile_abort(ztctl_outfile *o);
+
 /* Human output. */
 void ztctl_print_flat(FILE *f, const json_t *j, const char *prefix);
 void ztctl_fmt_bytes(char *buf, size_t cap, double bytes);
