@@ -127,6 +127,24 @@ static int simple_call(zt_client *c, const char *op, const char *job, char **jso
   return rc;
 }
 
+/* An op on a job with one unsigned number (resume's steps, logs' offset); its reply as JSON
+ * where json_out is given. */
+static int job_u64_call(zt_client *c, const char *op, const char *job, const char *key,
+                        uint64_t v, char **json_out) {
+  zt_out o;
+  zt_msg reply;
+  zt_out_init(&o);
+  uint32_t id = zt__client_begin(c, &o, op, 2);
+  zt_out_kv_str(&o, "job", job);
+  zt_out_kv_u64(&o, key, v);
+  int rc = zt__client_call(c, &o, id, &reply);
+  zt_out_close(&o);
+  if (rc < 0) return rc;
+  if (json_out) rc = zt__client_to_json(c, reply.root, json_out);
+  zt_msg_close(&reply);
+  return rc;
+}
+
 int zt_client_status(zt_client *c, char **json_out) { return simple_call(c, "status", NULL, json_out); }
 int zt_client_jobs(zt_client *c, char **json_out) { return simple_call(c, "jobs", NULL, json_out); }
 int zt_client_show(zt_client *c, const char *job, char **json_out) {
@@ -135,18 +153,7 @@ int zt_client_show(zt_client *c, const char *job, char **json_out) {
 int zt_client_cancel(zt_client *c, const char *job) { return simple_call(c, "cancel", job, NULL); }
 int zt_client_rm(zt_client *c, const char *job) { return simple_call(c, "rm", job, NULL); }
 int zt_client_resume(zt_client *c, const char *job, uint64_t steps, char **json_out) {
-  zt_out o;
-  zt_msg reply;
-  zt_out_init(&o);
-  uint32_t id = zt__client_begin(c, &o, "resume", 2);
-  zt_out_kv_str(&o, "job", job);
-  zt_out_kv_u64(&o, "steps", steps);
-  int rc = zt__client_call(c, &o, id, &reply);
-  zt_out_close(&o);
-  if (rc < 0) return rc;
-  if (json_out) rc = zt__client_to_json(c, reply.root, json_out);
-  zt_msg_close(&reply);
-  return rc;
+  return job_u64_call(c, "resume", job, "steps", steps, json_out);
 }
 int zt_client_checkpoint(zt_client *c, const char *job, char **json_out) {
   return simple_call(c, "checkpoint", job, json_out);
@@ -154,18 +161,7 @@ int zt_client_checkpoint(zt_client *c, const char *job, char **json_out) {
 int zt_client_shutdown(zt_client *c) { return simple_call(c, "shutdown", NULL, NULL); }
 
 int zt_client_logs(zt_client *c, const char *job, uint64_t offset, char **json_out) {
-  zt_out o;
-  zt_msg reply;
-  zt_out_init(&o);
-  uint32_t id = zt__client_begin(c, &o, "logs", 2);
-  zt_out_kv_str(&o, "job", job);
-  zt_out_kv_u64(&o, "offset", offset);
-  int rc = zt__client_call(c, &o, id, &reply);
-  zt_out_close(&o);
-  if (rc < 0) return rc;
-  rc = zt__client_to_json(c, reply.root, json_out);
-  zt_msg_close(&reply);
-  return rc;
+  return job_u64_call(c, "logs", job, "offset", offset, json_out);
 }
 
 /* Sends a submit whose spec the caller packs; copies the new job id. */
