@@ -68,7 +68,8 @@ static int resolve_init_job(zt_jobs *jobs, zt_job_spec *spec, int tcp, char *err
 }
 
 /* What submit, plan and join share, on the loop thread: the operator's defaults filled in and
- * the spec parsed (its structure only: nothing read from the machine). */
+ * the spec parsed (its structure only: nothing read from the machine, model.hf's config.json
+ * read by admit on the worker). */
 static int parse_spec(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_job_spec *spec,
                       char *err, size_t errlen) {
   /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
@@ -85,7 +86,7 @@ static int parse_spec(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_job_spec
                         json_string(jobs->cfg.nvme_dir));
     spec_in = filled;
   }
-  int rc = zt__job_spec_parse(spec_in, spec, err, errlen);
+  int rc = zt__job_spec_parse_unread(spec_in, spec, err, errlen);
   /* not part of the parse: a stored spec always gives it, as resolved */
   if (rc == 0)
     spec->ckpt_given = json_object_get(json_object_get(spec_in, "train"),
@@ -325,7 +326,8 @@ static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs
   why[0] = 0;
   /* the stored spec records the count, so that a restart resumes the same split of the data */
   if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
-  if ((rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
+  if ((rc = zt__job_spec_read_model(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
+      (rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
       (rc = apply_device_budget(jobs, spec, err, errlen)) < 0)
     return rc;
   zt_job_spec *given = malloc(sizeof *given);
@@ -718,7 +720,7 @@ int zt_jobs_join(zt_jobs *jobs, const json_t *spec_in, const json_t *part_in, vo
   zt__job_part part;
   int rc;
   /* the request's shape first, then what this daemon can do */
-  if ((rc = zt__job_spec_parse(spec_in, &spec, err, errlen)) < 0) return rc;
+  if ((rc = zt__job_spec_parse_unread(spec_in, &spec, err, errlen)) < 0) return rc;
   if (spec.n_peers == 0) {
     snprintf(err, errlen, "join: the spec has no parallel.peers: it is not a job spanning daemons");
     return -EINVAL;

@@ -127,7 +127,7 @@ static int parse_parallel(const json_t *p, zt_job_spec *s, char *err, size_t err
   return 0;
 }
 
-int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen) {
+static int spec_parse(const json_t *j, int read, zt_job_spec *s, char *err, size_t errlen) {
   int rc;
   const json_t *model, *train, *data, *ckpt;
   const char *name;
@@ -148,7 +148,8 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
   }
   memcpy(s->name, name, nlen + 1);
   if ((rc = zt_json_get_object(j, "", "model", 1, &model, err, errlen)) < 0 ||
-      (rc = zt_config_model_from_json(model, &s->model, err, errlen)) < 0)
+      (rc = read ? zt_config_model_from_json(model, &s->model, err, errlen)
+                 : zt_config_model_from_json_unread(model, &s->model, err, errlen)) < 0)
     return rc;
   if ((rc = zt_json_get_object(j, "", "train", 1, &train, err, errlen)) < 0 ||
       (rc = zt_config_train_from_json(train, &s->train, err, errlen)) < 0)
@@ -189,6 +190,23 @@ int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen
                                      errlen)) < 0))
     return rc;
   return 0;
+}
+
+int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen) {
+  return spec_parse(j, 1, s, err, errlen);
+}
+
+int zt__job_spec_parse_unread(const json_t *j, zt_job_spec *s, char *err, size_t errlen) {
+  return spec_parse(j, 0, s, err, errlen);
+}
+
+int zt__job_spec_read_model(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+                            size_t errlen) {
+  zt_path_roots files = zt__job_roots(cfg, tcp, 0);
+  if (!s->model.hf_dir[0] || s->model.hf_type != ZT_HF_NONE) return 0;
+  /* confined before anything shows whether the directory or its config.json exists */
+  int rc = zt_path_open("model.hf", s->model.hf_dir, 1, &files, NULL, NULL, 0, err, errlen);
+  return rc < 0 ? rc : zt_config_model_read_hf(&s->model, err, errlen);
 }
 
 /* A generous double-precision count of what the trainer will allocate; it only guards the

@@ -78,6 +78,12 @@ typedef struct zt__job_needs {
 /* Structure, types, ranges and the model/train constraints; fills defaults. 0 or -EINVAL with a
  * message naming the field. */
 int zt__job_spec_parse(const json_t *j, zt_job_spec *s, char *err, size_t errlen);
+/* The same without reading a file, for ztd's loop thread: a model.hf directory's config.json is
+ * left for zt__job_spec_read_model, which a worker calls before anything else uses s->model
+ * (the directory confined first, as zt__job_spec_check_files confines it). */
+int zt__job_spec_parse_unread(const json_t *j, zt_job_spec *s, char *err, size_t errlen);
+int zt__job_spec_read_model(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+                            size_t errlen);
 /* A job spec file parsed as submit parses it (the structure, not the machine's resources), for
  * programs that run a job's recipe without the daemon (tools/ztrain). 0 or -errno with the file
  * or the field named. */

@@ -63,8 +63,8 @@ int zt__hf_load_json(const char *path, json_t **out, char *err, size_t errlen) {
   char *buf = NULL;
   struct stat st;
   *out = NULL;
-  /* a FIFO or a device named config.json is refused from its stat, never opened: the spec's
-   * reader runs on ztd's loop thread */
+  /* a FIFO or a device named config.json is refused from its stat, never opened: an open could
+   * block ztd's worker for good */
   int rc = zt_path_open(NULL, path, 0, NULL, &fd, NULL, 0, err, errlen);
   if (rc < 0) goto out;
   if (fstat(fd, &st) < 0) {

@@ -27,8 +27,10 @@ static const char *const k_offload[] = {"params",      "grads",       "optimizer
                                         "host_units",  "grad_slots",  "delayed_update",
                                         "nvme_dir",    "order",       NULL};
 
-/* "model": {"hf": "/abs/dir", "seq_len": N}: the rest comes from the directory's config.json. */
-static int model_from_hf(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
+/* "model": {"hf": "/abs/dir", "seq_len": N}: the rest comes from the directory's config.json,
+ * read here with read 1; with read 0 c gets the directory and seq_len only (hf_type ZT_HF_NONE:
+ * not read yet) for zt_config_model_read_hf. */
+static int model_from_hf(const json_t *m, int read, zt_model_cfg *c, char *err, size_t errlen) {
   const char *key;
   json_t *v;
   char dir[ZT_PATH_MAX];
@@ -42,7 +44,21 @@ static int model_from_hf(const json_t *m, zt_model_cfg *c, char *err, size_t err
       (rc = zt_json_get_int32(m, "model", "seq_len", 1, 1, ZT_MODEL_MAX_SEQ, 0, &seq_len, err,
                               errlen)) < 0)
     return rc;
-  return zt_hf_config_read(dir, seq_len, c, err, errlen);
+  if (read) return zt_hf_config_read(dir, seq_len, c, err, errlen);
+  if (strlen(dir) >= sizeof c->hf_dir) {
+    snprintf(err, errlen, "model.hf is longer than %zu bytes", sizeof c->hf_dir - 1);
+    return -EINVAL;
+  }
+  snprintf(c->hf_dir, sizeof c->hf_dir, "%s", dir);
+  c->seq_len = seq_len;
+  return 0;
+}
+
+int zt_config_model_read_hf(zt_model_cfg *c, char *err, size_t errlen) {
+  if (!c->hf_dir[0] || c->hf_type != ZT_HF_NONE) return 0;
+  char dir[ZT_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", c->hf_dir);
+  return zt_hf_config_read(dir, c->seq_len, c, err, errlen);
 }
 
 static int rope_from_json(const json_t *r, zt_rope_scaling *s, char *err, size_t errlen) {
@@ -106,7 +122,7 @@ static int llama_from_json(const json_t *m, zt_model_cfg *c, char *err, size_t e
   return rope ? rope_from_json(rope, &c->rope_scaling, err, errlen) : 0;
 }
 
-int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
+static int model_from_json(const json_t *m, int read, zt_model_cfg *c, char *err, size_t errlen) {
   int rc;
   const char *arch;
   const json_t *init;
@@ -116,7 +132,7 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
     return -EINVAL;
   }
   if ((rc = zt_json_check_keys(m, "model", k_model, err, errlen)) < 0) return rc;
-  if (json_object_get(m, "hf")) return model_from_hf(m, c, err, errlen);
+  if (json_object_get(m, "hf")) return model_from_hf(m, read, c, err, errlen);
   if ((rc = zt_json_get_string(m, "model", "arch", NULL, &arch, err, errlen)) < 0) return rc;
   if (zt_arch_parse(arch, &c->arch) < 0) {
     snprintf(err, errlen, "model.arch must be \"gpt\", \"encoder\" or \"llama\", not \"%.64s\"",
@@ -165,6 +181,15 @@ int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_
       return rc;
   }
   return zt_model_cfg_check(c, err, errlen);
+}
+
+int zt_config_model_from_json(const json_t *m, zt_model_cfg *c, char *err, size_t errlen) {
+  return model_from_json(m, 1, c, err, errlen);
+}
+
+int zt_config_model_from_json_unread(const json_t *m, zt_model_cfg *c, char *err,
+                                     size_t errlen) {
+  return model_from_json(m, 0, c, err, errlen);
 }
 
 json_t *zt_config_model_to_json(const zt_model_cfg *c) {

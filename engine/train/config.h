@@ -19,6 +19,13 @@
  * (engine/model/hf.h). to_json writes what was given: every field with its default, or hf and
  * seq_len. */
 int zt_config_model_from_json(const json_t *o, zt_model_cfg *c, char *err, size_t errlen);
+/* The same without reading a file: model.hf gives c its hf_dir and seq_len only (hf_type
+ * ZT_HF_NONE), for zt_config_model_read_hf to complete where a read may block (ztd parses on its
+ * loop thread and reads on a worker). */
+int zt_config_model_from_json_unread(const json_t *o, zt_model_cfg *c, char *err,
+                                     size_t errlen);
+/* config.json of an unread model.hf into c (0 at once for any other c). */
+int zt_config_model_read_hf(zt_model_cfg *c, char *err, size_t errlen);
 json_t *zt_config_model_to_json(const zt_model_cfg *c);
 /* The "train" object: steps, micro_batch, grad_accum, precision, tf32, optimizer {name, lr,
  * betas, eps, weight_decay}, schedule {name, warmup_steps, min_lr}, grad_clip, seed,

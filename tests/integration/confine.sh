@@ -1,7 +1,8 @@
 #!/bin/bash
 # Paths of TCP clients' jobs are confined: files only inside ztd --data-root (a symlink out of it
 # is followed, and refused), offload.nvme_dir only inside ztd --nvme-dir, none at all without
-# them; Unix-socket clients keep naming any file. A file that is not a safetensors file named as
+# them; Unix-socket clients keep naming any file. A model.hf directory outside the roots is refused
+# the same whether it exists or not (its config.json is read only once it is inside). A file that is not a safetensors file named as
 # the init is refused without a byte of it or its size in the reply.
 . "$(dirname "$0")/lib.sh"
 
@@ -34,6 +35,15 @@ spec "$ZT_TMP/nvme-out.json" stream 4 \
   "\"offload\": {\"optimizer\": \"nvme\", \"nvme_dir\": \"$ZT_TMP/nvme-out\"}"
 spec "$ZT_TMP/nvme-in.json" stream 4 \
   "\"offload\": {\"optimizer\": \"nvme\", \"nvme_dir\": \"$ZT_TMP/nvme\"}"
+python3 "$(dirname "$0")/hf_files.py" make-llama "$ZT_TMP/outside/hf" || fail "making an hf directory"
+cp -r "$ZT_TMP/outside/hf" "$ZT_TMP/data/hf"
+hf_spec() {
+  printf '{"model": {"hf": "%s", "seq_len": 16}, "train": {"steps": 2, "micro_batch": 2},
+           "data": {"source": "stream"}}\n' "$2" >"$1"
+}
+hf_spec "$ZT_TMP/hf-out.json" "$ZT_TMP/outside/hf"
+hf_spec "$ZT_TMP/hf-none.json" "$ZT_TMP/outside/none"
+hf_spec "$ZT_TMP/hf-in.json" "$ZT_TMP/data/hf"
 
 for cmd in plan submit; do
   expect_fail 1 "data.path: $ZT_TMP/outside/out.zt is outside ztd --data-root" tcp "$cmd" "$ZT_TMP/out.json"
@@ -41,6 +51,8 @@ for cmd in plan submit; do
   expect_fail 1 "model.init.safetensors: $ZT_TMP/outside/x.safetensors is outside ztd --data-root" \
     tcp "$cmd" "$ZT_TMP/init-out.json"
   expect_fail 1 "offload.nvme_dir: $ZT_TMP/nvme-out is outside ztd --nvme-dir" tcp "$cmd" "$ZT_TMP/nvme-out.json"
+  expect_fail 1 "model.hf: $ZT_TMP/outside/hf is outside ztd --data-root" tcp "$cmd" "$ZT_TMP/hf-out.json"
+  expect_fail 1 "model.hf: $ZT_TMP/outside/none is outside ztd --data-root" tcp "$cmd" "$ZT_TMP/hf-none.json"
   # over TCP or not, the reply quotes nothing of the file, not even its size
   for via in tcp ztctl; do
     out=$($via "$cmd" "$ZT_TMP/secret.json" 2>&1) && fail "$via $cmd of a non-safetensors init was accepted"
@@ -58,6 +70,7 @@ job=$(tcp submit "$ZT_TMP/in.json") || fail "TCP submit inside --data-root: $job
 wait_end "$job" done 120
 grep -q '"client": "tcp"' "$STATE/jobs/$job/status.json" || fail "job $job does not record its client"
 tcp plan "$ZT_TMP/nvme-in.json" >/dev/null || fail "TCP plan with nvme_dir inside --nvme-dir"
+tcp plan "$ZT_TMP/hf-in.json" >/dev/null || fail "TCP plan of a model.hf inside --data-root"
 job=$(submit "$ZT_TMP/out.json")
 wait_end "$job" done 120
 stop_ztd
