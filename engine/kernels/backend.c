@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/kernels/cuda/sizes.h"
 #include "engine/kernels/mem.h"
 
 #ifdef ZT_HAVE_CUDA
@@ -32,6 +33,8 @@ const zt_ops *zt_backend_ops_of(const char *kind) {
   if (strcmp(kind, "cpu") == 0) return zt_backend_cpu_ops();
 #ifdef ZT_HAVE_CUDA
   if (strcmp(kind, "cuda") == 0) return zt_backend_cuda_ops();
+#else
+  if (strcmp(kind, "cuda") == 0) return zt__cuda_sizing_ops();
 #endif
   return NULL;
 }

@@ -25,8 +25,10 @@ int zt_backend_have_cuda(void);
  * a device. Never fails: a broken driver reads as no device, with the reason logged once. */
 int zt_backend_cuda_devices(zt_device_info *out, int max);
 
-/* The op table of backend `kind` without opening it (NULL for an unknown kind or a backend this
- * build lacks): its context-free entries size a job the way that backend will allocate it. */
+/* The op table of backend `kind` without opening it (NULL for an unknown kind): its
+ * context-free entries size a job the way that backend will allocate it. A build without CUDA
+ * has the cuda table's name and sizing entries alone (engine/kernels/cuda/sizes.h), so it
+ * plans cuda jobs as a GPU machine does. */
 const zt_ops *zt_backend_ops_of(const char *kind);
 
 /* What a backend's alloc/free have taken, like torch.cuda.memory_stats. Bytes are the sizes

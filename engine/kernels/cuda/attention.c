@@ -16,10 +16,10 @@
  * product that reads them.
  *
  * saved = P (B,NH,T,T), the probabilities, exactly as the CPU reference keeps them, followed
- * by scratch for dP of E batch elements at a time: E = as many as fit ATT_SCRATCH_BYTES, at
- * least one. The scratch is part of saved so that the memory planner counts it with the
- * activations (the op table has no other way to size a workspace); the backward writes only
- * that tail, never P.
+ * by scratch for dP of E batch elements at a time: E = as many as fit
+ * ZT__CUDA_ATT_SCRATCH_BYTES, at least one (sizes.c: the sizes and layouts in plain C). The
+ * scratch is part of saved so that the memory planner counts it with the activations (the op
+ * table has no other way to size a workspace); the backward writes only that tail, never P.
  *
  * Row-major S (T,T) with S[i][j] = q_i . k_j is, read column-major, X(j,i) = k_j . q_i, i.e.
  * X = op_T(cm(K^T)) * cm(Q^T) where cm(K^T) (hs,T) is the k rows with leading dimension R;
@@ -28,21 +28,6 @@
 
 #include "engine/kernels/cuda/cuda.h"
 #include "engine/kernels/cuda/flash_attention.h"
-
-#define ATT_SCRATCH_BYTES ((size_t)16 << 20)
-
-/* The elements whose dP the backward's scratch holds at once. */
-static int chunk_elems(int B, int T, int NH) {
-  size_t per = (size_t)NH * T * T * sizeof(float), e = ATT_SCRATCH_BYTES / per;
-  return e < 1 ? 1 : e > (size_t)B ? B : (int)e;
-}
-
-size_t zt__cuda_attention_saved_bytes(int B, int T, int NH, int NKV, int hs) {
-  if (B <= 0 || T <= 0 || NH <= 0)
-    return 0;
-  size_t tt = (size_t)T * T;
-  return ((size_t)B * NH * tt + (size_t)chunk_elems(B, T, NH) * NH * tt) * sizeof(float);
-}
 
 typedef struct geom {
   int hs, C, R; /* head size, out row NH*hs, qkv row (NH+2*NKV)*hs */
@@ -145,7 +130,7 @@ void zt__cuda_attention_bwd(void *vctx, float *dqkv, const float *dout, const fl
     return;
   g = geometry(T, NH, NKV, hs);
   ds = (float *)saved + (size_t)B * NH * g.tt;
-  int E = chunk_elems(B, T, NH);
+  int E = zt__cuda_att_chunk_elems(B, T, NH);
   long long sq = (long long)T * g.R, sp = NH * g.tt, so = (long long)T * g.C;
   size_t v0 = g.C + (size_t)NKV * hs;
   for (int b0 = 0; b0 < B; b0 += E) {
@@ -200,31 +185,6 @@ out:
  * fp32 in the same scratch; dS is rounded to dt (a second scratch) for the two products that
  * read it. saved = P (B,NH,T,T) in dt | S/dS (NH,T,T) fp32 | dS (NH,T,T) in dt, each part
  * 256-byte aligned. */
-typedef struct lp_saved {
-  size_t s_off, ds_off, bytes;
-} lp_saved;
-
-static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-
-static lp_saved lp_layout(int B, int T, int NH, size_t es) {
-  size_t tt = (size_t)T * T;
-  lp_saved l;
-  l.s_off = align256((size_t)B * NH * tt * es);
-  l.ds_off = l.s_off + align256((size_t)NH * tt * sizeof(float));
-  l.bytes = l.ds_off + (size_t)NH * tt * es;
-  return l;
-}
-
-size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs) {
-  if (dt == ZT_F32)
-    return zt__cuda_attention_saved_bytes(B, T, NH, NKV, hs);
-  if (B <= 0 || T <= 0 || NH <= 0)
-    return 0;
-  if (zt__cuda_flash_supported(dt, B, NH, NKV, hs))
-    return zt__cuda_flash_saved_bytes(dt, B, T, NH, NKV, hs);
-  return lp_layout(B, T, NH, zt_dtype_size(dt)).bytes;
-}
-
 static cudaDataType cuda_type(zt_dtype dt) {
   return dt == ZT_BF16 ? CUDA_R_16BF : dt == ZT_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
@@ -263,7 +223,7 @@ void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, 
                                    const int32_t *pos) {
   zt__cuda_ctx *ctx = vctx;
   size_t es = zt_dtype_size(dt);
-  lp_saved lay;
+  zt__cuda_lp_layout lay;
   float *s32;
   geom g;
   if (dt == ZT_F32) {
@@ -280,7 +240,7 @@ void zt__cuda_attention_fwd_dt(void *vctx, zt_dtype dt, void *out, void *saved, 
     return;
   }
   g = geometry(T, NH, NKV, hs);
-  lay = lp_layout(B, T, NH, es);
+  lay = zt__cuda_att_lp_layout(B, T, NH, es);
   s32 = (float *)((char *)saved + lay.s_off);
   for (int b = 0; b < B; b++) {
     const char *q = (const char *)qkv + (size_t)b * T * g.R * es;
@@ -314,7 +274,7 @@ void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *
                                int hs, int causal, const int32_t *pos) {
   zt__cuda_ctx *ctx = vctx;
   size_t es = zt_dtype_size(dt);
-  lp_saved lay;
+  zt__cuda_lp_layout lay;
   float *s32;
   char *ds;
   geom g;
@@ -332,7 +292,7 @@ void zt__cuda_attention_bwd_dt(void *vctx, zt_dtype dt, void *dqkv, const void *
     return;
   }
   g = geometry(T, NH, NKV, hs);
-  lay = lp_layout(B, T, NH, es);
+  lay = zt__cuda_att_lp_layout(B, T, NH, es);
   /* the scratch parts of saved (see above); P itself is only read */
   s32 = (float *)((char *)saved + lay.s_off);
   ds = (char *)saved + lay.ds_off;

@@ -20,6 +20,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "engine/kernels/cuda/sizes.h"
 #include "engine/kernels/ops.h"
 
 #ifdef __cplusplus
@@ -109,8 +110,7 @@ void zt__cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dw, const float *dout,
                           const float *inp, const float *w, const float *rstd, int N, int H,
                           int C, ptrdiff_t stride);
 
-/* attention.c (cuBLAS) and its kernels in attention.cu */
-size_t zt__cuda_attention_saved_bytes(int B, int T, int NH, int NKV, int hs);
+/* attention.c (cuBLAS) and its kernels in attention.cu; its sizing entries are sizes.h's */
 void zt__cuda_attention_fwd(void *ctx, float *out, void *saved, const float *qkv, int B, int T,
                             int NH, int NKV, int hs, int causal, const int32_t *pos);
 void zt__cuda_attention_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
@@ -193,7 +193,6 @@ void zt__cuda_rmsnorm_fwd_dt(void *ctx, zt_dtype dt, void *out, float *rstd, con
 void zt__cuda_rmsnorm_bwd_dt(void *ctx, zt_dtype dt, void *dinp, float *dw, const void *dout,
                              const void *inp, const float *w, const float *rstd, int N, int H,
                              int C, ptrdiff_t stride);
-size_t zt__cuda_attention_saved_bytes_dt(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
 void zt__cuda_attention_fwd_dt(void *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
                                int B, int T, int NH, int NKV, int hs, int causal,
                                    const int32_t *pos);

@@ -527,34 +527,8 @@ static __global__ void __launch_bounds__(THREADS)
 
 // ---- host side ---------------------------------------------------------------------------------
 
-static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-
-typedef struct fa_layout {
-  size_t o_off, d_off, bytes;
-} fa_layout;
-
-static fa_layout layout(zt_dtype dt, int B, int T, int NH, int hs) {
-  size_t rows = (size_t)B * NH * T;
-  fa_layout l;
-  l.o_off = align256(rows * sizeof(float));
-  l.d_off = l.o_off + align256((size_t)B * T * NH * hs * zt_dtype_size(dt));
-  l.bytes = l.d_off + rows * sizeof(float);
-  return l;
-}
-
-extern "C" bool zt__cuda_flash_supported(zt_dtype dt, int B, int NH, int NKV, int hs) {
-  if (dt == ZT_F32 || NH <= 0 || NKV <= 0 || NH % NKV != 0 || B > 65535 || NH > 65535)
-    return false;
-  return hs == 32 || hs == 64 || hs == 80 || hs == 96 || hs == 128;
-}
-
-extern "C" size_t zt__cuda_flash_saved_bytes(zt_dtype dt, int B, int T, int NH, int NKV,
-                                             int hs) {
-  (void)NKV; // K and V are read in place: nothing here depends on the kv heads
-  if (B <= 0 || T <= 0)
-    return 0;
-  return layout(dt, B, T, NH, hs).bytes;
-}
+// the layout of saved and its size are sizes.c's (plain C, for plans in every build)
+typedef zt__cuda_flash_layout fa_layout;
 
 // The 16-byte tile loads need the tensors they read 16-byte aligned (row and head offsets are
 // multiples of 8 elements since hs is); the model's arenas are, a test's odd pointer is not.
@@ -651,7 +625,7 @@ extern "C" int zt__cuda_flash_fwd(zt__cuda_ctx *ctx, zt_dtype dt, void *out, voi
                                   const void *qkv, int B, int T, int NH, int NKV, int hs,
                                   int causal, const int32_t *pos) {
   float scale = 1.0f / sqrtf((float)hs);
-  fa_layout l = layout(dt, B, T, NH, hs);
+  fa_layout l = zt__cuda_att_flash_layout(dt, B, T, NH, hs);
   FA_DISPATCH(dt, hs,
               fwd<E, HS>(ctx, l, (E *)out, saved, (const E *)qkv, B, T, NH, NKV, causal, scale,
                          pos));
@@ -662,7 +636,7 @@ extern "C" int zt__cuda_flash_bwd(zt__cuda_ctx *ctx, zt_dtype dt, void *dqkv, co
                                   const void *qkv, const void *saved, int B, int T, int NH,
                                   int NKV, int hs, int causal, const int32_t *pos) {
   float scale = 1.0f / sqrtf((float)hs);
-  fa_layout l = layout(dt, B, T, NH, hs);
+  fa_layout l = zt__cuda_att_flash_layout(dt, B, T, NH, hs);
   FA_DISPATCH(dt, hs,
               bwd<E, HS>(ctx, l, (E *)dqkv, (const E *)dout, (const E *)qkv, saved, B, T, NH,
                          NKV, causal, scale, pos));

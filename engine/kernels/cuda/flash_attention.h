@@ -15,16 +15,14 @@
 #define ZT_KERNELS_CUDA_FLASH_ATTENTION_H
 
 #include "engine/kernels/cuda/cuda.h"
+#include "engine/kernels/cuda/sizes.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Whether the flash kernels cover the shape: dt bf16 or fp16, hs of 32, 64, 80, 96 or 128,
- * NH a multiple of NKV, B and NH within a grid dimension. */
-bool zt__cuda_flash_supported(zt_dtype dt, int B, int NH, int NKV, int hs);
-size_t zt__cuda_flash_saved_bytes(zt_dtype dt, int B, int T, int NH, int NKV, int hs);
-/* Both return 0 or the context's error; callers check zt__cuda_flash_supported first. */
+/* (zt__cuda_flash_supported and the layout of saved: sizes.h.) Both return 0 or the
+ * context's error; callers check zt__cuda_flash_supported first. */
 int zt__cuda_flash_fwd(zt__cuda_ctx *ctx, zt_dtype dt, void *out, void *saved, const void *qkv,
                        int B, int T, int NH, int NKV, int hs, int causal, const int32_t *pos);
 int zt__cuda_flash_bwd(zt__cuda_ctx *ctx, zt_dtype dt, void *dqkv, const void *dout,
