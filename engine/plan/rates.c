@@ -40,10 +40,13 @@ static const zt_plan_rates k_h200 = {
 static const zt_plan_rates *const k_named[] = {&k_default, &k_h200};
 
 static zt_plan_rates g_active = k_default;
+static _Thread_local const zt_plan_rates *g_here;
 
-const zt_plan_rates *zt_plan_rates_active(void) { return &g_active; }
+const zt_plan_rates *zt_plan_rates_active(void) { return g_here ? g_here : &g_active; }
 
 void zt_plan_rates_use(const zt_plan_rates *r) { g_active = *r; }
+
+void zt_plan_rates_use_here(const zt_plan_rates *r) { g_here = r; }
 
 int zt_plan_rates_named(const char *name, zt_plan_rates *out, char *err, size_t errlen) {
   for (size_t i = 0; i < sizeof k_named / sizeof k_named[0]; i++)
@@ -72,6 +75,46 @@ static const struct {
 };
 #define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
 
+int zt_plan_rates_from_json(const json_t *j, const char *what, const char *name,
+                            zt_plan_rates *out, char *err, size_t errlen) {
+  if (!json_is_object(j)) {
+    snprintf(err, errlen, "%s: a rates file is one JSON object", what);
+    return -EINVAL;
+  }
+  zt_plan_rates r = k_default;
+  snprintf(r.name, sizeof r.name, "%s", name);
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)j, key, v) {
+    if (!strcmp(key, "name")) {
+      const char *s = json_string_value(v);
+      if (!s || !s[0] || strlen(s) >= sizeof r.name) {
+        snprintf(err, errlen, "%s: name must be a string of 1 to %d characters", what,
+                 ZT_PLAN_RATES_NAME_MAX - 1);
+        return -EINVAL;
+      }
+      snprintf(r.name, sizeof r.name, "%s", s);
+      continue;
+    }
+    size_t i = 0;
+    while (i < N_FIELDS && strcmp(k_fields[i].key, key)) i++;
+    if (i == N_FIELDS) {
+      snprintf(err, errlen, "%s: unknown field (the fields: name, flops_bf16, flops_fp32, "
+               "h2d_bytes, d2h_bytes, adamw_params, sumsq_bytes, nvme_read_bytes, "
+               "nvme_write_bytes, hbm_bytes)", what);
+      return -EINVAL;
+    }
+    double x = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(x) || x <= 0) {
+      snprintf(err, errlen, "%s: %s must be a positive number (per second)", what, key);
+      return -EINVAL;
+    }
+    *(double *)((char *)&r + k_fields[i].off) = x;
+  }
+  *out = r;
+  return 0;
+}
+
 int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t errlen) {
   json_error_t je;
   FILE *f = fopen(path, "re");
@@ -83,48 +126,12 @@ int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t e
   }
   json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
   fclose(f);
-  if (!json_is_object(j)) {
-    /* the parser's position, never the file's bytes */
-    if (j) snprintf(err, errlen, "%s: a rates file is one JSON object", path);
-    else snprintf(err, errlen, "%s: not JSON (line %d, column %d)", path, je.line, je.column);
-    json_decref(j);
+  /* the parser's position, never the file's bytes */
+  if (!j) {
+    snprintf(err, errlen, "%s: not JSON (line %d, column %d)", path, je.line, je.column);
     return -EINVAL;
   }
-  zt_plan_rates r = k_default;
-  snprintf(r.name, sizeof r.name, "%s", "file");
-  int rc = 0;
-  const char *key;
-  json_t *v;
-  json_object_foreach(j, key, v) {
-    if (!strcmp(key, "name")) {
-      const char *s = json_string_value(v);
-      if (!s || !s[0] || strlen(s) >= sizeof r.name) {
-        snprintf(err, errlen, "%s: name must be a string of 1 to %d characters", path,
-                 ZT_PLAN_RATES_NAME_MAX - 1);
-        rc = -EINVAL;
-        break;
-      }
-      snprintf(r.name, sizeof r.name, "%s", s);
-      continue;
-    }
-    size_t i = 0;
-    while (i < N_FIELDS && strcmp(k_fields[i].key, key)) i++;
-    if (i == N_FIELDS) {
-      snprintf(err, errlen, "%s: unknown field (the fields: name, flops_bf16, flops_fp32, "
-               "h2d_bytes, d2h_bytes, adamw_params, sumsq_bytes, nvme_read_bytes, "
-               "nvme_write_bytes, hbm_bytes)", path);
-      rc = -EINVAL;
-      break;
-    }
-    double x = json_number_value(v);
-    if (!json_is_number(v) || !isfinite(x) || x <= 0) {
-      snprintf(err, errlen, "%s: %s must be a positive number (per second)", path, key);
-      rc = -EINVAL;
-      break;
-    }
-    *(double *)((char *)&r + k_fields[i].off) = x;
-  }
+  int rc = zt_plan_rates_from_json(j, path, "file", out, err, errlen);
   json_decref(j);
-  if (rc == 0) *out = r;
   return rc;
 }

@@ -6,6 +6,7 @@
 #ifndef ZT_PLAN_RATES_H
 #define ZT_PLAN_RATES_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #define ZT_PLAN_RATES_NAME_MAX 64
@@ -23,15 +24,25 @@ typedef struct zt_plan_rates {
   double hbm_bytes;      /* device memory, bytes/s (the device units' AdamW) */
 } zt_plan_rates;
 
-/* The rates plans use: the built-in default until zt_plan_rates_use. */
+/* The rates plans use: the calling thread's own (zt_plan_rates_use_here), else the process's
+ * (the built-in default until zt_plan_rates_use). */
 const zt_plan_rates *zt_plan_rates_active(void);
 /* Makes *r the process's rates (copied); call before any thread plans. */
 void zt_plan_rates_use(const zt_plan_rates *r);
+/* The calling thread plans by *r (kept by pointer: it must outlive the use) until called again;
+ * NULL: by the process's again. For a plan made for another machine (a plan request's target,
+ * engine/job/admission.c) on the worker thread that makes it, beside other plans. */
+void zt_plan_rates_use_here(const zt_plan_rates *r);
 /* A built-in set by name ("default", "h200"): 0, or -ENOENT naming the sets. */
 int zt_plan_rates_named(const char *name, zt_plan_rates *out, char *err, size_t errlen);
 /* A rates file: a JSON object of the fields above by their JSON names (docs/offload.md), each a
  * positive number; those left out keep the default's. 0, -ENOENT (no such file: err empty), or
  * -errno / -EINVAL naming the file and the field. */
 int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t errlen);
+/* The same fields from a JSON object (a file's content, a plan target's "rates"): what names
+ * it in messages ("PATH: flops_bf16 must be ..."), name its name when it gives none. 0 or
+ * -EINVAL naming the field, never echoing a value. */
+int zt_plan_rates_from_json(const json_t *j, const char *what, const char *name,
+                            zt_plan_rates *out, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,7 @@
 /* The cost model's rates (engine/plan/rates.h): the built-in sets by name, a rates file (its
  * fields over the default's, its refusals naming the file and the field without its bytes),
- * and that plans rank by the rates in use: under a slower device the estimate grows (the
+ * the same fields from an object, and that plans rank by the rates in use (the process's, or a
+ * thread's own over them): under a slower device the estimate grows (the
  * choices may change with it: the gradient ring's slots follow the rates) and still fits. */
 #include <errno.h>
 #include <stdio.h>
@@ -62,6 +63,20 @@ int main(void) {
                        "%s: %d %s", bad[i].text, rc, err);
   }
   unlink(g_path);
+  /* an object (a plan target's rates, sent inline) as a file's content */
+  json_t *obj = json_pack("{s:f}", "nvme_read_bytes", 2e9);
+  fails += MC_EXPECT(zt_plan_rates_from_json(obj, "target.rates", "inline", &r, err,
+                                             sizeof err) == 0 &&
+                         !strcmp(r.name, "inline") && r.nvme_read == 2e9 &&
+                         r.flops_lp == d.flops_lp,
+                     "an object: %s", err);
+  json_object_set_new(obj, "hbm_bytes", json_string("quick"));
+  fails += MC_EXPECT(zt_plan_rates_from_json(obj, "target.rates", "inline", &r, err,
+                                             sizeof err) == -EINVAL &&
+                         !strcmp(err, "target.rates: hbm_bytes must be a positive number (per "
+                                      "second)"),
+                     "an object's bad field: %s", err);
+  json_decref(obj);
 
   /* GPT-2 124M, bf16, offloaded under 4 GiB, planned again under a device 35x slower */
   zt_model_cfg mc = {.arch = ZT_ARCH_GPT, .vocab = 50257, .seq_len = 1024, .d_model = 768,
@@ -88,6 +103,16 @@ int main(void) {
                      a.est_step_s, b.est_step_s);
   fails += MC_EXPECT(b.device_bytes <= oc.gpu_budget, "the slow device's plan fits its budget");
   zt_plan_rates_use(&d);
+  /* a thread's own rates over the process's (a plan for another machine), and back */
+  zt_plan_rates_use_here(&slow);
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, ops, &b, err, sizeof err) == 0 &&
+                         b.est_step_s > 5 * a.est_step_s && zt_plan_rates_active() == &slow,
+                     "the thread's rates: %g s", b.est_step_s);
+  zt_plan_rates_use_here(NULL);
+  fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, ops, &b, err, sizeof err) == 0 &&
+                         b.est_step_s == a.est_step_s && !strcmp(zt_plan_rates_active()->name,
+                                                                 "default"),
+                     "the process's rates again: %g s", b.est_step_s);
   if (!fails) printf("rates: ok (GPT-2 124M: %.3f s a step, %.3f s on a device 35x slower)\n",
                      a.est_step_s, b.est_step_s);
   return fails ? 1 : 0;
