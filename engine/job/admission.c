@@ -1,8 +1,9 @@
 /* defines: admission: zt_jobs_submit, zt_jobs_plan and zt_jobs_join (jobs.h; called by
  * engine/server on the loop thread, answered through their done callbacks). A spec is filled
  * with the operator's defaults and parsed on the loop thread; a worker (work.c) checks the files
- * it names and sizes it against this daemon's backend and limits (auto activation checkpointing
- * resolved there); back on the loop thread a new job gets its directory with the stored spec. */
+ * it names and sizes it against this daemon's backend and limits, or a plan's target's
+ * (engine/job/target.h; auto activation checkpointing resolved there); back on the loop thread
+ * a new job gets its directory with the stored spec. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <sys/statvfs.h>
 #include "engine/job/internal.h"
 #include "engine/job/store.h"
+#include "engine/job/target.h"
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 #include "engine/plan/batch.h"
@@ -24,12 +26,12 @@
  * then the fewest blocks recomputed (every L blocks recomputes 1, every L-1 2, ... every 1 all
  * L); the job is refused with the numbers of every block recomputed when even that does not
  * fit. The stored spec records the choice, so a restart runs the same. */
-static int resolve_auto_ckpt(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *err,
-                             size_t errlen) {
+static int resolve_auto_ckpt(const zt_jobs_config *cfg, zt_job_spec *spec, zt__job_needs *needs,
+                             char *err, size_t errlen) {
   int L = spec->model.n_layers, rc = 0;
   for (int i = 0; i <= L; i++) {
     spec->train.ckpt_every = i == 0 ? 0 : L + 1 - i;
-    rc = zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
+    rc = zt__job_spec_check_resources(spec, cfg, needs, err, errlen);
     if (rc != -ENOMEM) return rc;
   }
   return rc;
@@ -70,20 +72,21 @@ static int resolve_init_job(zt_jobs *jobs, zt_job_spec *spec, int tcp, char *err
 /* What submit, plan and join share, on the loop thread: the operator's defaults filled in and
  * the spec parsed (its structure only: nothing read from the machine, model.hf's config.json
  * read by admit on the worker). */
-static int parse_spec(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_job_spec *spec,
-                      char *err, size_t errlen) {
+static int parse_spec(zt_jobs *jobs, const zt_jobs_config *cfg, const json_t *spec_in, int tcp,
+                      zt_job_spec *spec, char *err, size_t errlen) {
   /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
-   * names a directory; the stored spec records the one used. */
+   * names a directory (cfg: the machine planned for, a target's has none); the stored spec
+   * records the one used. */
   json_t *filled = NULL;
   const json_t *off = json_is_object(spec_in) ? json_object_get(spec_in, "offload") : NULL;
-  if (jobs->cfg.nvme_dir && json_is_object(off) && !json_object_get(off, "nvme_dir")) {
+  if (cfg->nvme_dir && json_is_object(off) && !json_object_get(off, "nvme_dir")) {
     filled = json_deep_copy(spec_in);
     if (!filled) {
       snprintf(err, errlen, "out of memory");
       return -ENOMEM;
     }
     json_object_set_new(json_object_get(filled, "offload"), "nvme_dir",
-                        json_string(jobs->cfg.nvme_dir));
+                        json_string(cfg->nvme_dir));
     spec_in = filled;
   }
   int rc = zt__job_spec_parse_unread(spec_in, spec, err, errlen);
@@ -97,22 +100,23 @@ static int parse_spec(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_job_spec
 
 /* The spec sized as it stands: a parallel job's offload placement, auto checkpointing, then
  * the memory against this daemon's limits. */
-static int size_spec(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *err,
-                     size_t errlen) {
-  int rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(jobs->cfg.backend), err, errlen);
+static int size_spec(const zt_jobs_config *cfg, zt_job_spec *spec, zt__job_needs *needs,
+                     char *err, size_t errlen) {
+  int rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(cfg->backend), err, errlen);
   if (rc < 0) return rc;
   /* an offloaded job of one rank has it from its planner, of several from its gpu_budget
    * (zt__job_resolve_dp_offload) */
   if ((!spec->has_offload || zt__job_world(spec) > 1) && spec->train.ckpt_every == ZT_CKPT_AUTO)
-    return resolve_auto_ckpt(jobs, spec, needs, err, errlen);
-  return zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
+    return resolve_auto_ckpt(cfg, spec, needs, err, errlen);
+  return zt__job_spec_check_resources(spec, cfg, needs, err, errlen);
 }
 
 /* The daemon's device budget is an offloaded job's: offload.gpu_budget is filled with it where
  * the spec leaves it out and may only lower it. */
-static int apply_device_budget(zt_jobs *jobs, zt_job_spec *spec, char *err, size_t errlen) {
+static int apply_device_budget(const zt_jobs_config *cfg, zt_job_spec *spec, char *err,
+                               size_t errlen) {
   const char *what;
-  double budget = zt__jobs_device_budget(&jobs->cfg, &what);
+  double budget = zt__jobs_device_budget(cfg, &what);
   if (!spec->has_offload || budget <= 0) return 0;
   if (!spec->offload.gpu_budget) {
     spec->offload.gpu_budget = (size_t)budget;
@@ -131,10 +135,10 @@ static int apply_device_budget(zt_jobs *jobs, zt_job_spec *spec, char *err, size
  * auto under the daemon's device budget, checkpointing auto unless the spec gives it. The
  * stored spec records the offload object, so a restart runs the same. `why` gets the refusal
  * of the job as given (logged with the job); on failure err has both refusals. */
-static int offload_by_default(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs,
+static int offload_by_default(const zt_jobs_config *cfg, zt_job_spec *spec, zt__job_needs *needs,
                               char *why, size_t whylen, char *err, size_t errlen) {
   const char *what;
-  double budget = zt__jobs_device_budget(&jobs->cfg, &what);
+  double budget = zt__jobs_device_budget(cfg, &what);
   zt_job_spec *off = malloc(sizeof *off);
   if (!off) {
     snprintf(err, errlen, "out of memory");
@@ -145,11 +149,11 @@ static int offload_by_default(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *n
   off->has_offload = 1;
   zt_offload_cfg_defaults(&off->offload);
   off->offload.gpu_budget = (size_t)budget;
-  if (jobs->cfg.nvme_dir)
-    snprintf(off->offload.nvme_dir, sizeof off->offload.nvme_dir, "%s", jobs->cfg.nvme_dir);
+  if (cfg->nvme_dir)
+    snprintf(off->offload.nvme_dir, sizeof off->offload.nvme_dir, "%s", cfg->nvme_dir);
   if (!off->ckpt_given) off->train.ckpt_every = ZT_CKPT_AUTO;
   char how[ZT__ERR_MAX];
-  int rc = size_spec(jobs, off, needs, how, sizeof how);
+  int rc = size_spec(cfg, off, needs, how, sizeof how);
   if (rc == 0) {
     *spec = *off;
   } else {
@@ -164,25 +168,25 @@ static int offload_by_default(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *n
 
 /* The spec sized, and where it does not fit the device and may be offloaded by default
  * (offload 1), offloaded. */
-static int fit(zt_jobs *jobs, zt_job_spec *spec, int offload, zt__job_needs *needs, char *why,
-               size_t whylen, char *err, size_t errlen) {
+static int fit(const zt_jobs_config *cfg, zt_job_spec *spec, int offload, zt__job_needs *needs,
+               char *why, size_t whylen, char *err, size_t errlen) {
   const char *what;
   zt_train_cfg given = spec->train;
-  int rc = size_spec(jobs, spec, needs, err, errlen);
+  int rc = size_spec(cfg, spec, needs, err, errlen);
   if (rc != -ENOMEM || !offload || spec->has_offload || spec->offload_off ||
-      zt__jobs_device_budget(&jobs->cfg, &what) <= 0)
+      zt__jobs_device_budget(cfg, &what) <= 0)
     return rc;
   spec->train = given;
-  return offload_by_default(jobs, spec, needs, why, whylen, err, errlen);
+  return offload_by_default(cfg, spec, needs, why, whylen, err, errlen);
 }
 
 /* The cost model's step time of a sized spec: an offloaded rank's plan, else its compute. */
-static double step_s(zt_jobs *jobs, const zt_job_spec *spec) {
+static double step_s(const zt_jobs_config *cfg, const zt_job_spec *spec) {
   zt_offload_plan p;
   char why[ZT__ERR_MAX];
   if (spec->has_offload && zt__job_world(spec) == 1 &&
       zt_offload_estimate(&spec->model, &spec->train, &spec->offload,
-                          zt_backend_ops_of(jobs->cfg.backend), &p, why, sizeof why) == 0)
+                          zt_backend_ops_of(cfg->backend), &p, why, sizeof why) == 0)
     return p.est_step_s;
   zt_model *m = NULL;
   if (zt_model_create(&m, &spec->model, why, sizeof why) < 0) return HUGE_VAL;
@@ -197,8 +201,8 @@ static double step_s(zt_jobs *jobs, const zt_job_spec *spec) {
  * by the cost model kept (a tie to the fewer micro-batches). Offloaded by default only where no
  * split fits the device as it is; nothing fitting, the refusal of the one-row micro-batch,
  * which needs the least memory. */
-static int fit_batch(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *why,
-                     size_t whylen, char *err, size_t errlen) {
+static int fit_batch(const zt_jobs_config *cfg, zt_job_spec *spec, zt__job_needs *needs,
+                     char *why, size_t whylen, char *err, size_t errlen) {
   int micro[ZT_BATCH_MAX_SPLITS];
   int n = zt_batch_splits(&spec->train, zt__job_world(spec), spec->model.seq_len, micro,
                           ZT_BATCH_MAX_SPLITS, err, errlen);
@@ -220,10 +224,10 @@ static int fit_batch(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, cha
       cand->train.grad_accum = (int)(rows / micro[i]);
       if (!cand->ckpt_given) cand->train.ckpt_every = ZT_CKPT_AUTO;
       w[0] = 0;
-      rc = fit(jobs, cand, offload, &nd, w, sizeof w, err, errlen);
+      rc = fit(cfg, cand, offload, &nd, w, sizeof w, err, errlen);
       if (rc == -ENOMEM || rc == -ENOSPC) continue;
       if (rc < 0) goto out;
-      double s = step_s(jobs, cand);
+      double s = step_s(cfg, cand);
       if (!found || s < best_s) {
         *best = *cand;
         *needs = nd;
@@ -250,7 +254,7 @@ out:
  * checkpointing "auto", a smaller micro-batch (a divisor of the given one, the grad_accum
  * that keeps the step's tokens), the offload "offload": false opts out of, that fits
  * (appended to err with what a device then holds). Nothing appended where none does. */
-static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t errlen) {
+static void advise(const zt_jobs_config *cfg, const zt_job_spec *given, char *err, size_t errlen) {
   /* a batch_tokens split was searched with the checkpointing already */
   if (given->train.batch_tokens) return;
   zt_job_spec *c = malloc(sizeof *c);
@@ -261,7 +265,7 @@ static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t er
   *c = *given;
   if (given->train.ckpt_every != ZT_CKPT_AUTO && given->train.ckpt_every != 1) {
     c->train.ckpt_every = ZT_CKPT_AUTO;
-    if (fit(jobs, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
+    if (fit(cfg, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
       snprintf(fix, sizeof fix, "train.activation_checkpointing.every \"auto\"");
   }
   for (int m = B - 1; !fix[0] && m >= 1; m--) {
@@ -270,14 +274,14 @@ static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t er
     c->train.micro_batch = m;
     c->train.grad_accum = given->train.grad_accum * (B / m);
     if (c->train.grad_accum <= ZT_TRAIN_MAX_BATCH &&
-        fit(jobs, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
+        fit(cfg, c, offload, &nd, w, sizeof w, e, sizeof e) == 0)
       snprintf(fix, sizeof fix, "train.micro_batch %d and train.grad_accum %d", m,
                c->train.grad_accum);
   }
   if (!fix[0] && given->offload_off) {
     *c = *given;
     c->offload_off = 0;
-    if (fit(jobs, c, 1, &nd, w, sizeof w, e, sizeof e) == 0)
+    if (fit(cfg, c, 1, &nd, w, sizeof w, e, sizeof e) == 0)
       snprintf(fix, sizeof fix, "the \"offload\": false left out (offloaded by default)");
   }
   if (fix[0]) {
@@ -292,7 +296,7 @@ static void advise(zt_jobs *jobs, const zt_job_spec *given, char *err, size_t er
  * them and the one being written, each 12 bytes a parameter (the fp32 parameters, AdamW's m and
  * v) and a header of up to 2 KB a tensor a file. A disk without room for them is refused at
  * submit with the sizes, not at the job's first save (an 8 B job's checkpoint is ~96 GB). */
-static int check_checkpoint_space(zt_jobs *jobs, const zt_job_spec *s, char *err,
+static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *s, char *err,
                                   size_t errlen) {
   zt_model *m = NULL;
   struct statvfs v;
@@ -300,35 +304,41 @@ static int check_checkpoint_space(zt_jobs *jobs, const zt_job_spec *s, char *err
   if (rc < 0) return rc;
   double one = 12.0 * (double)zt_model_num_params(m) + 2.0 * 2048 * zt_model_num_tensors(m);
   zt_model_destroy(m);
-  if (statvfs(jobs->state_dir, &v) < 0) {
+  /* a described machine's disk as given (not described: not checked), nothing of this one read */
+  if (cfg->described && !cfg->disk_bytes) return 0;
+  if (!cfg->described && statvfs(cfg->state_dir, &v) < 0) {
     rc = -errno;
-    snprintf(err, errlen, "%s: %s", jobs->state_dir, strerror(-rc));
+    snprintf(err, errlen, "%s: %s", cfg->state_dir, strerror(-rc));
     return rc;
   }
-  double avail = (double)v.f_bavail * (double)v.f_frsize, all = one * (s->ckpt_keep + 1);
+  double avail = cfg->described ? (double)cfg->disk_bytes
+                                : (double)v.f_bavail * (double)v.f_frsize;
+  double all = one * (s->ckpt_keep + 1);
   if (all <= avail) return 0;
   char a[32], b[32], c[32];
   zt_size_format(a, sizeof a, one);
   zt_size_format(b, sizeof b, all);
   zt_size_format(c, sizeof c, avail);
   snprintf(err, errlen, "checkpoint: the job's checkpoints take %s each (fp32 parameters, AdamW's "
-           "m and v), %d at once with checkpoint.keep %d: %s; the state dir %s has %s free%s",
-           a, s->ckpt_keep + 1, s->ckpt_keep, b, jobs->state_dir, c,
+           "m and v), %d at once with checkpoint.keep %d: %s; %s%s has %s free%s",
+           a, s->ckpt_keep + 1, s->ckpt_keep, b,
+           cfg->described ? "the target (target.nvme_bytes)" : "the state dir ",
+           cfg->described ? "" : cfg->state_dir, c,
            s->ckpt_keep > 1 ? ": lower checkpoint.keep or free space" : ": free space");
   return -ENOSPC;
 }
 
-/* ... and on a worker: the spec sized against this daemon's backend and limits, its files
- * checked where the job will read them. */
-static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs, char *why,
-                 size_t whylen, char *err, size_t errlen) {
+/* ... and on a worker: the spec sized against cfg (this daemon's backend and limits, or a plan
+ * target's), its files checked where this daemon's job would read them. */
+static int admit(zt_jobs *jobs, const zt_jobs_config *cfg, zt_job_spec *spec, int tcp,
+                 zt__job_needs *needs, char *why, size_t whylen, char *err, size_t errlen) {
   int rc;
   why[0] = 0;
   /* the stored spec records the count, so that a restart resumes the same split of the data */
-  if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = jobs->n_dev;
+  if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = zt__jobs_devices(cfg, NULL);
   if ((rc = zt__job_spec_read_model(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
       (rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
-      (rc = apply_device_budget(jobs, spec, err, errlen)) < 0)
+      (rc = apply_device_budget(cfg, spec, err, errlen)) < 0)
     return rc;
   zt_job_spec *given = malloc(sizeof *given);
   if (!given) {
@@ -336,15 +346,15 @@ static int admit(zt_jobs *jobs, zt_job_spec *spec, int tcp, zt__job_needs *needs
     return -ENOMEM;
   }
   *given = *spec;
-  rc = spec->train.batch_tokens ? fit_batch(jobs, spec, needs, why, whylen, err, errlen)
-                                : fit(jobs, spec, 1, needs, why, whylen, err, errlen);
-  if (rc == -ENOMEM) advise(jobs, given, err, errlen);
+  rc = spec->train.batch_tokens ? fit_batch(cfg, spec, needs, why, whylen, err, errlen)
+                                : fit(cfg, spec, 1, needs, why, whylen, err, errlen);
+  if (rc == -ENOMEM) advise(cfg, given, err, errlen);
   free(given);
-  return rc < 0 ? rc : check_checkpoint_space(jobs, spec, err, errlen);
+  return rc < 0 ? rc : check_checkpoint_space(cfg, spec, err, errlen);
 }
 
 /* The plan reply of an admitted spec (on the worker). */
-static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_needs *nd,
+static json_t *plan_json(const zt_jobs_config *cfg, const zt_job_spec *sp, const zt__job_needs *nd,
                          int *rc, char *err, size_t errlen) {
   zt_model *m = NULL;
   if ((*rc = zt_model_create(&m, &sp->model, err, errlen)) < 0) return NULL;
@@ -355,7 +365,7 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
       ranks = NULL;
     }
   json_t *j = ranks ? json_pack("{s:s, s:s, s:I, s:I, s:{s:i, s:i, s:o}}", "backend",
-                                jobs->cfg.backend, "arch", zt_arch_name(sp->model.arch),
+                                cfg->backend, "arch", zt_arch_name(sp->model.arch),
                                 "params", (json_int_t)zt_model_num_params(m), "backend_bytes",
                                 (json_int_t)nd->backend_bytes, "parallel", "gpus", sp->gpus,
                                 "zero_stage", sp->zero_stage, "rank_bytes", ranks)
@@ -397,7 +407,7 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                   (json_int_t)zt_dp_estimate_nvme_bytes(&sp->model, &tc, &dc)));
   } else if (j && sp->has_offload &&
       zt_offload_estimate(&sp->model, &sp->train, &sp->offload,
-                          zt_backend_ops_of(jobs->cfg.backend), &p, err, errlen) == 0)
+                          zt_backend_ops_of(cfg->backend), &p, err, errlen) == 0)
     json_object_set_new(
         j, "offload",
         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:I, s:f, "
@@ -511,6 +521,8 @@ typedef struct admit_task {
   int rc;                 /* the worker's verdict */
   char offloaded[ZT__ERR_MAX]; /* offloaded by default: the refusal of the job as given */
   json_t *plan;           /* plan: the reply */
+  int has_target;         /* plan: for the machine target describes, not this one */
+  zt__job_target target;
   char err[ZT__ERR_MAX];
 } admit_task;
 
@@ -545,14 +557,20 @@ static int check_queued(zt_jobs *jobs, char *err, size_t errlen) {
 static void admit_run(zt__work *w) {
   admit_task *t = (admit_task *)w;
   zt_jobs *jobs = w->jobs;
+  const zt_jobs_config *cfg = t->has_target ? &t->target.cfg : &jobs->cfg;
   if (t->kind == ADMIT_SUBMIT && (t->rc = check_state_bytes(jobs, t->err, sizeof t->err)) < 0)
     return;
-  t->rc = admit(jobs, &t->spec, t->tcp, &t->needs, t->offloaded, sizeof t->offloaded, t->err,
-                sizeof t->err);
+  /* a target's plan ranks by its rates, on this worker alone */
+  if (t->has_target) zt_plan_rates_use_here(&t->target.rates);
+  t->rc = admit(jobs, cfg, &t->spec, t->tcp, &t->needs, t->offloaded, sizeof t->offloaded,
+                t->err, sizeof t->err);
   if (t->rc == 0 && t->kind == ADMIT_PLAN)
-    t->plan = plan_json(jobs, &t->spec, &t->needs, &t->rc, t->err, sizeof t->err);
+    t->plan = plan_json(cfg, &t->spec, &t->needs, &t->rc, t->err, sizeof t->err);
+  zt_plan_rates_use_here(NULL);
   if (t->plan && t->offloaded[0])
     json_object_set_new(t->plan, "offloaded_by_default", json_string(t->offloaded));
+  if (t->plan && t->has_target)
+    json_object_set_new(t->plan, "target", zt__job_target_json(&t->target));
 }
 
 static void answer(admit_task *t, int rc, json_t *reply) {
@@ -633,9 +651,9 @@ static void admit_release(zt__work *w) {
 }
 
 /* The parsed spec's task, handed to a worker. */
-static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in, int tcp,
-                       const zt__job_part *part, zt_jobs_done_cb done, void *owner, char *err,
-                       size_t errlen) {
+static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in,
+                       const json_t *target, int tcp, const zt__job_part *part,
+                       zt_jobs_done_cb done, void *owner, char *err, size_t errlen) {
   if (jobs->shutting_down) {
     snprintf(err, errlen, "the daemon is shutting down");
     return -ESHUTDOWN;
@@ -647,7 +665,10 @@ static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in, in
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  if ((rc = parse_spec(jobs, spec_in, tcp, &t->spec, err, errlen)) < 0) {
+  t->has_target = target != NULL;
+  if ((target && (rc = zt__job_target_parse(target, &jobs->cfg, &t->target, err, errlen)) < 0) ||
+      (rc = parse_spec(jobs, target ? &t->target.cfg : &jobs->cfg, spec_in, tcp, &t->spec, err,
+                       errlen)) < 0) {
     free(t);
     return rc;
   }
@@ -665,12 +686,12 @@ static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in, in
 
 int zt_jobs_submit(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_jobs_done_cb done,
                    void *owner, char *err, size_t errlen) {
-  return admit_async(jobs, ADMIT_SUBMIT, spec_in, tcp, NULL, done, owner, err, errlen);
+  return admit_async(jobs, ADMIT_SUBMIT, spec_in, NULL, tcp, NULL, done, owner, err, errlen);
 }
 
-int zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, int tcp, zt_jobs_done_cb done,
-                 void *owner, char *err, size_t errlen) {
-  return admit_async(jobs, ADMIT_PLAN, spec_in, tcp, NULL, done, owner, err, errlen);
+int zt_jobs_plan(zt_jobs *jobs, const json_t *spec_in, const json_t *target, int tcp,
+                 zt_jobs_done_cb done, void *owner, char *err, size_t errlen) {
+  return admit_async(jobs, ADMIT_PLAN, spec_in, target, tcp, NULL, done, owner, err, errlen);
 }
 
 /* The join request's "part": {"world", "rank0", "nccl_id", "resume_step", "coordinator"}. */
@@ -727,5 +748,5 @@ int zt_jobs_join(zt_jobs *jobs, const json_t *spec_in, const json_t *part_in, vo
   }
   if ((rc = parse_part(part_in, &spec, &part, err, errlen)) < 0) return rc;
   part.owner = conn;
-  return admit_async(jobs, ADMIT_JOIN, spec_in, tcp, &part, done, owner, err, errlen);
+  return admit_async(jobs, ADMIT_JOIN, spec_in, NULL, tcp, &part, done, owner, err, errlen);
 }

@@ -73,6 +73,12 @@ typedef struct zt_jobs_config {
    * the parts name this daemon in their messages ("host 10.0.0.1:7070"). */
   const char *peer_token;
   const char *name;
+  /* Set in the view of a machine that a plan describes rather than this one (a plan request's
+   * target, engine/job/target.h): its GPUs are not asked (each has gpu_mem_limit bytes) nor its
+   * disks read: disk_bytes is the free space assumed at offload.nvme_dir and at the state dir
+   * (0: not described, not checked). */
+  int described;
+  uint64_t disk_bytes;
   zt_jobs_event_cb on_event;
   void *user;
 } zt_jobs_config;
@@ -119,9 +125,12 @@ int zt_jobs_join(zt_jobs *jobs, const json_t *spec, const json_t *part, void *co
  * "params", "backend_bytes", "parallel": {"gpus", "zero_stage", "rank_bytes": [per rank]}[,
  * "offload": {"host_bytes", "device_bytes", "nvme_bytes", ...}]}, or the refusal submit would
  * give (ENOMEM with the numbers when it cannot fit, ENOSPC when its NVMe files do not fit
- * offload.nvme_dir). */
-int zt_jobs_plan(zt_jobs *jobs, const json_t *spec, int tcp, zt_jobs_done_cb done,
-                 void *owner, char *err, size_t errlen);
+ * offload.nvme_dir). target (NULL: this machine) describes another machine to plan for as a
+ * daemon there would (engine/job/target.h; checked at once, -EINVAL naming the field): its
+ * backend, devices, limits and rates, none of this machine's asked; the spec's files are
+ * checked here as for any plan; the reply's "target" says what it was planned for. */
+int zt_jobs_plan(zt_jobs *jobs, const json_t *spec, const json_t *target, int tcp,
+                 zt_jobs_done_cb done, void *owner, char *err, size_t errlen);
 /* {"jobs": [ {job, name, state, arch, step, steps, loss, created, gpus}, ... ]}; gpus: the
  * devices a running job holds ([] otherwise). */
 json_t *zt_jobs_list(zt_jobs *jobs);

@@ -235,10 +235,21 @@ double zt__jobs_host_limit(const zt_jobs_config *cfg, const char **what) {
  * without room for all of them is refused here, at submit and again at the start, with the
  * numbers, rather than by the first file that does not fit. Space taken by others meanwhile
  * still fails the start, naming that file. */
-static int check_nvme_space(const char *dir, uint64_t need, char *err, size_t errlen) {
+static int check_nvme_space(const zt_jobs_config *cfg, const char *dir, uint64_t need, char *err,
+                            size_t errlen) {
   struct stat st;
   struct statvfs v;
   int rc = 0;
+  /* a described machine's disk: its free space as given, nothing of this one read */
+  if (cfg->described && cfg->disk_bytes && cfg->disk_bytes < need) {
+    char a[32], b[32];
+    zt_size_format(a, sizeof a, (double)need);
+    zt_size_format(b, sizeof b, (double)cfg->disk_bytes);
+    snprintf(err, errlen, "offload.nvme_dir: the target has %s free (target.nvme_bytes %" PRIu64
+             "); the job's NVMe tier needs %s (%" PRIu64 " bytes)", b, cfg->disk_bytes, a, need);
+    return -ENOSPC;
+  }
+  if (cfg->described) return 0;
   if (stat(dir, &st) < 0 || statvfs(dir, &v) < 0)
     rc = -errno;
   else if (!S_ISDIR(st.st_mode))
@@ -281,9 +292,14 @@ zt_train_cfg zt__job_rank_train_cfg(const zt_job_spec *s) {
 }
 
 /* A device the daemon trains on: the smallest of its GPUs' memory (or --gpu-mem-limit) for
- * cuda, since a job may get any of them; the host's limit for the cpu backend. */
+ * cuda, since a job may get any of them; the host's limit for the cpu backend. A described
+ * machine's GPUs have gpu_mem_limit. */
 static double device_limit(const zt_jobs_config *cfg, const char **what) {
   if (strcmp(cfg->backend, "cuda") != 0) return zt__jobs_host_limit(cfg, what);
+  if (cfg->described) {
+    *what = "GPU limit";
+    return (double)cfg->gpu_mem_limit;
+  }
   zt_device_info dev[ZT_MAX_DEVICES];
   int n = zt_backend_cuda_devices(dev, ZT_MAX_DEVICES), ids[ZT_JOBS_MAX_GPUS];
   int owned = zt__jobs_devices(cfg, ids);
@@ -351,7 +367,7 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
       return rc;
   }
   if (plan.nvme_bytes &&
-      (rc = check_nvme_space(s->offload.nvme_dir, plan.nvme_bytes, err, errlen)) < 0)
+      (rc = check_nvme_space(cfg, s->offload.nvme_dir, plan.nvme_bytes, err, errlen)) < 0)
     return rc;
   needs->backend_bytes = needs->rank_bytes = plan.device_bytes;
   needs->host_bytes = (size_t)host;
@@ -371,6 +387,11 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
                           size_t errlen) {
   int owned = zt__jobs_devices(cfg, NULL), cuda = strcmp(cfg->backend, "cuda") == 0;
   int W = zt__job_world(s);
+  if (s->gpus > owned && cfg->described) {
+    snprintf(err, errlen, "parallel.gpus %d is more than the target's %d (target.gpus)", s->gpus,
+             owned);
+    return -EINVAL;
+  }
   if (s->gpus > owned) {
     snprintf(err, errlen, "parallel.gpus %d is more than the %d %s%s %s (ztd %s)", s->gpus,
              owned, cuda ? "GPU" : "simulated rank", owned == 1 ? "" : "s",
@@ -407,7 +428,8 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
     }
   }
 #ifndef ZT_HAVE_NCCL
-  if (cuda) {
+  /* this build's lack, not a described machine's */
+  if (cuda && !cfg->described) {
     snprintf(err, errlen, "%s needs NCCL, which this build of ztd lacks", ranks);
     return -ENOTSUP;
   }
@@ -512,13 +534,14 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   int rc;
   /* The CPU reference runs bf16/fp16 (to test them), but slower than fp32 and with no memory
    * saved that a job would want; TF32 is a tensor-core mode. */
+  const char *runs = cfg->described ? "the target runs" : "this daemon runs";
   if (strcmp(cfg->backend, "cuda") != 0 && s->train.precision != ZT_F32) {
-    snprintf(err, errlen, "train.precision \"%s\" needs the cuda backend; this daemon runs "
-             "the %s backend", zt_dtype_name(s->train.precision), cfg->backend);
+    snprintf(err, errlen, "train.precision \"%s\" needs the cuda backend; %s the %s backend",
+             zt_dtype_name(s->train.precision), runs, cfg->backend);
     return -EINVAL;
   }
   if (strcmp(cfg->backend, "cuda") != 0 && s->train.tf32) {
-    snprintf(err, errlen, "train.tf32 needs the cuda backend; this daemon runs the %s backend",
+    snprintf(err, errlen, "train.tf32 needs the cuda backend; %s the %s backend", runs,
              cfg->backend);
     return -EINVAL;
   }
@@ -544,7 +567,8 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
     /* optimizer nvme: this daemon's ranks' files, reserved in full at the start */
     uint64_t nvme = zt_dp_estimate_nvme_bytes(&s->model, &tc, &dpc);
     if (nvme && nvme != UINT64_MAX &&
-        (rc = check_nvme_space(s->offload.nvme_dir, nvme * (uint64_t)s->gpus, err, errlen)) < 0)
+        (rc = check_nvme_space(cfg, s->offload.nvme_dir, nvme * (uint64_t)s->gpus, err,
+                                 errlen)) < 0)
       return rc;
   }
   /* --gpu-mem-limit on the cpu backend: each simulated device's budget, as a GPU's would be */

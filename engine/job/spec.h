@@ -104,7 +104,9 @@ zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs);
  * the cuda backend, each device's memory (the smallest the daemon owns) or gpu_mem_limit when
  * smaller; an offloaded job's NVMe files against the free space of offload.nvme_dir
  * (-ENOSPC). *needs gets the estimates. 0 or -errno with the path or the numbers. Reads
- * offload.nvme_dir's free space: off the loop thread too. */
+ * offload.nvme_dir's free space: off the loop thread too. A described machine
+ * (cfg->described, a plan's target) is sized by its config alone: gpu_mem_limit each GPU,
+ * disk_bytes free at offload.nvme_dir. */
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen);
 /* The normalised spec (every default written out): what jobs/<id>/spec.json holds. */

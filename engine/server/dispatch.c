@@ -235,15 +235,27 @@ static void on_async_done(void *owner, int rc, json_t *reply, const char *messag
  * with the request's pending entry as the owner. */
 static int handle_spec_async(zt_conn *c, const zt_request *req, zt_proto_op op,
                              zt_proto_error *err) {
-  json_t *spec = NULL, *part = NULL;
+  json_t *spec = NULL, *part = NULL, *target = NULL;
   const msgpack_object *map = NULL;
   int rc = request_spec(req, &spec, err);
   if (rc < 0) return rc;
+  /* plan's "target": the machine to plan for; a job runs on this daemon's own */
+  rc = zt_msg_get_map(req->body, NULL, "target", false, &map, err);
+  if (rc == 0 && op != ZT_OP_PLAN)
+    rc = zt_proto_error_set(err, -EINVAL, "target: only plan takes a target (%s runs the job "
+                            "on this daemon's machine)", op == ZT_OP_SUBMIT ? "submit" : "join");
+  if (rc == 0 && !(target = zt_proto_to_json(map, err)))
+    rc = err->code < 0 ? err->code : -EINVAL;
+  if (rc < 0 && rc != -ENOENT) {
+    json_decref(spec);
+    return rc;
+  }
   if (op == ZT_OP_JOIN) {
     rc = required(zt_msg_get_map(req->body, NULL, "part", true, &map, err));
     if (rc == 0 && !(part = zt_proto_to_json(map, err))) rc = err->code < 0 ? err->code : -EINVAL;
     if (rc < 0) {
       json_decref(spec);
+      json_decref(target);
       return rc;
     }
   }
@@ -251,6 +263,7 @@ static int handle_spec_async(zt_conn *c, const zt_request *req, zt_proto_op op,
   if (!p) {
     json_decref(spec);
     json_decref(part);
+    json_decref(target);
     return zt_proto_error_set(err, -ENOMEM, "out of memory");
   }
   /* the connection's next request waits for this answer, as it did when admission ran here */
@@ -261,11 +274,13 @@ static int handle_spec_async(zt_conn *c, const zt_request *req, zt_proto_op op,
   /* a TCP client's job reaches only the directories the daemon allows it (--data-root) */
   int tcp = c->is_tcp;
   rc = op == ZT_OP_SUBMIT ? zt_jobs_submit(jobs, spec, tcp, on_async_done, p, msg, sizeof msg)
-       : op == ZT_OP_PLAN ? zt_jobs_plan(jobs, spec, tcp, on_async_done, p, msg, sizeof msg)
+       : op == ZT_OP_PLAN ? zt_jobs_plan(jobs, spec, target, tcp, on_async_done, p, msg,
+                                         sizeof msg)
                           : zt_jobs_join(jobs, spec, part, c, tcp, on_async_done, p, msg,
                                          sizeof msg);
   json_decref(spec);
   json_decref(part);
+  json_decref(target);
   if (rc < 0) {
     zt__conn_pending_drop(c, p);
     zt__conn_resume(c, ZT_CONN_PAUSE_WORKER);

@@ -155,7 +155,7 @@ int jt_submit(zt_jobs *jobs, const json_t *spec, char id[ZT_JOB_ID_MAX], char *e
 
 json_t *jt_plan(zt_jobs *jobs, const json_t *spec, int *rc, char *err, size_t errlen) {
   jt_answer a = {.err = err, .errlen = errlen};
-  if ((*rc = zt_jobs_plan(jobs, spec, 0, on_answer, &a, err, errlen)) < 0) return NULL;
+  if ((*rc = zt_jobs_plan(jobs, spec, NULL, 0, on_answer, &a, err, errlen)) < 0) return NULL;
   CHECK(g_loop != NULL);
   jt_run_until(g_loop, answered, &a, 60);
   *rc = a.rc;
