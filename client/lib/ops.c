@@ -225,11 +225,17 @@ int zt_client_join(zt_client *c, const char *spec_json, const char *part_json,
 }
 
 int zt_client_plan_json(zt_client *c, const char *spec_json, char **json_out) {
+  return zt_client_plan_target_json(c, spec_json, NULL, json_out);
+}
+
+int zt_client_plan_target_json(zt_client *c, const char *spec_json, const char *target_json,
+                               char **json_out) {
   zt_out o;
   zt_msg reply;
   zt_out_init(&o);
-  uint32_t id = zt__client_begin(c, &o, "plan", 1);
+  uint32_t id = zt__client_begin(c, &o, "plan", target_json ? 2 : 1);
   int rc = pack_spec(c, &o, spec_json);
+  if (!rc && target_json) rc = pack_object(c, &o, "target", target_json);
   if (!rc) rc = zt__client_call(c, &o, id, &reply);
   zt_out_close(&o);
   if (rc < 0) return rc;

@@ -25,8 +25,21 @@ static const ztctl_cmd g_cmds[] = {
      "  --wait       wait for the job to end; exit 1 unless it is done\n"
      "  --watch      like --wait, drawing progress\n",
      ztctl_cmd_submit},
-    {"plan", "SPEC.json", "size a job without submitting it: bytes per tier, or why it cannot fit",
-     NULL, ztctl_cmd_plan},
+    {"plan",
+     "SPEC.json [--backend cpu|cuda [--gpus N] [--gpu-mem-limit SIZE] [--host-mem-limit SIZE] "
+     "[--nvme-bytes SIZE] [--rates NAME|FILE]]",
+     "size a job without submitting it: bytes per tier, or why it cannot fit",
+     "  with --backend: for the machine those flags describe (ztd's flag names), not the\n"
+     "  daemon's: any ztd plans it, a cpu one included, as a ztd there would\n"
+     "  --backend cpu|cuda     its backend\n"
+     "  --gpus N               its GPUs (cpu: simulated ranks); default 1\n"
+     "  --gpu-mem-limit SIZE   each GPU's memory, e.g. 24GiB (required for cuda)\n"
+     "  --host-mem-limit SIZE  the host memory jobs may take, e.g. 64GiB (required)\n"
+     "  --nvme-bytes SIZE      free disk at offload.nvme_dir and the state dir (default: not\n"
+     "                         checked)\n"
+     "  --rates NAME|FILE      the cost model's rates: default, h200, or a rates file\n"
+     "                         (a path: with a '/' or a '.'), read here and sent\n",
+     ztctl_cmd_plan},
     {"jobs", "", "list the daemon's jobs", NULL, ztctl_cmd_jobs},
     {"show", "JOB", "one job: state, progress, memory, spec (--json adds every loss)", NULL,
      ztctl_cmd_show},

@@ -323,27 +323,113 @@ out:
   return rc;
 }
 
-/* The daemon's sizing of a spec, without queueing it. */
+/* plan's flags of the machine to plan for, by ztd's flag names, and the target's field each
+ * fills (docs/protocol.md "plan"): the values go as given, the daemon checks them. */
+static const char *const k_target_flags[][2] = {
+    {"--backend", "backend"},           {"--gpus", "gpus"},
+    {"--gpu-mem-limit", "gpu_mem_limit"}, {"--host-mem-limit", "host_mem_limit"},
+    {"--nvme-bytes", "nvme_bytes"},     {"--rates", "rates"}};
+#define N_TARGET_FLAGS (sizeof k_target_flags / sizeof k_target_flags[0])
+
+/* One target flag's value into *target (made on the first): --gpus a count where it reads as
+ * one, --rates a built-in set's name or (a value with a '/' or a '.') a JSON rates file, read
+ * here and sent inline. ZTCTL_OK or the failure printed. */
+static int target_set(json_t **target, const char *key, const char *v) {
+  json_t *val;
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (!strcmp(key, "gpus") && v[0] && !*end) {
+    val = json_integer(n);
+  } else if (!strcmp(key, "rates") && strpbrk(v, "/.")) {
+    json_error_t jerr;
+    if (!(val = json_load_file(v, JSON_REJECT_DUPLICATES, &jerr)))
+      return ztctl_fail_msg("EINVAL", "--rates %s: %s (line %d, column %d)", v, jerr.text,
+                            jerr.line, jerr.column);
+  } else {
+    val = json_string(v);
+  }
+  if (!*target) *target = json_object();
+  if (!val || !*target || json_object_set_new(*target, key, val) < 0)
+    return ztctl_fail_msg("ENOMEM", "out of memory");
+  return ZTCTL_OK;
+}
+
+/* "planned for: cuda, 1 GPU of 24 GiB, host 64 GiB, NVMe 500 GB, rates h200" */
+static void print_target(const json_t *t) {
+  char gpu[32], host[32], nvme[32];
+  long long gpus = json_integer_value(json_object_get(t, "gpus"));
+  int cuda = !strcmp(json_string_value(json_object_get(t, "backend")) ?: "", "cuda");
+  ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(t, "host_mem_limit")));
+  printf("planned for: %s, %lld %s%s", cuda ? "cuda" : "cpu", gpus,
+         cuda ? "GPU" : "simulated rank", gpus == 1 ? "" : "s");
+  if (json_object_get(t, "gpu_mem_limit")) {
+    ztctl_fmt_bytes(gpu, sizeof gpu, json_number_value(json_object_get(t, "gpu_mem_limit")));
+    printf(" of %s", gpu);
+  }
+  printf(", host %s", host);
+  if (json_object_get(t, "nvme_bytes")) {
+    ztctl_fmt_bytes(nvme, sizeof nvme, json_number_value(json_object_get(t, "nvme_bytes")));
+    printf(", NVMe %s free", nvme);
+  }
+  printf(", rates %s\n", json_string_value(json_object_get(t, "rates")) ?: "?");
+}
+
+/* The daemon's sizing of a spec, without queueing it: for its own machine, or with target
+ * flags for the one they describe. */
 int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
-  if (argc != 1 || (argv[0][0] == '-' && argv[0][1] != '\0'))
-    return ztctl_usage_error("plan", "plan takes one SPEC.json");
+  const char *spec_path = NULL;
   int rc = ZTCTL_FAILED;
-  char *text = NULL, *reply = NULL;
+  char *text = NULL, *reply = NULL, *target_text = NULL;
   zt_client *c = NULL;
-  json_t *plan = NULL;
+  json_t *plan = NULL, *spec = NULL, *target = NULL;
   json_error_t jerr;
-  json_t *spec = json_load_file(argv[0], 0, &jerr);
-  if (!spec) {
-    rc = ztctl_fail_msg("EINVAL", "%s: %s (line %d, column %d)", argv[0], jerr.text, jerr.line,
+  for (int i = 0; i < argc; i++) {
+    size_t f = 0, len;
+    const char *v = NULL;
+    for (; f < N_TARGET_FLAGS; f++) {
+      len = strlen(k_target_flags[f][0]);
+      if (!strcmp(argv[i], k_target_flags[f][0]) && i + 1 < argc) {
+        v = argv[++i];
+        break;
+      }
+      if (!strncmp(argv[i], k_target_flags[f][0], len) && argv[i][len] == '=') {
+        v = argv[i] + len + 1;
+        break;
+      }
+      if (!strcmp(argv[i], k_target_flags[f][0])) {
+        rc = ztctl_usage_error("plan", "%s needs a value", argv[i]);
+        goto out;
+      }
+    }
+    if (v) {
+      if ((rc = target_set(&target, k_target_flags[f][1], v)) != ZTCTL_OK) goto out;
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      rc = ztctl_usage_error("plan", "unknown option '%s'", argv[i]);
+      goto out;
+    } else if (spec_path) {
+      rc = ztctl_usage_error("plan", "one SPEC.json only ('%s' is extra)", argv[i]);
+      goto out;
+    } else {
+      spec_path = argv[i];
+    }
+  }
+  if (!spec_path) {
+    rc = ztctl_usage_error("plan", "plan takes one SPEC.json");
+    goto out;
+  }
+  rc = ZTCTL_FAILED;
+  if (!(spec = json_load_file(spec_path, 0, &jerr))) {
+    rc = ztctl_fail_msg("EINVAL", "%s: %s (line %d, column %d)", spec_path, jerr.text, jerr.line,
                         jerr.column);
     goto out;
   }
-  if (resolve_data_path(spec) < 0 || !(text = json_dumps(spec, JSON_COMPACT))) {
+  if (resolve_data_path(spec) < 0 || !(text = json_dumps(spec, JSON_COMPACT)) ||
+      (target && !(target_text = json_dumps(target, JSON_COMPACT)))) {
     rc = ztctl_fail_msg("ENOMEM", "cannot prepare the spec");
     goto out;
   }
   if (!(c = ztctl_connect(o))) goto out;
-  if (zt_client_plan_json(c, text, &reply) < 0) {
+  if (zt_client_plan_target_json(c, text, target_text, &reply) < 0) {
     rc = ztctl_fail(c);
     goto out;
   }
@@ -358,6 +444,7 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
   }
   char need[32], host[32], dev[32];
   const json_t *off = json_object_get(plan, "offload");
+  if (json_object_get(plan, "target")) print_target(json_object_get(plan, "target"));
   ztctl_fmt_bytes(need, sizeof need, json_number_value(json_object_get(plan, "backend_bytes")));
   printf("fits: %s, %.2f M parameters, %s on the %s backend\n",
          json_string_value(json_object_get(plan, "arch")),
@@ -447,8 +534,10 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
 out:
   json_decref(plan);
   json_decref(spec);
+  json_decref(target);
   free(reply);
   free(text);
+  free(target_text);
   zt_client_close(c);
   return rc;
 }

@@ -52,6 +52,13 @@ int zt_client_join(zt_client *c, const char *spec_json, const char *part_json,
  * docs/protocol.md}]};
  * a job that cannot fit fails with the daemon's ENOMEM and its numbers. */
 int zt_client_plan_json(zt_client *c, const char *spec_json, char **json_out);
+/* The same for another machine: target_json (NULL: the daemon's own) describes it,
+ * {"backend": "cpu" | "cuda", "gpus"?, "gpu_mem_limit", "host_mem_limit", "nvme_bytes"?,
+ * "rates"?} (sizes as ztd's flags take them, "24GiB", or byte counts; docs/protocol.md
+ * "plan"); the daemon plans as one started with those flags would, its own devices and limits
+ * untouched, and the reply's "target" says what it planned for. */
+int zt_client_plan_target_json(zt_client *c, const char *spec_json, const char *target_json,
+                               char **json_out);
 /* {"jobs": [...]} */
 int zt_client_jobs(zt_client *c, char **json_out);
 /* One job, including "losses": [...] (the per-step loss history) and "memory" (allocated, peak,
