@@ -99,7 +99,7 @@ static int parse_spec(zt_jobs *jobs, const zt_jobs_config *cfg, const json_t *sp
 }
 
 /* The spec sized as it stands: a parallel job's offload placement, auto checkpointing, then
- * the memory against this daemon's limits. */
+ * the memory against cfg's limits (this daemon's, or a plan target's). */
 static int size_spec(const zt_jobs_config *cfg, zt_job_spec *spec, zt__job_needs *needs,
                      char *err, size_t errlen) {
   int rc = zt__job_resolve_dp_offload(spec, zt_backend_ops_of(cfg->backend), err, errlen);
