@@ -67,6 +67,7 @@ def _load():
         "zt_client_submit_json": (I, [P, S, ctypes.c_char_p]),
         "zt_client_jobs": (I, [P, OUT]),
         "zt_client_plan_json": (I, [P, S, OUT]),
+        "zt_client_plan_target_json": (I, [P, S, S, OUT]),
         "zt_client_show": (I, [P, S, OUT]),
         "zt_client_push_batch_docs": (I, [P, S, P, P, P, Z]),
         "zt_client_watch": (I, [P, S, P, P]),
@@ -189,10 +190,15 @@ class Client:
         self._check(_library().zt_client_submit_json(self._h, text.encode(), job))
         return job.value.decode()
 
-    def plan(self, spec):
-        """spec: a dict or JSON text. Sizes the job as submit would, without queueing it."""
+    def plan(self, spec, target=None):
+        """spec: a dict or JSON text. Sizes the job as submit would, without queueing it; with
+        target (a dict: backend, gpus, gpu_mem_limit, host_mem_limit, nvme_bytes, rates;
+        docs/protocol.md "plan") for that machine rather than the daemon's."""
         text = spec if isinstance(spec, str) else json.dumps(spec)
-        return self._json_call(_library().zt_client_plan_json, text.encode())
+        if target is None:
+            return self._json_call(_library().zt_client_plan_json, text.encode())
+        return self._json_call(_library().zt_client_plan_target_json, text.encode(),
+                               json.dumps(target).encode())
 
     def jobs(self):
         return self._json_call(_library().zt_client_jobs)["jobs"]

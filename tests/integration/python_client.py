@@ -1,7 +1,8 @@
-"""The Python binding against a real ztd (python_client.sh starts it): status, a stream job
-submitted as a dict, batches pushed from Python (a list, an array('i') and raw bytes), its
-events watched until it ends, show, export to safetensors and to a Hugging Face directory, and
-a bad spec refused with the field named."""
+"""The Python binding against a real ztd (python_client.sh starts it): status, a plan for another
+machine (a target) and a bad target refused by the field, a stream job submitted as a dict,
+batches pushed from Python (a list, an array('i') and raw bytes), its events watched until it
+ends, show, export to safetensors and to a Hugging Face directory, and a bad spec refused with
+the field named."""
 import array
 import json
 import os
@@ -22,6 +23,17 @@ spec = {"name": "py", "model": {"arch": "gpt", "vocab": V, "seq_len": T, "d_mode
 with ztclient.connect(socket=sock) as c:
     st = c.status()
     assert st["backend"] in ("cpu", "cuda"), st
+    # a plan for another machine: bf16 on a cuda one, whatever this daemon runs
+    target = {"backend": "cuda", "gpu_mem_limit": "24GiB", "host_mem_limit": 64 << 30,
+              "rates": "h200"}
+    p = c.plan(dict(spec, train=dict(spec["train"], precision="bf16")), target)
+    assert p["backend"] == "cuda" and p["target"]["gpu_mem_limit"] == 24 << 30, p
+    try:
+        c.plan(spec, dict(target, backend="tpu"))
+    except ztclient.ZtError as e:
+        assert e.code == "EINVAL" and "target.backend" in e.message, (e.code, e.message)
+    else:
+        raise AssertionError("a target of backend tpu was accepted")
     try:
         c.submit(dict(spec, model=dict(spec["model"], n_heads=3)))
     except ztclient.ZtError as e:
