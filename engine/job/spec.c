@@ -157,6 +157,11 @@ static int spec_parse(const json_t *j, int read, zt_job_spec *s, char *err, size
   if ((rc = zt_json_get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
       (rc = parse_data(data, s, err, errlen)) < 0)
     return rc;
+  if (s->train.epochs && s->source == ZT_DATA_STREAM) {
+    snprintf(err, errlen, "train.epochs counts passes over data.path's token file; data.source "
+             "\"stream\" has no end to count: give train.steps");
+    return -EINVAL;
+  }
   const json_t *off = json_object_get(j, "offload");
   if (off && !json_is_object(off) && !json_is_false(off)) {
     snprintf(err, errlen, "offload must be an object or false");
