@@ -420,6 +420,9 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
   json_t *par = json_object_get(j, "parallel");
   if (par) json_object_set_new(par, "world", json_integer(zt__job_world(sp)));
   if (j) json_object_set_new(j, "rates", json_string(zt_plan_rates_active()->name));
+  /* the host memory it takes while it runs, the packed documents' tables in it */
+  if (j) json_object_set_new(j, "host_bytes", json_integer((json_int_t)nd->host_bytes));
+  if (j) json_object_set_new(j, "data_table_bytes", json_integer((json_int_t)sp->data_bytes));
   /* the steps, train.epochs' as resolved */
   if (j) json_object_set_new(j, "steps", json_integer(sp->train.steps));
   if (j && sp->train.epochs) json_object_set_new(j, "epochs", json_integer(sp->train.epochs));

@@ -67,6 +67,9 @@ typedef struct zt__packer {
 
 int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed, int shuffle,
                     int epochs);
+/* The host bytes zt__packer_init allocates for a file of n_docs documents and n_tokens tokens
+ * (its order and row tables), for the admission's count of a job's host memory. */
+size_t zt__packer_bytes(uint64_t n_docs, uint64_t n_tokens, int T);
 void zt__packer_close(zt__packer *p);
 /* The rows of step `step` (1-based), as windows' numbering: row r = ((step-1)*micros + m)*B + b;
  * with p->epochs, a row past the last epoch's is padding. */

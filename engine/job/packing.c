@@ -87,6 +87,15 @@ int zt__packer_rows(const zt__token_file *f, int T, uint64_t seed, int shuffle, 
   return 0;
 }
 
+/* a row holds a document's start, or T tokens of one, or the short end of a split one */
+static uint64_t cap_rows(uint64_t n_docs, uint64_t n_tokens, int T) {
+  return 2 * n_docs + n_tokens / (uint64_t)T + 1;
+}
+
+size_t zt__packer_bytes(uint64_t n_docs, uint64_t n_tokens, int T) {
+  return (size_t)(n_docs + 2 * cap_rows(n_docs, n_tokens, T)) * sizeof(uint64_t);
+}
+
 int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed, int shuffle,
                     int epochs) {
   memset(p, 0, sizeof *p);
@@ -95,8 +104,7 @@ int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed
   p->seed = seed;
   p->shuffle = shuffle;
   p->epochs = epochs;
-  /* a row holds a document's start, or T tokens of one, or the short end of a split one */
-  p->cap_rows = 2 * f->n_docs + f->n_tokens / (uint64_t)T + 1;
+  p->cap_rows = cap_rows(f->n_docs, f->n_tokens, T);
   p->order = malloc(f->n_docs * sizeof *p->order);
   p->row_k = malloc(p->cap_rows * sizeof *p->row_k);
   p->row_off = malloc(p->cap_rows * sizeof *p->row_off);

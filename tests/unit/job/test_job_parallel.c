@@ -116,7 +116,9 @@ static void check_cuda_refusals(void) {
     zt_dp_cfg dpc = {.world = 2, .zero_stage = 2};
     CHECK(needs.rank_bytes ==
           zt_dp_estimate_rank_bytes(&s.model, &tc, &dpc, zt_backend_ops_of("cuda")));
-    CHECK(needs.backend_bytes == 2 * needs.rank_bytes && needs.host_bytes == 0);
+    /* on the host the step's rows alone: inputs, targets and positions of 2 ranks' 2 x 8 */
+    CHECK(needs.backend_bytes == 2 * needs.rank_bytes &&
+          needs.host_bytes == 3 * sizeof(int32_t) * 2 * 2 * 8);
   } else {
     /* a build without NCCL cannot run it */
     CHECK(rc == -ENOTSUP && strstr(err, "needs NCCL"));
@@ -322,8 +324,9 @@ int main(void) {
     CHECK(zt__job_spec_check_resources(&s, &cfg, &needs, err, sizeof err) == 0);
     zt_dp_cfg dpc = {.world = 2, .zero_stage = stage};
     size_t rank = zt_dp_estimate_rank_bytes(&s.model, &s.train, &dpc, zt_backend_cpu_ops());
+    /* the cpu ranks' memory is the host's, with the step's rows (3 planes of 2 x 2 x 8) */
     CHECK(needs.rank_bytes == rank && needs.backend_bytes == 2 * rank &&
-          needs.host_bytes == 2 * rank);
+          needs.host_bytes == 2 * rank + 3 * sizeof(int32_t) * 2 * 2 * 8);
     int rc;
     json_t *plan = jt_plan(jobs, spec, &rc, err, sizeof err);
     CHECK(plan && rc == 0);
