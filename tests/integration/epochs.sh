@@ -1,9 +1,10 @@
 #!/bin/bash
 # train.epochs through ztd: the steps made at admission from the token file (documents packed by
 # docs/spec.md's rules, computed here independently; windows; with batch_tokens), printed by
-# plan and show and kept by the stored spec; a job killed mid-run resumes to the losses of the
-# uninterrupted run bit for bit; resume --steps trains past the epochs on real rows; epochs with
-# steps, with a stream, out of range are refused naming the fields, and by ztrain.
+# plan and show, the cosine's horizon, kept by the stored spec; a job killed mid-run resumes to
+# the losses of the uninterrupted run bit for bit; resume --steps trains past the epochs on real
+# rows; epochs with steps, with a stream, out of range are refused naming the fields, and by
+# ztrain.
 . "$(dirname "$0")/lib.sh"
 
 # 30 documents of 2..40 tokens (the longer ones split across rows of 16)
@@ -73,18 +74,22 @@ PY
 
 start_ztd --backend cpu
 want=$(expected 4 1 2)
-espec "$ZT_TMP/ep.json" 2 's["data"]["shuffle"] = True'
+espec "$ZT_TMP/ep.json" 2 's["data"]["shuffle"] = True; s["train"]["schedule"] = {"name": "cosine", "warmup_steps": 2}'
 out=$(ztctl plan "$ZT_TMP/ep.json") || fail "plan: $out"
 case "$out" in *"steps: $want (train.epochs 2 of data.path"*) ;; *) fail "plan said: $out" ;; esac
 ref=$(new_job "$ZT_TMP/ep.json") || exit 1
 wait_end "$ref" done 300
 ztctl show "$ref" | grep -qx "steps: $want" || fail "show: $(ztctl show "$ref")"
-python3 - "$(ztctl --json show "$ref")" "$want" <<'PY' || fail "the epochs job"
+python3 - "$(ztctl --json show "$ref")" "$want" "$STATE/jobs/$ref/metrics.jsonl" <<'PY' ||
+  fail "the epochs job"
 import json, math, sys
 j, want = json.loads(sys.argv[1]), int(sys.argv[2])
 t = j["spec"]["train"]
 assert t["epochs"] == 2 and t["steps"] == want and j["steps"] == want == j["step"], (t, j["step"])
 assert len(j["losses"]) == want and all(math.isfinite(x) for x in j["losses"]), j["losses"]
+# the cosine's horizon is the steps the epochs made: its floor (min_lr 0) at the last one
+lr = [json.loads(l)["lr"] for l in open(sys.argv[3])]
+assert len(lr) == want and lr[-1] == 0 and lr[-2] > 0 and lr[1] == 0.01, lr
 print("epochs: 2 shuffled epochs of 30 documents in %d steps of 4 rows" % want)
 PY
 
