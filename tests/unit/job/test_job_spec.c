@@ -263,6 +263,16 @@ int main(void) {
     CHECK(rc == 0 && plan && json_integer_value(json_object_get(plan, "steps")) == 47 &&
           json_integer_value(json_object_get(plan, "epochs")) == 3);
     json_decref(plan);
+    /* parsed, unresolved (steps 0), written back without steps and parsed again the same */
+    zt_job_spec p1, p2;
+    CHECK(zt__job_spec_parse(spec, &p1, err, sizeof err) == 0);
+    CHECK(p1.train.epochs == 3 && p1.train.steps == 0);
+    json_t *back = zt__job_spec_to_json(&p1);
+    json_t *bt = json_object_get(back, "train");
+    CHECK(back && !json_object_get(bt, "steps") &&
+          json_integer_value(json_object_get(bt, "epochs")) == 3);
+    CHECK(zt__job_spec_parse(back, &p2, err, sizeof err) == 0 && memcmp(&p1, &p2, sizeof p1) == 0);
+    json_decref(back);
     set_path(spec, "data", json_pack("{s:s}", "source", "stream"));
     CHECK(jt_submit(jobs, spec, id, err, sizeof err) == -EINVAL &&
           strstr(err, "train.epochs counts passes over data.path's token file; data.source "
