@@ -130,8 +130,12 @@ ztctl plan "$ZT_TMP/one.json" | grep -q "^steps: $(expected 4 0 1) (train.epochs
 espec "$ZT_TMP/win.json" 3 's["data"]["packing"] = "windows"'
 n=$(python3 -c 'import json, sys; print(sum(len(json.loads(l)["input_ids"]) for l in open(sys.argv[1])))' \
   "$ZT_TMP/docs.jsonl")
-ztctl plan "$ZT_TMP/win.json" | grep -q "^steps: $(( (3 * ((n - 1) / 16) + 3) / 4 )) (" ||
+wsteps=$(( (3 * ((n - 1) / 16) + 3) / 4 ))
+ztctl plan "$ZT_TMP/win.json" | grep -q "^steps: $wsteps (" ||
   fail "plan of windows epochs ($n tokens): $(ztctl plan "$ZT_TMP/win.json")"
+win=$(new_job "$ZT_TMP/win.json") || exit 1
+wait_end "$win" done 300
+[ "$(wc -l <"$STATE/jobs/$win/losses.log")" -eq "$wsteps" ] || fail "windows epochs: $(ztctl show "$win")"
 espec "$ZT_TMP/bt.json" 2 's["train"]["batch_tokens"] = 128; del s["train"]["micro_batch"]'
 out=$(ztctl plan "$ZT_TMP/bt.json") || fail "plan with batch_tokens: $out"
 case "$out" in *"steps: $(expected 8 0 2) (train.epochs 2"*) ;; *) fail "plan with batch_tokens: $out" ;; esac
