@@ -353,6 +353,18 @@ int main(void) {
     }
     json_decref(spec);
   }
+  /* train.epochs: a step's rows are every rank's; 2 epochs of the file's 124 windows of 8 at
+   * 2 ranks x micro_batch 2 x grad_accum 3 = 12 rows a step, the last partial */
+  {
+    json_t *spec = spec_of("{\"gpus\": 2}");
+    json_object_set_new(spec, "train", json_pack("{s:i, s:i, s:i}", "epochs", 2, "micro_batch", 2,
+                                                 "grad_accum", 3));
+    int rc;
+    json_t *plan = jt_plan(jobs, spec, &rc, err, sizeof err);
+    CHECK(plan && rc == 0 && json_integer_value(json_object_get(plan, "steps")) == 21);
+    json_decref(plan);
+    json_decref(spec);
+  }
   /* A spec without "parallel" is one rank; the stored spec writes it out. */
   {
     json_t *spec = spec_of(NULL);
