@@ -100,6 +100,12 @@ static int load_spec(const char *path, zt_model_cfg *mc, zt_train_cfg *tc, zt_of
              "runs the split given", path);
     return -ENOTSUP;
   }
+  if (!s.train.steps) {
+    snprintf(err, errlen, "%s: train.epochs without train.steps: ztd makes them steps from "
+             "data.path's token file at admission (ztctl plan prints them); ztrain runs the "
+             "train.steps given", path);
+    return -ENOTSUP;
+  }
   *mc = s.model;
   *tc = s.train;
   *oc = s.offload;

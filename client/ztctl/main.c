@@ -67,7 +67,8 @@ static const ztctl_cmd g_cmds[] = {
      "  --dtype bf16|fp32     the weights' dtype (default bf16)\n"
      "  --max-shard-size SIZE the largest shard, e.g. 5GB (the default), 500MB\n",
      ztctl_cmd_export},
-    {"tokenize", "--bytes TEXT OUT", "write TEXT (a file, - for stdin) as a byte-level token file",
+    {"tokenize", "--bytes TEXT... OUT",
+     "write each TEXT (a file, - for stdin) as a document of a byte-level token file",
      "  --bytes      one token per byte (vocabulary 256, 2-byte tokens)\n", ztctl_cmd_tokenize},
     {"pack", "IN.jsonl OUT [--vocab N]",
      "write documents of token ids (a JSON object a line) as a token file with a loss mask",

@@ -474,6 +474,17 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
     printf("batch: %lld tokens a step = train.micro_batch %lld x train.grad_accum %lld x %lld "
            "rank(s) x model.seq_len %lld\n", tokens, mb, ga, world, rows ? tokens / rows : 0);
   }
+  char tables[32];
+  ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(plan, "host_bytes")));
+  ztctl_fmt_bytes(tables, sizeof tables,
+                  json_number_value(json_object_get(plan, "data_table_bytes")));
+  printf("host: %s while it runs (the packed documents' tables %s)\n", host, tables);
+  long long epochs = json_integer_value(json_object_get(plan, "epochs"));
+  if (epochs)
+    printf("steps: %lld (train.epochs %lld of data.path, the last step's rows past them "
+           "padding)\n", (long long)json_integer_value(json_object_get(plan, "steps")), epochs);
+  else
+    printf("steps: %lld\n", (long long)json_integer_value(json_object_get(plan, "steps")));
   const char *why = json_string_value(json_object_get(plan, "offloaded_by_default"));
   if (why) printf("offloaded by default (\"offload\": false opts out): %s\n", why);
   if (off && world > 1) {

@@ -19,6 +19,7 @@
 #include "engine/kernels/backend.h"
 #include "engine/plan/batch.h"
 #include "engine/plan/rates.h"
+#include "proto/zt_tokens.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
  * gpu_budget): the least recompute that fits the device (the offload planner decides it with
@@ -71,9 +72,9 @@ static int resolve_init_job(zt_jobs *jobs, zt_job_spec *spec, int tcp, char *err
 
 /* What submit, plan and join share, on the loop thread: the operator's defaults filled in and
  * the spec parsed (its structure only: nothing read from the machine, model.hf's config.json
- * read by admit on the worker). */
+ * read by admit on the worker); stored: a join's, the coordinator's stored spec. */
 static int parse_spec(zt_jobs *jobs, const zt_jobs_config *cfg, const json_t *spec_in, int tcp,
-                      zt_job_spec *spec, char *err, size_t errlen) {
+                      int stored, zt_job_spec *spec, char *err, size_t errlen) {
   /* The operator's --nvme-dir is where an offloaded job keeps its NVMe tier unless the spec
    * names a directory (cfg: the machine planned for, a target's has none); the stored spec
    * records the one used. */
@@ -90,10 +91,16 @@ static int parse_spec(zt_jobs *jobs, const zt_jobs_config *cfg, const json_t *sp
     spec_in = filled;
   }
   int rc = zt__job_spec_parse_unread(spec_in, spec, err, errlen);
+  const json_t *train = json_object_get(spec_in, "train");
   /* not part of the parse: a stored spec always gives it, as resolved */
-  if (rc == 0)
-    spec->ckpt_given = json_object_get(json_object_get(spec_in, "train"),
-                                       "activation_checkpointing") != NULL;
+  if (rc == 0) spec->ckpt_given = json_object_get(train, "activation_checkpointing") != NULL;
+  /* a stored spec records both (the steps its epochs made); a client gives one (a join's spec
+   * is its coordinator's stored one) */
+  if (rc == 0 && !stored && spec->train.epochs && json_object_get(train, "steps")) {
+    snprintf(err, errlen, "train.epochs and train.steps: give one (ztd makes train.epochs steps "
+             "from data.path's token file)");
+    rc = -EINVAL;
+  }
   json_decref(filled);
   return rc < 0 ? rc : resolve_init_job(jobs, spec, tcp, err, errlen);
 }
@@ -328,6 +335,55 @@ static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *
   return -ENOSPC;
 }
 
+/* train.epochs made steps from data.path's token file (docs/spec.md "Epochs"): the rows of that
+ * many epochs (documents: each epoch's packing in its order; windows: zt__token_file_epoch_rows
+ * each) over a step's rows, rounded up: the last step's rows past the epochs are padding, a
+ * partial step as transformers' Trainer makes the last batch of an epoch (drop_last false), so
+ * every document is trained on exactly train.epochs times. A step's rows are micro_batch x
+ * grad_accum x ranks, with batch_tokens its tokens over seq_len whatever split the planner then
+ * picks, so the steps are known before the sizing, which checks them (warmup_steps among
+ * them). The stored spec records the steps, so a restart runs the same. */
+static int resolve_epochs(zt_jobs *jobs, zt_job_spec *spec, int tcp, char *err, size_t errlen) {
+  zt_train_cfg *t = &spec->train;
+  if (!t->epochs || t->steps) return 0;
+  int T = spec->model.seq_len, W = zt__job_world(spec), rc;
+  int64_t per_step = (int64_t)t->micro_batch * t->grad_accum * W;
+  if (t->batch_tokens) {
+    int micro[ZT_BATCH_MAX_SPLITS];
+    if ((rc = zt_batch_splits(t, W, T, micro, ZT_BATCH_MAX_SPLITS, err, errlen)) < 0) return rc;
+    per_step = t->batch_tokens / T;
+  }
+  zt_path_roots files = zt__job_roots(&jobs->cfg, tcp, 0);
+  zt__token_file tf;
+  if ((rc = zt__token_file_open(&tf, spec->data_path, 1, &files, err, errlen)) < 0) return rc;
+  uint64_t rows;
+  int windows = spec->packing == ZT_PACKING_WINDOWS ||
+                (spec->packing == ZT_PACKING_AUTO && tf.version == ZT_TOKENS_VERSION);
+  if (windows)
+    rows = zt__token_file_epoch_rows(&tf, T) * (uint64_t)t->epochs;
+  else if ((rc = zt__packer_rows(&tf, T, t->seed, spec->shuffle, t->epochs, &rows)) < 0)
+    snprintf(err, errlen, "out of memory counting the rows of data.path %.1500s", spec->data_path);
+  zt__token_file_close(&tf);
+  if (rc < 0) return rc;
+  uint64_t steps = (rows + (uint64_t)per_step - 1) / (uint64_t)per_step;
+  if (steps > ZT_TRAIN_MAX_STEPS) {
+    snprintf(err, errlen, "train.epochs %d of data.path %.1500s: %llu rows of model.seq_len %d make "
+             "%llu steps of %lld rows, more than %d", t->epochs, spec->data_path,
+             (unsigned long long)rows, T, (unsigned long long)steps, (long long)per_step,
+             ZT_TRAIN_MAX_STEPS);
+    return -EINVAL;
+  }
+  if ((uint64_t)t->warmup_steps > steps) {
+    snprintf(err, errlen, "train.schedule.warmup_steps %d is more than the %llu steps that "
+             "train.epochs %d makes of data.path %.1500s (%llu rows, %lld a step)", t->warmup_steps,
+             (unsigned long long)steps, t->epochs, spec->data_path, (unsigned long long)rows,
+             (long long)per_step);
+    return -EINVAL;
+  }
+  t->steps = (int)steps;
+  return 0;
+}
+
 /* ... and on a worker: the spec sized against cfg (this daemon's backend and limits, or a plan
  * target's), its files checked where this daemon's job would read them. */
 static int admit(zt_jobs *jobs, const zt_jobs_config *cfg, zt_job_spec *spec, int tcp,
@@ -338,6 +394,7 @@ static int admit(zt_jobs *jobs, const zt_jobs_config *cfg, zt_job_spec *spec, in
   if (spec->gpus == ZT_JOB_GPUS_ALL) spec->gpus = zt__jobs_devices(cfg, NULL);
   if ((rc = zt__job_spec_read_model(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
       (rc = zt__job_spec_check_files(spec, &jobs->cfg, tcp, err, errlen)) < 0 ||
+      (rc = resolve_epochs(jobs, spec, tcp, err, errlen)) < 0 ||
       (rc = apply_device_budget(cfg, spec, err, errlen)) < 0)
     return rc;
   zt_job_spec *given = malloc(sizeof *given);
@@ -373,6 +430,12 @@ static json_t *plan_json(const zt_jobs_config *cfg, const zt_job_spec *sp, const
   json_t *par = json_object_get(j, "parallel");
   if (par) json_object_set_new(par, "world", json_integer(zt__job_world(sp)));
   if (j) json_object_set_new(j, "rates", json_string(zt_plan_rates_active()->name));
+  /* the host memory it takes while it runs, the packed documents' tables in it */
+  if (j) json_object_set_new(j, "host_bytes", json_integer((json_int_t)nd->host_bytes));
+  if (j) json_object_set_new(j, "data_table_bytes", json_integer((json_int_t)sp->data_bytes));
+  /* the steps, train.epochs' as resolved */
+  if (j) json_object_set_new(j, "steps", json_integer(sp->train.steps));
+  if (j && sp->train.epochs) json_object_set_new(j, "epochs", json_integer(sp->train.epochs));
   /* the step's split, the planner's where train.batch_tokens left it open */
   if (j)
     json_object_set_new(
@@ -667,8 +730,8 @@ static int admit_async(zt_jobs *jobs, admit_kind kind, const json_t *spec_in,
   }
   t->has_target = target != NULL;
   if ((target && (rc = zt__job_target_parse(target, &jobs->cfg, &t->target, err, errlen)) < 0) ||
-      (rc = parse_spec(jobs, target ? &t->target.cfg : &jobs->cfg, spec_in, tcp, &t->spec, err,
-                       errlen)) < 0) {
+      (rc = parse_spec(jobs, target ? &t->target.cfg : &jobs->cfg, spec_in, tcp,
+                       kind == ADMIT_JOIN, &t->spec, err, errlen)) < 0) {
     free(t);
     return rc;
   }

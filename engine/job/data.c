@@ -178,6 +178,20 @@ void zt__token_file_windows(const zt__token_file *f, uint64_t seed, int step, in
   }
 }
 
+uint64_t zt__token_file_epoch_rows(const zt__token_file *f, int T) {
+  return (f->n_tokens - 1) / (uint64_t)T;
+}
+
+void zt__rows_pad_from(uint64_t end, int step, int micros, int B, int T, const zt__rows *out) {
+  uint64_t n = (uint64_t)micros * (uint64_t)B, r0 = (uint64_t)(step - 1) * n;
+  for (uint64_t i = end > r0 ? end - r0 : 0; i < n; i++)
+    for (int t = 0; t < T; t++) {
+      size_t s = (size_t)i * (size_t)T + (size_t)t;
+      out->inputs[s] = out->targets[s] = -1;
+      out->positions[s] = t;
+    }
+}
+
 void zt__rows_from_pushed(const int32_t *tokens, const uint8_t *marks, int micros, int B, int T,
                           const zt__rows *out) {
   for (size_t r = 0; r < (size_t)micros * (size_t)B; r++) {

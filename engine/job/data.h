@@ -57,6 +57,7 @@ void zt__token_file_windows(const zt__token_file *f, uint64_t seed, int step, in
 typedef struct zt__packer {
   const zt__token_file *f;
   int T, shuffle;
+  int epochs;               /* train.epochs: the rows after that many epochs are padding; 0: none */
   uint64_t seed;
   uint64_t *order;          /* the held epoch's documents in order */
   uint64_t *row_k, *row_off; /* each of its rows' first document (index into order), offset */
@@ -64,10 +65,26 @@ typedef struct zt__packer {
   uint64_t epoch, epoch_row0; /* the epoch held and its first row */
 } zt__packer;
 
-int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed, int shuffle);
+int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed, int shuffle,
+                    int epochs);
+/* The host bytes zt__packer_init allocates for a file of n_docs documents and n_tokens tokens
+ * (its order and row tables), for the admission's count of a job's host memory. */
+size_t zt__packer_bytes(uint64_t n_docs, uint64_t n_tokens, int T);
 void zt__packer_close(zt__packer *p);
-/* The rows of step `step` (1-based), as windows' numbering: row r = ((step-1)*micros + m)*B + b. */
+/* The rows of step `step` (1-based), as windows' numbering: row r = ((step-1)*micros + m)*B + b;
+ * with p->epochs, a row past the last epoch's is padding. */
 void zt__packer_fill(zt__packer *p, int step, int micros, int B, const zt__rows *out);
+/* *rows = the rows of the first `epochs` epochs of a mapped file (train.epochs; each epoch's
+ * order drawn, no row tables kept). 0 or -ENOMEM. */
+int zt__packer_rows(const zt__token_file *f, int T, uint64_t seed, int shuffle, int epochs,
+                    uint64_t *rows);
+
+/* "windows" with train.epochs: an epoch is floor((n_tokens - 1) / T) rows, as many as the
+ * file's n_tokens - 1 targets fill at T a row; a step's rows from row `end` (the epochs' rows)
+ * on are padding (input and target -1, positions 0..T-1). step 1-based, as
+ * zt__token_file_windows. */
+uint64_t zt__token_file_epoch_rows(const zt__token_file *f, int T);
+void zt__rows_pad_from(uint64_t end, int step, int micros, int B, int T, const zt__rows *out);
 
 /* A pushed token's marks (one byte a token beside the rows of T + 1 tokens): it counts as a
  * target (of the token before it); it starts a document (its row's first token always does). */

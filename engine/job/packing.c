@@ -55,27 +55,56 @@ static void order_epoch(zt__packer *p, uint64_t e) {
   }
 }
 
+/* Epoch e's order and its rows (where each starts: without row tables only their count). */
 static void build_epoch(zt__packer *p, uint64_t e) {
   order_epoch(p, e);
   uint64_t k = 0, off = 0;
   p->n_rows = 0;
   while (k < p->f->n_docs) {
-    p->row_k[p->n_rows] = k;
-    p->row_off[p->n_rows] = off;
+    if (p->row_k) {
+      p->row_k[p->n_rows] = k;
+      p->row_off[p->n_rows] = off;
+    }
     p->n_rows++;
     pack_row(p, &k, &off, NULL, NULL, NULL);
   }
   p->epoch = e;
 }
 
-int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed, int shuffle) {
+int zt__packer_rows(const zt__token_file *f, int T, uint64_t seed, int shuffle, int epochs,
+                    uint64_t *rows) {
+  zt__packer p = {.f = f, .T = T, .seed = seed, .shuffle = shuffle};
+  /* unshuffled, every epoch is the file's order: one packing counts them all */
+  int packed = shuffle ? epochs : 1;
+  *rows = 0;
+  if (!(p.order = malloc(f->n_docs * sizeof *p.order))) return -ENOMEM;
+  for (int e = 0; e < packed; e++) {
+    build_epoch(&p, (uint64_t)e);
+    *rows += p.n_rows;
+  }
+  *rows *= (uint64_t)(epochs / packed);
+  free(p.order);
+  return 0;
+}
+
+/* a row holds a document's start, or T tokens of one, or the short end of a split one */
+static uint64_t cap_rows(uint64_t n_docs, uint64_t n_tokens, int T) {
+  return 2 * n_docs + n_tokens / (uint64_t)T + 1;
+}
+
+size_t zt__packer_bytes(uint64_t n_docs, uint64_t n_tokens, int T) {
+  return (size_t)(n_docs + 2 * cap_rows(n_docs, n_tokens, T)) * sizeof(uint64_t);
+}
+
+int zt__packer_init(zt__packer *p, const zt__token_file *f, int T, uint64_t seed, int shuffle,
+                    int epochs) {
   memset(p, 0, sizeof *p);
   p->f = f;
   p->T = T;
   p->seed = seed;
   p->shuffle = shuffle;
-  /* a row holds a document's start, or T tokens of one, or the short end of a split one */
-  p->cap_rows = 2 * f->n_docs + f->n_tokens / (uint64_t)T + 1;
+  p->epochs = epochs;
+  p->cap_rows = cap_rows(f->n_docs, f->n_tokens, T);
   p->order = malloc(f->n_docs * sizeof *p->order);
   p->row_k = malloc(p->cap_rows * sizeof *p->row_k);
   p->row_off = malloc(p->cap_rows * sizeof *p->row_off);
@@ -94,13 +123,15 @@ void zt__packer_close(zt__packer *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* Holds the epoch of row r; returns r's index within it. */
+/* Holds the epoch of row r; returns r's index within it, or UINT64_MAX for a row past the
+ * last of p->epochs epochs. */
 static uint64_t seek_row(zt__packer *p, uint64_t r) {
   if (r < p->epoch_row0) {
     p->epoch_row0 = 0;
     build_epoch(p, 0);
   }
   while (r >= p->epoch_row0 + p->n_rows) {
+    if (p->epochs && p->epoch + 1 >= (uint64_t)p->epochs) return UINT64_MAX;
     p->epoch_row0 += p->n_rows;
     build_epoch(p, p->epoch + 1);
   }
@@ -111,7 +142,10 @@ void zt__packer_fill(zt__packer *p, int step, int micros, int B, const zt__rows 
   size_t T = (size_t)p->T;
   uint64_t r0 = (uint64_t)(step - 1) * (uint64_t)micros * (uint64_t)B;
   for (uint64_t i = 0; i < (uint64_t)micros * (uint64_t)B; i++) {
-    uint64_t at = seek_row(p, r0 + i), k = p->row_k[at], off = p->row_off[at];
+    uint64_t at = seek_row(p, r0 + i);
+    /* past the end: from the order's end, which packs nothing but padding */
+    uint64_t k = at == UINT64_MAX ? p->f->n_docs : p->row_k[at];
+    uint64_t off = at == UINT64_MAX ? 0 : p->row_off[at];
     pack_row(p, &k, &off, out->inputs + i * T, out->targets + i * T, out->positions + i * T);
   }
 }

@@ -65,19 +65,23 @@ int zt_jobs_resume(zt_jobs *jobs, const char *id, int64_t steps, int tcp, json_t
   if (!job) return -ENOENT;
   if ((rc = resumable(jobs, job, steps, tcp, &from, err, errlen)) < 0) return rc;
   zt_job_state was = job->state;
-  int was_steps = job->spec.train.steps;
-  /* the new horizon is the spec's: a cosine schedule spans the N steps from now on */
+  int was_steps = job->spec.train.steps, was_epochs = job->spec.train.epochs;
+  /* the new horizon is the spec's: a cosine schedule spans the N steps from now on; train.epochs
+   * no longer says where the data ends (its rows go on into the next epochs) */
   json_t *train = json_object_get(job->spec_json, "train");
   if (!train || json_object_set_new(train, "steps", json_integer(steps)) < 0) {
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
+  json_object_del(train, "epochs");
   if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0) {
     json_object_set_new(train, "steps", json_integer(was_steps));
+    if (was_epochs) json_object_set_new(train, "epochs", json_integer(was_epochs));
     return rc;
   }
   pthread_mutex_lock(&jobs->mu);
   job->spec.train.steps = (int)steps;
+  job->spec.train.epochs = 0;
   job->state = ZT_JOB_QUEUED;
   job->ended = 0;
   job->error[0] = 0;
@@ -88,9 +92,11 @@ int zt_jobs_resume(zt_jobs *jobs, const char *id, int64_t steps, int tcp, json_t
   if ((rc = zt__job_write_status(job, err, errlen)) < 0) {
     pthread_mutex_lock(&jobs->mu);
     job->spec.train.steps = was_steps;
+    job->spec.train.epochs = was_epochs;
     job->state = was;
     pthread_mutex_unlock(&jobs->mu);
     json_object_set_new(train, "steps", json_integer(was_steps));
+    if (was_epochs) json_object_set_new(train, "epochs", json_integer(was_epochs));
     zt__store_write_json(job->dir, "spec.json", job->spec_json, NULL, 0);
     return rc;
   }

@@ -205,7 +205,8 @@ static int open_rows(runner *r) {
                                                              : ZT_PACKING_WINDOWS;
   if (alloc_rows(r) < 0 ||
       (r->packing == ZT_PACKING_DOCUMENTS &&
-       zt__packer_init(&r->packer, &r->tokens, s->model.seq_len, s->train.seed, s->shuffle) < 0)) {
+       zt__packer_init(&r->packer, &r->tokens, s->model.seq_len, s->train.seed, s->shuffle,
+                       s->train.epochs) < 0)) {
     snprintf(r->err, sizeof r->err, "out of memory for the data's rows");
     return -ENOMEM;
   }
@@ -607,6 +608,11 @@ void *zt__runner_main(void *arg) {
       else
         zt__token_file_windows(&r.tokens, s->train.seed, step + 1, r.micros,
                                s->train.micro_batch, s->model.seq_len, &r.rows);
+      /* the last step of train.epochs: its rows past the epochs' are padding */
+      if (r.packing == ZT_PACKING_WINDOWS && s->train.epochs)
+        zt__rows_pad_from(zt__token_file_epoch_rows(&r.tokens, s->model.seq_len) *
+                              (uint64_t)s->train.epochs,
+                          step + 1, r.micros, s->train.micro_batch, s->model.seq_len, &r.rows);
     } else {
       /* a part takes its own ranks' micro-batches (the coordinator forwards them), the
        * coordinator every rank's */

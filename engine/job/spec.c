@@ -157,6 +157,11 @@ static int spec_parse(const json_t *j, int read, zt_job_spec *s, char *err, size
   if ((rc = zt_json_get_object(j, "", "data", 1, &data, err, errlen)) < 0 ||
       (rc = parse_data(data, s, err, errlen)) < 0)
     return rc;
+  if (s->train.epochs && s->source == ZT_DATA_STREAM) {
+    snprintf(err, errlen, "train.epochs counts passes over data.path's token file; data.source "
+             "\"stream\" has no end to count: give train.steps");
+    return -EINVAL;
+  }
   const json_t *off = json_object_get(j, "offload");
   if (off && !json_is_object(off) && !json_is_false(off)) {
     snprintf(err, errlen, "offload must be an object or false");
@@ -333,6 +338,41 @@ static int too_big(double need, double limit, const char *what, const char *part
   return -ENOMEM;
 }
 
+/* The runner's data in host memory: the packer's tables (s->data_bytes) and the step's rows
+ * (runner.c's alloc_rows: inputs, targets and positions; a stream's pushed rows of T + 1 tokens
+ * and their marks beside them). The token file is mapped read-only, page cache the kernel may
+ * take back: not counted. */
+static double data_host_bytes(const zt_job_spec *s, double *rows) {
+  double n = (double)zt__job_world(s) * s->train.grad_accum * s->train.micro_batch;
+  *rows = 3.0 * n * s->model.seq_len * sizeof(int32_t);
+  if (s->source == ZT_DATA_STREAM) *rows += n * (s->model.seq_len + 1) * (sizeof(int32_t) + 1);
+  return (double)s->data_bytes + *rows;
+}
+
+/* The data's host memory on top of the job's other host bytes (*host, which gets the sum):
+ * refused with the numbers where the two together exceed the host limit. */
+static int check_data_host(const zt_job_spec *s, const zt_jobs_config *cfg, size_t *host,
+                           char *err, size_t errlen) {
+  const char *what;
+  double rows, data = data_host_bytes(s, &rows), others = (double)*host;
+  double limit = zt__jobs_host_limit(cfg, &what);
+  if (limit > 0 && others + data > limit) {
+    char a[32], b[32], c[32], d[32], e[32], l[32];
+    zt_size_format(a, sizeof a, others + data);
+    zt_size_format(b, sizeof b, others);
+    zt_size_format(c, sizeof c, data);
+    zt_size_format(d, sizeof d, (double)s->data_bytes);
+    zt_size_format(e, sizeof e, rows);
+    zt_size_format(l, sizeof l, limit);
+    snprintf(err, errlen, "job needs %s of host memory on the %s backend: %s for training and "
+             "%s for its data (the packed documents' tables %s, the step's rows %s); %s %s", a,
+             cfg->backend, b, c, d, e, what, l);
+    return -ENOMEM;
+  }
+  *host = (size_t)(others + data);
+  return 0;
+}
+
 /* An offloaded job: the trainer's own plan (zt_offload_estimate) refuses a gpu_budget too small
  * with the numbers; its device side must fit the device, its host tier the host (with the
  * device side too on the cpu backend, whose device is host memory), its files nvme_dir. */
@@ -371,7 +411,7 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
     return rc;
   needs->backend_bytes = needs->rank_bytes = plan.device_bytes;
   needs->host_bytes = (size_t)host;
-  return 0;
+  return check_data_host(s, cfg, &needs->host_bytes, err, errlen);
 }
 
 void zt__job_ranks_text(const zt_job_spec *s, char *out, size_t outlen) {
@@ -445,9 +485,10 @@ zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs) {
                          .what = "ztd --data-root"};
 }
 
-int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+int zt__job_spec_check_files(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
                              size_t errlen) {
   int rc;
+  s->data_bytes = 0;
   zt_path_roots files = zt__job_roots(cfg, tcp, 0), dirs = zt__job_roots(cfg, tcp, 1);
   /* a Hugging Face directory: every tensor of every shard checked now (names, shapes, dtypes;
    * the headers only), not at the job's start */
@@ -496,6 +537,7 @@ int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, in
     uint64_t n = tf.n_tokens;
     int windows = s->packing == ZT_PACKING_WINDOWS ||
                   (s->packing == ZT_PACKING_AUTO && tf.version == ZT_TOKENS_VERSION);
+    if (!windows) s->data_bytes = zt__packer_bytes(tf.n_docs, n, s->model.seq_len);
     zt__token_file_close(&tf);
     if (vocab > (uint32_t)s->model.vocab) {
       snprintf(err, errlen, "data.path: %s: token vocabulary %u is larger than model.vocab %d",
@@ -610,7 +652,7 @@ int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg
   needs->rank_bytes = (size_t)need;
   needs->backend_bytes = (size_t)need * (size_t)s->gpus; /* this daemon's ranks */
   needs->host_bytes = (size_t)host_tier + (on_cpu ? needs->backend_bytes : 0);
-  return 0;
+  return check_data_host(s, cfg, &needs->host_bytes, err, errlen);
 }
 
 json_t *zt__job_spec_to_json(const zt_job_spec *s) {

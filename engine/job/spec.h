@@ -61,6 +61,9 @@ typedef struct zt_job_spec {
   int n_peers;                   /* parallel.peers: the daemons running ranks gpus * (i + 1) .. */
   char peers[ZT_JOB_MAX_PEERS][ZT_JOB_PEER_MAX];
   int log_tensorboard;           /* log.tensorboard: TensorBoard event files too (series.h) */
+  size_t data_bytes;             /* host bytes of a "documents" file source's packer tables
+                                    (zt__packer_bytes), set by zt__job_spec_check_files from the
+                                    token file's header; not part of the parse */
 } zt_job_spec;
 
 /* The job's world: parallel.gpus ranks on this daemon and as many on each peer. */
@@ -90,10 +93,10 @@ int zt__job_spec_read_model(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, 
 int zt_job_spec_load(const char *path, zt_job_spec *s, char *err, size_t errlen);
 /* The files the spec names, where the job will read them (engine/base/path.h: each must resolve
  * to a regular file, or offload.nvme_dir to a directory, inside what its client may reach:
- * zt__job_roots): the init file, the token file (its header, vocab and length), the NVMe
- * directory. 0 or -errno with the field and the path. Reads the files: call it off the loop
- * thread. */
-int zt__job_spec_check_files(const zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
+ * zt__job_roots): the init file, the token file (its header, vocab and length; s->data_bytes
+ * from its counts), the NVMe directory. 0 or -errno with the field and the path. Reads the
+ * files: call it off the loop thread. */
+int zt__job_spec_check_files(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
                              size_t errlen);
 /* Where a job of a TCP client (tcp 1) or a Unix-socket one may read files (dirs 0) or keep its
  * NVMe tier (dirs 1), as jobs.h's zt_jobs_config says. */
@@ -103,8 +106,9 @@ zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs);
  * the cpu backend, host_mem_limit or physical RAM when the limit is 0 (all ranks together); on
  * the cuda backend, each device's memory (the smallest the daemon owns) or gpu_mem_limit when
  * smaller; an offloaded job's NVMe files against the free space of offload.nvme_dir
- * (-ENOSPC). *needs gets the estimates. 0 or -errno with the path or the numbers. Reads
- * offload.nvme_dir's free space: off the loop thread too. A described machine
+ * (-ENOSPC); the host memory of the runner's data (s->data_bytes, the step's rows) with the
+ * rest against the host limit. *needs gets the estimates. 0 or -errno with the path or the
+ * numbers. Reads offload.nvme_dir's free space: off the loop thread too. A described machine
  * (cfg->described, a plan's target) is sized by its config alone: gpu_mem_limit each GPU,
  * disk_bytes free at offload.nvme_dir. */
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,

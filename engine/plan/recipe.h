@@ -14,6 +14,7 @@ typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_sched
 /* The bounds of the training fields: zt_train_cfg_check and the config reader use these;
  * docs/spec.md lists them. */
 #define ZT_TRAIN_MAX_STEPS 1000000000
+#define ZT_TRAIN_MAX_EPOCHS 1000      /* train.epochs */
 #define ZT_TRAIN_MAX_BATCH 65536      /* train.micro_batch, train.grad_accum */
 #define ZT_TRAIN_MAX_BATCH_TOKENS (1LL << 40) /* train.batch_tokens */
 /* train.micro_batch or train.grad_accum "auto" (or left out with train.batch_tokens) */
@@ -26,7 +27,10 @@ typedef enum zt_schedule { ZT_SCHED_CONSTANT = 1, ZT_SCHED_COSINE = 2 } zt_sched
 #define ZT_CKPT_AUTO (-1)
 
 typedef struct zt_train_cfg {
-  int steps;            /* optimizer steps */
+  int steps;            /* optimizer steps; 0 with epochs until ztd's admission resolves them */
+  /* JSON "epochs": passes over a file source's data, in place of steps (engine/job/admission.c
+   * makes them steps from the token file, docs/spec.md "Epochs"); 0: not given */
+  int epochs;
   int micro_batch;      /* B; ZT_BATCH_AUTO: the planner's (with batch_tokens) */
   int grad_accum;       /* micro-batches per optimizer step; ZT_BATCH_AUTO as micro_batch */
   /* JSON "batch_tokens": tokens per optimizer step, micro_batch × grad_accum × ranks × seq_len

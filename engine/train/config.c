@@ -15,8 +15,8 @@ static const char *const k_model[] = {
 static const char *const k_init[] = {"seed", "safetensors", "job", NULL};
 static const char *const k_rope[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                      "original_max_position_embeddings", NULL};
-static const char *const k_train[] = {"steps",     "micro_batch", "grad_accum", "batch_tokens",
-                                      "precision", "tf32",        "optimizer",
+static const char *const k_train[] = {"steps",     "epochs",      "micro_batch", "grad_accum",
+                                      "batch_tokens", "precision", "tf32",       "optimizer",
                                       "schedule",  "grad_clip",   "seed",
                                       "activation_checkpointing", NULL};
 static const char *const k_act_ckpt[] = {"every", NULL};
@@ -308,7 +308,18 @@ int zt_config_train_from_json(const json_t *t, zt_train_cfg *c, char *err, size_
     return -EINVAL;
   }
   if ((rc = zt_json_check_keys(t, "train", k_train, err, errlen)) < 0) return rc;
-  if ((rc = zt_json_get_int32(t, "train", "steps", 1, 1, ZT_TRAIN_MAX_STEPS, 0, &c->steps, err,
+  /* epochs alone leave the steps to ztd's admission (they need the data file); with steps too
+   * they are a stored spec's, the steps its admission resolved (a client's submit may not give
+   * both: engine/job/admission.c) */
+  if ((rc = zt_json_get_int32(t, "train", "epochs", 0, 1, ZT_TRAIN_MAX_EPOCHS, 0, &c->epochs,
+                              err, errlen)) < 0)
+    return rc;
+  if (!c->epochs && !json_object_get(t, "steps")) {
+    snprintf(err, errlen, "train.steps is required (or train.epochs: passes over a file "
+             "source's data)");
+    return -EINVAL;
+  }
+  if ((rc = zt_json_get_int32(t, "train", "steps", 0, 1, ZT_TRAIN_MAX_STEPS, 0, &c->steps, err,
                               errlen)) < 0 ||
       (rc = zt_json_get_int(t, "train", "batch_tokens", 0, 1, ZT_TRAIN_MAX_BATCH_TOKENS, 0,
                             &c->batch_tokens, err, errlen)) < 0 ||
@@ -352,7 +363,11 @@ int zt_config_train_from_json(const json_t *t, zt_train_cfg *c, char *err, size_
   if ((rc = zt_json_get_int(t, "train", "seed", 0, 0, INT64_MAX, 0, &seed, err, errlen)) < 0)
     return rc;
   c->seed = (uint64_t)seed;
-  return zt_train_cfg_check(c, err, errlen);
+  if (c->steps) return zt_train_cfg_check(c, err, errlen);
+  /* the rest checked now; warmup_steps against the steps once they are resolved */
+  zt_train_cfg any = *c;
+  any.steps = ZT_TRAIN_MAX_STEPS;
+  return zt_train_cfg_check(&any, err, errlen);
 }
 
 /* micro_batch or grad_accum as stored: "auto" only in a spec not yet planned (ztrain's) */
@@ -376,6 +391,9 @@ json_t *zt_config_train_to_json(const zt_train_cfg *t) {
       t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every));
   if (j && t->batch_tokens)
     json_object_set_new(j, "batch_tokens", json_integer((json_int_t)t->batch_tokens));
+  if (j && t->epochs) json_object_set_new(j, "epochs", json_integer(t->epochs));
+  /* not resolved yet (a spec ztd has not admitted): the epochs alone */
+  if (j && !t->steps) json_object_del(j, "steps");
   return j;
 }
 

@@ -16,17 +16,24 @@ static int fail(zt_client *c, const char *what) {
   return 1;
 }
 
-/* The whole token file as int32; *n gets the count. */
+/* The whole token file's tokens (version 1 or 2) as int32; *n gets the count. */
 static int32_t *load_tokens(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
-  uint8_t hdr[ZT_TOKENS_HEADER_BYTES];
+  uint8_t hdr[ZT_TOKENS_V2_HEADER_BYTES];
   zt_tokens_header h;
   int32_t *out = NULL;
-  if (fread(hdr, 1, sizeof hdr, f) != sizeof hdr || zt_tokens_header_decode(hdr, &h) < 0) goto out;
-  fseek(f, 0, SEEK_END);
-  size_t count = ((size_t)ftell(f) - ZT_TOKENS_HEADER_BYTES) / h.token_bytes;
-  fseek(f, ZT_TOKENS_HEADER_BYTES, SEEK_SET);
+  size_t got = fread(hdr, 1, sizeof hdr, f), count, at = ZT_TOKENS_HEADER_BYTES;
+  if (got < ZT_TOKENS_HEADER_BYTES || zt_tokens_header_decode(hdr, &h) < 0) goto out;
+  if (h.version == ZT_TOKENS_VERSION_DOCS) {
+    if (got < sizeof hdr || zt_tokens_header_decode_v2(hdr, &h) < 0) goto out;
+    at = ZT_TOKENS_V2_HEADER_BYTES;
+    count = (size_t)h.n_tokens;
+  } else {
+    fseek(f, 0, SEEK_END);
+    count = ((size_t)ftell(f) - ZT_TOKENS_HEADER_BYTES) / h.token_bytes;
+  }
+  fseek(f, (long)at, SEEK_SET);
   out = malloc(count * sizeof *out);
   uint8_t *raw = malloc(count * h.token_bytes);
   if (!out || !raw || fread(raw, h.token_bytes, count, f) != count) {

@@ -94,7 +94,7 @@ int main(void) {
   int32_t buf[3 * 4 * T];
   zt__rows r = {buf, buf + 4 * T, buf + 2 * 4 * T};
   zt__packer p;
-  CHECK(zt__packer_init(&p, &f, T, 7, 0) == 0);
+  CHECK(zt__packer_init(&p, &f, T, 7, 0, 0) == 0);
   CHECK(p.epoch == 0 && p.n_rows == 3);
   zt__packer_fill(&p, 1, 2, 2, &r); /* step 1: rows 0..3 */
   check_run(&r, 0, 0, 0, 3, 0);
@@ -109,7 +109,7 @@ int main(void) {
   zt__rows r2 = {again, again + 4 * T, again + 2 * 4 * T};
   zt__packer_fill(&p, 2, 2, 2, &r);
   zt__packer q;
-  CHECK(zt__packer_init(&q, &f, T, 7, 0) == 0);
+  CHECK(zt__packer_init(&q, &f, T, 7, 0, 0) == 0);
   zt__packer_fill(&q, 2, 2, 2, &r2);
   CHECK(memcmp(buf, again, sizeof buf) == 0);
   /* epoch 1 (rows 3..5): step 2's rows 4, 5 are doc2 split, then epoch 2's first */
@@ -128,8 +128,8 @@ int main(void) {
   free(file);
   write_v2(path, many, 40, 50, &mfile);
   CHECK(zt__token_file_open(&f, path, 1, NULL, err, sizeof err) == 0);
-  CHECK(zt__packer_init(&p, &f, T, 11, 1) == 0);
-  CHECK(zt__packer_init(&q, &f, T, 11, 1) == 0);
+  CHECK(zt__packer_init(&p, &f, T, 11, 1, 0) == 0);
+  CHECK(zt__packer_init(&q, &f, T, 11, 1, 0) == 0);
   int moved = 0, differ = 0;
   uint64_t row0 = 0, first[40];
   for (uint64_t e = 0; e < 3; e++) {
@@ -154,6 +154,58 @@ int main(void) {
   CHECK(moved > 0);
   zt__packer_close(&q);
   zt__packer_close(&p);
+
+  /* train.epochs 2: the rows of epochs 0 and 1 (counted without row tables), then padding; up
+   * to there the rows of the packer without an end, each document's tokens there twice */
+  uint64_t two = 0, one_epoch = 0;
+  CHECK(zt__packer_rows(&f, T, 11, 1, 2, &two) == 0);
+  CHECK(zt__packer_rows(&f, T, 11, 1, 1, &one_epoch) == 0);
+  CHECK(zt__packer_init(&q, &f, T, 11, 1, 0) == 0);
+  CHECK(q.n_rows == one_epoch && two > one_epoch && two < 2 * one_epoch + 2);
+  uint64_t unshuffled = 0, unshuffled1 = 0;
+  CHECK(zt__packer_rows(&f, T, 11, 0, 3, &unshuffled) == 0);
+  CHECK(zt__packer_rows(&f, T, 11, 0, 1, &unshuffled1) == 0);
+  CHECK(unshuffled == 3 * unshuffled1);
+  CHECK(zt__packer_init(&p, &f, T, 11, 1, 2) == 0);
+  {
+    int32_t e2[3 * 3 * T], e0[3 * 3 * T];
+    zt__rows re = {e2, e2 + 3 * T, e2 + 6 * T}, rn = {e0, e0 + 3 * T, e0 + 6 * T};
+    uint64_t tokens = 0;
+    int steps = (int)((two + 2) / 3); /* 3 rows a step, the last partial */
+    for (int st = 1; st <= steps + 1; st++) {
+      zt__packer_fill(&p, st, 1, 3, &re);
+      zt__packer_fill(&q, st, 1, 3, &rn);
+      for (uint64_t i = 0; i < 3; i++) {
+        uint64_t row = (uint64_t)(st - 1) * 3 + i;
+        if (row < two) {
+          CHECK(memcmp(e2 + i * T, e0 + i * T, T * sizeof *e2) == 0);
+          CHECK(memcmp(re.positions + i * T, rn.positions + i * T, T * sizeof *e2) == 0);
+        } else {
+          check_pad(&re, (int)i, 0);
+        }
+        for (int t = 0; t < T; t++) tokens += re.inputs[i * T + t] >= 0;
+      }
+    }
+    CHECK(tokens == 2 * f.n_tokens);
+  }
+  zt__packer_close(&q);
+  zt__packer_close(&p);
+
+  /* windows' epoch: the rows the file's n_tokens - 1 targets fill; a step's rows from the end
+   * on padding */
+  CHECK(zt__token_file_epoch_rows(&f, T) == (f.n_tokens - 1) / T);
+  {
+    int32_t pw[3 * 4 * T];
+    zt__rows rp = {pw, pw + 4 * T, pw + 8 * T};
+    for (int i = 0; i < 3 * 4 * T; i++) pw[i] = 5;
+    zt__rows_pad_from(6, 2, 2, 2, T, &rp); /* rows 4..7: 4 and 5 kept, 6 and 7 padding */
+    for (int i = 0; i < 2 * T; i++)
+      CHECK(rp.inputs[i] == 5 && rp.targets[i] == 5 && rp.positions[i] == 5);
+    check_pad(&rp, 2, 0);
+    check_pad(&rp, 3, 0);
+    zt__rows_pad_from(100, 2, 2, 2, T, &rp);
+    CHECK(rp.inputs[0] == 5);
+  }
 
   /* windows on version 2: rows of the formula, a target that does not count -1 */
   int32_t w[3 * 2 * T];

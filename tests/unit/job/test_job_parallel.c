@@ -116,7 +116,9 @@ static void check_cuda_refusals(void) {
     zt_dp_cfg dpc = {.world = 2, .zero_stage = 2};
     CHECK(needs.rank_bytes ==
           zt_dp_estimate_rank_bytes(&s.model, &tc, &dpc, zt_backend_ops_of("cuda")));
-    CHECK(needs.backend_bytes == 2 * needs.rank_bytes && needs.host_bytes == 0);
+    /* on the host the step's rows alone: inputs, targets and positions of 2 ranks' 2 x 8 */
+    CHECK(needs.backend_bytes == 2 * needs.rank_bytes &&
+          needs.host_bytes == 3 * sizeof(int32_t) * 2 * 2 * 8);
   } else {
     /* a build without NCCL cannot run it */
     CHECK(rc == -ENOTSUP && strstr(err, "needs NCCL"));
@@ -322,8 +324,9 @@ int main(void) {
     CHECK(zt__job_spec_check_resources(&s, &cfg, &needs, err, sizeof err) == 0);
     zt_dp_cfg dpc = {.world = 2, .zero_stage = stage};
     size_t rank = zt_dp_estimate_rank_bytes(&s.model, &s.train, &dpc, zt_backend_cpu_ops());
+    /* the cpu ranks' memory is the host's, with the step's rows (3 planes of 2 x 2 x 8) */
     CHECK(needs.rank_bytes == rank && needs.backend_bytes == 2 * rank &&
-          needs.host_bytes == 2 * rank);
+          needs.host_bytes == 2 * rank + 3 * sizeof(int32_t) * 2 * 2 * 8);
     int rc;
     json_t *plan = jt_plan(jobs, spec, &rc, err, sizeof err);
     CHECK(plan && rc == 0);
@@ -348,6 +351,18 @@ int main(void) {
       fprintf(stderr, "refusal \"%s\" lacks \"%s\"\n", err, want);
       return 1;
     }
+    json_decref(spec);
+  }
+  /* train.epochs: a step's rows are every rank's; 2 epochs of the file's 124 windows of 8 at
+   * 2 ranks x micro_batch 2 x grad_accum 3 = 12 rows a step, the last partial */
+  {
+    json_t *spec = spec_of("{\"gpus\": 2}");
+    json_object_set_new(spec, "train", json_pack("{s:i, s:i, s:i}", "epochs", 2, "micro_batch", 2,
+                                                 "grad_accum", 3));
+    int rc;
+    json_t *plan = jt_plan(jobs, spec, &rc, err, sizeof err);
+    CHECK(plan && rc == 0 && json_integer_value(json_object_get(plan, "steps")) == 21);
+    json_decref(plan);
     json_decref(spec);
   }
   /* A spec without "parallel" is one rank; the stored spec writes it out. */

@@ -76,7 +76,13 @@ static const bad_case k_bad[] = {
   {"model.init", "{\"safetensors\": \"rel.safetensors\"}", -EINVAL,
    "model.init.safetensors must be an absolute path"},
   {"train.steps", "0", -EINVAL, "train.steps"},
-  {"train.steps", NULL, -EINVAL, "train.steps is required"},
+  {"train.steps", NULL, -EINVAL, "train.steps is required (or train.epochs"},
+  {"train.epochs", "0", -EINVAL, "train.epochs must be a positive integer"},
+  {"train.epochs", "1001", -EINVAL, "train.epochs must be at most 1000"},
+  {"train.epochs", "2", -EINVAL, "train.epochs and train.steps: give one"},
+  /* 1000 tokens in windows of 8: 124 rows an epoch, 2 a step */
+  {"train", "{\"epochs\": 2, \"micro_batch\": 2, \"schedule\": {\"warmup_steps\": 125}}",
+   -EINVAL, "warmup_steps 125 is more than the 124 steps that train.epochs 2 makes of data.path"},
   {"train.micro_batch", "-2", -EINVAL, "train.micro_batch"},
   {"train.grad_accum", "0", -EINVAL, "train.grad_accum"},
   {"train.precision", "\"bf16\"", -EINVAL,
@@ -243,6 +249,34 @@ int main(void) {
     CHECK(back && zt__job_spec_parse(back, &s2, err, sizeof err) == 0);
     CHECK(s2.train.precision == s.train.precision && s2.train.tf32 == s.train.tf32);
     json_decref(back);
+    json_decref(spec);
+  }
+
+  /* train.epochs: counted from the file at admission (the plan's steps: 3 epochs of 124 rows
+   * at 8 rows a step, the last step partial), refused with a stream */
+  {
+    json_t *spec = base_spec();
+    set_path(spec, "train", json_pack("{s:i, s:i, s:i}", "epochs", 3, "micro_batch", 4,
+                                      "grad_accum", 2));
+    int rc;
+    json_t *plan = jt_plan(jobs, spec, &rc, err, sizeof err);
+    CHECK(rc == 0 && plan && json_integer_value(json_object_get(plan, "steps")) == 47 &&
+          json_integer_value(json_object_get(plan, "epochs")) == 3);
+    json_decref(plan);
+    /* parsed, unresolved (steps 0), written back without steps and parsed again the same */
+    zt_job_spec p1, p2;
+    CHECK(zt__job_spec_parse(spec, &p1, err, sizeof err) == 0);
+    CHECK(p1.train.epochs == 3 && p1.train.steps == 0);
+    json_t *back = zt__job_spec_to_json(&p1);
+    json_t *bt = json_object_get(back, "train");
+    CHECK(back && !json_object_get(bt, "steps") &&
+          json_integer_value(json_object_get(bt, "epochs")) == 3);
+    CHECK(zt__job_spec_parse(back, &p2, err, sizeof err) == 0 && memcmp(&p1, &p2, sizeof p1) == 0);
+    json_decref(back);
+    set_path(spec, "data", json_pack("{s:s}", "source", "stream"));
+    CHECK(jt_submit(jobs, spec, id, err, sizeof err) == -EINVAL &&
+          strstr(err, "train.epochs counts passes over data.path's token file; data.source "
+                      "\"stream\" has no end to count: give train.steps"));
     json_decref(spec);
   }
 

@@ -24,6 +24,7 @@ FIELDS = {
     "ZT_MODEL_MAX_HEAD_DIM": ["model.head_dim"],
     "ZT_MODEL_MAX_ROPE_THETA": ["model.rope_theta"],
     "ZT_TRAIN_MAX_STEPS": ["train.steps", "checkpoint.every"],
+    "ZT_TRAIN_MAX_EPOCHS": ["train.epochs"],
     "ZT_TRAIN_MAX_BATCH": ["train.micro_batch", "train.grad_accum"],
     "ZT_TRAIN_MAX_BATCH_TOKENS": ["train.batch_tokens"],
     "ZT_TRAIN_MAX_LR": ["train.optimizer.lr"],

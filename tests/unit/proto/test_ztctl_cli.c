@@ -1,5 +1,6 @@
 /* ztctl without a daemon: usage errors exit 2, a failed connection exits 1 with the documented
- * message, help exits 0, and `tokenize --bytes` writes the documented token file. */
+ * message, help exits 0, and `tokenize --bytes` writes the documented token file (version 2, a
+ * document a TEXT). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -101,36 +102,59 @@ static void test_connect_failure(void) {
   CHECK(run("--socket", "/dev/null", "jobs", NULL) == 1 && stderr_has("ztctl: ECONNREFUSED: cannot connect to /dev/null"));
 }
 
+/* Two TEXTs, two documents of a version 2 file: every token a target but each document's
+ * first. */
 static void test_tokenize(void) {
-  char in[512], out[512];
+  char in[512], in2[512], out[512];
   snprintf(in, sizeof in, "%s/text.txt", g_dir);
+  snprintf(in2, sizeof in2, "%s/more.txt", g_dir);
   snprintf(out, sizeof out, "%s/text.tok", g_dir);
   static const uint8_t text[] = {'h', 'i', '\n', 0x00, 0xff, 0x80};
+  static const uint8_t more[] = {'a', 'b', 'c', 'd', 'e', 'f', 'g'};
   FILE *f = fopen(in, "wb");
   fwrite(text, 1, sizeof text, f);
   fclose(f);
-  CHECK(run("tokenize", "--bytes", in, out, NULL) == 0);
+  f = fopen(in2, "wb");
+  fwrite(more, 1, sizeof more, f);
+  fclose(f);
+  CHECK(run("tokenize", "--bytes", in, in2, out, NULL) == 0);
   uint8_t buf[256];
   f = fopen(out, "rb");
   CHECK(f != NULL);
   if (!f) return;
   size_t n = fread(buf, 1, sizeof buf, f);
   fclose(f);
-  CHECK(n == ZT_TOKENS_HEADER_BYTES + 2 * sizeof text);
   zt_tokens_header h = {0};
-  CHECK(zt_tokens_header_decode(buf, &h) == 0);
-  CHECK(h.version == 1 && h.token_bytes == 2 && h.vocab == 256);
-  CHECK(zt__get_le32(buf + 20) == 0);
-  for (size_t i = 0; i < sizeof text && n == ZT_TOKENS_HEADER_BYTES + 2 * sizeof text; i++)
-    CHECK(buf[24 + 2 * i] == text[i] && buf[24 + 2 * i + 1] == 0);
+  zt_tokens_layout l = {0};
+  const uint64_t N = sizeof text + sizeof more;
+  CHECK(zt_tokens_header_decode(buf, &h) == 0 && zt_tokens_header_decode_v2(buf, &h) == 0);
+  CHECK(h.version == 2 && h.token_bytes == 2 && h.vocab == 256 && h.n_tokens == N &&
+        h.n_docs == 2);
+  CHECK(zt_tokens_layout_of(&h, &l) == 0 && n == l.size);
+  if (n != l.size || h.n_tokens != N) return;
+  for (size_t i = 0; i < N; i++) {
+    uint8_t want = i < sizeof text ? text[i] : more[i - sizeof text];
+    CHECK(buf[l.tokens + 2 * i] == want && buf[l.tokens + 2 * i + 1] == 0);
+    int bit = buf[l.mask + i / 8] >> (i % 8) & 1;
+    CHECK(bit == (i != 0 && i != sizeof text));
+  }
+  CHECK(buf[l.mask + N / 8] >> (N % 8) == 0); /* no bit past the tokens */
+  CHECK(zt__get_le64(buf + l.starts) == 0 && zt__get_le64(buf + l.starts + 8) == sizeof text &&
+        zt__get_le64(buf + l.starts + 16) == N);
   char tmp[600];
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
   CHECK(access(tmp, F_OK) != 0);
-  /* a missing input fails (1) and leaves no output behind */
+  /* a missing or an empty input fails (1) naming it and leaves no output behind */
   snprintf(in, sizeof in, "%s/missing.txt", g_dir);
   snprintf(out, sizeof out, "%s/missing.tok", g_dir);
-  CHECK(run("tokenize", "--bytes", in, out, NULL) == 1 && access(out, F_OK) != 0);
-  unlink(tmp);
+  CHECK(run("tokenize", "--bytes", in2, in, out, NULL) == 1 && access(out, F_OK) != 0);
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  CHECK(access(tmp, F_OK) != 0);
+  snprintf(in, sizeof in, "%s/empty.txt", g_dir);
+  fclose(fopen(in, "wb"));
+  CHECK(run("tokenize", "--bytes", in2, in, out, NULL) == 1 && access(out, F_OK) != 0 &&
+        stderr_has("empty.txt is empty: a document holds at least one token"));
+  CHECK(access(tmp, F_OK) != 0);
 }
 
 int main(int argc, char **argv) {
