@@ -236,6 +236,33 @@ int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
   return h->end ? h->end(ctx, &w, rc) : rc;
 }
 
+int zt__step_eval(zt_trainer *t, zt__eval_walk walk, void *ctx, int micros, const zt_batch *batch,
+                  double *loss_sum, int64_t *counted, char *err, size_t errlen) {
+  const zt_ops *o = t->be.ops;
+  int rc = check_tokens(t, batch, micros, err, errlen);
+  double sum = 0;
+  int64_t n = 0;
+  for (int k = 0; rc == 0 && k < micros; k++) {
+    /* a micro-batch of padding alone has no loss */
+    if (!stage_micro(t, batch, k)) continue;
+    if ((rc = walk(ctx, err, errlen)) < 0) break;
+    if ((rc = o->sync(t->be.ctx)) < 0) {
+      snprintf(err, errlen, "backend %s failed during an evaluation after step %d: %s", o->name,
+               t->step, o->error_text(t->be.ctx));
+      break;
+    }
+    double s = 0;
+    int c = 0;
+    zt_acts_loss(t->acts, &s, &c);
+    sum += s;
+    n += c;
+  }
+  if (rc < 0) return rc;
+  *loss_sum = sum;
+  *counted = n;
+  return 0;
+}
+
 int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const zt_batch *batch,
              zt_step_result *res, char *err, size_t errlen) {
   const zt_train_cfg *c = &t->tc;

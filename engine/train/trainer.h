@@ -81,6 +81,22 @@ typedef struct zt_batch {
 int zt_trainer_step_batch(zt_trainer *t, const zt_batch *b, zt_step_result *res, char *err,
                           size_t errlen);
 
+/* Held-out evaluation: the loss of a batch of zt_trainer_step_batch's shape (its world *
+ * grad_accum micro-batches, in either form) with the current parameters, forward only:
+ * *loss_sum gets the sum of the per-token losses over its counted targets, *counted their
+ * number (the mean is their quotient, training's normaliser). The ops are the step's forward
+ * and loss, so the loss of rows a step trains on is that step's forward's, bit for bit. No
+ * gradient, optimizer state or step count is touched and nothing is allocated (the step's
+ * activations and host staging are used): training after an evaluation goes on bitwise as
+ * without it, except with offload.delayed_update, whose pending update lands first as before
+ * a checkpoint (docs/offload.md "Delayed update"). Tokens out of range: -EINVAL as a step's;
+ * -ENOTSUP for a data-parallel trainer (not done yet). */
+int zt_trainer_eval_batch(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted,
+                          char *err, size_t errlen);
+/* The newest evaluation's mean loss after step `step`, for the checkpoints' record (trainer.json
+ * or the manifest: "eval": {"step", "loss"}, written while step <= the trainer's step). */
+void zt_trainer_note_eval(zt_trainer *t, int step, double loss);
+
 /* Checkpoint directory: model.safetensors (parameters under the documented names),
  * optimizer.safetensors (AdamW m and v, same names), trainer.json (step, AdamW's step, the fp16
  * loss scaler's state, the configuration). A data-parallel trainer that runs every rank of its
