@@ -68,7 +68,7 @@ static void check_pad(const zt__rows *r, int row, int from) {
 static void expect_refused(const char *path, const char *needle) {
   zt__token_file f;
   char err[1024] = "";
-  int rc = zt__token_file_open(&f, path, 0, NULL, err, sizeof err);
+  int rc = zt__token_file_open(&f, "data.path", path, 0, NULL, err, sizeof err);
   if (rc != -EINVAL || !strstr(err, needle) || !strstr(err, path)) {
     fprintf(stderr, "%s: rc %d, '%s' lacks '%s'\n", path, rc, err, needle);
     exit(1);
@@ -86,7 +86,7 @@ int main(void) {
 
   zt__token_file f;
   char err[1024];
-  CHECK(zt__token_file_open(&f, path, 1, NULL, err, sizeof err) == 0);
+  CHECK(zt__token_file_open(&f, "data.path", path, 1, NULL, err, sizeof err) == 0);
   CHECK(f.version == 2 && f.n_tokens == 20 && f.n_docs == 3 && f.vocab == 50);
   CHECK(zt__token_file_doc_start(&f, 2) == 8 && zt__token_file_doc_start(&f, 3) == 20);
 
@@ -127,7 +127,7 @@ int main(void) {
   uint8_t *mfile;
   free(file);
   write_v2(path, many, 40, 50, &mfile);
-  CHECK(zt__token_file_open(&f, path, 1, NULL, err, sizeof err) == 0);
+  CHECK(zt__token_file_open(&f, "data.path", path, 1, NULL, err, sizeof err) == 0);
   CHECK(zt__packer_init(&p, &f, T, 11, 1) == 0);
   CHECK(zt__packer_init(&q, &f, T, 11, 1) == 0);
   int moved = 0, differ = 0;
@@ -175,7 +175,7 @@ int main(void) {
   /* version 1: one document, every token a target */
   snprintf(path, sizeof path, "%s/v1.tok", dir);
   jt_write_tokens(path, 32, 4, 100);
-  CHECK(zt__token_file_open(&f, path, 1, NULL, err, sizeof err) == 0);
+  CHECK(zt__token_file_open(&f, "data.path", path, 1, NULL, err, sizeof err) == 0);
   CHECK(f.version == 1 && f.n_docs == 1 && zt__token_file_counted(&f, 0));
   zt__token_file_windows(&f, 9, 1, 1, 2, T, &rw);
   for (int b = 0; b < 2; b++) {
