@@ -264,6 +264,13 @@ int zt__ckpt_read_head(const zt_trainer *t, const json_t *j, const char *file, c
   h->adam_step = adam_step ? (int)json_integer_value(adam_step) : h->step;
   h->scale = ls ? (float)json_number_value(ls) : 0;
   h->good = good ? (int)json_integer_value(good) : -1;
+  /* a record only: one out of shape is dropped, not refused */
+  json_t *ev = json_object_get(j, "eval"), *es = json_object_get(ev, "step");
+  json_t *el = json_object_get(ev, "loss");
+  int ok = json_is_integer(es) && json_integer_value(es) >= 1 &&
+           json_integer_value(es) <= h->step && json_is_number(el);
+  h->eval_step = ok ? (int)json_integer_value(es) : 0;
+  h->eval_loss = ok ? json_number_value(el) : 0;
   return 0;
 }
 
