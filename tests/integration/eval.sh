@@ -4,8 +4,10 @@
 # --json), lines of metrics.jsonl and TensorBoard's "eval/loss" (read by tensorboard's own
 # reader), show/jobs (--json and text), watch's summary, plot's second curve, /metrics (read by
 # prometheus-client's parser) and the dashboard's JSON, the checkpoints' trainer.json. The
-# training's losses are bitwise those of the job without data.eval; an offloaded job's
-# evaluations are bitwise the plain job's; the final eval loss of a job packed by documents is,
+# training's losses and memory are bitwise those of the job without data.eval; an offloaded
+# job's evaluations are bitwise the plain job's; a stream job evaluates too; a job killed
+# mid-run and resumed has each evaluation once everywhere; the final eval loss of a job packed
+# by documents is,
 # bit for bit, the first step's loss of a job started from its weights on the same rows (a
 # separate forward). Bad eval files (another vocabulary, a FIFO, missing, not a token file),
 # bad fields and several ranks are refused at submit naming the field, the daemon and the
@@ -125,6 +127,9 @@ el = [l for l in lines if l["kind"] == "eval"]
 assert [l["step"] for l in el] == [5, 10, 15, 20] and all(l["eval_loss"] == loss[l["step"]] for l in el), el
 assert [l["step"] for l in lines if l["kind"] == "step"] == list(range(1, 21))
 assert lines.index(el[0]) == 5, "the first evaluation's line does not follow step 5's"
+# the evaluations take no memory of their own: every step's figures are the job's without them
+bl = [json.loads(l) for l in open(f"{jobs}/{b}/metrics.jsonl")]
+assert [l["memory"] for l in lines if l["kind"] == "step"] == [l["memory"] for l in bl], "memory differs"
 # TensorBoard: eval/loss at each evaluation's step
 acc = event_accumulator.EventAccumulator(f"{jobs}/{a}/tb")
 acc.Reload()
@@ -179,6 +184,51 @@ assert [p["step"] for p in json.loads(get(f"/api/jobs/{job}/metrics?since=15"))[
 print("/metrics: zt_job_eval_loss", ev[0].value, "; the dashboard's evals", len(m["evals"]))
 PY
 fi
+
+# ---- a stream job evaluates its eval file packed as the file's version says (documents) --------
+spec "$ZT_TMP/s.json" stream 8 '"offload": false'
+python3 - "$ZT_TMP/s.json" "$ZT_TMP/docs.tok" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["data"]["eval"] = {"path": sys.argv[2], "every": 4, "batches": 3}
+json.dump(s, open(sys.argv[1], "w"))
+PY
+out=$(ztctl --json submit "$ZT_TMP/s.json" --data "$ZT_TMP/gpl.zt" --wait) || fail "stream job: $out"
+sj=$(printf '%s\n' "$out" | job_id_of)
+[ "$(awk '{ print $1 }' "$STATE/jobs/$sj/evals.log" | tr '\n' ' ')" = "4 8 " ] ||
+  fail "stream job $sj's evaluations: $(cat "$STATE/jobs/$sj/evals.log")"
+echo "ok: stream job $sj evaluated after steps 4 and 8"
+
+# ---- killed mid-run and resumed: each evaluation once, carried by the checkpoints -----------
+job_spec "$ZT_TMP/long.json" 400 "\"eval\": {\"path\": \"$ZT_TMP/held.zt\", \"every\": 10}" \
+  '"offload": false, "log": {"tensorboard": true}'
+long=$(new_job "$ZT_TMP/long.json") || exit 1
+wait_status "$long" '"checkpoint_step": [1-9]0,'
+ck=$(json_get checkpoint_step <"$STATE/jobs/$long/status.json")
+wait_step "$long" $((ck + 12))
+kill -KILL "$ZTD_PID"
+wait "$ZTD_PID" 2>/dev/null
+ZTD_PID=
+grep -q '"state": "running"' "$STATE/jobs/$long/status.json" ||
+  fail "$long was not mid-run at the kill: $(cat "$STATE/jobs/$long/status.json")"
+if [ "$HTTP" = 1 ]; then start_ztd --cpu-ranks 2 --http 0; else start_ztd --cpu-ranks 2; fi
+wait_end "$long" done 300
+"$TB_PY" - "$STATE/jobs/$long" <<'PY' || fail "the resumed job $long's evaluations"
+import json, sys
+from tensorboard.backend.event_processing import event_accumulator
+d = sys.argv[1]
+want = list(range(10, 401, 10))
+ev = [int(l.split()[0]) for l in open(d + "/evals.log")]
+assert ev == want, ev
+lines = [json.loads(l) for l in open(d + "/metrics.jsonl")]
+assert [l["step"] for l in lines if l["kind"] == "eval"] == want
+acc = event_accumulator.EventAccumulator(d + "/tb")
+acc.Reload()
+assert [s.step for s in acc.Scalars("eval/loss")] == want, [s.step for s in acc.Scalars("eval/loss")]
+rec = json.load(open(d + "/checkpoints/step-00000400/trainer.json"))
+assert rec["eval"]["step"] == 400, rec["eval"]
+print(f"{d}: {len(want)} evaluations, each once, after the restart")
+PY
 
 # ---- a separate forward of the same rows ----------------------------------------------------
 # d trains on the documents and evaluates its first batch of them at the end; e starts from d's
