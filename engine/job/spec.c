@@ -405,9 +405,10 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
   if (W == 1) return 0;
   char ranks[96];
   zt__job_ranks_text(s, ranks, sizeof ranks);
-  if (s->eval_path[0]) {
+  /* the parts on the peers would have to evaluate with it */
+  if (s->eval_path[0] && s->n_peers > 0) {
     snprintf(err, errlen, "data.eval with %s is not supported yet: held-out evaluation runs on "
-             "one rank (parallel.gpus 1)", ranks);
+             "the ranks of one daemon", ranks);
     return -ENOTSUP;
   }
   /* every rank runs the same loss scaler on the same overflow verdicts; a part resumed on a

@@ -387,8 +387,9 @@ int zt_trainer_step_batch(zt_trainer *t, const zt_batch *tokens, zt_step_result 
   return zt__step(t, &plain_hooks, &p, 1, tokens, res, err, errlen);
 }
 
-static int plain_eval(void *ctx, char *err, size_t errlen) {
+static int plain_eval(void *ctx, int counted, char *err, size_t errlen) {
   zt_trainer *t = ctx;
+  (void)counted;
   (void)err;
   (void)errlen;
   zt_model_eval_dt(t->model, t->acts, t->params, t->params_lp ? t->params_lp : t->params);
@@ -401,10 +402,6 @@ int zt_trainer_eval_batch(zt_trainer *t, const zt_batch *b, double *loss_sum, in
     snprintf(err, errlen, "evaluation after step %d: a checkpoint load failed after writing "
              "part of the state; load a checkpoint to continue", t->step);
     return -EIO;
-  }
-  if (t->path && !t->path->eval) {
-    snprintf(err, errlen, "data.eval: held-out evaluation is not done for data parallelism yet");
-    return -ENOTSUP;
   }
   if (t->path) return t->path->eval(t, b, loss_sum, counted, err, errlen);
   return zt__step_eval(t, plain_eval, t, t->tc.grad_accum, b, loss_sum, counted, err, errlen);

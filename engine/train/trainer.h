@@ -89,12 +89,16 @@ int zt_trainer_step_batch(zt_trainer *t, const zt_batch *b, zt_step_result *res,
  * gradient, optimizer state or step count is touched and nothing is allocated (the step's
  * activations and host staging are used): training after an evaluation goes on bitwise as
  * without it, except with offload.delayed_update, whose pending update lands first as before
- * a checkpoint (docs/offload.md "Delayed update"). Tokens out of range: -EINVAL as a step's;
- * -ENOTSUP for a data-parallel trainer (not done yet). */
+ * a checkpoint (docs/offload.md "Delayed update"). Data parallelism: each rank walks its
+ * micro-batches (padding too, for the collectives), the world's sums added in micro-batch
+ * order, as one trainer of the same parameters adds them; -ENOTSUP for a part of a world
+ * (dp.h, "Parts": its other parts would have to walk with it). Tokens out of range: -EINVAL as
+ * a step's. */
 int zt_trainer_eval_batch(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted,
                           char *err, size_t errlen);
 /* The newest evaluation's mean loss after step `step`, for the checkpoints' record (trainer.json
- * or the manifest: "eval": {"step", "loss"}, written while step <= the trainer's step). */
+ * or the manifest: "eval": {"step", "loss"}, written while step <= the trainer's step; a load
+ * takes the checkpoint's back). */
 void zt_trainer_note_eval(zt_trainer *t, int step, double loss);
 
 /* Checkpoint directory: model.safetensors (parameters under the documented names),

@@ -16,7 +16,7 @@
 typedef struct zt__train_path {
   int (*step)(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
               size_t errlen);
-  /* zt_trainer_eval_batch; NULL: not done for the path (-ENOTSUP) */
+  /* zt_trainer_eval_batch */
   int (*eval)(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted, char *err,
               size_t errlen);
   /* The state of units [u0, u1) in the flat layout, copied out (any pointer may be NULL) or in

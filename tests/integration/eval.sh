@@ -7,11 +7,11 @@
 # training's losses and memory are bitwise those of the job without data.eval; an offloaded
 # job's evaluations are bitwise the plain job's; a stream job evaluates too; a job killed
 # mid-run and resumed has each evaluation once everywhere; the final eval loss of a job packed
-# by documents is,
-# bit for bit, the first step's loss of a job started from its weights on the same rows (a
-# separate forward). Bad eval files (another vocabulary, a FIFO, missing, not a token file),
-# bad fields and several ranks are refused at submit naming the field, the daemon and the
-# other jobs untouched.
+# by documents is, bit for bit, the first step's loss of a job started from its weights on the
+# same rows (a separate forward); a job of two ranks evaluates, training as without it. Bad
+# eval files (another vocabulary, a FIFO, missing, not a token file), bad fields and a job
+# spanning daemons are refused at submit naming the field, the daemon and the other jobs
+# untouched.
 . "$(dirname "$0")/lib.sh"
 
 python_with tensorboard
@@ -74,8 +74,9 @@ job_spec "$ZT_TMP/bad.json" 5 "\"eval\": {\"path\": \"$ZT_TMP/held.zt\", \"often
 expect_fail 1 "often" ztctl submit "$ZT_TMP/bad.json"
 job_spec "$ZT_TMP/bad.json" 5 "\"eval\": {\"path\": \"held.zt\"}"
 expect_fail 1 "data.eval.path" ztctl submit "$ZT_TMP/bad.json"
-job_spec "$ZT_TMP/bad.json" 5 "$EVAL" '"offload": false, "parallel": {"gpus": 2}'
-expect_fail 1 "data.eval with parallel.gpus 2 is not supported yet" ztctl submit "$ZT_TMP/bad.json"
+job_spec "$ZT_TMP/bad.json" 5 "$EVAL" '"offload": false, "parallel": {"gpus": 1, "peers": ["127.0.0.1:9"]}'
+expect_fail 1 "data.eval with 2 ranks (parallel.gpus 1 on each of 2 daemons) is not supported yet" \
+  ztctl submit "$ZT_TMP/bad.json"
 [ -z "$(ls "$STATE/jobs" 2>/dev/null)" ] || fail "a refused job left a directory: $(ls "$STATE/jobs")"
 
 # ---- plain with and without data.eval, offloaded with it ----------------------------------
@@ -184,6 +185,19 @@ assert [p["step"] for p in json.loads(get(f"/api/jobs/{job}/metrics?since=15"))[
 print("/metrics: zt_job_eval_loss", ev[0].value, "; the dashboard's evals", len(m["evals"]))
 PY
 fi
+
+# ---- two ranks (ZeRO stage 3): the world evaluates, its training as without data.eval ------
+job_spec "$ZT_TMP/p1.json" 10 "$EVAL" '"offload": false, "parallel": {"gpus": 2, "zero_stage": 3}'
+job_spec "$ZT_TMP/p2.json" 10 "" '"offload": false, "parallel": {"gpus": 2, "zero_stage": 3}'
+p1=$(new_job "$ZT_TMP/p1.json") || exit 1
+wait_end "$p1" done
+p2=$(new_job "$ZT_TMP/p2.json") || exit 1
+wait_end "$p2" done
+cmp -s "$STATE/jobs/$p1/losses.log" "$STATE/jobs/$p2/losses.log" ||
+  fail "data.eval changed the losses of a job of two ranks"
+[ "$(awk '{ print $1 }' "$STATE/jobs/$p1/evals.log" | tr '\n' ' ')" = "5 10 " ] ||
+  fail "the job of two ranks $p1's evaluations: $(cat "$STATE/jobs/$p1/evals.log")"
+echo "ok: $p1 (two ranks) evaluated after steps 5 and 10, its losses $p2's"
 
 # ---- a stream job evaluates its eval file packed as the file's version says (documents) --------
 spec "$ZT_TMP/s.json" stream 8 '"offload": false'

@@ -208,9 +208,10 @@ static int walk_backward(zt_trainer *t, zt_acts *const *acts, int n, int first, 
 /* Held-out evaluation's forward of the micro-batch staged in t->acts: the units streamed as the
  * step's forward streams them, the loss made while the head is held (llama's reads its
  * weights). The last step's updates have landed (zt__off_eval). */
-static int eval_walk(void *ctx, char *err, size_t errlen) {
+static int eval_walk(void *ctx, int counted, char *err, size_t errlen) {
   zt_trainer *t = ctx;
   off_state *s = t->path_state;
+  (void)counted; /* walked only when it counts */
   for (int u = 0; u < s->nu; u++) {
     void *p = NULL, *e = NULL;
     int rc = unit_get(t, u, 0, &p, NULL);
@@ -221,11 +222,8 @@ static int eval_walk(void *ctx, char *err, size_t errlen) {
     if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
       s->copy->ops->compute_mark(s->copy, 0);
       zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
-      if (u == s->nu - 1) {
-        /* without a head reading the embedding, unit 0 is not held: the head's weights are its
-         * own (an untied head), or the arch reads none (the logits are the forward's) */
-        zt_model_eval_loss(t->model, t->acts, lp_of(t, u, p), lp_of(t, 0, e));
-      }
+      /* e is NULL unless the head reads the embedding unit */
+      if (u == s->nu - 1) zt_model_eval_loss(t->model, t->acts, lp_of(t, u, p), lp_of(t, 0, e));
       s->copy->ops->compute_mark(s->copy, 1);
     }
     if (e) unit_put(t, 0, 0);
