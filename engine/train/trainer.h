@@ -34,7 +34,8 @@ typedef struct zt_trainer zt_trainer;
  * refuses a job that cannot fit with this number. `ops` sizes the attention's saved state, which
  * differs by backend (the CPU keeps (B, NH, T, T) probabilities, CUDA's flash path a few rows);
  * zt_backend_ops_of() gives a table without opening the backend. SIZE_MAX for a configuration
- * that does not pass zt_model_cfg_check / zt_train_cfg_check. */
+ * that does not pass zt_model_cfg_check / zt_train_cfg_check. A held-out evaluation
+ * (zt_trainer_eval_batch) runs in these buffers and takes none of its own. */
 size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_ops *ops);
 

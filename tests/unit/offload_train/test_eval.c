@@ -6,12 +6,15 @@
  * loss bit for bit; a plain run evaluated after every step trains bitwise as one never
  * evaluated (losses, parameters, AdamW moments); an offloaded run (parameters streamed from
  * the host, micro- and unit-major) evaluates bitwise as the plain one and trains as it does;
- * bad tokens are refused as a step refuses them. */
+ * with offload.delayed_update an evaluation lands the pending update as a state call does (its
+ * loss that of the state zt_trainer_get_state reads, the training after it that of a run whose
+ * state was read instead); bad tokens are refused as a step refuses them. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/train/offload/offload.h"
+#include "engine/train/trainer_internal.h"
 #include "tests/unit/model/mcheck.h"
 
 #define B 2
@@ -213,6 +216,62 @@ out:
   return fails;
 }
 
+/* offload.delayed_update: an evaluation lands the pending update first, as a state call does:
+ * its loss is that of a plain trainer given the delayed trainer's state, and the training after
+ * it is that of a delayed run whose state was read at the same point instead. */
+static int check_delayed(zt_arch arch) {
+  int fails = 0;
+  char err[512], what[64];
+  snprintf(what, sizeof what, "%s delayed_update", zt_arch_name(arch));
+  zt_model_cfg mc = mc_tiny(arch);
+  zt_train_cfg tc = train_cfg(GA);
+  size_t per, n;
+  int32_t *tok = make_tokens(&mc, GA, &per);
+  const int32_t *ev = tok + STEPS * per;
+  zt_offload_cfg oc;
+  zt_offload_cfg_defaults(&oc);
+  oc.params = ZT_PLACE_HOST;
+  oc.optimizer = ZT_PLACE_HOST;
+  oc.delayed_update = 1;
+  zt_trainer *a = NULL, *b = NULL, *plain = NULL;
+  float *state = NULL;
+  if (MC_EXPECT(zt_trainer_open_offload(&a, &mc, &tc, &oc, &g_be, err, sizeof err) == 0 &&
+                    zt_trainer_open_offload(&b, &mc, &tc, &oc, &g_be, err, sizeof err) == 0 &&
+                    zt_trainer_open(&plain, &mc, &tc, &g_be, err, sizeof err) == 0,
+                "%s: %s", what, err))
+    goto out;
+  n = zt_model_num_params(zt_trainer_model(a));
+  if (!(state = malloc(3 * n * sizeof *state))) goto out;
+  for (int i = 0; i < STEPS; i++) {
+    zt_step_result ra, rb;
+    if (MC_EXPECT(zt_trainer_step(a, tok + (size_t)i * per, &ra, err, sizeof err) == 0 &&
+                      zt_trainer_step(b, tok + (size_t)i * per, &rb, err, sizeof err) == 0,
+                  "%s: step %d: %s", what, i + 1, err))
+      goto out;
+    fails += MC_EXPECT(!memcmp(&ra.loss, &rb.loss, sizeof ra.loss), "%s: step %d's loss %.17g "
+                       "after an evaluation, %.17g after a state call", what, i + 1, ra.loss,
+                       rb.loss);
+    if (i < 1) continue; /* from step 2 on an update is pending */
+    double want, got;
+    int64_t n_want, n_got;
+    zt_trainer_get_state(b, state, state + n, state + 2 * n);
+    fails += eval_of(a, ev, &got, &n_got, what);
+    /* internal: the plain trainer's parameters are one backend buffer in the flat layout */
+    g_be.ops->to_device(g_be.ctx, plain->params, state, n * sizeof *state);
+    fails += eval_of(plain, ev, &want, &n_want, what);
+    fails += MC_EXPECT(!memcmp(&got, &want, sizeof got) && n_got == n_want,
+                       "%s: after step %d: eval %.17g; of its state in a plain trainer %.17g",
+                       what, i + 1, got, want);
+  }
+out:
+  free(state);
+  free(tok);
+  zt_trainer_close(a);
+  zt_trainer_close(b);
+  zt_trainer_close(plain);
+  return fails;
+}
+
 int main(void) {
   int fails = 0;
   g_be = mc_backend();
@@ -225,6 +284,8 @@ int main(void) {
   zt_model_cfg untied = mc_tiny(ZT_ARCH_LLAMA);
   untied.tie_embeddings = 0;
   fails += check_runs(untied, GA, "llama untied");
+  fails += check_delayed(ZT_ARCH_GPT);
+  fails += check_delayed(ZT_ARCH_LLAMA);
   if (fails) fprintf(stderr, "%d failure(s)\n", fails);
   return fails ? 1 : 0;
 }
