@@ -200,9 +200,7 @@ static int alloc_rows(runner *r) {
 /* The file source's packing and the step's rows. */
 static int open_rows(runner *r) {
   const zt_job_spec *s = &r->job->spec;
-  r->packing = s->packing != ZT_PACKING_AUTO ? s->packing
-               : r->tokens.version == ZT_TOKENS_VERSION_DOCS ? ZT_PACKING_DOCUMENTS
-                                                             : ZT_PACKING_WINDOWS;
+  r->packing = zt__job_packing_of(s->packing, r->tokens.version);
   if (alloc_rows(r) < 0 ||
       (r->packing == ZT_PACKING_DOCUMENTS &&
        zt__packer_init(&r->packer, &r->tokens, s->model.seq_len, s->train.seed, s->shuffle) < 0)) {
