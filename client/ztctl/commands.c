@@ -174,12 +174,12 @@ int ztctl_cmd_status(const ztctl_opts *o, int argc, char **argv) {
 static void show_jobs(const json_t *j, const char *job) {
   (void)job;
   const json_t *list = json_object_get(j, "jobs");
-  printf("%-10s %-20s %-10s %-8s %13s %10s  %s\n", "JOB", "NAME", "STATE", "ARCH", "STEP", "LOSS",
-         "CREATED");
+  printf("%-10s %-20s %-10s %-8s %13s %10s %10s  %s\n", "JOB", "NAME", "STATE", "ARCH", "STEP",
+         "LOSS", "EVAL", "CREATED");
   size_t i;
   json_t *r;
   json_array_foreach(list, i, r) {
-    char step[32], loss[32], created[32];
+    char step[32], loss[32], eval[32], created[32];
     snprintf(step, sizeof step, "%lld/%lld", (long long)json_integer_value(json_object_get(r, "step")),
              (long long)json_integer_value(json_object_get(r, "steps")));
     const json_t *l = json_object_get(r, "loss");
@@ -187,9 +187,16 @@ static void show_jobs(const json_t *j, const char *job) {
       snprintf(loss, sizeof loss, "%.4f", json_number_value(l));
     else
       snprintf(loss, sizeof loss, "-");
+    /* the newest held-out evaluation's loss (data.eval) */
+    const json_t *e = json_object_get(r, "eval_loss");
+    if (json_is_number(e))
+      snprintf(eval, sizeof eval, "%.4f", json_number_value(e));
+    else
+      snprintf(eval, sizeof eval, "-");
     fmt_created(created, sizeof created, json_object_get(r, "created"));
-    printf("%-10s %-20s %-10s %-8s %13s %10s  %s\n", str_or_dash(r, "job"), str_or_dash(r, "name"),
-           str_or_dash(r, "state"), str_or_dash(r, "arch"), step, loss, created);
+    printf("%-10s %-20s %-10s %-8s %13s %10s %10s  %s\n", str_or_dash(r, "job"),
+           str_or_dash(r, "name"), str_or_dash(r, "state"), str_or_dash(r, "arch"), step, loss,
+           eval, created);
   }
 }
 
@@ -227,7 +234,15 @@ static void show_job(const json_t *j, const char *job) {
     else
       printf("losses: %zu steps\n", n);
   }
+  /* data.eval: [[step, loss], ...] */
+  const json_t *evals = json_object_get(copy, "evals");
+  size_t ne = json_array_size(evals);
+  if (ne > 0)
+    printf("evals: %zu, last after step %lld, loss %.4f\n", ne,
+           (long long)json_integer_value(json_array_get(json_array_get(evals, ne - 1), 0)),
+           json_number_value(json_array_get(json_array_get(evals, ne - 1), 1)));
   json_object_del(copy, "losses");
+  json_object_del(copy, "evals");
   json_object_del(copy, "spec");
   json_t *mem = json_incref(json_object_get(copy, "memory"));
   json_object_del(copy, "memory");

@@ -1,5 +1,6 @@
 /* ztctl plot: a job's loss curve as text, from its show reply's losses: one column per run of
- * steps (their mean), fitting 80 columns. */
+ * steps (their mean), fitting 80 columns; its held-out evaluations' losses (data.eval, the
+ * reply's evals) as a second curve in the same frame. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,22 @@
 #define PLOT_ROWS_DEFAULT 16
 
 /* The curve of losses (n of them, step i + 1 each) in rows x cols cells: '*' marks a column's
- * mean; rows of the range's top and bottom are labelled. */
-static void draw(FILE *f, const double *loss, size_t n, int rows) {
+ * mean; 'o' an evaluation's loss (ne of them: after step estep[k], eloss[k]) in the column of
+ * its step (the last of a column's when several fall in it); rows of the range's top and
+ * bottom are labelled. */
+static void draw(FILE *f, const double *loss, size_t n, const long long *estep,
+                 const double *eloss, size_t ne, int rows) {
   int cols = n < PLOT_COLS ? (int)n : PLOT_COLS;
-  double mean[PLOT_COLS], lo = INFINITY, hi = -INFINITY;
+  double mean[PLOT_COLS], ev[PLOT_COLS], lo = INFINITY, hi = -INFINITY;
+  for (int c = 0; c < cols; c++) ev[c] = NAN;
+  for (size_t k = 0; k < ne; k++) {
+    if (estep[k] < 1 || (size_t)estep[k] > n || !isfinite(eloss[k])) continue;
+    /* the column whose run of steps holds the step */
+    int c = (int)(((size_t)estep[k] - 1) * (size_t)cols / n);
+    ev[c] = eloss[k];
+    if (eloss[k] < lo) lo = eloss[k];
+    if (eloss[k] > hi) hi = eloss[k];
+  }
   for (int c = 0; c < cols; c++) {
     size_t a = n * (size_t)c / (size_t)cols, b = n * (size_t)(c + 1) / (size_t)cols, k = 0;
     double sum = 0;
@@ -34,7 +47,8 @@ static void draw(FILE *f, const double *loss, size_t n, int rows) {
     char line[PLOT_COLS + 1];
     for (int c = 0; c < cols; c++) {
       int at = isfinite(mean[c]) ? (int)lround((hi - mean[c]) / (hi - lo) * (rows - 1)) : -1;
-      line[c] = at == r ? '*' : ' ';
+      int eat = isfinite(ev[c]) ? (int)lround((hi - ev[c]) / (hi - lo) * (rows - 1)) : -1;
+      line[c] = eat == r ? 'o' : at == r ? '*' : ' ';
     }
     int len = cols;
     while (len > 0 && line[len - 1] == ' ') len--;
@@ -74,7 +88,8 @@ int ztctl_cmd_plot(const ztctl_opts *o, int argc, char **argv) {
   int rc = ZTCTL_FAILED;
   char *json = NULL;
   json_t *j = NULL;
-  double *loss = NULL;
+  double *loss = NULL, *eloss = NULL;
+  long long *estep = NULL;
   zt_client *c = ztctl_connect(o);
   if (!c) goto out;
   if (zt_client_show(c, job, &json) < 0) {
@@ -96,13 +111,29 @@ int ztctl_cmd_plot(const ztctl_opts *o, int argc, char **argv) {
     const json_t *v = json_array_get(losses, i);
     loss[i] = json_is_number(v) ? json_number_value(v) : NAN;
   }
+  const json_t *evals = json_object_get(j, "evals");
+  size_t ne = json_array_size(evals);
+  if (ne && (!(eloss = malloc(ne * sizeof *eloss)) || !(estep = malloc(ne * sizeof *estep)))) {
+    rc = ztctl_fail_msg("ENOMEM", "out of memory");
+    goto out;
+  }
+  for (size_t k = 0; k < ne; k++) {
+    const json_t *e = json_array_get(evals, k);
+    estep[k] = (long long)json_integer_value(json_array_get(e, 0));
+    eloss[k] = json_is_number(json_array_get(e, 1)) ? json_number_value(json_array_get(e, 1))
+                                                     : NAN;
+  }
   const char *name = json_string_value(json_object_get(j, "name"));
-  printf("%s%s%s: loss over %zu step%s (%s)\n", job, name && name[0] ? " " : "", name ? name : "",
+  printf("%s%s%s: loss over %zu step%s (%s)", job, name && name[0] ? " " : "", name ? name : "",
          n, n == 1 ? "" : "s", json_string_value(json_object_get(j, "state")) ?: "?");
-  draw(stdout, loss, n, rows);
+  if (ne) printf("; o: eval loss of %zu evaluation%s", ne, ne == 1 ? "" : "s");
+  printf("\n");
+  draw(stdout, loss, n, estep, eloss, ne, rows);
   rc = ZTCTL_OK;
 out:
   free(loss);
+  free(eloss);
+  free(estep);
   json_decref(j);
   free(json);
   zt_client_close(c);

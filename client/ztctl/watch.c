@@ -19,6 +19,8 @@ typedef struct watch_state {
   double start, last_print;
   long long step, steps;
   double loss; /* NAN until a finite loss arrives */
+  long long eval_step; /* data.eval: the newest evaluation's step (0 none) and loss */
+  double eval_loss;
   char state[32];
   char error[512];
 } watch_state;
@@ -71,6 +73,9 @@ static int on_event(const char *event_json, void *user) {
     w->steps = (long long)num(ev, "steps", (double)w->steps);
     const json_t *l = json_object_get(ev, "loss");
     if (json_is_number(l)) w->loss = json_number_value(l);
+  } else if (strcmp(kind, "eval") == 0 && json_is_number(json_object_get(ev, "eval_loss"))) {
+    w->eval_step = (long long)num(ev, "step", 0);
+    w->eval_loss = num(ev, "eval_loss", NAN);
   } else if (strcmp(kind, "state") == 0 || strcmp(kind, "end") == 0) {
     snprintf(w->state, sizeof w->state, "%s", json_string_value(json_object_get(ev, "state")) ?: "?");
     const char *e = json_string_value(json_object_get(ev, "error"));
@@ -100,6 +105,12 @@ static int on_event(const char *event_json, void *user) {
       end_line(w);
       printf("%s: %s%s%s\n", w->job, w->state, w->error[0] ? ": " : "", w->error);
       fflush(stdout);
+    } else if (strcmp(kind, "eval") == 0) {
+      end_line(w);
+      printf("%s: eval after step %lld: loss %.4f over %lld targets\n", w->job,
+             (long long)num(ev, "step", 0), num(ev, "eval_loss", NAN),
+             (long long)num(ev, "tokens", 0));
+      fflush(stdout);
     } else if (strcmp(kind, "checkpoint") == 0) {
       end_line(w);
       printf("%s: checkpoint at step %lld: %s\n", w->job, (long long)num(ev, "step", 0),
@@ -115,7 +126,8 @@ static int on_event(const char *event_json, void *user) {
   return 0;
 }
 
-/* A job that ended before we watched sent no step events: ask for its final numbers. */
+/* A job that ended before we watched sent no step events: ask for its final numbers (and its
+ * newest evaluation's). */
 static void fill_from_show(watch_state *w, zt_client *c) {
   char *json = NULL;
   if (zt_client_show(c, w->job, &json) < 0) return;
@@ -126,6 +138,10 @@ static void fill_from_show(watch_state *w, zt_client *c) {
   w->steps = (long long)num(j, "steps", 0);
   const json_t *l = json_object_get(j, "loss");
   if (json_is_number(l)) w->loss = json_number_value(l);
+  if (json_is_number(json_object_get(j, "eval_loss"))) {
+    w->eval_step = (long long)num(j, "eval_step", 0);
+    w->eval_loss = num(j, "eval_loss", NAN);
+  }
   json_decref(j);
 }
 
@@ -138,14 +154,16 @@ int ztctl_watch_job(const ztctl_opts *o, zt_client *c, const char *job, bool liv
   if (rc < 0) return ztctl_sigint_came() ? ZTCTL_FAILED : ztctl_fail(c);
   if (!o->json) {
     if (!w.seen_step) fill_from_show(&w, c);
-    char wall[32], loss[32];
+    char wall[32], loss[32], eval[64] = "";
     ztctl_fmt_duration(wall, sizeof wall, now_s() - w.start);
     if (isfinite(w.loss))
       snprintf(loss, sizeof loss, "%.4f", w.loss);
     else
       snprintf(loss, sizeof loss, "-");
-    printf("%s %s: %lld/%lld steps, final loss %s, wall %s%s%s\n", job, w.state, w.step, w.steps,
-           loss, wall, w.error[0] ? ": " : "", w.error);
+    if (w.eval_step > 0)
+      snprintf(eval, sizeof eval, ", eval loss %.4f (step %lld)", w.eval_loss, w.eval_step);
+    printf("%s %s: %lld/%lld steps, final loss %s%s, wall %s%s%s\n", job, w.state, w.step,
+           w.steps, loss, eval, wall, w.error[0] ? ": " : "", w.error);
   }
   return strcmp(w.state, "done") == 0 ? ZTCTL_OK : ZTCTL_FAILED;
 }

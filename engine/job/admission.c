@@ -355,7 +355,7 @@ static int resolve_epochs(zt_jobs *jobs, zt_job_spec *spec, int tcp, char *err, 
   }
   zt_path_roots files = zt__job_roots(&jobs->cfg, tcp, 0);
   zt__token_file tf;
-  if ((rc = zt__token_file_open(&tf, spec->data_path, 1, &files, err, errlen)) < 0) return rc;
+  if ((rc = zt__token_file_open(&tf, "data.path", spec->data_path, 1, &files, err, errlen)) < 0) return rc;
   uint64_t rows;
   int windows = spec->packing == ZT_PACKING_WINDOWS ||
                 (spec->packing == ZT_PACKING_AUTO && tf.version == ZT_TOKENS_VERSION);

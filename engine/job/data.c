@@ -31,25 +31,26 @@ int zt__token_file_counted(const zt__token_file *f, uint64_t i) {
 
 /* The document table (starts[0] = 0, increasing, the last = n_tokens) and every token below
  * the file's vocabulary: one pass at admission, naming the first index that is wrong. */
-static int check_v2(const zt__token_file *f, const char *path, char *err, size_t errlen) {
+static int check_v2(const zt__token_file *f, const char *field, const char *path, char *err,
+                    size_t errlen) {
   uint64_t prev = zt__token_file_doc_start(f, 0);
   if (prev != 0) {
-    snprintf(err, errlen, "data.path: %s: document table: document 0 does not start at token 0",
-             path);
+    snprintf(err, errlen, "%s: %s: document table: document 0 does not start at token 0",
+             field, path);
     return -EINVAL;
   }
   for (uint64_t d = 1; d <= f->n_docs; d++) {
     uint64_t s = zt__token_file_doc_start(f, d);
     if (s <= prev || s > f->n_tokens || (d == f->n_docs && s != f->n_tokens)) {
-      snprintf(err, errlen, "data.path: %s: document table: entry %llu is not between the "
-               "previous start and the token count %llu (a document is never empty)", path,
+      snprintf(err, errlen, "%s: %s: document table: entry %llu is not between the "
+               "previous start and the token count %llu (a document is never empty)", field, path,
                (unsigned long long)d, (unsigned long long)f->n_tokens);
       return -EINVAL;
     }
     for (uint64_t i = prev; i < s; i++)
       if ((uint32_t)zt__token_file_token(f, i) >= f->vocab) {
-        snprintf(err, errlen, "data.path: %s: document %llu, token %llu (index %llu of the "
-                 "file) is not below the file's vocabulary %u", path,
+        snprintf(err, errlen, "%s: %s: document %llu, token %llu (index %llu of the "
+                 "file) is not below the file's vocabulary %u", field, path,
                  (unsigned long long)(d - 1), (unsigned long long)(i - prev),
                  (unsigned long long)i, f->vocab);
         return -EINVAL;
@@ -59,29 +60,30 @@ static int check_v2(const zt__token_file *f, const char *path, char *err, size_t
   return 0;
 }
 
-int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_path_roots *roots,
-                        char *err, size_t errlen) {
+int zt__token_file_open(zt__token_file *f, const char *field, const char *path, int map,
+                        const zt_path_roots *roots, char *err, size_t errlen) {
   int rc = 0;
   memset(f, 0, sizeof *f);
-  if ((rc = zt_path_open("data.path", path, 0, roots, &f->fd, NULL, 0, err, errlen)) < 0)
+  if ((rc = zt_path_open(field, path, 0, roots, &f->fd, NULL, 0, err, errlen)) < 0)
     goto out;
   struct stat st;
   if (fstat(f->fd, &st) != 0) {
     rc = -errno;
-    snprintf(err, errlen, "data.path: %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "%s: %s: %s", field, path, strerror(errno));
     goto out;
   }
   uint8_t hdr[ZT_TOKENS_V2_HEADER_BYTES];
   ssize_t n = pread(f->fd, hdr, sizeof hdr, 0);
   if (n < 0) {
     rc = -errno;
-    snprintf(err, errlen, "data.path: %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "%s: %s: %s", field, path, strerror(errno));
     goto out;
   }
   zt_tokens_header h;
   if ((size_t)n < ZT_TOKENS_HEADER_BYTES || zt_tokens_header_decode(hdr, &h) != 0) {
     rc = -EINVAL;
-    snprintf(err, errlen, "data.path: %s: not a token file (bad header; see docs/spec.md)", path);
+    snprintf(err, errlen, "%s: %s: not a token file (bad header; see docs/spec.md)", field,
+             path);
     goto out;
   }
   f->version = h.version;
@@ -91,8 +93,8 @@ int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_p
     uint64_t body = (uint64_t)st.st_size - ZT_TOKENS_HEADER_BYTES;
     if (body % h.token_bytes != 0) {
       rc = -EINVAL;
-      snprintf(err, errlen, "data.path: %s: truncated (its tokens are not a whole number of "
-               "%u-byte tokens)", path, h.token_bytes);
+      snprintf(err, errlen, "%s: %s: truncated (its tokens are not a whole number of "
+               "%u-byte tokens)", field, path, h.token_bytes);
       goto out;
     }
     f->n_tokens = body / h.token_bytes;
@@ -103,14 +105,14 @@ int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_p
     if ((size_t)n < sizeof hdr || zt_tokens_header_decode_v2(hdr, &h) != 0 ||
         zt_tokens_layout_of(&h, &l) != 0) {
       rc = -EINVAL;
-      snprintf(err, errlen, "data.path: %s: not a token file (bad version 2 header; see "
-               "docs/spec.md)", path);
+      snprintf(err, errlen, "%s: %s: not a token file (bad version 2 header; see "
+               "docs/spec.md)", field, path);
       goto out;
     }
     if ((uint64_t)st.st_size != l.size) {
       rc = -EINVAL;
-      snprintf(err, errlen, "data.path: %s: truncated or padded: its header's %llu tokens and "
-               "%llu documents make a file of %llu bytes, not %llu", path,
+      snprintf(err, errlen, "%s: %s: truncated or padded: its header's %llu tokens and "
+               "%llu documents make a file of %llu bytes, not %llu", field, path,
                (unsigned long long)h.n_tokens, (unsigned long long)h.n_docs,
                (unsigned long long)l.size, (unsigned long long)st.st_size);
       goto out;
@@ -127,13 +129,14 @@ int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_p
     void *p = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, f->fd, 0);
     if (p == MAP_FAILED) {
       rc = -errno;
-      snprintf(err, errlen, "data.path: %s: mmap: %s", path, strerror(errno));
+      snprintf(err, errlen, "%s: %s: mmap: %s", field, path, strerror(errno));
       f->map_len = 0;
       goto out;
     }
     f->map = p;
   }
-  if (h.version == ZT_TOKENS_VERSION_DOCS && (rc = check_v2(f, path, err, errlen)) < 0) goto out;
+  if (h.version == ZT_TOKENS_VERSION_DOCS && (rc = check_v2(f, field, path, err, errlen)) < 0)
+    goto out;
   if (!map && f->map) {
     munmap((void *)f->map, f->map_len);
     f->map = NULL;

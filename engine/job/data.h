@@ -22,11 +22,11 @@ typedef struct zt__token_file {
 
 /* Opens and checks a token file, a regular file inside roots (NULL: anywhere; engine/base/path.h);
  * map = 1 maps it for sampling. A version 2 file's document table and tokens are checked here
- * (one pass), so a sampler trusts them. Errors name the path and cause ("data.path: /x.tok: No
- * such file or directory"), and the index where a table or token is wrong, never a value read
- * from a file that is not a token file. */
-int zt__token_file_open(zt__token_file *f, const char *path, int map, const zt_path_roots *roots,
-                        char *err, size_t errlen);
+ * (one pass), so a sampler trusts them. Errors name the spec's field, the path and the cause
+ * ("data.path: /x.tok: No such file or directory"), and the index where a table or token is
+ * wrong, never a value read from a file that is not a token file. */
+int zt__token_file_open(zt__token_file *f, const char *field, const char *path, int map,
+                        const zt_path_roots *roots, char *err, size_t errlen);
 void zt__token_file_close(zt__token_file *f);
 /* Of a mapped file: token i; whether it counts as a target (1 for version 1); the first token
  * of document d (d = n_docs: n_tokens). */
@@ -85,6 +85,18 @@ int zt__packer_rows(const zt__token_file *f, int T, uint64_t seed, int shuffle, 
  * zt__token_file_windows. */
 uint64_t zt__token_file_epoch_rows(const zt__token_file *f, int T);
 void zt__rows_pad_from(uint64_t end, int step, int micros, int B, int T, const zt__rows *out);
+
+/* Held-out evaluation's rows (data.eval), the same at every evaluation: from a cursor zeroed
+ * when it starts, the next n_rows rows of T slots in zt__rows's planes. documents: the file's
+ * documents in its order packed as above (no shuffle; after the last, the first again);
+ * else windows: consecutive, row r (from 0) reading the T + 1 tokens from
+ * r * T % (n_tokens - T), its targets as "windows" makes them. No memory beyond the rows. */
+typedef struct zt__eval_cursor {
+  uint64_t k, off;  /* documents: the next row's document and offset in it */
+  uint64_t row;     /* windows: the next row */
+} zt__eval_cursor;
+void zt__eval_rows(const zt__token_file *f, int documents, int T, zt__eval_cursor *c,
+                   size_t n_rows, const zt__rows *out);
 
 /* A pushed token's marks (one byte a token beside the rows of T + 1 tokens): it counts as a
  * target (of the token before it); it starts a document (its row's first token always does). */

@@ -1,5 +1,5 @@
 /* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, credit.c,
- * report.c, export.c, export_hf.c, recover.c, work.c and the workers it runs) and the runner (runner.c, runner_ranks.c, runner_memory.c: one
+ * report.c, export.c, export_hf.c, recover.c, work.c and the workers it runs) and the runner (runner.c, runner_ranks.c, runner_memory.c, runner_eval.c: one
  * thread per running job). The fields a runner and the loop both touch are guarded by
  * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
 #ifndef ZT_JOB_INTERNAL_H
@@ -82,6 +82,9 @@ typedef struct zt__job {
   int has_loss;
   double loss;
   double tokens_per_s;        /* of the last step */
+  int has_eval;               /* data.eval: the newest evaluation's step and mean loss */
+  int eval_step;
+  double eval_loss;
   char error[ZT__ERR_MAX];
   int64_t created, started, ended;   /* unix seconds; 0 = not yet */
   int has_ckpt;
@@ -268,7 +271,10 @@ typedef struct runner {
   zt__token_file tokens;
   zt_data_packing packing; /* file source: the spec's, AUTO resolved by the file's version */
   zt__packer packer;      /* file source packed by documents */
-  zt__rows rows;          /* file source: the step's rows (one allocation at rows.inputs) */
+  zt__rows rows;          /* the step's rows (one allocation at rows.inputs); a stream's are
+                             made from batch and marks; an evaluation packs its own into them */
+  zt__token_file eval_tokens; /* data.eval's file (fd -1: none) */
+  int eval_documents;     /* its rows packed by documents, else windows */
   zt_model_cfg model;     /* the spec's, its init file by its resolved name */
   int micros;             /* micro-batches per step: world * grad_accum (engine/train/dp/dp.h) */
   int32_t *batch;         /* stream: the step's micro-batches, back to back */
@@ -286,6 +292,10 @@ typedef struct runner {
 /* runner_ranks.c */
 int zt__runner_open_ranks(runner *r);
 void zt__runner_close_ranks(runner *r);
+/* runner_eval.c: data.eval's file opened (nothing without data.eval), and an evaluation after
+ * the trainer's current step (0, or -errno with r->err) */
+int zt__runner_open_eval(runner *r);
+int zt__runner_eval(runner *r);
 /* runner_memory.c */
 json_t *zt__runner_memory_json(const runner *r, size_t backend_bytes, const zt_offload_stats *os);
 json_t *zt__runner_offload_json(const runner *r, const zt_offload_stats *os,

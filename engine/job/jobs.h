@@ -144,8 +144,10 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
  * loss, lr, grad_norm, loss_scale, skipped, tokens, tokens_per_s, step_s, mfu, memory: {device,
  * device_peak, host_pinned, nvme}, moved?: {h2d, d2h, nvme_read, nvme_written}, timeline?} (a
  * figure the event lacks is null; moved and timeline of an offloaded step): a line of the job's
- * metrics.jsonl, and the server's points for its dashboard and /metrics. NULL: out of memory. */
-json_t *zt_jobs_point(const json_t *step_event, double time);
+ * metrics.jsonl, and the server's points for its dashboard and /metrics. An "eval" event's
+ * (data.eval): {"kind": "eval", step, time, eval_loss, tokens (its counted targets), batches,
+ * eval_s}. NULL: out of memory. */
+json_t *zt_jobs_point(const json_t *event, double time);
 /* A piece of the job's log (jobs/<id>/log) from byte `offset`, at most `length` bytes and
  * ZT_TUNE_LOG_CHUNK: {"data": text (valid UTF-8: other bytes as \xNN), "offset": where the
  * next piece starts, "size": the file's bytes now, "state": the job's}; an offset past the end

@@ -1,19 +1,20 @@
 /* The "documents" packing of a token file (engine/job/data.h): an epoch's document order and
- * the rows it makes, rebuilt when a step reaches another epoch. */
+ * the rows it makes, rebuilt when a step reaches another epoch; and the held-out evaluation's
+ * rows, in the file's order from its start. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/job/data.h"
 
-/* One row from document k of the order at offset off: written into (x, y, pos) when they are
- * not NULL; advances k and off to where the next row starts. */
-static void pack_row(const zt__packer *p, uint64_t *k, uint64_t *off, int32_t *x, int32_t *y,
-                     int32_t *pos) {
-  const zt__token_file *f = p->f;
-  int T = p->T, at = 0;
+/* One row of T slots of file f from document k of the order (NULL: the file's) at offset off:
+ * written into (x, y, pos) when they are not NULL; advances k and off to where the next row
+ * starts. */
+static void pack_row(const zt__token_file *f, const uint64_t *order, int T, uint64_t *k,
+                     uint64_t *off, int32_t *x, int32_t *y, int32_t *pos) {
+  int at = 0;
   while (at < T && *k < f->n_docs) {
-    uint64_t d = p->order[*k], s = zt__token_file_doc_start(f, d) + *off,
+    uint64_t d = order ? order[*k] : *k, s = zt__token_file_doc_start(f, d) + *off,
              e = zt__token_file_doc_start(f, d + 1), len = e - s;
     uint64_t take = len;
     if (len > (uint64_t)(T - at)) {
@@ -66,7 +67,7 @@ static void build_epoch(zt__packer *p, uint64_t e) {
       p->row_off[p->n_rows] = off;
     }
     p->n_rows++;
-    pack_row(p, &k, &off, NULL, NULL, NULL);
+    pack_row(p->f, p->order, p->T, &k, &off, NULL, NULL, NULL);
   }
   p->epoch = e;
 }
@@ -146,6 +147,29 @@ void zt__packer_fill(zt__packer *p, int step, int micros, int B, const zt__rows 
     /* past the end: from the order's end, which packs nothing but padding */
     uint64_t k = at == UINT64_MAX ? p->f->n_docs : p->row_k[at];
     uint64_t off = at == UINT64_MAX ? 0 : p->row_off[at];
-    pack_row(p, &k, &off, out->inputs + i * T, out->targets + i * T, out->positions + i * T);
+    pack_row(p->f, p->order, p->T, &k, &off, out->inputs + i * T, out->targets + i * T,
+             out->positions + i * T);
+  }
+}
+
+void zt__eval_rows(const zt__token_file *f, int documents, int T, zt__eval_cursor *c,
+                   size_t n_rows, const zt__rows *out) {
+  uint64_t span = f->n_tokens - (uint64_t)T;
+  for (size_t i = 0; i < n_rows; i++) {
+    int32_t *x = out->inputs + i * (size_t)T, *y = out->targets + i * (size_t)T,
+            *pos = out->positions + i * (size_t)T;
+    if (documents) {
+      /* past the last document: the file again, as an unshuffled packing's epochs follow */
+      if (c->k >= f->n_docs) c->k = c->off = 0;
+      pack_row(f, NULL, T, &c->k, &c->off, x, y, pos);
+      continue;
+    }
+    uint64_t start = c->row++ * (uint64_t)T % span;
+    for (int t = 0; t < T; t++) {
+      uint64_t j = start + (uint64_t)t;
+      x[t] = zt__token_file_token(f, j);
+      y[t] = zt__token_file_counted(f, j + 1) ? zt__token_file_token(f, j + 1) : -1;
+      pos[t] = t;
+    }
   }
 }

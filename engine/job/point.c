@@ -1,8 +1,10 @@
-/* defines: zt_jobs_point (jobs.h): a step event's figures as one flat record, the line the
- * runner appends to a job's metrics.jsonl (series.c) and the point the server keeps of each step
- * for its dashboard and /metrics (engine/server/history.c). One definition, so that the file,
+/* defines: zt_jobs_point (jobs.h): a step's or an evaluation's event's figures as one flat
+ * record, the line the runner appends to a job's metrics.jsonl (series.c) and the point the
+ * server keeps of each for its dashboard and /metrics (engine/server/history.c). One definition, so that the file,
  * the dashboard and Prometheus agree on what a step reported. */
 #include "engine/job/jobs.h"
+
+#include <string.h>
 
 static json_t *number_or_null(const json_t *v) {
   return json_is_number(v) ? json_real(json_number_value(v)) : json_null();
@@ -19,9 +21,24 @@ static int copy_numbers(json_t *to, const json_t *from, const char *const *keys)
   return bad;
 }
 
+/* An eval event's: {"kind": "eval", step, time, eval_loss, tokens, batches, eval_s}. */
+static json_t *eval_point(const json_t *ev, double time) {
+  static const char *const figures[] = {"eval_loss", "eval_s", NULL};
+  json_t *p = json_pack("{s:s, s:I, s:f, s:I, s:I}", "kind", "eval", "step", int_of(ev, "step"),
+                        "time", time, "tokens", int_of(ev, "tokens"), "batches",
+                        int_of(ev, "batches"));
+  if (p && copy_numbers(p, ev, figures)) {
+    json_decref(p);
+    return NULL;
+  }
+  return p;
+}
+
 json_t *zt_jobs_point(const json_t *ev, double time) {
   static const char *const figures[] = {"loss", "lr", "grad_norm", "loss_scale", "tokens_per_s",
                                         "step_s", "mfu", NULL};
+  if (!strcmp(json_string_value(json_object_get(ev, "event")) ?: "", "eval"))
+    return eval_point(ev, time);
   const json_t *mem = json_object_get(ev, "memory");
   const json_t *off = json_object_get(mem, "offload");
   json_t *p = json_pack("{s:s, s:I, s:f, s:I, s:b}", "kind", "step", "step", int_of(ev, "step"),

@@ -53,6 +53,12 @@ static int load_job(zt_jobs *jobs, const char *id) {
     job->has_loss = 1;
     job->loss = json_number_value(v);
   }
+  if (json_is_number(v = json_object_get(st, "eval_loss")) &&
+      json_is_integer(json_object_get(st, "eval_step"))) {
+    job->has_eval = 1;
+    job->eval_loss = json_number_value(v);
+    job->eval_step = (int)json_integer_value(json_object_get(st, "eval_step"));
+  }
   if (json_is_string(v = json_object_get(st, "error")))
     snprintf(job->error, sizeof job->error, "%s", json_string_value(v));
   if (json_is_integer(v = json_object_get(st, "checkpoint_step"))) {

@@ -39,6 +39,12 @@ void zt__job_log(const zt__job *job, zt_log_level level, const char *fmt, ...) {
 
 static json_t *time_or_null(int64_t t) { return t ? json_integer(t) : json_null(); }
 
+/* data.eval: the newest evaluation's "eval_step" and "eval_loss" (under mu) */
+static void add_eval(json_t *o, const zt__job *job) {
+  json_object_set_new(o, "eval_step", json_integer(job->eval_step));
+  json_object_set_new(o, "eval_loss", json_real(job->eval_loss));
+}
+
 int zt__job_write_status(zt__job *job, char *err, size_t errlen) {
   pthread_mutex_lock(&job->jobs->mu);
   json_t *st = json_pack(
@@ -50,6 +56,7 @@ int zt__job_write_status(zt__job *job, char *err, size_t errlen) {
       time_or_null(job->created), "started", time_or_null(job->started), "ended",
       time_or_null(job->ended), "checkpoint_step",
       job->has_ckpt ? json_integer(job->ckpt_step) : json_null());
+  if (st && job->has_eval) add_eval(st, job);
   pthread_mutex_unlock(&job->jobs->mu);
   int rc = zt__store_write_json(job->dir, "status.json", st, err, errlen);
   json_decref(st);
@@ -175,6 +182,7 @@ json_t *zt_jobs_list(zt_jobs *jobs) {
                        zt_arch_name(job->spec.model.arch), "step", job->step, "steps",
                        job->spec.train.steps, "loss", loss_or_null(job), "created",
                        time_or_null(job->created), "gpus", held_json(job)));
+    if (job->has_eval) add_eval(json_array_get(arr, json_array_size(arr) - 1), job);
   }
   pthread_mutex_unlock(&jobs->mu);
   return json_pack("{s:o}", "jobs", arr);
@@ -203,6 +211,7 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
   /* "error" only on a failed job, as in the "end" event. */
   if (j && job->error[0]) json_object_set_new(j, "error", json_string(job->error));
   if (j) json_object_set_new(j, "gpus", held_json(job));
+  if (j && job->has_eval) add_eval(j, job);
   if (j && job->part.member)
     json_object_set_new(j, "part", json_pack("{s:s, s:i, s:i, s:i}", "coordinator",
                                              job->part.coordinator, "rank0", job->part.rank0,
@@ -215,6 +224,7 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
     return NULL;
   }
   json_object_set_new(j, "losses", zt__store_losses_read(job->dir));
+  if (job->spec.eval_path[0]) json_object_set_new(j, "evals", zt__store_evals_read(job->dir));
   *rc = 0;
   return j;
 }

@@ -200,9 +200,7 @@ static int alloc_rows(runner *r) {
 /* The file source's packing and the step's rows. */
 static int open_rows(runner *r) {
   const zt_job_spec *s = &r->job->spec;
-  r->packing = s->packing != ZT_PACKING_AUTO ? s->packing
-               : r->tokens.version == ZT_TOKENS_VERSION_DOCS ? ZT_PACKING_DOCUMENTS
-                                                             : ZT_PACKING_WINDOWS;
+  r->packing = zt__job_packing_of(s->packing, r->tokens.version);
   if (alloc_rows(r) < 0 ||
       (r->packing == ZT_PACKING_DOCUMENTS &&
        zt__packer_init(&r->packer, &r->tokens, s->model.seq_len, s->train.seed, s->shuffle,
@@ -224,7 +222,8 @@ static int open_job(runner *r) {
   /* the files again, confined as at the submit: a name may lead elsewhere by now */
   zt_path_roots files = zt__job_roots(&job->jobs->cfg, job->tcp, 0);
   if (s->source == ZT_DATA_FILE &&
-      (rc = zt__token_file_open(&r->tokens, s->data_path, 1, &files, r->err, sizeof r->err)) < 0)
+      (rc = zt__token_file_open(&r->tokens, "data.path", s->data_path, 1, &files, r->err,
+                                sizeof r->err)) < 0)
     return rc;
   if (s->source == ZT_DATA_FILE && (rc = open_rows(r)) < 0) return rc;
   /* the trainer reads the init file by the name it resolved to here */
@@ -305,6 +304,7 @@ static int open_job(runner *r) {
     snprintf(r->err, sizeof r->err, "out of memory for the batch buffer");
     return -ENOMEM;
   }
+  if ((rc = zt__runner_open_eval(r)) < 0) return rc;
   pthread_mutex_lock(&job->jobs->mu);
   job->step = step;
   job->has_ckpt = newest > 0;
@@ -546,7 +546,7 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
 }
 
 void *zt__runner_main(void *arg) {
-  runner r = {.job = arg, .tokens = {.fd = -1}};
+  runner r = {.job = arg, .tokens = {.fd = -1}, .eval_tokens = {.fd = -1}};
   zt__job *job = r.job;
   const zt_job_spec *s = &job->spec;
   pthread_mutex_t *mu = &job->jobs->mu;
@@ -651,6 +651,10 @@ void *zt__runner_main(void *arg) {
       zt__job_log(job, ZT_LOG_INFO, "first step (%d) done %.2f s after its start",
                   now_step, mono_seconds() - admitted);
     int last = now_step >= s->train.steps; /* the final checkpoint follows the loop */
+    /* before the step's checkpoint, which records it */
+    if (s->eval_path[0] && (last || (s->eval_every > 0 && now_step % s->eval_every == 0)) &&
+        (rc = zt__runner_eval(&r)) < 0)
+      goto out;
     if (!last && ((s->ckpt_every > 0 && now_step % s->ckpt_every == 0) ||
                   (flags & ZT_DP_FLAG_CHECKPOINT))) {
       pthread_mutex_lock(mu);
@@ -697,6 +701,7 @@ out:
   zt__packer_close(&r.packer);
   free(r.rows.inputs);
   zt__token_file_close(&r.tokens);
+  zt__token_file_close(&r.eval_tokens);
   pthread_mutex_lock(mu);
   job->backend_bytes = 0;
   if (!leave_running) {
@@ -720,6 +725,7 @@ out:
     pthread_mutex_lock(mu);
     json_object_set_new(ev, "step", json_integer(job->step));
     if (job->has_loss) json_object_set_new(ev, "loss", json_real(job->loss));
+    if (job->has_eval) json_object_set_new(ev, "eval_loss", json_real(job->eval_loss));
     pthread_mutex_unlock(mu);
     if (final == ZT_JOB_FAILED) json_object_set_new(ev, "error", json_string(r.err));
     zt__jobs_post(job, ZT__MSG_EVENT, ev, 0, 0, NULL);

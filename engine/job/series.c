@@ -64,24 +64,49 @@ int zt__series_open(zt__series *s, const char *job_dir, int resume, int tensorbo
   return resume > 0 ? zt__tfevents_start(&s->tb, resume + 1, now, err, errlen) : 0;
 }
 
-int zt__series_step(zt__series *s, const json_t *ev, char *err, size_t errlen) {
-  static const char *const keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_s", "mfu"};
-  static const char *const tiers[] = {"device", "host_pinned", "nvme"};
-  double now = zt_unix_seconds();
-  json_t *p = zt_jobs_point(ev, now);
-  char *line = p ? json_dumps(p, JSON_COMPACT) : NULL;
+/* The event's point as a line of metrics.jsonl; *p gets it (0), NULL on a failure. */
+static int put_line(zt__series *s, const json_t *ev, double now, json_t **p, char *err,
+                    size_t errlen) {
+  *p = zt_jobs_point(ev, now);
+  char *line = *p ? json_dumps(*p, JSON_COMPACT) : NULL;
   int rc = 0;
   if (!line) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", s->path);
-    goto out;
-  }
-  if (fprintf(s->jsonl, "%s\n", line) < 0 || fflush(s->jsonl) != 0) {
+  } else if (fprintf(s->jsonl, "%s\n", line) < 0 || fflush(s->jsonl) != 0) {
     rc = -errno;
     snprintf(err, errlen, "%s: %s", s->path, strerror(errno));
-    goto out;
   }
-  if (!s->tb_open) goto out;
+  free(line);
+  if (rc < 0) {
+    json_decref(*p);
+    *p = NULL;
+  }
+  return rc;
+}
+
+int zt__series_eval(zt__series *s, const json_t *ev, char *err, size_t errlen) {
+  double now = zt_unix_seconds();
+  json_t *p;
+  int rc = put_line(s, ev, now, &p, err, errlen);
+  const json_t *v = json_object_get(p, "eval_loss");
+  if (rc == 0 && s->tb_open && json_is_number(v)) {
+    const char *tag = "eval/loss";
+    float value = (float)json_number_value(v);
+    rc = zt__tfevents_scalars(&s->tb, json_integer_value(json_object_get(p, "step")), now, &tag,
+                              &value, 1, err, errlen);
+  }
+  json_decref(p);
+  return rc;
+}
+
+int zt__series_step(zt__series *s, const json_t *ev, char *err, size_t errlen) {
+  static const char *const keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_s", "mfu"};
+  static const char *const tiers[] = {"device", "host_pinned", "nvme"};
+  double now = zt_unix_seconds();
+  json_t *p;
+  int rc = put_line(s, ev, now, &p, err, errlen);
+  if (rc < 0 || !s->tb_open) goto out;
   const char *tags[9];
   float values[9];
   int n = 0;
@@ -100,7 +125,6 @@ int zt__series_step(zt__series *s, const json_t *ev, char *err, size_t errlen) {
   rc = zt__tfevents_scalars(&s->tb, json_integer_value(json_object_get(p, "step")), now, tags,
                             values, n, err, errlen);
 out:
-  free(line);
   json_decref(p);
   return rc;
 }

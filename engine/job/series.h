@@ -1,5 +1,5 @@
-/* defines: a job's series on disk, written by its runner (runner.c) after every step: the
- * step's point (zt_jobs_point) as a line of jobs/<id>/metrics.jsonl, and with the spec's
+/* defines: a job's series on disk, written by its runner (runner.c) after every step and
+ * evaluation: the point (zt_jobs_point) as a line of jobs/<id>/metrics.jsonl, and with the spec's
  * "log": {"tensorboard": true} its scalars in TensorBoard event files under jobs/<id>/tb/
  * (tfevents.h). Both are fsynced at each checkpoint; a run resumed from a checkpoint drops the
  * lines after it (they are trained again) and tells TensorBoard so (a SessionLog START). */
@@ -22,6 +22,9 @@ typedef struct zt__series {
 int zt__series_open(zt__series *s, const char *job_dir, int resume, int tensorboard, char *err,
                     size_t errlen);
 int zt__series_step(zt__series *s, const json_t *step_event, char *err, size_t errlen);
+/* An evaluation (data.eval): its point as a line, and TensorBoard's scalar "eval/loss" at its
+ * step. */
+int zt__series_eval(zt__series *s, const json_t *eval_event, char *err, size_t errlen);
 int zt__series_sync(zt__series *s, char *err, size_t errlen);
 void zt__series_close(zt__series *s);
 

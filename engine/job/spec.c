@@ -22,16 +22,36 @@
 
 static const char *const k_top[] = {"name",       "model",   "train",    "data",
                                     "checkpoint", "offload", "parallel", "log", NULL};
-static const char *const k_data_file[] = {"source", "path", "packing", "shuffle", NULL};
-static const char *const k_data_stream[] = {"source", "stream_timeout", NULL};
+static const char *const k_data_file[] = {"source", "path", "packing", "shuffle", "eval", NULL};
+static const char *const k_data_stream[] = {"source", "stream_timeout", "eval", NULL};
+static const char *const k_data_eval[] = {"path", "every", "batches", NULL};
 static const char *const k_ckpt[] = {"every", "keep", NULL};
 static const char *const k_parallel[] = {"gpus", "zero_stage", "peers", NULL};
 static const char *const k_log[] = {"tensorboard", NULL};
+
+/* data.eval: {"path": FILE, "every": N, "batches": M}; absent: none. */
+static int parse_eval(const json_t *d, zt_job_spec *s, char *err, size_t errlen) {
+  const json_t *e;
+  int rc;
+  s->eval_path[0] = '\0';
+  s->eval_every = 0;
+  s->eval_batches = 0;
+  if ((rc = zt_json_get_object(d, "data", "eval", 0, &e, err, errlen)) < 0 || !e) return rc;
+  if ((rc = zt_json_check_keys(e, "data.eval", k_data_eval, err, errlen)) < 0 ||
+      (rc = zt_json_get_abs_path(e, "data.eval", "path", s->eval_path, sizeof s->eval_path, err,
+                                 errlen)) < 0 ||
+      (rc = zt_json_get_int32(e, "data.eval", "every", 0, 0, ZT_TRAIN_MAX_STEPS, 0,
+                              &s->eval_every, err, errlen)) < 0)
+    return rc;
+  return zt_json_get_int32(e, "data.eval", "batches", 0, 1, ZT_JOB_MAX_EVAL_BATCHES, 1,
+                           &s->eval_batches, err, errlen);
+}
 
 static int parse_data(const json_t *d, zt_job_spec *s, char *err, size_t errlen) {
   int rc;
   const char *src;
   if ((rc = zt_json_get_string(d, "data", "source", NULL, &src, err, errlen)) < 0) return rc;
+  if ((rc = parse_eval(d, s, err, errlen)) < 0) return rc;
   if (strcmp(src, "file") == 0) {
     s->source = ZT_DATA_FILE;
     if ((rc = zt_json_check_keys(d, "data", k_data_file, err, errlen)) < 0) return rc;
@@ -446,6 +466,12 @@ static int check_parallel(const zt_job_spec *s, const zt_jobs_config *cfg, char 
   if (W == 1) return 0;
   char ranks[96];
   zt__job_ranks_text(s, ranks, sizeof ranks);
+  /* the parts on the peers would have to evaluate with it */
+  if (s->eval_path[0] && s->n_peers > 0) {
+    snprintf(err, errlen, "data.eval with %s is not supported yet: held-out evaluation runs on "
+             "the ranks of one daemon", ranks);
+    return -ENOTSUP;
+  }
   /* every rank runs the same loss scaler on the same overflow verdicts; a part resumed on a
    * peer would not have it */
   if (s->train.precision == ZT_F16 && s->n_peers > 0) {
@@ -483,6 +509,40 @@ zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs) {
                            .n = cfg->n_nvme_dirs, .what = "ztd --nvme-dir"};
   return (zt_path_roots){.any = !tcp, .dir = cfg->data_roots, .n = cfg->n_data_roots,
                          .what = "ztd --data-root"};
+}
+
+zt_data_packing zt__job_packing_of(zt_data_packing p, uint32_t version) {
+  if (p != ZT_PACKING_AUTO) return p;
+  return version == ZT_TOKENS_VERSION_DOCS ? ZT_PACKING_DOCUMENTS : ZT_PACKING_WINDOWS;
+}
+
+/* A token file of the job: its header and tables (zt__token_file_open), its vocabulary within
+ * the model's, enough tokens for a window where it is packed in windows: *packing (AUTO: made
+ * the file's own); *table_bytes (where not NULL) the packer's tables of its documents, 0 for
+ * windows. */
+static int check_token_file(const zt_job_spec *s, const char *field, const char *path,
+                            const zt_path_roots *files, zt_data_packing *packing,
+                            size_t *table_bytes, char *err, size_t errlen) {
+  zt__token_file tf;
+  int rc = zt__token_file_open(&tf, field, path, 0, files, err, errlen);
+  if (rc < 0) return rc;
+  uint32_t vocab = tf.vocab;
+  uint64_t n = tf.n_tokens;
+  *packing = zt__job_packing_of(*packing, tf.version);
+  if (table_bytes && *packing == ZT_PACKING_DOCUMENTS)
+    *table_bytes = zt__packer_bytes(tf.n_docs, n, s->model.seq_len);
+  zt__token_file_close(&tf);
+  if (vocab > (uint32_t)s->model.vocab) {
+    snprintf(err, errlen, "%s: %s: token vocabulary %u is larger than model.vocab %d", field,
+             path, vocab, s->model.vocab);
+    return -EINVAL;
+  }
+  if (*packing == ZT_PACKING_WINDOWS && n < (uint64_t)s->model.seq_len + 1) {
+    snprintf(err, errlen, "%s: %s: holds %llu tokens; model.seq_len %d needs at least %d", field,
+             path, (unsigned long long)n, s->model.seq_len, s->model.seq_len + 1);
+    return -EINVAL;
+  }
+  return 0;
 }
 
 int zt__job_spec_check_files(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
@@ -530,27 +590,17 @@ int zt__job_spec_check_files(zt_job_spec *s, const zt_jobs_config *cfg, int tcp,
       (rc = zt_path_open("offload.nvme_dir", s->offload.nvme_dir, 1, &dirs, NULL, NULL, 0, err,
                          errlen)) < 0)
     return rc;
-  if (s->source == ZT_DATA_FILE) {
-    zt__token_file tf;
-    if ((rc = zt__token_file_open(&tf, s->data_path, 0, &files, err, errlen)) < 0) return rc;
-    uint32_t vocab = tf.vocab;
-    uint64_t n = tf.n_tokens;
-    int windows = s->packing == ZT_PACKING_WINDOWS ||
-                  (s->packing == ZT_PACKING_AUTO && tf.version == ZT_TOKENS_VERSION);
-    if (!windows) s->data_bytes = zt__packer_bytes(tf.n_docs, n, s->model.seq_len);
-    zt__token_file_close(&tf);
-    if (vocab > (uint32_t)s->model.vocab) {
-      snprintf(err, errlen, "data.path: %s: token vocabulary %u is larger than model.vocab %d",
-               s->data_path, vocab, s->model.vocab);
-      return -EINVAL;
-    }
-    if (windows && n < (uint64_t)s->model.seq_len + 1) {
-      snprintf(err, errlen,
-               "data.path: %s: holds %llu tokens; model.seq_len %d needs at least %d",
-               s->data_path, (unsigned long long)n, s->model.seq_len, s->model.seq_len + 1);
-      return -EINVAL;
-    }
-  }
+  zt_data_packing packing = s->packing;
+  if (s->source == ZT_DATA_FILE &&
+      (rc = check_token_file(s, "data.path", s->data_path, &files, &packing, &s->data_bytes,
+                              err, errlen)) < 0)
+    return rc;
+  /* held-out rows packed as the training's (a stream job's: as their own file's version says) */
+  if (s->source == ZT_DATA_STREAM) packing = ZT_PACKING_AUTO;
+  if (s->eval_path[0] &&
+      (rc = check_token_file(s, "data.eval.path", s->eval_path, &files, &packing, NULL, err,
+                             errlen)) < 0)
+    return rc;
   return 0;
 }
 
@@ -665,6 +715,9 @@ json_t *zt__job_spec_to_json(const zt_job_spec *s) {
                                                          ? "documents" : "windows"));
   if (data && s->source == ZT_DATA_FILE && s->shuffle)
     json_object_set_new(data, "shuffle", json_true());
+  if (data && s->eval_path[0])
+    json_object_set_new(data, "eval", json_pack("{s:s, s:i, s:i}", "path", s->eval_path, "every",
+                                                 s->eval_every, "batches", s->eval_batches));
   json_t *out = json_pack("{s:s, s:o, s:o, s:o, s:{s:i, s:i}, s:{s:b}}", "name", s->name,
                           "model", zt_config_model_to_json(&s->model), "train",
                           zt_config_train_to_json(&s->train), "data", data, "checkpoint",

@@ -37,6 +37,8 @@ typedef enum zt_data_packing {
  * checkpoints and fails (0: for ever); the default, and the most (30 days). */
 #define ZT_JOB_STREAM_TIMEOUT_DEFAULT 600
 #define ZT_JOB_MAX_STREAM_TIMEOUT 2592000
+/* data.eval.batches: a held-out evaluation's batches of a step's rows, at most */
+#define ZT_JOB_MAX_EVAL_BATCHES 100000
 
 typedef struct zt_job_spec {
   char name[ZT_JOB_NAME_MAX + 1];
@@ -47,6 +49,10 @@ typedef struct zt_job_spec {
   int stream_timeout;            /* stream source: data.stream_timeout, seconds */
   zt_data_packing packing;       /* file source: data.packing */
   int shuffle;                   /* file source: data.shuffle (documents packing) */
+  /* data.eval: held-out evaluation (docs/spec.md "Held-out evaluation"), either source */
+  char eval_path[ZT_PATH_MAX];   /* absolute path of its token file; "" none */
+  int eval_every;                /* steps between evaluations; 0: at the end only */
+  int eval_batches;              /* batches of a step's rows each evaluation */
   int ckpt_every;                /* 0 = only at the end and on shutdown */
   int ckpt_keep;                 /* newest checkpoints kept, >= 1 */
   int has_offload;               /* an "offload" object: the offloaded step (engine/train/offload/offload.h) */
@@ -93,14 +99,18 @@ int zt__job_spec_read_model(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, 
 int zt_job_spec_load(const char *path, zt_job_spec *s, char *err, size_t errlen);
 /* The files the spec names, where the job will read them (engine/base/path.h: each must resolve
  * to a regular file, or offload.nvme_dir to a directory, inside what its client may reach:
- * zt__job_roots): the init file, the token file (its header, vocab and length; s->data_bytes
- * from its counts), the NVMe directory. 0 or -errno with the field and the path. Reads the
- * files: call it off the loop thread. */
+ * zt__job_roots): the init file, the token files of data.path and data.eval.path (their headers,
+ * vocab and length; s->data_bytes from data.path's counts), the NVMe directory. 0 or -errno with
+ * the field and the path. Reads the files: call it off the loop thread. */
 int zt__job_spec_check_files(zt_job_spec *s, const zt_jobs_config *cfg, int tcp, char *err,
                              size_t errlen);
 /* Where a job of a TCP client (tcp 1) or a Unix-socket one may read files (dirs 0) or keep its
  * NVMe tier (dirs 1), as jobs.h's zt_jobs_config says. */
 zt_path_roots zt__job_roots(const zt_jobs_config *cfg, int tcp, int dirs);
+/* The packing of a token file of version `version` under data.packing `p`: p, or for AUTO
+ * documents for version 2 and windows for version 1. data.eval's rows take data.path's (a
+ * stream job's: its own file's). */
+zt_data_packing zt__job_packing_of(zt_data_packing p, uint32_t version);
 /* What the machine must provide: parallel.gpus devices of the daemon's set (zt__jobs_devices; s->gpus resolved, not
  * ZT_JOB_GPUS_ALL) and the memory: the trainer's estimate (per rank with several) against, on
  * the cpu backend, host_mem_limit or physical RAM when the limit is 0 (all ranks together); on

@@ -348,12 +348,40 @@ json_t *zt__store_losses_read(const char *job_dir) {
   return arr;
 }
 
-int zt__store_losses_truncate(const char *job_dir, int max_step, char *err, size_t errlen) {
+json_t *zt__store_evals_read(const char *job_dir) {
+  char path[4096], line[128];
+  json_t *arr = json_array();
+  snprintf(path, sizeof path, "%s/evals.log", job_dir);
+  FILE *f = fopen(path, "re");
+  if (!f) return arr;
+  int step;
+  double loss;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "%d %lf", &step, &loss) == 2)
+      json_array_append_new(arr, json_pack("[i, f]", step, loss));
+  }
+  fclose(f);
+  return arr;
+}
+
+int zt__store_evals_append(const char *job_dir, int step, double loss, char *err, size_t errlen) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/evals.log", job_dir);
+  FILE *f = fopen(path, "ae");
+  int rc = f && fprintf(f, "%d %.17g\n", step, loss) > 0 ? 0 : -errno;
+  if (f && fclose(f) != 0 && rc == 0) rc = -errno;
+  if (rc < 0) snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+  return rc;
+}
+
+/* One of the job's "step value" logs without its lines of steps above max_step. */
+static int log_truncate(const char *job_dir, const char *name, int max_step, char *err,
+                        size_t errlen) {
   char path[4096], tmp[4096], line[128];
   int rc = 0;
   FILE *in = NULL, *out = NULL;
-  snprintf(path, sizeof path, "%s/losses.log", job_dir);
-  snprintf(tmp, sizeof tmp, "%s/.losses.log.tmp", job_dir);
+  snprintf(path, sizeof path, "%s/%s", job_dir, name);
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", job_dir, name);
   in = fopen(path, "re");
   if (!in) return errno == ENOENT ? 0 : -errno;
   out = fopen(tmp, "we");
@@ -378,4 +406,9 @@ done:
   if (out) fclose(out);
   fclose(in);
   return rc;
+}
+
+int zt__store_losses_truncate(const char *job_dir, int max_step, char *err, size_t errlen) {
+  int rc = log_truncate(job_dir, "losses.log", max_step, err, errlen);
+  return rc < 0 ? rc : log_truncate(job_dir, "evals.log", max_step, err, errlen);
 }

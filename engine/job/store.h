@@ -62,10 +62,15 @@ void zt__store_export_path(char *out, size_t outlen, const char *job_dir, const 
 int zt__store_export_parse(const char *name, int *step);
 void zt__store_exports_drop(const char *job_dir, int step);
 
-/* losses.log: one "step loss" line per optimizer step, from step 1 on. Read returns the losses
- * in step order as a JSON array (a new reference, empty when the file is missing); truncate
- * keeps the lines with step <= max_step (a resumed job repeats the steps after its checkpoint). */
+/* losses.log: one "step loss" line per optimizer step, from step 1 on; evals.log: one such line
+ * per held-out evaluation (data.eval), the step it followed and its mean loss. Read returns the
+ * losses in step order as a JSON array (a new reference, empty when the file is missing), the
+ * evaluations as [[step, loss], ...]; truncate keeps the lines of both with step <= max_step (a
+ * resumed job repeats the steps after its checkpoint, and their evaluations). append adds an
+ * evaluation's line. */
 json_t *zt__store_losses_read(const char *job_dir);
+json_t *zt__store_evals_read(const char *job_dir);
 int zt__store_losses_truncate(const char *job_dir, int max_step, char *err, size_t errlen);
+int zt__store_evals_append(const char *job_dir, int step, double loss, char *err, size_t errlen);
 
 #endif

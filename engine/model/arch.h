@@ -44,6 +44,9 @@ typedef struct zt__arch {
   void (*unit_backward)(const zt_model *m, zt_acts *a, int unit, const float *p,
                         const void *p_lp, float *g, const float *embed, const void *embed_lp,
                         float *dembed);
+  /* zt_model_eval_loss where the head makes the loss in its backward (llama); NULL: the loss op
+   * on the forward's logits (zt_model_loss) */
+  void (*eval_loss)(const zt_model *m, zt_acts *a, const void *head_lp, const void *embed_lp);
 } zt__arch;
 
 extern const zt__arch zt__arch_gpt;

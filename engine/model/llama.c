@@ -304,6 +304,23 @@ static void head_backward(const zt_model *m, zt_acts *a, const float *p, const v
                     C);
 }
 
+/* zt_model_eval_loss: the head backward's chunks of logits and their losses, without dx or
+ * dW (zt_model_loss zeroed row_loss and recorded dscale). */
+static void eval_loss(const zt_model *m, zt_acts *a, const void *head_lp, const void *embed_lp) {
+  const zt_ops *o = a->be.ops;
+  void *ctx = a->be.ctx;
+  zt_dtype dt = a->dt;
+  llama_acts *g = a->arch;
+  int C = m->cfg.d_model, V = m->cfg.vocab, L = m->cfg.n_layers, N = a->B * a->T;
+  const void *w = m->tied ? embed_lp : zt__unit_tensor_dt(m, head_lp, dt, L + 1, HEAD_W);
+  for (int r0 = 0; r0 < N; r0 += a->loss_rows) {
+    int R = N - r0 < a->loss_rows ? N - r0 : a->loss_rows;
+    o->matmul_fwd_dt(ctx, dt, g->logits, at(g->lnf, dt, (size_t)r0 * C), w, NULL, R, C, V);
+    o->crossentropy_rows_dt(ctx, dt, g->logits, a->tgt + r0, R, V, V, -1, a->dscale,
+                            a->row_loss + r0);
+  }
+}
+
 /* g->dres carries the gradient of the residual stream from unit to unit; the backward ops add
  * into it, which is exactly the residual's "gradient flows to both branches". */
 static void unit_backward(const zt_model *m, zt_acts *a, int u, const float *p, const void *p_lp,
@@ -400,4 +417,5 @@ const zt__arch zt__arch_llama = {
     .missing_op = missing_op,
     .unit_forward = unit_forward,
     .unit_backward = unit_backward,
+    .eval_loss = eval_loss,
 };

@@ -618,6 +618,12 @@ void zt_model_loss(const zt_model *m, zt_acts *a, float dscale) {
   o->zero(a->be.ctx, a->row_loss, (size_t)N * sizeof(float));
 }
 
+void zt_model_eval_loss(const zt_model *m, zt_acts *a, const void *head_lp,
+                        const void *embed_lp) {
+  zt_model_loss(m, a, 1.0f);
+  if (m->arch->eval_loss) m->arch->eval_loss(m, a, head_lp, embed_lp);
+}
+
 int zt_acts_loss(zt_acts *a, double *loss_sum, int *n_counted) {
   if (!a->loss_pending) return -EINVAL;
   a->loss_pending = 0;
@@ -674,6 +680,13 @@ void zt_model_forward_dt(const zt_model *m, zt_acts *a, const float *params,
   for (int u = 0; u < m->nu; u++)
     m->arch->unit_forward(m, a, u, params + m->u[u].offset, lp_at(a, params_lp, m->u[u].offset),
                           params + m->u[0].offset, lp_at(a, params_lp, m->u[0].offset));
+}
+
+void zt_model_eval_dt(const zt_model *m, zt_acts *a, const float *params,
+                      const void *params_lp) {
+  zt_model_forward_dt(m, a, params, params_lp);
+  zt_model_eval_loss(m, a, lp_at(a, params_lp, m->u[m->nu - 1].offset),
+                     lp_at(a, params_lp, m->u[0].offset));
 }
 
 void zt_model_backward_dt(const zt_model *m, zt_acts *a, const float *params,

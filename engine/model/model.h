@@ -254,6 +254,14 @@ void zt_model_loss(const zt_model *m, zt_acts *a, float dscale);
  * targets counted (llama sums its per-row losses once, and counts the targets, here; this
  * synchronises). 0, or -EINVAL when zt_model_loss did not run since the last call. */
 int zt_acts_loss(zt_acts *a, double *loss_sum, int *n_counted);
+/* The loss of a micro-batch without its gradient (held-out evaluation): after the forward of
+ * every unit, as zt_model_loss, then zt_acts_loss gives its sum and count. The ops are
+ * training's, so the loss of the same rows and parameters is the training forward's, bit for
+ * bit. head_lp is the head unit's compute copy (its unit_forward's p_lp) and embed_lp the
+ * embedding unit's (the tied head reads it): llama's head makes its logits a chunk of rows at a
+ * time here too, in the chunk buffer its backward uses (no buffer beyond the step's). */
+void zt_model_eval_loss(const zt_model *m, zt_acts *a, const void *head_lp,
+                        const void *embed_lp);
 
 void zt_model_unit_forward(const zt_model *m, zt_acts *a, int unit, const float *p,
                            const float *embed);
@@ -276,5 +284,8 @@ void zt_model_forward_dt(const zt_model *m, zt_acts *a, const float *params,
                          const void *params_lp);
 void zt_model_backward_dt(const zt_model *m, zt_acts *a, const float *params,
                           const void *params_lp, float *grads);
+/* zt_model_forward_dt, then zt_model_eval_loss with the flat buffers' head and embedding. */
+void zt_model_eval_dt(const zt_model *m, zt_acts *a, const float *params,
+                      const void *params_lp);
 
 #endif

@@ -39,7 +39,8 @@ typedef struct zt_offload_plan {
 } zt_offload_plan;
 
 /* The plan; the same refusals (-EINVAL, -ENOTSUP, -ENOMEM with the numbers, -ENOSPC for a plan
- * over nvme_budget) as the open. */
+ * over nvme_budget) as the open. A held-out evaluation walks the units through the same arena
+ * and activations as the step's forward: it adds nothing to the plan. */
 int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                         const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen);
 

@@ -1,5 +1,5 @@
-/* defines: the HTTP listener's history of step points (http.h; fed by http.c from the job
- * events, read by http.c's /api/jobs/ID/metrics and by metrics.c). A point is kept as its JSON
+/* defines: the HTTP listener's history of step and evaluation points (http.h; fed by http.c
+ * from the job events, read by http.c's /api/jobs/ID/metrics and by metrics.c). A point is kept as its JSON
  * text (about 300 bytes; a jansson object of it would take several times that), so the whole
  * history is bounded by ZT_TUNE_HTTP_HISTORY_JOBS * ZT_TUNE_HTTP_HISTORY_POINTS such texts. */
 #include <errno.h>
@@ -17,6 +17,10 @@ typedef struct hist_job {
   int n;
   int64_t stride;      /* the steps between kept points; doubles each time they fill up */
   json_t *last;        /* the newest point */
+  /* evaluations (data.eval): their points, oldest first; the oldest goes when full */
+  char *etext[ZT_TUNE_HTTP_HISTORY_POINTS];
+  int64_t estep[ZT_TUNE_HTTP_HISTORY_POINTS];
+  int en;
   uint64_t touched;    /* the history's clock at its last step, for eviction */
 } hist_job;
 
@@ -30,7 +34,8 @@ zt__history *zt__history_new(void) { return calloc(1, sizeof(zt__history)); }
 
 static void job_clear(hist_job *j) {
   for (int i = 0; i < j->n; i++) free(j->text[i]);
-  j->n = 0;
+  for (int i = 0; i < j->en; i++) free(j->etext[i]);
+  j->n = j->en = 0;
   j->stride = 1;
   json_decref(j->last);
   j->last = NULL;
@@ -84,18 +89,39 @@ static void job_thin(hist_job *j) {
   j->stride *= 2;
 }
 
+/* An evaluation's point; one of an evaluation at or after its step (the job resumed) first
+ * drops those. */
+static void eval_add(hist_job *j, char *text, int64_t step) {
+  while (j->en > 0 && j->estep[j->en - 1] >= step) free(j->etext[--j->en]);
+  if (j->en == ZT_TUNE_HTTP_HISTORY_POINTS) {
+    free(j->etext[0]);
+    memmove(j->etext, j->etext + 1, (size_t)(j->en - 1) * sizeof *j->etext);
+    memmove(j->estep, j->estep + 1, (size_t)(j->en - 1) * sizeof *j->estep);
+    j->en--;
+  }
+  j->etext[j->en] = text;
+  j->estep[j->en++] = step;
+}
+
 void zt__history_on_event(zt__history *h, const char *job, const json_t *ev, double now) {
   const char *kind = json_string_value(json_object_get(ev, "event"));
-  if (!h || !kind || strcmp(kind, "step") != 0) return;
+  int eval = kind && !strcmp(kind, "eval");
+  if (!h || !kind || (strcmp(kind, "step") != 0 && !eval)) return;
   hist_job *j = job_get(h, job);
   json_t *p = j ? zt_jobs_point(ev, now) : NULL;
   char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
   if (!text) {
-    ZT_LOGW("http", "out of memory: a step of job %s is missing from its history", job);
+    ZT_LOGW("http", "out of memory: a%s of job %s is missing from its history",
+            eval ? "n evaluation" : " step", job);
     json_decref(p);
     return;
   }
   int64_t step = json_integer_value(json_object_get(p, "step"));
+  if (eval) {
+    json_decref(p);
+    eval_add(j, text, step);
+    return;
+  }
   /* steps trained again after a resume replace the ones after the checkpoint */
   while (j->n > 0 && j->step[j->n - 1] >= step) free(j->text[--j->n]);
   /* the newest point stands in for the steps since the last kept one until the stride is
@@ -114,18 +140,29 @@ const json_t *zt__history_last(const zt__history *h, const char *job) {
   return j ? j->last : NULL;
 }
 
-json_t *zt__history_points(const zt__history *h, const char *job, int64_t since, int *nomem) {
-  *nomem = 0;
-  const hist_job *j = h ? job_find(h, job) : NULL;
-  if (!j || !j->n) return NULL;
+/* The points of texts[0..n) with a step above since, as a new array (NULL: out of memory). */
+static json_t *points_since(char *const *texts, const int64_t *steps, int n, int64_t since) {
   json_t *a = json_array();
-  for (int i = 0; a && i < j->n; i++) {
-    if (j->step[i] <= since) continue;
-    if (json_array_append_new(a, json_loads(j->text[i], 0, NULL)) < 0) {
+  for (int i = 0; a && i < n; i++) {
+    if (steps[i] <= since) continue;
+    if (json_array_append_new(a, json_loads(texts[i], 0, NULL)) < 0) {
       json_decref(a);
       a = NULL;
     }
   }
+  return a;
+}
+
+json_t *zt__history_points(const zt__history *h, const char *job, int64_t since, int *nomem) {
+  *nomem = 0;
+  const hist_job *j = h ? job_find(h, job) : NULL;
+  if (!j || !j->n) return NULL;
+  json_t *a = points_since(j->text, j->step, j->n, since);
   *nomem = !a;
   return a;
+}
+
+json_t *zt__history_evals(const zt__history *h, const char *job, int64_t since) {
+  const hist_job *j = h ? job_find(h, job) : NULL;
+  return j ? points_since(j->etext, j->estep, j->en, since) : json_array();
 }

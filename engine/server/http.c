@@ -134,9 +134,32 @@ static enum MHD_Result route_jobs(zt__http *http, struct MHD_Connection *conn) {
   return send_json(conn, r);
 }
 
-/* {job, name, state, step, steps, points: [...]}: the points after step `since`: the
- * history's, after the steps before them (a job that has not stepped since ztd started, or ran
- * before a restart) as points of step and loss from its losses.log. */
+/* A job's evaluation points from step `from` on (an evaluation follows its step's point): the
+ * history's, else (none since ztd started) points of step and eval_loss from its evals.log.
+ * NULL: out of memory. */
+static json_t *eval_points(zt__http *http, const char *id, long long from) {
+  long long since = from - 1;
+  json_t *evals = zt__history_evals(http->history, id, since);
+  if (!evals || json_array_size(evals)) return evals;
+  int rc;
+  char msg[256];
+  json_t *show = zt_jobs_show(http->srv->jobs, id, &rc, msg, sizeof msg);
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(show, "evals"), i, e) {
+    json_int_t step = json_integer_value(json_array_get(e, 0));
+    if (step > since)
+      json_array_append_new(evals, json_pack("{s:s, s:I, s:O}", "kind", "eval", "step", step,
+                                             "eval_loss", json_array_get(e, 1)));
+  }
+  json_decref(show);
+  return evals;
+}
+
+/* {job, name, state, step, steps, points: [...], evals: [...]}: the points after step `since`:
+ * the history's, after the steps before them (a job that has not stepped since ztd started, or
+ * ran before a restart) as points of step and loss from its losses.log; its evaluations' points
+ * from step `since` on (eval_points: one may follow the step the caller has). */
 static enum MHD_Result route_job_metrics(zt__http *http, struct MHD_Connection *conn,
                                          const char *id) {
   const char *since_arg = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since");
@@ -167,13 +190,19 @@ static enum MHD_Result route_job_metrics(zt__http *http, struct MHD_Connection *
     json_decref(points);
     points = before;
   }
-  json_t *r = points ? json_pack("{s:O, s:O, s:O, s:O, s:O, s:o}", "job",
-                                 json_object_get(entry, "job"), "name",
-                                 json_object_get(entry, "name"), "state",
-                                 json_object_get(entry, "state"), "step",
-                                 json_object_get(entry, "step"), "steps",
-                                 json_object_get(entry, "steps"), "points", points)
-                     : NULL;
+  json_t *evals = eval_points(http, id, since);
+  json_t *r = points && evals ? json_pack("{s:O, s:O, s:O, s:O, s:O, s:o, s:o}", "job",
+                                          json_object_get(entry, "job"), "name",
+                                          json_object_get(entry, "name"), "state",
+                                          json_object_get(entry, "state"), "step",
+                                          json_object_get(entry, "step"), "steps",
+                                          json_object_get(entry, "steps"), "points", points,
+                                          "evals", evals)
+                              : NULL;
+  if (!points || !evals) {
+    json_decref(points);
+    json_decref(evals);
+  }
   json_decref(entry);
   return send_json(conn, r);
 }

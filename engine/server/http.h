@@ -29,6 +29,10 @@ const json_t *zt__history_last(const zt__history *h, const char *job);
 /* The job's points with a step above `since`, oldest first, as a new JSON array; NULL when the
  * job has no history (or out of memory: *nomem). */
 json_t *zt__history_points(const zt__history *h, const char *job, int64_t since, int *nomem);
+/* The job's evaluation points (data.eval's "eval" events, zt_jobs_point) with a step above
+ * `since`, oldest first, the newest ZT_TUNE_HTTP_HISTORY_POINTS kept, as a new JSON array
+ * (empty when it has none; NULL: out of memory). */
+json_t *zt__history_evals(const zt__history *h, const char *job, int64_t since);
 
 /* ---- metrics.c -------------------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /* defines: zt__metrics_text (http.h; called by http.c for GET /metrics): the daemon and its
  * jobs in the Prometheus text format 0.0.4. Daemon-wide figures come from the job layer's
  * status (queue, device and host memory) and the server's connection counts; a job's state,
- * step and loss from its list; what a running job's last step reported (lr, grad norm, tokens/s,
+ * step, loss and newest eval loss from its list; what a running job's last step reported (lr, grad norm, tokens/s,
  * step time, MFU, memory per tier, bytes moved per link, the offload timeline) from the
  * history's newest point, so a figure means what the step event's field means
  * (docs/protocol.md "watch"). The names are listed in docs/service.md. */
@@ -144,6 +144,9 @@ static void job_figures(FILE *f, const json_t *list, const zt__history *h) {
       {"zt_job_step", "gauge", "optimizer steps the job has done"},
       {"zt_job_steps", "gauge", "optimizer steps the job is to do"},
       {"zt_job_loss", "gauge", "the loss of the job's last step"},
+      {"zt_job_eval_loss", "gauge", "the mean loss of the job's newest held-out evaluation "
+       "(data.eval)"},
+      {"zt_job_eval_step", "gauge", "the step the job's newest held-out evaluation followed"},
   };
   size_t i;
   const json_t *j;

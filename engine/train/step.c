@@ -236,6 +236,50 @@ int zt__step_rank(zt_trainer *v, const zt__step_hooks *h, void *ctx, const zt__s
   return h->end ? h->end(ctx, &w, rc) : rc;
 }
 
+int zt__step_check(const zt_trainer *t, const zt_batch *batch, int micros, char *err,
+                   size_t errlen) {
+  return check_tokens(t, batch, micros, err, errlen);
+}
+
+int zt__step_eval_rank(zt_trainer *view, zt__eval_walk walk, void *ctx, int walk_padding,
+                       const zt_batch *batch, int micro0, int n, double *sums, char *err,
+                       size_t errlen) {
+  const zt_ops *o = view->be.ops;
+  for (int k = 0; k < n; k++) {
+    int counted = stage_micro(view, batch, micro0 + k), rc;
+    sums[2 * k] = sums[2 * k + 1] = 0;
+    /* a micro-batch of padding alone has no loss */
+    if (!counted && !walk_padding) continue;
+    if ((rc = walk(ctx, counted, err, errlen)) < 0) return rc;
+    if (!counted) continue;
+    if ((rc = o->sync(view->be.ctx)) < 0) {
+      snprintf(err, errlen, "backend %s failed during an evaluation after step %d: %s", o->name,
+               view->step, o->error_text(view->be.ctx));
+      return rc;
+    }
+    int c = 0;
+    zt_acts_loss(view->acts, &sums[2 * k], &c);
+    sums[2 * k + 1] = c;
+  }
+  return 0;
+}
+
+int zt__step_eval(zt_trainer *t, zt__eval_walk walk, void *ctx, int micros, const zt_batch *batch,
+                  double *loss_sum, int64_t *counted, char *err, size_t errlen) {
+  int rc = check_tokens(t, batch, micros, err, errlen);
+  double sum = 0, one[2];
+  int64_t n = 0;
+  for (int k = 0; rc == 0 && k < micros; k++) {
+    if ((rc = zt__step_eval_rank(t, walk, ctx, 0, batch, k, 1, one, err, errlen)) < 0) break;
+    sum += one[0];
+    n += (int64_t)one[1];
+  }
+  if (rc < 0) return rc;
+  *loss_sum = sum;
+  *counted = n;
+  return 0;
+}
+
 int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const zt_batch *batch,
              zt_step_result *res, char *err, size_t errlen) {
   const zt_train_cfg *c = &t->tc;

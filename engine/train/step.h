@@ -1,7 +1,8 @@
 /* defines: the optimizer step's recipe, written once (zt__step: the tokens checked, the learning
  * rate and AdamW's step, the fp16 loss scale; zt__step_rank, a rank's walk: the micro-batch loop
  * with the loss, the global norm and the non-finite check, fp16's skip, clipping, the update;
- * then the scaler, the step counts and the result), and the placement strategies' hooks it
+ * then the scaler, the step counts and the result), the held-out evaluation's walk of a batch
+ * (zt__step_eval), and the placement strategies' hooks it
  * drives (zt__step_hooks).
  * called by: trainer.c (the plain strategy: every buffer on the backend),
  * engine/train/offload/step.c (the single-rank offloaded walk), engine/train/dp/step.c (the
@@ -133,6 +134,25 @@ typedef struct zt__step_hooks {
  * (skipped, its loss, norm and flags: every part of a world must see the flags). */
 int zt__step(zt_trainer *t, const zt__step_hooks *h, void *ctx, int world, const zt_batch *batch,
              zt_step_result *res, char *err, size_t errlen);
+/* Held-out evaluation (zt_trainer_eval_batch) of `micros` micro-batches of t's shape: tokens
+ * checked as a step's, each micro-batch with a counted target staged into t->acts and walked
+ * by the strategy's `walk` (every unit's forward with the parameters wherever they are, then,
+ * where `counted` (its counted targets) is not 0, zt_model_eval_loss; 0 or a negative errno
+ * with err made), its loss summed in micro-batch order. Nothing but the activations and the
+ * host staging is written. */
+typedef int (*zt__eval_walk)(void *ctx, int counted, char *err, size_t errlen);
+int zt__step_eval(zt_trainer *t, zt__eval_walk walk, void *ctx, int micros, const zt_batch *batch,
+                  double *loss_sum, int64_t *counted, char *err, size_t errlen);
+/* The same for one rank (view: its model, config, backend, activations, host staging): its n
+ * micro-batches micro0 .. of batch, each one's loss sum and counted targets into sums[2 j],
+ * sums[2 j + 1] (zeros for padding alone, walked too with walk_padding, as the collectives
+ * need); the tokens are zt__step_check's to check first. */
+int zt__step_eval_rank(zt_trainer *view, zt__eval_walk walk, void *ctx, int walk_padding,
+                       const zt_batch *batch, int micro0, int n, double *sums, char *err,
+                       size_t errlen);
+/* The tokens of `micros` micro-batches of t's shape, checked as zt__step checks a step's. */
+int zt__step_check(const zt_trainer *t, const zt_batch *batch, int micros, char *err,
+                   size_t errlen);
 /* A counted micro-batch's loss (summed over its `counted` targets) into n, in the walk's order. */
 void zt__step_norm_add(zt__step_norm *n, double loss_sum, double counted);
 /* One rank's walk on view (its model, config, backend, activations, host staging): micro-batches

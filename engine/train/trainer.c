@@ -386,3 +386,28 @@ int zt_trainer_step_batch(zt_trainer *t, const zt_batch *tokens, zt_step_result 
   plain_step p = {.t = t, .err = err, .errlen = errlen};
   return zt__step(t, &plain_hooks, &p, 1, tokens, res, err, errlen);
 }
+
+static int plain_eval(void *ctx, int counted, char *err, size_t errlen) {
+  zt_trainer *t = ctx;
+  (void)counted;
+  (void)err;
+  (void)errlen;
+  zt_model_eval_dt(t->model, t->acts, t->params, t->params_lp ? t->params_lp : t->params);
+  return 0;
+}
+
+int zt_trainer_eval_batch(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted,
+                          char *err, size_t errlen) {
+  if (t->part_loaded) {
+    snprintf(err, errlen, "evaluation after step %d: a checkpoint load failed after writing "
+             "part of the state; load a checkpoint to continue", t->step);
+    return -EIO;
+  }
+  if (t->path) return t->path->eval(t, b, loss_sum, counted, err, errlen);
+  return zt__step_eval(t, plain_eval, t, t->tc.grad_accum, b, loss_sum, counted, err, errlen);
+}
+
+void zt_trainer_note_eval(zt_trainer *t, int step, double loss) {
+  t->eval_step = step;
+  t->eval_loss = loss;
+}

@@ -34,7 +34,8 @@ typedef struct zt_trainer zt_trainer;
  * refuses a job that cannot fit with this number. `ops` sizes the attention's saved state, which
  * differs by backend (the CPU keeps (B, NH, T, T) probabilities, CUDA's flash path a few rows);
  * zt_backend_ops_of() gives a table without opening the backend. SIZE_MAX for a configuration
- * that does not pass zt_model_cfg_check / zt_train_cfg_check. */
+ * that does not pass zt_model_cfg_check / zt_train_cfg_check. A held-out evaluation
+ * (zt_trainer_eval_batch) runs in these buffers and takes none of its own. */
 size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
                                  const zt_ops *ops);
 
@@ -80,6 +81,26 @@ typedef struct zt_batch {
  * the micro-batch, row and index. */
 int zt_trainer_step_batch(zt_trainer *t, const zt_batch *b, zt_step_result *res, char *err,
                           size_t errlen);
+
+/* Held-out evaluation: the loss of a batch of zt_trainer_step_batch's shape (its world *
+ * grad_accum micro-batches, in either form) with the current parameters, forward only:
+ * *loss_sum gets the sum of the per-token losses over its counted targets, *counted their
+ * number (the mean is their quotient, training's normaliser). The ops are the step's forward
+ * and loss, so the loss of rows a step trains on is that step's forward's, bit for bit. No
+ * gradient, optimizer state or step count is touched and nothing is allocated (the step's
+ * activations and host staging are used): training after an evaluation goes on bitwise as
+ * without it, except with offload.delayed_update, whose pending update lands first as before
+ * a checkpoint (docs/offload.md "Delayed update"). Data parallelism: each rank walks its
+ * micro-batches (padding too, for the collectives), the world's sums added in micro-batch
+ * order, as one trainer of the same parameters adds them; -ENOTSUP for a part of a world
+ * (dp.h, "Parts": its other parts would have to walk with it). Tokens out of range: -EINVAL as
+ * a step's. */
+int zt_trainer_eval_batch(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted,
+                          char *err, size_t errlen);
+/* The newest evaluation's mean loss after step `step`, for the checkpoints' record (trainer.json
+ * or the manifest: "eval": {"step", "loss"}, written while step <= the trainer's step; a load
+ * takes the checkpoint's back). */
+void zt_trainer_note_eval(zt_trainer *t, int step, double loss);
 
 /* Checkpoint directory: model.safetensors (parameters under the documented names),
  * optimizer.safetensors (AdamW m and v, same names), trainer.json (step, AdamW's step, the fp16

@@ -16,6 +16,9 @@
 typedef struct zt__train_path {
   int (*step)(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
               size_t errlen);
+  /* zt_trainer_eval_batch */
+  int (*eval)(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted, char *err,
+              size_t errlen);
   /* The state of units [u0, u1) in the flat layout, copied out (any pointer may be NULL) or in
    * (a checkpoint loaded), wherever the path keeps it. The buffers hold that range alone:
    * element 0 is the first parameter of unit u0. A checkpoint call makes a sequence of these,
@@ -76,6 +79,8 @@ struct zt_trainer {
   void *path_state;
   /* a load failed after writing part of the state: steps are refused until a load succeeds */
   int part_loaded;
+  int eval_step;                  /* zt_trainer_note_eval's; 0 none */
+  double eval_loss;
 };
 
 /* The initial parameters (cfg->init_path, or the seeded init) into a host flat buffer. */

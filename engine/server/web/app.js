@@ -1,8 +1,9 @@
 // The dashboard: polls ztd's /api/jobs and /api/jobs/ID/metrics and draws the jobs table, the
-// selected job's loss, tokens/s and memory per tier over its steps, and its last step's
-// timeline. No framework and nothing fetched from elsewhere. On a listener that wants the token
-// open the page as http://HOST:PORT/#token=TOKEN (the fragment never leaves the browser; it is
-// sent as an Authorization header with every request for data); #job=ID selects a job.
+// selected job's loss (and its held-out evaluations' loss), tokens/s and memory per tier over
+// its steps, and its last step's timeline. No framework and nothing fetched from elsewhere. On
+// a listener that wants the token open the page as http://HOST:PORT/#token=TOKEN (the fragment
+// never leaves the browser; it is sent as an Authorization header with every request for
+// data); #job=ID selects a job.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -12,6 +13,7 @@ const token = sessionStorage.getItem("zt-token");
 
 let selected = params.get("job");  // the job shown below the table
 let points = [];                    // its points, oldest first
+let evals = [];                     // its held-out evaluations' points (data.eval), oldest first
 let pointsOf = null;                // the job they belong to
 
 const $ = (id) => document.getElementById(id);
@@ -71,6 +73,7 @@ function renderJobs(r) {
     cell(tr, j.arch);
     cell(tr, j.step + "/" + j.steps, "num step");
     cell(tr, fmtNum(j.loss, 5), "num");
+    cell(tr, j.eval_loss != null ? fmtNum(j.eval_loss, 5) : "-", "num");
     cell(tr, j.state === "running" ? fmtRate(j.tokens_per_s) : "-", "num");
     cell(tr, j.state === "running" && j.mfu != null ? fmtNum(100 * j.mfu, 2) + "%" : "-", "num");
     cell(tr, j.created ? new Date(j.created * 1000).toLocaleString() : "-");
@@ -188,11 +191,16 @@ function renderDetail(m) {
   summary.dataset.points = points.length;
   summary.textContent = "step " + m.step + " of " + m.steps +
       (last && last.loss != null ? " · loss " + fmtNum(last.loss, 5) : "") +
+      (evals.length ? " · eval loss " + fmtNum(evals[evals.length - 1].eval_loss, 5) +
+                      " (step " + evals[evals.length - 1].step + ")" : "") +
       (last && last.tokens_per_s != null ? " · " + fmtRate(last.tokens_per_s) + " tokens/s" : "") +
       (last && last.mfu != null ? " · MFU " + fmtNum(100 * last.mfu, 2) + "%" : "");
   const xy = (f) => points.map((p) => [p.step, f(p)]);
-  drawChart($("chart-loss"), [{ label: "loss", color: "#3b6fd8", xy: xy((p) => p.loss) }],
-            (v) => fmtNum(v, 4));
+  const loss = [{ label: "loss", color: "#3b6fd8", xy: xy((p) => p.loss) }];
+  if (evals.length)
+    loss.push({ label: "eval loss", color: "#d8733b",
+                xy: evals.map((e) => [e.step, e.eval_loss]) });
+  drawChart($("chart-loss"), loss, (v) => fmtNum(v, 4));
   drawChart($("chart-rate"), [{ label: "tokens/s", color: "#1a7f37",
                                 xy: xy((p) => p.tokens_per_s) }], fmtRate);
   const mem = (k) => xy((p) => (p.memory ? p.memory[k] : null));
@@ -209,12 +217,14 @@ async function refresh() {
   try {
     renderJobs(await api("/api/jobs"));
     if (selected) {
-      if (pointsOf !== selected) { points = []; pointsOf = selected; }
+      if (pointsOf !== selected) { points = []; evals = []; pointsOf = selected; }
       const since = points.length ? points[points.length - 1].step : 0;
       const m = await api("/api/jobs/" + encodeURIComponent(selected) + "/metrics?since=" + since);
       // the points sent replace any the page had of the same steps on
       const first = m.points.length ? m.points[0].step : Infinity;
       points = points.filter((p) => p.step < first).concat(m.points);
+      const efirst = m.evals.length ? m.evals[0].step : Infinity;
+      evals = evals.filter((e) => e.step < efirst).concat(m.evals);
       renderDetail(m);
     }
     $("error").hidden = true;

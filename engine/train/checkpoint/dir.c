@@ -133,6 +133,7 @@ int zt_trainer_load(zt_trainer *t, const char *dir, char *err, size_t errlen) {
     zt_loss_scaler_init(&t->scaler);
     if (h.scale > 0) t->scaler.scale = h.scale;
     if (h.good >= 0) t->scaler.good_steps = h.good;
+    zt_trainer_note_eval(t, h.eval_step, h.eval_loss);
   }
   /* a failure after the first piece (or in the ranks' own reads) leaves part of the checkpoint
    * in the trainer (one inside the first piece is its path's to refuse steps after, as a failed

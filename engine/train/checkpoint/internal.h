@@ -28,6 +28,8 @@ typedef struct state_seq {
 typedef struct ckpt_head {
   int step, adam_step, good;
   float scale;  /* 0: none (fp32-only versions' checkpoints) */
+  int eval_step;     /* the newest evaluation's record (zt_trainer_note_eval); 0: none */
+  double eval_loss;
 } ckpt_head;
 
 /* state.c */

@@ -131,8 +131,8 @@ int zt__ckpt_write_json(const char *path, json_t *j, char *err, size_t errlen) {
   return rc;
 }
 
-/* trainer.json's fields after its format: the steps, the loss scaler, the configuration (the
- * manifest holds them too). The loss scale is a power of two: a JSON real holds it exactly. */
+/* trainer.json's fields after its format: the steps, the loss scaler, the configuration, the
+ * newest evaluation's loss (the manifest holds them too). The loss scale is a power of two: a JSON real holds it exactly. */
 json_t *zt__ckpt_state_json(const zt_trainer *t, json_t *head) {
   const zt_model_cfg *mc = zt_model_cfg_of(t->model);
   json_t *j = json_pack("{s:i, s:i, s:f, s:i, s:s, s:o, s:o}", "step", t->step, "adam_step",
@@ -140,6 +140,10 @@ json_t *zt__ckpt_state_json(const zt_trainer *t, json_t *head) {
                         "loss_scale_good_steps", t->scaler.good_steps, "arch",
                         zt_arch_name(mc->arch), "model", zt_config_model_to_json(mc), "train",
                         zt_config_train_to_json(&t->tc));
+  /* the newest evaluation of the state saved (zt_trainer_note_eval): a record, not state */
+  if (j && t->eval_step > 0 && t->eval_step <= t->step && isfinite(t->eval_loss))
+    json_object_set_new(j, "eval", json_pack("{s:i, s:f}", "step", t->eval_step, "loss",
+                                             t->eval_loss));
   int bad = !j || !head || json_object_update(head, j) < 0;
   json_decref(j);
   if (bad) {
@@ -260,6 +264,13 @@ int zt__ckpt_read_head(const zt_trainer *t, const json_t *j, const char *file, c
   h->adam_step = adam_step ? (int)json_integer_value(adam_step) : h->step;
   h->scale = ls ? (float)json_number_value(ls) : 0;
   h->good = good ? (int)json_integer_value(good) : -1;
+  /* a record only: one out of shape is dropped, not refused */
+  json_t *ev = json_object_get(j, "eval"), *es = json_object_get(ev, "step");
+  json_t *el = json_object_get(ev, "loss");
+  int ok = json_is_integer(es) && json_integer_value(es) >= 1 &&
+           json_integer_value(es) <= h->step && json_is_number(el);
+  h->eval_step = ok ? (int)json_integer_value(es) : 0;
+  h->eval_loss = ok ? json_number_value(el) : 0;
   return 0;
 }
 

@@ -150,6 +150,9 @@ typedef struct dp_rank_state {
   const float *embed_p;
   const void *embed_lp;
   zt__step_out out;
+  /* an evaluation's outcome (zt__dp_eval): the world's loss sum and counted targets */
+  double eval_sum;
+  int64_t eval_n;
 } dp_rank_state;
 
 typedef struct dp_state {
@@ -246,6 +249,9 @@ int zt__dp_gather_updated(dp_rank_state *k, int u);
 /* step.c: the step on every rank, and the path's */
 extern const zt__dp_cmd zt__dp_cmd_step;
 int zt__dp_step(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
+                size_t errlen);
+/* step.c: held-out evaluation (the path's eval), a trainer that runs every rank */
+int zt__dp_eval(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted, char *err,
                 size_t errlen);
 
 /* state.c: where a state call finds host unit u's chunks, and puts them back */

@@ -288,6 +288,7 @@ static void dp_close(zt_trainer *t) {
 
 const zt__train_path zt__dp_path = {
     .step = zt__dp_step,
+    .eval = zt__dp_eval,
     .read_state = zt__dp_read_state,
     .write_state = zt__dp_write_state,
     .abandon_state = zt__dp_abandon_state,

@@ -232,6 +232,13 @@ static double *rank_rec(const dp_rank_state *k) {
   return k->h_xchg + (size_t)k->r * k->s->plan.rec;
 }
 
+/* The parameters changed since the last walk: no slot or chunk holds a unit's. */
+static void forget_gathers(dp_rank_state *k) {
+  k->slot_unit[0] = k->slot_unit[1] = -1;
+  k->chunk_unit[0] = k->chunk_unit[1] = -1;
+  k->embed_gathered = 0;
+}
+
 static int dp_begin(void *ctx, zt__step_walk *w) {
   dp_rank_state *k = ctx;
   const dp_state *s = k->s;
@@ -240,10 +247,7 @@ static int dp_begin(void *ctx, zt__step_walk *w) {
   (void)w;
   memset(rec, 0, s->plan.rec * sizeof *rec);
   rec[X_FLAGS] = s->flags; /* every rank of the part: an OR does not count them twice */
-  /* the parameters changed since the last step */
-  k->slot_unit[0] = k->slot_unit[1] = -1;
-  k->chunk_unit[0] = k->chunk_unit[1] = -1;
-  k->embed_gathered = 0;
+  forget_gathers(k);
   k->add_unit = -1;
   if (s->dc.zero_stage == 1)
     be->ops->zero(be->ctx, k->grads, s->plan.tab->padded_total * sizeof(float));
@@ -546,6 +550,97 @@ static int rank_step(dp_rank_state *k) {
 }
 
 const zt__dp_cmd zt__dp_cmd_step = {.run = rank_step};
+
+/* ---- held-out evaluation (zt_trainer_eval_batch), on every rank's thread at once --------- */
+
+/* A micro-batch's forward, every rank's (the collectives run), and where it counts its loss
+ * with the head's parameters as the walk left them (stage 3: in their slot). */
+static int eval_walk(void *ctx, int counted, char *err, size_t errlen) {
+  dp_rank_state *k = ctx;
+  zt__step_micro mb = {.counted = counted};
+  const float *p;
+  const void *lp;
+  int u = k->s->plan.nu - 1;
+  int rc = dp_forward(k, NULL, &mb);
+  if (rc == 0 && counted && (rc = unit_params(k, u, 1, &p, &lp)) == 0)
+    zt_model_eval_loss(k->view.model, k->view.acts, lp, k->embed_lp);
+  if (rc < 0) snprintf(err, errlen, "%s", k->err);
+  return rc;
+}
+
+/* The rank's micro-batches r * G .. walked forward, their sums and counts exchanged, the
+ * world's added in rank and micro-batch order: the order of a single trainer's evaluation. */
+static int rank_eval(dp_rank_state *k) {
+  dp_state *s = k->s;
+  const zt_backend *be = &k->view.be;
+  int G = k->view.tc.grad_accum;
+  size_t R = s->plan.rec, bytes = R * sizeof(double);
+  double *rec = rank_rec(k);
+  char why[sizeof k->err];
+  memset(rec, 0, bytes);
+  forget_gathers(k);
+  int rc = zt__step_eval_rank(&k->view, eval_walk, k, 1, s->args.batch, k->r * G, G,
+                              rec + X_MICRO, why, sizeof why);
+  if (s->plan.params_nvme) zt__dp_nvp_finish(k);
+  if (rc < 0) {
+    snprintf(k->err, sizeof k->err, "%s", why);
+    goto fail;
+  }
+  be->ops->to_device(be->ctx, k->xchg + (size_t)k->r * R, rec, bytes);
+  rc = k->comm.ops->all_gather(k->comm.ctx, k->xchg + (size_t)k->r * R, k->xchg, bytes,
+                               k->stream);
+  if (rc < 0) {
+    rc = zt__dp_comm_fail(k, rc, "exchanging the evaluation's loss");
+    goto fail;
+  }
+  be->ops->to_host(be->ctx, k->h_xchg, k->xchg, (size_t)s->dc.world * bytes);
+  if ((rc = be->ops->sync(be->ctx)) < 0) {
+    rc = zt__dp_backend_fail(k, rc);
+    goto fail;
+  }
+  k->eval_sum = 0;
+  k->eval_n = 0;
+  for (int r = 0; r < s->dc.world; r++)
+    for (int j = 0; j < G; j++) {
+      const double *x = k->h_xchg + (size_t)r * R + X_MICRO + 2 * j;
+      k->eval_sum += x[0];
+      k->eval_n += (int64_t)x[1];
+    }
+  return 0;
+fail:
+  /* a rank that fails alone must not leave the others waiting in a collective */
+  k->comm.ops->abort(k->comm.ctx);
+  return rc;
+}
+
+static const zt__dp_cmd cmd_eval = {.run = rank_eval};
+
+int zt__dp_eval(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted, char *err,
+                size_t errlen) {
+  dp_state *s = t->path_state;
+  char what[48];
+  snprintf(what, sizeof what, "evaluation after step %d", t->step);
+  if (s->broken) return zt__dp_refuse_broken(what, err, errlen);
+  /* a part's other parts would have to walk with it: not done */
+  if (s->nl < s->dc.world) {
+    snprintf(err, errlen, "%s: held-out evaluation runs on a trainer with every rank of its "
+             "world, not a part of %d of its %d ranks", what, s->nl, s->dc.world);
+    return -ENOTSUP;
+  }
+  int rc = zt__step_check(t, b, s->dc.world * t->tc.grad_accum, err, errlen);
+  if (rc < 0) return rc;
+  s->args = (zt__step_args){.batch = b, .step = t->step, .world = s->dc.world};
+  int bad = zt__dp_dispatch(s, &cmd_eval);
+  if (bad >= 0) {
+    /* the communicators were aborted */
+    s->broken = 1;
+    snprintf(err, errlen, "%s: %s", what, s->ranks[bad].err);
+    return s->ranks[bad].rc;
+  }
+  *loss_sum = s->ranks[0].eval_sum;
+  *counted = s->ranks[0].eval_n;
+  return 0;
+}
 
 /* ---- the path's step, on the trainer's thread ---------------------------------------------- */
 

@@ -115,6 +115,9 @@ extern const zt__train_path zt__offload_path;
 /* step.c: the step */
 int zt__off_step(zt_trainer *t, const zt_batch *tokens, zt_step_result *res, char *err,
                  size_t errlen);
+/* step.c: held-out evaluation (the path's eval) */
+int zt__off_eval(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted,
+                 char *err, size_t errlen);
 
 /* update.c: a unit's update */
 /* zt_opt_store_cfg.updated: an NVMe unit's updated masters to the host copy it streams from */

@@ -187,6 +187,7 @@ static void off_close(zt_trainer *t) {
 
 const zt__train_path zt__offload_path = {
     .step = zt__off_step,
+    .eval = zt__off_eval,
     .read_state = off_read_state,
     .write_state = zt__off_write_state,
     .backend_bytes = off_backend_bytes,

@@ -205,6 +205,57 @@ static int walk_backward(zt_trainer *t, zt_acts *const *acts, int n, int first, 
   return 0;
 }
 
+/* Held-out evaluation's forward of the micro-batch staged in t->acts: the units streamed as the
+ * step's forward streams them, the loss made while the head is held (llama's reads its
+ * weights). The last step's updates have landed (zt__off_eval). */
+static int eval_walk(void *ctx, int counted, char *err, size_t errlen) {
+  zt_trainer *t = ctx;
+  off_state *s = t->path_state;
+  (void)counted; /* walked only when it counts */
+  for (int u = 0; u < s->nu; u++) {
+    void *p = NULL, *e = NULL;
+    int rc = unit_get(t, u, 0, &p, NULL);
+    if (rc == 0 && u == s->head && (rc = unit_get(t, 0, 0, &e, NULL)) < 0) {
+      unit_put(t, u, 0);
+      p = NULL;
+    }
+    if (rc == 0 && (rc = prefetch_from(s, u, 1)) == 0) {
+      s->copy->ops->compute_mark(s->copy, 0);
+      zt_model_unit_forward_dt(t->model, t->acts, u, p, lp_of(t, u, p), e, lp_of(t, 0, e));
+      /* e is NULL unless the head reads the embedding unit */
+      if (u == s->nu - 1) zt_model_eval_loss(t->model, t->acts, lp_of(t, u, p), lp_of(t, 0, e));
+      s->copy->ops->compute_mark(s->copy, 1);
+    }
+    if (e) unit_put(t, 0, 0);
+    if (p) unit_put(t, u, 0);
+    if (rc < 0) {
+      snprintf(err, errlen, "evaluation after step %d: %s", t->step, zt_streamer_error(s->st));
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int zt__off_eval(zt_trainer *t, const zt_batch *b, double *loss_sum, int64_t *counted,
+                 char *err, size_t errlen) {
+  off_state *s = t->path_state;
+  if (s->broken) {
+    snprintf(err, errlen, "evaluation after step %d: an earlier step failed after updating "
+             "part of the parameters; load a checkpoint to continue", t->step);
+    return -EIO;
+  }
+  /* the parameters of the last step, its update landed (delayed: drained, as a state call
+   * drains it) */
+  int rc = zt__off_pend_finish(t), lrc = zt__off_land(t);
+  if (rc == 0) rc = lrc;
+  if (rc < 0) {
+    snprintf(err, errlen, "evaluation after step %d: the AdamW update of step %d failed: %s",
+             t->step, t->step, zt_opt_store_error(s->opt, rc));
+    return rc;
+  }
+  return zt__step_eval(t, eval_walk, t, t->tc.grad_accum, b, loss_sum, counted, err, errlen);
+}
+
 /* ---- the strategy (engine/train/step.h) -------------------------------------------------- */
 
 /* The last step's updates finished before this step's backward writes the gradients they read

@@ -3,8 +3,9 @@
  * the "documents" packing row by row (whole documents, a long one split at row ends with its
  * positions restarting, padding counted in nothing, epochs, the shuffle a permutation fixed by
  * the seed), and "windows" (version 1: the rows of the formula in docs/spec.md; version 2: a
- * target that does not count is -1). The files are written here byte by byte, apart from the
- * writers. */
+ * target that does not count is -1); the held-out evaluation's rows (the unshuffled packing's
+ * first rows, consecutive windows) from a cursor over calls. The files are written here byte by
+ * byte, apart from the writers. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +69,7 @@ static void check_pad(const zt__rows *r, int row, int from) {
 static void expect_refused(const char *path, const char *needle) {
   zt__token_file f;
   char err[1024] = "";
-  int rc = zt__token_file_open(&f, path, 0, NULL, err, sizeof err);
+  int rc = zt__token_file_open(&f, "data.path", path, 0, NULL, err, sizeof err);
   if (rc != -EINVAL || !strstr(err, needle) || !strstr(err, path)) {
     fprintf(stderr, "%s: rc %d, '%s' lacks '%s'\n", path, rc, err, needle);
     exit(1);
@@ -86,7 +87,7 @@ int main(void) {
 
   zt__token_file f;
   char err[1024];
-  CHECK(zt__token_file_open(&f, path, 1, NULL, err, sizeof err) == 0);
+  CHECK(zt__token_file_open(&f, "data.path", path, 1, NULL, err, sizeof err) == 0);
   CHECK(f.version == 2 && f.n_tokens == 20 && f.n_docs == 3 && f.vocab == 50);
   CHECK(zt__token_file_doc_start(&f, 2) == 8 && zt__token_file_doc_start(&f, 3) == 20);
 
@@ -116,6 +117,17 @@ int main(void) {
   check_run(&r, 0, 0, 8, 8, 1);
   check_run(&r, 1, 0, 16, 4, 0);
   check_run(&r, 2, 0, 0, 3, 0);
+  /* held-out rows (data.eval): the unshuffled packing's first rows, one cursor over calls,
+   * after the last document the first again (row 3) */
+  zt__eval_cursor cur = {0, 0, 0};
+  zt__packer u;
+  CHECK(zt__packer_init(&u, &f, T, 7, 0, 0) == 0);
+  zt__packer_fill(&u, 1, 2, 2, &r2);
+  zt__eval_rows(&f, 1, T, &cur, 1, &r);
+  zt__rows rest = {buf + T, buf + 4 * T + T, buf + 2 * 4 * T + T};
+  zt__eval_rows(&f, 1, T, &cur, 3, &rest);
+  CHECK(memcmp(buf, again, sizeof buf) == 0);
+  zt__packer_close(&u);
   zt__packer_close(&q);
   zt__packer_close(&p);
   zt__token_file_close(&f);
@@ -127,7 +139,7 @@ int main(void) {
   uint8_t *mfile;
   free(file);
   write_v2(path, many, 40, 50, &mfile);
-  CHECK(zt__token_file_open(&f, path, 1, NULL, err, sizeof err) == 0);
+  CHECK(zt__token_file_open(&f, "data.path", path, 1, NULL, err, sizeof err) == 0);
   CHECK(zt__packer_init(&p, &f, T, 11, 1, 0) == 0);
   CHECK(zt__packer_init(&q, &f, T, 11, 1, 0) == 0);
   int moved = 0, differ = 0;
@@ -227,7 +239,7 @@ int main(void) {
   /* version 1: one document, every token a target */
   snprintf(path, sizeof path, "%s/v1.tok", dir);
   jt_write_tokens(path, 32, 4, 100);
-  CHECK(zt__token_file_open(&f, path, 1, NULL, err, sizeof err) == 0);
+  CHECK(zt__token_file_open(&f, "data.path", path, 1, NULL, err, sizeof err) == 0);
   CHECK(f.version == 1 && f.n_docs == 1 && zt__token_file_counted(&f, 0));
   zt__token_file_windows(&f, 9, 1, 1, 2, T, &rw);
   for (int b = 0; b < 2; b++) {
@@ -235,6 +247,19 @@ int main(void) {
     for (int t = 0; t < T; t++)
       CHECK(w[b * T + t] == zt__token_file_token(&f, start + (uint64_t)t) &&
             w[2 * T + b * T + t] == zt__token_file_token(&f, start + (uint64_t)t + 1));
+  }
+  /* held-out windows: consecutive, row r from r * T % (N - T), one cursor over calls (rows
+   * 0..13: row 12 wraps to 96 % 92 = 4) */
+  zt__eval_cursor wc = {0, 0, 0};
+  for (uint64_t row = 0; row < 13; row += 2) {
+    zt__eval_rows(&f, 0, T, &wc, 2, &rw);
+    for (uint64_t b = 0; b < 2; b++) {
+      uint64_t start = (row + b) * T % (100 - T);
+      for (int t = 0; t < T; t++)
+        CHECK(w[b * T + t] == zt__token_file_token(&f, start + (uint64_t)t) &&
+              w[2 * T + b * T + t] == zt__token_file_token(&f, start + (uint64_t)t + 1) &&
+              w[4 * T + b * T + t] == t);
+    }
   }
   zt__token_file_close(&f);
 

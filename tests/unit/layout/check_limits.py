@@ -23,7 +23,7 @@ FIELDS = {
     "ZT_MODEL_MAX_PARAMS": ["model"],
     "ZT_MODEL_MAX_HEAD_DIM": ["model.head_dim"],
     "ZT_MODEL_MAX_ROPE_THETA": ["model.rope_theta"],
-    "ZT_TRAIN_MAX_STEPS": ["train.steps", "checkpoint.every"],
+    "ZT_TRAIN_MAX_STEPS": ["train.steps", "checkpoint.every", "data.eval.every"],
     "ZT_TRAIN_MAX_EPOCHS": ["train.epochs"],
     "ZT_TRAIN_MAX_BATCH": ["train.micro_batch", "train.grad_accum"],
     "ZT_TRAIN_MAX_BATCH_TOKENS": ["train.batch_tokens"],
@@ -36,6 +36,7 @@ FIELDS = {
     "ZT_JOB_NAME_MAX": ["name"],
     "ZT_JOB_MAX_PEERS": ["parallel.peers"],
     "ZT_JOB_MAX_STREAM_TIMEOUT": ["data.stream_timeout"],
+    "ZT_JOB_MAX_EVAL_BATCHES": ["data.eval.batches"],
     "ZT_JOB_MAX_KEEP": ["checkpoint.keep"],
 }
 NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w])")
