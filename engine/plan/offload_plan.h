@@ -87,15 +87,22 @@ typedef struct zt_offload_sizes {
   size_t delayed;      /* delayed_update: the next buffers' bytes */
 } zt_offload_sizes;
 
-/* A plan: what auto leaves open, decided, and the sizes that follow. */
+/* A plan: what auto leaves open, decided (the record plan.json stores, engine/plan/plan_file.h),
+ * the budgets it was made under, and the sizes that follow. */
 typedef struct zt_offload_placement {
   int ckpt_every;          /* train.activation_checkpointing.every, resolved */
   zt_offload_place params; /* offload.params, resolved */
   size_t act_bytes;        /* every micro-batch's with unit_major */
   int unit_major;          /* offload.order, resolved */
-  zt_offload_sizes z;      /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, resolved */
+  zt_offload_sizes z;      /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, z.ring:
+                              the gradient slots, z.dsum: offload.grads gpu, resolved */
   int delayed;             /* offload.delayed_update */
+  size_t gpu_budget, host_budget; /* offload's budgets as planned under (0: none) */
+  uint64_t nvme_budget;
+  int units;               /* the model's */
   double est_s;            /* the cost model's step time */
+  uint64_t nvme_bytes;     /* the NVMe files */
+  uint64_t h2d_bytes, d2h_bytes; /* a step's expected copies (zt_offload_plan) */
 } zt_offload_placement;
 
 zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt);
@@ -116,5 +123,20 @@ int zt_offload_supported(const char *backend, const zt_train_cfg *tc, const zt_o
  * cheapest that fits; the refusals of zt_offload_estimate. */
 int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                        const zt_ops *ops, zt_offload_placement *best, char *err, size_t errlen);
+/* The search from a model's config, the offload policy and the backend checked first: the
+ * one entry for whoever opens an offloaded trainer without a stored plan (ztrain, tests) and
+ * for admission. The refusals of zt_offload_estimate. */
+int zt_offload_plan_make(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                         const zt_offload_cfg *oc, const zt_ops *ops, zt_offload_placement *out,
+                         char *err, size_t errlen);
+/* A given plan (a stored one) checked instead of searched: its choices against model m and
+ * what tc and oc fix (-EINVAL naming the field otherwise), its budgets at most oc's, and its
+ * sizes recomputed under its own budgets into out: -ENOMEM / -ENOSPC with the numbers when the
+ * choices no longer fit them. Of a placement the search gave, out is the same. */
+int zt_offload_plan_check(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                          const zt_ops *ops, const zt_offload_placement *given,
+                          zt_offload_placement *out, char *err, size_t errlen);
+/* A placement's figures as zt_offload_estimate reports them. */
+zt_offload_plan zt_offload_plan_summary(const zt_offload_placement *p);
 
 #endif
