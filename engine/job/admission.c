@@ -16,6 +16,7 @@
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
 #include "engine/plan/batch.h"
+#include "engine/plan/plan_file.h"
 #include "engine/plan/rates.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
@@ -177,13 +178,9 @@ static int fit(zt_jobs *jobs, zt_job_spec *spec, int offload, zt__job_needs *nee
 }
 
 /* The cost model's step time of a sized spec: an offloaded rank's plan, else its compute. */
-static double step_s(zt_jobs *jobs, const zt_job_spec *spec) {
-  zt_offload_plan p;
+static double step_s(const zt_job_spec *spec, const zt__job_needs *needs) {
   char why[ZT__ERR_MAX];
-  if (spec->has_offload && zt__job_world(spec) == 1 &&
-      zt_offload_estimate(&spec->model, &spec->train, &spec->offload,
-                          zt_backend_ops_of(jobs->cfg.backend), &p, why, sizeof why) == 0)
-    return p.est_step_s;
+  if (needs->has_plan) return needs->plan.est_s;
   zt_model *m = NULL;
   if (zt_model_create(&m, &spec->model, why, sizeof why) < 0) return HUGE_VAL;
   zt_train_cfg tc = zt__job_rank_train_cfg(spec);
@@ -223,7 +220,7 @@ static int fit_batch(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, cha
       rc = fit(jobs, cand, offload, &nd, w, sizeof w, err, errlen);
       if (rc == -ENOMEM || rc == -ENOSPC) continue;
       if (rc < 0) goto out;
-      double s = step_s(jobs, cand);
+      double s = step_s(cand, &nd);
       if (!found || s < best_s) {
         *best = *cand;
         *needs = nd;
@@ -379,7 +376,7 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
   }
   int units = zt_model_num_units(m);
   zt_model_destroy(m);
-  zt_offload_plan p;
+  zt_offload_plan p = zt_offload_plan_summary(&nd->plan);
   if (j && sp->has_offload && zt__job_world(sp) > 1) {
     /* each rank's placement as resolved (engine/job/dp_placement.c) */
     zt_train_cfg tc = zt__job_rank_train_cfg(sp);
@@ -395,9 +392,9 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                   (json_int_t)zt_dp_estimate_host_bytes(&sp->model, &tc, &dc),
                   "device_bytes_per_rank", (json_int_t)nd->rank_bytes, "nvme_bytes_per_rank",
                   (json_int_t)zt_dp_estimate_nvme_bytes(&sp->model, &tc, &dc)));
-  } else if (j && sp->has_offload &&
-      zt_offload_estimate(&sp->model, &sp->train, &sp->offload,
-                          zt_backend_ops_of(jobs->cfg.backend), &p, err, errlen) == 0)
+  } else if (j && nd->has_plan) {
+    /* the plan the job would store as plan.json, and its figures */
+    json_object_set_new(j, "plan", zt_offload_plan_to_json(&nd->plan));
     json_object_set_new(
         j, "offload",
         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:I, s:f, "
@@ -413,6 +410,7 @@ static json_t *plan_json(zt_jobs *jobs, const zt_job_spec *sp, const zt__job_nee
                   "est_step_s", p.est_step_s, "h2d_bytes", (json_int_t)p.h2d_bytes,
                   "d2h_bytes", (json_int_t)p.d2h_bytes, "nvme_step_bytes",
                   (json_int_t)p.nvme_step_bytes));
+  }
   json_t *off = j && zt__job_world(sp) == 1 ? json_object_get(j, "offload") : NULL;
   if (off)
     json_object_set_new(off, "order", json_string(p.unit_major ? "unit" : "micro"));
@@ -442,10 +440,11 @@ static int link_init(zt__job *job, char *err, size_t errlen) {
 }
 
 /* A new job in the registry: the next id, jobs/<id>/ with its checkpoints directory, spec.json,
+ * plan.json for a single-rank offloaded job (the plan admission made: the start reuses it),
  * part.json for a part, status.json ("queued"). On failure nothing is left but a consumed id
  * (taken once its directory exists). */
 static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt__job_part *part,
-                      zt__job **out, char *err, size_t errlen) {
+                      const zt__job_needs *needs, zt__job **out, char *err, size_t errlen) {
   zt__job *job = NULL;
   json_t *pj = NULL;
   int rc, made_dir = 0;
@@ -479,6 +478,7 @@ static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt_
   jobs->next_id++;
   if (spec->model.init_job[0] && (rc = link_init(job, err, errlen)) < 0) goto out;
   if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0 ||
+      (needs->has_plan && (rc = zt__store_plan_write(job->dir, &needs->plan, err, errlen)) < 0) ||
       (pj && (rc = zt__store_write_json(job->dir, "part.json", pj, err, errlen)) < 0) ||
       (rc = zt__job_write_status(job, err, errlen)) < 0)
     goto out;
@@ -569,7 +569,8 @@ static int finish_submit(admit_task *t, char id[ZT_JOB_ID_MAX]) {
   }
   if ((rc = check_queued(jobs, t->err, sizeof t->err)) < 0) return rc;
   /* the queue checks the machine again when the job reaches its head (zt__jobs_maybe_start) */
-  if ((rc = create_job(jobs, &t->spec, t->tcp, NULL, &job, t->err, sizeof t->err)) < 0) return rc;
+  if ((rc = create_job(jobs, &t->spec, t->tcp, NULL, &t->needs, &job, t->err,
+                       sizeof t->err)) < 0) return rc;
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
   zt__jobs_enqueue(jobs, job);
   zt__job_log(job, ZT_LOG_INFO, "queued%s%s", t->spec.name[0] ? ": " : "", t->spec.name);
@@ -597,7 +598,8 @@ static int finish_join(admit_task *t, char id[ZT_JOB_ID_MAX]) {
              free_now, jobs->n_dev, t->spec.gpus);
     return -EBUSY;
   }
-  if ((rc = create_job(jobs, &t->spec, t->tcp, &t->part, &job, t->err, sizeof t->err)) < 0) return rc;
+  if ((rc = create_job(jobs, &t->spec, t->tcp, &t->part, &t->needs, &job, t->err,
+                       sizeof t->err)) < 0) return rc;
   job->needs = t->needs;
   job->has_needs = 1;
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
