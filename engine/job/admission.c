@@ -15,25 +15,32 @@
 #include "engine/job/store.h"
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
+#include "engine/plan/auto_ckpt.h"
 #include "engine/plan/batch.h"
 #include "engine/plan/plan_file.h"
 #include "engine/plan/rates.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
- * gpu_budget): the least recompute that fits the device (the offload planner decides it with
- * its plan otherwise). No checkpointing first,
- * then the fewest blocks recomputed (every L blocks recomputes 1, every L-1 2, ... every 1 all
- * L); the job is refused with the numbers of every block recomputed when even that does not
- * fit. The stored spec records the choice, so a restart runs the same. */
+ * gpu_budget): the planner's order of the choices (engine/plan/auto_ckpt.h), each sized against
+ * this daemon; the job is refused with the numbers of every block recomputed when even that
+ * does not fit. The stored spec records the choice, so a restart runs the same. */
+typedef struct ckpt_try {
+  zt_jobs *jobs;
+  zt_job_spec *spec;
+  zt__job_needs *needs;
+} ckpt_try;
+
+static int ckpt_fits(void *ctx, int every, char *err, size_t errlen) {
+  ckpt_try *t = ctx;
+  t->spec->train.ckpt_every = every;
+  return zt__job_spec_check_resources(t->spec, &t->jobs->cfg, t->needs, err, errlen);
+}
+
 static int resolve_auto_ckpt(zt_jobs *jobs, zt_job_spec *spec, zt__job_needs *needs, char *err,
                              size_t errlen) {
-  int L = spec->model.n_layers, rc = 0;
-  for (int i = 0; i <= L; i++) {
-    spec->train.ckpt_every = i == 0 ? 0 : L + 1 - i;
-    rc = zt__job_spec_check_resources(spec, &jobs->cfg, needs, err, errlen);
-    if (rc != -ENOMEM) return rc;
-  }
-  return rc;
+  ckpt_try t = {jobs, spec, needs};
+  int rc = zt_plan_auto_ckpt(spec->model.n_layers, ckpt_fits, &t, err, errlen);
+  return rc < 0 ? rc : 0;
 }
 
 /* model.init.job: the other job's newest checkpoint's weights, a file of the state dir (the
