@@ -493,6 +493,8 @@ static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt_
     snprintf(err, errlen, "out of memory");
     goto out;
   }
+  job->has_plan = needs->has_plan;
+  job->plan = needs->plan;
   *out = job;
   job = NULL;
 out:

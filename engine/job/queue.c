@@ -214,6 +214,8 @@ static void start_check_finish(zt__work *w) {
     } else {
       job->needs = c->needs;
       job->has_needs = 1;
+      job->has_plan = c->needs.has_plan;
+      job->plan = c->needs.plan;
       if (c->note[0]) zt__job_log(job, ZT_LOG_INFO, "%s", c->note);
     }
   }

@@ -68,14 +68,23 @@ queued_behind_hold() {
 # (a) submit: plan.json next to spec.json at once, and what the runner opened is that plan
 big=$((2 * resident))
 start_ztd --backend cpu --gpu-mem-limit "$big"
+ztctl --json plan "$ZT_TMP/off.json" >"$ZT_TMP/plan-reply.json" || fail "plan under $big"
+out=$(ztctl plan "$ZT_TMP/off.json") || fail "ztctl plan: $out"
+case "$out" in *"plan (stored as plan.json, reused by the runner and after a restart): "*) ;;
+  *) fail "ztctl plan does not say the plan: $out" ;; esac
 a=$(submit "$ZT_TMP/off.json")
 [ -f "$STATE/jobs/$a/plan.json" ] || fail "no plan.json after the submit of $a"
 wait_end "$a" done 300
 same_losses "$a"
 logged "$a" "plan.json reused (it fits this daemon): "
-python3 - "$STATE/jobs/$a/plan.json" "$ZT_TMP/show-$a.json" "$big" <<'PY' || fail "the runner's plan"
+out=$(ztctl show "$a") || fail "ztctl show $a"
+case "$out" in *"plan.gpu_units"*) ;; *) fail "ztctl show does not say the plan: $out" ;; esac
+python3 - "$STATE/jobs/$a/plan.json" "$ZT_TMP/show-$a.json" "$big" "$ZT_TMP/plan-reply.json" \
+  <<'PY' || fail "the runner's plan"
 import json, sys
 p, show, big = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+assert show["plan"] == p, (show["plan"], p)
+assert json.load(open(sys.argv[4]))["plan"] == p, "ztctl plan's plan is not the stored one"
 o = show["memory"]["offload"]
 for k in ("params", "gpu_units", "ckpt_every", "grads"):
     assert o[k] == p[k], (k, o[k], p[k])
