@@ -1,9 +1,11 @@
-/* defines: the single-rank offloaded step's plan. zt_offload_plan and zt_offload_estimate: what a
- * job is admitted with and `ztctl plan` prints (engine/job, tools, tests). The plan in full, for
- * zt_trainer_open_offload (engine/train/offload), which allocates it: the choices auto leaves
- * open, decided (zt_offload_placement), every size they give (zt_offload_sizes), a unit's
- * device copy (zt_offload_unit_layout). One computation behind both, so what the daemon admits
- * is what the trainer allocates; the cost model's rates are engine/plan/rates.h's. */
+/* defines: the single-rank offloaded step's plan. zt_offload_plan and zt_offload_estimate: its
+ * figures, what `ztctl plan` prints (engine/job, tools, tests). The plan in full: the choices
+ * auto leaves open, decided (zt_offload_placement), every size they give (zt_offload_sizes), a
+ * unit's device copy (zt_offload_unit_layout); searched once (zt_offload_plan_make: engine/job's
+ * admission, ztrain, tests), stored (engine/plan/plan_file.h), and checked, not searched
+ * (zt_offload_plan_check: a restarted daemon, zt_trainer_open_offload, which allocates it). One
+ * computation behind all, so what the daemon admits is what the trainer allocates; the cost
+ * model's rates are engine/plan/rates.h's. */
 #ifndef ZT_PLAN_OFFLOAD_PLAN_H
 #define ZT_PLAN_OFFLOAD_PLAN_H
 
