@@ -438,8 +438,9 @@ int zt_offload_backward_unit_major(const zt_model *m) {
  * place_optimizer. Without a budget auto means the plain choice: no checkpointing, every unit
  * resident, no unit's optimizer on the device, the sums on the device when there are several
  * micro-batches (the budget is then what that takes). At least one unit is always streamed. */
-int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                       const zt_ops *ops, zt_offload_placement *best, char *err, size_t errlen) {
+static int plan_search(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                       const zt_ops *ops, zt_offload_placement *best, char *err,
+                       size_t errlen) {
   int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers, budget = oc->gpu_budget > 0;
   if (oc->gpu_units >= nu) {
     snprintf(err, errlen, "offload.gpu_units is %d; the model has %d units and at least one "
@@ -515,7 +516,7 @@ int zt_offload_plan_make(const zt_model_cfg *mc, const zt_train_cfg *tc,
       (rc = zt_model_create(&m, mc, err, errlen)) < 0)
     return rc;
   rc = zt_offload_supported(ops->name, tc, oc, err, errlen);
-  if (rc == 0) rc = zt_offload_plan_of(m, tc, oc, ops, out, err, errlen);
+  if (rc == 0) rc = plan_search(m, tc, oc, ops, out, err, errlen);
   zt_model_destroy(m);
   return rc;
 }

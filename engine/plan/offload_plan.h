@@ -121,13 +121,10 @@ int zt_offload_backward_unit_major(const zt_model *m);
  * otherwise. */
 int zt_offload_supported(const char *backend, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                          char *err, size_t errlen);
-/* The plan of model m: every choice the spec fixes as given, the others searched for the
- * cheapest that fits; the refusals of zt_offload_estimate. */
-int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                       const zt_ops *ops, zt_offload_placement *best, char *err, size_t errlen);
-/* The search from a model's config, the offload policy and the backend checked first: the
- * one entry for whoever opens an offloaded trainer without a stored plan (ztrain, tests) and
- * for admission. The refusals of zt_offload_estimate. */
+/* The plan: every choice the spec fixes as given, the others searched for the cheapest that
+ * fits, the offload policy and the backend checked first. The one entry of the search: for
+ * admission, and whoever opens an offloaded trainer without a stored plan (ztrain, tests). The
+ * refusals of zt_offload_estimate. */
 int zt_offload_plan_make(const zt_model_cfg *mc, const zt_train_cfg *tc,
                          const zt_offload_cfg *oc, const zt_ops *ops, zt_offload_placement *out,
                          char *err, size_t errlen);
