@@ -1,8 +1,8 @@
-/* defines: plan.json, the stored plan of a single-rank offloaded job: zt_offload_plan_to_json and
- * zt_offload_plan_from_json, zt_offload_plan_describe (called by engine/job's store at admission and at a start, tests).
- * The record holds the choices auto leaves open, the budgets they were made under and the
- * estimate (what they came to when the plan was made); zt_offload_plan_check recomputes every
- * size from the choices.
+/* defines: plan.json, the stored plan of a single-rank offloaded job: zt_offload_plan_to_json,
+ * zt_offload_plan_from_json, zt_offload_plan_describe (called by engine/job's store at
+ * admission and at a start, its start check's log, tests). The record holds the choices auto
+ * leaves open, the budgets they were made under and the estimate (what they came to when the
+ * plan was made); zt_offload_plan_check recomputes every size from the choices.
  * docs/offload.md "The stored plan" lists the fields. */
 #ifndef ZT_PLAN_PLAN_FILE_H
 #define ZT_PLAN_PLAN_FILE_H

@@ -91,7 +91,8 @@ for k in ("params", "gpu_units", "ckpt_every", "grads"):
 assert o["arena_budget"] == p["estimate"]["arena_bytes"], (o, p)
 assert o["device_budget"] == p["estimate"]["device_bytes"] <= big, (o, p)
 assert p["budgets"]["gpu"] == big, p
-print("(a) the runner opened plan.json's plan:", {k: p[k] for k in ("params", "gpu_units", "grads")})
+print("(a) the runner opened plan.json's plan:",
+      {k: p[k] for k in ("params", "gpu_units", "grads")})
 PY
 
 # (b) a restart with the same limits reuses it
@@ -109,8 +110,9 @@ echo "(b) reused after a restart: $before_b"
 # (c) a restart with a smaller device limit that the plan does not fit: planned again
 c=$(queued_behind_hold "$ZT_TMP/off.json")
 before_c=$(plan_of "$c")
-small=$(( $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["estimate"]["device_bytes"])' \
-  "$STATE/jobs/$c/plan.json") * 6 / 10 ))
+device_c=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["estimate"]
+  ["device_bytes"])' "$STATE/jobs/$c/plan.json") || fail "plan.json of $c"
+small=$((device_c * 6 / 10))
 stop_ztd
 start_ztd --backend cpu --gpu-mem-limit "$small"
 wait_end "$c" done 300
@@ -118,7 +120,8 @@ same_losses "$c"
 logged "$c" "plan.json no longer fits this daemon (job needs "
 logged "$c" "): planned again: "
 after_c=$(plan_of "$c")
-python3 - "$STATE/jobs/$c/plan.json" "$ZT_TMP/show-$c.json" "$small" <<'PY' || fail "the new plan of $c"
+python3 - "$STATE/jobs/$c/plan.json" "$ZT_TMP/show-$c.json" "$small" <<'PY' ||
+  fail "the new plan of $c"
 import json, sys
 p, show, small = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 assert p["budgets"]["gpu"] == small and p["estimate"]["device_bytes"] <= small, p

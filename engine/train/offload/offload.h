@@ -14,9 +14,9 @@
 /* zt_trainer_open for an offloaded step run as plan says (zt_offload_plan_make's, or a stored
  * one): the plan is checked (zt_offload_plan_check), never searched. -ENOMEM with the numbers
  * when its budgets cannot hold it; -EINVAL where it does not match the model, tc or oc;
- * -ENOTSUP for a backend other than cpu or cuda, or params nvme with bf16/fp16. Every other trainer call works as without offload
- * (checkpoints included, interchangeable with those of a run without offload; fp16 steps
- * skipped and the loss scale as without offload). */
+ * -ENOTSUP for a backend other than cpu or cuda, or params nvme with bf16/fp16. Every other
+ * trainer call works as without offload (checkpoints included, interchangeable with those of a
+ * run without offload; fp16 steps skipped and the loss scale as without offload). */
 int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                             const zt_offload_cfg *oc, const zt_offload_placement *plan,
                             const zt_backend *be, char *err, size_t errlen);

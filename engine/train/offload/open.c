@@ -1,5 +1,6 @@
 /* The offloaded trainer's open (zt_trainer_open_offload, engine/train/offload/offload.h): the plan
- * (engine/plan/offload_plan.h), checked and allocated, tier by tier, and the initial state written into it. */
+ * (engine/plan/offload_plan.h) checked and allocated, tier by tier, and the initial state
+ * written into it. */
 #include "engine/train/offload/internal.h"
 
 #include <errno.h>
