@@ -175,8 +175,11 @@ int main(int argc, char **argv) {
     goto fail;
   struct timespec o0, o1;
   clock_gettime(CLOCK_MONOTONIC, &o0);
-  rc = offload ? zt_trainer_open_offload(&t, &mc, &tc, &oc, &be, err, sizeof err)
-               : zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err);
+  zt_offload_placement plan;
+  if (!offload)
+    rc = zt_trainer_open(&t, &mc, &tc, &be, err, sizeof err);
+  else if ((rc = zt_offload_plan_make(&mc, &tc, &oc, be.ops, &plan, err, sizeof err)) == 0)
+    rc = zt_trainer_open_offload(&t, &mc, &tc, &oc, &plan, &be, err, sizeof err);
   if (rc < 0) goto fail;
   clock_gettime(CLOCK_MONOTONIC, &o1);
   double open_s = seconds_between(&o0, &o1), first_step_s = 0;

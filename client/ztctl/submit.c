@@ -542,6 +542,28 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
     printf("offload: expected per step: %s to the device, %s to the host, %s of NVMe I/O\n",
            h2d, d2h, io);
   }
+  /* what a submit stores as jobs/<id>/plan.json (docs/offload.md "The stored plan") */
+  const json_t *stored = json_object_get(plan, "plan");
+  if (stored) {
+    const json_t *bud = json_object_get(stored, "budgets");
+    char gpu[32] = "none", hb[32] = "none", nb[32] = "none";
+    if (json_integer_value(json_object_get(bud, "gpu")))
+      ztctl_fmt_bytes(gpu, sizeof gpu, json_number_value(json_object_get(bud, "gpu")));
+    if (json_integer_value(json_object_get(bud, "host")))
+      ztctl_fmt_bytes(hb, sizeof hb, json_number_value(json_object_get(bud, "host")));
+    if (json_integer_value(json_object_get(bud, "nvme")))
+      ztctl_fmt_bytes(nb, sizeof nb, json_number_value(json_object_get(bud, "nvme")));
+    printf("plan (stored as plan.json, reused by the runner and after a restart): ckpt_every "
+           "%d, params %s, order %s, gpu_units %d, host_units %d, grad_slots %d, grads %s; "
+           "made under gpu_budget %s, host_budget %s, nvme_budget %s\n",
+           (int)json_integer_value(json_object_get(stored, "ckpt_every")),
+           json_string_value(json_object_get(stored, "params")) ?: "?",
+           json_string_value(json_object_get(stored, "order")) ?: "?",
+           (int)json_integer_value(json_object_get(stored, "gpu_units")),
+           (int)json_integer_value(json_object_get(stored, "host_units")),
+           (int)json_integer_value(json_object_get(stored, "grad_slots")),
+           json_string_value(json_object_get(stored, "grads")) ?: "?", gpu, hb, nb);
+  }
 out:
   json_decref(plan);
   json_decref(spec);

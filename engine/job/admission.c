@@ -17,25 +17,33 @@
 #include "engine/job/target.h"
 #include "engine/base/sizes.h"
 #include "engine/kernels/backend.h"
+#include "engine/plan/auto_ckpt.h"
 #include "engine/plan/batch.h"
+#include "engine/plan/plan_file.h"
 #include "engine/plan/rates.h"
 #include "proto/zt_tokens.h"
 
 /* "activation_checkpointing": {"every": "auto"} without offload (or with several ranks and no
- * gpu_budget): the least recompute that fits the device (the offload planner decides it with
- * its plan otherwise). No checkpointing first,
- * then the fewest blocks recomputed (every L blocks recomputes 1, every L-1 2, ... every 1 all
- * L); the job is refused with the numbers of every block recomputed when even that does not
- * fit. The stored spec records the choice, so a restart runs the same. */
+ * gpu_budget): the planner's order of the choices (engine/plan/auto_ckpt.h), each sized against
+ * this daemon; the job is refused with the numbers of every block recomputed when even that
+ * does not fit. The stored spec records the choice, so a restart runs the same. */
+typedef struct ckpt_try {
+  const zt_jobs_config *cfg;
+  zt_job_spec *spec;
+  zt__job_needs *needs;
+} ckpt_try;
+
+static int ckpt_fits(void *ctx, int every, char *err, size_t errlen) {
+  ckpt_try *t = ctx;
+  t->spec->train.ckpt_every = every;
+  return zt__job_spec_check_resources(t->spec, t->cfg, t->needs, err, errlen);
+}
+
 static int resolve_auto_ckpt(const zt_jobs_config *cfg, zt_job_spec *spec, zt__job_needs *needs,
                              char *err, size_t errlen) {
-  int L = spec->model.n_layers, rc = 0;
-  for (int i = 0; i <= L; i++) {
-    spec->train.ckpt_every = i == 0 ? 0 : L + 1 - i;
-    rc = zt__job_spec_check_resources(spec, cfg, needs, err, errlen);
-    if (rc != -ENOMEM) return rc;
-  }
-  return rc;
+  ckpt_try t = {cfg, spec, needs};
+  int rc = zt_plan_auto_ckpt(spec->model.n_layers, ckpt_fits, &t, err, errlen);
+  return rc < 0 ? rc : 0;
 }
 
 /* model.init.job: the other job's newest checkpoint's weights, a file of the state dir (the
@@ -188,13 +196,9 @@ static int fit(const zt_jobs_config *cfg, zt_job_spec *spec, int offload, zt__jo
 }
 
 /* The cost model's step time of a sized spec: an offloaded rank's plan, else its compute. */
-static double step_s(const zt_jobs_config *cfg, const zt_job_spec *spec) {
-  zt_offload_plan p;
+static double step_s(const zt_job_spec *spec, const zt__job_needs *needs) {
   char why[ZT__ERR_MAX];
-  if (spec->has_offload && zt__job_world(spec) == 1 &&
-      zt_offload_estimate(&spec->model, &spec->train, &spec->offload,
-                          zt_backend_ops_of(cfg->backend), &p, why, sizeof why) == 0)
-    return p.est_step_s;
+  if (needs->has_plan) return needs->plan.est_s;
   zt_model *m = NULL;
   if (zt_model_create(&m, &spec->model, why, sizeof why) < 0) return HUGE_VAL;
   zt_train_cfg tc = zt__job_rank_train_cfg(spec);
@@ -234,7 +238,7 @@ static int fit_batch(const zt_jobs_config *cfg, zt_job_spec *spec, zt__job_needs
       rc = fit(cfg, cand, offload, &nd, w, sizeof w, err, errlen);
       if (rc == -ENOMEM || rc == -ENOSPC) continue;
       if (rc < 0) goto out;
-      double s = step_s(cfg, cand);
+      double s = step_s(cand, &nd);
       if (!found || s < best_s) {
         *best = *cand;
         *needs = nd;
@@ -452,7 +456,7 @@ static json_t *plan_json(const zt_jobs_config *cfg, const zt_job_spec *sp, const
   }
   int units = zt_model_num_units(m);
   zt_model_destroy(m);
-  zt_offload_plan p;
+  zt_offload_plan p = zt_offload_plan_summary(&nd->plan);
   if (j && sp->has_offload && zt__job_world(sp) > 1) {
     /* each rank's placement as resolved (engine/job/dp_placement.c) */
     zt_train_cfg tc = zt__job_rank_train_cfg(sp);
@@ -468,9 +472,9 @@ static json_t *plan_json(const zt_jobs_config *cfg, const zt_job_spec *sp, const
                   (json_int_t)zt_dp_estimate_host_bytes(&sp->model, &tc, &dc),
                   "device_bytes_per_rank", (json_int_t)nd->rank_bytes, "nvme_bytes_per_rank",
                   (json_int_t)zt_dp_estimate_nvme_bytes(&sp->model, &tc, &dc)));
-  } else if (j && sp->has_offload &&
-      zt_offload_estimate(&sp->model, &sp->train, &sp->offload,
-                          zt_backend_ops_of(cfg->backend), &p, err, errlen) == 0)
+  } else if (j && nd->has_plan) {
+    /* the plan the job would store as plan.json, and its figures */
+    json_object_set_new(j, "plan", zt_offload_plan_to_json(&nd->plan));
     json_object_set_new(
         j, "offload",
         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:I, s:f, "
@@ -486,6 +490,7 @@ static json_t *plan_json(const zt_jobs_config *cfg, const zt_job_spec *sp, const
                   "est_step_s", p.est_step_s, "h2d_bytes", (json_int_t)p.h2d_bytes,
                   "d2h_bytes", (json_int_t)p.d2h_bytes, "nvme_step_bytes",
                   (json_int_t)p.nvme_step_bytes));
+  }
   json_t *off = j && zt__job_world(sp) == 1 ? json_object_get(j, "offload") : NULL;
   if (off)
     json_object_set_new(off, "order", json_string(p.unit_major ? "unit" : "micro"));
@@ -515,10 +520,11 @@ static int link_init(zt__job *job, char *err, size_t errlen) {
 }
 
 /* A new job in the registry: the next id, jobs/<id>/ with its checkpoints directory, spec.json,
+ * plan.json for a single-rank offloaded job (the plan admission made: the start reuses it),
  * part.json for a part, status.json ("queued"). On failure nothing is left but a consumed id
  * (taken once its directory exists). */
 static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt__job_part *part,
-                      zt__job **out, char *err, size_t errlen) {
+                      const zt__job_needs *needs, zt__job **out, char *err, size_t errlen) {
   zt__job *job = NULL;
   json_t *pj = NULL;
   int rc, made_dir = 0;
@@ -552,6 +558,7 @@ static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt_
   jobs->next_id++;
   if (spec->model.init_job[0] && (rc = link_init(job, err, errlen)) < 0) goto out;
   if ((rc = zt__store_write_json(job->dir, "spec.json", job->spec_json, err, errlen)) < 0 ||
+      (needs->has_plan && (rc = zt__store_plan_write(job->dir, &needs->plan, err, errlen)) < 0) ||
       (pj && (rc = zt__store_write_json(job->dir, "part.json", pj, err, errlen)) < 0) ||
       (rc = zt__job_write_status(job, err, errlen)) < 0)
     goto out;
@@ -559,6 +566,8 @@ static int create_job(zt_jobs *jobs, const zt_job_spec *spec, int tcp, const zt_
     snprintf(err, errlen, "out of memory");
     goto out;
   }
+  job->has_plan = needs->has_plan;
+  job->plan = needs->plan;
   *out = job;
   job = NULL;
 out:
@@ -650,7 +659,8 @@ static int finish_submit(admit_task *t, char id[ZT_JOB_ID_MAX]) {
   }
   if ((rc = check_queued(jobs, t->err, sizeof t->err)) < 0) return rc;
   /* the queue checks the machine again when the job reaches its head (zt__jobs_maybe_start) */
-  if ((rc = create_job(jobs, &t->spec, t->tcp, NULL, &job, t->err, sizeof t->err)) < 0) return rc;
+  if ((rc = create_job(jobs, &t->spec, t->tcp, NULL, &t->needs, &job, t->err,
+                       sizeof t->err)) < 0) return rc;
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);
   zt__jobs_enqueue(jobs, job);
   zt__job_log(job, ZT_LOG_INFO, "queued%s%s", t->spec.name[0] ? ": " : "", t->spec.name);
@@ -678,7 +688,8 @@ static int finish_join(admit_task *t, char id[ZT_JOB_ID_MAX]) {
              free_now, jobs->n_dev, t->spec.gpus);
     return -EBUSY;
   }
-  if ((rc = create_job(jobs, &t->spec, t->tcp, &t->part, &job, t->err, sizeof t->err)) < 0) return rc;
+  if ((rc = create_job(jobs, &t->spec, t->tcp, &t->part, &t->needs, &job, t->err,
+                       sizeof t->err)) < 0) return rc;
   job->needs = t->needs;
   job->has_needs = 1;
   snprintf(id, ZT_JOB_ID_MAX, "%s", job->id);

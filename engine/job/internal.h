@@ -114,6 +114,10 @@ typedef struct zt__job {
   int has_thread;
   zt__job_needs needs;        /* measured when the job reached the head of the queue */
   int has_needs;
+  /* a single-rank offloaded job's plan (plan.json) as admission made it, the start check
+   * reused or made it again, or a restart read it: what show reports */
+  int has_plan;
+  zt_offload_placement plan;
   int checking;               /* a worker checks the machine for its start (queue.c) */
   int export_verified;        /* the checkpoint whose model.safetensors passed its checksums
                                  for an export (export.c), 0 none */

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/job/internal.h"
+#include "engine/job/store.h"
 #include "engine/base/log.h"
+#include "engine/plan/plan_file.h"
 
 void zt__jobs_post(zt__job *job, zt__msg_kind kind, json_t *obj, int rc, uint64_t gen,
                    const char *text) {
@@ -140,17 +142,56 @@ void zt__jobs_start(zt_jobs *jobs, zt__job *job) {
 typedef struct start_check {
   zt__work w;
   char id[ZT_JOB_ID_MAX];
+  char dir[ZT__JOB_DIR_MAX];
   zt_job_spec spec;
   int tcp;
   zt__job_needs needs;
   int rc;
   char err[ZT__ERR_MAX];
+  char note[2 * ZT__ERR_MAX]; /* for the job's log: its plan reused or made again, and why */
 } start_check;
+
+/* A single-rank offloaded job's plan.json reused where this daemon's limits still admit it
+ * (the plan checked, not searched); else, or where it is missing or not a plan (a job from
+ * before plan.json), planned again under this daemon's device budget (which lowers
+ * offload.gpu_budget as at a submit) and written over it. The stored spec is left as it was. */
+static int start_plan(start_check *c, const zt_jobs_config *cfg) {
+  zt_offload_placement stored;
+  char why[ZT__ERR_MAX], plan[512];
+  int rc = zt__store_plan_read(c->dir, &stored, why, sizeof why);
+  int unread = rc < 0;
+  if (rc == 0 &&
+      (rc = zt__job_spec_check_plan(&c->spec, cfg, &stored, &c->needs, why, sizeof why)) == 0) {
+    zt_offload_plan_describe(&c->needs.plan, plan, sizeof plan);
+    snprintf(c->note, sizeof c->note, ZT__PLAN_FILE " reused (it fits this daemon): %s", plan);
+    return 0;
+  }
+  const char *what;
+  double budget = zt__jobs_device_budget(cfg, &what);
+  zt_offload_cfg *oc = &c->spec.offload;
+  if (budget > 0 && (!oc->gpu_budget || (double)oc->gpu_budget > budget))
+    oc->gpu_budget = (size_t)budget;
+  char again[ZT__ERR_MAX];
+  if ((rc = zt__job_spec_check_resources(&c->spec, cfg, &c->needs, again, sizeof again)) < 0 ||
+      (rc = zt__store_plan_write(c->dir, &c->needs.plan, again, sizeof again)) < 0) {
+    snprintf(c->err, sizeof c->err, "%.900s: planned again: %.1100s", why, again);
+    return rc;
+  }
+  zt_offload_plan_describe(&c->needs.plan, plan, sizeof plan);
+  snprintf(c->note, sizeof c->note, "%s%.1500s%s: planned again: %s",
+           unread ? "" : ZT__PLAN_FILE " no longer fits this daemon (", why, unread ? "" : ")",
+           plan);
+  return 0;
+}
 
 static void start_check_run(zt__work *w) {
   start_check *c = (start_check *)w;
   const zt_jobs_config *cfg = &w->jobs->cfg;
-  if ((c->rc = zt__job_spec_check_files(&c->spec, cfg, c->tcp, c->err, sizeof c->err)) == 0)
+  if ((c->rc = zt__job_spec_check_files(&c->spec, cfg, c->tcp, c->err, sizeof c->err)) < 0)
+    return;
+  if (c->spec.has_offload && zt__job_world(&c->spec) == 1)
+    c->rc = start_plan(c, cfg);
+  else
     c->rc = zt__job_spec_check_resources(&c->spec, cfg, &c->needs, c->err, sizeof c->err);
 }
 
@@ -173,6 +214,9 @@ static void start_check_finish(zt__work *w) {
     } else {
       job->needs = c->needs;
       job->has_needs = 1;
+      job->has_plan = c->needs.has_plan;
+      job->plan = c->needs.plan;
+      if (c->note[0]) zt__job_log(job, ZT_LOG_INFO, "%s", c->note);
     }
   }
   zt__jobs_maybe_start(jobs);
@@ -188,6 +232,7 @@ static void start_check_begin(zt_jobs *jobs, zt__job *job) {
     return;
   }
   snprintf(c->id, sizeof c->id, "%s", job->id);
+  snprintf(c->dir, sizeof c->dir, "%s", job->dir);
   c->spec = job->spec;
   c->tcp = job->tcp;
   c->w.run = start_check_run;

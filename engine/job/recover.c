@@ -71,11 +71,14 @@ static int load_job(zt_jobs *jobs, const char *id) {
   job->created = status_time(st, "created");
   job->started = status_time(st, "started");
   job->ended = status_time(st, "ended");
+  /* for show; the start check reads it again, and checks it */
+  char why[ZT__ERR_MAX];
+  job->has_plan = spec.has_offload && zt__job_world(&spec) == 1 &&
+                  zt__store_plan_read(dir, &job->plan, why, sizeof why) == 0;
   if ((rc = zt__jobs_add(jobs, job)) < 0) goto out;
   zt__job *added = job;
   job = NULL;
 
-  char why[ZT__ERR_MAX];
   json_t *part = zt__store_read_json(dir, "part.json", why, sizeof why);
   if (part) {
     added->part.member = 1;

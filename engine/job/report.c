@@ -9,6 +9,7 @@
 #include "engine/job/store.h"
 #include "engine/kernels/backend.h"
 #include "engine/base/log.h"
+#include "engine/plan/plan_file.h"
 
 json_t *zt__job_event(const zt__job *job, const char *kind) {
   return json_pack("{s:s, s:s}", "event", kind, "job", job->id);
@@ -212,6 +213,8 @@ json_t *zt_jobs_show(zt_jobs *jobs, const char *id, int *rc, char *err, size_t e
   if (j && job->error[0]) json_object_set_new(j, "error", json_string(job->error));
   if (j) json_object_set_new(j, "gpus", held_json(job));
   if (j && job->has_eval) add_eval(j, job);
+  /* the plan it runs or ran, as plan.json holds it */
+  if (j && job->has_plan) json_object_set_new(j, "plan", zt_offload_plan_to_json(&job->plan));
   if (j && job->part.member)
     json_object_set_new(j, "part", json_pack("{s:s, s:i, s:i, s:i}", "coordinator",
                                              job->part.coordinator, "rank0", job->part.rank0,

@@ -161,24 +161,11 @@ static int make_nvme_dir(runner *r, zt_offload_cfg *oc) {
 
 /* A full disk (or a file size limit) while the trainer reserves its files: the numbers for the
  * whole tier, after the trainer's message naming the file that did not fit. */
-static void explain_nvme_space(runner *r, int rc, const zt_ops *ops) {
+static void explain_nvme_space(runner *r, int rc) {
   const zt_job_spec *s = &r->job->spec;
-  zt_offload_plan plan;
   char why[ZT__ERR_MAX], bytes[32];
-  uint64_t need;
+  uint64_t need = r->nvme_bytes;
   if (rc != -ENOSPC && rc != -EFBIG && rc != -EDQUOT) return;
-  if (r->world > 1) {
-    /* the ranks here, each its files (engine/train/dp/dp.h) */
-    zt_train_cfg tc = zt__job_rank_train_cfg(s);
-    zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
-    if ((need = zt_dp_estimate_nvme_bytes(&s->model, &tc, &dpc)) == UINT64_MAX) return;
-    need *= (uint64_t)r->local;
-  } else if (zt_offload_estimate(&s->model, &s->train, &s->offload, ops, &plan, why,
-                                 sizeof why) < 0) {
-    return;
-  } else {
-    need = plan.nvme_bytes;
-  }
   zt_size_format(bytes, sizeof bytes, (double)need);
   snprintf(why, sizeof why, "%s", r->err);
   /* cut to fit: the trainer's message first, then the directory */
@@ -238,13 +225,14 @@ static int open_job(runner *r) {
                          s->model.init_path, 0, mc->init_job[0] ? NULL : &files, NULL,
                          mc->init_path, sizeof mc->init_path, r->err, sizeof r->err)) < 0)
     return rc;
-  /* a plan with NVMe files (optimizer nvme, or auto's host/NVMe split) */
-  zt_offload_plan plan;
-  char why[256];
-  if (s->has_offload && r->world == 1 &&
-      zt_offload_estimate(&s->model, &s->train, &s->offload, be->ops, &plan, why,
-                          sizeof why) == 0)
+  /* one rank runs the plan admission stored (plan.json, checked or made again by the start
+   * check, queue.c); the open checks it again, it does not search. With NVMe files (optimizer
+   * nvme, or auto's host/NVMe split) they get their directory. */
+  zt_offload_placement plan;
+  if (s->has_offload && r->world == 1) {
+    if ((rc = zt__store_plan_read(job->dir, &plan, r->err, sizeof r->err)) < 0) return rc;
     r->nvme_bytes = plan.nvme_bytes;
+  }
   zt_train_cfg tc = zt__job_rank_train_cfg(s);
   zt_dp_cfg dpc = zt__job_dp_cfg(s, r->rank0, r->local);
   if (s->has_offload && r->world > 1) {
@@ -257,12 +245,13 @@ static int open_job(runner *r) {
     dpc.nvme_dir = oc.nvme_dir; /* the job's directory under it */
     rc = zt_trainer_open_dp(&r->trainer, mc, &tc, &dpc, r->ranks, r->err, sizeof r->err);
   } else if (s->has_offload) {
-    rc = zt_trainer_open_offload(&r->trainer, mc, &s->train, &oc, be, r->err, sizeof r->err);
+    rc = zt_trainer_open_offload(&r->trainer, mc, &s->train, &oc, &plan, be, r->err,
+                                 sizeof r->err);
   } else {
     rc = zt_trainer_open(&r->trainer, mc, &s->train, be, r->err, sizeof r->err);
   }
   if (rc < 0) {
-    if (r->nvme_dir[0]) explain_nvme_space(r, rc, be->ops);
+    if (r->nvme_dir[0]) explain_nvme_space(r, rc);
     return rc;
   }
   int newest = r->resume_step;

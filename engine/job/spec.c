@@ -393,17 +393,15 @@ static int check_data_host(const zt_job_spec *s, const zt_jobs_config *cfg, size
   return 0;
 }
 
-/* An offloaded job: the trainer's own plan (zt_offload_estimate) refuses a gpu_budget too small
- * with the numbers; its device side must fit the device, its host tier the host (with the
- * device side too on the cpu backend, whose device is host memory), its files nvme_dir. */
-static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__job_needs *needs,
-                         char *err, size_t errlen) {
-  zt_offload_plan plan;
-  int rc = zt_offload_estimate(&s->model, &s->train, &s->offload,
-                               zt_backend_ops_of(cfg->backend), &plan, err, errlen);
-  if (rc < 0) return rc;
+/* An offloaded job's plan p against this daemon: its device side must fit the device, its host
+ * tier the host (with the device side too on the cpu backend, whose device is host memory),
+ * its files nvme_dir. */
+static int plan_fits(const zt_job_spec *s, const zt_jobs_config *cfg,
+                     const zt_offload_placement *p, zt__job_needs *needs, char *err,
+                     size_t errlen) {
+  zt_offload_plan plan = zt_offload_plan_summary(p);
   const char *what;
-  int on_cpu = strcmp(cfg->backend, "cpu") == 0;
+  int rc, on_cpu = strcmp(cfg->backend, "cpu") == 0;
   /* a checkpoint's staging comes on top of the host tier (zt_trainer_checkpoint_bytes); it also
    * covers the open's, which streams the initial state through one staging of the largest
    * unit's parameters while no checkpoint runs (engine/train/offload/open.c, write_initial_state) */
@@ -431,7 +429,34 @@ static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__jo
     return rc;
   needs->backend_bytes = needs->rank_bytes = plan.device_bytes;
   needs->host_bytes = (size_t)host;
+  needs->plan = *p;
+  needs->has_plan = 1;
   return check_data_host(s, cfg, &needs->host_bytes, err, errlen);
+}
+
+/* An offloaded job: the planner's search (zt_offload_plan_make) refuses a gpu_budget too small
+ * with the numbers; then the plan against the daemon (plan_fits). */
+static int check_offload(const zt_job_spec *s, const zt_jobs_config *cfg, zt__job_needs *needs,
+                         char *err, size_t errlen) {
+  zt_offload_placement p;
+  int rc = zt_offload_plan_make(&s->model, &s->train, &s->offload,
+                                zt_backend_ops_of(cfg->backend), &p, err, errlen);
+  return rc < 0 ? rc : plan_fits(s, cfg, &p, needs, err, errlen);
+}
+
+int zt__job_spec_check_plan(const zt_job_spec *s, const zt_jobs_config *cfg,
+                            const zt_offload_placement *plan, zt__job_needs *needs, char *err,
+                            size_t errlen) {
+  const zt_ops *ops = zt_backend_ops_of(cfg->backend);
+  zt_offload_placement p;
+  zt_model *m = NULL;
+  int rc;
+  if ((rc = zt_offload_supported(ops->name, &s->train, &s->offload, err, errlen)) < 0 ||
+      (rc = zt_model_create(&m, &s->model, err, errlen)) < 0)
+    return rc;
+  rc = zt_offload_plan_check(m, &s->train, &s->offload, ops, plan, &p, err, errlen);
+  zt_model_destroy(m);
+  return rc < 0 ? rc : plan_fits(s, cfg, &p, needs, err, errlen);
 }
 
 void zt__job_ranks_text(const zt_job_spec *s, char *out, size_t outlen) {
@@ -624,6 +649,7 @@ static const char *consumers(const zt_job_spec *s, const zt_ops *ops, double nee
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen) {
   int rc;
+  needs->has_plan = 0;
   /* The CPU reference runs bf16/fp16 (to test them), but slower than fp32 and with no memory
    * saved that a job would want; TF32 is a tensor-core mode. */
   const char *runs = cfg->described ? "the target runs" : "this daemon runs";

@@ -82,6 +82,8 @@ typedef struct zt__job_needs {
   size_t host_bytes;             /* host memory, counted with the other running jobs' against
                                     the host limit (cpu: the backend's; cuda: an offload host
                                     tier) */
+  int has_plan;                  /* a single-rank offloaded job: plan, what it runs */
+  zt_offload_placement plan;
 } zt__job_needs;
 
 /* Structure, types, ranges and the model/train constraints; fills defaults. 0 or -EINVAL with a
@@ -123,6 +125,13 @@ zt_data_packing zt__job_packing_of(zt_data_packing p, uint32_t version);
  * disk_bytes free at offload.nvme_dir. */
 int zt__job_spec_check_resources(const zt_job_spec *s, const zt_jobs_config *cfg,
                                  zt__job_needs *needs, char *err, size_t errlen);
+/* A single-rank offloaded job's stored plan instead of a search: checked against the spec
+ * (zt_offload_plan_check), then its sizes against the daemon's limits as
+ * zt__job_spec_check_resources checks a plan it makes. 0 with *needs (needs->plan the
+ * checked plan), or -errno with the numbers. Off the loop thread. */
+int zt__job_spec_check_plan(const zt_job_spec *s, const zt_jobs_config *cfg,
+                            const zt_offload_placement *plan, zt__job_needs *needs, char *err,
+                            size_t errlen);
 /* The normalised spec (every default written out): what jobs/<id>/spec.json holds. */
 json_t *zt__job_spec_to_json(const zt_job_spec *s);
 

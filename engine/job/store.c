@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "engine/plan/plan_file.h"
 
 static int make_dir(const char *path, char *err, size_t errlen) {
   if (mkdir(path, 0755) == 0 || errno == EEXIST) {
@@ -134,6 +135,32 @@ json_t *zt__store_read_json(const char *dir, const char *name, char *err, size_t
   json_t *j = json_load_file(path, 0, &je);
   if (!j) snprintf(err, errlen, "%s: %s", path, je.text);
   return j;
+}
+
+int zt__store_plan_write(const char *job_dir, const zt_offload_placement *p, char *err,
+                         size_t errlen) {
+  json_t *j = zt_offload_plan_to_json(p);
+  if (!j) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  int rc = zt__store_write_json(job_dir, ZT__PLAN_FILE, j, err, errlen);
+  json_decref(j);
+  return rc;
+}
+
+int zt__store_plan_read(const char *job_dir, zt_offload_placement *p, char *err, size_t errlen) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/" ZT__PLAN_FILE, job_dir);
+  if (access(path, F_OK) < 0 && errno == ENOENT) {
+    snprintf(err, errlen, ZT__PLAN_FILE " is missing");
+    return -ENOENT;
+  }
+  json_t *j = zt__store_read_json(job_dir, ZT__PLAN_FILE, err, errlen);
+  if (!j) return -EINVAL;
+  int rc = zt_offload_plan_from_json(j, p, err, errlen);
+  json_decref(j);
+  return rc;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {

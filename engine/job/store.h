@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "engine/plan/offload_plan.h"
 
 /* Creates state_dir and state_dir/jobs if needed, checks they are writable, and takes the
  * exclusive lock state_dir/ztd.lock (-EBUSY naming the holder's pid when another daemon has it).
@@ -18,6 +19,16 @@ int zt__store_write_json(const char *dir, const char *name, const json_t *j, cha
 /* NULL with err set when missing or not JSON. */
 json_t *zt__store_read_json(const char *dir, const char *name, char *err, size_t errlen);
 int zt__store_fsync_dir(const char *dir);
+
+#define ZT__PLAN_FILE "plan.json"
+
+/* job_dir/plan.json: a single-rank offloaded job's plan (engine/plan/plan_file.h), written at
+ * admission and when a start plans again (queue.c), read by the start check and the runner.
+ * Write: replaced atomically. Read: 0, or -ENOENT (none: a job from before plan.json) or
+ * -EINVAL (not a plan, the field named), err saying which. */
+int zt__store_plan_write(const char *job_dir, const zt_offload_placement *p, char *err,
+                         size_t errlen);
+int zt__store_plan_read(const char *job_dir, zt_offload_placement *p, char *err, size_t errlen);
 /* rm -r; 0 when already absent. */
 int zt__store_remove_tree(const char *path);
 /* The bytes of the regular files under path (their sizes; symbolic links not followed). */

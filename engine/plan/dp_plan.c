@@ -1,5 +1,6 @@
 /* The data-parallel plan (dp_plan.h): the shard table, the units' placement, every buffer of a
- * rank, and the search of a several-rank job's placement under a per-GPU budget. */
+ * rank, and the search of a several-rank job's placement under a per-GPU budget, its policy
+ * checked first (zt_dp_plan_resolve). */
 #include "engine/plan/dp_plan.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/sizes.h"
 #include "offload/host_arena.h"
 #include "offload/opt_store.h"
 
@@ -408,4 +410,92 @@ int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int
   least->bytes = rank_bytes(s, ops, off_place(s), least->params,
                             o->gpu_units > 0 ? o->gpu_units : 0, least->ckpt_every);
   return -ENOMEM;
+}
+
+/* gpu_units, params and checkpointing: what the budget (if any) holds, fastest first
+ * (engine/plan/dp_plan.h), and the job without offload where everything fits on the device. */
+static int resolve_placement(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int world,
+                             int zero_stage, const char *ranks, const zt_ops *ops,
+                             int *no_offload, char *err, size_t errlen) {
+  zt_dp_plan_least least;
+  int rc = zt_dp_plan_place(m, tc, o, world, zero_stage, ops, no_offload, &least);
+  if (rc == 0) return 0;
+  char a[32], b[32];
+  zt_size_format(a, sizeof a, (double)least.bytes);
+  zt_size_format(b, sizeof b, (double)o->gpu_budget);
+  snprintf(err, errlen, "offload.gpu_budget %s per GPU is too small for %s: with the optimizer "
+           "of %d unit(s) on the GPU and the rest's on the %s, the parameters %s%s a rank "
+           "needs %s", b, ranks, o->gpu_units > 0 ? o->gpu_units : 0,
+           o->optimizer == ZT_PLACE_NVME ? "NVMe" : "host",
+           least.params == ZT_PLACE_NVME   ? "in NVMe files"
+           : least.params == ZT_PLACE_HOST ? "on the host"
+                                           : "on the GPU",
+           least.ckpt_every == 1 ? " and every block recomputed" : "", a);
+  return rc;
+}
+
+int zt_dp_plan_resolve(const zt_model_cfg *mc, zt_train_cfg *tc, zt_offload_cfg *o, int world,
+                       int zero_stage, const char *ranks, const zt_ops *ops, int *no_offload,
+                       char *err, size_t errlen) {
+  *no_offload = 0;
+  if (o->delayed_update) {
+    snprintf(err, errlen, "offload.delayed_update with %s is not supported (only the offloaded "
+             "step of one rank delays its update)", ranks);
+    return -ENOTSUP;
+  }
+  if (o->order == ZT_ORDER_UNIT) {
+    snprintf(err, errlen, "offload.order unit with %s is not supported (the data-parallel walk "
+             "is micro-major); use auto or micro", ranks);
+    return -ENOTSUP;
+  }
+  if (o->grads == ZT_PLACE_GPU) {
+    snprintf(err, errlen, "offload.grads gpu with %s is not supported (the ranks reduce their "
+             "gradients where their placement puts them, engine/train/dp/dp.h); use auto", ranks);
+    return -ENOTSUP;
+  }
+  /* each rank reads its chunks of the parameters from its master files (engine/train/dp/dp.h):
+   * stage 3's chunks, optimizer nvme's files */
+  if (o->params == ZT_PLACE_NVME &&
+      (zero_stage != 3 || o->optimizer != ZT_PLACE_NVME)) {
+    snprintf(err, errlen, "offload.params: nvme with %s needs parallel.zero_stage 3 and "
+             "offload.optimizer nvme (each rank reads its chunks of the parameters from its "
+             "optimizer's master files) (got zero_stage %d, optimizer %s)", ranks,
+             zero_stage, zt_offload_place_name(o->optimizer));
+    return -EINVAL;
+  }
+  if (o->params == ZT_PLACE_HOST && zero_stage != 3) {
+    snprintf(err, errlen, "offload.params: host with %s needs parallel.zero_stage 3 (stages 1-2 "
+             "keep every unit's parameters on every GPU)", ranks);
+    return -EINVAL;
+  }
+  zt_model *m;
+  int rc = zt_model_create(&m, mc, err, errlen);
+  if (rc < 0) return rc;
+  int units = zt_model_num_units(m);
+  if (o->gpu_units > units) {
+    snprintf(err, errlen, "offload.gpu_units must be in [0, %d] (the model's units) (got %d)",
+             units, o->gpu_units);
+    rc = -EINVAL;
+    goto out;
+  }
+  /* the host / NVMe split of the units the device does not keep is nvme's (a rank's device
+   * bytes do not depend on it, so gpu_units is resolved as without it, then checked) */
+  if (o->host_units >= 0 && o->optimizer != ZT_PLACE_NVME) {
+    snprintf(err, errlen, "offload.host_units with %s needs offload.optimizer nvme (the units "
+             "after the host ones keep their optimizer on NVMe) (got optimizer %s)", ranks,
+             zt_offload_place_name(o->optimizer));
+    rc = -ENOTSUP;
+    goto out;
+  }
+  if ((rc = resolve_placement(m, tc, o, world, zero_stage, ranks, ops, no_offload, err,
+                              errlen)) < 0)
+    goto out;
+  if (!*no_offload && o->host_units > units - o->gpu_units) {
+    snprintf(err, errlen, "offload.host_units is %d; after %d unit(s) on the device the model "
+             "has %d", o->host_units, o->gpu_units, units - o->gpu_units);
+    rc = -EINVAL;
+  }
+out:
+  zt_model_destroy(m);
+  return rc;
 }

@@ -3,7 +3,7 @@
  * the host tier and NVMe keep, and the bytes of every buffer a rank allocates in each; and a
  * several-rank job's placement resolved against a per-GPU budget. Called by engine/train/dp
  * (its open allocates what the plan lists, its estimates are the plan's sums) and engine/job
- * (admission, dp_placement.c). */
+ * (admission, dp_placement.c: zt_dp_plan_resolve). */
 #ifndef ZT_PLAN_DP_PLAN_H
 #define ZT_PLAN_DP_PLAN_H
 
@@ -134,5 +134,13 @@ typedef struct zt_dp_plan_least {
  * 0, or -ENOMEM with *least for the caller's message, o and tc unchanged. */
 int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int world,
                      int zero_stage, const zt_ops *ops, int *no_offload, zt_dp_plan_least *least);
+/* A several-rank job's offload policy checked (what several ranks cannot do: delayed_update,
+ * order unit, grads gpu; params nvme or host without stage 3; host_units without optimizer
+ * nvme; units the model lacks) and resolved in place by zt_dp_plan_place: 0 (*no_offload: the
+ * job runs without offload), or -errno with the message naming the fields, `ranks` naming the
+ * job's ranks ("parallel.gpus 2"), and for -ENOMEM what a rank needs at the least. */
+int zt_dp_plan_resolve(const zt_model_cfg *mc, zt_train_cfg *tc, zt_offload_cfg *o, int world,
+                       int zero_stage, const char *ranks, const zt_ops *ops, int *no_offload,
+                       char *err, size_t errlen);
 
 #endif

@@ -133,19 +133,28 @@ static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int 
  * may alias the host's buffers. delayed_update (docs/offload.md): the flat gradients, no alias,
  * the host units' stream copies in bf16/fp16, and the next buffers: fp32 the host units'
  * masters, bf16/fp16 the compute copy; the stream copies. */
+/* Whether the host's gradients may be a ring (docs/offload.md): the updates must overlap the
+ * backward, so not with clipping, nor fp16, nor the delayed update, which needs the whole
+ * step's gradients while the next step runs; with several micro-batches only with the sums on
+ * the device. */
+static int ring_applies(const zt_offload_cfg *oc, const zt_train_cfg *tc, int dsum) {
+  return tc->grad_clip == 0 && (tc->grad_accum == 1 || dsum) && tc->precision != ZT_F16 &&
+         !oc->delayed_update;
+}
+
 static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
-                       int on_cpu, int nh, zt_offload_sizes *z) {
+                       int on_cpu, int nh, int ring, zt_offload_sizes *z) {
   int nu = zt_model_num_units(m), params_nvme = oc->params == ZT_PLACE_NVME;
   size_t n = zt_model_num_params(m);
   zt_dtype dt = tc->precision;
   z->nh = nh;
   z->ring = 0;
-  /* the ring needs the updates to overlap the backward (docs/offload.md): not with fp16, nor with
-   * the delayed update, which needs the whole step's gradients while the next step runs */
+  /* ring >= 0: a stored plan's (zt_offload_plan_check validated it), else decided here */
   z->ring_floats = z->largest_f32 / sizeof(float);
-  if (tc->grad_clip == 0 && (tc->grad_accum == 1 || z->dsum) && dt != ZT_F16 &&
-      !oc->delayed_update)
-    z->ring = ring_slots(m, tc, oc->grad_slots, nu - z->ng, z->ring_floats * sizeof(float));
+  if (ring_applies(oc, tc, z->dsum))
+    z->ring = ring >= 0 ? ring
+                        : ring_slots(m, tc, oc->grad_slots, nu - z->ng,
+                                     z->ring_floats * sizeof(float));
   z->alias = on_cpu && z->ng > 0 && nh == nu && !z->ring && !oc->delayed_update;
   z->lo = z->alias ? 0 : unit_start(m, z->ng);
   z->h_floats = unit_start(m, nh) - z->lo;
@@ -181,10 +190,12 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
 }
 
 /* Where the streamed units keep their optimizer (offload.host_units): the host side of z for
- * the device side sizes_for gave it. -EINVAL for a host_units the units cannot take, -ENOMEM
+ * the device side sizes_for gave it, with ring gradient slots (-1: decided by host_sizes).
+ * -EINVAL for a host_units the units cannot take, -ENOMEM
  * over host_budget, -ENOSPC over nvme_budget; err says why with the numbers. */
 static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt_train_cfg *tc,
-                           int on_cpu, zt_offload_sizes *z, char *err, size_t errlen) {
+                           int on_cpu, int ring, zt_offload_sizes *z, char *err,
+                           size_t errlen) {
   int nu = zt_model_num_units(m), ng = z->ng, nh = nu;
   if (oc->host_units >= 0 || oc->optimizer == ZT_PLACE_NVME) {
     int k = oc->host_units > 0 ? oc->host_units : 0;
@@ -199,13 +210,13 @@ static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt
                "offload.nvme_dir is required", oc->host_units, nu - nh);
       return -EINVAL;
     }
-    host_sizes(m, oc, tc, on_cpu, nh, z);
+    host_sizes(m, oc, tc, on_cpu, nh, ring, z);
   } else if (oc->optimizer == ZT_PLACE_AUTO && oc->host_budget && oc->nvme_dir[0]) {
     /* the most units on the host that fit it: the host is faster than NVMe for every unit */
-    for (host_sizes(m, oc, tc, on_cpu, nh, z); nh > ng && z->host > oc->host_budget;)
-      host_sizes(m, oc, tc, on_cpu, --nh, z);
+    for (host_sizes(m, oc, tc, on_cpu, nh, ring, z); nh > ng && z->host > oc->host_budget;)
+      host_sizes(m, oc, tc, on_cpu, --nh, ring, z);
   } else {
-    host_sizes(m, oc, tc, on_cpu, nh, z);
+    host_sizes(m, oc, tc, on_cpu, nh, ring, z);
   }
   if (oc->host_budget && z->host > oc->host_budget) {
     size_texts b = {0};
@@ -363,14 +374,16 @@ static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offl
 }
 
 /* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
- * the host and NVMe sides follow (place_optimizer). */
+ * the host and NVMe sides follow (place_optimizer, ring as there). */
 static int plan_try_order(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                           const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
-                          int um, zt_offload_placement *p, char *err, size_t errlen) {
+                          int um, int ring, zt_offload_placement *p, char *err, size_t errlen) {
   zt_offload_cfg c = *oc;
   c.params = place;
   *p = (zt_offload_placement){.ckpt_every = ck, .params = place, .delayed = oc->delayed_update,
-                  .unit_major = um,
+                  .unit_major = um, .units = zt_model_num_units(m),
+                  .gpu_budget = oc->gpu_budget, .host_budget = oc->host_budget,
+                  .nvme_budget = oc->nvme_budget,
                   .act_bytes = zt_acts_size_dt(m, ops, tc->micro_batch, ck, tc->precision)};
   /* unit-major keeps every micro-batch's activations until its backward */
   p->act_bytes *= um ? (size_t)tc->grad_accum : 1;
@@ -381,9 +394,15 @@ static int plan_try_order(const zt_model *m, const zt_train_cfg *tc, const zt_of
   }
   int rc = sizes_for(m, &c, tc->precision, p->act_bytes, ng, dsum, &p->z, err, errlen);
   if (rc == 0)
-    rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, &p->z, err, errlen);
-  if (rc == 0) p->est_s = plan_cost(m, tc, p);
-  return rc;
+    rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, ring, &p->z, err, errlen);
+  if (rc < 0) return rc;
+  p->est_s = plan_cost(m, tc, p);
+  p->nvme_bytes = nvme_file_bytes(m, p->z.nh);
+  double h2d, d2h;
+  plan_transfers(m, tc, p, &h2d, &d2h);
+  p->h2d_bytes = (uint64_t)h2d;
+  p->d2h_bytes = (uint64_t)d2h;
+  return 0;
 }
 
 /* A candidate in the order offload.order fixes; auto with several micro-batches and a
@@ -393,11 +412,11 @@ static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_
                     zt_offload_placement *p, char *err, size_t errlen) {
   int several = tc->grad_accum > 1 && tc->grad_accum <= ZT_UNIT_MAJOR_MICROS_MAX;
   int um = several && oc->order == ZT_ORDER_UNIT;
-  int rc = plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, um, p, err, errlen);
+  int rc = plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, um, -1, p, err, errlen);
   if (!several || oc->order != ZT_ORDER_AUTO || !oc->gpu_budget || !p->act_bytes) return rc;
   zt_offload_placement q;
   char why[512];
-  if (plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, 1, &q, why, sizeof why) == 0 &&
+  if (plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, 1, -1, &q, why, sizeof why) == 0 &&
       (rc < 0 || q.est_s < p->est_s)) {
     *p = q;
     rc = 0;
@@ -419,8 +438,9 @@ int zt_offload_backward_unit_major(const zt_model *m) {
  * place_optimizer. Without a budget auto means the plain choice: no checkpointing, every unit
  * resident, no unit's optimizer on the device, the sums on the device when there are several
  * micro-batches (the budget is then what that takes). At least one unit is always streamed. */
-int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                       const zt_ops *ops, zt_offload_placement *best, char *err, size_t errlen) {
+static int plan_search(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                       const zt_ops *ops, zt_offload_placement *best, char *err,
+                       size_t errlen) {
   int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers, budget = oc->gpu_budget > 0;
   if (oc->gpu_units >= nu) {
     snprintf(err, errlen, "offload.gpu_units is %d; the model has %d units and at least one "
@@ -487,41 +507,143 @@ int zt_offload_supported(const char *backend, const zt_train_cfg *tc, const zt_o
   return 0;
 }
 
-int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen) {
+int zt_offload_plan_make(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                         const zt_offload_cfg *oc, const zt_ops *ops, zt_offload_placement *out,
+                         char *err, size_t errlen) {
   zt_model *m = NULL;
-  zt_offload_placement p;
   int rc;
   if ((rc = zt_offload_cfg_check(oc, err, errlen)) < 0 ||
       (rc = zt_model_create(&m, mc, err, errlen)) < 0)
     return rc;
   rc = zt_offload_supported(ops->name, tc, oc, err, errlen);
-  if (rc == 0) rc = zt_offload_plan_of(m, tc, oc, ops, &p, err, errlen);
-  if (rc == 0) {
-    *out = (zt_offload_plan){.host_bytes = p.z.host,
-                             .device_bytes = p.act_bytes + p.z.dev_units + p.z.dsum_bytes +
-                                             p.z.arena,
-                             .nvme_bytes = nvme_file_bytes(m, p.z.nh),
-                             .act_bytes = p.act_bytes,
-                             .gpu_unit_bytes = p.z.dev_units,
-                             .arena_bytes = p.z.arena,
-                             .units = zt_model_num_units(m),
-                             .gpu_units = p.z.ng,
-                             .host_units = p.z.nh - p.z.ng,
-                             .grad_slots = p.z.ring,
-                             .ckpt_every = p.ckpt_every,
-                             .params = p.params,
-                             .grads = p.z.dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
-                             .dsum_bytes = p.z.dsum_bytes,
-                             .unit_major = p.unit_major,
-                             .est_step_s = p.est_s};
-    double h2d, d2h;
-    plan_transfers(m, tc, &p, &h2d, &d2h);
-    out->h2d_bytes = (uint64_t)h2d;
-    out->d2h_bytes = (uint64_t)d2h;
-    /* every NVMe unit's master, m and v read and written once a step */
-    out->nvme_step_bytes = 2 * out->nvme_bytes;
-  }
+  if (rc == 0) rc = plan_search(m, tc, oc, ops, out, err, errlen);
   zt_model_destroy(m);
   return rc;
+}
+
+zt_offload_plan zt_offload_plan_summary(const zt_offload_placement *p) {
+  /* every NVMe unit's master, m and v read and written once a step */
+  return (zt_offload_plan){.host_bytes = p->z.host,
+                           .device_bytes = p->act_bytes + p->z.dev_units + p->z.dsum_bytes +
+                                           p->z.arena,
+                           .nvme_bytes = p->nvme_bytes,
+                           .act_bytes = p->act_bytes,
+                           .gpu_unit_bytes = p->z.dev_units,
+                           .arena_bytes = p->z.arena,
+                           .units = p->units,
+                           .gpu_units = p->z.ng,
+                           .host_units = p->z.nh - p->z.ng,
+                           .grad_slots = p->z.ring,
+                           .ckpt_every = p->ckpt_every,
+                           .params = p->params,
+                           .grads = p->z.dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
+                           .dsum_bytes = p->z.dsum_bytes,
+                           .unit_major = p->unit_major,
+                           .est_step_s = p->est_s,
+                           .h2d_bytes = p->h2d_bytes,
+                           .d2h_bytes = p->d2h_bytes,
+                           .nvme_step_bytes = 2 * p->nvme_bytes};
+}
+
+int zt_offload_estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                        const zt_ops *ops, zt_offload_plan *out, char *err, size_t errlen) {
+  zt_offload_placement p;
+  int rc = zt_offload_plan_make(mc, tc, oc, ops, &p, err, errlen);
+  if (rc == 0) *out = zt_offload_plan_summary(&p);
+  return rc;
+}
+
+/* A budget of a stored plan against the spec's: at most it, where the spec sets one. */
+static int budget_within(const char *name, uint64_t given, uint64_t spec, char *err,
+                         size_t errlen) {
+  if (!spec || (given && given <= spec)) return 0;
+  snprintf(err, errlen, "plan: budgets.%s %llu is over offload.%s_budget %llu", name,
+           (unsigned long long)given, name, (unsigned long long)spec);
+  return -EINVAL;
+}
+
+/* A stored plan's choices against the model and what the spec fixes: 0, or -EINVAL with the
+ * field named in err. */
+static int check_choices(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                         const zt_offload_placement *g, char *err, size_t errlen) {
+  int nu = zt_model_num_units(m), L = zt_model_cfg_of(m)->n_layers;
+  int ng = g->z.ng, nh = g->z.nh, ring = g->z.ring, ns = nu - g->z.ng;
+  int several = tc->grad_accum > 1 && tc->grad_accum <= ZT_UNIT_MAJOR_MICROS_MAX;
+  const char *order = oc->order == ZT_ORDER_UNIT    ? "unit"
+                      : oc->order == ZT_ORDER_MICRO ? "micro"
+                                                    : "auto";
+  int rc = -EINVAL;
+  size_t k = (size_t)snprintf(err, errlen, "plan: ");
+  char *e = err + k;
+  errlen -= k;
+  if (g->ckpt_every < 0 || g->ckpt_every > L) {
+    snprintf(e, errlen, "ckpt_every %d is not in [0, %d] (model.n_layers)", g->ckpt_every, L);
+  } else if (tc->ckpt_every != ZT_CKPT_AUTO && g->ckpt_every != tc->ckpt_every) {
+    snprintf(e, errlen, "ckpt_every %d, but train.activation_checkpointing.every is %d",
+             g->ckpt_every, tc->ckpt_every);
+  } else if (g->params != ZT_PLACE_GPU && g->params != ZT_PLACE_HOST &&
+             g->params != ZT_PLACE_NVME) {
+    snprintf(e, errlen, "params must be gpu, host or nvme");
+  } else if (oc->params != ZT_PLACE_AUTO ? g->params != oc->params
+                                         : g->params == ZT_PLACE_NVME) {
+    snprintf(e, errlen, "params %s, but offload.params is %s", zt_offload_place_name(g->params),
+             zt_offload_place_name(oc->params));
+  } else if (ng < 0 || ng >= nu) {
+    snprintf(e, errlen, "gpu_units %d is not in [0, %d] (one unit at least is streamed)", ng,
+             nu - 1);
+  } else if (oc->gpu_units >= 0 ? ng != oc->gpu_units : oc->optimizer != ZT_PLACE_AUTO && ng) {
+    snprintf(e, errlen, "gpu_units %d, but offload.gpu_units is %d and offload.optimizer %s", ng,
+             oc->gpu_units, zt_offload_place_name(oc->optimizer));
+  } else if (nh < ng || nh > nu) {
+    snprintf(e, errlen, "host_units %d is not in [0, %d] (the units after gpu_units)", nh - ng,
+             ns);
+  } else if (oc->host_units >= 0          ? nh - ng != oc->host_units
+             : oc->optimizer == ZT_PLACE_NVME ? nh != ng
+             : nh != nu && (oc->optimizer != ZT_PLACE_AUTO || !oc->host_budget ||
+                            !oc->nvme_dir[0])) {
+    snprintf(e, errlen, "host_units %d, but offload.host_units is %d and offload.optimizer %s",
+             nh - ng, oc->host_units, zt_offload_place_name(oc->optimizer));
+  } else if (g->z.dsum ? oc->grads == ZT_PLACE_HOST ||
+                             (oc->grads == ZT_PLACE_AUTO && tc->grad_accum == 1)
+                       : oc->grads == ZT_PLACE_GPU) {
+    snprintf(e, errlen, "grads %s, but offload.grads is %s with train.grad_accum %d",
+             g->z.dsum ? "gpu" : "host", zt_offload_place_name(oc->grads), tc->grad_accum);
+  } else if (g->unit_major ? !several || oc->order == ZT_ORDER_MICRO
+                           : several && oc->order == ZT_ORDER_UNIT) {
+    snprintf(e, errlen, "order %s, but offload.order is %s with train.grad_accum %d",
+             g->unit_major ? "unit" : "micro", order, tc->grad_accum);
+  } else if (g->delayed != oc->delayed_update) {
+    snprintf(e, errlen, "delayed_update %s, but offload.delayed_update is %s",
+             g->delayed ? "true" : "false", oc->delayed_update ? "true" : "false");
+  } else if (!ring_applies(oc, tc, g->z.dsum) ? ring != 0
+             : oc->grad_slots ? ring != (oc->grad_slots < ns ? oc->grad_slots : ns)
+             : ring && (ring > ns || ring < (ns < GRAD_RING_SLOTS ? ns : GRAD_RING_SLOTS))) {
+    snprintf(e, errlen, "grad_slots %d: the recipe and offload.grad_slots %d do not give a "
+             "gradient ring of that many slots for %d streamed unit(s)", ring, oc->grad_slots,
+             ns);
+  } else {
+    rc = 0;
+  }
+  return rc;
+}
+
+int zt_offload_plan_check(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                          const zt_ops *ops, const zt_offload_placement *given,
+                          zt_offload_placement *out, char *err, size_t errlen) {
+  int rc;
+  if ((rc = budget_within("gpu", given->gpu_budget, oc->gpu_budget, err, errlen)) < 0 ||
+      (rc = budget_within("host", given->host_budget, oc->host_budget, err, errlen)) < 0 ||
+      (rc = budget_within("nvme", given->nvme_budget, oc->nvme_budget, err, errlen)) < 0 ||
+      (rc = check_choices(m, tc, oc, given, err, errlen)) < 0)
+    return rc;
+  int ng = given->z.ng, nh = given->z.nh;
+  /* the sizes of those choices under the plan's budgets: what the search computed for them */
+  zt_offload_cfg c = *oc;
+  c.gpu_units = ng;
+  c.host_units = nh - ng;
+  c.gpu_budget = given->gpu_budget;
+  c.host_budget = given->host_budget;
+  c.nvme_budget = given->nvme_budget;
+  return plan_try_order(m, tc, &c, ops, given->ckpt_every, given->params, ng, given->z.dsum,
+                        given->unit_major, given->z.ring, out, err, errlen);
 }

@@ -1,9 +1,11 @@
-/* defines: the single-rank offloaded step's plan. zt_offload_plan and zt_offload_estimate: what a
- * job is admitted with and `ztctl plan` prints (engine/job, tools, tests). The plan in full, for
- * zt_trainer_open_offload (engine/train/offload), which allocates it: the choices auto leaves
- * open, decided (zt_offload_placement), every size they give (zt_offload_sizes), a unit's
- * device copy (zt_offload_unit_layout). One computation behind both, so what the daemon admits
- * is what the trainer allocates; the cost model's rates are engine/plan/rates.h's. */
+/* defines: the single-rank offloaded step's plan. zt_offload_plan and zt_offload_estimate: its
+ * figures, what `ztctl plan` prints (engine/job, tools, tests). The plan in full: the choices
+ * auto leaves open, decided (zt_offload_placement), every size they give (zt_offload_sizes), a
+ * unit's device copy (zt_offload_unit_layout); searched once (zt_offload_plan_make: engine/job's
+ * admission, ztrain, tests), stored (engine/plan/plan_file.h), and checked, not searched
+ * (zt_offload_plan_check: a restarted daemon, zt_trainer_open_offload, which allocates it). One
+ * computation behind all, so what the daemon admits is what the trainer allocates; the cost
+ * model's rates are engine/plan/rates.h's. */
 #ifndef ZT_PLAN_OFFLOAD_PLAN_H
 #define ZT_PLAN_OFFLOAD_PLAN_H
 
@@ -88,15 +90,22 @@ typedef struct zt_offload_sizes {
   size_t delayed;      /* delayed_update: the next buffers' bytes */
 } zt_offload_sizes;
 
-/* A plan: what auto leaves open, decided, and the sizes that follow. */
+/* A plan: what auto leaves open, decided (the record plan.json stores, engine/plan/plan_file.h),
+ * the budgets it was made under, and the sizes that follow. */
 typedef struct zt_offload_placement {
   int ckpt_every;          /* train.activation_checkpointing.every, resolved */
   zt_offload_place params; /* offload.params, resolved */
   size_t act_bytes;        /* every micro-batch's with unit_major */
   int unit_major;          /* offload.order, resolved */
-  zt_offload_sizes z;      /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, resolved */
+  zt_offload_sizes z;      /* z.ng: offload.gpu_units, z.nh - z.ng: offload.host_units, z.ring:
+                              the gradient slots, z.dsum: offload.grads gpu, resolved */
   int delayed;             /* offload.delayed_update */
+  size_t gpu_budget, host_budget; /* offload's budgets as planned under (0: none) */
+  uint64_t nvme_budget;
+  int units;               /* the model's */
   double est_s;            /* the cost model's step time */
+  uint64_t nvme_bytes;     /* the NVMe files */
+  uint64_t h2d_bytes, d2h_bytes; /* a step's expected copies (zt_offload_plan) */
 } zt_offload_placement;
 
 zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt);
@@ -113,9 +122,21 @@ int zt_offload_backward_unit_major(const zt_model *m);
  * otherwise. */
 int zt_offload_supported(const char *backend, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                          char *err, size_t errlen);
-/* The plan of model m: every choice the spec fixes as given, the others searched for the
- * cheapest that fits; the refusals of zt_offload_estimate. */
-int zt_offload_plan_of(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
-                       const zt_ops *ops, zt_offload_placement *best, char *err, size_t errlen);
+/* The plan: every choice the spec fixes as given, the others searched for the cheapest that
+ * fits, the offload policy and the backend checked first. The one entry of the search: for
+ * admission, and whoever opens an offloaded trainer without a stored plan (ztrain, tests). The
+ * refusals of zt_offload_estimate. */
+int zt_offload_plan_make(const zt_model_cfg *mc, const zt_train_cfg *tc,
+                         const zt_offload_cfg *oc, const zt_ops *ops, zt_offload_placement *out,
+                         char *err, size_t errlen);
+/* A given plan (a stored one) checked instead of searched: its choices against model m and
+ * what tc and oc fix (-EINVAL naming the field otherwise), its budgets at most oc's, and its
+ * sizes recomputed under its own budgets into out: -ENOMEM / -ENOSPC with the numbers when the
+ * choices no longer fit them. Of a placement the search gave, out is the same. */
+int zt_offload_plan_check(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
+                          const zt_ops *ops, const zt_offload_placement *given,
+                          zt_offload_placement *out, char *err, size_t errlen);
+/* A placement's figures as zt_offload_estimate reports them. */
+zt_offload_plan zt_offload_plan_summary(const zt_offload_placement *p);
 
 #endif

@@ -36,6 +36,15 @@
 #define SKIP_AT 5    /* fp16: the step (0-based) forced to overflow */
 #define SKIP_SCALE 0x1p40f
 
+/* An offloaded trainer opened with the planner's plan (the open checks a plan, never searches). */
+static int open_planned(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                        const zt_offload_cfg *oc, const zt_backend *be, char *err,
+                        size_t errlen) {
+  zt_offload_placement p;
+  int rc = zt_offload_plan_make(mc, tc, oc, be->ops, &p, err, errlen);
+  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, oc, &p, be, err, errlen);
+}
+
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg c = {.arch = arch, .vocab = 256, .seq_len = 64, .d_model = 128, .n_heads = 4,
                     .n_layers = 4, .d_ff = arch == ZT_ARCH_ENCODER ? 512 : 0, .init_seed = 42};
@@ -194,7 +203,7 @@ static int check(const zt_backend *gpu, zt_arch arch, zt_dtype dt, float clip, p
   int resident = pl == RESIDENT || pl == SUMS_HOST || pl == UNIT_SUMS_HOST;
   if (!resident) stream_within_least(gpu, &mc, &tc, &oc);
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, gpu, err, sizeof err) == 0, "%s: %s", what, err) ||
-      MC_EXPECT(zt_trainer_open_offload(&b, &mc, &tc, &oc, gpu, err, sizeof err) == 0, "%s: %s",
+      MC_EXPECT(open_planned(&b, &mc, &tc, &oc, gpu, err, sizeof err) == 0, "%s: %s",
                 what, err)) {
     fails++;
     goto out;
@@ -290,11 +299,11 @@ static int check_delayed(const zt_backend *gpu, zt_arch arch, zt_dtype dt) {
   undelayed.delayed_update = 0;
   zt_trainer *ref = NULL, *t = NULL, *plain = NULL;
   double want[STEPS], got[STEPS], other[STEPS];
-  if (MC_EXPECT(zt_trainer_open_offload(&ref, &mc, &tc, &on_cpu, &cpu, err, sizeof err) == 0,
+  if (MC_EXPECT(open_planned(&ref, &mc, &tc, &on_cpu, &cpu, err, sizeof err) == 0,
                 "%s: cpu: %s", what, err) ||
-      MC_EXPECT(zt_trainer_open_offload(&t, &mc, &tc, &on_gpu, gpu, err, sizeof err) == 0,
+      MC_EXPECT(open_planned(&t, &mc, &tc, &on_gpu, gpu, err, sizeof err) == 0,
                 "%s: %s", what, err) ||
-      MC_EXPECT(zt_trainer_open_offload(&plain, &mc, &tc, &undelayed, gpu, err, sizeof err) == 0,
+      MC_EXPECT(open_planned(&plain, &mc, &tc, &undelayed, gpu, err, sizeof err) == 0,
                 "%s: undelayed: %s", what, err)) {
     fails++;
     goto out;

@@ -1,7 +1,7 @@
 /* defines: the offloaded step (ZeRO-Offload, DESIGN.md "Memory: tiers, shards, the plan"):
  * zt_trainer_open_offload, a trainer whose state lives in the host tier and on NVMe and whose
- * units stream through the device, and its statistics. What it runs is the plan of
- * engine/plan/offload_plan.h (zt_offload_estimate, included here for its callers). How the step
+ * units stream through the device, and its statistics. What it runs is a plan of
+ * engine/plan/offload_plan.h (zt_offload_plan_make, included here for its callers). How the step
  * works and why: docs/offload.md. Called by engine/job's runner, ztrain and the tests. */
 #ifndef ZT_TRAIN_OFFLOAD_H
 #define ZT_TRAIN_OFFLOAD_H
@@ -11,14 +11,15 @@
 #include "engine/plan/offload_plan.h"
 #include "engine/train/trainer.h"
 
-/* zt_trainer_open for an offloaded step. -ENOMEM with the numbers when gpu_budget cannot hold
- * the activations plus the streamer's minimum; -ENOTSUP for a backend other than cpu or cuda,
- * or params nvme with bf16/fp16. Every other trainer call works as without offload
- * (checkpoints included, interchangeable with those of a run without offload; fp16 steps
- * skipped and the loss scale as without offload). */
+/* zt_trainer_open for an offloaded step run as plan says (zt_offload_plan_make's, or a stored
+ * one): the plan is checked (zt_offload_plan_check), never searched. -ENOMEM with the numbers
+ * when its budgets cannot hold it; -EINVAL where it does not match the model, tc or oc;
+ * -ENOTSUP for a backend other than cpu or cuda, or params nvme with bf16/fp16. Every other
+ * trainer call works as without offload (checkpoints included, interchangeable with those of a
+ * run without offload; fp16 steps skipped and the loss scale as without offload). */
 int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
-                            const zt_offload_cfg *oc, const zt_backend *be, char *err,
-                            size_t errlen);
+                            const zt_offload_cfg *oc, const zt_offload_placement *plan,
+                            const zt_backend *be, char *err, size_t errlen);
 
 typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + device units + gradient sums +

@@ -1,5 +1,6 @@
 /* The offloaded trainer's open (zt_trainer_open_offload, engine/train/offload/offload.h): the plan
- * (engine/plan/offload_plan.h) allocated, tier by tier, and the initial state written into it. */
+ * (engine/plan/offload_plan.h) checked and allocated, tier by tier, and the initial state
+ * written into it. */
 #include "engine/train/offload/internal.h"
 
 #include <errno.h>
@@ -258,8 +259,8 @@ static int open_micro_acts(zt_trainer *t, off_state *s, int unit_major, char *er
 }
 
 int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg *tc,
-                            const zt_offload_cfg *oc, const zt_backend *be, char *err,
-                            size_t errlen) {
+                            const zt_offload_cfg *oc, const zt_offload_placement *given,
+                            const zt_backend *be, char *err, size_t errlen) {
   int rc;
   zt_stream_unit *units = NULL;
   *out = NULL;
@@ -303,8 +304,10 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
   s->nu = zt_model_num_units(t->model);
   if (zt_model_head_reads_embed(t->model)) s->head = s->nu - 1;
+  /* the plan is checked, not searched: its sizes are what this open allocates */
   zt_offload_placement plan;
-  if ((rc = zt_offload_plan_of(t->model, tc, oc, be->ops, &plan, err, errlen)) < 0) goto out;
+  if ((rc = zt_offload_plan_check(t->model, tc, oc, be->ops, given, &plan, err, errlen)) < 0)
+    goto out;
   t->tc.ckpt_every = plan.ckpt_every;
   s->oc.params = plan.params;
   s->est_s = plan.est_s;

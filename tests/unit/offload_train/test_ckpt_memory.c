@@ -29,6 +29,15 @@
 
 static zt_backend g_be;
 
+/* An offloaded trainer opened with the planner's plan (the open checks a plan, never searches). */
+static int open_planned(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                        const zt_offload_cfg *oc, const zt_backend *be, char *err,
+                        size_t errlen) {
+  zt_offload_placement p;
+  int rc = zt_offload_plan_make(mc, tc, oc, be->ops, &p, err, errlen);
+  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, oc, &p, be, err, errlen);
+}
+
 static zt_model_cfg model_cfg(void) {
   zt_model_cfg mc = mc_tiny(ZT_ARCH_GPT);
   mc.vocab = 64;
@@ -86,7 +95,7 @@ static int check_partial_load(const zt_model_cfg *mc, const zt_train_cfg *tc,
   int nvme_units = nu - oc->gpu_units - oc->host_units;
   snprintf(fault, sizeof fault, "eio:write:%d", 3 * nvme_units + 3 * 2 + 1);
   setenv("ZT_FAULT_NVME", fault, 1);
-  int rc = zt_trainer_open_offload(&t, mc, tc, oc, &g_be, err, sizeof err);
+  int rc = open_planned(&t, mc, tc, oc, &g_be, err, sizeof err);
   unsetenv("ZT_FAULT_NVME");
   if (MC_EXPECT(rc == 0, "open with a write fault armed: %s", err)) return 1;
   rc = zt_trainer_load(t, dir, err, sizeof err);
@@ -109,15 +118,16 @@ static int check_open(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_o
                       const int32_t *tok, const char *what) {
   char err[512];
   zt_trainer *p = NULL, *o = NULL;
-  zt_offload_plan plan;
-  if (zt_offload_estimate(mc, tc, oc, g_be.ops, &plan, err, sizeof err) < 0 ||
+  zt_offload_placement placed;
+  if (zt_offload_plan_make(mc, tc, oc, g_be.ops, &placed, err, sizeof err) < 0 ||
       zt_trainer_open(&p, mc, tc, &g_be, err, sizeof err) < 0) {
     fprintf(stderr, "%s: %s\n", what, err);
     return 1;
   }
+  zt_offload_plan plan = zt_offload_plan_summary(&placed);
   size_t bound = zt_checkpoint_estimate_bytes(mc), planned = plan.host_bytes + plan.device_bytes;
   mc_heap_mark();
-  int rc = zt_trainer_open_offload(&o, mc, tc, oc, &g_be, err, sizeof err);
+  int rc = zt_trainer_open_offload(&o, mc, tc, oc, &placed, &g_be, err, sizeof err);
   int64_t peak = mc_heap_peak(), kept = mc_heap_now();
   int fails = MC_EXPECT(rc == 0, "%s: offloaded open: %s", what, err);
   printf("%-28s %8lld heap bytes, %lld kept (plan %zu, bound %zu + %d)\n", what,
@@ -189,7 +199,7 @@ int main(void) {
     oc.optimizer = ZT_PLACE_HOST;
     oc.host_units = -1;
   }
-  if ((rc = zt_trainer_open_offload(&b, &mc, &tc, &oc, &g_be, err, sizeof err)) < 0) {
+  if ((rc = open_planned(&b, &mc, &tc, &oc, &g_be, err, sizeof err)) < 0) {
     fprintf(stderr, "offloaded open: %s\n", err);
     return 1;
   }

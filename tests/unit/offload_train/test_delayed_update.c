@@ -36,6 +36,15 @@ static int g_ga = 2;
 static zt_dtype g_dt = ZT_F32;
 static zt_offload_order g_order = ZT_ORDER_AUTO; /* "unit" (argv): offload.order unit */
 
+/* An offloaded trainer opened with the planner's plan (the open checks a plan, never searches). */
+static int open_planned(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                        const zt_offload_cfg *oc, const zt_backend *be, char *err,
+                        size_t errlen) {
+  zt_offload_placement p;
+  int rc = zt_offload_plan_make(mc, tc, oc, be->ops, &p, err, errlen);
+  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, oc, &p, be, err, errlen);
+}
+
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg mc = mc_tiny(arch);
   mc.n_layers = 4;
@@ -240,7 +249,7 @@ static size_t min_budget(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offl
   zt_trainer *t = NULL;
   oc.params = ZT_PLACE_GPU;
   oc.gpu_budget = 0;
-  if (zt_trainer_open_offload(&t, mc, tc, &oc, &g_be, err, sizeof err) < 0) return 0;
+  if (open_planned(&t, mc, tc, &oc, &g_be, err, sizeof err) < 0) return 0;
   zt_offload_stats st;
   zt_trainer_offload_stats(t, &st);
   zt_trainer_close(t);
@@ -248,7 +257,7 @@ static size_t min_budget(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offl
   oc.params = ZT_PLACE_HOST;
   while (hi - lo > 1) {
     oc.gpu_budget = lo + (hi - lo) / 2;
-    if (zt_trainer_open_offload(&t, mc, tc, &oc, &g_be, err, sizeof err) == 0) {
+    if (open_planned(&t, mc, tc, &oc, &g_be, err, sizeof err) == 0) {
       hi = oc.gpu_budget;
       zt_trainer_close(t);
     } else {
@@ -281,7 +290,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
       ref_open(&r, &mc, &tc, oc.gpu_units > 0 ? oc.gpu_units : 0) ||
       MC_EXPECT(zt_trainer_open(&p, &mc, &tc, &g_be, err, sizeof err) == 0, "%s: %s", what,
                 err) ||
-      MC_EXPECT(zt_trainer_open_offload(&d, &mc, &tc, &oc, &g_be, err, sizeof err) == 0,
+      MC_EXPECT(open_planned(&d, &mc, &tc, &oc, &g_be, err, sizeof err) == 0,
                 "%s: %s", what, err)) {
     fails++;
     goto out;
@@ -353,7 +362,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
          plan.host_bytes, undelayed.host_bytes);
   if (ckpt_dir) {
     /* a fresh delayed trainer from the checkpoint: the continuation of the one that wrote it */
-    if (MC_EXPECT(zt_trainer_open_offload(&c, &mc, &tc, &oc, &g_be, err, sizeof err) == 0,
+    if (MC_EXPECT(open_planned(&c, &mc, &tc, &oc, &g_be, err, sizeof err) == 0,
                   "%s: %s", what, err) ||
         MC_EXPECT(zt_trainer_load(c, ckpt_dir, err, sizeof err) == 0, "%s: load: %s", what,
                   err)) {
@@ -410,7 +419,7 @@ static int check_json_and_refusals(void) {
   zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
   zt_train_cfg tc = train_cfg(0);
   zt_trainer *t = NULL;
-  fails += MC_EXPECT(zt_trainer_open_offload(&t, &mc, &tc, &oc, &g_be, err, sizeof err) ==
+  fails += MC_EXPECT(open_planned(&t, &mc, &tc, &oc, &g_be, err, sizeof err) ==
                          -ENOTSUP && strstr(err, "offload.delayed_update") &&
                          strstr(err, "params nvme") && !t, "params nvme: %s", err);
   return fails;

@@ -119,6 +119,14 @@ static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
   return fails;
 }
 
+/* The offloaded trainer of the plan the planner makes for oc. */
+static int open_planned(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
+                        const zt_offload_cfg *oc, char *err, size_t errlen) {
+  zt_offload_placement p;
+  int rc = zt_offload_plan_make(mc, tc, oc, g_be.ops, &p, err, errlen);
+  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, oc, &p, &g_be, err, errlen);
+}
+
 static int open_off(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
                     zt_offload_order order, char *err, size_t errlen) {
   zt_offload_cfg oc;
@@ -126,7 +134,7 @@ static int open_off(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *
   oc.params = ZT_PLACE_HOST;
   oc.optimizer = ZT_PLACE_HOST;
   oc.order = order;
-  return zt_trainer_open_offload(t, mc, tc, &oc, &g_be, err, errlen);
+  return open_planned(t, mc, tc, &oc, err, errlen);
 }
 
 /* Plain runs with and without an evaluation after every step, and offloaded ones: the
@@ -235,8 +243,8 @@ static int check_delayed(zt_arch arch) {
   oc.delayed_update = 1;
   zt_trainer *a = NULL, *b = NULL, *plain = NULL;
   float *state = NULL;
-  if (MC_EXPECT(zt_trainer_open_offload(&a, &mc, &tc, &oc, &g_be, err, sizeof err) == 0 &&
-                    zt_trainer_open_offload(&b, &mc, &tc, &oc, &g_be, err, sizeof err) == 0 &&
+  if (MC_EXPECT(open_planned(&a, &mc, &tc, &oc, err, sizeof err) == 0 &&
+                    open_planned(&b, &mc, &tc, &oc, err, sizeof err) == 0 &&
                     zt_trainer_open(&plain, &mc, &tc, &g_be, err, sizeof err) == 0,
                 "%s: %s", what, err))
     goto out;

@@ -172,7 +172,9 @@ static int open_off(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *
   zt_offload_cfg c = *oc;
   if (!c.order) c.order = g_order;
   err[0] = 0;
-  return zt_trainer_open_offload(t, mc, tc, &c, be, err, errlen);
+  zt_offload_placement p;
+  int rc = zt_offload_plan_make(mc, tc, &c, be->ops, &p, err, errlen);
+  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, &c, &p, be, err, errlen);
 }
 
 /* The smallest gpu_budget that opens with params streamed. The device needs the same whatever
