@@ -80,8 +80,7 @@ case "$out" in *"steps: $want (train.epochs 2 of data.path"*) ;; *) fail "plan s
 ref=$(new_job "$ZT_TMP/ep.json") || exit 1
 wait_end "$ref" done 300
 ztctl show "$ref" | grep -qx "steps: $want" || fail "show: $(ztctl show "$ref")"
-python3 - "$(ztctl --json show "$ref")" "$want" "$STATE/jobs/$ref/metrics.jsonl" <<'PY' ||
-  fail "the epochs job"
+python3 - "$(ztctl --json show "$ref")" "$want" "$STATE/jobs/$ref/metrics.jsonl" <<'PY' || fail "the epochs job"
 import json, math, sys
 j, want = json.loads(sys.argv[1]), int(sys.argv[2])
 t = j["spec"]["train"]
@@ -89,7 +88,7 @@ assert t["epochs"] == 2 and t["steps"] == want and j["steps"] == want == j["step
 assert len(j["losses"]) == want and all(math.isfinite(x) for x in j["losses"]), j["losses"]
 # the cosine's horizon is the steps the epochs made: its floor (min_lr 0) at the last one
 lr = [json.loads(l)["lr"] for l in open(sys.argv[3])]
-assert len(lr) == want and lr[-1] == 0 and lr[-2] > 0 and lr[1] == 0.01, lr
+assert len(lr) == want and lr[-1] == 0 and lr[-2] > 0 and abs(lr[1] - 0.01) < 1e-8, lr  # float32
 print("epochs: 2 shuffled epochs of 30 documents in %d steps of 4 rows" % want)
 PY
 

@@ -120,8 +120,7 @@ same_losses "$c"
 logged "$c" "plan.json no longer fits this daemon (job needs "
 logged "$c" "): planned again: "
 after_c=$(plan_of "$c")
-python3 - "$STATE/jobs/$c/plan.json" "$ZT_TMP/show-$c.json" "$small" <<'PY' ||
-  fail "the new plan of $c"
+python3 - "$STATE/jobs/$c/plan.json" "$ZT_TMP/show-$c.json" "$small" <<'PY' || fail "the new plan of $c"
 import json, sys
 p, show, small = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 assert p["budgets"]["gpu"] == small and p["estimate"]["device_bytes"] <= small, p
