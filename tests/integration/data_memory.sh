@@ -20,7 +20,7 @@ sed -i 's|"path": "\([^"]*\)"}|"path": "\1", "packing": "windows"}|' "$ZT_TMP/wi
 start_ztd --backend cpu
 docs=$(ztctl --json plan "$ZT_TMP/docs.json") || fail "plan: $docs"
 win=$(ztctl --json plan "$ZT_TMP/win.json") || fail "plan of windows: $win"
-read -r need tables fit <<<"$(python3 - "$docs" "$win" <<'PY'
+sizes=$(python3 - "$docs" "$win" <<'PY'
 import json, sys
 d, w = (json.loads(a) for a in sys.argv[1:3])
 n_docs, n_tokens, T = 200000, 500000, 16
@@ -30,7 +30,8 @@ assert d["data_table_bytes"] == want and w["data_table_bytes"] == 0, (d, w)
 assert d["host_bytes"] == w["host_bytes"] + want, (d["host_bytes"], w["host_bytes"], want)
 print(d["host_bytes"], want, d["host_bytes"] - want // 2)
 PY
-)" || fail "the plans' host bytes: $docs $win"
+) || fail "the plans' host bytes: $docs $win"
+read -r need tables fit <<<"$sizes"
 ztctl plan "$ZT_TMP/docs.json" | grep -q "^host: .* while it runs (the packed documents' tables 8.1 MiB)" ||
   fail "plan's host line: $(ztctl plan "$ZT_TMP/docs.json")"
 stop_ztd
