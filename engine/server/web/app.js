@@ -128,6 +128,12 @@ function drawChart(canvas, series, fmtY, fromZero) {
       pen = true;
     }
     ctx.stroke();
+    // a sparse series (the evaluations) gets a mark at each point: one alone draws no line
+    if (s.marks) {
+      ctx.fillStyle = s.color;
+      for (const [x, y] of s.xy)
+        if (y != null && isFinite(y)) ctx.fillRect(px(x) - 2.5, py(y) - 2.5, 5, 5);
+    }
     if (series.length > 1) {
       ctx.fillStyle = s.color;
       ctx.textAlign = "left";
@@ -189,6 +195,7 @@ function renderDetail(m) {
   summary.dataset.job = m.job;
   summary.dataset.step = last ? last.step : 0;
   summary.dataset.points = points.length;
+  summary.dataset.evals = evals.length;
   summary.textContent = "step " + m.step + " of " + m.steps +
       (last && last.loss != null ? " · loss " + fmtNum(last.loss, 5) : "") +
       (evals.length ? " · eval loss " + fmtNum(evals[evals.length - 1].eval_loss, 5) +
@@ -198,7 +205,7 @@ function renderDetail(m) {
   const xy = (f) => points.map((p) => [p.step, f(p)]);
   const loss = [{ label: "loss", color: "#3b6fd8", xy: xy((p) => p.loss) }];
   if (evals.length)
-    loss.push({ label: "eval loss", color: "#d8733b",
+    loss.push({ label: "eval loss", color: "#d8733b", marks: true,
                 xy: evals.map((e) => [e.step, e.eval_loss]) });
   drawChart($("chart-loss"), loss, (v) => fmtNum(v, 4));
   drawChart($("chart-rate"), [{ label: "tokens/s", color: "#1a7f37",
