@@ -231,7 +231,13 @@ out:
 
 const char *zt_nvme_store_error(const zt_nvme_store *s) { return s->err; }
 
-void zt_nvme_store_get_stats(const zt_nvme_store *s, zt_nvme_stats *out) { *out = s->stats; }
+void zt_nvme_store_get_stats(const zt_nvme_store *s, zt_nvme_stats *out) {
+  *out = s->stats;
+  /* the busy time up to now of I/O still in flight: the deltas of two calls then partition the
+   * time between them (a busy span is otherwise counted whole when it ends, in whichever
+   * interval that falls) */
+  if (s->inflight) out->busy_ns += zt_now_ns() - s->busy_since;
+}
 
 const char *zt_nvme_extent_path(const zt_nvme_store *s, int ext) {
   return ext >= 0 && ext < s->n_ext ? s->ext[ext].path : NULL;

@@ -288,7 +288,7 @@ typedef struct runner {
   FILE *losses;
   zt__series series;          /* metrics.jsonl and TensorBoard's files (series.h) */
   char nvme_dir[ZT_PATH_MAX]; /* the job's directory under offload.nvme_dir; "" none */
-  zt_offload_stats last;      /* offloaded: the stats after the previous step (the timeline) */
+  zt_offload_stats last;      /* offloaded: the stats just before this step (its timeline) */
   uint64_t nvme_bytes;        /* offloaded: the NVMe tier of its plan */
   char err[ZT__ERR_MAX];
 } runner;

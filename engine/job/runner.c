@@ -478,6 +478,10 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
                          &r->rows);
   zt_batch b = {.inputs = r->rows.inputs, .targets = r->rows.targets,
                 .positions = r->rows.positions};
+  /* the timeline is the step's own: what the open, an evaluation or a checkpoint did between
+   * steps is not in it */
+  if (s->has_offload && zt_trainer_offload_stats(r->trainer, &r->last) < 0)
+    memset(&r->last, 0, sizeof r->last);
   int rc = zt_trainer_step_batch(r->trainer, &b, &res, r->err, sizeof r->err);
   if (rc < 0) return rc;
   *flags = res.flags;
@@ -522,7 +526,6 @@ static int train_step(runner *r, double run_start, int run_first_step, unsigned 
   json_t *mem = zt__runner_memory_json(r, backend_bytes, off ? &os : NULL);
   if (mem && off) {
     json_object_set_new(mem, "offload", zt__runner_offload_json(r, &os, &r->last));
-    r->last = os;
   }
   zt__runner_publish_memory(r, mem);
   json_object_set_new(ev, "memory", mem);
