@@ -186,8 +186,8 @@ int zt_model_file_read_sum(const zt_model_file *f, int k, int first, int end, fl
 void zt_model_file_close(zt_model_file *f);
 
 /* The same file written a range of tensors at a time: open writes the header of the n states
- * (suffix[k]; flags: any of ZT_MODEL_FILE_INTERNAL and ZT_MODEL_FILE_BF16) and note; put writes tensors [first, end) of
- * state k from src, their range of the flat layout (src[0] is tensor first's first parameter),
+ * (suffix[k]; flags: any of ZT_MODEL_FILE_INTERNAL and ZT_MODEL_FILE_BF16) and note; put
+ * writes tensors [first, end) of state k from src, their range of the flat layout (src[0] is tensor first's first parameter),
  * in any order, a tensor stored transposed (HF Conv1D in the checkpoint layout) through scratch
  * (as many floats as the range; unused in the internal layout); finish once every tensor of
  * every state is put; close also after a failure (an unfinished file is removed). The file is
