@@ -5,6 +5,7 @@
  *     backend holds what the estimate says;
  *   - a tiny gpt's losses over 300 steps with bf16 moments against fp32 ones, within the
  *     tolerance docs/spec.md "Optimizer state" gives (measured: printed);
+ *   - 1 and 3 threads of the backend give the same bits;
  *   - a save and resume continues bit for bit, optimizer.safetensors holding BF16 tensors and
  *     trainer.json the field; a trainer of the other state_dtype refuses the checkpoint. */
 #include <errno.h>
@@ -269,8 +270,43 @@ static int test_resume(void) {
   return fails;
 }
 
+/* the CPU backend on 1 and on 3 threads: the same bits (the rounding's bits are counters) */
+static int test_threads(void) {
+  int fails = 0;
+  zt_model_cfg mc = small_model();
+  zt_train_cfg tc = recipe(ZT_BF16, 10);
+  int32_t *tok = batches(&mc, &tc, 10);
+  double loss[2][10];
+  size_t n = 0;
+  float *state[2] = {NULL, NULL};
+  for (int k = 0; k < 2 && !fails; k++) {
+    zt_backend be;
+    zt_trainer *t;
+    if ((fails += MC_EXPECT(zt_backend_cpu_open(&be, k ? 3 : 1) == 0, "cpu backend"))) break;
+    if (!(fails += open_trainer(&t, &mc, &tc, &be))) {
+      fails += run(t, tok, step_tokens(&mc, &tc), 0, 10, loss[k]);
+      n = zt_model_num_params(zt_trainer_model(t));
+      state[k] = malloc(3 * n * sizeof(float));
+      fails += MC_EXPECT(state[k] && zt_trainer_get_state(t, state[k], state[k] + n,
+                                                          state[k] + 2 * n) == 0, "state");
+      zt_trainer_close(t);
+    }
+    zt_backend_cpu_close(&be);
+  }
+  if (!fails)
+    fails += MC_EXPECT(!memcmp(loss[0], loss[1], sizeof loss[0]) &&
+                           !memcmp(state[0], state[1], 3 * n * sizeof(float)),
+                       "bf16 moments: 1 and 3 threads give other bits");
+  printf("bf16 moments: 1 and 3 threads bitwise equal over 10 steps: %s\n", fails ? "no" : "yes");
+  free(state[0]);
+  free(state[1]);
+  free(tok);
+  return fails;
+}
+
 int main(void) {
   int fails = test_config();
+  fails += test_threads();
   fails += test_bytes();
   fails += test_losses(ZT_F32) + test_losses(ZT_BF16);
   fails += test_resume();
