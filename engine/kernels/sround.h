@@ -1,6 +1,6 @@
 /* defines: the stochastic rounding of the bf16 AdamW state (train.optimizer.state_dtype "bf16",
  * docs/spec.md "Optimizer state"). Called by the adamw_sr op of both backends (cpu/adamw.c,
- * cuda/adamw.cu) and by tests/unit/kernels/test_adamw_sr.c.
+ * cuda/adamw.cu) and by tests/unit/kernels/test_kernels_adamw_sr.c.
  *
  * The random bits of element i of a step come from a counter, never a stream: splitmix64 of
  * (seed, step, i) where i is the element's index in the model's flat parameter vector. So a

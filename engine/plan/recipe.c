@@ -39,7 +39,6 @@ static int range_f(char *err, size_t errlen, const char *f, float v, double lo, 
   return -EINVAL;
 }
 
-/* The fields by their paths in the job spec (docs/spec.md), the bounds of recipe.h. */
 int zt_train_cfg_check_strategy(const zt_train_cfg *c, const char *strategy, char *err,
                                 size_t errlen) {
   if (c->state_dtype == ZT_F32) return 0;
@@ -48,6 +47,7 @@ int zt_train_cfg_check_strategy(const zt_train_cfg *c, const char *strategy, cha
   return -ENOTSUP;
 }
 
+/* The fields by their paths in the job spec (docs/spec.md), the bounds of recipe.h. */
 int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
   int rc;
   if ((rc = range_i(err, errlen, "steps", c->steps, 1, ZT_TRAIN_MAX_STEPS)) < 0 ||
