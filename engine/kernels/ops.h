@@ -174,6 +174,13 @@ typedef struct zt_ops {
   void (*adamw_dt)(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float weight_decay, int step,
                    float grad_scale, void *p_lp, zt_dtype lp_t);
+  /* adamw_dt with m and v stored as bf16 (train.optimizer.state_dtype "bf16"): each widened to
+   * fp32, updated as in adamw, stored rounded stochastically (engine/kernels/sround.h) with the
+   * bits of (seed, step, index0 + i), index0 being element 0's index in the model's flat
+   * parameter vector; so the result does not depend on how the vector is cut into calls. */
+  void (*adamw_sr)(void *ctx, float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                   float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                   float grad_scale, void *p_lp, zt_dtype lp_t, uint64_t seed, uint64_t index0);
   /* Whether fp32 matmuls may use TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32).
    * 0, or -ENOTSUP where the backend has no such mode (cpu: only 0 is accepted). */
   int (*set_allow_tf32)(void *ctx, int allow);

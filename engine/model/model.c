@@ -260,6 +260,8 @@ int zt_model_writer_open(zt_model_writer **out, const zt_model *m, const char *p
   *out = NULL;
   if (!mw) snprintf(err, errlen, "%s: out of memory", path);
   else rc = file_entries(m, path, suffix, n, internal, &e, &names, err, errlen);
+  for (int x = 0; rc == 0 && (flags & ZT_MODEL_FILE_BF16) && x < m->nt * n; x++)
+    e[x].dtype = ZT_ST_BF16;
   if (rc == 0) {
     const char *meta[6] = {"format", "pt", "arch", m->arch->name, "note", note};
     mw->m = m;

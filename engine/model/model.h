@@ -170,6 +170,9 @@ int zt_model_load_states(const zt_model *m, const char *path, const zt_model_sta
  * no "transformer." prefix, and no tensor but the states', HF buffers included). */
 #define ZT_MODEL_FILE_INTERNAL 1u
 #define ZT_MODEL_FILE_STRICT 2u
+/* zt_model_writer_open only: every tensor stored as BF16 (rounded to nearest even; the bf16
+ * AdamW state, exact in it) */
+#define ZT_MODEL_FILE_BF16 4u
 typedef struct zt_model_file zt_model_file;
 int zt_model_file_open(zt_model_file **f, const zt_model *m, const char *path,
                        const char *const *suffix, int n, unsigned flags, char *err,
@@ -183,12 +186,13 @@ int zt_model_file_read_sum(const zt_model_file *f, int k, int first, int end, fl
 void zt_model_file_close(zt_model_file *f);
 
 /* The same file written a range of tensors at a time: open writes the header of the n states
- * (suffix[k]; flags: ZT_MODEL_FILE_INTERNAL or 0) and note; put writes tensors [first, end) of
- * state k from src, their range of the flat layout (src[0] is tensor first's first parameter),
- * in any order, a tensor stored transposed (HF Conv1D in the checkpoint layout) through scratch
- * (as many floats as the range; unused in the internal layout); finish once every tensor of
- * every state is put; close also after a failure (an unfinished file is removed). The file is
- * zt_model_save_states's of the same states, byte for byte. */
+ * (suffix[k]; flags: any of ZT_MODEL_FILE_INTERNAL and ZT_MODEL_FILE_BF16) and note; put
+ * writes tensors [first, end) of state k from src, their range of the flat layout (src[0] is
+ * tensor first's first parameter), in any order, a tensor stored transposed (HF Conv1D in the
+ * checkpoint layout) through scratch (as many floats as the range; unused in the internal
+ * layout); finish once every tensor of every state is put; close also after a failure (an
+ * unfinished file is removed). The file is zt_model_save_states's of the same states, byte for
+ * byte (without ZT_MODEL_FILE_BF16). */
 typedef struct zt_model_writer zt_model_writer;
 int zt_model_writer_open(zt_model_writer **w, const zt_model *m, const char *path,
                          const char *const *suffix, int n, unsigned flags, const char *note,

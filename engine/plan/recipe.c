@@ -39,6 +39,14 @@ static int range_f(char *err, size_t errlen, const char *f, float v, double lo, 
   return -EINVAL;
 }
 
+int zt_train_cfg_check_strategy(const zt_train_cfg *c, const char *strategy, char *err,
+                                size_t errlen) {
+  if (c->state_dtype == ZT_F32) return 0;
+  snprintf(err, errlen, "train.optimizer.state_dtype \"%s\" is not supported with %s yet "
+           "(only without offload, on one rank)", zt_dtype_name(c->state_dtype), strategy);
+  return -ENOTSUP;
+}
+
 /* The fields by their paths in the job spec (docs/spec.md), the bounds of recipe.h. */
 int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
   int rc;
@@ -60,6 +68,10 @@ int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen) {
     return rc;
   if (c->precision != ZT_F32 && c->precision != ZT_BF16 && c->precision != ZT_F16) {
     snprintf(err, errlen, "train.precision must be fp32, bf16 or fp16");
+    return -EINVAL;
+  }
+  if (c->state_dtype != ZT_F32 && c->state_dtype != ZT_BF16) {
+    snprintf(err, errlen, "train.optimizer.state_dtype must be fp32 or bf16");
     return -EINVAL;
   }
   if (c->tf32 != 0 && c->tf32 != 1) {

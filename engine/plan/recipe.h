@@ -37,6 +37,10 @@ typedef struct zt_train_cfg {
    * (engine/plan/batch.h); 0: not given */
   int64_t batch_tokens;
   float lr, beta1, beta2, eps, weight_decay; /* AdamW; defaults as torch: 1e-3, 0.9, 0.999, 1e-8, 0.01 */
+  /* JSON "optimizer.state_dtype": the type of AdamW's m and v, fp32 (default) or bf16 (rounded
+   * stochastically with counter bits of (seed, step, index): engine/kernels/sround.h); the
+   * master parameters stay fp32. bf16 runs on the plain trainer only for now. */
+  zt_dtype state_dtype;
   zt_schedule schedule; /* warmup (linear from 0) then constant or cosine to min_lr */
   int warmup_steps;
   float min_lr;
@@ -61,6 +65,11 @@ typedef struct zt_train_cfg {
 
 void zt_train_cfg_defaults(zt_train_cfg *c);
 int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen);
+/* What the plain trainer alone supports, refused (-ENOTSUP) for another strategy ("offload",
+ * "data parallelism"): today train.optimizer.state_dtype bf16. Called by the opens of
+ * engine/train/offload and engine/train/dp and by the admission (engine/job). */
+int zt_train_cfg_check_strategy(const zt_train_cfg *c, const char *strategy, char *err,
+                                size_t errlen);
 
 /* ---- the offload policy (engine/train/offload/offload.h runs it) ---------------------------- */
 

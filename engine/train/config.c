@@ -20,7 +20,8 @@ static const char *const k_train[] = {"steps",     "epochs",      "micro_batch",
                                       "schedule",  "grad_clip",   "seed",
                                       "activation_checkpointing", NULL};
 static const char *const k_act_ckpt[] = {"every", NULL};
-static const char *const k_opt[] = {"name", "lr", "betas", "eps", "weight_decay", NULL};
+static const char *const k_opt[] = {"name", "lr", "betas", "eps", "weight_decay", "state_dtype",
+                                    NULL};
 static const char *const k_sched[] = {"name", "warmup_steps", "min_lr", NULL};
 static const char *const k_offload[] = {"params",      "grads",       "optimizer",  "gpu_budget",
                                         "host_budget", "nvme_budget", "prefetch",   "gpu_units",
@@ -239,6 +240,13 @@ static int parse_optimizer(const json_t *opt, zt_train_cfg *c, char *err, size_t
     snprintf(err, errlen, "train.optimizer.name must be \"adamw\"");
     return -EINVAL;
   }
+  if ((rc = zt_json_get_string(opt, "train.optimizer", "state_dtype", "fp32", &s, err,
+                               errlen)) < 0)
+    return rc;
+  if (zt_dtype_parse(s, &c->state_dtype) < 0 || c->state_dtype == ZT_F16) {
+    snprintf(err, errlen, "train.optimizer.state_dtype must be \"fp32\" or \"bf16\"");
+    return -EINVAL;
+  }
   if ((rc = zt_json_get_num(opt, "train.optimizer", "lr", 0, 1, ZT_TRAIN_MAX_LR, 0, c->lr, &c->lr,
                             err, errlen)) < 0 ||
       (rc = zt_json_get_num(opt, "train.optimizer", "eps", 0, 1, 1, 0, c->eps, &c->eps, err,
@@ -389,6 +397,8 @@ json_t *zt_config_train_to_json(const zt_train_cfg *t) {
       "grad_clip", (double)t->grad_clip, "seed", (json_int_t)t->seed,
       "activation_checkpointing", "every",
       t->ckpt_every == ZT_CKPT_AUTO ? json_string("auto") : json_integer(t->ckpt_every));
+  json_t *opt = json_object_get(j, "optimizer");
+  if (opt) json_object_set_new(opt, "state_dtype", json_string(zt_dtype_name(t->state_dtype)));
   if (j && t->batch_tokens)
     json_object_set_new(j, "batch_tokens", json_integer((json_int_t)t->batch_tokens));
   if (j && t->epochs) json_object_set_new(j, "epochs", json_integer(t->epochs));

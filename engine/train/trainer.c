@@ -36,7 +36,7 @@ void zt_trainer_close(zt_trainer *t) {
   if (!t) return;
   const zt_ops *o = t->be.ops;
   if (t->path) t->path->close(t);
-  float *bufs[] = {t->params, t->grads, t->m, t->v};
+  void *bufs[] = {t->params, t->grads, t->m, t->v};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) o->free(t->be.ctx, bufs[i]);
   if (t->params_lp) o->free(t->be.ctx, t->params_lp);
@@ -81,15 +81,16 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
   }
   reserved = need != SIZE_MAX;
   size_t n = zt_model_num_params(t->model), N = (size_t)tc->micro_batch * (size_t)mc->seq_len;
-  float **bufs[] = {&t->params, &t->grads, &t->m, &t->v};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-    *bufs[i] = be->ops->alloc(be->ctx, n * sizeof(float));
-    if (!*bufs[i]) {
-      rc = -ENOMEM;
-      snprintf(err, errlen, "backend %s: cannot allocate %zu bytes for parameters, gradients "
-               "and AdamW state", be->ops->name, 4 * n * sizeof(float));
-      goto out;
-    }
+  size_t sd = zt_dtype_size(tc->state_dtype);
+  t->params = be->ops->alloc(be->ctx, n * sizeof(float));
+  t->grads = be->ops->alloc(be->ctx, n * sizeof(float));
+  t->m = be->ops->alloc(be->ctx, n * sd);
+  t->v = be->ops->alloc(be->ctx, n * sd);
+  if (!t->params || !t->grads || !t->m || !t->v) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "backend %s: cannot allocate %zu bytes for parameters, gradients "
+             "and AdamW state", be->ops->name, 2 * n * (sizeof(float) + sd));
+    goto out;
   }
   if (tc->precision != ZT_F32 &&
       !(t->params_lp = be->ops->alloc(be->ctx, n * zt_dtype_size(tc->precision)))) {
@@ -120,8 +121,8 @@ int zt_trainer_open(zt_trainer **out, const zt_model_cfg *mc, const zt_train_cfg
   be->ops->to_device(be->ctx, t->params, host, n * sizeof(float));
   if (t->params_lp) be->ops->cast(be->ctx, t->params_lp, tc->precision, t->params, ZT_F32, n);
   be->ops->zero(be->ctx, t->grads, n * sizeof(float));
-  be->ops->zero(be->ctx, t->m, n * sizeof(float));
-  be->ops->zero(be->ctx, t->v, n * sizeof(float));
+  be->ops->zero(be->ctx, t->m, n * sd);
+  be->ops->zero(be->ctx, t->v, n * sd);
   if ((rc = be->ops->sync(be->ctx)) < 0) {
     snprintf(err, errlen, "backend %s: initialising the parameters failed: %s", be->ops->name,
              be->ops->error_text(be->ctx));
@@ -249,9 +250,10 @@ int zt__trainer_init_params(const zt_model *m, float *host, char *err, size_t er
   return rc;
 }
 
-/* params, grads, m, v in fp32, and the compute copy in bf16/fp16 */
-static size_t master_bytes(size_t n, zt_dtype precision) {
-  return 4 * n * sizeof(float) + (precision != ZT_F32 ? n * zt_dtype_size(precision) : 0);
+/* params and grads in fp32, m and v in the state type, and the compute copy in bf16/fp16 */
+static size_t master_bytes(size_t n, const zt_train_cfg *tc) {
+  return 2 * n * sizeof(float) + 2 * n * zt_dtype_size(tc->state_dtype) +
+         (tc->precision != ZT_F32 ? n * zt_dtype_size(tc->precision) : 0);
 }
 
 size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
@@ -264,7 +266,7 @@ size_t zt_trainer_estimate_bytes(const zt_model_cfg *mc, const zt_train_cfg *tc,
     goto out;
   size_t acts = zt_acts_size_dt(m, ops, tc->micro_batch,
                                 tc->ckpt_every == ZT_CKPT_AUTO ? 0 : tc->ckpt_every, tc->precision);
-  if (acts) bytes = master_bytes(zt_model_num_params(m), tc->precision) + acts;
+  if (acts) bytes = master_bytes(zt_model_num_params(m), tc) + acts;
 out:
   zt_model_destroy(m);
   return bytes;
@@ -275,7 +277,7 @@ int zt_trainer_step_count(const zt_trainer *t) { return t->step; }
 
 size_t zt_trainer_backend_bytes(const zt_trainer *t) {
   if (t->path) return t->path->backend_bytes(t);
-  return master_bytes(zt_model_num_params(t->model), t->tc.precision) + zt_acts_bytes(t->acts);
+  return master_bytes(zt_model_num_params(t->model), &t->tc) + zt_acts_bytes(t->acts);
 }
 
 size_t zt_trainer_micro_tokens(const zt_trainer *t) {
@@ -295,13 +297,19 @@ static void adamw_all(zt_trainer *t, float lr, int step, float grad_scale) {
     for (; i < nt && zt_model_tensor(t->model, i)->decay == decay; i++)
       n += zt_model_tensor(t->model, i)->numel;
     float wd = decay ? c->weight_decay : 0.0f;
-    if (t->params_lp)
-      o->adamw_dt(t->be.ctx, t->params + off, t->grads + off, t->m + off, t->v + off, n, lr,
-                  c->beta1, c->beta2, c->eps, wd, step, grad_scale,
-                  (char *)t->params_lp + off * zt_dtype_size(c->precision), c->precision);
+    void *lp = t->params_lp ? (char *)t->params_lp + off * zt_dtype_size(c->precision) : NULL;
+    /* the rounding bits of element off + i: the train seed, the step, its flat index */
+    if (c->state_dtype == ZT_BF16)
+      o->adamw_sr(t->be.ctx, t->params + off, t->grads + off, (uint16_t *)t->m + off,
+                  (uint16_t *)t->v + off, n, lr, c->beta1, c->beta2, c->eps, wd, step,
+                  grad_scale, lp, lp ? c->precision : ZT_F32, c->seed, off);
+    else if (lp)
+      o->adamw_dt(t->be.ctx, t->params + off, t->grads + off, (float *)t->m + off,
+                  (float *)t->v + off, n, lr, c->beta1, c->beta2, c->eps, wd, step, grad_scale,
+                  lp, c->precision);
     else
-      o->adamw(t->be.ctx, t->params + off, t->grads + off, t->m + off, t->v + off, n, lr,
-               c->beta1, c->beta2, c->eps, wd, step, grad_scale);
+      o->adamw(t->be.ctx, t->params + off, t->grads + off, (float *)t->m + off,
+               (float *)t->v + off, n, lr, c->beta1, c->beta2, c->eps, wd, step, grad_scale);
   }
 }
 

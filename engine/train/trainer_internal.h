@@ -68,7 +68,8 @@ struct zt_trainer {
   zt_model *model;
   zt_train_cfg tc;
   zt_backend be;
-  float *params, *grads, *m, *v;  /* backend buffers in the flat layout */
+  float *params, *grads;          /* backend buffers in the flat layout */
+  void *m, *v;                    /* AdamW's, in tc.state_dtype, in the flat layout */
   void *params_lp;                /* the bf16/fp16 compute copy; NULL in fp32 */
   zt_acts *acts;
   int32_t *h_tok, *h_tgt;         /* host staging for one micro-batch's inputs and targets */

@@ -1,7 +1,7 @@
 /* The CUDA backend's typed ops (bf16 and fp16 activations, ops.h) against the CPU reference's
  * typed ops on the same bits (the llama family's rmsnorm, rope, swiglu, grouped-query
- * attention and per-row loss among them), plus cast, adamw_dt and the TF32 switch. Prints one
- * line per comparison with the worst errors. Exits 77 without a GPU.
+ * attention and per-row loss among them), plus cast, adamw_dt, adamw_sr and the TF32 switch.
+ * Prints one line per comparison with the worst errors. Exits 77 without a GPU.
  *
  * Tolerances. Both backends widen the same dt inputs, compute in fp32 and round each stored
  * output once; they differ in fp32 summation order and a few device math functions, and the
@@ -12,7 +12,8 @@
  * (2^-8 bf16, 2^-11 fp16): A = 4, R = 4 for single products; A = 16, R = 8 for attention's
  * backward (dS rounded, then two products). fp32 outputs computed from the same dt inputs
  * (weight gradients, layernorm statistics, the loss) only differ by fp32 summation order:
- * 1e-5 relative to the scale. The AdamW update and the casts are bitwise. */
+ * 1e-5 relative to the scale. The AdamW updates (adamw_dt, and adamw_sr with bf16 moments
+ * rounded stochastically) and the casts are bitwise. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -402,6 +403,29 @@ static void test_cast_adamw(zt_dtype dt, size_t n) {
   free_all(all, sizeof all / sizeof *all);
 }
 
+/* adamw_sr (bf16 m and v, rounded stochastically): the same fp32 operations as adamw_dt and
+ * the same counter bits (engine/kernels/sround.h), so bitwise equal too; index0 past 2^32
+ * checks the 64-bit index reaches the hash whole. lp_t ZT_F32: no compute copy. */
+static void test_adamw_sr(zt_dtype lp_t, size_t n, uint64_t index0) {
+  tb g = make(ZT_F32, n, -1, 1), m = make(ZT_BF16, n, -0.1f, 0.1f), v = make(ZT_BF16, n, 0, 0.01f);
+  tb p = make(ZT_F32, n, -1, 1), lp = make(lp_t == ZT_F32 ? ZT_BF16 : lp_t, n, 0, 0);
+  void *lp_h = lp_t == ZT_F32 ? NULL : lp.h, *lp_d = lp_t == ZT_F32 ? NULL : lp.d;
+  for (int t = 1; t <= 3; t++) {
+    cpu.ops->adamw_sr(cpu.ctx, p.h, g.h, m.h, v.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f,
+                      lp_h, lp_t, 20261202u, index0);
+    gpu.ops->adamw_sr(gpu.ctx, p.d, g.d, m.d, v.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f,
+                      lp_d, lp_t, 20261202u, index0);
+  }
+  char what[96];
+  snprintf(what, sizeof what, "adamw_sr p (3 steps, copy %s)", zt_dtype_name(lp_t));
+  check_bits(what, &p);
+  check_bits("adamw_sr m (bf16, stochastic)", &m);
+  check_bits("adamw_sr v (bf16, stochastic)", &v);
+  if (lp_h) check_bits("adamw_sr compute copy", &lp);
+  tb *all[] = {&g, &m, &v, &p, &lp};
+  free_all(all, sizeof all / sizeof *all);
+}
+
 /* tf32 changes fp32 matmul results (a little), and switching back restores the exact ones. */
 static void test_tf32(void) {
   int N = 256, C = 512, OC = 256;
@@ -472,7 +496,9 @@ int main(void) {
     test_crossentropy_rows(dt, 111, 67, 72);
     test_crossentropy_rows(dt, 64, 32000, 32000);
     test_cast_adamw(dt, 10007);
+    test_adamw_sr(dt, 10007, 12345);
   }
+  test_adamw_sr(ZT_F32, (size_t)1 << 20, ((uint64_t)1 << 33) + 7);
   test_tf32();
   rc = gpu.ops->sync(gpu.ctx);
   if (rc < 0) {

@@ -14,8 +14,11 @@
  * e.g. 1 - beta1 can differ in its last bit unless the caller's values are exact in float.) */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/kernels/cpu/cpu.h"
+#include "engine/kernels/dtype.h"
+#include "engine/kernels/sround.h"
 
 void zt__cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float weight_decay, int step,
@@ -39,4 +42,34 @@ void zt__cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size
     m[i] = mi;
     v[i] = vi;
   }
+}
+
+/* The same update on bf16 m and v (ops.h adamw_sr): widened exactly to fp32, updated as above,
+ * stored rounded stochastically with the counter bits of their global index (sround.h). */
+void zt__cpu_adamw_sr(void *ctx, float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale, void *p_lp, zt_dtype lp_t, uint64_t seed,
+                      uint64_t index0) {
+  float decay = (float)(1.0 - (double)lr * weight_decay);
+  float w1 = (float)(1.0 - (double)beta1);
+  float w2 = (float)(1.0 - (double)beta2);
+  double bc1 = 1.0 - pow(beta1, step);
+  double bc2 = 1.0 - pow(beta2, step);
+  float neg_step_size = (float)(-((double)lr / bc1));
+  float bc2_sqrt = (float)sqrt(bc2);
+  uint64_t key = zt_sr_key(seed, step);
+  ZT__PARALLEL_FOR(zt__cpu_threads(ctx), n > ZT__CPU_PAR_MIN)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    float pi = p[i] * decay;
+    float m0 = zt_bf16_to_f32(m[i]), v0 = zt_bf16_to_f32(v[i]);
+    float mi = w1 < 0.5f ? m0 + w1 * (gi - m0) : gi - (gi - m0) * (1.0f - w1);
+    float vi = v0 * beta2 + w2 * gi * gi;
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] = pi + neg_step_size * mi / denom;
+    uint64_t r = zt_sr_bits(key, index0 + i);
+    m[i] = zt_bf16_round_sr(zt__f32_bits(mi), (uint32_t)r);
+    v[i] = zt_bf16_round_sr(zt__f32_bits(vi), (uint32_t)(r >> 16));
+  }
+  if (lp_t != ZT_F32) zt__cpu_cast(ctx, p_lp, lp_t, p, ZT_F32, n);
 }

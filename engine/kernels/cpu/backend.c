@@ -98,6 +98,7 @@ static const zt_ops cpu_ops = {
     .adamw = zt__cpu_adamw,
     .cast = zt__cpu_cast,
     .adamw_dt = zt__cpu_adamw_dt,
+    .adamw_sr = zt__cpu_adamw_sr,
     .set_allow_tf32 = zt__cpu_set_allow_tf32,
     .embedding_fwd_dt = zt__cpu_embedding_fwd_dt,
     .embedding_bwd_dt = zt__cpu_embedding_bwd_dt,

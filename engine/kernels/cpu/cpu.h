@@ -107,6 +107,10 @@ double zt__cpu_sum(void *ctx, const float *x, size_t n);
 void zt__cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float weight_decay, int step,
                    float grad_scale);
+void zt__cpu_adamw_sr(void *ctx, float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale, void *p_lp, zt_dtype lp_t, uint64_t seed,
+                      uint64_t index0);
 
 /* lowp.c: mixed precision (see ops.h) */
 void zt__cpu_cast(void *ctx, void *dst, zt_dtype dst_t, const void *src, zt_dtype src_t,

@@ -167,6 +167,7 @@ static const zt_ops cuda_ops = {
     .adamw = zt__cuda_adamw,
     .cast = zt__cuda_cast,
     .adamw_dt = zt__cuda_adamw_dt,
+    .adamw_sr = zt__cuda_adamw_sr,
     .set_allow_tf32 = cuda_set_allow_tf32,
     .embedding_fwd_dt = zt__cuda_embedding_fwd_dt,
     .embedding_bwd_dt = zt__cuda_embedding_bwd_dt,

@@ -172,6 +172,10 @@ void zt__cuda_cast(void *ctx, void *dst, zt_dtype dst_t, const void *src, zt_dty
 void zt__cuda_adamw_dt(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay,
                        int step, float grad_scale, void *p_lp, zt_dtype lp_t);
+void zt__cuda_adamw_sr(void *ctx, float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay,
+                       int step, float grad_scale, void *p_lp, zt_dtype lp_t, uint64_t seed,
+                       uint64_t index0);
 void zt__cuda_embedding_fwd_dt(void *ctx, zt_dtype dt, void *out, const int32_t *tok,
                                const float *wte, const float *wpe, int B, int T, int C,
                                    const int32_t *pos);

@@ -136,7 +136,10 @@ int zt__ckpt_save_flat(zt_trainer *t, const char *tmp, state_seq *q, char *err, 
   sprintf(file, "%s/model.safetensors", tmp);
   if ((rc = writer_open(&wm, t->model, file, model_file, NULL, err, errlen)) < 0) goto out;
   sprintf(file, "%s/optimizer.safetensors", tmp);
-  if ((rc = writer_open(&wo, t->model, file, opt_file, OPT_NOTE, err, errlen)) < 0 ||
+  /* bf16 moments as BF16 tensors: exact, half the bytes */
+  st_layout lo = opt_file;
+  if (t->tc.state_dtype == ZT_BF16) lo.flags |= ZT_MODEL_FILE_BF16;
+  if ((rc = writer_open(&wo, t->model, file, lo, OPT_NOTE, err, errlen)) < 0 ||
       (rc = save_pieces(t, tmp, wm, wo, buf, cap, q, err, errlen)) < 0)
     goto out;
   sprintf(file, "%s/trainer.json", tmp);

@@ -85,12 +85,20 @@ static int state_read(zt_trainer *t, int u0, int u1, float *p, float *m, float *
                       size_t errlen) {
   if (t->path) return t->path->read_state(t, u0, u1, p, m, v, err, errlen);
   const zt_ops *o = t->be.ops;
-  size_t off = zt_model_unit(t->model, u0)->offset;
-  size_t bytes = (unit_end(t->model, u1 - 1) - off) * sizeof(float);
+  size_t off = zt_model_unit(t->model, u0)->offset, n = unit_end(t->model, u1 - 1) - off;
   float *dst[3] = {p, m, v};
-  const float *src[3] = {t->params, t->m, t->v};
-  for (int k = 0; k < 3; k++)
-    if (dst[k]) o->to_host(t->be.ctx, dst[k], src[k] + off, bytes);
+  const void *src[3] = {t->params, t->m, t->v};
+  for (int k = 0; k < 3; k++) {
+    if (!dst[k]) continue;
+    if (k && t->tc.state_dtype == ZT_BF16) {
+      /* widened on the backend into the gradients, free between steps (every step zeroes
+       * them first) */
+      o->cast(t->be.ctx, t->grads + off, ZT_F32, (const uint16_t *)src[k] + off, ZT_BF16, n);
+      o->to_host(t->be.ctx, dst[k], t->grads + off, n * sizeof(float));
+    } else {
+      o->to_host(t->be.ctx, dst[k], (const float *)src[k] + off, n * sizeof(float));
+    }
+  }
   int rc = o->sync(t->be.ctx);
   if (rc < 0) snprintf(err, errlen, "backend %s: %s", o->name, o->error_text(t->be.ctx));
   return rc;
@@ -103,8 +111,17 @@ static int state_write(zt_trainer *t, int u0, int u1, const float *p, const floa
   const zt_ops *o = t->be.ops;
   size_t off = zt_model_unit(t->model, u0)->offset, n = unit_end(t->model, u1 - 1) - off;
   o->to_device(t->be.ctx, t->params + off, p, n * sizeof(float));
-  o->to_device(t->be.ctx, t->m + off, m, n * sizeof(float));
-  o->to_device(t->be.ctx, t->v + off, v, n * sizeof(float));
+  if (t->tc.state_dtype == ZT_BF16) {
+    /* narrowed on the backend from the gradients (as in state_read); exact for a bf16
+     * checkpoint's values */
+    o->to_device(t->be.ctx, t->grads + off, m, n * sizeof(float));
+    o->cast(t->be.ctx, (uint16_t *)t->m + off, ZT_BF16, t->grads + off, ZT_F32, n);
+    o->to_device(t->be.ctx, t->grads + off, v, n * sizeof(float));
+    o->cast(t->be.ctx, (uint16_t *)t->v + off, ZT_BF16, t->grads + off, ZT_F32, n);
+  } else {
+    o->to_device(t->be.ctx, (float *)t->m + off, m, n * sizeof(float));
+    o->to_device(t->be.ctx, (float *)t->v + off, v, n * sizeof(float));
+  }
   if (t->params_lp)
     o->cast(t->be.ctx, (char *)t->params_lp + off * zt_dtype_size(t->tc.precision),
             t->tc.precision, t->params + off, ZT_F32, n);
@@ -247,6 +264,22 @@ int zt__ckpt_read_head(const zt_trainer *t, const json_t *j, const char *file, c
                        char *err, size_t errlen) {
   int rc = check_model(t->model, json_object_get(j, "model"), file, err, errlen);
   if (rc < 0) return rc;
+  /* the moments are refused in the other type, not converted: a bf16 state widened is not
+   * the fp32 run's, and narrowed it would be rounded once more than the run that made it
+   * (absent: written before the field, fp32) */
+  json_t *sd = json_object_get(json_object_get(json_object_get(j, "train"), "optimizer"),
+                               "state_dtype");
+  zt_dtype saved = ZT_F32;
+  if (sd && (!json_is_string(sd) || zt_dtype_parse(json_string_value(sd), &saved) < 0 ||
+             saved == ZT_F16)) {
+    snprintf(err, errlen, "%s: train.optimizer.state_dtype is not \"fp32\" or \"bf16\"", file);
+    return -EINVAL;
+  }
+  if (saved != t->tc.state_dtype) {
+    snprintf(err, errlen, "%s: checkpoint has train.optimizer.state_dtype %s, this job has %s",
+             file, zt_dtype_name(saved), zt_dtype_name(t->tc.state_dtype));
+    return -EINVAL;
+  }
   h->step = (int)json_integer_value(json_object_get(j, "step"));
   /* Absent in checkpoints of fp32-only versions: AdamW's step was the step, no scaler state. */
   json_t *adam_step = json_object_get(j, "adam_step"), *ls = json_object_get(j, "loss_scale");

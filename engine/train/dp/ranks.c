@@ -444,6 +444,7 @@ int zt_trainer_open_dp(zt_trainer **out, const zt_model_cfg *mc, const zt_train_
   zt__trainer_init in = {0};
   *out = NULL;
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
+      (rc = zt_train_cfg_check_strategy(tc, "data parallelism", err, errlen)) < 0 ||
       (rc = zt_dp_cfg_check(dpc, err, errlen)) < 0 ||
       (rc = check_ranks(dpc, dpc->local ? dpc->local : dpc->world, ranks, err, errlen)) < 0)
     return rc;

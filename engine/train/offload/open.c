@@ -265,6 +265,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   zt_stream_unit *units = NULL;
   *out = NULL;
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
+      (rc = zt_train_cfg_check_strategy(tc, "offload", err, errlen)) < 0 ||
       (rc = zt_offload_cfg_check(oc, err, errlen)) < 0)
     return rc;
   if ((rc = zt_offload_supported(be->ops->name, tc, oc, err, errlen)) < 0) return rc;

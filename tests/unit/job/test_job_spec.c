@@ -102,6 +102,8 @@ static const bad_case k_bad[] = {
   /* a value a float holds as 0 is refused, not trained with lr 0 */
   {"train.optimizer.lr", "1e-50", -EINVAL, "train.optimizer.lr is 1e-50"},
   {"train.optimizer.momentum", "0.9", -EINVAL, "unknown field 'train.optimizer.momentum'"},
+  {"train.optimizer.state_dtype", "\"fp16\"", -EINVAL,
+   "train.optimizer.state_dtype must be \"fp32\" or \"bf16\""},
   {"train.schedule.name", "\"linear\"", -EINVAL, "train.schedule.name"},
   {"train.schedule.warmup_steps", "-1", -EINVAL, "train.schedule.warmup_steps"},
   {"train.schedule.warmup_steps", "100", -EINVAL, "warmup_steps"},
@@ -222,6 +224,17 @@ int main(void) {
     CHECK(zt__job_spec_check_resources(&s, &unlimited, &bytes, err, sizeof err) == 0);
     CHECK(bytes.backend_bytes ==
           zt_trainer_estimate_bytes(&s.model, &s.train, zt_backend_cpu_ops()));
+    json_decref(spec);
+  }
+  /* bf16 AdamW state runs on the plain trainer alone: an offloaded job is refused at submit */
+  {
+    json_t *spec = base_spec();
+    set_path(spec, "train.optimizer.state_dtype", json_string("bf16"));
+    set_path(spec, "offload", json_pack("{s:s}", "optimizer", "host"));
+    err[0] = '\0';
+    int rc = jt_submit(jobs, spec, id, err, sizeof err);
+    CHECK(rc == -ENOTSUP && strstr(err, "train.optimizer.state_dtype \"bf16\"") &&
+          strstr(err, "offload"));
     json_decref(spec);
   }
   /* bf16/fp16/tf32 pass where the backend is cuda (without a GPU the memory is not checked),
