@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/plan/offload_plan.h"
 #include "offload/host_arena.h"
 #include "offload/opt_store.h"
 
@@ -133,8 +134,14 @@ static int gout_count(const zt_dp_plan *s) {
   return !s->host_n ? 0 : s->zero_stage >= 2 ? 2 : 1;
 }
 
+/* Stages 2-3: each unit's gradients are reduced once a micro-batch, later ones into a scratch
+ * chunk added to the first's; once a step where the backward is unit-major. */
+static int reduced_again(const zt_dp_plan *s, const zt_train_cfg *tc) {
+  return tc->grad_accum > 1 && !s->um_back;
+}
+
 static int has_hstage(const zt_dp_plan *s, const zt_train_cfg *tc) {
-  return s->host_n && s->zero_stage >= 2 && tc->grad_accum > 1;
+  return s->host_n && s->zero_stage >= 2 && reduced_again(s, tc);
 }
 
 /* The elements of the host tier's masters and compute copy: the host units' (ng..nv0-1), and
@@ -168,7 +175,7 @@ static void size_bufs(zt_dp_plan *s, const zt_train_cfg *tc) {
   if (stage >= 2) {
     d->gunit = s->slot_floats * f;
     d->gembed = s->tied ? tab->chunk[0] * W * f : 0;
-    d->gscratch = tab->max_chunk * f;
+    d->gscratch = s->um_back ? 0 : tab->max_chunk * f;
   }
   if (stage == 3) {
     d->pslot = s->slot_floats * f;
@@ -198,6 +205,10 @@ int zt_dp_plan_make(zt_dp_plan *s, const zt_model *m, const zt_train_cfg *tc,
   s->nu = zt_model_num_units(m);
   s->tied = zt_model_head_reads_embed(m);
   s->rec = ZT_DP_XCHG_SCALARS + 2 * (size_t)tc->grad_accum;
+  s->unit_major = o->order == ZT_ORDER_UNIT && tc->grad_accum > 1 &&
+                  tc->grad_accum <= ZT_UNIT_MAJOR_MICROS_MAX;
+  s->um_back = s->unit_major && zt_offload_backward_unit_major(m);
+  s->act_micros = s->unit_major ? tc->grad_accum : 1;
   int rc = zt_dp_plan_shard_table(m, world, &s->tab);
   if (rc < 0) {
     snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
@@ -243,6 +254,53 @@ uint64_t zt_dp_plan_nvme_bytes(const zt_dp_plan *s) {
   return sum;
 }
 
+size_t zt_dp_plan_act_bytes(const zt_dp_plan *p, const zt_model *m, const zt_train_cfg *tc,
+                            const zt_ops *ops) {
+  return zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision) *
+         (size_t)p->act_micros;
+}
+
+/* Stage 3: a visit of unit u by the walk gathers it unless its slot (the embedding's own, for a
+ * tied one) holds it; counts the gathers. */
+static long visit(const zt_dp_plan *p, int u, int slot[2], int *embed) {
+  if (p->tied && u == 0) {
+    if (*embed) return 0;
+    *embed = 1;
+    return 1;
+  }
+  if (slot[u & 1] == u) return 0;
+  slot[u & 1] = u;
+  return 1;
+}
+
+/* Stage 3's gathers of a step, as engine/train/dp/step.c walks: the slots start empty, the
+ * forward walks the units up (each one's prefetch of the next is that next visit) and the
+ * backward down, every micro-batch (micro-major), or the forward once and the backward once
+ * (unit-major) or once a micro-batch (a head reading the embedding). */
+static long stage3_gathers(const zt_dp_plan *p, int G) {
+  int slot[2] = {-1, -1}, embed = 0;
+  long n = 0;
+  int forwards = p->unit_major ? 1 : G, backwards = p->um_back ? 1 : G;
+  for (int i = 0; i < G; i++) {
+    for (int u = 0; i < forwards && u < p->nu; u++) n += visit(p, u, slot, &embed);
+    for (int u = p->nu - 1; i < backwards && u >= 0; u--) n += visit(p, u, slot, &embed);
+  }
+  return n;
+}
+
+zt_dp_plan_colls zt_dp_plan_step_colls(const zt_dp_plan *p, const zt_train_cfg *tc) {
+  zt_dp_plan_colls c = {0};
+  long reductions = p->um_back ? 1 : tc->grad_accum;
+  if (p->zero_stage == 1) {
+    c.all_reduces = p->nu; /* after the last micro-batch, whatever the order */
+    c.gathers = p->nu;     /* of the updated parameters */
+    return c;
+  }
+  c.reduce_scatters = p->nu * reductions;
+  c.gathers = p->zero_stage == 2 ? p->nu : stage3_gathers(p, tc->grad_accum);
+  return c;
+}
+
 /* What a rank holds: with ops its device bytes; without, its host tier or (nvme) its files. */
 static uint64_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *o,
                          int world, int zero_stage, const zt_ops *ops, int nvme) {
@@ -261,7 +319,7 @@ static uint64_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const z
     } else if (!ops) {
       bytes = zt_dp_plan_host_bytes(&p);
     } else {
-      size_t acts = zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
+      size_t acts = zt_dp_plan_act_bytes(&p, m, tc, ops);
       if (acts) bytes = acts + zt_dp_plan_dev_bytes(&p);
     }
     zt_dp_plan_free(&p);

@@ -61,6 +61,12 @@ typedef struct zt_dp_plan {
   zt_shard_table *tab;
   int nu;
   int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
+  /* offload.order unit with grad_accum in [2, ZT_UNIT_MAJOR_MICROS_MAX]: every micro-batch's
+   * activations kept from the forward to the backward (act_micros of them), the forward walked
+   * unit-major; um_back: the backward too (not where the head reads the embedding,
+   * zt_offload_backward_unit_major), each unit's gradients summed over the micro-batches then
+   * reduced once a step */
+  int unit_major, um_back, act_micros;
   size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
   size_t rec;               /* doubles per exchange record */
   /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
@@ -96,6 +102,20 @@ int zt_dp_plan_make(zt_dp_plan *p, const zt_model *m, const zt_train_cfg *tc,
                     const zt_offload_cfg *o, int world, int zero_stage, char *err,
                     size_t errlen);
 void zt_dp_plan_free(zt_dp_plan *p);
+
+/* A rank's activations on backends with op table ops: act_micros micro-batches' (0 where they
+ * cannot be sized). */
+size_t zt_dp_plan_act_bytes(const zt_dp_plan *p, const zt_model *m, const zt_train_cfg *tc,
+                            const zt_ops *ops);
+
+/* The collectives of the parameters and gradients a rank issues in a step (the two scalar
+ * exchanges aside), counted as the walk issues them: all-gathers of parameters (a compute
+ * copy's gather counted apart), reduce-scatters, all-reduces. What offload.order auto weighs
+ * (zt_dp_plan_place) and what the tests count on the CPU group. */
+typedef struct zt_dp_plan_colls {
+  long gathers, reduce_scatters, all_reduces;
+} zt_dp_plan_colls;
+zt_dp_plan_colls zt_dp_plan_step_colls(const zt_dp_plan *p, const zt_train_cfg *tc);
 
 /* A rank's backend bytes besides its activations; its host tier's (page-locked, whole pages);
  * its NVMe files' (a master, exp_avg and exp_avg_sq of its chunk per NVMe unit, in the

@@ -220,6 +220,10 @@ typedef struct zt_dp_cfg {
    * (the host units' chunks copied from the host tier before each gather), or NVME with
    * zero_stage 3 and optimizer NVME (the NVMe units' chunks read from their master files). */
   zt_offload_place optimizer, params;
+  /* the walk of a step's micro-batches (see the header, "Unit-major"): ZT_ORDER_UNIT with
+   * grad_accum in [2, ZT_UNIT_MAJOR_MICROS_MAX] unit-major, anything else micro-major (auto
+   * is resolved by the job's planner, engine/plan/dp_plan.h) */
+  zt_offload_order order;
   int gpu_units;  /* optimizer HOST / NVME: the leading units kept on the device, [0, the
                      model's units] */
   int host_units; /* optimizer NVME: the units after the device ones whose masters, m and v
