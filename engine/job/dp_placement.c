@@ -24,12 +24,14 @@ zt_dp_cfg zt__job_dp_cfg(const zt_job_spec *s, int rank0, int local) {
     if (d.optimizer == ZT_PLACE_NVME && s->offload.host_units > 0)
       d.host_units = s->offload.host_units;
     d.nvme_dir = s->offload.nvme_dir;
+    d.order = s->offload.order;
   }
   return d;
 }
 
-/* gpu_units, params and checkpointing: what the budget (if any) holds, fastest first
- * (engine/plan/dp_plan.h), and the job without offload where everything fits on the device. */
+/* gpu_units, params, checkpointing and (auto) offload.order: what the budget (if any) holds,
+ * fastest first (engine/plan/dp_plan.h), and the job without offload where everything fits on
+ * the device. */
 static int resolve_placement(zt_job_spec *s, const zt_model *m, const zt_ops *ops, char *err,
                              size_t errlen) {
   zt_offload_cfg *o = &s->offload;
@@ -68,10 +70,10 @@ int zt__job_resolve_dp_offload(zt_job_spec *s, const zt_ops *ops, char *err, siz
              "step of one rank delays its update)", ranks);
     return -ENOTSUP;
   }
-  if (o->order == ZT_ORDER_UNIT) {
-    snprintf(err, errlen, "offload.order unit with %s is not supported (the data-parallel walk "
-             "is micro-major); use auto or micro", ranks);
-    return -ENOTSUP;
+  if (o->order == ZT_ORDER_UNIT && s->train.grad_accum > ZT_UNIT_MAJOR_MICROS_MAX) {
+    snprintf(err, errlen, "offload.order: unit walks at most %d micro-batches at once "
+             "(train.grad_accum is %d)", ZT_UNIT_MAJOR_MICROS_MAX, s->train.grad_accum);
+    return -EINVAL;
   }
   if (o->grads == ZT_PLACE_GPU) {
     snprintf(err, errlen, "offload.grads gpu with %s is not supported (the ranks reduce their "

@@ -205,8 +205,12 @@ int zt_dp_plan_make(zt_dp_plan *s, const zt_model *m, const zt_train_cfg *tc,
   s->nu = zt_model_num_units(m);
   s->tied = zt_model_head_reads_embed(m);
   s->rec = ZT_DP_XCHG_SCALARS + 2 * (size_t)tc->grad_accum;
-  s->unit_major = o->order == ZT_ORDER_UNIT && tc->grad_accum > 1 &&
-                  tc->grad_accum <= ZT_UNIT_MAJOR_MICROS_MAX;
+  if (o->order == ZT_ORDER_UNIT && tc->grad_accum > ZT_UNIT_MAJOR_MICROS_MAX) {
+    snprintf(err, errlen, "offload.order: unit walks at most %d micro-batches at once "
+             "(train.grad_accum is %d)", ZT_UNIT_MAJOR_MICROS_MAX, tc->grad_accum);
+    return -EINVAL;
+  }
+  s->unit_major = o->order == ZT_ORDER_UNIT && tc->grad_accum > 1;
   s->um_back = s->unit_major && zt_offload_backward_unit_major(m);
   s->act_micros = s->unit_major ? tc->grad_accum : 1;
   int rc = zt_dp_plan_shard_table(m, world, &s->tab);
@@ -426,6 +430,39 @@ static int fit(const search *s, const zt_ops *ops, int units, int ckpt_every, zt
   return -ENOMEM;
 }
 
+/* A step's collectives of parameters and gradients with placement o in order `order`: the
+ * gathers and reductions offload.order auto weighs (the compute is the same in both). -1 where
+ * the plan cannot be made. */
+static long step_colls(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *o,
+                       zt_offload_order order, int world, int zero_stage) {
+  zt_offload_cfg c = *o;
+  zt_dp_plan p;
+  char err[256];
+  c.order = order;
+  c.host_units = 0; /* resolved after the placement; the walk's collectives do not depend on it */
+  if (zt_dp_plan_make(&p, m, tc, &c, world, zero_stage, err, sizeof err) < 0) return -1;
+  zt_dp_plan_colls n = zt_dp_plan_step_colls(&p, tc);
+  zt_dp_plan_free(&p);
+  return n.gathers + n.reduce_scatters + n.all_reduces;
+}
+
+/* offload.order auto with several micro-batches and a budget: unit where every micro-batch's
+ * activations fit beside placement o and it issues fewer collectives a step (the all-gathers
+ * and reduce-scatters it saves), else micro. */
+static zt_offload_order pick_order(const zt_model *m, const zt_train_cfg *tc,
+                                   const zt_offload_cfg *o, int world, int zero_stage,
+                                   const zt_ops *ops) {
+  if (tc->grad_accum > ZT_UNIT_MAJOR_MICROS_MAX) return ZT_ORDER_MICRO;
+  zt_offload_cfg u = *o;
+  u.order = ZT_ORDER_UNIT;
+  u.host_units = 0; /* as rank_bytes: a rank's device bytes do not depend on it */
+  if (zt_dp_plan_rank_bytes(zt_model_cfg_of(m), tc, &u, world, zero_stage, ops) > o->gpu_budget)
+    return ZT_ORDER_MICRO;
+  long um = step_colls(m, tc, o, ZT_ORDER_UNIT, world, zero_stage),
+       mm = step_colls(m, tc, o, ZT_ORDER_MICRO, world, zero_stage);
+  return um >= 0 && um < mm ? ZT_ORDER_UNIT : ZT_ORDER_MICRO;
+}
+
 int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int world,
                      int zero_stage, const zt_ops *ops, int *no_offload, zt_dp_plan_least *least) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
@@ -449,11 +486,14 @@ int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int
     zt_offload_cfg got = *o;
     int on_gpu;
     if (fit(s, ops, units, every, &got, &on_gpu) == 0) {
+      tc->ckpt_every = every;
+      /* one micro-batch has no order to choose: auto stays */
+      if (got.order == ZT_ORDER_AUTO && tc->grad_accum > 1)
+        got.order = pick_order(m, tc, &got, world, zero_stage, ops);
       /* everything fits on the device: the job runs without offload, and its stored spec
        * says so */
       *no_offload = on_gpu;
       *o = got;
-      tc->ckpt_every = every;
       return 0;
     }
   }

@@ -259,6 +259,46 @@ static int headline(void) {
                    mm.reduce_scatters);
 }
 
+/* offload.order auto under a budget (zt_dp_plan_place): unit where every micro-batch's
+ * activations fit and it saves collectives (stage 3 llama untied), micro where it saves none
+ * (stage 1: one all-reduce a step either way) or its activations do not fit. */
+static int auto_order(void) {
+  static const struct {
+    int stage;
+    size_t budget;
+    zt_offload_order want;
+  } cases[] = {{3, 100000000, ZT_ORDER_UNIT}, {1, 100000000, ZT_ORDER_MICRO},
+               {3, 0, ZT_ORDER_MICRO}};
+  cfg c = {ZT_ARCH_LLAMA, 0, 2, 3, 3, 0, 0.0f, ZT_F32};
+  zt_model_cfg mc = model_of(&c);
+  zt_backend be;
+  zt_model *m;
+  char err[256];
+  int fails = 0;
+  if (zt_backend_cpu_open(&be, 1) < 0 || zt_model_create(&m, &mc, err, sizeof err) < 0) exit(1);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    zt_train_cfg tc = dpt_train_cfg(c.G, 0, ZT_F32);
+    zt_offload_cfg o = {.optimizer = ZT_PLACE_HOST, .params = ZT_PLACE_GPU, .gpu_units = 1,
+                        .host_units = -1, .gpu_budget = cases[i].budget};
+    zt_dp_plan_least least;
+    int no_offload, rc;
+    if (!o.gpu_budget) {
+      /* just below what unit order needs with this placement: micro order fits */
+      zt_offload_cfg u = o;
+      u.order = ZT_ORDER_UNIT;
+      u.host_units = 0;
+      o.gpu_budget = zt_dp_plan_rank_bytes(&mc, &tc, &u, c.W, cases[i].stage, be.ops) - 1;
+    }
+    rc = zt_dp_plan_place(m, &tc, &o, c.W, cases[i].stage, be.ops, &no_offload, &least);
+    fails += MC_EXPECT(rc == 0 && o.order == cases[i].want, "auto order, stage %d budget %zu: "
+                       "%d, order %d, want %d", cases[i].stage, o.gpu_budget, rc, (int)o.order,
+                       (int)cases[i].want);
+  }
+  zt_model_destroy(m);
+  zt_backend_cpu_close(&be);
+  return fails;
+}
+
 int main(void) {
   static const cfg cfgs[] = {
       /* arch, tied, W, G, stage, params host, clip, dtype */
@@ -278,7 +318,7 @@ int main(void) {
       {ZT_ARCH_GPT, 0, 2, 3, 3, 0, 0.0f, ZT_BF16},
       {ZT_ARCH_GPT, 0, 2, 1, 2, 0, 0.0f, ZT_F32},
   };
-  int fails = headline();
+  int fails = headline() + auto_order();
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) fails += check(&cfgs[i]);
   if (fails) {
     fprintf(stderr, "%d failure(s)\n", fails);
