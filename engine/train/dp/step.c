@@ -4,7 +4,9 @@
  * stage 3's gathers into slots, the gradients reduced unit by unit), the exchange of the step's
  * scalars in the norm (so every rank reaches the same verdict), the update and stages 1-2's
  * gathers of the updated parameters; the recipe's step around it runs once, on the trainer's
- * thread (dp_run dispatches the walks). The host tier's part of the walk is offload.c's. */
+ * thread (dp_run dispatches the walks); with offload.order unit its forward_all and
+ * backward_all walk each unit through every micro-batch of the rank. The host tier's part of
+ * the walk is offload.c's. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
