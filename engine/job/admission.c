@@ -477,6 +477,11 @@ static json_t *plan_json(const zt_jobs_config *cfg, const zt_job_spec *sp, const
                   (json_int_t)zt_dp_estimate_host_bytes(&sp->model, &tc, &dc),
                   "device_bytes_per_rank", (json_int_t)nd->rank_bytes, "nvme_bytes_per_rank",
                   (json_int_t)zt_dp_estimate_nvme_bytes(&sp->model, &tc, &dc)));
+    /* the walk's order as the ranks run it (engine/train/dp/dp.h "Unit-major") */
+    json_t *off = json_object_get(j, "offload");
+    int um = dc.order == ZT_ORDER_UNIT && tc.grad_accum > 1 &&
+             tc.grad_accum <= ZT_UNIT_MAJOR_MICROS_MAX;
+    if (off) json_object_set_new(off, "order", json_string(um ? "unit" : "micro"));
   } else if (j && nd->has_plan) {
     /* the plan the job would store as plan.json, and its figures */
     json_object_set_new(j, "plan", zt_offload_plan_to_json(&nd->plan));

@@ -17,6 +17,7 @@ zt_dp_cfg zt__job_dp_cfg(const zt_job_spec *s, int rank0, int local) {
     if (d.optimizer == ZT_PLACE_NVME && s->offload.host_units > 0)
       d.host_units = s->offload.host_units;
     d.nvme_dir = s->offload.nvme_dir;
+    d.order = s->offload.order;
   }
   return d;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/base/sizes.h"
+#include "engine/plan/offload_plan.h"
 #include "offload/host_arena.h"
 #include "offload/opt_store.h"
 
@@ -135,8 +136,14 @@ static int gout_count(const zt_dp_plan *s) {
   return !s->host_n ? 0 : s->zero_stage >= 2 ? 2 : 1;
 }
 
+/* Stages 2-3: each unit's gradients are reduced once a micro-batch, later ones into a scratch
+ * chunk added to the first's; once a step where the backward is unit-major. */
+static int reduced_again(const zt_dp_plan *s, const zt_train_cfg *tc) {
+  return tc->grad_accum > 1 && !s->um_back;
+}
+
 static int has_hstage(const zt_dp_plan *s, const zt_train_cfg *tc) {
-  return s->host_n && s->zero_stage >= 2 && tc->grad_accum > 1;
+  return s->host_n && s->zero_stage >= 2 && reduced_again(s, tc);
 }
 
 /* The elements of the host tier's masters and compute copy: the host units' (ng..nv0-1), and
@@ -170,7 +177,7 @@ static void size_bufs(zt_dp_plan *s, const zt_train_cfg *tc) {
   if (stage >= 2) {
     d->gunit = s->slot_floats * f;
     d->gembed = s->tied ? tab->chunk[0] * W * f : 0;
-    d->gscratch = tab->max_chunk * f;
+    d->gscratch = s->um_back ? 0 : tab->max_chunk * f;
   }
   if (stage == 3) {
     d->pslot = s->slot_floats * f;
@@ -200,6 +207,14 @@ int zt_dp_plan_make(zt_dp_plan *s, const zt_model *m, const zt_train_cfg *tc,
   s->nu = zt_model_num_units(m);
   s->tied = zt_model_head_reads_embed(m);
   s->rec = ZT_DP_XCHG_SCALARS + 2 * (size_t)tc->grad_accum;
+  if (o->order == ZT_ORDER_UNIT && tc->grad_accum > ZT_UNIT_MAJOR_MICROS_MAX) {
+    snprintf(err, errlen, "offload.order: unit walks at most %d micro-batches at once "
+             "(train.grad_accum is %d)", ZT_UNIT_MAJOR_MICROS_MAX, tc->grad_accum);
+    return -EINVAL;
+  }
+  s->unit_major = o->order == ZT_ORDER_UNIT && tc->grad_accum > 1;
+  s->um_back = s->unit_major && zt_offload_backward_unit_major(m);
+  s->act_micros = s->unit_major ? tc->grad_accum : 1;
   int rc = zt_dp_plan_shard_table(m, world, &s->tab);
   if (rc < 0) {
     snprintf(err, errlen, rc == -EOVERFLOW ? "the model is too large to shard" : "out of memory");
@@ -245,6 +260,53 @@ uint64_t zt_dp_plan_nvme_bytes(const zt_dp_plan *s) {
   return sum;
 }
 
+size_t zt_dp_plan_act_bytes(const zt_dp_plan *p, const zt_model *m, const zt_train_cfg *tc,
+                            const zt_ops *ops) {
+  return zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision) *
+         (size_t)p->act_micros;
+}
+
+/* Stage 3: a visit of unit u by the walk gathers it unless its slot (the embedding's own, for a
+ * tied one) holds it; counts the gathers. */
+static long visit(const zt_dp_plan *p, int u, int slot[2], int *embed) {
+  if (p->tied && u == 0) {
+    if (*embed) return 0;
+    *embed = 1;
+    return 1;
+  }
+  if (slot[u & 1] == u) return 0;
+  slot[u & 1] = u;
+  return 1;
+}
+
+/* Stage 3's gathers of a step, as engine/train/dp/step.c walks: the slots start empty, the
+ * forward walks the units up (each one's prefetch of the next is that next visit) and the
+ * backward down, every micro-batch (micro-major), or the forward once and the backward once
+ * (unit-major) or once a micro-batch (a head reading the embedding). */
+static long stage3_gathers(const zt_dp_plan *p, int G) {
+  int slot[2] = {-1, -1}, embed = 0;
+  long n = 0;
+  int forwards = p->unit_major ? 1 : G, backwards = p->um_back ? 1 : G;
+  for (int i = 0; i < G; i++) {
+    for (int u = 0; i < forwards && u < p->nu; u++) n += visit(p, u, slot, &embed);
+    for (int u = p->nu - 1; i < backwards && u >= 0; u--) n += visit(p, u, slot, &embed);
+  }
+  return n;
+}
+
+zt_dp_plan_colls zt_dp_plan_step_colls(const zt_dp_plan *p, const zt_train_cfg *tc) {
+  zt_dp_plan_colls c = {0};
+  long reductions = p->um_back ? 1 : tc->grad_accum;
+  if (p->zero_stage == 1) {
+    c.all_reduces = p->nu; /* after the last micro-batch, whatever the order */
+    c.gathers = p->nu;     /* of the updated parameters */
+    return c;
+  }
+  c.reduce_scatters = p->nu * reductions;
+  c.gathers = p->zero_stage == 2 ? p->nu : stage3_gathers(p, tc->grad_accum);
+  return c;
+}
+
 /* What a rank holds: with ops its device bytes; without, its host tier or (nvme) its files. */
 static uint64_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const zt_offload_cfg *o,
                          int world, int zero_stage, const zt_ops *ops, int nvme) {
@@ -263,7 +325,7 @@ static uint64_t estimate(const zt_model_cfg *mc, const zt_train_cfg *tc, const z
     } else if (!ops) {
       bytes = zt_dp_plan_host_bytes(&p);
     } else {
-      size_t acts = zt_acts_size_dt(m, ops, tc->micro_batch, tc->ckpt_every, tc->precision);
+      size_t acts = zt_dp_plan_act_bytes(&p, m, tc, ops);
       if (acts) bytes = acts + zt_dp_plan_dev_bytes(&p);
     }
     zt_dp_plan_free(&p);
@@ -370,6 +432,39 @@ static int fit(const search *s, const zt_ops *ops, int units, int ckpt_every, zt
   return -ENOMEM;
 }
 
+/* A step's collectives of parameters and gradients with placement o in order `order`: the
+ * gathers and reductions offload.order auto weighs (the compute is the same in both). -1 where
+ * the plan cannot be made. */
+static long step_colls(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *o,
+                       zt_offload_order order, int world, int zero_stage) {
+  zt_offload_cfg c = *o;
+  zt_dp_plan p;
+  char err[256];
+  c.order = order;
+  c.host_units = 0; /* resolved after the placement; the walk's collectives do not depend on it */
+  if (zt_dp_plan_make(&p, m, tc, &c, world, zero_stage, err, sizeof err) < 0) return -1;
+  zt_dp_plan_colls n = zt_dp_plan_step_colls(&p, tc);
+  zt_dp_plan_free(&p);
+  return n.gathers + n.reduce_scatters + n.all_reduces;
+}
+
+/* offload.order auto with several micro-batches and a budget: unit where every micro-batch's
+ * activations fit beside placement o and it issues fewer collectives a step (the all-gathers
+ * and reduce-scatters it saves), else micro. */
+static zt_offload_order pick_order(const zt_model *m, const zt_train_cfg *tc,
+                                   const zt_offload_cfg *o, int world, int zero_stage,
+                                   const zt_ops *ops) {
+  if (tc->grad_accum > ZT_UNIT_MAJOR_MICROS_MAX) return ZT_ORDER_MICRO;
+  zt_offload_cfg u = *o;
+  u.order = ZT_ORDER_UNIT;
+  u.host_units = 0; /* as rank_bytes: a rank's device bytes do not depend on it */
+  if (zt_dp_plan_rank_bytes(zt_model_cfg_of(m), tc, &u, world, zero_stage, ops) > o->gpu_budget)
+    return ZT_ORDER_MICRO;
+  long um = step_colls(m, tc, o, ZT_ORDER_UNIT, world, zero_stage),
+       mm = step_colls(m, tc, o, ZT_ORDER_MICRO, world, zero_stage);
+  return um >= 0 && um < mm ? ZT_ORDER_UNIT : ZT_ORDER_MICRO;
+}
+
 int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int world,
                      int zero_stage, const zt_ops *ops, int *no_offload, zt_dp_plan_least *least) {
   const zt_model_cfg *mc = zt_model_cfg_of(m);
@@ -393,11 +488,14 @@ int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int
     zt_offload_cfg got = *o;
     int on_gpu;
     if (fit(s, ops, units, every, &got, &on_gpu) == 0) {
+      tc->ckpt_every = every;
+      /* one micro-batch has no order to choose: auto stays */
+      if (got.order == ZT_ORDER_AUTO && tc->grad_accum > 1)
+        got.order = pick_order(m, tc, &got, world, zero_stage, ops);
       /* everything fits on the device: the job runs without offload, and its stored spec
        * says so */
       *no_offload = on_gpu;
       *o = got;
-      tc->ckpt_every = every;
       return 0;
     }
   }
@@ -412,8 +510,9 @@ int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int
   return -ENOMEM;
 }
 
-/* gpu_units, params and checkpointing: what the budget (if any) holds, fastest first
- * (engine/plan/dp_plan.h), and the job without offload where everything fits on the device. */
+/* gpu_units, params, checkpointing and (auto) offload.order: what the budget (if any) holds,
+ * fastest first (engine/plan/dp_plan.h), and the job without offload where everything fits on
+ * the device. */
 static int resolve_placement(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int world,
                              int zero_stage, const char *ranks, const zt_ops *ops,
                              int *no_offload, char *err, size_t errlen) {
@@ -443,10 +542,10 @@ int zt_dp_plan_resolve(const zt_model_cfg *mc, zt_train_cfg *tc, zt_offload_cfg 
              "step of one rank delays its update)", ranks);
     return -ENOTSUP;
   }
-  if (o->order == ZT_ORDER_UNIT) {
-    snprintf(err, errlen, "offload.order unit with %s is not supported (the data-parallel walk "
-             "is micro-major); use auto or micro", ranks);
-    return -ENOTSUP;
+  if (o->order == ZT_ORDER_UNIT && tc->grad_accum > ZT_UNIT_MAJOR_MICROS_MAX) {
+    snprintf(err, errlen, "offload.order: unit walks at most %d micro-batches at once "
+             "(train.grad_accum is %d)", ZT_UNIT_MAJOR_MICROS_MAX, tc->grad_accum);
+    return -EINVAL;
   }
   if (o->grads == ZT_PLACE_GPU) {
     snprintf(err, errlen, "offload.grads gpu with %s is not supported (the ranks reduce their "

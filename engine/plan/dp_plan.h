@@ -61,6 +61,12 @@ typedef struct zt_dp_plan {
   zt_shard_table *tab;
   int nu;
   int tied;                 /* gpt: the head reads (and adds the gradient of) the embedding */
+  /* offload.order unit with grad_accum > 1 (at most ZT_UNIT_MAJOR_MICROS_MAX): every micro-batch's
+   * activations kept from the forward to the backward (act_micros of them), the forward walked
+   * unit-major; um_back: the backward too (not where the head reads the embedding,
+   * zt_offload_backward_unit_major), each unit's gradients summed over the micro-batches then
+   * reduced once a step */
+  int unit_major, um_back, act_micros;
   size_t slot_floats;       /* the largest unit a slot or gunit holds (padded) */
   size_t rec;               /* doubles per exchange record */
   /* offload: units 0..ng-1 on the device (all without), the rest on the host tier; the
@@ -90,12 +96,28 @@ int zt_dp_plan_check_world(int world, int zero_stage, char *err, size_t errlen);
 int zt_dp_plan_check_place(const zt_offload_cfg *o, int zero_stage, char *err, size_t errlen);
 
 /* The plan of model m on `world` ranks with those checked: 0, or -EINVAL for gpu_units or
- * host_units past the model's units, -ENOMEM / -EOVERFLOW for the table, with a message.
+ * host_units past the model's units or offload.order unit past ZT_UNIT_MAJOR_MICROS_MAX
+ * micro-batches, -ENOMEM / -EOVERFLOW for the table, with a message.
  * zt_dp_plan_free after a success. */
 int zt_dp_plan_make(zt_dp_plan *p, const zt_model *m, const zt_train_cfg *tc,
                     const zt_offload_cfg *o, int world, int zero_stage, char *err,
                     size_t errlen);
 void zt_dp_plan_free(zt_dp_plan *p);
+
+/* A rank's activations on backends with op table ops: act_micros micro-batches' (0 where they
+ * cannot be sized). */
+size_t zt_dp_plan_act_bytes(const zt_dp_plan *p, const zt_model *m, const zt_train_cfg *tc,
+                            const zt_ops *ops);
+
+/* The collectives of the parameters and gradients a rank issues in a step (the two scalar
+ * exchanges aside), counted as the walk issues them: what offload.order auto weighs
+ * (zt_dp_plan_place) and what the tests count on the CPU group. */
+typedef struct zt_dp_plan_colls {
+  long gathers;         /* units' parameters gathered: an all-gather each, two with a compute
+                           copy */
+  long reduce_scatters, all_reduces;
+} zt_dp_plan_colls;
+zt_dp_plan_colls zt_dp_plan_step_colls(const zt_dp_plan *p, const zt_train_cfg *tc);
 
 /* A rank's backend bytes besides its activations; its host tier's (page-locked, whole pages);
  * its NVMe files' (a master, exp_avg and exp_avg_sq of its chunk per NVMe unit, in the
@@ -130,7 +152,10 @@ typedef struct zt_dp_plan_least {
  * for the rest (auto checkpointing is then the caller's). With it, the least recompute first
  * and for each the fastest placement that fits the budget per GPU: everything on the device
  * (*no_offload set: the job runs without offload), else as many units' optimizer on the device
- * as fit, else (stage 3) the host units' parameters on the host too; params nvme stays nvme.
+ * as fit, else (stage 3) the host units' parameters on the host too; params nvme stays nvme;
+ * then o->order auto with grad_accum > 1 resolved: unit where every micro-batch's activations
+ * fit too and it issues fewer collectives a step (zt_dp_plan_step_colls), else micro (without a
+ * budget auto stays, which the trainer runs as micro).
  * 0, or -ENOMEM with *least for the caller's message, o and tc unchanged. */
 int zt_dp_plan_place(const zt_model *m, zt_train_cfg *tc, zt_offload_cfg *o, int world,
                      int zero_stage, const zt_ops *ops, int *no_offload, zt_dp_plan_least *least);

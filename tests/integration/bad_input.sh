@@ -49,7 +49,7 @@ bad_spec delayed-type 's["offload"] = {"delayed_update": 1}' offload.delayed_upd
 bad_spec delayed-params-nvme 's["offload"] = {"delayed_update": True, "params": "nvme", "optimizer": "nvme", "nvme_dir": "/tmp"}' offload.delayed_update
 bad_spec delayed-dp 's["offload"] = {"delayed_update": True}; s["parallel"] = {"gpus": 2}' offload.delayed_update
 bad_spec order-word 's["offload"] = {"order": "units"}' offload.order
-bad_spec order-dp 's["offload"] = {"order": "unit"}; s["parallel"] = {"gpus": 2}' offload.order
+bad_spec order-dp 's["offload"] = {"order": "unit"}; s["parallel"] = {"gpus": 2}; s["train"]["grad_accum"] = 65' 'offload.order: unit walks at most 64'
 bad_spec order-many 's["offload"] = {"order": "unit"}; s["train"]["grad_accum"] = 65' offload.order
 bad_spec grads-gpu-dp 's["offload"] = {"grads": "gpu"}; s["parallel"] = {"gpus": 2}' offload.grads
 bad_spec grads-nvme 's["offload"] = {"grads": "nvme"}' offload.grads

@@ -19,6 +19,9 @@
 # gpu_budget that auto resolves), its plan says
 # params nvme with the files of optimizer nvme and the device bytes of params host, and fewer
 # host bytes than params host; below stage 3 or without optimizer nvme it is refused.
+# offload.order unit (grad_accum 3, gpt and an untied llama, stages 1-3): bitwise micro order
+# (the llama's: micro order's stage 1), the plan and the stored spec saying the order, auto
+# picking unit under a budget that holds it.
 . "$(dirname "$0")/lib.sh"
 
 start_ztd --cpu-ranks 2
@@ -194,6 +197,64 @@ print("params nvme in 750000 bytes a rank: %d unit(s)' optimizer on the device, 
 PY
 [ -z "$(ls -A "$NVME")" ] || fail "files left in nvme_dir: $(find "$NVME")"
 for j in "${jobs[@]}"; do check_learned "$j"; done
+
+# offload.order unit across the ranks (engine/train/dp/dp.h "Unit-major"), grad_accum 3: the
+# gpt's head reads the embedding, so its backward stays micro-major and every stage trains
+# bitwise as in micro order; an untied llama's backward is unit-major too (each unit's
+# micro-batches summed, then reduced once), bitwise micro order's stage 1, which also sums
+# before its one reduction. The plan and the stored spec say the order; auto under a budget
+# that holds both picks unit for stage 3 (it gathers each unit once a pass).
+ujobs=()
+for cfg in "gpt 1 micro" "gpt 1 unit" "gpt 2 micro" "gpt 2 unit" "gpt 3 micro" "gpt 3 unit" \
+  "llama 1 micro" "llama 3 unit" "llama 2 unit"; do
+  set -- $cfg
+  f="$ZT_TMP/u${#ujobs[@]}.json"
+  ARCH=$1 pspec "$f" 20 3 "{\"gpus\": 2, \"zero_stage\": $2}"
+  python3 - "$f" "$3" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["offload"] = {"optimizer": "host", "order": sys.argv[2]}
+if s["parallel"]["zero_stage"] == 3:
+    s["offload"].update(params="host", gpu_units=1)
+json.dump(s, open(sys.argv[1], "w"))
+PY
+  ujobs+=("$(new_job "$f")") || exit 1
+done
+python3 - "$(ztctl --json plan "$ZT_TMP/u5.json")" "$(ztctl --json plan "$ZT_TMP/u4.json")" <<'PY' || fail "unit order plan"
+import json, sys
+u, m = (json.loads(a) for a in sys.argv[1:])
+assert u["offload"]["order"] == "unit" and m["offload"]["order"] == "micro", (u, m)
+# every micro-batch's activations held: more device bytes a rank
+assert u["parallel"]["rank_bytes"][0] > m["parallel"]["rank_bytes"][0], (u, m)
+PY
+ARCH=llama pspec "$ZT_TMP/uauto.json" 12 3 '{"gpus": 2, "zero_stage": 3}'
+python3 - "$ZT_TMP/uauto.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["offload"] = {"optimizer": "host", "gpu_budget": 100000000}
+json.dump(s, open(sys.argv[1], "w"))
+PY
+python3 - "$(ztctl --json plan "$ZT_TMP/uauto.json")" <<'PY' || fail "auto order plan"
+import json, sys
+p = json.loads(sys.argv[1])
+assert p["offload"]["order"] == "unit", p
+PY
+for j in "${ujobs[@]}"; do wait_end "$j" done 300; done
+ushows=()
+for j in "${ujobs[@]}"; do ushows+=("$(ztctl --json show "$j")"); done
+python3 - "${ushows[@]}" <<'PY' || fail "unit order losses"
+import json, sys
+j = [json.loads(a) for a in sys.argv[1:]]
+for a, b in [(0, 1), (2, 3), (4, 5), (6, 7), (6, 8)]:
+    la, lb = j[a]["losses"], j[b]["losses"]
+    assert len(la) == 20 and la == lb, (a, b, la, lb)
+    sb = j[b]["spec"]
+    assert sb["offload"]["order"] == "unit", sb["offload"]
+    print("%s stage %d order unit: bitwise %s stage %d order micro" %
+          (sb["model"]["arch"], sb["parallel"]["zero_stage"], j[a]["spec"]["model"]["arch"],
+           j[a]["spec"]["parallel"]["zero_stage"]))
+PY
+for j in "${ujobs[@]}"; do check_learned "$j"; done
 stop_ztd
 
 # A device error on a rank's NVMe files (ZT_FAULT_NVME arms every rank's store): the tiny gpt's

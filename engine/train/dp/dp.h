@@ -28,6 +28,19 @@
  *    for the start of the backward. The gpt embedding stays gathered through the step in a
  *    slot of its own, because the head reads the tied wte (FSDP keeps such a root unit
  *    gathered too).
+ * Unit-major (zt_dp_cfg.order ZT_ORDER_UNIT, docs/offload.md "Unit-major micro-batches"): with
+ * grad_accum G > 1 every rank stages its G micro-batches first, each into activations of its
+ * own (the plan counts G of them), and walks each unit through all of them: stage 3 gathers a
+ * unit once for the forward of them all and once for their backward instead of once a
+ * micro-batch each way; the backward adds each unit's gradients of the G micro-batches into its
+ * buffer in micro-batch order, then reduces the sum once (stages 2-3: one reduce-scatter a unit
+ * a step, no later micro-batch's chunk to add; stage 1 all-reduces once a step either way).
+ * Where the head reads the embedding (gpt, a tied llama) the backward stays micro-major after
+ * the unit-major forward, each micro-batch's gradients reduced as in micro order, so that the
+ * embedding's gradient adds up in the order head, embedding, head, ... (as the single-rank
+ * walk, zt_offload_backward_unit_major). On the CPU backend the steps are then bitwise micro
+ * order's; with a unit-major backward at stages 2-3 they are bitwise micro order's at stage 1,
+ * whose one reduction also reads the rank's summed micro-batches.
  * Per-unit collectives are issued in the same order by every rank whatever its data (a rank
  * whose micro-batch is padding alone still takes part, with zero gradients), as the
  * collectives require.
@@ -220,6 +233,11 @@ typedef struct zt_dp_cfg {
    * (the host units' chunks copied from the host tier before each gather), or NVME with
    * zero_stage 3 and optimizer NVME (the NVMe units' chunks read from their master files). */
   zt_offload_place optimizer, params;
+  /* the walk of a step's micro-batches (see the header, "Unit-major"): ZT_ORDER_UNIT with
+   * grad_accum > 1 unit-major (at most ZT_UNIT_MAJOR_MICROS_MAX of them, else -EINVAL at the
+   * open), anything else micro-major (auto is resolved by the job's planner,
+   * engine/plan/dp_plan.h) */
+  zt_offload_order order;
   int gpu_units;  /* optimizer HOST / NVME: the leading units kept on the device, [0, the
                      model's units] */
   int host_units; /* optimizer NVME: the units after the device ones whose masters, m and v

@@ -59,6 +59,11 @@ typedef struct dp_rank_state {
   zt_trainer view;
   zt_comm comm;
   void *stream;
+  /* unit-major (plan.unit_major): each micro-batch's activations, macts[0] the view's */
+  zt_acts **macts;
+  /* the index of a unit's last gradient reduction of the step: grad_accum - 1, or 0 where the
+   * backward is unit-major (one reduction of the summed micro-batches) */
+  int red_last;
   pthread_t thread;
   /* backend memory; see dp.h for what each stage keeps */
   float *params;            /* stages 1-2: the padded layout; 3: the packed shard */

@@ -269,7 +269,7 @@ int zt__dp_update_host_unit(dp_rank_state *k, int u, float scale) {
   return zt__dp_on_nvme(k->s, u) ? nv_update(k, u, scale) : submit_adam(k, u, NULL, scale);
 }
 
-/* Host unit u's gradients of micro-batch j have landed (waited for): a later micro-batch's are
+/* Host unit u's gradients of reduction j (micro-batch j's; unit-major, the step's one) have landed (waited for): a later micro-batch's are
  * added to the running sum as the device adds its units'; after the last one its sum of squares
  * is taken and, where the step's updates may overlap the backward (the recipe's `overlap`: no
  * clipping, which needs the norm first, nor fp16, the world's overflow verdict), its AdamW
@@ -282,7 +282,7 @@ static int take_up_unit(dp_rank_state *k, int u, int j, int overlap) {
   if (rc < 0) return zt__dp_copy_fail(k, rc, "copying gradients to the host");
   if (j > 0 && s->dc.zero_stage >= 2)
     k->hbe.ops->add(k->hbe.ctx, k->hgrad + at, k->hgrad + at, k->hstage + at, c);
-  if (j < k->view.tc.grad_accum - 1) return 0;
+  if (j < k->red_last) return 0;
   int nf = 0;
   k->usumsq[u] = sh->count ? k->hbe.ops->sum_squares(k->hbe.ctx, k->hgrad + at, sh->count, &nf)
                            : 0.0;
@@ -295,7 +295,7 @@ static int take_up_unit(dp_rank_state *k, int u, int j, int overlap) {
 /* Takes up the host units the backward of micro-batch j has copied, down to unit `to`. */
 int zt__dp_take_up_to(dp_rank_state *k, int to, int j, int overlap) {
   const dp_state *s = k->s;
-  if (s->dc.zero_stage == 1 && j < k->view.tc.grad_accum - 1) return 0; /* nothing copied */
+  if (s->dc.zero_stage == 1 && j < k->red_last) return 0; /* nothing copied */
   for (; k->take_up >= to && k->take_up >= s->plan.ng; k->take_up--) {
     int rc = take_up_unit(k, k->take_up, j, overlap);
     if (rc < 0) return rc;

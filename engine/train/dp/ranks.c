@@ -194,6 +194,18 @@ static int rank_open(dp_rank_state *k) {
                        tc->precision, why, sizeof why);
   if (rc < 0) return zt__dp_rank_fail(k, rc, "%s", why);
   k->bytes += zt_acts_bytes(k->view.acts);
+  k->red_last = s->plan.um_back ? 0 : tc->grad_accum - 1;
+  if (s->plan.unit_major) {
+    if (!(k->macts = calloc((size_t)tc->grad_accum, sizeof *k->macts)))
+      return zt__dp_rank_fail(k, -ENOMEM, "out of host memory");
+    k->macts[0] = k->view.acts;
+    for (int j = 1; j < tc->grad_accum; j++) {
+      rc = zt_acts_open_dt(&k->macts[j], k->view.model, be, tc->micro_batch, tc->ckpt_every,
+                           tc->precision, why, sizeof why);
+      if (rc < 0) return zt__dp_rank_fail(k, rc, "%s", why);
+      k->bytes += zt_acts_bytes(k->macts[j]);
+    }
+  }
   k->view.h_tok = malloc(N * sizeof *k->view.h_tok);
   k->view.h_tgt = malloc(N * sizeof *k->view.h_tgt);
   k->h_xchg = malloc((size_t)s->dc.world * s->plan.rec * sizeof *k->h_xchg);
@@ -248,6 +260,8 @@ static int rank_close(dp_rank_state *k) {
   free(k->usumsq);
   free(k->began);
   free(k->gather_tick);
+  for (int j = 1; k->macts && j < k->view.tc.grad_accum; j++) zt_acts_close(k->macts[j]);
+  free(k->macts);
   zt_acts_close(k->view.acts);
   free(k->blob);
   free(k->view.h_tok);
@@ -341,7 +355,8 @@ int zt_trainer_dp_nvme_stats(const zt_trainer *t, int rank, zt_nvme_stats *out) 
 /* The placement of c as the plan reads it. */
 static void offload_of(const zt_dp_cfg *c, zt_offload_cfg *o) {
   *o = (zt_offload_cfg){.optimizer = c->optimizer, .params = c->params,
-                        .gpu_units = c->gpu_units, .host_units = c->host_units};
+                        .gpu_units = c->gpu_units, .host_units = c->host_units,
+                        .order = c->order};
   snprintf(o->nvme_dir, sizeof o->nvme_dir, "%s", c->nvme_dir ? c->nvme_dir : "");
 }
 

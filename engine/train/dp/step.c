@@ -4,7 +4,9 @@
  * stage 3's gathers into slots, the gradients reduced unit by unit), the exchange of the step's
  * scalars in the norm (so every rank reaches the same verdict), the update and stages 1-2's
  * gathers of the updated parameters; the recipe's step around it runs once, on the trainer's
- * thread (dp_run dispatches the walks). The host tier's part of the walk is offload.c's. */
+ * thread (dp_run dispatches the walks); with offload.order unit its forward_all and
+ * backward_all walk each unit through every micro-batch of the rank. The host tier's part of
+ * the walk is offload.c's. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -174,8 +176,9 @@ static int flush_add(dp_rank_state *k) {
   return 0;
 }
 
-/* Unit u's gradients of micro-batch j are done: stage 1 all-reduces them after the last
- * micro-batch; stages 2-3 reduce-scatter them into the shard (the first micro-batch writes it,
+/* Unit u's gradients of reduction j are done (micro-batch j's; where the backward is unit-major
+ * the sum of the step's, j 0 and k->red_last 0): stage 1 all-reduces them after the last
+ * micro-batch; stages 2-3 reduce-scatter them into the shard (the first reduction writes it,
  * later ones add). A device unit's collective runs on the queue while the compute goes on to
  * the next unit; a host unit's reduced chunk goes to the host. */
 static int unit_grads_done(dp_rank_state *k, int u, int j) {
@@ -186,7 +189,7 @@ static int unit_grads_done(dp_rank_state *k, int u, int j) {
   float *g = zt__dp_unit_grads(k, u);
   int rc = 0;
   if (s->dc.zero_stage == 1) {
-    if (j < k->view.tc.grad_accum - 1) return 0;
+    if (j < k->red_last) return 0;
     if (zt__dp_on_host(s, u)) {
       if ((rc = co->all_reduce(k->comm.ctx, g, g, c * W, k->stream)) < 0)
         return zt__dp_comm_fail(k, rc, "reducing gradients");
@@ -244,7 +247,7 @@ static int dp_begin(void *ctx, zt__step_walk *w) {
   const dp_state *s = k->s;
   const zt_backend *be = &k->view.be;
   double *rec = rank_rec(k);
-  (void)w;
+  w->unit_major = s->plan.unit_major;
   memset(rec, 0, s->plan.rec * sizeof *rec);
   rec[X_FLAGS] = s->flags; /* every rank of the part: an OR does not count them twice */
   forget_gathers(k);
@@ -256,15 +259,16 @@ static int dp_begin(void *ctx, zt__step_walk *w) {
   return 0;
 }
 
-/* Micro-batch j's forward (whether it counted or not: the collectives run). */
-static int dp_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
-  dp_rank_state *k = ctx;
+/* The forward of the n micro-batches mbs, whose activations are acts, unit by unit (whether
+ * they counted or not: the collectives run): each unit's parameters taken once (stage 3: one
+ * gather) for all of them. n > 1: unit-major. */
+static int walk_forward(dp_rank_state *k, const zt__step_micro *mbs, zt_acts *const *acts,
+                        int n) {
   const dp_state *s = k->s;
   const zt_model *m = k->view.model;
   const float *p;
   const void *lp;
   int rc;
-  (void)w;
   k->dir = 1;
   for (int u = 0; u < s->plan.nu; u++) {
     if ((rc = unit_params(k, u, 1, &p, &lp)) < 0 || (rc = prefetch(k, u + 1)) < 0) return rc;
@@ -272,20 +276,27 @@ static int dp_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *m
       k->embed_p = p;
       k->embed_lp = lp;
     }
-    if (mb->counted) zt_model_unit_forward_dt(m, k->view.acts, u, p, lp, k->embed_p, k->embed_lp);
+    for (int j = 0; j < n; j++)
+      if (mbs[j].counted)
+        zt_model_unit_forward_dt(m, acts[j], u, p, lp, k->embed_p, k->embed_lp);
   }
   /* params nvme: the files of the backward's first two gathers (below the units the slots keep)
    * read during the last forwards and the loss */
-  for (int v = s->plan.nu - 1, n = 0; s->plan.params_nvme && v >= 0 && n < 2; v--)
+  for (int v = s->plan.nu - 1, c = 0; s->plan.params_nvme && v >= 0 && c < 2; v--)
     if (zt__dp_walk_gathers(k, v)) {
       if ((rc = zt__dp_nvp_ahead(k, v)) < 0) return rc;
-      n++;
+      c++;
     }
   return 0;
 }
 
-/* Micro-batch j's backward, the gradients reduced unit by unit (the host units' taken up
- * behind it, their updates started where the walk may overlap them). */
+/* Micro-batch j's forward. */
+static int dp_forward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  dp_rank_state *k = ctx;
+  (void)w;
+  return walk_forward(k, mb, &k->view.acts, 1);
+}
+
 /* micro-batch j's summed loss and its counted targets into the rank's record, for the
  * exchange */
 static int dp_loss(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
@@ -315,12 +326,16 @@ static int dp_count(void *ctx, zt__step_walk *w) {
   return 0;
 }
 
-static int dp_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
-  dp_rank_state *k = ctx;
+/* The backward of the n micro-batches mbs, whose activations are acts, unit by unit, each
+ * unit's gradients of them all added into its buffer in their order and reduced as reduction j
+ * (unit_grads_done: n 1, micro-batch j's; n > 1, unit-major, the step's one); the host units'
+ * taken up behind it, their updates started where the walk may overlap them. */
+static int walk_backward(dp_rank_state *k, const zt__step_walk *w, const zt__step_micro *mbs,
+                         zt_acts *const *acts, int n, int j) {
   const dp_state *s = k->s;
   const zt_model *m = k->view.model;
   const zt_backend *be = &k->view.be;
-  int j = mb->k, W = s->dc.world, stage = s->dc.zero_stage, rc;
+  int W = s->dc.world, stage = s->dc.zero_stage, rc;
   const float *p;
   const void *lp;
   /* stages 2-3: a gradient buffer is zeroed once the reduction that last read it is done */
@@ -337,9 +352,10 @@ static int dp_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *
       if ((rc = q_wait(k, k->gunit_tick[u & 1])) < 0) return rc;
       be->ops->zero(be->ctx, g, s->plan.tab->chunk[u] * (size_t)W * sizeof(float));
     }
-    if (mb->counted)
-      zt_model_unit_backward_dt(m, k->view.acts, u, p, lp, g, k->embed_p, k->embed_lp,
-                                s->plan.tied ? zt__dp_unit_grads(k, 0) : NULL);
+    for (int i = 0; i < n; i++)
+      if (mbs[i].counted)
+        zt_model_unit_backward_dt(m, acts[i], u, p, lp, g, k->embed_p, k->embed_lp,
+                                  s->plan.tied ? zt__dp_unit_grads(k, 0) : NULL);
     if ((rc = unit_grads_done(k, u, j)) < 0 ||
         (s->plan.host_n &&
          (rc = zt__dp_take_up_to(k, u + TAKE_UP_LAG + 1, j, w->overlap)) < 0))
@@ -347,6 +363,41 @@ static int dp_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *
   }
   if ((rc = flush_add(k)) < 0) return rc;
   return s->plan.host_n ? zt__dp_take_up_to(k, 0, j, w->overlap) : 0;
+}
+
+/* Micro-batch j's backward. */
+static int dp_backward(void *ctx, const zt__step_walk *w, const zt__step_micro *mb) {
+  dp_rank_state *k = ctx;
+  return walk_backward(k, w, mb, &k->view.acts, 1, mb->k);
+}
+
+/* ---- unit-major (offload.order unit, dp.h "Unit-major") ------------------------------------ */
+
+static zt_acts *dp_acts(void *ctx, int j) { return ((dp_rank_state *)ctx)->macts[j]; }
+
+/* Every micro-batch of the rank (padding too) through each unit at once: stage 3 gathers each
+ * unit once for them all. */
+static int dp_forward_all(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs, int n) {
+  dp_rank_state *k = ctx;
+  zt_acts *acts[ZT_UNIT_MAJOR_MICROS_MAX];
+  (void)w;
+  for (int i = 0; i < n; i++) acts[i] = k->macts[mbs[i].k];
+  return walk_forward(k, mbs, acts, n);
+}
+
+/* Unit-major: each unit's gradients summed over the micro-batches, then reduced once; where the
+ * head reads the embedding (plan.um_back 0) micro-major, each micro-batch's reduced as the
+ * micro-major walk does, so that the embedding's gradient adds up in its order (head,
+ * embedding, head, ...). */
+static int dp_backward_all(void *ctx, const zt__step_walk *w, const zt__step_micro *mbs,
+                           int n) {
+  dp_rank_state *k = ctx;
+  zt_acts *acts[ZT_UNIT_MAJOR_MICROS_MAX];
+  int rc = 0;
+  for (int i = 0; i < n; i++) acts[i] = k->macts[mbs[i].k];
+  if (k->s->plan.um_back) return walk_backward(k, w, mbs, acts, n, 0);
+  for (int i = 0; i < n && rc == 0; i++) rc = walk_backward(k, w, &mbs[i], &acts[i], 1, mbs[i].k);
+  return rc;
 }
 
 /* The step's scalars from every rank's record, added in rank and micro-batch order (the loss
@@ -541,7 +592,8 @@ static int dp_run(void *ctx, const zt__step_args *a, zt__step_out *out, char *er
 /* Every rank walks every micro-batch, padding too: the collectives need every rank. */
 static const zt__step_hooks dp_hooks = {
     .run = dp_run, .walk_padding = 1, .begin = dp_begin, .count = dp_count, .forward = dp_forward,
-    .backward = dp_backward, .loss = dp_loss, .norm = dp_norm, .nonfinite = dp_nonfinite,
+    .backward = dp_backward, .acts = dp_acts, .forward_all = dp_forward_all,
+    .backward_all = dp_backward_all, .loss = dp_loss, .norm = dp_norm, .nonfinite = dp_nonfinite,
     .broken = dp_broken, .update = dp_update, .end = dp_end};
 
 /* The step on rank k's thread: its walk of its micro-batches r * G .. of the step. */

@@ -112,9 +112,11 @@ static int test_config(void) {
   zt_offload_cfg oc;
   zt_offload_cfg_defaults(&oc);
   zt_trainer *t = NULL;
+  zt_offload_placement plan;
   err[0] = 0;
-  fails += MC_EXPECT(zt_trainer_open_offload(&t, &mc, &tc, &oc, &be, err, sizeof err) ==
-                             -ENOTSUP &&
+  fails += MC_EXPECT(zt_offload_plan_make(&mc, &tc, &oc, be.ops, &plan, err, sizeof err) == 0 &&
+                         zt_trainer_open_offload(&t, &mc, &tc, &oc, &plan, &be, err,
+                                                 sizeof err) == -ENOTSUP &&
                          !t && strstr(err, "train.optimizer.state_dtype"),
                      "offload with bf16 moments not refused naming the field: %s", err);
   zt_dp_cfg dc = {.world = 2, .zero_stage = 1};
