@@ -1,6 +1,7 @@
-/* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, credit.c,
- * report.c, export.c, export_hf.c, recover.c, work.c and the workers it runs) and the runner (runner.c, runner_ranks.c, runner_memory.c, runner_eval.c: one
- * thread per running job). The fields a runner and the loop both touch are guarded by
+/* Internals shared by the loop thread's files (registry.c, queue.c, admission.c, plan_reply.c,
+ * credit.c, report.c, export.c, export_hf.c, recover.c, work.c and the workers it runs) and the
+ * runner (runner.c, runner_ranks.c, runner_memory.c, runner_eval.c: one thread per running
+ * job). The fields a runner and the loop both touch are guarded by
  * zt_jobs.mu; the rest belong to the loop thread, or to the runner while it runs. */
 #ifndef ZT_JOB_INTERNAL_H
 #define ZT_JOB_INTERNAL_H
@@ -242,6 +243,10 @@ void zt__exports_forget(zt_jobs *jobs, void *owner);
 void zt__exports_close(zt_jobs *jobs);
 /* recover.c: the state dir's jobs read back (zt_jobs_open). */
 int zt__jobs_scan(zt_jobs *jobs, char *err, size_t errlen);
+/* plan_reply.c: the plan request's reply of a spec admitted against cfg with needs nd; NULL with
+ * *rc and err on failure. */
+json_t *zt__job_plan_reply(const zt_jobs_config *cfg, const zt_job_spec *sp,
+                           const zt__job_needs *nd, int *rc, char *err, size_t errlen);
 
 /* The runner thread (runner.c). */
 void *zt__runner_main(void *arg);
