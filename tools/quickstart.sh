@@ -22,6 +22,8 @@ ztctl() { ./build/client/ztctl/ztctl --socket "$sock" "$@"; }
 corpus=/usr/share/common-licenses/GPL-3
 ztctl tokenize --bytes "$corpus" "$work/gpl3.tok"
 ztctl status
+# one long text: its rows are windows drawn at random (the job's "packing": "windows"), not the
+# document packed in order
 cp tools/jobs/tiny-gpt.json "$work/job.json"
 (cd "$work" && ../../build/client/ztctl/ztctl --socket ztd.sock submit job.json --watch)
 ztctl jobs
