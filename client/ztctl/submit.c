@@ -502,11 +502,14 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
       ztctl_fmt_bytes(b, sizeof b, nvb);
       snprintf(nv, sizeof nv, " and NVMe files of %s", b);
     }
+    /* the micro-batches' order the ranks walk (docs/offload.md "Unit-major micro-batches") */
+    const char *order = json_string_value(json_object_get(off, "order"));
     printf("offload: each rank keeps the optimizer of %d of %d units on its GPU and the rest's "
-           "in a host tier of %s%s; parameters on the %s; activation checkpointing %s\n",
+           "in a host tier of %s%s; parameters on the %s; activation checkpointing %s%s\n",
            (int)json_integer_value(json_object_get(off, "gpu_units")),
            (int)json_integer_value(json_object_get(off, "units")), host, nv,
-           json_string_value(json_object_get(off, "params")), ckpt);
+           json_string_value(json_object_get(off, "params")), ckpt,
+           order && !strcmp(order, "unit") ? "; micro-batches walked unit by unit" : "");
   } else if (off) {
     char act[32], units[32], arena[32], nvme[32], sums[32];
     ztctl_fmt_bytes(host, sizeof host, json_number_value(json_object_get(off, "host_bytes")));

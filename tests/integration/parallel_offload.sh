@@ -227,6 +227,9 @@ assert u["offload"]["order"] == "unit" and m["offload"]["order"] == "micro", (u,
 # every micro-batch's activations held: more device bytes a rank
 assert u["parallel"]["rank_bytes"][0] > m["parallel"]["rank_bytes"][0], (u, m)
 PY
+ztctl plan "$ZT_TMP/u5.json" | grep -q "^offload: each rank .*; micro-batches walked unit by unit$" ||
+  fail "plan's text lacks the unit order: $(ztctl plan "$ZT_TMP/u5.json")"
+ztctl plan "$ZT_TMP/u4.json" | grep -q "unit by unit" && fail "micro order's plan says unit order"
 ARCH=llama pspec "$ZT_TMP/uauto.json" 12 3 '{"gpus": 2, "zero_stage": 3}'
 python3 - "$ZT_TMP/uauto.json" <<'PY'
 import json, sys
