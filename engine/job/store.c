@@ -359,37 +359,26 @@ void zt__store_exports_drop(const char *job_dir, int step) {
   closedir(d);
 }
 
-json_t *zt__store_losses_read(const char *job_dir) {
+/* One of the job's "step value" logs: its values, or (with_step) [step, value] pairs. */
+static json_t *log_read(const char *job_dir, const char *name, int with_step) {
   char path[4096], line[128];
   json_t *arr = json_array();
-  snprintf(path, sizeof path, "%s/losses.log", job_dir);
+  snprintf(path, sizeof path, "%s/%s", job_dir, name);
   FILE *f = fopen(path, "re");
   if (!f) return arr;
   int step;
-  double loss;
+  double v;
   while (fgets(line, sizeof line, f)) {
-    if (sscanf(line, "%d %lf", &step, &loss) == 2)
-      json_array_append_new(arr, json_real(loss));
+    if (sscanf(line, "%d %lf", &step, &v) == 2)
+      json_array_append_new(arr, with_step ? json_pack("[i, f]", step, v) : json_real(v));
   }
   fclose(f);
   return arr;
 }
 
-json_t *zt__store_evals_read(const char *job_dir) {
-  char path[4096], line[128];
-  json_t *arr = json_array();
-  snprintf(path, sizeof path, "%s/evals.log", job_dir);
-  FILE *f = fopen(path, "re");
-  if (!f) return arr;
-  int step;
-  double loss;
-  while (fgets(line, sizeof line, f)) {
-    if (sscanf(line, "%d %lf", &step, &loss) == 2)
-      json_array_append_new(arr, json_pack("[i, f]", step, loss));
-  }
-  fclose(f);
-  return arr;
-}
+json_t *zt__store_losses_read(const char *job_dir) { return log_read(job_dir, "losses.log", 0); }
+
+json_t *zt__store_evals_read(const char *job_dir) { return log_read(job_dir, "evals.log", 1); }
 
 int zt__store_evals_append(const char *job_dir, int step, double loss, char *err, size_t errlen) {
   char path[4096];
