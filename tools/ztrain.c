@@ -9,13 +9,14 @@
 #include <jansson.h>
 
 #include "engine/job/spec.h"
+#include "engine/plan/rates.h"
 #include "engine/train/trainer.h"
 #include "engine/kernels/backend.h"
 
 static const char usage[] =
     "usage: ztrain --spec SPEC.json --batches FILE [--backend cpu|cuda] [--threads N]\n"
     "              [--device N] [--ckpt-every K] [--init X.safetensors] [--save DIR] [--json]\n"
-    "              [--offload]\n"
+    "              [--offload] [--rates h200|RATES.json]\n"
     "\n"
     "SPEC.json is a ztd job spec (docs/spec.md): its \"model\", \"train\" and \"offload\"\n"
     "objects; \"data\" is ignored (the tokens come from FILE) and \"parallel\" must be one GPU.\n"
@@ -26,6 +27,8 @@ static const char usage[] =
     "--ckpt-every K overrides train.activation_checkpointing.every.\n"
     "--init overrides model.init (safetensors, HF GPT-2 / PyTorch names).\n"
     "--save DIR writes a checkpoint after the last step.\n"
+    "--rates: the cost model's rates the offload plan is ranked and estimated by (a built-in\n"
+    "  set or a rates file, docs/offload.md \"Rates\"; default: the built-in default).\n"
     "An \"offload\" object in SPEC.json (params, grads, optimizer: \"gpu\" | \"host\" | \"nvme\" |\n"
     "  \"auto\"; gpu_budget: bytes or \"512MiB\"; prefetch; gpu_units; nvme_dir; docs/spec.md)\n"
     "  runs the offloaded step (cpu or cuda backend, fp32 or bf16); --offload runs it with the\n"
@@ -115,6 +118,7 @@ static int load_spec(const char *path, zt_model_cfg *mc, zt_train_cfg *tc, zt_of
 
 int main(int argc, char **argv) {
   const char *spec = NULL, *batches = NULL, *backend = "cpu", *init = NULL, *save = NULL;
+  const char *rates = NULL;
   int json = 0, offload = 0, threads = 0, device = -1, ckpt_every = -1, rc = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -129,6 +133,7 @@ int main(int argc, char **argv) {
     else if (v && !strcmp(a, "--backend")) backend = v, took = 1;
     else if (v && !strcmp(a, "--init")) init = v, took = 1;
     else if (v && !strcmp(a, "--save")) save = v, took = 1;
+    else if (v && !strcmp(a, "--rates")) rates = v, took = 1;
     else if (v && !strcmp(a, "--threads")) bad = parse_int(v, 0, 4096, &threads), took = 1;
     else if (v && !strcmp(a, "--device")) bad = parse_int(v, 0, 1023, &device), took = 1;
     else if (v && !strcmp(a, "--ckpt-every")) bad = parse_int(v, 0, 1 << 20, &ckpt_every), took = 1;
@@ -160,6 +165,15 @@ int main(int argc, char **argv) {
   int has_offload = 0;
   zt_offload_cfg_defaults(&oc);
   if ((rc = load_spec(spec, &mc, &tc, &oc, &has_offload, err, sizeof err)) < 0) goto fail;
+  /* the cost model's rates, as ztd takes them from its state dir (docs/offload.md "Rates") */
+  if (rates) {
+    zt_plan_rates r;
+    if ((rc = zt_plan_rates_named(rates, &r, err, sizeof err)) == -ENOENT &&
+        (rc = zt_plan_rates_load(rates, &r, err, sizeof err)) == -ENOENT)
+      snprintf(err, sizeof err, "--rates %s: no such file or built-in set", rates);
+    if (rc < 0) goto fail;
+    zt_plan_rates_use(&r);
+  }
   offload |= has_offload;
   if (ckpt_every >= 0) tc.ckpt_every = ckpt_every;
   if (init) {
@@ -238,7 +252,9 @@ int main(int argc, char **argv) {
       printf(", \"offload\": {\"device_budget\": %zu, \"act_bytes\": %zu, \"arena_budget\": %zu, "
              "\"arena_peak\": %zu, \"host_bytes\": %zu, \"params\": \"%s\", \"grads\": \"%s\", "
              "\"dsum_bytes\": %zu, \"ckpt_every\": %d, \"order\": \"%s\", "
-             "\"adam_landed\": %llu, \"est_step_s\": %.4f, \"gpu_units\": %d, "
+             "\"adam_landed\": %llu, \"est_step_s\": %.4f, \"est\": {\"compute\": %.4f, "
+             "\"h2d\": %.4f, \"d2h\": %.4f, \"adam\": %.4f, \"nvme\": %.4f, \"runner\": %.4f}, "
+             "\"gpu_units\": %d, "
              "\"gpu_unit_bytes\": %zu, \"fetches\": %llu, \"evictions\": %llu, "
              "\"bytes_h2d\": %llu, \"bytes_d2h\": %llu, "
              "\"nvme_bytes_read\": %llu, \"nvme_bytes_written\": %llu, "
@@ -248,7 +264,9 @@ int main(int argc, char **argv) {
              os.device_budget, os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
              zt_offload_place_name(os.params), zt_offload_place_name(os.grads), os.dsum_bytes,
              os.ckpt_every, os.unit_major ? "unit" : "micro",
-             (unsigned long long)os.adam_landed, os.est_step_s, os.gpu_units, os.gpu_unit_bytes,
+             (unsigned long long)os.adam_landed, os.est_step_s, os.est.compute_s, os.est.h2d_s,
+             os.est.d2h_s, os.est.adam_s, os.est.nvme_s, os.est.runner_s, os.gpu_units,
+             os.gpu_unit_bytes,
              (unsigned long long)os.fetches,
              (unsigned long long)os.evictions, (unsigned long long)os.bytes_h2d,
              (unsigned long long)os.bytes_d2h, (unsigned long long)os.nvme_bytes_read,

@@ -544,6 +544,17 @@ int ztctl_cmd_plan(const ztctl_opts *o, int argc, char **argv) {
     ztctl_fmt_bytes(io, sizeof io, json_number_value(json_object_get(off, "nvme_step_bytes")));
     printf("offload: expected per step: %s to the device, %s to the host, %s of NVMe I/O\n",
            h2d, d2h, io);
+    /* the cost model's queues: the one busy nearest the step's time bounds it */
+    const json_t *est = json_object_get(off, "est");
+    if (est)
+      printf("offload: estimated busy per step: compute %.0f ms, to the device %.0f ms, to the "
+             "host %.0f ms, CPU AdamW %.0f ms, NVMe %.0f ms, the runner %.0f ms\n",
+             1e3 * json_number_value(json_object_get(est, "compute_s")),
+             1e3 * json_number_value(json_object_get(est, "h2d_s")),
+             1e3 * json_number_value(json_object_get(est, "d2h_s")),
+             1e3 * json_number_value(json_object_get(est, "adam_s")),
+             1e3 * json_number_value(json_object_get(est, "nvme_s")),
+             1e3 * json_number_value(json_object_get(est, "runner_s")));
   }
   /* what a submit stores as jobs/<id>/plan.json (docs/offload.md "The stored plan") */
   const json_t *stored = json_object_get(plan, "plan");

@@ -90,8 +90,14 @@ json_t *zt__job_plan_reply(const zt_jobs_config *cfg, const zt_job_spec *sp,
                   (json_int_t)p.nvme_step_bytes));
   }
   json_t *off = j && zt__job_world(sp) == 1 ? json_object_get(j, "offload") : NULL;
-  if (off)
+  if (off) {
     json_object_set_new(off, "order", json_string(p.unit_major ? "unit" : "micro"));
+    /* the cost model's busy time of each queue in that step: what bounds it */
+    json_object_set_new(off, "est", json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "compute_s",
+                                              p.est.compute_s, "h2d_s", p.est.h2d_s, "d2h_s",
+                                              p.est.d2h_s, "adam_s", p.est.adam_s, "nvme_s",
+                                              p.est.nvme_s, "runner_s", p.est.runner_s));
+  }
   if (!j) {
     *rc = -ENOMEM;
     snprintf(err, errlen, "out of memory");

@@ -11,6 +11,7 @@
 #include "engine/base/sizes.h"
 #include "engine/base/tunables.h"
 #include "engine/plan/rates.h"
+#include "engine/plan/step_cost.h"
 #include "offload/device_arena.h"
 #include "offload/host_arena.h"
 #include "offload/opt_store.h"
@@ -30,6 +31,8 @@ static const char *sz(size_texts *b, double bytes) {
 
 /* the policy's limits (engine/plan/recipe.h) */
 #define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
+/* the cost model's grain: plans whose estimates differ by less are ties */
+#define PLAN_TIE 0.01
 
 zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
   const zt_unit_info *ui = zt_model_unit(m, u);
@@ -54,9 +57,7 @@ size_t zt_offload_unit_param_bytes(const zt_model *m, int u, zt_dtype dt) {
   return zt_offload_unit_layout_of(m, u, dt).bytes;
 }
 
-/* The bytes one fetch of unit u moves: its fp32 parameters, or (bf16/fp16) the copies its ops
- * read. */
-static size_t unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
+size_t zt_offload_unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
   const zt_unit_info *ui = zt_model_unit(m, u);
   if (dt == ZT_F32) return ui->numel * sizeof(float);
   size_t sum = 0;
@@ -321,7 +322,7 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const zt_o
                            double *h2d, double *d2h) {
   double ga = tc->grad_accum, fetch = 0, grads = 0;
   for (int u = p->z.ng; u < zt_model_num_units(m); u++) {
-    fetch += (double)unit_fetch_bytes(m, u, tc->precision);
+    fetch += (double)zt_offload_unit_fetch_bytes(m, u, tc->precision);
     grads += (double)zt_model_unit(m, u)->numel * sizeof(float);
   }
   /* unit-major: once a pass; a head that reads the embedding keeps the backward micro-major
@@ -332,45 +333,6 @@ static void plan_transfers(const zt_model *m, const zt_train_cfg *tc, const zt_o
   double moves = p->z.dsum || um_back ? 1 : ga;
   *h2d = fetch * fetches + grads * (moves - 1);
   *d2h = grads * moves;
-}
-
-/* The cost model that ranks the plans that fit (the rates of engine/plan/rates.h): per step, the
- * device compute (6 * params * tokens plus attention, a third more for the recomputed blocks'
- * forward), the host's work on the streamed units (their sum of squares on the runner and their
- * AdamW on the pool, beside which the NVMe units' state is read and written) less the backward
- * of the device units it hides under (nothing hides it with clipping or fp16, which need the
- * whole backward first; the last streamed unit's update never is), the copies beyond the
- * compute, and the device AdamW at HBM speed. Coarse, but it orders the choices that matter:
- * checkpointing against units on the device against resident parameters against NVMe. Running
- * gradient sums on the host (no dsum) put two copies of each streamed unit's gradients on the
- * backward's path in every later micro-batch: up before its backward, back after it (session 6
- * measured them as 21% of a grad_accum 4 step). With the delayed update the host's work runs
- * beside the next step's instead: the step is the longer of the two. */
-static double plan_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offload_placement *p) {
-  const zt_model_cfg *mc = zt_model_cfg_of(m);
-  double P = (double)zt_model_num_params(m), L = mc->n_layers, T = mc->seq_len;
-  double N = (double)tc->micro_batch * T, ga = tc->grad_accum;
-  double flops = 6 * P * N + 12 * L * tc->micro_batch * T * T * mc->d_model;
-  const zt_plan_rates *R = zt_plan_rates_active();
-  double micro = flops / (tc->precision == ZT_F32 ? R->flops_f32 : R->flops_lp);
-  double recomputed = p->ckpt_every > 0 ? ceil(L / p->ckpt_every) / L : 0;
-  double compute = ga * micro * (1 + recomputed / 3);
-  double p_dev = p->z.ng ? (double)zt_model_unit(m, p->z.ng)->offset : 0, p_cpu = P - p_dev;
-  double per_param = 1 / R->adamw_params + 4 / R->sumsq_bytes;
-  double nvme_bytes = (double)nvme_file_bytes(m, p->z.nh);
-  double nvme = nvme_bytes / R->nvme_read + nvme_bytes / R->nvme_write;
-  double cpu = fmax(p_cpu * per_param, nvme);
-  double last = (double)zt_model_unit(m, p->z.ng)->numel * per_param;
-  double hidden = tc->grad_clip > 0 || tc->precision == ZT_F16 ? 0 : micro * 2 / 3 * p_dev / P;
-  double h2d, d2h;
-  plan_transfers(m, tc, p, &h2d, &d2h);
-  double copies = fmax(h2d / R->h2d_bytes, d2h / R->d2h_bytes);
-  int um_back = p->unit_major && zt_offload_backward_unit_major(m);
-  double sums = (ga - 1) * p_cpu * sizeof(float);
-  double resumed = p->z.dsum || um_back ? 0 : sums / R->h2d_bytes + sums / R->d2h_bytes;
-  double rest = fmax(0, copies - compute) + resumed + p_dev * 18 / R->hbm_bytes;
-  if (p->delayed) return fmax(compute + rest, cpu);
-  return compute + fmax(last, cpu - hidden) + rest;
 }
 
 /* One candidate: checkpointing every ck, the parameters' home place, ng units on the device;
@@ -396,7 +358,8 @@ static int plan_try_order(const zt_model *m, const zt_train_cfg *tc, const zt_of
   if (rc == 0)
     rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, ring, &p->z, err, errlen);
   if (rc < 0) return rc;
-  p->est_s = plan_cost(m, tc, p);
+  zt_plan_step_cost(m, tc, p, oc->prefetch, &p->est);
+  p->est_s = p->est.step_s;
   p->nvme_bytes = nvme_file_bytes(m, p->z.nh);
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
@@ -481,7 +444,9 @@ static int plan_search(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
             return rc;
           }
           if (rc < 0) continue;
-          if (!found || p.est_s < best->est_s) *best = p;
+          /* a later candidate (more recompute, streamed parameters, fewer units on the
+           * device: more moving parts) must be faster by more than the estimate's grain */
+          if (!found || p.est_s < best->est_s * (1 - PLAN_TIE)) *best = p;
           found = 1;
         }
     }
@@ -540,6 +505,7 @@ zt_offload_plan zt_offload_plan_summary(const zt_offload_placement *p) {
                            .dsum_bytes = p->z.dsum_bytes,
                            .unit_major = p->unit_major,
                            .est_step_s = p->est_s,
+                           .est = p->est,
                            .h2d_bytes = p->h2d_bytes,
                            .d2h_bytes = p->d2h_bytes,
                            .nvme_step_bytes = 2 * p->nvme_bytes};

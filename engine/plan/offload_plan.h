@@ -15,6 +15,13 @@
 #include "engine/model/model.h"
 #include "engine/plan/recipe.h"
 
+/* The cost model's figures of a plan (engine/plan/step_cost.h): a step once the walk repeats,
+ * and each queue's busy seconds in it: what bounds the step. */
+typedef struct zt_step_cost {
+  double step_s;
+  double compute_s, h2d_s, d2h_s, adam_s, nvme_s, runner_s;
+} zt_step_cost;
+
 /* An offloaded job as zt_trainer_open_offload will run it, decided the same way (the auto
  * choices included) without allocating. */
 typedef struct zt_offload_plan {
@@ -34,6 +41,7 @@ typedef struct zt_offload_plan {
   size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
   int unit_major;          /* offload.order as resolved: 1 unit, 0 micro */
   double est_step_s;       /* the cost model's step time (engine/plan/rates.h's rates) */
+  zt_step_cost est;        /* its parts: each queue's busy time in that step */
   /* the transfers a step is expected to make: parameters and running gradient sums to the
    * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
    * NVMe reads plus writes */
@@ -104,6 +112,7 @@ typedef struct zt_offload_placement {
   uint64_t nvme_budget;
   int units;               /* the model's */
   double est_s;            /* the cost model's step time */
+  zt_step_cost est;        /* and its parts */
   uint64_t nvme_bytes;     /* the NVMe files */
   uint64_t h2d_bytes, d2h_bytes; /* a step's expected copies (zt_offload_plan) */
 } zt_offload_placement;
@@ -111,6 +120,9 @@ typedef struct zt_offload_placement {
 zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt);
 /* unit u's device copy, bytes (zt_offload_unit_layout.bytes) */
 size_t zt_offload_unit_param_bytes(const zt_model *m, int u, zt_dtype dt);
+/* the bytes one fetch of unit u moves: its fp32 parameters, or (bf16/fp16) the copies its ops
+ * read */
+size_t zt_offload_unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt);
 /* NVMe unit u's stream copy on the host (params not nvme), floats */
 size_t zt_offload_stream_copy_floats(const zt_model *m, int u, zt_dtype dt);
 

@@ -16,6 +16,7 @@ static const zt_plan_rates k_default = {
     .h2d_bytes = ZT_TUNE_PLAN_LINK_BYTES,
     .d2h_bytes = ZT_TUNE_PLAN_LINK_BYTES,
     .adamw_params = ZT_TUNE_PLAN_CPU_ADAM_PARAMS,
+    .adamw_alone_params = ZT_TUNE_PLAN_CPU_ADAM_ALONE_PARAMS,
     .sumsq_bytes = ZT_TUNE_PLAN_HOST_SUMSQ_BYTES,
     .nvme_read = ZT_TUNE_PLAN_NVME_BYTES,
     .nvme_write = ZT_TUNE_PLAN_NVME_BYTES,
@@ -31,6 +32,7 @@ static const zt_plan_rates k_h200 = {
     .h2d_bytes = ZT_TUNE_PLAN_LINK_BYTES,
     .d2h_bytes = ZT_TUNE_PLAN_LINK_BYTES,
     .adamw_params = ZT_TUNE_PLAN_CPU_ADAM_PARAMS,
+    .adamw_alone_params = ZT_TUNE_PLAN_CPU_ADAM_ALONE_PARAMS,
     .sumsq_bytes = ZT_TUNE_PLAN_HOST_SUMSQ_BYTES,
     .nvme_read = 1.59e9,
     .nvme_write = 1.90e9,
@@ -68,6 +70,7 @@ static const struct {
     {"h2d_bytes", offsetof(zt_plan_rates, h2d_bytes)},
     {"d2h_bytes", offsetof(zt_plan_rates, d2h_bytes)},
     {"adamw_params", offsetof(zt_plan_rates, adamw_params)},
+    {"adamw_alone_params", offsetof(zt_plan_rates, adamw_alone_params)},
     {"sumsq_bytes", offsetof(zt_plan_rates, sumsq_bytes)},
     {"nvme_read_bytes", offsetof(zt_plan_rates, nvme_read)},
     {"nvme_write_bytes", offsetof(zt_plan_rates, nvme_write)},
@@ -100,7 +103,7 @@ int zt_plan_rates_from_json(const json_t *j, const char *what, const char *name,
     while (i < N_FIELDS && strcmp(k_fields[i].key, key)) i++;
     if (i == N_FIELDS) {
       snprintf(err, errlen, "%s: unknown field (the fields: name, flops_bf16, flops_fp32, "
-               "h2d_bytes, d2h_bytes, adamw_params, sumsq_bytes, nvme_read_bytes, "
+               "h2d_bytes, d2h_bytes, adamw_params, adamw_alone_params, sumsq_bytes, nvme_read_bytes, "
                "nvme_write_bytes, hbm_bytes)", what);
       return -EINVAL;
     }

@@ -17,7 +17,10 @@ typedef struct zt_plan_rates {
   double flops_f32;      /* the same in fp32 */
   double h2d_bytes;      /* pinned host to device copies, bytes/s */
   double d2h_bytes;      /* device to pinned host */
-  double adamw_params;   /* the CPU AdamW pool's parameters/s inside a step */
+  double adamw_params;   /* the CPU AdamW pool's parameters/s beside the backward (its copies and
+                            the runner's reads of the gradients share the host's memory) */
+  double adamw_alone_params; /* and after it, the host otherwise quiet (clipping, fp16, NVMe,
+                                the delayed update) */
   double sumsq_bytes;    /* the runner's read of host gradients for their norm, bytes/s */
   double nvme_read;      /* the NVMe tier's optimizer-state reads, bytes/s */
   double nvme_write;     /* and writes */

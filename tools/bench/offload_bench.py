@@ -4,7 +4,7 @@ on the GPU machine (issue #5's benchmark).
 
     python3 tools/bench/offload_bench.py --ztrain build-gpu/tools/ztrain [--json OUT.json]
         [--runs gpt2-1.5b:host:host:1,gpt2-124m:auto:auto:auto,gpt2-124m:none:none:0]
-        [--budget-gib 24] [--steps 6]
+        [--budget-gib 24] [--steps 6] [--rates RATES.json]
 
 Both sides train the same GPT-2 (tools/parity/pytorch_parity.py's model, SDPA attention) on the
 same batches, bf16 compute with fp32 master weights, AdamW:
@@ -16,6 +16,9 @@ same batches, bf16 compute with fp32 master weights, AdamW:
   offload object and no budget, the plain step on the GPU (the "no-budget time"). Further
   fields: `delayed` adds "delayed_update": true (the optimizer one step behind); `unit` or
   `micro` sets "order" (the micro-batches' order with --grad-accum > 1; else the planner's).
+  A field KEY=VALUE forces a choice the planner would make: gu=N offload.gpu_units, pf=N
+  offload.prefetch, grads=gpu|host offload.grads (a sweep against auto's pick). Each row prints
+  the cost model's estimate and its queues' busy times beside the measured timeline's.
   MODEL llama3-8b: Llama-3-8B's shape (zt only: --no-torch). --clip sets train.grad_clip,
   --host-budget-gib and --nvme-dir the host tier's limit and where the rest goes.
 - FSDP2: fully_shard per block and on the root with CPUOffloadPolicy(pin_memory=True),
@@ -110,7 +113,8 @@ def fsdp2_step_time(cfg, batches, steps):
 
 
 def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, grad_accum,
-                 delayed=False, order=None, clip=0.0, host_budget=0, nvme_dir=None):
+                 delayed=False, order=None, clip=0.0, host_budget=0, nvme_dir=None, fixed=None,
+                 rates=None):
     with tempfile.TemporaryDirectory() as d:
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
@@ -129,11 +133,13 @@ def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, g
                 spec["offload"]["host_budget"] = host_budget
             if nvme_dir:
                 spec["offload"]["nvme_dir"] = nvme_dir
+            spec["offload"].update(fixed or {})
         with open(os.path.join(d, "spec.json"), "w") as f:
             json.dump(spec, f)
         batches.astype("<i4").tofile(os.path.join(d, "batches.bin"))
         p = subprocess.run([ztrain, "--spec", os.path.join(d, "spec.json"), "--batches",
-                            os.path.join(d, "batches.bin"), "--backend", "cuda", "--json"],
+                            os.path.join(d, "batches.bin"), "--backend", "cuda", "--json"] +
+                           (["--rates", rates] if rates else []),
                            capture_output=True, text=True)
         if p.returncode:
             raise RuntimeError(p.stderr.strip()[-800:])
@@ -156,6 +162,8 @@ def main():
     ap.add_argument("--clip", type=float, default=0.0, help="train.grad_clip of zt's runs")
     ap.add_argument("--host-budget-gib", type=float, default=0)
     ap.add_argument("--nvme-dir")
+    ap.add_argument("--rates", help="the cost model's rates ztrain plans by (h200 or a file, "
+                    "e.g. the state dir's rates.json that `ztd --calibrate` wrote)")
     args = ap.parse_args()
     if args.grad_accum > 1 and not args.no_torch:
         ap.error("--grad-accum > 1 needs --no-torch (the FSDP2 baseline does not accumulate)")
@@ -168,8 +176,14 @@ def main():
         name, params, optimizer, ckpt, *rest = run.split(":")
         delayed = "delayed" in rest
         order = "unit" if "unit" in rest else "micro" if "micro" in rest else None
+        # gu=N (offload.gpu_units), pf=N (offload.prefetch), grads=gpu|host (offload.grads):
+        # a placement forced, for a sweep against the planner's auto
+        keys = {"gu": "gpu_units", "pf": "prefetch", "grads": "grads"}
+        fixed = {keys[k]: int(v) if v.isdigit() else v
+                 for k, v in (r.split("=", 1) for r in rest if "=" in r)}
         placement = f"params {params}, optimizer {optimizer}, checkpointing {ckpt}" + \
             (", delayed update" if delayed else "") + (f", order {order}" if order else "") + \
+            "".join(f", {k} {v}" for k, v in fixed.items()) + \
             (f", clip {args.clip:g}" if args.clip else "")
         cfg = CONFIGS[name]
         tokens = cfg["B"] * cfg["seq_len"] * args.grad_accum
@@ -179,7 +193,8 @@ def main():
         try:
             z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, ckpt, budget,
                              args.steps, args.grad_accum, delayed, order, args.clip,
-                             int(args.host_budget_gib * (1 << 30)), args.nvme_dir)
+                             int(args.host_budget_gib * (1 << 30)), args.nvme_dir, fixed,
+                             args.rates)
         except RuntimeError as e:
             print(f"{name} zt params {placement}: FAILED: {e}", flush=True)
             continue
@@ -217,6 +232,14 @@ def main():
         print("    busy: " + ", ".join(f"{k} {v:.0%}" for k, v in busy.items()) +
               f"; H2D {row['h2d_gb_s']:.1f} GB/s, D2H {row['d2h_gb_s']:.1f} GB/s while copying",
               flush=True)
+        # the cost model's queues beside the timeline's, per step
+        e = o["est"]
+        row["est_busy"] = {k: e[k] / o["est_step_s"] for k in e}
+        print(f"    per step: measured {zs * 1e3:.1f} ms, estimated {o['est_step_s'] * 1e3:.1f} ms "
+              f"({o['est_step_s'] / zs - 1:+.1%}); busy measured / estimated: " +
+              ", ".join(f"{k} {busy[k] * zs * 1e3:.0f} / {e[k] * 1e3:.0f} ms"
+                        for k in ("compute", "h2d", "d2h", "adam", "nvme")) +
+              f", runner - / {e['runner'] * 1e3:.0f} ms", flush=True)
         if not args.no_torch and cfg["arch"] == "gpt":
             if name not in torch_done:
                 try:

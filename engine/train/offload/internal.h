@@ -75,7 +75,7 @@ typedef struct off_state {
   size_t dev_unit_bytes;
   uint64_t gpu_unit_updates;
   uint64_t step_ns;    /* wall time of the steps that succeeded */
-  double est_s;        /* the plan's step time by the cost model */
+  zt_step_cost est;    /* the plan's step by the cost model */
   int adam_threads;
   zt_host_arena *host;
   zt_nvme_store *nvme; /* optimizer nvme: the NVMe units' files */

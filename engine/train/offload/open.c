@@ -311,7 +311,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
     goto out;
   t->tc.ckpt_every = plan.ckpt_every;
   s->oc.params = plan.params;
-  s->est_s = plan.est_s;
+  s->est = plan.est;
   if ((rc = zt_acts_open_dt(&t->acts, t->model, be, tc->micro_batch, plan.ckpt_every,
                             tc->precision, err, errlen)) < 0)
     goto out;
