@@ -10,7 +10,9 @@
 #include "engine/train/calibrate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,11 +117,17 @@ static int measure_nvme(const zt_calibrate_cfg *c, FILE *out, zt_plan_rates *r, 
   zt_nvme_store *s = NULL;
   char *buf = NULL, name[64], sz[32];
   int rc;
-  if (access(dir, W_OK | X_OK) != 0) {
+  /* a file made and removed, not access(): root passes that on a read-only mode or /proc */
+  char probe[PATH_MAX];
+  snprintf(probe, sizeof probe, "%s/.zt-calibrate-%ld", dir, (long)getpid());
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
     rc = -errno;
     snprintf(err, errlen, "NVMe dir %s is not writable: %s", dir, strerror(errno));
     return rc;
   }
+  close(fd);
+  unlink(probe);
   struct statvfs vfs;
   if (statvfs(dir, &vfs) != 0) {
     rc = -errno;
