@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
@@ -21,6 +23,7 @@
 #include "engine/server/server.h"
 #include "engine/base/tunables.h"
 #include "engine/plan/rates.h"
+#include "engine/train/calibrate.h"
 #include "proto/zt_proto.h"
 
 _Static_assert(ZT_TUNE_MAX_FRAME_DEFAULT == ZT_PROTO_FRAME_MAX_DEFAULT,
@@ -57,6 +60,11 @@ static const char usage_text[] =
     "  --cpu-threads N        threads of the CPU backend (default 0 = all cores)\n"
     "  --log-level L          error | warn | info | debug (default info)\n"
     "  --log-file PATH        append the log to PATH instead of stderr; SIGHUP reopens it\n"
+    "  --calibrate            measure this machine's rates for the planner's cost model on\n"
+    "                         --backend (--gpus' first GPU), the NVMe tier in the first\n"
+    "                         --nvme-dir (else the state dir), write them to the state dir's\n"
+    "                         rates.json and exit; with no ztd on the state dir (~20 s)\n"
+    "  --calibrate-quick      the same on small sizes, in seconds (tests: noisier figures)\n"
     "  --help, --version\n"
     "SIZE: plain bytes or with a suffix KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB\n"
     "(powers of 1000).\n";
@@ -199,6 +207,7 @@ enum {
   OPT_SOCKET = 256, OPT_STATE_DIR, OPT_BACKEND, OPT_GPUS, OPT_GPU_MEM, OPT_HOST_MEM, OPT_NVME,
   OPT_TCP, OPT_TOKEN, OPT_MAX_FRAME, OPT_CPU_THREADS, OPT_CPU_RANKS, OPT_LOG_LEVEL, OPT_HELP,
   OPT_VERSION, OPT_HTTP, OPT_LOG_FILE, OPT_DATA_ROOT, OPT_MAX_QUEUED, OPT_MAX_STATE,
+  OPT_CALIBRATE, OPT_CALIBRATE_QUICK,
 };
 
 /* --nvme-dir and --data-root: an existing directory, kept resolved (symlinks followed) so that
@@ -213,6 +222,59 @@ static int add_dir(const char *flag, const char *arg, char store[][PATH_MAX], co
   list[*n] = store[*n];
   (*n)++;
   return 0;
+}
+
+/* ztd --calibrate: the rates measured (engine/train/calibrate.c) into state_dir/rates.json,
+ * which a ztd started on that state dir then plans by. The state dir's lock is held meanwhile,
+ * so a running ztd's jobs neither share the machine being measured nor see a daemon start. */
+static int calibrate(const zt_server_config *cfg, int quick) {
+  const char *dir = cfg->state_dir;
+  char path[PATH_MAX + 32], err[1024] = "", when[32];
+  struct stat st;
+  int fd = -1, rc = 1;
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+    fprintf(stderr, "ztd --calibrate: state dir %s: %s\n", dir, strerror(errno));
+    return 1;
+  }
+  if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "ztd --calibrate: state dir %s: not a directory\n", dir);
+    return 1;
+  }
+  snprintf(path, sizeof path, "%s/ztd.lock", dir);
+  if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+    fprintf(stderr, "ztd --calibrate: state dir %s is not writable: %s\n", dir, strerror(errno));
+    return 1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    fprintf(stderr, "ztd --calibrate: state dir %s is in use by a running ztd; stop it first "
+            "(its jobs would share the machine being measured)\n", dir);
+    goto out;
+  }
+  zt_calibrate_cfg c = {.backend = cfg->backend, .device = cfg->n_gpus ? cfg->gpus[0] : 0,
+                        .cpu_threads = cfg->cpu_threads,
+                        .nvme_dir = cfg->nvme_dir ? cfg->nvme_dir : dir, .quick = quick};
+  printf("ztd --calibrate: backend %s", c.backend);
+  if (!strcmp(c.backend, "cuda")) printf(" (GPU %d)", c.device);
+  printf(", NVMe tier in %s, into %s/%s\n", c.nvme_dir, dir, ZT_PLAN_RATES_FILE);
+  fflush(stdout);
+  zt_plan_rates r;
+  if (zt_calibrate_run(&c, stdout, &r, err, sizeof err) < 0) {
+    fprintf(stderr, "ztd --calibrate: %s\n", err);
+    goto out;
+  }
+  time_t now = time(NULL);
+  struct tm tm;
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+  if (zt_plan_rates_save(dir, &r, when, c.backend, err, sizeof err) < 0) {
+    fprintf(stderr, "ztd --calibrate: %s\n", err);
+    goto out;
+  }
+  printf("ztd --calibrate: wrote %s/%s (rates \"%s\", measured %s); a ztd started on this "
+         "state dir plans by them\n", dir, ZT_PLAN_RATES_FILE, r.name, when);
+  rc = 0;
+out:
+  close(fd); /* the lock with it */
+  return rc;
 }
 
 int main(int argc, char **argv) {
@@ -237,6 +299,8 @@ int main(int argc, char **argv) {
       {"version", no_argument, NULL, OPT_VERSION},
       {"http", required_argument, NULL, OPT_HTTP},
       {"log-file", required_argument, NULL, OPT_LOG_FILE},
+      {"calibrate", no_argument, NULL, OPT_CALIBRATE},
+      {"calibrate-quick", no_argument, NULL, OPT_CALIBRATE_QUICK},
       {NULL, 0, NULL, 0},
   };
   static char socket_buf[PATH_MAX], state_buf[PATH_MAX], host_buf[256], http_buf[256],
@@ -245,6 +309,7 @@ int main(int argc, char **argv) {
   zt_server_config cfg = {.max_frame = ZT_TUNE_MAX_FRAME_DEFAULT};
   const char *backend = "auto";
   const char *token_file = NULL, *log_file = NULL;
+  int calibrating = 0;
   uint64_t size;
   long n;
   int opt, rc;
@@ -308,6 +373,10 @@ int main(int argc, char **argv) {
       break;
     case OPT_LOG_FILE:
       log_file = optarg;
+      break;
+    case OPT_CALIBRATE:
+    case OPT_CALIBRATE_QUICK:
+      calibrating = opt == OPT_CALIBRATE ? 1 : 2;
       break;
     case OPT_HTTP:
 #ifndef ZT_HAVE_HTTP
@@ -402,6 +471,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ztd: --log-file %s: %s\n", log_file, strerror(-rc));
     return 1;
   }
+  if (calibrating) return calibrate(&cfg, calibrating == 2);
   /* The cost model's rates of this machine, where a calibration (or its operator) left them:
    * read before any thread plans; none where the state dir is not there yet (or is no
    * directory, which zt_server_run reports). */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/base/json_file.h"
 #include "engine/base/tunables.h"
 
 static const zt_plan_rates k_default = {
@@ -99,12 +100,22 @@ int zt_plan_rates_from_json(const json_t *j, const char *what, const char *name,
       snprintf(r.name, sizeof r.name, "%s", s);
       continue;
     }
+    if (!strcmp(key, "measured") || !strcmp(key, "backend")) {
+      /* a calibration's record of when and on what it measured: read by people, not plans */
+      const char *s = json_string_value(v);
+      if (!s || !s[0] || strlen(s) >= ZT_PLAN_RATES_NAME_MAX) {
+        snprintf(err, errlen, "%s: %s must be a string of 1 to %d characters", what, key,
+                 ZT_PLAN_RATES_NAME_MAX - 1);
+        return -EINVAL;
+      }
+      continue;
+    }
     size_t i = 0;
     while (i < N_FIELDS && strcmp(k_fields[i].key, key)) i++;
     if (i == N_FIELDS) {
       snprintf(err, errlen, "%s: unknown field (the fields: name, flops_bf16, flops_fp32, "
-               "h2d_bytes, d2h_bytes, adamw_params, adamw_alone_params, sumsq_bytes, nvme_read_bytes, "
-               "nvme_write_bytes, hbm_bytes)", what);
+               "h2d_bytes, d2h_bytes, adamw_params, adamw_alone_params, sumsq_bytes, "
+               "nvme_read_bytes, nvme_write_bytes, hbm_bytes, measured, backend)", what);
       return -EINVAL;
     }
     double x = json_number_value(v);
@@ -135,6 +146,33 @@ int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t e
     return -EINVAL;
   }
   int rc = zt_plan_rates_from_json(j, path, "file", out, err, errlen);
+  json_decref(j);
+  return rc;
+}
+
+json_t *zt_plan_rates_to_json(const zt_plan_rates *r, const char *measured, const char *backend) {
+  json_t *j = json_object();
+  int bad = !j || json_object_set_new(j, "name", json_string(r->name));
+  if (!bad && measured) bad = json_object_set_new(j, "measured", json_string(measured));
+  if (!bad && backend) bad = json_object_set_new(j, "backend", json_string(backend));
+  for (size_t i = 0; !bad && i < N_FIELDS; i++)
+    bad = json_object_set_new(j, k_fields[i].key,
+                              json_real(*(const double *)((const char *)r + k_fields[i].off)));
+  if (bad) {
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
+int zt_plan_rates_save(const char *dir, const zt_plan_rates *r, const char *measured,
+                       const char *backend, char *err, size_t errlen) {
+  json_t *j = zt_plan_rates_to_json(r, measured, backend);
+  if (!j) {
+    snprintf(err, errlen, "%s/%s: out of memory", dir, ZT_PLAN_RATES_FILE);
+    return -ENOMEM;
+  }
+  int rc = zt_json_write_file(dir, ZT_PLAN_RATES_FILE, j, err, errlen);
   json_decref(j);
   return rc;
 }

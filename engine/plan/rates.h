@@ -2,7 +2,7 @@
  * by (engine/plan/offload_plan.c, batch.c). The built-in default (engine/base/tunables.h's
  * figures), the named sets, and a JSON file of them (docs/offload.md "Rates"), which ztd reads
  * from its state dir at start (engine/main.c, before any thread) and makes the process's
- * rates; a later calibration writes that file. */
+ * rates; ztd --calibrate measures them and writes that file (engine/train/calibrate.h). */
 #ifndef ZT_PLAN_RATES_H
 #define ZT_PLAN_RATES_H
 
@@ -10,6 +10,8 @@
 #include <stddef.h>
 
 #define ZT_PLAN_RATES_NAME_MAX 64
+/* the file's name in the state dir */
+#define ZT_PLAN_RATES_FILE "rates.json"
 
 typedef struct zt_plan_rates {
   char name[ZT_PLAN_RATES_NAME_MAX]; /* "default", "h200", or a file's "name" */
@@ -39,7 +41,8 @@ void zt_plan_rates_use_here(const zt_plan_rates *r);
 /* A built-in set by name ("default", "h200"): 0, or -ENOENT naming the sets. */
 int zt_plan_rates_named(const char *name, zt_plan_rates *out, char *err, size_t errlen);
 /* A rates file: a JSON object of the fields above by their JSON names (docs/offload.md), each a
- * positive number; those left out keep the default's. 0, -ENOENT (no such file: err empty), or
+ * positive number, and the strings a calibration records ("measured": when, "backend": on
+ * what; checked, not kept); those left out keep the default's. 0, -ENOENT (no such file: err empty), or
  * -errno / -EINVAL naming the file and the field. */
 int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t errlen);
 /* The same fields from a JSON object (a file's content, a plan target's "rates"): what names
@@ -47,5 +50,12 @@ int zt_plan_rates_load(const char *path, zt_plan_rates *out, char *err, size_t e
  * -EINVAL naming the field, never echoing a value. */
 int zt_plan_rates_from_json(const json_t *j, const char *what, const char *name,
                             zt_plan_rates *out, char *err, size_t errlen);
+/* The file's object of *r: name, every field, and measured and backend where not NULL (NULL
+ * when out of memory). zt_plan_rates_from_json reads it back to the same rates. */
+json_t *zt_plan_rates_to_json(const zt_plan_rates *r, const char *measured, const char *backend);
+/* dir/rates.json replaced atomically by zt_plan_rates_to_json's object (ztd --calibrate): 0, or
+ * -errno naming the file. */
+int zt_plan_rates_save(const char *dir, const zt_plan_rates *r, const char *measured,
+                       const char *backend, char *err, size_t errlen);
 
 #endif

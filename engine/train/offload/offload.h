@@ -21,6 +21,11 @@ int zt_trainer_open_offload(zt_trainer **t, const zt_model_cfg *mc, const zt_tra
                             const zt_offload_cfg *oc, const zt_offload_placement *plan,
                             const zt_backend *be, char *err, size_t errlen);
 
+/* The threads of the CPU AdamW pool an offloaded trainer opens (*pin: whether each is pinned
+ * to a core), beside a GPU backend (on_gpu) or the CPU backend; ztd --calibrate times the pool
+ * with the same (engine/train/calibrate.c). */
+int zt_offload_adam_threads(int on_gpu, int *pin);
+
 typedef struct zt_offload_stats {
   size_t device_budget;  /* gpu_budget as resolved: activations + device units + gradient sums +
                             arena */

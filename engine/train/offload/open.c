@@ -19,6 +19,12 @@
  * cores they find. Beside a GPU the update is the host's main work: a thread per core, pinned. */
 #define ADAM_THREADS_BESIDE_CPU 1
 
+int zt_offload_adam_threads(int on_gpu, int *pin) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  *pin = on_gpu;
+  return on_gpu ? (cores > 0 ? (int)cores : 1) : ADAM_THREADS_BESIDE_CPU;
+}
+
 /* The AdamW runs: consecutive tensors of a unit sharing a decay flag, from the unit's first
  * parameter (zt_opt_run). */
 static int build_runs(const zt_model *m, off_state *s) {
@@ -399,9 +405,9 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
           goto host_full;
     if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
   }
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  s->adam_threads = on_gpu ? (cores > 0 ? (int)cores : 1) : ADAM_THREADS_BESIDE_CPU;
-  if ((rc = zt_cpu_pool_open(&s->pool, s->adam_threads, on_gpu)) < 0) {
+  int pin;
+  s->adam_threads = zt_offload_adam_threads(on_gpu, &pin);
+  if ((rc = zt_cpu_pool_open(&s->pool, s->adam_threads, pin)) < 0) {
     snprintf(err, errlen, "offload: starting the copy engine or the AdamW pool failed: %s",
              strerror(-rc));
     goto out;

@@ -1,12 +1,14 @@
 /* The cost model's rates (engine/plan/rates.h): the built-in sets by name, a rates file (its
  * fields over the default's, its refusals naming the file and the field without its bytes),
- * the same fields from an object, and that plans rank by the rates in use (the process's, or a
- * thread's own over them): under a slower device the estimate grows (the
- * choices may change with it: the gradient ring's slots follow the rates) and still fits. */
+ * the same fields from an object, a calibration's file written and read back, and that plans
+ * rank by the rates in use (the process's, or a thread's own over them): under a slower device
+ * the estimate grows (the choices may change with it: the gradient ring's slots follow the
+ * rates) and still fits. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/kernels/backend.h"
@@ -77,6 +79,49 @@ int main(void) {
                                       "second)"),
                      "an object's bad field: %s", err);
   json_decref(obj);
+
+  /* ztd --calibrate's file: written atomically, read back to the same rates (every field
+   * exact), its informational strings checked and named, never echoed */
+  char dir[40], path[96];
+  snprintf(dir, sizeof dir, "/tmp/zt-rates-save.%d", (int)getpid());
+  snprintf(path, sizeof path, "%s/rates.json", dir);
+  mkdir(dir, 0700);
+  zt_plan_rates cal = {.name = "calibrated", .flops_lp = 1.2345678901234567e14,
+                       .flops_f32 = 3e13, .h2d_bytes = 2.5e10, .d2h_bytes = 2.4e10,
+                       .adamw_params = 1.1e9, .sumsq_bytes = 7e9, .nvme_read = 1.5e9,
+                       .nvme_write = 1.25e9, .hbm_bytes = 2.9e12};
+  fails += MC_EXPECT(zt_plan_rates_save(dir, &cal, "2026-01-02T03:04:05Z", "cuda", err,
+                                        sizeof err) == 0,
+                     "save: %s", err);
+  fails += MC_EXPECT(zt_plan_rates_load(path, &r, err, sizeof err) == 0 &&
+                         !memcmp(&r, &cal, sizeof r),
+                     "the saved rates read back: %s", err);
+  char tmp[96];
+  snprintf(tmp, sizeof tmp, "%s/.rates.json.tmp", dir);
+  fails += MC_EXPECT(access(tmp, F_OK) != 0, "no temp file left");
+  json_t *saved = json_load_file(path, 0, NULL);
+  fails += MC_EXPECT(saved && !strcmp(json_string_value(json_object_get(saved, "measured")),
+                                      "2026-01-02T03:04:05Z") &&
+                         !strcmp(json_string_value(json_object_get(saved, "backend")), "cuda") &&
+                         json_object_size(saved) == 12,
+                     "name, measured, backend and the nine rates");
+  json_object_set_new(saved, "measured", json_integer(20260102));
+  fails += MC_EXPECT(zt_plan_rates_from_json(saved, "X", "f", &r, err, sizeof err) == -EINVAL &&
+                         !strcmp(err, "X: measured must be a string of 1 to 63 characters"),
+                     "measured not a string: %s", err);
+  json_object_set_new(saved, "measured", json_string("2026"));
+  json_object_set_new(saved, "backend", json_string("secret-but-far-too-long-for-a-backend-name-"
+                                                    "of-any-machine-at-all"));
+  fails += MC_EXPECT(zt_plan_rates_from_json(saved, "X", "f", &r, err, sizeof err) == -EINVAL &&
+                         strstr(err, "X: backend must be a string") && !strstr(err, "secret"),
+                     "backend too long: %s", err);
+  json_decref(saved);
+  fails += MC_EXPECT(zt_plan_rates_save("/nonexistent-zt-dir", &cal, NULL, NULL, err,
+                                        sizeof err) == -ENOENT &&
+                         strstr(err, "/nonexistent-zt-dir/rates.json"),
+                     "save into no directory: %s", err);
+  unlink(path);
+  rmdir(dir);
 
   /* GPT-2 124M, bf16, offloaded under 4 GiB, planned again under a device 35x slower */
   zt_model_cfg mc = {.arch = ZT_ARCH_GPT, .vocab = 50257, .seq_len = 1024, .d_model = 768,
