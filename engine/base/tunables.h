@@ -92,14 +92,19 @@
 /* The offload planner's cost model (engine/plan/offload_plan.c), the rates it ranks plans by.
  * Measured on the H200 machine (docs/BENCHMARKS.md); the CPU backend plans with the same rates,
  * as the GPU it stands in for, so CI runs the plans a GPU would. */
-#define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 3.5e14  /* bf16 step, flops by 6*N*tokens + attention */
+/* bf16 step, flops by 6*N*tokens + attention, of a model of width 2048 (ZT_PLAN_FLOPS_WIDTH),
+ * and the width at which the rate is half its limit: GPT-2 124M (d 768) and 1.5B (d 1600) steps
+ * ran at 2.8e14 and 3.86e14 on the H200 (docs/BENCHMARKS.md, session 11) */
+#define ZT_TUNE_PLAN_DEVICE_FLOPS_LP 4.2e14
 #define ZT_TUNE_PLAN_DEVICE_FLOPS_F32 4.0e13
-/* params/s of the CPU AdamW pool while the backward's copies share the host's memory (2.2e9 to
- * 3e9 measured inside offloaded steps), and alone (bench_cpu_adam: 4.7e9 with the bf16 copy) */
-#define ZT_TUNE_PLAN_CPU_ADAM_PARAMS 2.5e9
+#define ZT_TUNE_PLAN_FLOPS_KNEE 860
+/* params/s of the CPU AdamW pool while the step's copies share the host's memory (2.8e9 inside
+ * the H200's offloaded steps, session 11), and alone (bench_cpu_adam: 4.7e9 with the bf16 copy) */
+#define ZT_TUNE_PLAN_CPU_ADAM_PARAMS 2.8e9
 #define ZT_TUNE_PLAN_CPU_ADAM_ALONE_PARAMS 4.7e9
-/* bytes/s the runner reads gradients at for their sum of squares (norm, inf/nan check) */
-#define ZT_TUNE_PLAN_HOST_SUMSQ_BYTES 2.0e10
+/* bytes/s the runner reads gradients at for their sum of squares (norm, inf/nan check): the
+ * fit to the H200's clipped steps of session 11 */
+#define ZT_TUNE_PLAN_HOST_SUMSQ_BYTES 5.0e10
 #define ZT_TUNE_PLAN_LINK_BYTES 5.0e10       /* pinned copies, each way */
 /* bytes/s the NVMe tier reads and writes the optimizer state at (bench_nvme: 1.59 read, 1.90
  * write on the H200 machine's disk) */

@@ -60,7 +60,7 @@ double zt_batch_step_s(const zt_model *m, const zt_train_cfg *tc) {
   double B = tc->micro_batch;
   double flops = 6 * P * B * T + 12 * L * B * T * T * mc->d_model;
   const zt_plan_rates *R = zt_plan_rates_active();
-  double rate = tc->precision == ZT_F32 ? R->flops_f32 : R->flops_lp;
+  double rate = zt_plan_rates_flops(R, tc->precision == ZT_F32, mc->d_model);
   double recomputed = tc->ckpt_every > 0 ? ceil(L / tc->ckpt_every) / L : 0;
   return tc->grad_accum * flops / rate * (1 + recomputed / 3);
 }

@@ -31,8 +31,6 @@ static const char *sz(size_texts *b, double bytes) {
 
 /* the policy's limits (engine/plan/recipe.h) */
 #define GRAD_RING_SLOTS ZT_OFFLOAD_GRAD_RING_MIN
-/* the cost model's grain: plans whose estimates differ by less are ties */
-#define PLAN_TIE 0.01
 
 zt_offload_unit_layout zt_offload_unit_layout_of(const zt_model *m, int u, zt_dtype dt) {
   const zt_unit_info *ui = zt_model_unit(m, u);
@@ -118,7 +116,7 @@ static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int 
   if (asked) return asked < ns ? asked : ns;
   double tokens = (double)tc->micro_batch * zt_model_cfg_of(m)->seq_len;
   const zt_plan_rates *R = zt_plan_rates_active();
-  double flops = tc->precision == ZT_F32 ? R->flops_f32 : R->flops_lp;
+  double flops = zt_plan_rates_flops(R, tc->precision == ZT_F32, zt_model_cfg_of(m)->d_model);
   double ratio = 4 * tokens * R->adamw_params / flops;
   int slots = GRAD_RING_SLOTS + (ratio < 1 ? (int)ceil(ns * (1 - ratio)) : 0);
   size_t fit = slot_bytes ? ZT_TUNE_GRAD_RING_BYTES / slot_bytes : (size_t)slots;
@@ -397,7 +395,8 @@ int zt_offload_backward_unit_major(const zt_model *m) {
 /* The plan: every choice the spec fixes as given; with a gpu_budget, each one left to auto
  * (activation checkpointing, params gpu or host, the units with their optimizer on the device,
  * with several micro-batches the gradient sums on the device or the host) searched for the
- * cheapest plan by plan_cost that fits, the host and NVMe sides of each decided by
+ * cheapest plan by the cost model (step_cost.h) that fits, the host and NVMe sides of each
+ * decided by
  * place_optimizer. Without a budget auto means the plain choice: no checkpointing, every unit
  * resident, no unit's optimizer on the device, the sums on the device when there are several
  * micro-batches (the budget is then what that takes). At least one unit is always streamed. */
@@ -446,7 +445,7 @@ static int plan_search(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
           if (rc < 0) continue;
           /* a later candidate (more recompute, streamed parameters, fewer units on the
            * device: more moving parts) must be faster by more than the estimate's grain */
-          if (!found || p.est_s < best->est_s * (1 - PLAN_TIE)) *best = p;
+          if (!found || p.est_s < best->est_s * (1 - ZT_PLAN_TIE)) *best = p;
           found = 1;
         }
     }

@@ -15,6 +15,10 @@
 #include "engine/model/model.h"
 #include "engine/plan/recipe.h"
 
+/* The cost model's grain: the search keeps the plan found first (less recompute, resident
+ * parameters, more units on the device) over one less than this much faster. */
+#define ZT_PLAN_TIE 0.01
+
 /* The cost model's figures of a plan (engine/plan/step_cost.h): a step once the walk repeats,
  * and each queue's busy seconds in it: what bounds the step. */
 typedef struct zt_step_cost {

@@ -22,6 +22,7 @@ static const zt_plan_rates k_default = {
     .nvme_read = ZT_TUNE_PLAN_NVME_BYTES,
     .nvme_write = ZT_TUNE_PLAN_NVME_BYTES,
     .hbm_bytes = ZT_TUNE_PLAN_HBM_BYTES,
+    .flops_knee = ZT_TUNE_PLAN_FLOPS_KNEE,
 };
 
 /* The H200 machine's figures as measured (docs/BENCHMARKS.md; tunables.h's comments): the
@@ -38,12 +39,19 @@ static const zt_plan_rates k_h200 = {
     .nvme_read = 1.59e9,
     .nvme_write = 1.90e9,
     .hbm_bytes = ZT_TUNE_PLAN_HBM_BYTES,
+    .flops_knee = ZT_TUNE_PLAN_FLOPS_KNEE,
 };
 
 static const zt_plan_rates *const k_named[] = {&k_default, &k_h200};
 
 static zt_plan_rates g_active = k_default;
 static _Thread_local const zt_plan_rates *g_here;
+
+double zt_plan_rates_flops(const zt_plan_rates *r, int fp32, int d_model) {
+  double k = r->flops_knee, d = d_model > 0 ? d_model : ZT_PLAN_FLOPS_WIDTH;
+  double rate = fp32 ? r->flops_f32 : r->flops_lp;
+  return rate * (d / (d + k)) / (ZT_PLAN_FLOPS_WIDTH / (ZT_PLAN_FLOPS_WIDTH + k));
+}
 
 const zt_plan_rates *zt_plan_rates_active(void) { return g_here ? g_here : &g_active; }
 
@@ -76,6 +84,7 @@ static const struct {
     {"nvme_read_bytes", offsetof(zt_plan_rates, nvme_read)},
     {"nvme_write_bytes", offsetof(zt_plan_rates, nvme_write)},
     {"hbm_bytes", offsetof(zt_plan_rates, hbm_bytes)},
+    {"flops_knee", offsetof(zt_plan_rates, flops_knee)},
 };
 #define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
 
@@ -115,12 +124,14 @@ int zt_plan_rates_from_json(const json_t *j, const char *what, const char *name,
     if (i == N_FIELDS) {
       snprintf(err, errlen, "%s: unknown field (the fields: name, flops_bf16, flops_fp32, "
                "h2d_bytes, d2h_bytes, adamw_params, adamw_alone_params, sumsq_bytes, "
-               "nvme_read_bytes, nvme_write_bytes, hbm_bytes, measured, backend)", what);
+               "nvme_read_bytes, nvme_write_bytes, hbm_bytes, flops_knee, measured, backend)", what);
       return -EINVAL;
     }
     double x = json_number_value(v);
-    if (!json_is_number(v) || !isfinite(x) || x <= 0) {
-      snprintf(err, errlen, "%s: %s must be a positive number (per second)", what, key);
+    int knee = k_fields[i].off == offsetof(zt_plan_rates, flops_knee);
+    if (!json_is_number(v) || !isfinite(x) || x < 0 || (x == 0 && !knee)) {
+      snprintf(err, errlen, knee ? "%s: %s must be a width, a number >= 0"
+                                 : "%s: %s must be a positive number (per second)", what, key);
       return -EINVAL;
     }
     *(double *)((char *)&r + k_fields[i].off) = x;

@@ -15,7 +15,8 @@
 
 typedef struct zt_plan_rates {
   char name[ZT_PLAN_RATES_NAME_MAX]; /* "default", "h200", or a file's "name" */
-  double flops_lp;       /* device flops/s of a bf16/fp16 step (6 * N * tokens + attention) */
+  double flops_lp;       /* device flops/s of a bf16/fp16 step (6 * N * tokens + attention) of a
+                            model of width ZT_PLAN_FLOPS_WIDTH */
   double flops_f32;      /* the same in fp32 */
   double h2d_bytes;      /* pinned host to device copies, bytes/s */
   double d2h_bytes;      /* device to pinned host */
@@ -27,7 +28,15 @@ typedef struct zt_plan_rates {
   double nvme_read;      /* the NVMe tier's optimizer-state reads, bytes/s */
   double nvme_write;     /* and writes */
   double hbm_bytes;      /* device memory, bytes/s (the device units' AdamW) */
+  /* how the flops rates fall with the model's width d (its matmuls' size): the rate at d is
+   * theirs times e(d) / e(ZT_PLAN_FLOPS_WIDTH), e(d) = d / (d + flops_knee); 0: flat */
+  double flops_knee;
 } zt_plan_rates;
+
+#define ZT_PLAN_FLOPS_WIDTH 2048
+
+/* the device's flops/s for a step of dt compute at model width d_model (r's rate and knee) */
+double zt_plan_rates_flops(const zt_plan_rates *r, int fp32, int d_model);
 
 /* The rates plans use: the calling thread's own (zt_plan_rates_use_here), else the process's
  * (the built-in default until zt_plan_rates_use). */

@@ -173,8 +173,8 @@ static void forward(sim *s, int n) {
   }
 }
 
-/* The pool's AdamW of unit u, submitted now, beside the backward or after it (alone: the
- * host's memory its own); an NVMe unit's state read first (one of the store's two staging
+/* The pool's AdamW of unit u, submitted now, beside the step's copies or with the host's memory
+ * its own (alone: after the backward, the step waiting); an NVMe unit's state read first (one of the store's two staging
  * sets, free once its last write is done) and written after. */
 static double update(sim *s, int u, int alone) {
   double adam = alone ? s->c[u].adam_alone : s->c[u].adam;
@@ -291,7 +291,7 @@ static void step(sim *s, int k) {
     int u = !landing ? s->nu - 1 - i : i + s->ng < s->nu ? i + s->ng : i + s->ng - s->nu;
     if (s->updated[u] || (defer && u >= s->ng)) continue;
     if (u < s->ng) run_on(s, Q_DEV, s->q[Q_RUN], s->c[u].dev_adam);
-    else update(s, u, 1);
+    else update(s, u, !landing); /* landing: beside the next forward's copies */
   }
   if (!landing) wait_all(s, s->updated_at);
   /* the masters changed: every copy is stale */
@@ -303,7 +303,7 @@ static void step(sim *s, int k) {
   wait_for(s, s->q[Q_DEV]);
   /* delayed: this step's streamed updates run during the next step */
   if (defer)
-    for (int u = s->ng; u < s->nu; u++) s->pending_at[u] = update(s, u, 1);
+    for (int u = s->ng; u < s->nu; u++) s->pending_at[u] = update(s, u, 0);
   s->landing = landing;
 }
 
@@ -316,7 +316,7 @@ static void unit_compute(const zt_model *m, const zt_train_cfg *tc, int ckpt_eve
   const zt_plan_rates *R = zt_plan_rates_active();
   int nu = zt_model_num_units(m);
   double N = (double)tc->micro_batch * mc->seq_len;
-  double rate = tc->precision == ZT_F32 ? R->flops_f32 : R->flops_lp;
+  double rate = zt_plan_rates_flops(R, tc->precision == ZT_F32, mc->d_model);
   double attn = 12.0 * tc->micro_batch * mc->seq_len * mc->seq_len * mc->d_model;
   int head = nu > 1 && !strcmp(zt_model_unit(m, nu - 1)->name, "head") &&
              !strcmp(zt_model_unit(m, 0)->name, "embed");

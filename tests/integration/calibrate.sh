@@ -6,8 +6,8 @@
 # state dir a ztd holds are refused naming the path, leaving the rates there as they were.
 . "$(dirname "$0")/lib.sh"
 
-fields="flops_bf16 flops_fp32 h2d_bytes d2h_bytes adamw_params sumsq_bytes nvme_read_bytes
-        nvme_write_bytes hbm_bytes"
+fields="flops_bf16 flops_fp32 h2d_bytes d2h_bytes adamw_params adamw_alone_params sumsq_bytes
+        nvme_read_bytes nvme_write_bytes hbm_bytes"
 check_rates() { # FILE BACKEND: every rate a positive number, the name and the record
   python3 - "$1" "$2" $fields <<'PY' || fail "rates.json: $(cat "$1")"
 import json, re, sys
@@ -17,14 +17,16 @@ assert r["backend"] == sys.argv[2], r["backend"]
 assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", r["measured"]), r["measured"]
 for f in sys.argv[3:]:
     assert isinstance(r[f], (int, float)) and r[f] > 0, f
-assert len(r) == 3 + len(sys.argv[3:]), sorted(r)
+# the width the flops rate halves at: 0 where the narrower model ran no slower
+assert isinstance(r["flops_knee"], (int, float)) and r["flops_knee"] >= 0, r["flops_knee"]
+assert len(r) == 4 + len(sys.argv[3:]), sorted(r)
 PY
 }
 
 out=$("$ZTD" --calibrate --backend cpu --cpu-threads 1 --state-dir "$STATE" 2>"$ZT_TMP/err") ||
   fail "ztd --calibrate exited $?: $out $(cat "$ZT_TMP/err")"
 echo "$out"
-for f in $fields; do
+for f in $fields flops_knee; do
   echo "$out" | grep -Eq "^$f +[0-9.]+e[+-][0-9]+ [A-Za-z/]+ +[0-9.]+ s  [^ ]" ||
     fail "no line for $f"
 done

@@ -19,7 +19,7 @@ cleanup() {
     kill -KILL "$ZTD_PID" 2>/dev/null
     wait "$ZTD_PID" 2>/dev/null
   fi
-  rm -rf "$ZT_TMP"
+  [ -n "$ZT_KEEP" ] || rm -rf "$ZT_TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

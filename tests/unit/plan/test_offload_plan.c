@@ -8,7 +8,7 @@
  * leaves too little host for the split. Prints the plan. Then GPT-2 124M and 1.5B (B 8, T 1024,
  * bf16) under gpu_budget 24 GiB with everything auto, issue 5's benchmark: 124M keeps every unit
  * on the device without recompute (the target is the no-budget time), 1.5B fits the budget,
- * with grad_accum 4 keeping the step's gradient sums on the device; the plans are printed. */
+ * and with grad_accum 4 its step is the device's compute; the plans are printed. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,11 +106,11 @@ int main(void) {
   else
     fails++;
   fails += gpt2_plan(ops, 1600, 48, 25, 1, &big);
-  /* four micro-batches a step: the running sums stay on the device (host's would cross the
-   * link twice per unit and later micro-batch) */
+  /* four micro-batches a step: the copies and the CPU's work hide under four forwards and
+   * backwards, the step is the device's compute (the H200 measured 96% busy, session 11) */
   if (gpt2_plan(ops, 1600, 48, 25, 4, &big) == 0)
-    fails += MC_EXPECT(big.grads == ZT_PLACE_GPU && big.dsum_bytes > 0, "1.5B, grad_accum 4: "
-                       "sums on the %s", zt_offload_place_name(big.grads));
+    fails += MC_EXPECT(big.est_step_s <= 1.05 * big.est.compute_s, "1.5B, grad_accum 4: "
+                       "estimated %g s, of it compute %g s", big.est_step_s, big.est.compute_s);
   else
     fails++;
 

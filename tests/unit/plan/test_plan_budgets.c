@@ -81,8 +81,11 @@ static int sweep(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offload_cfg 
                        "%s: %s %zu: the plan (device %zu, host %zu, nvme %llu) overruns a "
                        "budget", what, budget_names[which], b, p.device_bytes, p.host_bytes,
                        (unsigned long long)p.nvme_bytes);
-    fails += MC_EXPECT(!fitted || p.est_step_s <= last, "%s: %s %zu gives %g s, slower than "
-                       "%g s with less", what, budget_names[which], b, p.est_step_s, last);
+    /* more room never slower, but for the search's ties (a simpler plan kept over one up to
+     * ZT_PLAN_TIE faster) */
+    fails += MC_EXPECT(!fitted || p.est_step_s * (1 - ZT_PLAN_TIE) <= last, "%s: %s %zu gives "
+                       "%g s, slower than %g s with less", what, budget_names[which], b,
+                       p.est_step_s, last);
     if (!fitted++) *fit = b;
     last = p.est_step_s;
   }

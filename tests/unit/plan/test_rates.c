@@ -89,7 +89,8 @@ int main(void) {
   zt_plan_rates cal = {.name = "calibrated", .flops_lp = 1.2345678901234567e14,
                        .flops_f32 = 3e13, .h2d_bytes = 2.5e10, .d2h_bytes = 2.4e10,
                        .adamw_params = 1.1e9, .sumsq_bytes = 7e9, .nvme_read = 1.5e9,
-                       .nvme_write = 1.25e9, .hbm_bytes = 2.9e12};
+                       .nvme_write = 1.25e9, .hbm_bytes = 2.9e12,
+                       .adamw_alone_params = 2.2e9, .flops_knee = 860};
   fails += MC_EXPECT(zt_plan_rates_save(dir, &cal, "2026-01-02T03:04:05Z", "cuda", err,
                                         sizeof err) == 0,
                      "save: %s", err);
@@ -103,8 +104,8 @@ int main(void) {
   fails += MC_EXPECT(saved && !strcmp(json_string_value(json_object_get(saved, "measured")),
                                       "2026-01-02T03:04:05Z") &&
                          !strcmp(json_string_value(json_object_get(saved, "backend")), "cuda") &&
-                         json_object_size(saved) == 12,
-                     "name, measured, backend and the nine rates");
+                         json_object_size(saved) == 14,
+                     "name, measured, backend and the eleven rates");
   json_object_set_new(saved, "measured", json_integer(20260102));
   fails += MC_EXPECT(zt_plan_rates_from_json(saved, "X", "f", &r, err, sizeof err) == -EINVAL &&
                          !strcmp(err, "X: measured must be a string of 1 to 63 characters"),
