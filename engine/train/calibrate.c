@@ -529,7 +529,9 @@ static void flops_model(const zt_calibrate_cfg *c, zt_model_cfg *mc, zt_train_cf
   }
 }
 
-/* narrow: the same model 3/8 as wide (its rate only, for the knee: zt_plan_rates_flops) */
+/* narrow: the model 3/8 as wide and (8/3)^2 as deep, as many parameters in its blocks, so that
+ * the embeddings and the loss weigh in it as in the wide one (its rate only, for the knee:
+ * zt_plan_rates_flops) */
 static int measure_flops(const zt_calibrate_cfg *c, const zt_backend *be, zt_dtype dt,
                          int narrow, FILE *out, zt_plan_rates *r, double *rate, char *err,
                          size_t errlen) {
@@ -539,6 +541,7 @@ static int measure_flops(const zt_calibrate_cfg *c, const zt_backend *be, zt_dty
   if (narrow) {
     mc.d_model = mc.d_model * 3 / 8;
     mc.n_heads = mc.n_heads * 3 / 4;
+    mc.n_layers = mc.n_layers * 64 / 9;
   }
   tc.precision = dt;
   zt_trainer *t = NULL;
