@@ -19,44 +19,42 @@ template <class L> static __device__ __forceinline__ void store_copy(L *p_lp, si
   p_lp[i] = zt__st<L>(v);
 }
 
-// L: the type of the compute copy, void for none.
-template <class L>
-static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                    adamw_scalars s, L *p_lp) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float gi = g[i] * s.grad_scale;
-    float pi = p[i] * s.decay;
-    float mi = s.w1 < 0.5f ? m[i] + s.w1 * (gi - m[i]) : gi - (gi - m[i]) * s.one_minus_w1;
-    float vi = v[i] * s.beta2 + s.w2 * gi * gi;
-    float denom = sqrtf(vi) / s.bc2_sqrt + s.eps;
-    float pn = pi + s.neg_step_size * mi / denom;
-    p[i] = pn;
-    m[i] = mi;
-    v[i] = vi;
-    store_copy(p_lp, i, pn);
-  }
+// The moments: fp32 as they are, or bf16 (ops.h adamw_sr) widened and stored rounded
+// stochastically with the counter hash's bits of the element (sround.h), as the CPU's
+// zt__cpu_adamw_sr does, so either is bitwise the CPU's.
+static __device__ __forceinline__ float load_moment(const float *x, size_t i) { return x[i]; }
+static __device__ __forceinline__ float load_moment(const uint16_t *x, size_t i) {
+  return __uint_as_float((uint32_t)x[i] << 16);
+}
+static __device__ __forceinline__ void store_moments(float *m, float *v, size_t i, float mi,
+                                                     float vi, uint64_t, uint64_t) {
+  m[i] = mi;
+  v[i] = vi;
+}
+static __device__ __forceinline__ void store_moments(uint16_t *m, uint16_t *v, size_t i,
+                                                     float mi, float vi, uint64_t key,
+                                                     uint64_t index0) {
+  uint64_t r = zt_sr_bits(key, index0 + i);
+  m[i] = zt_bf16_round_sr(__float_as_uint(mi), (uint32_t)r);
+  v[i] = zt_bf16_round_sr(__float_as_uint(vi), (uint32_t)(r >> 16));
 }
 
-// m and v in bf16 (ops.h adamw_sr): the CPU's zt__cpu_adamw_sr element for element, the
-// rounding bits from the same counter hash (sround.h), so the results are bitwise its.
-template <class L>
-static __global__ void adamw_sr_kernel(float *p, const float *g, uint16_t *m, uint16_t *v,
-                                       size_t n, adamw_scalars s, L *p_lp, uint64_t key,
-                                       uint64_t index0) {
+// One element update for every kernel: L the type of the compute copy (void for none), M the
+// moments' (float, or uint16_t for bf16; key and index0 then give the rounding bits).
+template <class L, class M>
+static __global__ void adamw_kernel(float *p, const float *g, M *m, M *v, size_t n,
+                                    adamw_scalars s, L *p_lp, uint64_t key, uint64_t index0) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i] * s.grad_scale;
     float pi = p[i] * s.decay;
-    float m0 = __uint_as_float((uint32_t)m[i] << 16), v0 = __uint_as_float((uint32_t)v[i] << 16);
+    float m0 = load_moment(m, i), v0 = load_moment(v, i);
     float mi = s.w1 < 0.5f ? m0 + s.w1 * (gi - m0) : gi - (gi - m0) * s.one_minus_w1;
     float vi = v0 * s.beta2 + s.w2 * gi * gi;
     float denom = sqrtf(vi) / s.bc2_sqrt + s.eps;
     float pn = pi + s.neg_step_size * mi / denom;
     p[i] = pn;
-    uint64_t r = zt_sr_bits(key, index0 + i);
-    m[i] = zt_bf16_round_sr(__float_as_uint(mi), (uint32_t)r);
-    v[i] = zt_bf16_round_sr(__float_as_uint(vi), (uint32_t)(r >> 16));
+    store_moments(m, v, i, mi, vi, key, index0);
     store_copy(p_lp, i, pn);
   }
 }
@@ -84,8 +82,8 @@ static void adamw_t(void *vctx, float *p, const float *g, float *m, float *v, si
   if (ctx->err || n == 0)
     return;
   adamw_scalars s = adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
-  adamw_kernel<L><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0, ctx->stream>>>(
-      p, g, m, v, n, s, p_lp);
+  adamw_kernel<L, float><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0,
+                            ctx->stream>>>(p, g, m, v, n, s, p_lp, 0, 0);
   zt__cuda_check_rt(ctx, cudaGetLastError(), "adamw_kernel", __FILE__, __LINE__);
 }
 
@@ -118,9 +116,10 @@ static void adamw_sr_t(void *vctx, float *p, const float *g, uint16_t *m, uint16
   if (ctx->err || n == 0)
     return;
   adamw_scalars s = adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
-  adamw_sr_kernel<L><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0, ctx->stream>>>(
-      p, g, m, v, n, s, p_lp, zt_sr_key(seed, step), index0);
-  zt__cuda_check_rt(ctx, cudaGetLastError(), "adamw_sr_kernel", __FILE__, __LINE__);
+  adamw_kernel<L, uint16_t><<<zt__cuda_blocks(n, ZT__CUDA_THREADS), ZT__CUDA_THREADS, 0,
+                               ctx->stream>>>(p, g, m, v, n, s, p_lp, zt_sr_key(seed, step),
+                                              index0);
+  zt__cuda_check_rt(ctx, cudaGetLastError(), "adamw_kernel (bf16 moments)", __FILE__, __LINE__);
 }
 
 extern "C" void zt__cuda_adamw_sr(void *ctx, float *p, const float *g, uint16_t *m, uint16_t *v,
