@@ -6,7 +6,9 @@
 # (that plus the model's own first step), and ztd's "open in" line (where the open's time went).
 # usage: tools/bench/first_step.sh BUILD_DIR 124m|1.5b|8b [ztd flags...]   (e.g. --backend cuda);
 # SEQ=N sets seq_len (default 1024; a smaller one keeps a cpu run of 124m short), PRECISION the
-# precision (default bf16; the cpu backend takes fp32 only).
+# precision (default bf16; the cpu backend takes fp32 only), STATE_DTYPE AdamW's moments (fp32
+# or bf16: train.optimizer.state_dtype; the 8b's optimizer on the host needs 128 GB with fp32
+# moments, 96 GB with bf16).
 set -euo pipefail
 build=$1 model=$2
 shift 2
@@ -32,7 +34,7 @@ case $model in
 esac
 cat >"$tmp/job.json" <<JSON
 {"name": "first-step-$model", "model": {$m, "init": {"seed": 1}},
- "train": {"steps": 2, "micro_batch": 1, "precision": "${PRECISION:-bf16}", "optimizer": {"lr": 1e-4}},
+ "train": {"steps": 2, "micro_batch": 1, "precision": "${PRECISION:-bf16}", "optimizer": {"lr": 1e-4, "state_dtype": "${STATE_DTYPE:-fp32}"}},
  "data": {"source": "file", "path": "$tmp/tok.zt"}, "checkpoint": {"every": 0}$off}
 JSON
 job=$(ztctl submit "$tmp/job.json") || { cat "$tmp/ztd.log" >&2; exit 1; }

@@ -114,12 +114,13 @@ def fsdp2_step_time(cfg, batches, steps):
 
 def zt_step_time(cfg, batches, ztrain, params, optimizer, ckpt, budget, steps, grad_accum,
                  delayed=False, order=None, clip=0.0, host_budget=0, nvme_dir=None, fixed=None,
-                 rates=None):
+                 rates=None, state_dtype="fp32"):
     with tempfile.TemporaryDirectory() as d:
         spec = {"model": {k: cfg[k] for k in ("arch", "vocab", "seq_len", "d_model", "n_heads",
                                                 "n_layers", "d_ff")},
                 "train": {"steps": steps, "micro_batch": cfg["B"], "grad_accum": grad_accum,
-                          "optimizer": {"lr": 1e-4}, "precision": "bf16", "grad_clip": clip,
+                          "optimizer": {"lr": 1e-4, "state_dtype": state_dtype},
+                          "precision": "bf16", "grad_clip": clip,
                           "activation_checkpointing": {"every": ckpt if ckpt == "auto"
                                                        else int(ckpt)}},
                 "data": {"source": "stream"}}
@@ -162,6 +163,8 @@ def main():
     ap.add_argument("--clip", type=float, default=0.0, help="train.grad_clip of zt's runs")
     ap.add_argument("--host-budget-gib", type=float, default=0)
     ap.add_argument("--nvme-dir")
+    ap.add_argument("--state-dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="train.optimizer.state_dtype of zt's runs (AdamW's moments)")
     ap.add_argument("--rates", help="the cost model's rates ztrain plans by (h200 or a file, "
                     "e.g. the state dir's rates.json that `ztd --calibrate` wrote)")
     args = ap.parse_args()
@@ -194,7 +197,7 @@ def main():
             z = zt_step_time(cfg, batches, args.ztrain, params, optimizer, ckpt, budget,
                              args.steps, args.grad_accum, delayed, order, args.clip,
                              int(args.host_budget_gib * (1 << 30)), args.nvme_dir, fixed,
-                             args.rates)
+                             args.rates, args.state_dtype)
         except RuntimeError as e:
             print(f"{name} zt params {placement}: FAILED: {e}", flush=True)
             continue
