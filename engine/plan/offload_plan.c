@@ -367,7 +367,8 @@ static int plan_try_order(const zt_model *m, const zt_train_cfg *tc, const zt_of
 }
 
 /* A candidate in the order offload.order fixes; auto with several micro-batches and a
- * gpu_budget: the cheaper of the two that fits (unit-major's activations may not), else micro. */
+ * gpu_budget: unit where it fits (its activations may not) and is faster by more than the cost
+ * model's grain, else micro (less memory). */
 static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_cfg *oc,
                     const zt_ops *ops, int ck, zt_offload_place place, int ng, int dsum,
                     zt_offload_placement *p, char *err, size_t errlen) {
@@ -378,7 +379,7 @@ static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_
   zt_offload_placement q;
   char why[512];
   if (plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, 1, -1, &q, why, sizeof why) == 0 &&
-      (rc < 0 || q.est_s < p->est_s)) {
+      (rc < 0 || q.est_s < p->est_s * (1 - ZT_PLAN_TIE))) {
     *p = q;
     rc = 0;
   }

@@ -899,7 +899,7 @@ static int check_order(zt_arch arch) {
   if (rc == 0) rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &any, err, sizeof err);
   if (MC_EXPECT(rc == 0, "%s order: %s", zt_arch_name(arch), err)) return 1;
   /* untied, the streamed units are fetched twice a step instead of twice a micro-batch */
-  int cheaper = unit.est_step_s < micro.est_step_s, tied = arch == ZT_ARCH_GPT;
+  int cheaper = unit.est_step_s < micro.est_step_s * (1 - ZT_PLAN_TIE), tied = arch == ZT_ARCH_GPT;
   fails += MC_EXPECT(!micro.unit_major && unit.unit_major &&
                          unit.act_bytes == (size_t)tc.grad_accum * micro.act_bytes &&
                          (tied || (unit.h2d_bytes < micro.h2d_bytes && cheaper)) &&
@@ -909,19 +909,20 @@ static int check_order(zt_arch arch) {
                      "auto chose %s", zt_arch_name(arch), micro.est_step_s, unit.est_step_s,
                      micro.act_bytes, unit.act_bytes, (unsigned long long)micro.h2d_bytes,
                      (unsigned long long)unit.h2d_bytes, any.unit_major ? "unit" : "micro");
-  /* every unit resident beside one micro-batch's activations: fetched once a step either way,
-   * and unit-major would only take memory */
+  /* every unit resident beside one micro-batch's activations: fetched once a step either way;
+   * there is no room for unit-major's activations, so auto is micro */
   oc.order = ZT_ORDER_MICRO;
   oc.params = ZT_PLACE_GPU;
   oc.gpu_budget = 0;
   rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &micro, err, sizeof err);
   oc.order = ZT_ORDER_AUTO;
-  oc.params = ZT_PLACE_AUTO;
+  oc.params = ZT_PLACE_GPU;
   oc.gpu_budget = micro.device_bytes;
   fails += MC_EXPECT(rc == 0 && zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &any, err,
                                                     sizeof err) == 0 && !any.unit_major,
                      "%s order auto at %zu bytes (all resident): %s, unit-major %d",
                      zt_arch_name(arch), oc.gpu_budget, err, any.unit_major);
+  oc.params = ZT_PLACE_AUTO;
   oc.order = ZT_ORDER_UNIT;
   tc.grad_accum = ZT_UNIT_MAJOR_MICROS_MAX + 1;
   err[0] = 0;
