@@ -28,30 +28,76 @@ static inline void store_fp16(uint16_t *dst, __m512 x) {
   _mm256_storeu_si256((__m256i *)dst, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
 }
 
+/* 16 bf16 -> 16 floats, exact */
+static inline __m512 load_bf16(const uint16_t *src) {
+  __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)src));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
+/* The step's constants in lanes. */
+typedef struct lanes {
+  __m512 grad_scale, decay, w1, one_minus_w1, w2, beta2, bc2_sqrt, eps, neg_step_size;
+  int lerp_low;
+} lanes;
+
+static inline lanes lanes_of(const zt_adam_consts *c) {
+  return (lanes){.grad_scale = _mm512_set1_ps(c->grad_scale), .decay = _mm512_set1_ps(c->decay),
+                 .w1 = _mm512_set1_ps(c->w1), .one_minus_w1 = _mm512_set1_ps(c->one_minus_w1),
+                 .w2 = _mm512_set1_ps(c->w2), .beta2 = _mm512_set1_ps(c->beta2),
+                 .bc2_sqrt = _mm512_set1_ps(c->bc2_sqrt), .eps = _mm512_set1_ps(c->eps),
+                 .neg_step_size = _mm512_set1_ps(c->neg_step_size), .lerp_low = c->w1 < 0.5f};
+}
+
+/* 16 elements' update from their moments m0 and v0: zt__adam_elem lane by lane. */
+static inline __m512 update(const lanes *k, __m512 p, __m512 g, __m512 m0, __m512 v0, __m512 *mi, __m512 *vi) {
+  __m512 gi = _mm512_mul_ps(g, k->grad_scale);
+  __m512 pi = _mm512_mul_ps(p, k->decay);
+  *mi = k->lerp_low ? _mm512_add_ps(m0, _mm512_mul_ps(k->w1, _mm512_sub_ps(gi, m0)))
+                    : _mm512_sub_ps(gi, _mm512_mul_ps(_mm512_sub_ps(gi, m0), k->one_minus_w1));
+  *vi = _mm512_add_ps(_mm512_mul_ps(v0, k->beta2), _mm512_mul_ps(_mm512_mul_ps(k->w2, gi), gi));
+  __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(*vi), k->bc2_sqrt), k->eps);
+  return _mm512_add_ps(pi, _mm512_div_ps(_mm512_mul_ps(k->neg_step_size, *mi), denom));
+}
+
+static inline void store_copies(__m512 pn, uint16_t *p_bf16, uint16_t *p_fp16, size_t i) {
+  if (p_bf16) store_bf16(p_bf16 + i, pn);
+  if (p_fp16) store_fp16(p_fp16 + i, pn);
+}
+
 void zt__cpu_adam_avx512(const zt_adam_consts *c, float *p, const float *g, float *m, float *v,
-                         uint16_t *p_bf16, uint16_t *p_fp16, size_t n) {
-  const __m512 grad_scale = _mm512_set1_ps(c->grad_scale), decay = _mm512_set1_ps(c->decay);
-  const __m512 w1 = _mm512_set1_ps(c->w1), one_minus_w1 = _mm512_set1_ps(c->one_minus_w1);
-  const __m512 w2 = _mm512_set1_ps(c->w2), beta2 = _mm512_set1_ps(c->beta2);
-  const __m512 bc2_sqrt = _mm512_set1_ps(c->bc2_sqrt), eps = _mm512_set1_ps(c->eps);
-  const __m512 neg_step_size = _mm512_set1_ps(c->neg_step_size);
-  const int lerp_low = c->w1 < 0.5f;
+                       uint16_t *p_bf16, uint16_t *p_fp16, size_t n) {
+  const lanes k = lanes_of(c);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), grad_scale);
-    __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), decay);
-    __m512 m0 = _mm512_loadu_ps(m + i);
-    __m512 mi = lerp_low ? _mm512_add_ps(m0, _mm512_mul_ps(w1, _mm512_sub_ps(gi, m0)))
-                         : _mm512_sub_ps(gi, _mm512_mul_ps(_mm512_sub_ps(gi, m0), one_minus_w1));
-    __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), beta2),
-                              _mm512_mul_ps(_mm512_mul_ps(w2, gi), gi));
-    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2_sqrt), eps);
-    __m512 pn = _mm512_add_ps(pi, _mm512_div_ps(_mm512_mul_ps(neg_step_size, mi), denom));
+    __m512 mi, vi;
+    __m512 pn = update(&k, _mm512_loadu_ps(p + i), _mm512_loadu_ps(g + i), _mm512_loadu_ps(m + i),
+                       _mm512_loadu_ps(v + i), &mi, &vi);
     _mm512_storeu_ps(p + i, pn);
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
-    if (p_bf16) store_bf16(p_bf16 + i, pn);
-    if (p_fp16) store_fp16(p_fp16 + i, pn);
+    store_copies(pn, p_bf16, p_fp16, i);
   }
   for (; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, p_fp16, i);
+}
+
+/* bf16 moments: widened in lanes, updated in lanes, rounded element by element (the counter
+ * hash is 64-bit integer work, scalar here). */
+void zt__cpu_adam_bf16_avx512(const zt_adam_consts *c, float *p, const float *g, uint16_t *m,
+                            uint16_t *v, uint16_t *p_bf16, uint16_t *p_fp16, size_t n,
+                            uint64_t index0) {
+  const lanes k = lanes_of(c);
+  float mf[16], vf[16];
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 mi, vi;
+    __m512 pn = update(&k, _mm512_loadu_ps(p + i), _mm512_loadu_ps(g + i), load_bf16(m + i),
+                       load_bf16(v + i), &mi, &vi);
+    _mm512_storeu_ps(p + i, pn);
+    _mm512_storeu_ps(mf, mi);
+    _mm512_storeu_ps(vf, vi);
+    for (int j = 0; j < 16; j++)
+      zt__adam_store_sr(c, m + i, v + i, mf[j], vf[j], (size_t)j, index0 + i + j);
+    store_copies(pn, p_bf16, p_fp16, i);
+  }
+  for (; i < n; i++) zt__adam_one_bf16(c, p, g, m, v, p_bf16, p_fp16, i, index0);
 }
