@@ -48,7 +48,8 @@ static inline lanes lanes_of(const zt_adam_consts *c) {
 }
 
 /* 8 elements' update from their moments m0 and v0: zt__adam_elem lane by lane. */
-static inline __m256 update(const lanes *k, __m256 p, __m256 g, __m256 m0, __m256 v0, __m256 *mi, __m256 *vi) {
+static inline __m256 update(const lanes *k, __m256 p, __m256 g, __m256 m0, __m256 v0, __m256 *mi,
+                            __m256 *vi) {
   __m256 gi = _mm256_mul_ps(g, k->grad_scale);
   __m256 pi = _mm256_mul_ps(p, k->decay);
   *mi = k->lerp_low ? _mm256_add_ps(m0, _mm256_mul_ps(k->w1, _mm256_sub_ps(gi, m0)))

@@ -49,7 +49,8 @@ static inline lanes lanes_of(const zt_adam_consts *c) {
 }
 
 /* 16 elements' update from their moments m0 and v0: zt__adam_elem lane by lane. */
-static inline __m512 update(const lanes *k, __m512 p, __m512 g, __m512 m0, __m512 v0, __m512 *mi, __m512 *vi) {
+static inline __m512 update(const lanes *k, __m512 p, __m512 g, __m512 m0, __m512 v0, __m512 *mi,
+                            __m512 *vi) {
   __m512 gi = _mm512_mul_ps(g, k->grad_scale);
   __m512 pi = _mm512_mul_ps(p, k->decay);
   *mi = k->lerp_low ? _mm512_add_ps(m0, _mm512_mul_ps(k->w1, _mm512_sub_ps(gi, m0)))
