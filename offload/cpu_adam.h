@@ -13,7 +13,8 @@
  * The bf16-moment variant (train.optimizer.state_dtype "bf16", zt_cpu_adam_run_bf16): m and v
  * stored as bf16, each widened exactly to fp32, updated as above, and stored rounded
  * stochastically with the counter bits of (seed, step, flat index) (engine/kernels/sround.h),
- * bit for bit the CPU backend's adamw_sr. */
+ * bit for bit the CPU backend's adamw_sr; the SIMD paths hash 8 or 16 indices at once in 64-bit
+ * integer lanes, the same bits. */
 #ifndef ZT_OFFLOAD_CPU_ADAM_H
 #define ZT_OFFLOAD_CPU_ADAM_H
 

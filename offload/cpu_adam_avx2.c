@@ -80,23 +80,57 @@ void zt__cpu_adam_avx2(const zt_adam_consts *c, float *p, const float *g, float 
   for (; i < n; i++) zt__adam_one(c, p, g, m, v, p_bf16, p_fp16, i);
 }
 
-/* bf16 moments: widened in lanes, updated in lanes, rounded element by element (the counter
- * hash is 64-bit integer work, scalar here). */
+/* a * b mod 2^64 in 4 lanes from 32 x 32 -> 64-bit products (AVX2 has no 64-bit mullo) */
+static inline __m256i mul64(__m256i a, __m256i b) {
+  __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                   _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+}
+
+/* zt_sr_mix in 4 lanes */
+static inline __m256i mix(__m256i x) {
+  x = _mm256_add_epi64(x, _mm256_set1_epi64x((long long)0x9e3779b97f4a7c15ull));
+  x = mul64(_mm256_xor_si256(x, _mm256_srli_epi64(x, 30)),
+            _mm256_set1_epi64x((long long)0xbf58476d1ce4e5b9ull));
+  x = mul64(_mm256_xor_si256(x, _mm256_srli_epi64(x, 27)),
+            _mm256_set1_epi64x((long long)0x94d049bb133111ebull));
+  return _mm256_xor_si256(x, _mm256_srli_epi64(x, 31));
+}
+
+/* zt_bf16_round_sr of 8 lanes with the 16 random bits in the low half of each r lane, stored */
+static inline void store_sr(uint16_t *dst, __m256 x, __m256i r) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i t = _mm256_add_epi32(u, _mm256_and_si256(r, _mm256_set1_epi32(0xffff)));
+  t = _mm256_srli_epi32(t, 16);
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  t = _mm256_blendv_epi8(t, _mm256_set1_epi32(0x7fc0), nan);
+  __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+  _mm_storeu_si128((__m128i *)dst, packed);
+}
+
+/* bf16 moments: widened, updated and rounded in lanes, the counter bits of 8 indices at once
+ * (zt__adam_store_sr's bits: r's bits 0..15 round m, 16..31 v) */
 void zt__cpu_adam_bf16_avx2(const zt_adam_consts *c, float *p, const float *g, uint16_t *m,
                             uint16_t *v, uint16_t *p_bf16, uint16_t *p_fp16, size_t n,
                             uint64_t index0) {
   const lanes k = lanes_of(c);
-  float mf[8], vf[8];
+  const __m256i key = _mm256_set1_epi64x((long long)c->sr_key);
+  const __m256i lane = _mm256_set_epi64x(3, 2, 1, 0);
+  const __m256i low_words = _mm256_set_epi32(6, 4, 2, 0, 6, 4, 2, 0);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 mi, vi;
     __m256 pn = update(&k, _mm256_loadu_ps(p + i), _mm256_loadu_ps(g + i), load_bf16(m + i),
                        load_bf16(v + i), &mi, &vi);
+    __m256i at = _mm256_add_epi64(_mm256_set1_epi64x((long long)(index0 + i)), lane);
+    __m256i lo = mix(_mm256_xor_si256(key, at));
+    __m256i hi = mix(_mm256_xor_si256(key, _mm256_add_epi64(at, _mm256_set1_epi64x(4))));
+    /* the low words of the 8 lanes' bits, in index order */
+    __m256i r = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, low_words),
+                                   _mm256_permutevar8x32_epi32(hi, low_words), 0xf0);
     _mm256_storeu_ps(p + i, pn);
-    _mm256_storeu_ps(mf, mi);
-    _mm256_storeu_ps(vf, vi);
-    for (int j = 0; j < 8; j++)
-      zt__adam_store_sr(c, m + i, v + i, mf[j], vf[j], (size_t)j, index0 + i + j);
+    store_sr(m + i, mi, r);
+    store_sr(v + i, vi, _mm256_srli_epi32(r, 16));
     store_copies(pn, p_bf16, p_fp16, i);
   }
   for (; i < n; i++) zt__adam_one_bf16(c, p, g, m, v, p_bf16, p_fp16, i, index0);

@@ -305,6 +305,38 @@ static void run_case_bf16(int isa_or_threads, const zt_adam_hparams *h0, size_t 
   free(wm), free(wv), free(gm), free(gv), free(wlp);
 }
 
+/* bf16 moments that are NaN or infinite, in every lane and the tail: a NaN moment stays the
+ * canonical 0x7fc0, an infinite one infinite, as the reference rounds them (the parameters are
+ * not compared: a NaN's payload is the arithmetic's). */
+static void check_bf16_state_edges(void) {
+  enum { N = 16 * 5 + 7 };
+  static const uint16_t mvals[] = {0x7fc0, 0x7f80, 0xff80, 0x3f80, 0x0000, 0x8000, 0x7f7f,
+                                   0xffc1};
+  static float p[N], g[N], want_p[N];
+  static uint16_t m[N], v[N], want_m[N], want_v[N];
+  zt_adam_hparams h = hsets[0];
+  h.step = 2;
+  h.seed = 99;
+  for (int isa = ZT_CPU_ISA_SCALAR; isa <= ZT_CPU_ISA_AVX512; isa++) {
+    if (!zt_cpu_isa_supported((zt_cpu_isa)isa)) continue;
+    for (size_t i = 0; i < N; i++) {
+      p[i] = want_p[i] = 0.25f * (float)(i % 7) - 0.5f;
+      g[i] = 0.125f * (float)(i % 5) - 0.25f;
+      m[i] = want_m[i] = mvals[(i * 3) % 8];
+      v[i] = want_v[i] = mvals[(i * 5) % 8] & 0x7fff; /* v >= 0 or a NaN */
+    }
+    ref.ops->adamw_sr(ref.ctx, want_p, g, want_m, want_v, N, h.lr, h.beta1, h.beta2, h.eps,
+                      h.weight_decay, h.step, h.grad_scale, NULL, ZT_F32, h.seed, 1000);
+    OT_CHECK(zt_cpu_adam_run_bf16((zt_cpu_isa)isa, &h, p, g, m, v, NULL, NULL, N, 1000) == 0,
+             "bf16 state edges run");
+    size_t i;
+    for (i = 0; i < N && m[i] == want_m[i] && v[i] == want_v[i]; i++) {}
+    OT_CHECK(i == N, "%s: bf16 state edge [%zu]: m %04x (want %04x), v %04x (want %04x)",
+             zt_cpu_isa_name(isa), i, m[i % N], want_m[i % N], v[i % N], want_v[i % N]);
+    printf("%s: bf16 moments that are NaN or infinite as the reference\n", zt_cpu_isa_name(isa));
+  }
+}
+
 int main(void) {
   if (zt_backend_cpu_open(&ref, 1) < 0) return 1;
   /* the bf16 reference itself, on hand-worked values */
@@ -347,6 +379,7 @@ int main(void) {
     printf("%s: bf16 state bitwise equal to the reference's adamw_sr\n", zt_cpu_isa_name(isa));
   }
   check_fp16_edges();
+  check_bf16_state_edges();
 
   static const int threads[] = {1, 2, 4};
   for (int ti = 0; ti < 3; ti++) {
