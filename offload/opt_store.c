@@ -27,7 +27,9 @@ typedef struct run_task {
   const float *src;
   float *p;
   const float *g;
-  float *m, *v;
+  void *m, *v;
+  zt_dtype state;
+  uint64_t index0; /* bf16 moments: the flat index of the run's element 0 */
   uint16_t *p_bf16, *p_fp16;
   float *out;
   size_t out_n;
@@ -57,18 +59,30 @@ static int fail(zt_opt_store *st, int rc, fail_why why) {
   return rc;
 }
 
-uint64_t zt_opt_store_file_bytes(size_t floats) {
-  uint64_t file = floats * sizeof(float);
-  return ZT_OPT_KINDS * ((file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN);
+size_t zt_opt_store_kind_bytes(int k, zt_dtype state) {
+  return k == ZT_OPT_MASTER ? sizeof(float) : zt_dtype_size(state);
+}
+
+uint64_t zt_opt_store_file_bytes(size_t floats, zt_dtype state) {
+  uint64_t sum = 0;
+  for (int k = 0; k < ZT_OPT_KINDS; k++) {
+    uint64_t file = (uint64_t)floats * zt_opt_store_kind_bytes(k, state);
+    sum += (file + ZT_NVME_ALIGN - 1) / ZT_NVME_ALIGN * ZT_NVME_ALIGN;
+  }
+  return sum;
 }
 
 static const char *const kind_names[ZT_OPT_KINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
 int zt_opt_store_open(zt_opt_store **out, const zt_opt_store_cfg *cfg, char *err, size_t errlen) {
   int nu = cfg->n_units, nr = cfg->first_run[nu], rc = 0;
-  zt_opt_store *st = calloc(1, sizeof *st);
+  zt_opt_store *st = NULL;
   *out = NULL;
-  if (!st) goto no_memory;
+  if (cfg->state != ZT_F32 && cfg->state != ZT_BF16) {
+    snprintf(err, errlen, "optimizer state: m and v must be fp32 or bf16");
+    return -EINVAL;
+  }
+  if (!(st = calloc(1, sizeof *st))) goto no_memory;
   st->c = *cfg;
   st->n_runs = nr;
   st->floats = malloc((size_t)nu * sizeof *st->floats);
@@ -92,7 +106,8 @@ int zt_opt_store_open(zt_opt_store **out, const zt_opt_store_cfg *cfg, char *err
     for (int k = 0; k < ZT_OPT_KINDS; k++) {
       char name[64];
       snprintf(name, sizeof name, "%s.%s", cfg->names[u], kind_names[k]);
-      if ((rc = zt_nvme_store_alloc(cfg->nvme, name, cfg->floats[u] * sizeof(float))) < 0) {
+      size_t bytes = cfg->floats[u] * zt_opt_store_kind_bytes(k, cfg->state);
+      if ((rc = zt_nvme_store_alloc(cfg->nvme, name, bytes)) < 0) {
         snprintf(err, errlen, "%s", zt_nvme_store_error(cfg->nvme));
         goto out;
       }
@@ -136,9 +151,14 @@ void zt_opt_store_wait(zt_opt_store *st, int u) {
 static void run_task_chunk(void *arg, size_t begin, size_t end) {
   run_task *k = arg;
   size_t n = end - begin;
+  uint16_t *bf = k->p_bf16 ? k->p_bf16 + begin : NULL, *hf = k->p_fp16 ? k->p_fp16 + begin : NULL;
   if (k->src) memcpy(k->p + begin, k->src + begin, n * sizeof(float));
-  zt_cpu_adam_run(k->isa, &k->h, k->p + begin, k->g + begin, k->m + begin, k->v + begin,
-                  k->p_bf16 ? k->p_bf16 + begin : NULL, k->p_fp16 ? k->p_fp16 + begin : NULL, n);
+  if (k->state == ZT_BF16)
+    zt_cpu_adam_run_bf16(k->isa, &k->h, k->p + begin, k->g + begin, (uint16_t *)k->m + begin,
+                         (uint16_t *)k->v + begin, bf, hf, n, k->index0 + begin);
+  else
+    zt_cpu_adam_run(k->isa, &k->h, k->p + begin, k->g + begin, (float *)k->m + begin,
+                    (float *)k->v + begin, bf, hf, n);
   if (begin < k->out_n)
     memcpy(k->out + begin, k->p + begin,
            ((end < k->out_n ? end : k->out_n) - begin) * sizeof(float));
@@ -162,9 +182,10 @@ int zt_opt_store_submit(zt_opt_store *st, int u, const zt_opt_io *io, const zt_a
   for (int r = st->first_run[u]; r < st->first_run[u + 1]; r++) {
     const zt_opt_run *a = &st->runs[r];
     run_task *k = &st->tasks[r];
-    size_t d = a->offset;
+    size_t d = a->offset, ms = zt_dtype_size(st->c.state);
     *k = (run_task){.isa = zt_cpu_isa_best(), .h = *hp, .src = io->src ? io->src + d : NULL,
-                    .p = io->p + d, .g = io->g + d, .m = io->m + d, .v = io->v + d,
+                    .p = io->p + d, .g = io->g + d, .m = (char *)io->m + d * ms,
+                    .v = (char *)io->v + d * ms, .state = st->c.state, .index0 = io->index0 + d,
                     .p_bf16 = io->lp && st->c.dt == ZT_BF16 ? io->lp + d : NULL,
                     .p_fp16 = io->lp && st->c.dt == ZT_F16 ? io->lp + d : NULL};
     k->h.weight_decay = a->decay ? hp->weight_decay : 0.0f;
@@ -182,8 +203,8 @@ int zt_opt_store_submit(zt_opt_store *st, int u, const zt_opt_io *io, const zt_a
 
 /* Starts the reads (write 0) or writes of the set's unit; on a failure waits for those started. */
 static int set_io(zt_opt_store *st, opt_set *x, int write) {
-  size_t bytes = st->floats[x->unit] * sizeof(float);
   for (int k = 0; k < ZT_OPT_KINDS; k++) {
+    size_t bytes = st->floats[x->unit] * zt_opt_store_kind_bytes(k, st->c.state);
     int ext = st->ext[ZT_OPT_KINDS * x->unit + k];
     int rc = write ? zt_nvme_write(st->c.nvme, ext, 0, x->b.buf[k], bytes)
                    : zt_nvme_read(st->c.nvme, ext, 0, x->b.buf[k], bytes);

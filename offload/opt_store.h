@@ -38,9 +38,10 @@ typedef struct zt_opt_run {
 
 /* A staging set: an NVMe unit's masters, m and v, and where the caller wants one (dp: the
  * chunk's compute copy, which the update writes and the retire uploads) its compute copy;
- * buffers of the largest NVMe unit's floats, ZT_NVME_ALIGN-aligned (host arena pages). */
+ * buffers of the largest NVMe unit's elements (masters fp32, m and v of cfg.state),
+ * ZT_NVME_ALIGN-aligned (host arena pages). */
 typedef struct zt_opt_set {
-  float *buf[ZT_OPT_KINDS];
+  void *buf[ZT_OPT_KINDS];
   uint16_t *lp; /* NULL: none */
 } zt_opt_set;
 
@@ -51,6 +52,8 @@ typedef struct zt_opt_store_cfg {
   const int *first_run;     /* unit u's: runs[first_run[u] .. first_run[u + 1]) */
   zt_dtype dt;              /* the compute copy the AdamW rewrites (zt_opt_io.lp): bf16, fp16, or
                                ZT_F32 for none */
+  zt_dtype state;           /* m and v's type (train.optimizer.state_dtype): ZT_F32 or ZT_BF16,
+                               in the buffers and the files alike */
   zt_cpu_pool *pool;
   /* NVMe: units [nvme_first, n_units); nvme NULL: none (nvme_first is n_units) */
   zt_nvme_store *nvme;      /* the caller's: the streamer reads the master files through it */
@@ -68,9 +71,11 @@ typedef struct zt_opt_store_cfg {
 
 typedef struct zt_opt_store zt_opt_store;
 
-/* The bytes an NVMe unit of `floats` elements takes on disk: its three files, each in the
- * store's whole blocks (what a plan sums). */
-uint64_t zt_opt_store_file_bytes(size_t floats);
+/* The bytes of one element of kind k (ZT_OPT_MASTER, _M, _V) with moments of type state. */
+size_t zt_opt_store_kind_bytes(int k, zt_dtype state);
+/* The bytes an NVMe unit of `floats` elements takes on disk with moments of type state: its
+ * three files, each in the store's whole blocks (what a plan sums). */
+uint64_t zt_opt_store_file_bytes(size_t floats, zt_dtype state);
 
 /* Copies what it keeps of cfg; creates the NVMe units' files (unit order, then kind order),
  * reserving their space. err: the zt_nvme_store's message, which names the file. */
@@ -81,17 +86,20 @@ void zt_opt_store_close(zt_opt_store *st);
 int zt_opt_store_ext(const zt_opt_store *st, int u, int k);
 
 /* Where unit u's update reads and writes, each pointer at the unit's element 0: p the masters,
- * m and v the moments, g the gradients; lp NULL or the compute copy (cfg.dt) the AdamW writes
- * from the updated masters. Beside the update in the same pass: src NULL or the masters p takes
- * first; out NULL or where the first out_n updated masters are copied too. */
+ * m and v the moments (of cfg.state), g the gradients; lp NULL or the compute copy (cfg.dt) the
+ * AdamW writes from the updated masters. Beside the update in the same pass: src NULL or the
+ * masters p takes first; out NULL or where the first out_n updated masters are copied too.
+ * index0: bf16 moments, the flat index of element 0, which picks its rounding bits
+ * (zt_cpu_adam_run_bf16; the seed is hp->seed). */
 typedef struct zt_opt_io {
   float *p;
   const float *src;
-  float *m, *v;
+  void *m, *v;
   const float *g;
   uint16_t *lp;
   float *out;
   size_t out_n;
+  uint64_t index0;
 } zt_opt_io;
 
 /* Starts unit u's AdamW on the pool, a task a run (its weight decay, or 0 where the run has

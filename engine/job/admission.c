@@ -414,8 +414,6 @@ static int admit(zt_jobs *jobs, const zt_jobs_config *cfg, zt_job_spec *spec, in
   /* refused at submit, not at the job's start: the strategy as fitted */
   if (rc == 0 && zt__job_world(spec) > 1)
     rc = zt_train_cfg_check_strategy(&spec->train, "data parallelism", err, errlen);
-  else if (rc == 0 && spec->has_offload)
-    rc = zt_train_cfg_check_strategy(&spec->train, "offload", err, errlen);
   return rc < 0 ? rc : check_checkpoint_space(cfg, spec, err, errlen);
 }
 

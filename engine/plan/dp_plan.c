@@ -256,7 +256,9 @@ size_t zt_dp_plan_host_bytes(const zt_dp_plan *p) {
 
 uint64_t zt_dp_plan_nvme_bytes(const zt_dp_plan *s) {
   uint64_t sum = 0;
-  for (int u = s->nv0; u < s->nu; u++) sum += zt_opt_store_file_bytes(s->tab->chunk[u]);
+  /* dp runs fp32 moments alone (zt_train_cfg_check_strategy) */
+  for (int u = s->nv0; u < s->nu; u++)
+    sum += zt_opt_store_file_bytes(s->tab->chunk[u], ZT_F32);
   return sum;
 }
 

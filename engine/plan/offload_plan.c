@@ -67,11 +67,12 @@ size_t zt_offload_unit_fetch_bytes(const zt_model *m, int u, zt_dtype dt) {
   return sum;
 }
 
-/* The files the optimizer-state store reserves for the units from nh on (the NVMe units). */
-static uint64_t nvme_file_bytes(const zt_model *m, int nh) {
+/* The files the optimizer-state store reserves for the units from nh on (the NVMe units), with
+ * m and v of type sd (train.optimizer.state_dtype). */
+static uint64_t state_file_bytes(const zt_model *m, int nh, zt_dtype sd) {
   uint64_t sum = 0;
   for (int u = nh; u < zt_model_num_units(m); u++)
-    sum += zt_opt_store_file_bytes(zt_model_unit(m, u)->numel);
+    sum += zt_opt_store_file_bytes(zt_model_unit(m, u)->numel, sd);
   return sum;
 }
 
@@ -82,12 +83,14 @@ static size_t all_resident_bytes(int nu, int held, int dsum, size_t slot) {
 }
 
 
-/* The device bytes of units 0..ng-1 kept whole on the device: masters, m, v and gradients in
- * fp32 and (bf16/fp16) the compute copy, each one backend buffer over their parameters. */
-static size_t dev_unit_bytes(const zt_model *m, int ng, zt_dtype dt) {
+/* The device bytes of units 0..ng-1 kept whole on the device: masters and gradients in fp32, m
+ * and v in sd, and (bf16/fp16) the compute copy, each one backend buffer over their
+ * parameters. */
+static size_t dev_unit_bytes(const zt_model *m, int ng, zt_dtype dt, zt_dtype sd) {
   if (!ng) return 0;
   size_t f = zt_model_unit(m, ng)->offset;
-  return 4 * zt_dev_arena_footprint(f * sizeof(float)) +
+  return 2 * zt_dev_arena_footprint(f * sizeof(float)) +
+         2 * zt_dev_arena_footprint(f * zt_dtype_size(sd)) +
          (dt == ZT_F32 ? 0 : zt_dev_arena_footprint(f * zt_dtype_size(dt)));
 }
 
@@ -125,7 +128,7 @@ static int ring_slots(const zt_model *m, const zt_train_cfg *tc, int asked, int 
 }
 
 /* The host arena with units [z->ng, nh) on the host, [nh, nu) on NVMe: masters, m, v of the
- * host units; the gradients (flat over [lo, n), or the ring: no clipping, one micro-batch a
+ * host units (m and v in train.optimizer.state_dtype, here and in the staging sets); the gradients (flat over [lo, n), or the ring: no clipping, one micro-batch a
  * step or the sums on the device, docs/offload.md); the bf16/fp16 compute copy over [lo, n);
  * with NVMe units the two staging sets of master, m and v, and the stream copies (params host
  * or gpu) or the streamer's staging (params nvme). on_cpu: the cpu backend, whose device units
@@ -146,6 +149,7 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   int nu = zt_model_num_units(m), params_nvme = oc->params == ZT_PLACE_NVME;
   size_t n = zt_model_num_params(m);
   zt_dtype dt = tc->precision;
+  size_t sd = zt_dtype_size(tc->state_dtype); /* m and v's bytes an element */
   z->nh = nh;
   z->ring = 0;
   /* ring >= 0: a stored plan's (zt_offload_plan_check validated it), else decided here */
@@ -167,13 +171,15 @@ static void host_sizes(const zt_model *m, const zt_offload_cfg *oc, const zt_tra
   }
   for (int u = z->scopy0; u < nu && !params_nvme; u++)
     z->scopy_floats += zt_offload_stream_copy_floats(m, u, dt);
-  z->host =
-      z->h_floats ? ZT_OPT_KINDS * zt_host_arena_footprint(z->h_floats * sizeof(float)) : 0;
+  z->host = z->h_floats ? zt_host_arena_footprint(z->h_floats * sizeof(float)) +
+                             2 * zt_host_arena_footprint(z->h_floats * sd)
+                       : 0;
   z->host += z->ring ? (size_t)z->ring * zt_host_arena_footprint(z->largest_f32)
                      : zt_host_arena_footprint((n - z->lo) * sizeof(float));
   if (dt != ZT_F32) z->host += zt_host_arena_footprint((n - z->lo) * zt_dtype_size(dt));
   if (nh < nu) {
-    z->host += 2 * ZT_OPT_KINDS * zt_host_arena_footprint(z->nvme_f32);
+    z->host += 2 * (zt_host_arena_footprint(z->nvme_f32) +
+                    2 * zt_host_arena_footprint(z->nvme_f32 / sizeof(float) * sd));
     if (z->nvme_param)
       z->host += (size_t)(z->held + oc->prefetch) * zt_host_arena_footprint(z->nvme_param);
   }
@@ -227,7 +233,7 @@ static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt
                                     "what the host cannot hold)");
     return -ENOMEM;
   }
-  uint64_t nvme = nvme_file_bytes(m, nh);
+  uint64_t nvme = state_file_bytes(m, nh, tc->state_dtype);
   if (oc->nvme_budget && nvme > oc->nvme_budget) {
     size_texts b = {0};
     snprintf(err, errlen, "offload.nvme_budget is %s (%llu bytes); the NVMe tier needs %s (%llu "
@@ -242,12 +248,13 @@ static int place_optimizer(const zt_model *m, const zt_offload_cfg *oc, const zt
 /* The device side with units 0..ng-1 on the device and the rest streamed, their gradient sums
  * on the device (dsum) or not; -ENOMEM (err says why, with the numbers) when they do not fit
  * gpu_budget. */
-static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, size_t act_bytes,
-                     int ng, int dsum, zt_offload_sizes *z, char *err, size_t errlen) {
+static int sizes_for(const zt_model *m, const zt_offload_cfg *oc, zt_dtype dt, zt_dtype sd,
+                     size_t act_bytes, int ng, int dsum, zt_offload_sizes *z, char *err,
+                     size_t errlen) {
   int nu = zt_model_num_units(m), ns = nu - ng;
   size_t sum_floats = zt_model_num_params(m) - unit_start(m, ng);
   *z = (zt_offload_sizes){.held = zt_model_head_reads_embed(m) ? 2 : 1, .ng = ng,
-                   .dev_units = dev_unit_bytes(m, ng, dt), .dsum = dsum,
+                   .dev_units = dev_unit_bytes(m, ng, dt, sd), .dsum = dsum,
                    .dsum_bytes = dsum ? zt_dev_arena_footprint(sum_floats * sizeof(float)) : 0};
   zt_stream_unit *units = calloc((size_t)ns, sizeof *units);
   if (!units) {
@@ -352,13 +359,14 @@ static int plan_try_order(const zt_model *m, const zt_train_cfg *tc, const zt_of
              "activations", ck);
     return -EINVAL;
   }
-  int rc = sizes_for(m, &c, tc->precision, p->act_bytes, ng, dsum, &p->z, err, errlen);
+  int rc = sizes_for(m, &c, tc->precision, tc->state_dtype, p->act_bytes, ng, dsum, &p->z, err,
+                     errlen);
   if (rc == 0)
     rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, ring, &p->z, err, errlen);
   if (rc < 0) return rc;
   zt_plan_step_cost(m, tc, p, oc->prefetch, &p->est);
   p->est_s = p->est.step_s;
-  p->nvme_bytes = nvme_file_bytes(m, p->z.nh);
+  p->nvme_bytes = state_file_bytes(m, p->z.nh, tc->state_dtype);
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
   p->h2d_bytes = (uint64_t)h2d;

@@ -91,10 +91,12 @@ typedef struct zt_offload_sizes {
   int nh;              /* units [ng, nh) with their optimizer on the host, [nh, nu) on NVMe */
   int alias;           /* the device units' buffers are the host's (open_device_units) */
   size_t lo;           /* the host's flat-layout buffers start at this float */
-  size_t h_floats;     /* the host units' masters, m and v: floats each */
+  size_t h_floats;     /* the host units' masters, m and v: elements each (masters fp32, m
+                          and v of train.optimizer.state_dtype) */
   int ring;            /* the gradient ring's slots; 0: the flat buffer */
   size_t ring_floats;  /* a slot: the largest streamed unit */
-  size_t nvme_f32;     /* the largest NVMe unit's fp32 parameters (an NVMe staging set) */
+  size_t nvme_f32;     /* the largest NVMe unit's fp32 parameters, bytes (an NVMe staging
+                          set's masters; its m and v take nvme_f32 / 4 elements each) */
   size_t nvme_param;   /* params nvme: the largest NVMe unit's device copy (streamer staging) */
   int scopy0;          /* the first unit with a stream copy */
   size_t scopy_floats; /* the stream copies of units [scopy0, nu): the NVMe units' (params not

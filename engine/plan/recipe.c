@@ -43,7 +43,8 @@ int zt_train_cfg_check_strategy(const zt_train_cfg *c, const char *strategy, cha
                                 size_t errlen) {
   if (c->state_dtype == ZT_F32) return 0;
   snprintf(err, errlen, "train.optimizer.state_dtype \"%s\" is not supported with %s yet "
-           "(only without offload, on one rank)", zt_dtype_name(c->state_dtype), strategy);
+           "(only on one rank, with or without offload)", zt_dtype_name(c->state_dtype),
+           strategy);
   return -ENOTSUP;
 }
 

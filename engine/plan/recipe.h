@@ -65,9 +65,9 @@ typedef struct zt_train_cfg {
 
 void zt_train_cfg_defaults(zt_train_cfg *c);
 int zt_train_cfg_check(const zt_train_cfg *c, char *err, size_t errlen);
-/* What the plain trainer alone supports, refused (-ENOTSUP) for another strategy ("offload",
- * "data parallelism"): today train.optimizer.state_dtype bf16. Called by the opens of
- * engine/train/offload and engine/train/dp and by the admission (engine/job). */
+/* What the single-rank trainers alone support (the plain one and the offloaded walk), refused
+ * (-ENOTSUP) for another strategy ("data parallelism"): today train.optimizer.state_dtype bf16.
+ * Called by the open of engine/train/dp and by the admission (engine/job). */
 int zt_train_cfg_check_strategy(const zt_train_cfg *c, const char *strategy, char *err,
                                 size_t errlen);
 

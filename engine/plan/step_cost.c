@@ -382,7 +382,7 @@ void zt_plan_step_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
     c[u].adam_alone = n / R->adamw_alone_params;
     c[u].sumsq = n * sizeof(float) / R->sumsq_bytes;
     c[u].dev_adam = n * 18 / R->hbm_bytes;
-    double file = (double)zt_opt_store_file_bytes(ui->numel);
+    double file = (double)zt_opt_store_file_bytes(ui->numel, tc->state_dtype);
     c[u].nvme_r = file / R->nvme_read;
     c[u].nvme_w = file / R->nvme_write;
   }

@@ -115,7 +115,7 @@ static int opt_open(dp_rank_state *k) {
   if (rc == -ENOMEM) return zt__dp_rank_fail(k, rc, "out of host memory");
   if (rc < 0) return zt__dp_rank_fail(k, rc, "offload.nvme_dir: %s", why);
   for (int u = s->plan.nv0; k->store && u < s->plan.nu; u++)
-    k->nvme_bytes += zt_opt_store_file_bytes(s->plan.tab->chunk[u]);
+    k->nvme_bytes += zt_opt_store_file_bytes(s->plan.tab->chunk[u], ZT_F32);
   return 0;
 }
 

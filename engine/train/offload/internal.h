@@ -23,12 +23,14 @@
 typedef struct off_state {
   zt_offload_cfg oc;
   zt_dtype dt;         /* the compute precision: fp32, or bf16/fp16 with a host compute copy */
+  zt_dtype sd;         /* train.optimizer.state_dtype: m and v's type in every tier (fp32, bf16) */
   /* Units [ng, nh) keep masters, m and v in the host arena, units [nh, nu) on NVMe. The host's
    * flat-layout buffers start at float lo: 0 where the device units alias them (the cpu
    * backend without NVMe units or gradient ring), else the first streamed unit's offset. */
   int nh;
   size_t lo;
-  float *h[ZT_OPT_KINDS]; /* masters, m, v over [lo, lo + h_floats): up to the offset of unit nh */
+  void *h[ZT_OPT_KINDS]; /* masters (fp32), m, v (sd) over [lo, lo + h_floats): up to the offset
+                            of unit nh (zt__off_host_at) */
   size_t h_floats;
   float *grads;        /* the fp32 gradients over [lo, n); NULL with the ring */
   int ring;            /* the gradient ring's slots (0: none): unit u's in slot[(u - ng) % ring] */
@@ -64,7 +66,8 @@ typedef struct off_state {
    * (its unit i is unit ng + i). On the cpu backend the device buffers are the host tier's. */
   int ng;
   size_t ng_floats;
-  float *d_master, *d_m, *d_v, *d_grad;
+  float *d_master, *d_grad;
+  void *d_m, *d_v;     /* of type sd */
   void *d_lp;
   /* grads gpu (docs/offload.md "Gradient sums"): the streamed units' running sums in a
    * backend buffer over their parameters [ng_floats, n), each unit's its streamer dev_grads */
@@ -105,7 +108,7 @@ typedef struct off_state {
 } off_state;
 
 /* state.c: where a unit's state is; the path's state calls */
-float *zt__off_host_at(const off_state *s, int k, size_t off);
+void *zt__off_host_at(const off_state *s, int k, size_t off);
 uint16_t *zt__off_lp_at(const off_state *s, size_t off);
 float *zt__off_grads_of(const zt_trainer *t, int u);
 int zt__off_write_state(zt_trainer *t, int u0, int u1, const float *params, const float *m,

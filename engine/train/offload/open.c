@@ -125,10 +125,12 @@ static int open_device_units(zt_trainer *t) {
     s->d_lp = s->lp;
     return 0;
   }
-  size_t bytes = s->ng_floats * sizeof(float);
-  float **f[] = {&s->d_master, &s->d_m, &s->d_v, &s->d_grad};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    if (!(*f[i] = t->be.ops->alloc(t->be.ctx, bytes))) return -ENOMEM;
+  size_t bytes = s->ng_floats * sizeof(float), sbytes = s->ng_floats * zt_dtype_size(s->sd);
+  if (!(s->d_master = t->be.ops->alloc(t->be.ctx, bytes)) ||
+      !(s->d_grad = t->be.ops->alloc(t->be.ctx, bytes)) ||
+      !(s->d_m = t->be.ops->alloc(t->be.ctx, sbytes)) ||
+      !(s->d_v = t->be.ops->alloc(t->be.ctx, sbytes)))
+    return -ENOMEM;
   if (s->dt != ZT_F32 &&
       !(s->d_lp = t->be.ops->alloc(t->be.ctx, s->ng_floats * zt_dtype_size(s->dt))))
     return -ENOMEM;
@@ -185,7 +187,8 @@ static int open_opt_store(zt_trainer *t, char *err, size_t errlen) {
     names[u] = zt_model_unit(t->model, u)->name;
   }
   zt_opt_store_cfg c = {.n_units = s->nu, .floats = floats, .runs = s->runs,
-                        .first_run = s->first_run, .dt = s->dt, .pool = s->pool,
+                        .first_run = s->first_run, .dt = s->dt, .state = s->sd,
+                        .pool = s->pool,
                         .nvme = s->nvme, .nvme_first = s->nh, .names = names,
                         .sets = {s->sets[0], s->sets[1]}, .updated = zt__off_opt_updated,
                         .ctx = t};
@@ -230,15 +233,15 @@ out:
   return rc;
 }
 
-static void zero_floats(void *arg, size_t begin, size_t end) {
-  memset((float *)arg + begin, 0, (end - begin) * sizeof(float));
+static void zero_bytes(void *arg, size_t begin, size_t end) {
+  memset((char *)arg + begin, 0, end - begin);
 }
 
 /* The host units' moments start at zero: tens of GB for a 7 B model, which one thread clears at
  * a few GB/s, so on the pool (already started: the AdamW threads). */
-static void zero_on_pool(zt_cpu_pool *pool, float *x, size_t n) {
-  zt_cpu_job job = {.fn = zero_floats, .arg = x, .n = n, .chunk = (size_t)16 << 20};
-  if (zt_cpu_pool_submit(pool, &job) < 0) memset(x, 0, n * sizeof *x);
+static void zero_on_pool(zt_cpu_pool *pool, void *x, size_t bytes) {
+  zt_cpu_job job = {.fn = zero_bytes, .arg = x, .n = bytes, .chunk = (size_t)64 << 20};
+  if (zt_cpu_pool_submit(pool, &job) < 0) memset(x, 0, bytes);
   else zt_cpu_pool_wait(pool, &job);
 }
 
@@ -271,7 +274,6 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   zt_stream_unit *units = NULL;
   *out = NULL;
   if ((rc = zt_train_cfg_check(tc, err, errlen)) < 0 ||
-      (rc = zt_train_cfg_check_strategy(tc, "offload", err, errlen)) < 0 ||
       (rc = zt_offload_cfg_check(oc, err, errlen)) < 0)
     return rc;
   if ((rc = zt_offload_supported(be->ops->name, tc, oc, err, errlen)) < 0) return rc;
@@ -290,6 +292,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   t->path_state = s;
   s->oc = *oc;
   s->dt = tc->precision;
+  s->sd = tc->state_dtype;
   s->head = -1;
   s->hbe = *be;
   if (on_gpu) {
@@ -361,7 +364,7 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   t_host = zt_now_ns() - t_open;
   s->d_alias = z.alias;
   if (s->h_floats && (rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float),
-                                               (void **)&s->h[ZT_OPT_MASTER])) < 0)
+                                               &s->h[ZT_OPT_MASTER])) < 0)
     goto host_full;
   if (s->ring) {
     if (!(s->slot = calloc((size_t)s->ring, sizeof *s->slot))) goto no_memory;
@@ -401,7 +404,9 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   if (s->nh < s->nu) {
     for (int i = 0; i < 2; i++)
       for (int k = 0; k < ZT_OPT_KINDS; k++)
-        if ((rc = zt_host_arena_alloc(s->host, z.nvme_f32, (void **)&s->sets[i].buf[k])) < 0)
+        if ((rc = zt_host_arena_alloc(s->host, z.nvme_f32 / sizeof(float) *
+                                                   zt_opt_store_kind_bytes(k, s->sd),
+                                      &s->sets[i].buf[k])) < 0)
           goto host_full;
     if ((rc = open_nvme(t, err, errlen)) < 0) goto out;
   }
@@ -423,9 +428,9 @@ int zt_trainer_open_offload(zt_trainer **out, const zt_model_cfg *mc, const zt_t
   t_zero = zt_now_ns();
   t_state = t_zero - t_state;
   for (int k = ZT_OPT_M; k < ZT_OPT_KINDS && s->h_floats; k++) {
-    if ((rc = zt_host_arena_alloc(s->host, s->h_floats * sizeof(float), (void **)&s->h[k])) < 0)
-      goto host_full;
-    zero_on_pool(s->pool, s->h[k], s->h_floats);
+    size_t bytes = s->h_floats * zt_dtype_size(s->sd);
+    if ((rc = zt_host_arena_alloc(s->host, bytes, &s->h[k])) < 0) goto host_full;
+    zero_on_pool(s->pool, s->h[k], bytes);
   }
   t_zero = zt_now_ns() - t_zero;
   if (s->d_alias) open_device_units(t);

@@ -10,8 +10,31 @@
 
 #include "engine/kernels/backend.h"
 
-/* The host's state at flat offset off (a host unit's, or a device unit's where they alias) */
-float *zt__off_host_at(const off_state *s, int k, size_t off) { return s->h[k] + (off - s->lo); }
+/* The host's state at flat offset off (a host unit's, or a device unit's where they alias): a
+ * float of the masters, an element of type sd of m and v */
+void *zt__off_host_at(const off_state *s, int k, size_t off) {
+  return (char *)s->h[k] + (off - s->lo) * zt_opt_store_kind_bytes(k, s->sd);
+}
+
+/* The state calls move m and v in fp32, as checkpoints hold them (checkpoint/state.c): kind k's
+ * n elements from the tier's type into dst, widened where the moments are bf16 (exact)... */
+static void kind_out(const off_state *s, int k, float *dst, const void *src, size_t n) {
+  if (k == ZT_OPT_MASTER || s->sd == ZT_F32)
+    memcpy(dst, src, n * sizeof(float));
+  else
+    s->hbe.ops->cast(s->hbe.ctx, dst, ZT_F32, src, ZT_BF16, n);
+}
+
+/* ... and back, narrowed (exact for the values of a bf16 checkpoint or read out of a bf16
+ * state); src NULL: zeros. */
+static void kind_in(const off_state *s, int k, void *dst, const float *src, size_t n) {
+  if (!src)
+    memset(dst, 0, n * zt_opt_store_kind_bytes(k, s->sd));
+  else if (k == ZT_OPT_MASTER || s->sd == ZT_F32)
+    memcpy(dst, src, n * sizeof(float));
+  else
+    s->hbe.ops->cast(s->hbe.ctx, dst, ZT_BF16, src, ZT_F32, n);
+}
 
 uint16_t *zt__off_lp_at(const off_state *s, size_t off) { return s->lp + (off - s->lo); }
 
@@ -23,15 +46,25 @@ float *zt__off_grads_of(const zt_trainer *t, int u) {
 }
 
 /* The device-resident units' part of the flat range [base, end) (they are its first ng_floats
- * floats), out[k] holding the range; nothing to do where the device buffers are the host's. */
+ * floats), out[k] holding the range; nothing to do where the device buffers are the host's.
+ * bf16 moments are widened on the backend into the device units' gradients, free between steps
+ * (each step zeroes them first), as the trainer without offload does. */
 static int read_device_units(zt_trainer *t, size_t base, size_t end, float *out[ZT_OPT_KINDS]) {
   off_state *s = t->path_state;
+  const zt_ops *o = t->be.ops;
   if (!s->ng || s->d_alias || base >= s->ng_floats) return 0;
   size_t n = (end < s->ng_floats ? end : s->ng_floats) - base;
-  const float *dev[ZT_OPT_KINDS] = {s->d_master, s->d_m, s->d_v};
-  for (int k = 0; k < ZT_OPT_KINDS; k++)
-    if (out[k]) t->be.ops->to_host(t->be.ctx, out[k], dev[k] + base, n * sizeof(float));
-  return t->be.ops->sync(t->be.ctx);
+  const void *dev[ZT_OPT_KINDS] = {s->d_master, s->d_m, s->d_v};
+  for (int k = 0; k < ZT_OPT_KINDS; k++) {
+    if (!out[k]) continue;
+    const float *from = (const float *)dev[k] + base;
+    if (k != ZT_OPT_MASTER && s->sd == ZT_BF16) {
+      o->cast(t->be.ctx, s->d_grad + base, ZT_F32, (const uint16_t *)dev[k] + base, ZT_BF16, n);
+      from = s->d_grad + base;
+    }
+    o->to_host(t->be.ctx, out[k], from, n * sizeof(float));
+  }
+  return o->sync(t->be.ctx);
 }
 
 /* in[k] NULL: zeros */
@@ -40,12 +73,19 @@ static int write_device_units(zt_trainer *t, size_t base, size_t end,
   off_state *s = t->path_state;
   if (!s->ng || s->d_alias || base >= s->ng_floats) return 0;
   size_t n = (end < s->ng_floats ? end : s->ng_floats) - base;
-  float *dev[ZT_OPT_KINDS] = {s->d_master, s->d_m, s->d_v};
+  const zt_ops *o = t->be.ops;
+  void *dev[ZT_OPT_KINDS] = {s->d_master, s->d_m, s->d_v};
   for (int k = 0; k < ZT_OPT_KINDS; k++) {
-    if (in[k])
-      t->be.ops->to_device(t->be.ctx, dev[k] + base, in[k], n * sizeof(float));
-    else
-      t->be.ops->zero(t->be.ctx, dev[k] + base, n * sizeof(float));
+    size_t es = zt_opt_store_kind_bytes(k, s->sd);
+    void *to = (char *)dev[k] + base * es;
+    if (!in[k]) {
+      o->zero(t->be.ctx, to, n * es);
+    } else if (es == sizeof(float)) {
+      o->to_device(t->be.ctx, to, in[k], n * sizeof(float));
+    } else { /* narrowed on the backend from the gradients (read_device_units) */
+      o->to_device(t->be.ctx, s->d_grad + base, in[k], n * sizeof(float));
+      o->cast(t->be.ctx, to, ZT_BF16, s->d_grad + base, ZT_F32, n);
+    }
   }
   if (s->d_lp)
     t->be.ops->cast(t->be.ctx, (char *)s->d_lp + base * zt_dtype_size(s->dt), s->dt,
@@ -68,13 +108,13 @@ static int off_read_state(zt_trainer *t, int u0, int u1, float *params, float *m
   if (rc == 0) rc = lrc;
   if (rc == 0) rc = frc;
   for (int k = 0; k < ZT_OPT_KINDS && a < b && rc == 0; k++)
-    if (out[k]) memcpy(out[k] + (a - base), s->h[k] + (a - s->lo), (b - a) * sizeof(float));
+    if (out[k]) kind_out(s, k, out[k] + (a - base), zt__off_host_at(s, k, a), b - a);
   const zt_opt_set *x = &s->sets[0];
   for (int u = u0 > s->nh ? u0 : s->nh; u < u1 && rc == 0; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
     if ((rc = zt_opt_store_sync(s->opt, u, 0)) < 0) break;
     for (int k = 0; k < ZT_OPT_KINDS; k++)
-      if (out[k]) memcpy(out[k] + (ui->offset - base), x->buf[k], ui->numel * sizeof(float));
+      if (out[k]) kind_out(s, k, out[k] + (ui->offset - base), x->buf[k], ui->numel);
   }
   if (rc < 0) {
     snprintf(err, errlen, "%s", zt_opt_store_error(s->opt, rc));
@@ -100,22 +140,13 @@ int zt__off_write_state(zt_trainer *t, int u0, int u1, const float *params, cons
   int rc = zt__off_pend_finish(t), lrc = zt__off_land(t), frc = zt_opt_store_finish(s->opt);
   if (rc == 0) rc = lrc;
   if (rc == 0) rc = frc;
-  for (int k = 0; k < ZT_OPT_KINDS && a < b; k++) {
-    if (!s->h[k]) continue;
-    if (in[k])
-      memcpy(s->h[k] + (a - s->lo), in[k] + (a - base), (b - a) * sizeof(float));
-    else
-      memset(s->h[k] + (a - s->lo), 0, (b - a) * sizeof(float));
-  }
+  for (int k = 0; k < ZT_OPT_KINDS && a < b; k++)
+    if (s->h[k]) kind_in(s, k, zt__off_host_at(s, k, a), in[k] ? in[k] + (a - base) : NULL, b - a);
   const zt_opt_set *x = &s->sets[0];
   for (int u = u0 > s->nh ? u0 : s->nh; u < u1 && rc == 0; u++) {
     const zt_unit_info *ui = zt_model_unit(t->model, u);
-    for (int k = 0; k < ZT_OPT_KINDS; k++) {
-      if (in[k])
-        memcpy(x->buf[k], in[k] + (ui->offset - base), ui->numel * sizeof(float));
-      else
-        memset(x->buf[k], 0, ui->numel * sizeof(float));
-    }
+    for (int k = 0; k < ZT_OPT_KINDS; k++)
+      kind_in(s, k, x->buf[k], in[k] ? in[k] + (ui->offset - base) : NULL, ui->numel);
     rc = zt_opt_store_sync(s->opt, u, 1);
   }
   /* the host copy the units stream from */

@@ -291,7 +291,7 @@ static int off_begin(void *ctx, zt__step_walk *w) {
   x->t0 = zt_now_ns();
   x->hp = (zt_adam_hparams){.lr = w->a->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
                             .weight_decay = c->weight_decay, .step = w->a->adam_step,
-                            .grad_scale = 1.0f};
+                            .grad_scale = 1.0f, .seed = c->seed};
   w->deferred = x->defer = s->delayed && w->a->step > 1;
   memset(s->updated, 0, (size_t)s->nu);
   /* the device-resident units accumulate every micro-batch in place, as without offload; so do

@@ -7,7 +7,7 @@
 
 /* p, m, v: the unit's masters and moments (in the flat host buffers or a staging set); src: NULL,
  * or (delayed fp32) the current masters, which p receives before its update. */
-static int submit_unit_adam(zt_trainer *t, int u, float *p, const float *src, float *m, float *v,
+static int submit_unit_adam(zt_trainer *t, int u, float *p, const float *src, void *m, void *v,
                             const zt_adam_hparams *hp) {
   off_state *s = t->path_state;
   size_t base = zt_model_unit(t->model, u)->offset;
@@ -16,7 +16,7 @@ static int submit_unit_adam(zt_trainer *t, int u, float *p, const float *src, fl
   size_t pre = u < s->nh && s->scopy_nxt && u >= s->scopy0
                    ? s->scopy_off[u + 1] - s->scopy_off[u] : 0;
   zt_opt_io io = {.p = p, .src = src, .m = m, .v = v, .g = zt__off_grads_of(t, u),
-                  .lp = lp ? lp + (base - s->lo) : NULL,
+                  .index0 = base, .lp = lp ? lp + (base - s->lo) : NULL,
                   .out = pre ? s->scopy_nxt + s->scopy_off[u] : NULL, .out_n = pre};
   int rc = zt_opt_store_submit(s->opt, u, &io, hp);
   if (rc == 0) s->adam_units++;
@@ -38,7 +38,8 @@ int zt__off_opt_updated(void *ctx, int u, const zt_opt_set *set) {
 int zt__off_update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
   off_state *s = t->path_state;
   if (u < s->ng) {
-    /* on the device, queued behind the backward; the compute copy rewritten in the same pass */
+    /* on the device, queued behind the backward; the compute copy rewritten in the same pass;
+     * bf16 moments rounded with the bits of their flat index, as without offload */
     const zt_ops *o = t->be.ops;
     size_t es = zt_dtype_size(s->dt);
     s->copy->ops->compute_mark(s->copy, 0);
@@ -46,9 +47,16 @@ int zt__off_update_unit(zt_trainer *t, int u, const zt_adam_hparams *hp) {
     for (int r = s->first_run[u]; r < s->first_run[u + 1]; r++) {
       const zt_opt_run *a = &s->runs[r];
       size_t o0 = base + a->offset;
-      o->adamw_dt(t->be.ctx, s->d_master + o0, s->d_grad + o0, s->d_m + o0, s->d_v + o0, a->n,
-                  hp->lr, hp->beta1, hp->beta2, hp->eps, a->decay ? hp->weight_decay : 0.0f,
-                  hp->step, hp->grad_scale, s->d_lp ? (char *)s->d_lp + o0 * es : NULL, s->dt);
+      float wd = a->decay ? hp->weight_decay : 0.0f;
+      void *lp = s->d_lp ? (char *)s->d_lp + o0 * es : NULL;
+      if (s->sd == ZT_BF16)
+        o->adamw_sr(t->be.ctx, s->d_master + o0, s->d_grad + o0, (uint16_t *)s->d_m + o0,
+                    (uint16_t *)s->d_v + o0, a->n, hp->lr, hp->beta1, hp->beta2, hp->eps, wd,
+                    hp->step, hp->grad_scale, lp, lp ? s->dt : ZT_F32, hp->seed, o0);
+      else
+        o->adamw_dt(t->be.ctx, s->d_master + o0, s->d_grad + o0, (float *)s->d_m + o0,
+                    (float *)s->d_v + o0, a->n, hp->lr, hp->beta1, hp->beta2, hp->eps, wd,
+                    hp->step, hp->grad_scale, lp, s->dt);
     }
     s->copy->ops->compute_mark(s->copy, 1);
     s->gpu_unit_updates++;

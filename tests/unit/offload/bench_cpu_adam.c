@@ -3,7 +3,7 @@
  *   bench_cpu_adam [N] [THREADS]     (N params, default 50 M; THREADS default: every online core)
  *
  * AdamW on each path on one thread, then on a pool of THREADS workers, with and without the
- * bf16 or fp16 copy the step sends back to the GPU. On the same pool, over the same arrays: STREAM's copy
+ * bf16 or fp16 copy the step sends back to the GPU, and with bf16 moments. On the same pool, over the same arrays: STREAM's copy
  * (a = b) and triad (a = b + s*c), and AdamW's access pattern without its arithmetic (p, m, v +=
  * g: p, g, m, v read, p, m, v written in place), the most an AdamW could move. Each figure is the
  * best of 3.
@@ -162,6 +162,36 @@ int main(int argc, char **argv) {
     printf("  %-22s %8.1f Mparams/s %7.2f GB/s  (34 B/param: +2 %s written)\n", name,
            n / best / 1e6, 34.0 * n / best / 1e9, lp_names[k]);
   }
+  /* bf16 moments (zt_cpu_adam_run_bf16): 24 B/param by the same convention (12 read, 12
+   * counted written), the rounding's counter hash on top of the arithmetic */
+  uint16_t *m16 = calloc(n, sizeof *m16), *v16 = calloc(n, sizeof *v16);
+  for (int isa = ZT_CPU_ISA_SCALAR; m16 && v16 && isa <= ZT_CPU_ISA_AVX512 + 1; isa++) {
+    int pooled = isa > ZT_CPU_ISA_AVX512;
+    double best = 1e30;
+    if (!pooled && !zt_cpu_isa_supported((zt_cpu_isa)isa)) continue;
+    for (int rep = 0; rep < 3; rep++) {
+      double t0 = now();
+      if (pooled) {
+        zt_cpu_adam_task t = {.p = p, .g = g, .m = m16, .v = v16, .state = ZT_BF16, .n = n,
+                              .h = h};
+        zt_cpu_adam_step(pool, &t);
+      } else {
+        zt_cpu_adam_run_bf16((zt_cpu_isa)isa, &h, p, g, m16, v16, NULL, NULL, n, 0);
+      }
+      double dt = now() - t0;
+      if (dt < best) best = dt;
+      h.step++;
+    }
+    char name[64];
+    if (pooled)
+      snprintf(name, sizeof name, "pool x%d, bf16 m v", threads);
+    else
+      snprintf(name, sizeof name, "%s x1, bf16 m v", zt_cpu_isa_name(isa));
+    printf("  %-22s %8.1f Mparams/s %7.2f GB/s  (24 B/param)\n", name, n / best / 1e6,
+           24.0 * n / best / 1e9);
+  }
+  free(m16);
+  free(v16);
   /* The AdamW runs are done: their arrays become scratch. */
   mem_args copy = {.a = m, .b = g}, triad = {.a = p, .b = g, .c = v};
   mem_args pattern = {.a = p, .b = g, .m = m, .v = v};

@@ -4,7 +4,9 @@
  * and wide exponents, at lengths that leave every kind of SIMD tail; the bf16 copy must equal an
  * independent round-to-nearest-even, the fp16 copy the backend's adamw_dt's and an independent
  * IEEE half rounding. Then the fp16 copy of every path on the values where conversions differ:
- * overflow, the tie at 65520, NaNs with payloads, half subnormals and their ties. */
+ * overflow, the tie at 65520, NaNs with payloads, half subnormals and their ties. Then the
+ * bf16-moment variant (zt_cpu_adam_run_bf16, a pool task of state bf16) of every path bitwise
+ * the backend's adamw_sr, at an index0 and a seed of their own, on one thread and on pools. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -243,6 +245,98 @@ static void check_fp16_edges(void) {
 static const size_t lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 65536 + 13, 3 * 65536 + 5};
 enum { NLEN = sizeof lengths / sizeof lengths[0] };
 
+/* bf16 moments: the parameters, m, v and the compute copies against the backend's adamw_sr over
+ * three steps. isa < 0: a pool task of -isa threads. The seed and index0 differ per case so that
+ * a path using the wrong bits of the wrong element shows. */
+static void run_case_bf16(int isa_or_threads, const zt_adam_hparams *h0, size_t n, int lp,
+                          zt_cpu_pool *pool) {
+  state want, got;
+  uint16_t *wm = calloc(n + 1, 2), *wv = calloc(n + 1, 2), *gm = calloc(n + 1, 2);
+  uint16_t *gv = calloc(n + 1, 2), *wlp = calloc(n + 1, 2);
+  uint64_t index0 = 12345 + 7 * n;
+  char what[128];
+  if (!wm || !wv || !gm || !gv || !wlp) abort();
+  state_init(&want, n, 2000 + n);
+  state_init(&got, n, 2000 + n);
+  for (size_t i = 0; i < n; i++) { /* moments that are bf16 values, as the state holds */
+    wm[i] = gm[i] = zt_f32_to_bf16(want.m[i]);
+    wv[i] = gv[i] = zt_f32_to_bf16(want.v[i]);
+  }
+  for (int step = 1; step <= 3; step++) {
+    zt_adam_hparams h = *h0;
+    h.step = step;
+    h.seed = 0x5eed0000u + n;
+    state_grads(&want, 91 * step + n);
+    state_grads(&got, 91 * step + n);
+    ref.ops->adamw_sr(ref.ctx, want.p, want.g, wm, wv, n, h.lr, h.beta1, h.beta2, h.eps,
+                      h.weight_decay, step, h.grad_scale, wlp, (lp & LP_BF16) ? ZT_BF16 : ZT_F32,
+                      h.seed, index0);
+    uint16_t *bf = (lp & LP_BF16) ? got.bf : NULL, *hf = (lp & LP_FP16) ? got.h : NULL;
+    int rc;
+    if (pool) {
+      zt_cpu_adam_task t = {.p = got.p, .g = got.g, .m = gm, .v = gv, .state = ZT_BF16,
+                            .index0 = index0, .p_bf16 = bf, .p_fp16 = hf, .n = n, .h = h};
+      rc = zt_cpu_adam_step(pool, &t);
+      snprintf(what, sizeof what, "bf16 state: pool(%d threads, %s) n=%zu step %d",
+               isa_or_threads, zt_cpu_isa_name(t.isa), n, step);
+    } else {
+      rc = zt_cpu_adam_run_bf16((zt_cpu_isa)isa_or_threads, &h, got.p, got.g, gm, gv, bf, hf, n,
+                                index0);
+      snprintf(what, sizeof what, "bf16 state: %s n=%zu step %d bf16=%d fp16=%d",
+               zt_cpu_isa_name(isa_or_threads), n, step, !!bf, !!hf);
+    }
+    OT_CHECK(rc == 0, "%s: %d", what, rc);
+    size_t i;
+    OT_CHECK((i = diff(got.p, want.p, n)) == SIZE_MAX, "%s: p[%zu] %a != %a", what, i, got.p[i],
+             want.p[i]);
+    for (i = 0; i < n && gm[i] == wm[i] && gv[i] == wv[i]; i++) {}
+    OT_CHECK(i == n, "%s: m[%zu] %04x (want %04x), v %04x (want %04x)", what, i, gm[i], wm[i],
+             gv[i], wv[i]);
+    for (i = 0; (lp & LP_BF16) && i < n && got.bf[i] == wlp[i]; i++) {}
+    OT_CHECK(!(lp & LP_BF16) || i == n, "%s: bf16 copy [%zu] %04x != %04x", what, i, got.bf[i],
+             wlp[i]);
+    for (i = 0; (lp & LP_FP16) && i < n && got.h[i] == ref_fp16(got.p[i]); i++) {}
+    OT_CHECK(!(lp & LP_FP16) || i == n, "%s: fp16 copy [%zu]", what, i);
+    OT_CHECK(gm[n] == 0 && gv[n] == 0 && got.bf[n] == 0 && got.h[n] == 0,
+             "%s: written past the end", what);
+  }
+  state_free(&want);
+  state_free(&got);
+  free(wm), free(wv), free(gm), free(gv), free(wlp);
+}
+
+/* bf16 moments that are NaN or infinite, in every lane and the tail: a NaN moment stays the
+ * canonical 0x7fc0, an infinite one infinite, as the reference rounds them (the parameters are
+ * not compared: a NaN's payload is the arithmetic's). */
+static void check_bf16_state_edges(void) {
+  enum { N = 16 * 5 + 7 };
+  static const uint16_t mvals[] = {0x7fc0, 0x7f80, 0xff80, 0x3f80, 0x0000, 0x8000, 0x7f7f,
+                                   0xffc1};
+  static float p[N], g[N], want_p[N];
+  static uint16_t m[N], v[N], want_m[N], want_v[N];
+  zt_adam_hparams h = hsets[0];
+  h.step = 2;
+  h.seed = 99;
+  for (int isa = ZT_CPU_ISA_SCALAR; isa <= ZT_CPU_ISA_AVX512; isa++) {
+    if (!zt_cpu_isa_supported((zt_cpu_isa)isa)) continue;
+    for (size_t i = 0; i < N; i++) {
+      p[i] = want_p[i] = 0.25f * (float)(i % 7) - 0.5f;
+      g[i] = 0.125f * (float)(i % 5) - 0.25f;
+      m[i] = want_m[i] = mvals[(i * 3) % 8];
+      v[i] = want_v[i] = mvals[(i * 5) % 8] & 0x7fff; /* v >= 0 or a NaN */
+    }
+    ref.ops->adamw_sr(ref.ctx, want_p, g, want_m, want_v, N, h.lr, h.beta1, h.beta2, h.eps,
+                      h.weight_decay, h.step, h.grad_scale, NULL, ZT_F32, h.seed, 1000);
+    OT_CHECK(zt_cpu_adam_run_bf16((zt_cpu_isa)isa, &h, p, g, m, v, NULL, NULL, N, 1000) == 0,
+             "bf16 state edges run");
+    size_t i;
+    for (i = 0; i < N && m[i] == want_m[i] && v[i] == want_v[i]; i++) {}
+    OT_CHECK(i == N, "%s: bf16 state edge [%zu]: m %04x (want %04x), v %04x (want %04x)",
+             zt_cpu_isa_name(isa), i, m[i % N], want_m[i % N], v[i % N], want_v[i % N]);
+    printf("%s: bf16 moments that are NaN or infinite as the reference\n", zt_cpu_isa_name(isa));
+  }
+}
+
 int main(void) {
   if (zt_backend_cpu_open(&ref, 1) < 0) return 1;
   /* the bf16 reference itself, on hand-worked values */
@@ -268,7 +362,24 @@ int main(void) {
     printf("%s: bitwise equal to the reference\n", zt_cpu_isa_name(isa));
   }
   printf("best: %s\n", zt_cpu_isa_name(zt_cpu_isa_best()));
+  for (int isa = ZT_CPU_ISA_SCALAR; isa <= ZT_CPU_ISA_AVX512; isa++) {
+    if (!zt_cpu_isa_supported((zt_cpu_isa)isa)) {
+      float x = 0;
+      uint16_t y = 0;
+      zt_adam_hparams h = hsets[0];
+      h.step = 1;
+      OT_CHECK(zt_cpu_adam_run_bf16((zt_cpu_isa)isa, &h, &x, &x, &y, &y, NULL, NULL, 1, 0) ==
+                   -ENOTSUP, "unsupported ISA accepted (bf16 state)");
+      continue;
+    }
+    for (size_t hs = 0; hs < sizeof hsets / sizeof hsets[0]; hs++)
+      for (int li = 0; li < NLEN; li++)
+        for (int lp = 0; lp <= (LP_BF16 | LP_FP16); lp++)
+          run_case_bf16(isa, &hsets[hs], lengths[li], lp, NULL);
+    printf("%s: bf16 state bitwise equal to the reference's adamw_sr\n", zt_cpu_isa_name(isa));
+  }
   check_fp16_edges();
+  check_bf16_state_edges();
 
   static const int threads[] = {1, 2, 4};
   for (int ti = 0; ti < 3; ti++) {
@@ -277,6 +388,8 @@ int main(void) {
     OT_CHECK(zt_cpu_pool_open(&pool, threads[ti], 1) == 0, "pool open");
     for (int li = 0; li < NLEN; li++)
       run_case(threads[ti], &hsets[li % 2], lengths[li], li % 4, pool);
+    for (int li = 0; li < NLEN; li++)
+      run_case_bf16(threads[ti], &hsets[li % 2], lengths[li], li % 4, pool);
     zt_cpu_pool_get_stats(pool, &st);
     printf("pool %d threads: %d pinned, %llu jobs, %llu chunks\n", st.threads, st.pinned_threads,
            (unsigned long long)st.jobs, (unsigned long long)st.chunks);
@@ -312,6 +425,9 @@ int main(void) {
     }
     zt_cpu_adam_task bad = {.n = 1, .h = hsets[0]}; /* step 0 */
     OT_CHECK(zt_cpu_adam_submit(pool, &bad) == -EINVAL, "step 0 accepted");
+    bad.h.step = 1;
+    bad.state = ZT_F16;
+    OT_CHECK(zt_cpu_adam_submit(pool, &bad) == -EINVAL, "fp16 state accepted");
     zt_cpu_pool_close(pool);
   }
 

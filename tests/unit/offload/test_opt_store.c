@@ -170,9 +170,11 @@ int main(void) {
     }
   }
 
-  OT_CHECK(zt_opt_store_file_bytes(1000) == 3 * 4096 &&
-               zt_opt_store_file_bytes(1024) == 3 * 4096 &&
-               zt_opt_store_file_bytes(1025) == 3 * 8192, "file bytes");
+  OT_CHECK(zt_opt_store_file_bytes(1000, ZT_F32) == 3 * 4096 &&
+               zt_opt_store_file_bytes(1024, ZT_F32) == 3 * 4096 &&
+               zt_opt_store_file_bytes(1025, ZT_F32) == 3 * 8192 &&
+               zt_opt_store_file_bytes(2048, ZT_BF16) == 8192 + 2 * 4096 &&
+               zt_opt_store_file_bytes(2049, ZT_BF16) == 3 * 4096 + 2 * 8192, "file bytes");
   zt_opt_store_cfg c = {.n_units = NU, .floats = floats, .runs = runs, .first_run = first_run,
                         .dt = ZT_BF16, .pool = pool, .nvme = nv, .nvme_first = NV0,
                         .names = names, .sets = {sets[0], sets[1]}, .updated = on_updated,

@@ -13,6 +13,7 @@
  * update drained) is the reference's; a checkpoint in the middle holds the state with every
  * update landed, and a trainer resumed from it continues bitwise as the one that wrote it. The
  * host arena is the plan's host bytes exactly, more than without the delay by the next buffers.
+ * bf16 moments (train.optimizer.state_dtype) against a reference updating them by adamw_sr.
  * The spec field is parsed and refused naming it. With the argument "unit", the same cases with
  * offload.order unit. */
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kernels/dtype.h"
 #include "engine/train/offload/offload.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer_internal.h"
@@ -34,6 +36,7 @@
 static zt_backend g_be;
 static int g_ga = 2;
 static zt_dtype g_dt = ZT_F32;
+static zt_dtype g_sd = ZT_F32; /* train.optimizer.state_dtype of the cases that follow */
 static zt_offload_order g_order = ZT_ORDER_AUTO; /* "unit" (argv): offload.order unit */
 
 /* An offloaded trainer opened with the planner's plan (the open checks a plan, never searches). */
@@ -63,6 +66,8 @@ static zt_train_cfg train_cfg(float clip) {
   tc.weight_decay = 0.1f;
   tc.grad_clip = clip;
   tc.precision = g_dt;
+  tc.state_dtype = g_sd;
+  if (g_sd == ZT_BF16) tc.seed = 77; /* the rounding bits' */
   return tc;
 }
 
@@ -96,6 +101,7 @@ typedef struct ref {
   zt_trainer *g;        /* a plain trainer: the gradients at the parameters given */
   size_t n, dev;        /* parameters; the device units' (updated at once) */
   float *p, *m, *v;     /* every update applied but the pending one */
+  uint16_t *m16, *v16;  /* bf16 moments: m and v as the state keeps them (m, v: widened) */
   float *grad, *pend_g; /* this step's gradients; the pending update's */
   uint16_t *lp;         /* scratch for adamw_dt's compute copy */
   int pend, pend_step;
@@ -120,7 +126,9 @@ static int ref_open(ref *r, const zt_model_cfg *mc, const zt_train_cfg *tc, int 
   r->grad = malloc(r->n * sizeof(float));
   r->pend_g = malloc(r->n * sizeof(float));
   r->lp = malloc(r->n * sizeof(uint16_t));
-  if (!r->p || !r->m || !r->v || !r->grad || !r->pend_g || !r->lp) exit(1);
+  r->m16 = calloc(r->n, sizeof(uint16_t));
+  r->v16 = calloc(r->n, sizeof(uint16_t));
+  if (!r->p || !r->m || !r->v || !r->grad || !r->pend_g || !r->lp || !r->m16 || !r->v16) exit(1);
   zt_trainer_get_state(r->g, r->p, NULL, NULL);
   start_scaler(&r->sc);
   return 0;
@@ -134,6 +142,8 @@ static void ref_close(ref *r) {
   free(r->grad);
   free(r->pend_g);
   free(r->lp);
+  free(r->m16);
+  free(r->v16);
 }
 
 /* AdamW over the parameters [a, b) (whole tensors) with gradients g, as the trainer's adamw_all
@@ -146,7 +156,12 @@ static void ref_adam(ref *r, size_t a, size_t b, const float *g, float lr, int s
     if (ti->offset < a || ti->offset >= b) continue;
     size_t x = ti->offset;
     float wd = ti->decay ? r->tc.weight_decay : 0.0f;
-    if (r->tc.precision != ZT_F32)
+    int lp = r->tc.precision != ZT_F32;
+    if (r->tc.state_dtype == ZT_BF16) /* rounded with the bits of the flat index */
+      o->adamw_sr(g_be.ctx, r->p + x, g + x, r->m16 + x, r->v16 + x, ti->numel, lr, r->tc.beta1,
+                  r->tc.beta2, r->tc.eps, wd, step, scale, lp ? r->lp + x : NULL,
+                  lp ? r->tc.precision : ZT_F32, r->tc.seed, x);
+    else if (lp)
       o->adamw_dt(g_be.ctx, r->p + x, g + x, r->m + x, r->v + x, ti->numel, lr, r->tc.beta1,
                   r->tc.beta2, r->tc.eps, wd, step, scale, r->lp + x, r->tc.precision);
     else
@@ -232,6 +247,10 @@ static int same_state(zt_trainer *t, ref *r, const char *what) {
   static const char *const names[] = {"parameters", "exp_avg", "exp_avg_sq"};
   float *x[3];
   const float *y[3] = {r->p, r->m, r->v};
+  for (size_t i = 0; r->tc.state_dtype == ZT_BF16 && i < r->n; i++) {
+    r->m[i] = zt_bf16_to_f32(r->m16[i]);
+    r->v[i] = zt_bf16_to_f32(r->v16[i]);
+  }
   for (int i = 0; i < 3; i++)
     if (!(x[i] = malloc(r->n * sizeof(float)))) exit(1);
   fails += MC_EXPECT(zt_trainer_get_state(t, x[0], x[1], x[2]) == 0, "%s: get_state", what);
@@ -275,8 +294,9 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   int fails = 0;
   char err[512], what[160];
   zt_model_cfg mc = model_cfg(arch);
-  snprintf(what, sizeof what, "%s %s, %s, %d micro-batch(es)%s", zt_arch_name(arch),
-           zt_dtype_name(g_dt), name, g_ga, ckpt_dir ? ", resumed" : "");
+  snprintf(what, sizeof what, "%s %s, %s, %d micro-batch(es)%s%s", zt_arch_name(arch),
+           zt_dtype_name(g_dt), name, g_ga, ckpt_dir ? ", resumed" : "",
+           g_sd == ZT_BF16 ? ", bf16 moments" : "");
   int32_t *tok = make_tokens(&mc, 5 + (uint64_t)arch);
   size_t per = step_tokens(&mc);
   zt_step_result got[STEPS] = {{0}}, want[STEPS] = {{0}}, plain[STEPS] = {{0}},
@@ -483,6 +503,16 @@ int main(int argc, char **argv) {
     fails += check_case(a, "host, resident", train_cfg(0), host, 0, dir);
     if (nvme) fails += check_case(a, "2 host units, rest nvme, clipped", train_cfg(0.5f), split,
                                   0, NULL);
+    /* bf16 moments (train.optimizer.state_dtype): the reference's AdamW is adamw_sr */
+    g_sd = ZT_BF16;
+    g_dt = ZT_F32;
+    fails += check_case(a, "host, streamed, clipped", train_cfg(0.5f), host, 1, dir);
+    fails += check_case(a, "2 device units, host", train_cfg(0), dev, 0, NULL);
+    g_dt = ZT_BF16;
+    fails += check_case(a, "host, streamed, clipped", train_cfg(0.5f), host, 1, NULL);
+    if (nvme) fails += check_case(a, "2 host units, rest nvme, streamed", train_cfg(0), split, 1,
+                                  dir);
+    g_sd = ZT_F32;
     g_dt = ZT_F32;
   }
   mc_rmtree(tmp);
