@@ -378,8 +378,11 @@ void zt_plan_step_cost(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
     double n = (double)ui->numel;
     c[u].fetch = (double)zt_offload_unit_fetch_bytes(m, u, tc->precision) / R->h2d_bytes;
     c[u].grads = n * sizeof(float) / R->d2h_bytes;
-    c[u].adam = n / R->adamw_params;
-    c[u].adam_alone = n / R->adamw_alone_params;
+    /* the pool is bound by memory: bf16 moments move 22 bytes a parameter to fp32's 34 (p, g,
+     * m, v read, p, m, v and the compute copy written) */
+    double moved = tc->state_dtype == ZT_BF16 ? 22.0 / 34.0 : 1.0;
+    c[u].adam = n * moved / R->adamw_params;
+    c[u].adam_alone = n * moved / R->adamw_alone_params;
     c[u].sumsq = n * sizeof(float) / R->sumsq_bytes;
     c[u].dev_adam = n * 18 / R->hbm_bytes;
     double file = (double)zt_opt_store_file_bytes(ui->numel, tc->state_dtype);

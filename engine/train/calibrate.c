@@ -514,8 +514,10 @@ static void flops_model(const zt_calibrate_cfg *c, zt_model_cfg *mc, zt_train_cf
                        .n_heads = 16, .n_layers = 2, .init_seed = 1};
   zt_train_cfg_defaults(tc);
   tc->steps = 1000;
-  tc->micro_batch = 4;
-  tc->grad_accum = 4;
+  /* 8192 tokens a micro-batch, as the benchmark rows' (B 8 x T 1024): the matmuls' row count
+   * is what the rate depends on beside the width */
+  tc->micro_batch = 8;
+  tc->grad_accum = 2;
   if (!cuda) {
     *mc = (zt_model_cfg){.arch = ZT_ARCH_GPT, .vocab = 256, .seq_len = 128, .d_model = 128,
                          .n_heads = 4, .n_layers = 2, .init_seed = 1};
