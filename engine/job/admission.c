@@ -305,7 +305,7 @@ static void advise(const zt_jobs_config *cfg, const zt_job_spec *given, char *er
 
 /* The checkpoints a job keeps live in its directory under the state dir: checkpoint.keep of
  * them and the one being written, each 12 bytes a parameter (the fp32 parameters, AdamW's m and
- * v) and a header of up to 2 KB a tensor a file. A disk without room for them is refused at
+ * v; 8 with bf16 moments, train.optimizer.state_dtype) and a header of up to 2 KB a tensor a file. A disk without room for them is refused at
  * submit with the sizes, not at the job's first save (an 8 B job's checkpoint is ~96 GB). */
 static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *s, char *err,
                                   size_t errlen) {
@@ -313,7 +313,8 @@ static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *
   struct statvfs v;
   int rc = zt_model_create(&m, &s->model, err, errlen);
   if (rc < 0) return rc;
-  double one = 12.0 * (double)zt_model_num_params(m) + 2.0 * 2048 * zt_model_num_tensors(m);
+  double per = 4.0 + 2.0 * (double)zt_dtype_size(s->train.state_dtype);
+  double one = per * (double)zt_model_num_params(m) + 2.0 * 2048 * zt_model_num_tensors(m);
   zt_model_destroy(m);
   /* a described machine's disk as given (not described: not checked), nothing of this one read */
   if (cfg->described && !cfg->disk_bytes) return 0;
@@ -331,8 +332,8 @@ static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *
   zt_size_format(b, sizeof b, all);
   zt_size_format(c, sizeof c, avail);
   snprintf(err, errlen, "checkpoint: the job's checkpoints take %s each (fp32 parameters, AdamW's "
-           "m and v), %d at once with checkpoint.keep %d: %s; %s%s has %s free%s",
-           a, s->ckpt_keep + 1, s->ckpt_keep, b,
+           "m and v in %s), %d at once with checkpoint.keep %d: %s; %s%s has %s free%s",
+           a, zt_dtype_name(s->train.state_dtype), s->ckpt_keep + 1, s->ckpt_keep, b,
            cfg->described ? "the target (target.nvme_bytes)" : "the state dir ",
            cfg->described ? "" : cfg->state_dir, c,
            s->ckpt_keep > 1 ? ": lower checkpoint.keep or free space" : ": free space");
