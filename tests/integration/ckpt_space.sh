@@ -37,6 +37,18 @@ for op in submit plan; do
   expect_fail 1 "; the state dir $STATE has " ztctl "$op" "$ZT_TMP/big.json"
   expect_fail 1 "free: lower checkpoint.keep or free space" ztctl "$op" "$ZT_TMP/big.json"
 done
+# bf16 moments: 8 bytes a parameter, and the refusal says which
+python3 - "$ZT_TMP/big.json" "$ZT_TMP/big16.json" <<'PY' || fail "the bf16-state spec"
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["train"].setdefault("optimizer", {})["state_dtype"] = "bf16"
+json.dump(s, open(sys.argv[2], "w"))
+PY
+size_of() { "$ZTCTL" --socket "$SOCK" plan "$1" 2>&1 | sed -n 's/.*checkpoints take \([0-9.]*\) .*/\1/p'; }
+expect_fail 1 "AdamW's m and v in bf16), " ztctl plan "$ZT_TMP/big16.json"
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(not 0.6 < b / a < 0.75)'  # 8/12, and the headers \
+  "$(size_of "$ZT_TMP/big.json")" "$(size_of "$ZT_TMP/big16.json")" ||
+  fail "bf16 moments' checkpoint: $(size_of "$ZT_TMP/big16.json") against $(size_of "$ZT_TMP/big.json")"
 job=$(submit "$ZT_TMP/small.json")
 wait_end "$job" done 120
 stop_ztd
