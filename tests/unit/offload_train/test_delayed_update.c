@@ -27,6 +27,7 @@
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
+#include "tests/unit/offload_train/otrain.h"
 
 #define STEPS 8
 #define B 2
@@ -38,15 +39,6 @@ static int g_ga = 2;
 static zt_dtype g_dt = ZT_F32;
 static zt_dtype g_sd = ZT_F32; /* train.optimizer.state_dtype of the cases that follow */
 static zt_offload_order g_order = ZT_ORDER_AUTO; /* "unit" (argv): offload.order unit */
-
-/* An offloaded trainer opened with the planner's plan (the open checks a plan, never searches). */
-static int open_planned(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
-                        const zt_offload_cfg *oc, const zt_backend *be, char *err,
-                        size_t errlen) {
-  zt_offload_placement p;
-  int rc = zt_offload_plan_make(mc, tc, oc, be->ops, &p, err, errlen);
-  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, oc, &p, be, err, errlen);
-}
 
 static zt_model_cfg model_cfg(zt_arch arch) {
   zt_model_cfg mc = mc_tiny(arch);
@@ -216,18 +208,6 @@ static int ref_step(ref *r, int k, const int32_t *tok, zt_step_result *res) {
 
 /* ---- checks ---------------------------------------------------------------------------------- */
 
-static int run(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
-               zt_step_result *res, const char *what) {
-  char err[512];
-  for (int i = from; i < to; i++) {
-    err[0] = 0;
-    if (MC_EXPECT(zt_trainer_step(t, tok + (size_t)i * per, &res[i], err, sizeof err) == 0,
-                  "%s: step %d: %s", what, i + 1, err))
-      return 1;
-  }
-  return 0;
-}
-
 static int same_steps(const zt_step_result *got, const zt_step_result *want, int from, int to,
                       const char *what, const char *whom) {
   int fails = 0;
@@ -262,30 +242,6 @@ static int same_state(zt_trainer *t, ref *r, const char *what) {
   return fails;
 }
 
-/* The smallest gpu_budget that opens with the parameters streamed (test_offload_train.c). */
-static size_t min_budget(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offload_cfg oc) {
-  char err[512];
-  zt_trainer *t = NULL;
-  oc.params = ZT_PLACE_GPU;
-  oc.gpu_budget = 0;
-  if (open_planned(&t, mc, tc, &oc, &g_be, err, sizeof err) < 0) return 0;
-  zt_offload_stats st;
-  zt_trainer_offload_stats(t, &st);
-  zt_trainer_close(t);
-  size_t lo = st.act_bytes, hi = st.device_budget;
-  oc.params = ZT_PLACE_HOST;
-  while (hi - lo > 1) {
-    oc.gpu_budget = lo + (hi - lo) / 2;
-    if (open_planned(&t, mc, tc, &oc, &g_be, err, sizeof err) == 0) {
-      hi = oc.gpu_budget;
-      zt_trainer_close(t);
-    } else {
-      lo = oc.gpu_budget;
-    }
-  }
-  return hi;
-}
-
 /* STEPS steps delayed against the reference and against the run without the delay; with
  * ckpt_dir a checkpoint after STEPS / 2 steps (the reference drains there too) that a fresh
  * delayed trainer resumes from. */
@@ -305,12 +261,12 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   ref r = {0};
   oc.delayed_update = 1;
   if (!oc.order) oc.order = g_order;
-  if (streamed) oc.gpu_budget = min_budget(&mc, &tc, oc);
+  if (streamed) oc.gpu_budget = ot_min_budget(&mc, &tc, oc, &g_be, ZT_ORDER_AUTO);
   if (MC_EXPECT(!streamed || oc.gpu_budget, "%s: no budget opens", what) ||
       ref_open(&r, &mc, &tc, oc.gpu_units > 0 ? oc.gpu_units : 0) ||
       MC_EXPECT(zt_trainer_open(&p, &mc, &tc, &g_be, err, sizeof err) == 0, "%s: %s", what,
                 err) ||
-      MC_EXPECT(open_planned(&d, &mc, &tc, &oc, &g_be, err, sizeof err) == 0,
+      MC_EXPECT(ot_open(&d, &mc, &tc, &oc, &g_be, ZT_ORDER_AUTO, err, sizeof err) == 0,
                 "%s: %s", what, err)) {
     fails++;
     goto out;
@@ -322,12 +278,12 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
     fails += ref_step(&r, i + 1, tok + (size_t)i * per, &want[i]);
     if (i + 1 == half && ckpt_dir) ref_drain(&r);
   }
-  fails += run(p, tok, per, 0, STEPS, plain, what);
-  fails += run(d, tok, per, 0, half, got, what);
+  fails += ot_run(p, tok, per, 0, STEPS, plain, what);
+  fails += ot_run(d, tok, per, 0, half, got, what);
   if (ckpt_dir) {
     fails += MC_EXPECT(zt_trainer_save(d, ckpt_dir, err, sizeof err) == 0, "%s: save: %s", what,
                        err);
-    fails += run(d, tok, per, half, STEPS, got, what);
+    fails += ot_run(d, tok, per, half, STEPS, got, what);
   }
   fails += same_steps(got, want, 0, STEPS, what, "reference");
   /* the delay is real: steps 1-2 as without it, then other losses */
@@ -382,7 +338,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
          plan.host_bytes, undelayed.host_bytes);
   if (ckpt_dir) {
     /* a fresh delayed trainer from the checkpoint: the continuation of the one that wrote it */
-    if (MC_EXPECT(open_planned(&c, &mc, &tc, &oc, &g_be, err, sizeof err) == 0,
+    if (MC_EXPECT(ot_open(&c, &mc, &tc, &oc, &g_be, ZT_ORDER_AUTO, err, sizeof err) == 0,
                   "%s: %s", what, err) ||
         MC_EXPECT(zt_trainer_load(c, ckpt_dir, err, sizeof err) == 0, "%s: load: %s", what,
                   err)) {
@@ -390,7 +346,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
       goto out;
     }
     if (g_dt == ZT_F16) c->scaler.growth_interval = F16_GROWTH; /* not in checkpoints */
-    fails += run(c, tok, per, half, STEPS, resumed, what);
+    fails += ot_run(c, tok, per, half, STEPS, resumed, what);
     fails += same_steps(resumed, got, half, STEPS, what, "the run that wrote the checkpoint");
     fails += same_state(c, &r, what);
   }
@@ -439,7 +395,7 @@ static int check_json_and_refusals(void) {
   zt_model_cfg mc = model_cfg(ZT_ARCH_GPT);
   zt_train_cfg tc = train_cfg(0);
   zt_trainer *t = NULL;
-  fails += MC_EXPECT(open_planned(&t, &mc, &tc, &oc, &g_be, err, sizeof err) ==
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &g_be, ZT_ORDER_AUTO, err, sizeof err) ==
                          -ENOTSUP && strstr(err, "offload.delayed_update") &&
                          strstr(err, "params nvme") && !t, "params nvme: %s", err);
   return fails;

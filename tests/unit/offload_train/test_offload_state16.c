@@ -15,6 +15,7 @@
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
+#include "tests/unit/offload_train/otrain.h"
 
 #define STEPS 6
 #define B 2
@@ -57,52 +58,6 @@ static int32_t *make_tokens(const zt_model_cfg *mc, uint64_t seed) {
   if (!tok) exit(1);
   mc_tokens(&seed, tok, STEPS * per, mc->vocab);
   return tok;
-}
-
-static int open_off(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
-                    const zt_offload_cfg *oc, char *err, size_t errlen) {
-  zt_offload_cfg c = *oc;
-  if (!c.order) c.order = g_order;
-  err[0] = 0;
-  zt_offload_placement p;
-  int rc = zt_offload_plan_make(mc, tc, &c, g_be.ops, &p, err, errlen);
-  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, &c, &p, &g_be, err, errlen);
-}
-
-/* The smallest gpu_budget that opens with the parameters streamed (test_offload_train.c). */
-static size_t min_budget(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offload_cfg oc) {
-  char err[512];
-  zt_trainer *t = NULL;
-  oc.params = ZT_PLACE_GPU;
-  oc.gpu_budget = 0;
-  if (open_off(&t, mc, tc, &oc, err, sizeof err) < 0) return 0;
-  zt_offload_stats st;
-  zt_trainer_offload_stats(t, &st);
-  zt_trainer_close(t);
-  size_t lo = st.act_bytes, hi = st.device_budget;
-  oc.params = ZT_PLACE_HOST;
-  while (hi - lo > 1) {
-    oc.gpu_budget = lo + (hi - lo) / 2;
-    if (open_off(&t, mc, tc, &oc, err, sizeof err) == 0) {
-      hi = oc.gpu_budget;
-      zt_trainer_close(t);
-    } else {
-      lo = oc.gpu_budget;
-    }
-  }
-  return hi;
-}
-
-static int run(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
-               zt_step_result *res, const char *what) {
-  char err[512];
-  for (int i = from; i < to; i++) {
-    err[0] = 0;
-    if (MC_EXPECT(zt_trainer_step(t, tok + (size_t)i * per, &res[i], err, sizeof err) == 0,
-                  "%s: step %d: %s", what, i + 1, err))
-      return 1;
-  }
-  return 0;
 }
 
 static int same_steps(const zt_step_result *got, const zt_step_result *want, int from, int to,
@@ -167,17 +122,18 @@ static int check_case(zt_arch arch, const char *name, zt_offload_cfg oc, int str
   zt_step_result ref[STEPS] = {{0}}, off[STEPS] = {{0}};
   zt_trainer *a = NULL, *b = NULL;
   if (streamed) {
-    oc.gpu_budget = min_budget(&mc, &tc, oc);
+    oc.gpu_budget = ot_min_budget(&mc, &tc, oc, &g_be, g_order);
     fails += MC_EXPECT(oc.gpu_budget > 0, "%s: no budget opens", what);
   }
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, &g_be, err, sizeof err) == 0, "%s: %s", what,
                 err) ||
-      MC_EXPECT(open_off(&b, &mc, &tc, &oc, err, sizeof err) == 0, "%s: %s", what, err)) {
+      MC_EXPECT(ot_open(&b, &mc, &tc, &oc, &g_be, g_order, err, sizeof err) == 0,
+                "%s: %s", what, err)) {
     fails++;
     goto out;
   }
-  fails += run(a, tok, per, 0, STEPS, ref, what);
-  fails += run(b, tok, per, 0, STEPS, off, what);
+  fails += ot_run(a, tok, per, 0, STEPS, ref, what);
+  fails += ot_run(b, tok, per, 0, STEPS, off, what);
   fails += same_steps(off, ref, 0, STEPS, what);
   fails += same_state(a, b, what);
   fails += bf16_moments(b, what);
@@ -212,38 +168,41 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc,
   size_t per = step_tokens(&mc);
   zt_step_result ref[STEPS] = {{0}}, got[STEPS] = {{0}};
   zt_trainer *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL;
-  load_oc.gpu_budget = min_budget(&mc, &tc, load_oc);
+  load_oc.gpu_budget = ot_min_budget(&mc, &tc, load_oc, &g_be, g_order);
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, &g_be, err, sizeof err) == 0, "%s", err) ||
-      MC_EXPECT(open_off(&b, &mc, &tc, &oc, err, sizeof err) == 0, "%s: %s", what, err) ||
-      MC_EXPECT(open_off(&c, &mc, &tc, &load_oc, err, sizeof err) == 0, "%s: %s", what, err) ||
+      MC_EXPECT(ot_open(&b, &mc, &tc, &oc, &g_be, g_order, err, sizeof err) == 0,
+                "%s: %s", what, err) ||
+      MC_EXPECT(ot_open(&c, &mc, &tc, &load_oc, &g_be, g_order, err, sizeof err) == 0,
+                "%s: %s", what, err) ||
       MC_EXPECT(zt_trainer_open(&d, &mc, &tc, &g_be, err, sizeof err) == 0, "%s", err) ||
-      MC_EXPECT(open_off(&e, &mc, &tc, &oc, err, sizeof err) == 0, "%s: %s", what, err)) {
+      MC_EXPECT(ot_open(&e, &mc, &tc, &oc, &g_be, g_order, err, sizeof err) == 0,
+                "%s: %s", what, err)) {
     fails++;
     goto out;
   }
-  fails += run(a, tok, per, 0, STEPS / 2, ref, "plain");
+  fails += ot_run(a, tok, per, 0, STEPS / 2, ref, "plain");
   fails += MC_EXPECT(zt_trainer_save(a, pdir, err, sizeof err) == 0, "plain save: %s", err);
-  fails += run(a, tok, per, STEPS / 2, STEPS, ref, "plain");
-  fails += run(b, tok, per, 0, STEPS / 2, got, what);
+  fails += ot_run(a, tok, per, STEPS / 2, STEPS, ref, "plain");
+  fails += ot_run(b, tok, per, 0, STEPS / 2, got, what);
   fails += MC_EXPECT(zt_trainer_save(b, dir, err, sizeof err) == 0, "%s: save: %s", what, err);
   /* offloaded -> offloaded elsewhere; c ran a step of its own first, which the load replaces */
   zt_step_result scratch[STEPS] = {{0}};
-  fails += run(c, tok, per, STEPS - 1, STEPS, scratch, what);
+  fails += ot_run(c, tok, per, STEPS - 1, STEPS, scratch, what);
   fails += MC_EXPECT(zt_trainer_load(c, dir, err, sizeof err) == 0, "%s: load: %s", what, err);
-  fails += run(c, tok, per, STEPS / 2, STEPS, got, what);
+  fails += ot_run(c, tok, per, STEPS / 2, STEPS, got, what);
   fails += same_steps(got, ref, 0, STEPS, what);
   fails += same_state(a, c, what);
   /* offloaded -> plain */
   zt_step_result plain[STEPS] = {{0}};
   fails += MC_EXPECT(zt_trainer_load(d, dir, err, sizeof err) == 0, "plain load: %s", err);
-  fails += run(d, tok, per, STEPS / 2, STEPS, plain, "offloaded checkpoint, plain trainer");
+  fails += ot_run(d, tok, per, STEPS / 2, STEPS, plain, "offloaded checkpoint, plain trainer");
   fails += same_steps(plain, ref, STEPS / 2, STEPS, "offloaded checkpoint, plain trainer");
   fails += same_state(a, d, "offloaded checkpoint, plain trainer");
   /* plain -> offloaded */
   zt_step_result off[STEPS] = {{0}};
   fails += MC_EXPECT(zt_trainer_load(e, pdir, err, sizeof err) == 0, "offloaded load of a "
                      "plain checkpoint: %s", err);
-  fails += run(e, tok, per, STEPS / 2, STEPS, off, "plain checkpoint, offloaded trainer");
+  fails += ot_run(e, tok, per, STEPS / 2, STEPS, off, "plain checkpoint, offloaded trainer");
   fails += same_steps(off, ref, STEPS / 2, STEPS, "plain checkpoint, offloaded trainer");
   fails += same_state(a, e, "plain checkpoint, offloaded trainer");
   if (!fails) printf("ok: %s\n", what);

@@ -32,6 +32,7 @@
 #include "engine/train/trainer_internal.h"
 #include "offload/nvme_store.h"
 #include "tests/unit/model/mcheck.h"
+#include "tests/unit/offload_train/otrain.h"
 
 #define STEPS 10
 #define B 2
@@ -111,16 +112,6 @@ static int32_t *make_tokens(const zt_model_cfg *mc, uint64_t seed) {
   return tok;
 }
 
-static int run(zt_trainer *t, const int32_t *tok, size_t per, int from, int to,
-               zt_step_result *res, const char *what) {
-  char err[512];
-  for (int i = from; i < to; i++) {
-    int rc = zt_trainer_step(t, tok + (size_t)i * per, &res[i], err, sizeof err);
-    if (MC_EXPECT(rc == 0, "%s: step %d: %s", what, i + 1, err)) return 1;
-  }
-  return 0;
-}
-
 /* Steps [from, to) of two runs: the same losses bitwise, the same steps skipped, the same loss
  * scales. */
 static int same_steps(const zt_step_result *got, const zt_step_result *want, int from, int to,
@@ -167,46 +158,6 @@ static int same_state(zt_trainer *a, zt_trainer *b, const char *what) {
   return fails;
 }
 
-static int open_off(zt_trainer **t, const zt_model_cfg *mc, const zt_train_cfg *tc,
-                    const zt_offload_cfg *oc, const zt_backend *be, char *err, size_t errlen) {
-  zt_offload_cfg c = *oc;
-  if (!c.order) c.order = g_order;
-  err[0] = 0;
-  zt_offload_placement p;
-  int rc = zt_offload_plan_make(mc, tc, &c, be->ops, &p, err, errlen);
-  return rc < 0 ? rc : zt_trainer_open_offload(t, mc, tc, &c, &p, be, err, errlen);
-}
-
-/* The smallest gpu_budget that opens with params streamed. The device needs the same whatever
- * the homes, so the search runs on the host tier (no files to create per try). */
-static size_t min_budget(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offload_cfg oc,
-                         const zt_backend *be) {
-  char err[512];
-  zt_trainer *t = NULL;
-  zt_offload_place streamed = ZT_PLACE_HOST;
-  oc.optimizer = ZT_PLACE_HOST;
-  oc.host_units = -1;
-  oc.host_budget = 0;
-  oc.params = ZT_PLACE_GPU;
-  oc.gpu_budget = 0;
-  if (open_off(&t, mc, tc, &oc, be, err, sizeof err) < 0) return 0;
-  zt_offload_stats st;
-  zt_trainer_offload_stats(t, &st);
-  zt_trainer_close(t);
-  size_t lo = st.act_bytes, hi = st.device_budget; /* lo fails, hi opens */
-  oc.params = streamed;
-  while (hi - lo > 1) {
-    oc.gpu_budget = lo + (hi - lo) / 2;
-    if (open_off(&t, mc, tc, &oc, be, err, sizeof err) == 0) {
-      hi = oc.gpu_budget;
-      zt_trainer_close(t);
-    } else {
-      lo = oc.gpu_budget;
-    }
-  }
-  return hi;
-}
-
 /* One offloaded run against the reference losses and final state. */
 static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offload_cfg oc,
                       int want_streaming) {
@@ -220,18 +171,19 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   zt_step_result ref[STEPS] = {{0}}, off[STEPS] = {{0}};
   zt_trainer *a = NULL, *b = NULL;
   if (want_streaming) {
-    oc.gpu_budget = min_budget(&mc, &tc, oc, &be);
+    oc.gpu_budget = ot_min_budget(&mc, &tc, oc, &be, g_order);
     fails += MC_EXPECT(oc.gpu_budget > 0, "%s: no budget opens", what);
   }
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, &be, err, sizeof err) == 0, "%s: %s", what, err) ||
-      MC_EXPECT(open_off(&b, &mc, &tc, &oc, &be, err, sizeof err) == 0, "%s: %s", what, err)) {
+      MC_EXPECT(ot_open(&b, &mc, &tc, &oc, &be, g_order, err, sizeof err) == 0,
+                "%s: %s", what, err)) {
     fails++;
     goto out;
   }
   start_scaler(a, F16_GROWTH);
   start_scaler(b, F16_GROWTH);
-  fails += run(a, tok, per, 0, STEPS, ref, what);
-  fails += run(b, tok, per, 0, STEPS, off, what);
+  fails += ot_run(a, tok, per, 0, STEPS, ref, what);
+  fails += ot_run(b, tok, per, 0, STEPS, off, what);
   fails += same_steps(off, ref, 0, STEPS, what);
   fails += same_state(a, b, what);
   /* fp16: skipped steps update nothing and invalidate no device copy, so a resident unit is not
@@ -432,12 +384,12 @@ static int check_auto_units(zt_arch arch) {
   zt_train_cfg tc = train_cfg(0, 0);
   zt_offload_cfg oc;
   zt_offload_cfg_defaults(&oc);
-  oc.gpu_budget = min_budget(&mc, &tc, oc, &g_be);
+  oc.gpu_budget = ot_min_budget(&mc, &tc, oc, &g_be, g_order);
   int prev = -1;
   for (int k = 0; k < 3; k++) {
     zt_trainer *t = NULL;
     zt_offload_stats st;
-    if (MC_EXPECT(open_off(&t, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "%s", err))
+    if (MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &g_be, g_order, err, sizeof err) == 0, "%s", err))
       return fails + 1;
     zt_trainer_offload_stats(t, &st);
     zt_trainer_close(t);
@@ -463,7 +415,8 @@ static int check_auto_ckpt(zt_arch arch) {
   zt_train_cfg tc = train_cfg(0, 1), plain = train_cfg(0, 0);
   zt_offload_cfg oc;
   zt_offload_cfg_defaults(&oc);
-  size_t tight = min_budget(&mc, &tc, oc, &g_be), loose = min_budget(&mc, &plain, oc, &g_be);
+  size_t tight = ot_min_budget(&mc, &tc, oc, &g_be, g_order),
+         loose = ot_min_budget(&mc, &plain, oc, &g_be, g_order);
   fails += MC_EXPECT(tight < loose, "%s: checkpointing does not lower the budget (%zu, %zu)",
                      zt_arch_name(arch), tight, loose);
   tc.ckpt_every = ZT_CKPT_AUTO;
@@ -474,7 +427,7 @@ static int check_auto_ckpt(zt_arch arch) {
   zt_offload_stats st;
   oc.gpu_budget = tight;
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, &g_be, err, sizeof err) == 0, "%s", err) ||
-      MC_EXPECT(open_off(&b, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "auto at %zu: %s",
+      MC_EXPECT(ot_open(&b, &mc, &tc, &oc, &g_be, g_order, err, sizeof err) == 0, "auto at %zu: %s",
                 tight, err)) {
     fails++;
     goto out;
@@ -483,11 +436,11 @@ static int check_auto_ckpt(zt_arch arch) {
   fails += MC_EXPECT(st.ckpt_every > 0 && st.device_budget <= tight && st.est_step_s > 0,
                      "%s auto at the checkpointed minimum: every %d, %zu bytes, est %g s",
                      zt_arch_name(arch), st.ckpt_every, st.device_budget, st.est_step_s);
-  fails += run(a, tok, per, 0, STEPS, ref, "auto ckpt reference");
-  fails += run(b, tok, per, 0, STEPS, off, "auto ckpt");
+  fails += ot_run(a, tok, per, 0, STEPS, ref, "auto ckpt reference");
+  fails += ot_run(b, tok, per, 0, STEPS, off, "auto ckpt");
   fails += same_steps(off, ref, 0, STEPS, "auto ckpt");
   oc.gpu_budget = 4 * loose;
-  if (MC_EXPECT(open_off(&c, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "%s", err)) {
+  if (MC_EXPECT(ot_open(&c, &mc, &tc, &oc, &g_be, g_order, err, sizeof err) == 0, "%s", err)) {
     fails++;
     goto out;
   }
@@ -573,7 +526,7 @@ static int check_ckpt_read_fault(zt_offload_cfg oc, const char *tmp) {
   oc.gpu_units = -1;
   snprintf(dir, sizeof dir, "%s/fault-ckpt", tmp);
   setenv("ZT_FAULT_NVME", "eio:read:1", 1);
-  int rc = open_off(&t, &mc, &tc, &oc, &g_be, err, sizeof err);
+  int rc = ot_open(&t, &mc, &tc, &oc, &g_be, g_order, err, sizeof err);
   unsetenv("ZT_FAULT_NVME");
   if (MC_EXPECT(rc == 0, "open with a read fault armed: %s", err)) return 1;
   rc = zt_trainer_save(t, dir, err, sizeof err);
@@ -602,11 +555,12 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc,
   zt_step_result ref[STEPS] = {{0}}, off[STEPS] = {{0}};
   zt_trainer *a = NULL, *b = NULL, *c = NULL;
   snprintf(dir, sizeof dir, "%s/%s-ckpt", tmp, zt_arch_name(arch));
-  oc.gpu_budget = min_budget(&mc, &tc, oc, &be);
-  load_oc.gpu_budget = min_budget(&mc, &tc, load_oc, &be);
+  oc.gpu_budget = ot_min_budget(&mc, &tc, oc, &be, g_order);
+  load_oc.gpu_budget = ot_min_budget(&mc, &tc, load_oc, &be, g_order);
   if (MC_EXPECT(zt_trainer_open(&a, &mc, &tc, &be, err, sizeof err) == 0, "%s", err) ||
-      MC_EXPECT(open_off(&b, &mc, &tc, &oc, &be, err, sizeof err) == 0, "%s: %s", what, err) ||
-      MC_EXPECT(open_off(&c, &mc, &tc, &load_oc, &be, err, sizeof err) == 0, "%s: %s", what,
+      MC_EXPECT(ot_open(&b, &mc, &tc, &oc, &be, g_order, err, sizeof err) == 0,
+                "%s: %s", what, err) ||
+      MC_EXPECT(ot_open(&c, &mc, &tc, &load_oc, &be, g_order, err, sizeof err) == 0, "%s: %s", what,
                 err)) {
     fails++;
     goto out;
@@ -614,8 +568,8 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc,
   /* fp16: skipped steps at the start; the scale the checkpoint carries is not the default */
   start_scaler(a, ZT_LOSS_SCALE_INTERVAL);
   start_scaler(b, ZT_LOSS_SCALE_INTERVAL);
-  fails += run(a, tok, per, 0, STEPS, ref, "resume reference");
-  fails += run(b, tok, per, 0, STEPS / 2, off, what);
+  fails += ot_run(a, tok, per, 0, STEPS, ref, "resume reference");
+  fails += ot_run(b, tok, per, 0, STEPS / 2, off, what);
   fails += MC_EXPECT(zt_trainer_save(b, dir, err, sizeof err) == 0, "%s: save: %s", what, err);
   char pattern[STEPS + 1];
   if (tc.precision == ZT_F16)
@@ -625,11 +579,11 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc,
                        pattern, (double)ref[STEPS / 2 - 1].loss_scale);
   /* c has run a step of its own first: the load must replace its state and device copies */
   zt_step_result scratch[STEPS] = {{0}};
-  fails += run(c, tok, per, STEPS - 1, STEPS, scratch, what);
+  fails += ot_run(c, tok, per, STEPS - 1, STEPS, scratch, what);
   fails += MC_EXPECT(zt_trainer_load(c, dir, err, sizeof err) == 0, "%s: load: %s", what, err);
   fails += MC_EXPECT(zt_trainer_step_count(c) == STEPS / 2, "%s: step count %d after load",
                      what, zt_trainer_step_count(c));
-  fails += run(c, tok, per, STEPS / 2, STEPS, off, what);
+  fails += ot_run(c, tok, per, STEPS / 2, STEPS, off, what);
   fails += same_steps(off, ref, 0, STEPS, what);
   fails += same_state(a, c, what);
   /* the checkpoint of an offloaded job resumes without offload too */
@@ -639,7 +593,7 @@ static int check_resume(zt_arch arch, zt_offload_cfg oc, zt_offload_cfg load_oc,
       MC_EXPECT(zt_trainer_load(d, dir, err, sizeof err) == 0, "plain load: %s", err)) {
     fails++;
   } else {
-    fails += run(d, tok, per, STEPS / 2, STEPS, plain, "resume without offload");
+    fails += ot_run(d, tok, per, STEPS / 2, STEPS, plain, "resume without offload");
     fails += same_steps(plain, ref, STEPS / 2, STEPS, "resume without offload");
   }
   zt_trainer_close(d);
@@ -664,71 +618,71 @@ static int check_refusals(void) {
                      zt_offload_place_parse("disk", &p) == -EINVAL, "place parse");
   zt_offload_cfg_defaults(&oc);
   oc.optimizer = ZT_PLACE_NVME;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.nvme_dir"), "nvme without a directory: %s", err);
   snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/nonexistent/zt-offload");
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) < 0 &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) < 0 &&
                      strstr(err, "offload.nvme_dir"), "missing nvme_dir: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.params = ZT_PLACE_NVME;
   snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -ENOTSUP &&
                      strstr(err, "offload.params"), "params nvme, optimizer host: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.grads = ZT_PLACE_NVME;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -ENOTSUP &&
                      strstr(err, "offload.grads"), "nvme grads: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.prefetch = 17;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.prefetch"), "prefetch: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.gpu_budget = 4096;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -ENOMEM &&
                      strstr(err, "offload.gpu_budget is 4 KiB; streaming needs at least "),
                      "tiny budget: %s", err);
   oc.params = ZT_PLACE_GPU;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -ENOMEM &&
                      strstr(err, "offload.params gpu"), "resident in a tiny budget: %s", err);
   /* the host and NVMe split */
   zt_offload_cfg_defaults(&oc);
   oc.optimizer = ZT_PLACE_HOST;
   oc.host_units = 2;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.host_units") && strstr(err, "optimizer nvme or auto"),
                      "host_units with optimizer host: %s", err);
   oc.optimizer = ZT_PLACE_NVME;
   oc.host_units = 7;
   snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.host_units is 7; after 0 unit(s) on the device the "
                             "model has 6"), "host_units past the units: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.host_units = 2;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.host_units 2 leaves 4 unit(s) for NVMe: "
                             "offload.nvme_dir is required"), "host_units without nvme: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.host_budget = 4096;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOMEM &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -ENOMEM &&
                      strstr(err, "offload.host_budget is 4 KiB (4096 bytes)") &&
                      strstr(err, "offload.nvme_dir"), "tiny host budget: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.optimizer = ZT_PLACE_NVME;
   oc.nvme_budget = 4096;
   snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOSPC &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -ENOSPC &&
                      strstr(err, "offload.nvme_budget is 4 KiB (4096 bytes)"),
                      "tiny nvme budget: %s", err);
   oc.host_units = -2;
-  fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -EINVAL &&
+  fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -EINVAL &&
                      strstr(err, "offload.host_units must be >= 0"), "host_units -2: %s", err);
   zt_offload_cfg_defaults(&oc);
   oc.params = oc.optimizer = ZT_PLACE_NVME;
   snprintf(oc.nvme_dir, sizeof oc.nvme_dir, "/tmp");
   for (zt_dtype dt = ZT_BF16; dt <= ZT_F16; dt++) {
     tc.precision = dt;
-    fails += MC_EXPECT(open_off(&t, &mc, &tc, &oc, &be, err, sizeof err) == -ENOTSUP &&
+    fails += MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &be, g_order, err, sizeof err) == -ENOTSUP &&
                        strstr(err, "offload.params: nvme") && strstr(err, zt_dtype_name(dt)),
                        "%s params nvme: %s", zt_dtype_name(dt), err);
   }
@@ -764,7 +718,7 @@ static int check_nonfinite(const char *tmp) {
     zt_offload_cfg oc;
     zt_offload_cfg_defaults(&oc);
     zt_trainer *t = NULL;
-    if (MC_EXPECT(open_off(&t, &mc, &tc, &oc, &g_be, err, sizeof err) == 0, "%s", err)) {
+    if (MC_EXPECT(ot_open(&t, &mc, &tc, &oc, &g_be, g_order, err, sizeof err) == 0, "%s", err)) {
       fails++;
       continue;
     }
@@ -888,7 +842,7 @@ static int check_order(zt_arch arch) {
   oc.order = ZT_ORDER_MICRO;
   /* micro-major's smallest budget, with room for unit-major's activations beside the same
    * arena: both stream */
-  oc.gpu_budget = min_budget(&mc, &tc, oc, &g_be);
+  oc.gpu_budget = ot_min_budget(&mc, &tc, oc, &g_be, g_order);
   zt_offload_plan micro, unit, any;
   int rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &micro, err, sizeof err);
   oc.gpu_budget += (size_t)(tc.grad_accum - 1) * micro.act_bytes;
