@@ -194,8 +194,7 @@ static double update(sim *s, int u, int alone) {
 static void unit_done(sim *s, int u) {
   if (u < s->ng) return;
   wait_for(s, s->grads_at[u]);
-  s->q[Q_RUN] += s->c[u].sumsq;
-  s->busy[Q_RUN] += s->c[u].sumsq;
+  run_on(s, Q_RUN, 0, s->c[u].sumsq);
   s->updated[u] = 1;
   update(s, u, 0);
 }
@@ -249,29 +248,20 @@ static void wait_all(sim *s, const double *at) {
   for (int u = s->ng; u < s->nu; u++) wait_for(s, at[u]);
 }
 
-/* One step; step index k (0-based). */
+/* One step; step index k (0-based). Micro-major: each micro-batch's forward and backward;
+ * unit-major: one forward of them all, then one backward of them all or (um_back 0) each
+ * micro-batch's. The first backward lands the updates the step before left running. */
 static void step(sim *s, int k) {
   int defer = s->delayed && k > 0;
   int overlap = !s->clip_waits && !defer;
   memset(s->updated, 0, (size_t)s->nu);
   if (s->dsum) wait_all(s, s->grads_at);
-  if (!s->unit_major) {
-    for (int j = 0; j < s->ga; j++) {
-      forward(s, 1);
-      if (s->landing) wait_all(s, s->updated_at); /* the backward's land() */
-      s->landing = 0;
-      backward(s, 1, j == 0, j == s->ga - 1, overlap && j == s->ga - 1);
-    }
-  } else {
-    forward(s, s->ga);
-    if (s->landing) wait_all(s, s->updated_at);
+  for (int j = 0; j < s->ga; j++) {
+    if (!s->unit_major || j == 0) forward(s, s->unit_major ? s->ga : 1);
+    if (s->landing) wait_all(s, s->updated_at); /* the backward's land() */
     s->landing = 0;
-    if (s->um_back) {
-      backward(s, s->ga, 1, 1, overlap);
-    } else {
-      for (int j = 0; j < s->ga; j++)
-        backward(s, 1, j == 0, j == s->ga - 1, overlap && j == s->ga - 1);
-    }
+    if (s->um_back && j == 0) backward(s, s->ga, 1, 1, overlap);
+    if (!s->um_back) backward(s, 1, j == 0, j == s->ga - 1, overlap && j == s->ga - 1);
   }
   /* the norm: every write-back, the deferred update of the step before, the host's sum where
    * the overlap did not take it, the device units' (a sync) */
@@ -280,8 +270,7 @@ static void step(sim *s, int k) {
   if (!overlap) {
     double sum = 0;
     for (int u = s->ng; u < s->nu; u++) sum += s->c[u].sumsq;
-    s->q[Q_RUN] += sum;
-    s->busy[Q_RUN] += sum;
+    run_on(s, Q_RUN, 0, sum);
   }
   if (s->ng) wait_for(s, s->q[Q_DEV]);
   /* the updates the overlap did not reach (off_update): landing in the forward's order, the
