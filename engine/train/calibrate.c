@@ -196,64 +196,85 @@ out:
 
 /* ---- the host: AdamW pool, sum of squares ------------------------------------------------- */
 
+/* A copy between page-locked host memory and the backend's, as the streamer moves units:
+ * pinned as the host arena pins the offload's buffers (cudaHostRegister, or mlock), through the
+ * copy engine the streamer uses. */
+typedef struct copy_rig {
+  const zt_host_mem_ops *hm;
+  zt_copy_engine *e;
+  void *host, *dev;
+  size_t bytes;
+  int pin_err; /* locking refused: the host memory is unpinned */
+} copy_rig;
+
+static void rig_close(const zt_backend *be, copy_rig *k) {
+  zt_copy_close(k->e);
+  if (k->dev) be->ops->free(be->ctx, k->dev);
+  if (k->host) k->hm->free(k->hm->ctx, k->host, k->bytes, k->pin_err == 0);
+  *k = (copy_rig){0};
+}
+
+/* what: names the measurement in err */
+static int rig_open(const zt_calibrate_cfg *c, const zt_backend *be, const char *what,
+                    copy_rig *k, char *err, size_t errlen) {
+  int cuda = strcmp(c->backend, "cuda") == 0, rc;
+  *k = (copy_rig){.hm = cuda ? zt_host_mem_cuda() : &zt_host_mem_cpu,
+                  .bytes = c->quick ? COPY_BYTES_QUICK : COPY_BYTES};
+  if (!k->hm) {
+    snprintf(err, errlen, "%s: this build has no pinned host memory for %s", what, c->backend);
+    return -ENOTSUP;
+  }
+  if ((rc = k->hm->alloc(k->hm->ctx, k->bytes, &k->host, &k->pin_err)) < 0) {
+    snprintf(err, errlen, "%s: %zu MiB of host memory: %s", what, k->bytes / MIB, strerror(-rc));
+    k->host = NULL;
+    return rc;
+  }
+  memset(k->host, 1, k->bytes);
+  if (!(k->dev = be->ops->alloc(be->ctx, k->bytes))) {
+    snprintf(err, errlen, "%s: %zu MiB of %s memory: out of memory", what, k->bytes / MIB,
+             c->backend);
+    rig_close(be, k);
+    return -ENOMEM;
+  }
+  be->ops->zero(be->ctx, k->dev, k->bytes);
+  if ((rc = be->ops->sync(be->ctx)) < 0) {
+    snprintf(err, errlen, "%s: %s", what, be->ops->error_text(be->ctx));
+    rig_close(be, k);
+    return rc;
+  }
+  rc = cuda ? zt_copy_cuda_open(&k->e, zt_backend_device(be), zt_backend_stream(be))
+            : zt_copy_cpu_open(&k->e, 0);
+  if (rc < 0) {
+    snprintf(err, errlen, "%s: opening the %s copy engine: %s", what, c->backend,
+             strerror(-rc));
+    rig_close(be, k);
+  }
+  return rc;
+}
+
 /* The pool's AdamW step timed (best of BEST_OF) while the copy engine runs device-to-host
  * copies of COPY_BYTES into pinned memory, queued ahead enough to outlast each step. */
 static int time_adam_beside_copies(const zt_calibrate_cfg *c, const zt_backend *be,
                                    zt_cpu_pool *pool, zt_cpu_adam_task *task, uint64_t *best,
                                    char *err, size_t errlen) {
-  int cuda = strcmp(c->backend, "cuda") == 0, rc, pin_err = 0;
-  size_t bytes = c->quick ? COPY_BYTES_QUICK : COPY_BYTES;
-  const zt_host_mem_ops *hm = cuda ? zt_host_mem_cuda() : &zt_host_mem_cpu;
-  zt_copy_engine *e = NULL;
-  void *host = NULL, *dev = NULL;
+  copy_rig k;
   *best = UINT64_MAX;
-  if (!hm) {
-    snprintf(err, errlen, "AdamW beside copies: this build has no pinned host memory for %s",
-             c->backend);
-    return -ENOTSUP;
-  }
-  if ((rc = hm->alloc(hm->ctx, bytes, &host, &pin_err)) < 0) {
-    snprintf(err, errlen, "AdamW beside copies: %zu MiB of host memory: %s", bytes / MIB,
-             strerror(-rc));
-    return rc;
-  }
-  memset(host, 1, bytes);
-  if (!(dev = be->ops->alloc(be->ctx, bytes))) {
-    snprintf(err, errlen, "AdamW beside copies: %zu MiB of %s memory: out of memory",
-             bytes / MIB, c->backend);
-    rc = -ENOMEM;
-    goto out;
-  }
-  be->ops->zero(be->ctx, dev, bytes);
-  rc = be->ops->sync(be->ctx);
-  if (rc == 0)
-    rc = cuda ? zt_copy_cuda_open(&e, zt_backend_device(be), zt_backend_stream(be))
-              : zt_copy_cpu_open(&e, 0);
-  if (rc < 0) {
-    snprintf(err, errlen, "AdamW beside copies: the %s copy engine: %s", c->backend,
-             strerror(-rc));
-    goto out;
-  }
-  for (int i = 0; i < BEST_OF; i++) {
+  int rc = rig_open(c, be, "AdamW beside copies", &k, err, errlen);
+  for (int i = 0; i < BEST_OF && rc == 0; i++) {
     int64_t ticket = 0;
     /* at the link's speed 4 * COPIES copies take longer than a step of the pool */
-    for (int k = 0; k < 4 * COPIES && ticket >= 0; k++) ticket = e->ops->d2h(e, host, dev, bytes);
+    for (int j = 0; j < 4 * COPIES && ticket >= 0; j++)
+      ticket = k.e->ops->d2h(k.e, k.host, k.dev, k.bytes);
     task->h.step++;
     uint64_t t0 = zt_now_ns();
     int arc = ticket < 0 ? 0 : zt_cpu_adam_step(pool, task);
     uint64_t dt = zt_now_ns() - t0;
-    rc = ticket < 0 ? (int)ticket : e->ops->wait(e, ZT_COPY_D2H, ticket);
+    rc = ticket < 0 ? (int)ticket : k.e->ops->wait(k.e, ZT_COPY_D2H, ticket);
     if (rc == 0) rc = arc;
-    if (rc < 0) {
-      snprintf(err, errlen, "AdamW beside copies: %s", strerror(-rc));
-      goto out;
-    }
-    if (dt < *best) *best = dt;
+    if (rc < 0) snprintf(err, errlen, "AdamW beside copies: %s", strerror(-rc));
+    else if (dt < *best) *best = dt;
   }
-out:
-  zt_copy_close(e);
-  if (dev) be->ops->free(be->ctx, dev);
-  hm->free(hm->ctx, host, bytes, pin_err == 0);
+  rig_close(be, &k);
   return rc;
 }
 
@@ -385,63 +406,33 @@ static int time_copies(zt_copy_engine *e, zt_copy_queue q, void *dev, void *host
 
 static int measure_copies(const zt_calibrate_cfg *c, const zt_backend *be, FILE *out,
                           zt_plan_rates *r, char *err, size_t errlen) {
-  int cuda = strcmp(c->backend, "cuda") == 0, rc, pin_err = 0;
-  size_t bytes = c->quick ? COPY_BYTES_QUICK : COPY_BYTES;
-  /* pinned as the host arena pins the offload's buffers: cudaHostRegister, or mlock */
-  const zt_host_mem_ops *hm = cuda ? zt_host_mem_cuda() : &zt_host_mem_cpu;
-  zt_copy_engine *e = NULL;
-  void *host = NULL, *dev = NULL;
-  uint64_t t_start = zt_now_ns();
-  if (!hm) {
-    snprintf(err, errlen, "copies: this build has no pinned host memory for %s", c->backend);
-    return -ENOTSUP;
-  }
-  if ((rc = hm->alloc(hm->ctx, bytes, &host, &pin_err)) < 0) {
-    snprintf(err, errlen, "copies: %zu MiB of host memory: %s", bytes / MIB, strerror(-rc));
-    host = NULL;
+  int cuda = strcmp(c->backend, "cuda") == 0;
+  copy_rig k;
+  uint64_t t_start = zt_now_ns(), h2d, d2h;
+  int rc = rig_open(c, be, "copies", &k, err, errlen);
+  if (rc < 0) return rc;
+  if ((rc = time_copies(k.e, ZT_COPY_H2D, k.dev, k.host, k.bytes, &h2d, err, errlen)) < 0)
     goto out;
-  }
-  memset(host, 1, bytes);
-  if (!(dev = be->ops->alloc(be->ctx, bytes))) {
-    snprintf(err, errlen, "copies: %zu MiB of %s memory: out of memory", bytes / MIB,
-             c->backend);
-    rc = -ENOMEM;
-    goto out;
-  }
-  be->ops->zero(be->ctx, dev, bytes);
-  if ((rc = be->ops->sync(be->ctx)) < 0) {
-    snprintf(err, errlen, "copies: %s", be->ops->error_text(be->ctx));
-    goto out;
-  }
-  rc = cuda ? zt_copy_cuda_open(&e, zt_backend_device(be), zt_backend_stream(be))
-            : zt_copy_cpu_open(&e, 0);
-  if (rc < 0) {
-    snprintf(err, errlen, "copies: opening the %s copy engine: %s", c->backend, strerror(-rc));
-    goto out;
-  }
-  uint64_t h2d, d2h;
-  if ((rc = time_copies(e, ZT_COPY_H2D, dev, host, bytes, &h2d, err, errlen)) < 0) goto out;
-  line l = {.key = "h2d_bytes", .unit = "B/s", .value = (double)bytes * COPIES / secs(h2d),
+  line l = {.key = "h2d_bytes", .unit = "B/s", .value = (double)k.bytes * COPIES / secs(h2d),
             .seconds = secs(zt_now_ns() - t_start)};
-  const char *pinned = pin_err ? "unpinned (locking refused)" : "pinned";
+  const char *pinned = k.pin_err ? "unpinned (locking refused)" : "pinned";
   snprintf(l.what, sizeof l.what, "%s copy engine, host to %s: %d x %zu MiB from %s host "
-           "memory, best of %d", e->ops->name, cuda ? "device" : "backend memory (memcpy)",
-           COPIES, bytes / MIB, pinned, BEST_OF);
+           "memory, best of %d", k.e->ops->name, cuda ? "device" : "backend memory (memcpy)",
+           COPIES, k.bytes / MIB, pinned, BEST_OF);
   r->h2d_bytes = l.value;
   print_line(out, &l);
   t_start = zt_now_ns();
-  if ((rc = time_copies(e, ZT_COPY_D2H, dev, host, bytes, &d2h, err, errlen)) < 0) goto out;
-  l = (line){.key = "d2h_bytes", .unit = "B/s", .value = (double)bytes * COPIES / secs(d2h),
+  if ((rc = time_copies(k.e, ZT_COPY_D2H, k.dev, k.host, k.bytes, &d2h, err, errlen)) < 0)
+    goto out;
+  l = (line){.key = "d2h_bytes", .unit = "B/s", .value = (double)k.bytes * COPIES / secs(d2h),
              .seconds = secs(zt_now_ns() - t_start)};
   snprintf(l.what, sizeof l.what, "%s copy engine, %s to host: %d x %zu MiB into %s host "
-           "memory, best of %d", e->ops->name, cuda ? "device" : "backend memory (memcpy)",
-           COPIES, bytes / MIB, pinned, BEST_OF);
+           "memory, best of %d", k.e->ops->name, cuda ? "device" : "backend memory (memcpy)",
+           COPIES, k.bytes / MIB, pinned, BEST_OF);
   r->d2h_bytes = l.value;
   print_line(out, &l);
 out:
-  zt_copy_close(e);
-  if (dev) be->ops->free(be->ctx, dev);
-  if (host) hm->free(hm->ctx, host, bytes, pin_err == 0);
+  rig_close(be, &k);
   return rc;
 }
 
