@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
              os.device_budget, os.act_bytes, os.arena_budget, os.arena_peak, os.host_bytes,
              zt_offload_place_name(os.params), zt_offload_place_name(os.grads), os.dsum_bytes,
              os.ckpt_every, os.unit_major ? "unit" : "micro",
-             (unsigned long long)os.adam_landed, os.est_step_s, os.est.compute_s, os.est.h2d_s,
+             (unsigned long long)os.adam_landed, os.est.step_s, os.est.compute_s, os.est.h2d_s,
              os.est.d2h_s, os.est.adam_s, os.est.nvme_s, os.est.runner_s, os.gpu_units,
              os.gpu_unit_bytes,
              (unsigned long long)os.fetches,

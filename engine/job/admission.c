@@ -198,7 +198,7 @@ static int fit(const zt_jobs_config *cfg, zt_job_spec *spec, int offload, zt__jo
 /* The cost model's step time of a sized spec: an offloaded rank's plan, else its compute. */
 static double step_s(const zt_job_spec *spec, const zt__job_needs *needs) {
   char why[ZT__ERR_MAX];
-  if (needs->has_plan) return needs->plan.est_s;
+  if (needs->has_plan) return needs->plan.est.step_s;
   zt_model *m = NULL;
   if (zt_model_create(&m, &spec->model, why, sizeof why) < 0) return HUGE_VAL;
   zt_train_cfg tc = zt__job_rank_train_cfg(spec);

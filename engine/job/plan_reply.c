@@ -85,7 +85,7 @@ json_t *zt__job_plan_reply(const zt_jobs_config *cfg, const zt_job_spec *sp,
                   "host_units", p.host_units, "grad_slots", p.grad_slots,
                   "ckpt_every", p.ckpt_every, "params", zt_offload_place_name(p.params),
                   "grads", zt_offload_place_name(p.grads), "dsum_bytes", (json_int_t)p.dsum_bytes,
-                  "est_step_s", p.est_step_s, "h2d_bytes", (json_int_t)p.h2d_bytes,
+                  "est_step_s", p.est.step_s, "h2d_bytes", (json_int_t)p.h2d_bytes,
                   "d2h_bytes", (json_int_t)p.d2h_bytes, "nvme_step_bytes",
                   (json_int_t)p.nvme_step_bytes));
   }

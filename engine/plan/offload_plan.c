@@ -365,7 +365,6 @@ static int plan_try_order(const zt_model *m, const zt_train_cfg *tc, const zt_of
     rc = place_optimizer(m, &c, tc, strcmp(ops->name, "cpu") == 0, ring, &p->z, err, errlen);
   if (rc < 0) return rc;
   zt_plan_step_cost(m, tc, p, oc->prefetch, &p->est);
-  p->est_s = p->est.step_s;
   p->nvme_bytes = state_file_bytes(m, p->z.nh, tc->state_dtype);
   double h2d, d2h;
   plan_transfers(m, tc, p, &h2d, &d2h);
@@ -387,7 +386,7 @@ static int plan_try(const zt_model *m, const zt_train_cfg *tc, const zt_offload_
   zt_offload_placement q;
   char why[512];
   if (plan_try_order(m, tc, oc, ops, ck, place, ng, dsum, 1, -1, &q, why, sizeof why) == 0 &&
-      (rc < 0 || q.est_s < p->est_s * (1 - ZT_PLAN_TIE))) {
+      (rc < 0 || q.est.step_s < p->est.step_s * (1 - ZT_PLAN_TIE))) {
     *p = q;
     rc = 0;
   }
@@ -454,7 +453,7 @@ static int plan_search(const zt_model *m, const zt_train_cfg *tc, const zt_offlo
           if (rc < 0) continue;
           /* a later candidate (more recompute, streamed parameters, fewer units on the
            * device: more moving parts) must be faster by more than the estimate's grain */
-          if (!found || p.est_s < best->est_s * (1 - ZT_PLAN_TIE)) *best = p;
+          if (!found || p.est.step_s < best->est.step_s * (1 - ZT_PLAN_TIE)) *best = p;
           found = 1;
         }
     }
@@ -512,7 +511,6 @@ zt_offload_plan zt_offload_plan_summary(const zt_offload_placement *p) {
                            .grads = p->z.dsum ? ZT_PLACE_GPU : ZT_PLACE_HOST,
                            .dsum_bytes = p->z.dsum_bytes,
                            .unit_major = p->unit_major,
-                           .est_step_s = p->est_s,
                            .est = p->est,
                            .h2d_bytes = p->h2d_bytes,
                            .d2h_bytes = p->d2h_bytes,

@@ -44,8 +44,8 @@ typedef struct zt_offload_plan {
   zt_offload_place grads;  /* where the step's gradient sums are kept, as resolved: gpu, host */
   size_t dsum_bytes;       /* grads gpu: their device buffer (in device_bytes) */
   int unit_major;          /* offload.order as resolved: 1 unit, 0 micro */
-  double est_step_s;       /* the cost model's step time (engine/plan/rates.h's rates) */
-  zt_step_cost est;        /* its parts: each queue's busy time in that step */
+  zt_step_cost est;        /* the cost model's step (engine/plan/rates.h's rates) and its
+                              parts: each queue's busy time in that step */
   /* the transfers a step is expected to make: parameters and running gradient sums to the
    * device, gradients to the host (streamed parameters: at most, the streamer keeps what fits),
    * NVMe reads plus writes */
@@ -117,8 +117,7 @@ typedef struct zt_offload_placement {
   size_t gpu_budget, host_budget; /* offload's budgets as planned under (0: none) */
   uint64_t nvme_budget;
   int units;               /* the model's */
-  double est_s;            /* the cost model's step time */
-  zt_step_cost est;        /* and its parts */
+  zt_step_cost est;        /* the cost model's step time and its parts */
   uint64_t nvme_bytes;     /* the NVMe files */
   uint64_t h2d_bytes, d2h_bytes; /* a step's expected copies (zt_offload_plan) */
 } zt_offload_placement;

@@ -18,7 +18,7 @@ json_t *zt_offload_plan_to_json(const zt_offload_placement *p) {
       s.gpu_units, "host_units", s.host_units, "grad_slots", s.grad_slots, "grads",
       zt_offload_place_name(s.grads), "delayed_update", p->delayed, "budgets", "gpu",
       (json_int_t)p->gpu_budget, "host", (json_int_t)p->host_budget, "nvme",
-      (json_int_t)p->nvme_budget, "estimate", "step_s", s.est_step_s, "units", s.units,
+      (json_int_t)p->nvme_budget, "estimate", "step_s", s.est.step_s, "units", s.units,
       "device_bytes", (json_int_t)s.device_bytes, "host_bytes", (json_int_t)s.host_bytes,
       "nvme_bytes", (json_int_t)s.nvme_bytes, "act_bytes", (json_int_t)s.act_bytes,
       "arena_bytes", (json_int_t)s.arena_bytes);
@@ -144,7 +144,7 @@ int zt_offload_plan_from_json(const json_t *j, zt_offload_placement *out, char *
   out->nvme_bytes = (uint64_t)v[11];
   out->act_bytes = (size_t)v[12];
   out->z.arena = (size_t)v[13];
-  out->est_s = json_number_value(step);
+  out->est.step_s = json_number_value(step);
   return 0;
 }
 

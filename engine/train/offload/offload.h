@@ -38,8 +38,8 @@ typedef struct zt_offload_stats {
   zt_offload_place params; /* the plan's home of the parameters between uses */
   zt_offload_place grads;  /* where the step's gradient sums are kept: gpu, host */
   size_t dsum_bytes;     /* grads gpu: their device buffer */
-  double est_step_s;     /* the plan's step time by the planner's cost model */
-  zt_step_cost est;      /* its parts: each queue's busy time, to set beside the timeline's */
+  zt_step_cost est;      /* the plan's step by the planner's cost model, and each queue's busy
+                            time in it, to set beside the timeline's */
   int unit_major;        /* offload.order as the plan resolved it: 1 unit, 0 micro */
   size_t gpu_unit_bytes; /* their device buffers */
   uint64_t gpu_unit_updates; /* unit updates run by the backend's AdamW */

@@ -247,7 +247,6 @@ int zt_trainer_offload_stats(const zt_trainer *t, zt_offload_stats *out) {
                             .grad_slots = s->ring,
                             .ckpt_every = t->tc.ckpt_every,
                             .params = s->oc.params,
-                            .est_step_s = s->est.step_s,
                             .est = s->est,
                             .unit_major = s->unit_major,
                             .gpu_unit_bytes = s->dev_unit_bytes,

@@ -265,7 +265,7 @@ static int check_case(zt_arch arch, const char *name, zt_train_cfg tc, zt_offloa
   size_t est_host = plan.host_bytes, est_dev = plan.device_bytes;
   fails += MC_EXPECT(plan.gpu_units == st.gpu_units && plan.host_units == st.host_units &&
                      plan.grad_slots == st.grad_slots && plan.ckpt_every == st.ckpt_every &&
-                     plan.params == st.params && plan.est_step_s == st.est_step_s &&
+                     plan.params == st.params && plan.est.step_s == st.est.step_s &&
                      plan.grads == st.grads && plan.dsum_bytes == st.dsum_bytes &&
                      plan.act_bytes == st.act_bytes && plan.arena_bytes == st.arena_budget &&
                      plan.gpu_unit_bytes == st.gpu_unit_bytes,
@@ -433,9 +433,9 @@ static int check_auto_ckpt(zt_arch arch) {
     goto out;
   }
   zt_trainer_offload_stats(b, &st);
-  fails += MC_EXPECT(st.ckpt_every > 0 && st.device_budget <= tight && st.est_step_s > 0,
+  fails += MC_EXPECT(st.ckpt_every > 0 && st.device_budget <= tight && st.est.step_s > 0,
                      "%s auto at the checkpointed minimum: every %d, %zu bytes, est %g s",
-                     zt_arch_name(arch), st.ckpt_every, st.device_budget, st.est_step_s);
+                     zt_arch_name(arch), st.ckpt_every, st.device_budget, st.est.step_s);
   fails += ot_run(a, tok, per, 0, STEPS, ref, "auto ckpt reference");
   fails += ot_run(b, tok, per, 0, STEPS, off, "auto ckpt");
   fails += same_steps(off, ref, 0, STEPS, "auto ckpt");
@@ -853,14 +853,14 @@ static int check_order(zt_arch arch) {
   if (rc == 0) rc = zt_offload_estimate(&mc, &tc, &oc, g_be.ops, &any, err, sizeof err);
   if (MC_EXPECT(rc == 0, "%s order: %s", zt_arch_name(arch), err)) return 1;
   /* untied, the streamed units are fetched twice a step instead of twice a micro-batch */
-  int cheaper = unit.est_step_s < micro.est_step_s * (1 - ZT_PLAN_TIE), tied = arch == ZT_ARCH_GPT;
+  int cheaper = unit.est.step_s < micro.est.step_s * (1 - ZT_PLAN_TIE), tied = arch == ZT_ARCH_GPT;
   fails += MC_EXPECT(!micro.unit_major && unit.unit_major &&
                          unit.act_bytes == (size_t)tc.grad_accum * micro.act_bytes &&
                          (tied || (unit.h2d_bytes < micro.h2d_bytes && cheaper)) &&
                          any.unit_major == cheaper &&
-                         any.est_step_s == (cheaper ? unit : micro).est_step_s,
+                         any.est.step_s == (cheaper ? unit : micro).est.step_s,
                      "%s order: micro %g s, unit %g s (activations %zu, %zu; H2D %llu, %llu), "
-                     "auto chose %s", zt_arch_name(arch), micro.est_step_s, unit.est_step_s,
+                     "auto chose %s", zt_arch_name(arch), micro.est.step_s, unit.est.step_s,
                      micro.act_bytes, unit.act_bytes, (unsigned long long)micro.h2d_bytes,
                      (unsigned long long)unit.h2d_bytes, any.unit_major ? "unit" : "micro");
   /* every unit resident beside one micro-batch's activations: fetched once a step either way;

@@ -83,11 +83,11 @@ static int sweep(const zt_model_cfg *mc, const zt_train_cfg *tc, zt_offload_cfg 
                        (unsigned long long)p.nvme_bytes);
     /* more room never slower, but for the search's ties (a simpler plan kept over one up to
      * ZT_PLAN_TIE faster) */
-    fails += MC_EXPECT(!fitted || p.est_step_s * (1 - ZT_PLAN_TIE) <= last, "%s: %s %zu gives "
+    fails += MC_EXPECT(!fitted || p.est.step_s * (1 - ZT_PLAN_TIE) <= last, "%s: %s %zu gives "
                        "%g s, slower than %g s with less", what, budget_names[which], b,
-                       p.est_step_s, last);
+                       p.est.step_s, last);
     if (!fitted++) *fit = b;
-    last = p.est_step_s;
+    last = p.est.step_s;
   }
   fails += MC_EXPECT(fitted && refused, "%s: %d plans and %d refusals over the sweep of %s",
                      what, fitted, refused, budget_names[which]);

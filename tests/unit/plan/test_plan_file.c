@@ -30,7 +30,8 @@ static int same(const zt_offload_placement *a, const zt_offload_placement *b, co
              a->act_bytes == b->act_bytes && a->unit_major == b->unit_major &&
              a->delayed == b->delayed && a->gpu_budget == b->gpu_budget &&
              a->host_budget == b->host_budget && a->nvme_budget == b->nvme_budget &&
-             a->units == b->units && a->est_s == b->est_s && a->nvme_bytes == b->nvme_bytes &&
+             a->units == b->units && a->est.step_s == b->est.step_s &&
+             a->nvme_bytes == b->nvme_bytes &&
              a->h2d_bytes == b->h2d_bytes && a->d2h_bytes == b->d2h_bytes;
   return MC_EXPECT(sizes && rest, "%s: the checked plan differs from the searched one (sizes %d, "
                    "choices and figures %d)", what, sizes, rest);

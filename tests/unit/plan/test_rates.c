@@ -145,21 +145,21 @@ int main(void) {
   zt_plan_rates_use(&slow);
   fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, ops, &b, err, sizeof err) == 0,
                      "plan under slow rates: %s", err);
-  fails += MC_EXPECT(b.est_step_s > 5 * a.est_step_s, "estimate %g s, slow device %g s",
-                     a.est_step_s, b.est_step_s);
+  fails += MC_EXPECT(b.est.step_s > 5 * a.est.step_s, "estimate %g s, slow device %g s",
+                     a.est.step_s, b.est.step_s);
   fails += MC_EXPECT(b.device_bytes <= oc.gpu_budget, "the slow device's plan fits its budget");
   zt_plan_rates_use(&d);
   /* a thread's own rates over the process's (a plan for another machine), and back */
   zt_plan_rates_use_here(&slow);
   fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, ops, &b, err, sizeof err) == 0 &&
-                         b.est_step_s > 5 * a.est_step_s && zt_plan_rates_active() == &slow,
-                     "the thread's rates: %g s", b.est_step_s);
+                         b.est.step_s > 5 * a.est.step_s && zt_plan_rates_active() == &slow,
+                     "the thread's rates: %g s", b.est.step_s);
   zt_plan_rates_use_here(NULL);
   fails += MC_EXPECT(zt_offload_estimate(&mc, &tc, &oc, ops, &b, err, sizeof err) == 0 &&
-                         b.est_step_s == a.est_step_s && !strcmp(zt_plan_rates_active()->name,
+                         b.est.step_s == a.est.step_s && !strcmp(zt_plan_rates_active()->name,
                                                                  "default"),
-                     "the process's rates again: %g s", b.est_step_s);
+                     "the process's rates again: %g s", b.est.step_s);
   if (!fails) printf("rates: ok (GPT-2 124M: %.3f s a step, %.3f s on a device 35x slower)\n",
-                     a.est_step_s, b.est_step_s);
+                     a.est.step_s, b.est.step_s);
   return fails ? 1 : 0;
 }
