@@ -304,7 +304,7 @@ static void advise(const zt_jobs_config *cfg, const zt_job_spec *given, char *er
 }
 
 /* The checkpoints a job keeps live in its directory under the state dir: checkpoint.keep of
- * them and the one being written, each 12 bytes a parameter (the fp32 parameters, AdamW's m and
+ * them and the one being written (keep 0: the older ones go first, so one at a time), each 12 bytes a parameter (the fp32 parameters, AdamW's m and
  * v; 8 with bf16 moments, train.optimizer.state_dtype) and a header of up to 2 KB a tensor a file. A disk without room for them is refused at
  * submit with the sizes, not at the job's first save (an 8 B job's checkpoint is ~96 GB). */
 static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *s, char *err,
@@ -325,7 +325,8 @@ static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *
   }
   double avail = cfg->described ? (double)cfg->disk_bytes
                                 : (double)v.f_bavail * (double)v.f_frsize;
-  double all = one * (s->ckpt_keep + 1);
+  int at_once = s->ckpt_keep + 1 - (s->ckpt_keep == 0);
+  double all = one * at_once;
   if (all <= avail) return 0;
   char a[32], b[32], c[32];
   zt_size_format(a, sizeof a, one);
@@ -333,10 +334,11 @@ static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *
   zt_size_format(c, sizeof c, avail);
   snprintf(err, errlen, "checkpoint: the job's checkpoints take %s each (fp32 parameters, AdamW's "
            "m and v in %s), %d at once with checkpoint.keep %d: %s; %s%s has %s free%s",
-           a, zt_dtype_name(s->train.state_dtype), s->ckpt_keep + 1, s->ckpt_keep, b,
+           a, zt_dtype_name(s->train.state_dtype), at_once, s->ckpt_keep, b,
            cfg->described ? "the target (target.nvme_bytes)" : "the state dir ",
            cfg->described ? "" : cfg->state_dir, c,
-           s->ckpt_keep > 1 ? ": lower checkpoint.keep or free space" : ": free space");
+           s->ckpt_keep > 0 ? ": lower checkpoint.keep (0: one at a time) or free space"
+                            : ": free space");
   return -ENOSPC;
 }
 

@@ -67,10 +67,23 @@ static int checkpoint(runner *r, uint64_t gen) {
     pthread_mutex_unlock(mu);
   } else if (fresh) {
     double t0 = mono_seconds();
+    /* keep 0: the disk holds one checkpoint, so the older ones go before the new one is
+     * written (a failure while writing leaves none) */
+    if (job->spec.ckpt_keep == 0) {
+      pthread_mutex_lock(mu);
+      job->has_ckpt = 0;
+      pthread_mutex_unlock(mu);
+      if ((rc = zt__store_prune_checkpoints(job->dir, 0)) < 0) {
+        snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
+                 strerror(-rc));
+        goto out;
+      }
+    }
     if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0 ||
         (rc = zt__series_sync(&r->series, r->err, sizeof r->err)) < 0)
       goto out;
-    if ((rc = zt__store_prune_checkpoints(job->dir, job->spec.ckpt_keep)) < 0) {
+    if ((rc = zt__store_prune_checkpoints(job->dir, job->spec.ckpt_keep ? job->spec.ckpt_keep
+                                                                          : 1)) < 0) {
       snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
                strerror(-rc));
       goto out;

@@ -203,7 +203,7 @@ static int spec_parse(const json_t *j, int read, zt_job_spec *s, char *err, size
     if ((rc = zt_json_check_keys(ckpt, "checkpoint", k_ckpt, err, errlen)) < 0 ||
         (rc = zt_json_get_int32(ckpt, "checkpoint", "every", 0, 0, ZT_TRAIN_MAX_STEPS, 0, &s->ckpt_every, err,
                         errlen)) < 0 ||
-        (rc = zt_json_get_int32(ckpt, "checkpoint", "keep", 0, 1, ZT_JOB_MAX_KEEP, 2, &s->ckpt_keep, err,
+        (rc = zt_json_get_int32(ckpt, "checkpoint", "keep", 0, 0, ZT_JOB_MAX_KEEP, 2, &s->ckpt_keep, err,
                         errlen)) < 0)
       return rc;
   }
