@@ -17,7 +17,8 @@ same batches, bf16 compute with fp32 master weights, AdamW:
   fields: `delayed` adds "delayed_update": true (the optimizer one step behind); `unit` or
   `micro` sets "order" (the micro-batches' order with --grad-accum > 1; else the planner's).
   A field KEY=VALUE forces a choice the planner would make: gu=N offload.gpu_units, pf=N
-  offload.prefetch, grads=gpu|host offload.grads (a sweep against auto's pick). Each row prints
+  offload.prefetch, grads=gpu|host offload.grads (a sweep against auto's pick); B=N sets the
+  micro-batch (train.micro_batch) in place of the model's default. Each row prints
   the cost model's estimate and its queues' busy times beside the measured timeline's.
   MODEL llama3-8b: Llama-3-8B's shape (zt only: --no-torch). --clip sets train.grad_clip,
   --host-budget-gib and --nvme-dir the host tier's limit and where the rest goes.
@@ -183,12 +184,13 @@ def main():
         # a placement forced, for a sweep against the planner's auto
         keys = {"gu": "gpu_units", "pf": "prefetch", "grads": "grads"}
         fixed = {keys[k]: int(v) if v.isdigit() else v
-                 for k, v in (r.split("=", 1) for r in rest if "=" in r)}
+                 for k, v in (r.split("=", 1) for r in rest if "=" in r) if k != "B"}
+        micro = [int(r[2:]) for r in rest if r.startswith("B=")]
         placement = f"params {params}, optimizer {optimizer}, checkpointing {ckpt}" + \
             (", delayed update" if delayed else "") + (f", order {order}" if order else "") + \
             "".join(f", {k} {v}" for k, v in fixed.items()) + \
-            (f", clip {args.clip:g}" if args.clip else "")
-        cfg = CONFIGS[name]
+            (f", clip {args.clip:g}" if args.clip else "") + (f", B {micro[0]}" if micro else "")
+        cfg = dict(CONFIGS[name], **({"B": micro[0]} if micro else {}))
         tokens = cfg["B"] * cfg["seq_len"] * args.grad_accum
         batches = rng.integers(0, cfg["vocab"],
                                size=(args.steps * args.grad_accum, cfg["B"], cfg["seq_len"] + 1),
