@@ -50,6 +50,8 @@ struct zt_streamer {
   int n_staging;
   int cur, dir;    /* the unit acquired last and the direction of the walk (+1, -1, 0 unknown) */
   size_t param_used; /* arena footprints of the parameter copies */
+  int streaming;     /* the arena cannot hold every unit's copy: a copy behind the walk is
+                        evicted before the walk comes round to it again */
   fence *fences;     /* freed device buffers that queued compute may still use */
   int n_fences;
   int64_t floor;     /* every fence forgotten (FENCES_MAX) is at most this compute ticket */
@@ -283,6 +285,11 @@ static int finish_writeback(zt_streamer *s, int i) {
 
 /* ---- making room ---------------------------------------------------------------------------- */
 
+/* unit j lies ahead of the walk (it needs it again before it turns round) */
+static int ahead_of_walk(const zt_streamer *s, int j) {
+  return s->dir != 0 && (j - s->cur) * s->dir >= 0;
+}
+
 /* The unit to evict: parameters on the device, not held (nor pending, for a prefetch). Units
  * behind the walk go first, least recently used first (the walk will not need them before it
  * turns round); then units ahead of it, farthest first (needed last). */
@@ -292,7 +299,7 @@ static int pick_victim(const zt_streamer *s, int for_prefetch) {
   for (int j = 0; j < s->n; j++) {
     const unit_state *x = &s->u[j];
     if (x->st == P_HOME || x->holds > 0 || (for_prefetch && x->pending)) continue;
-    int ahead = s->dir != 0 && (j - s->cur) * s->dir >= 0;
+    int ahead = ahead_of_walk(s, j);
     uint64_t key = ahead ? (uint64_t)(s->n - abs(j - s->cur)) : x->last_use;
     if (best < 0 || ahead < best_class || (ahead == best_class && key < best_key)) {
       best = j;
@@ -327,10 +334,14 @@ static int make_room(zt_streamer *s, size_t bytes, int is_param, int for_prefetc
       *after = fence_take(s, *out, fp);
       return 0;
     }
-    /* A gradient buffer first takes the place of a write-back (memory that is dead once its
-     * copy is done) and evicts parameters only when none is left; a parameter copy does the
-     * reverse, and within param_budget only evictions help. */
+    /* A gradient buffer first takes the place of a write-back (dead once its copy is done:
+     * waited for here, which holds the queueing of the walk's next compute until the running
+     * one is done) and evicts copies only when none is left; while streaming, a copy behind the
+     * walk goes before that wait (the walk would evict it before it is used again; reusing its
+     * memory waits on the device for its last compute, not here). A parameter copy takes
+     * write-backs only when no copy can go, and within param_budget only evictions help. */
     int wb = over ? -1 : oldest_writeback(s), v = pick_victim(s, for_prefetch);
+    if (!is_param && s->streaming && v >= 0 && !ahead_of_walk(s, v)) wb = -1;
     if (wb >= 0 && (!is_param || v < 0)) {
       rc = finish_writeback(s, wb);
       if (rc < 0) return rc;
@@ -491,6 +502,9 @@ int zt_streamer_open(zt_streamer **out, const zt_streamer_cfg *cfg, char *err, s
       stage_bytes = cfg->units[i].param_bytes;
   }
   s->cfg.units = NULL; /* the copy in s->u is the one used */
+  size_t copies = 0;
+  for (int i = 0; s->u && i < s->n; i++) copies += dev_footprint(cfg, cfg->units[i].param_bytes);
+  s->streaming = copies > a.budget;
   if (rc == 0 && stage_bytes) {
     s->n_staging = held + cfg->prefetch_depth;
     s->staging = calloc((size_t)s->n_staging, sizeof *s->staging);

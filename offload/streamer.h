@@ -17,7 +17,11 @@
  * A parameter copy evicts another that nobody holds (waiting for its fetch if still in flight):
  * units behind the walk first, least recently used first, then units ahead of it, farthest
  * first; only with none left does it wait for the oldest gradient write-back and free its
- * buffer. A gradient buffer does the reverse: write-backs first, evictions after. With neither
+ * buffer. A gradient buffer does the reverse: write-backs first, evictions after, except where
+ * the arena cannot hold every unit's copy (streaming): there a copy behind the walk goes first,
+ * since the walk would evict it before it comes round to it, and reusing its memory waits on
+ * the device for its last compute, where waiting for a write-back would hold the caller until
+ * the compute before it is done. With neither
  * left the call fails with -ENOMEM and the numbers. The walk's direction is that of the last
  * two different units acquired.
  *

@@ -93,7 +93,8 @@ static int victim(const sim *s, int for_prefetch, int pin, int pin2) {
 
 /* A slot for a parameter copy or a gradient buffer (streamer.c make_room): a free one; else a
  * gradient buffer takes a write-back's (the runner waits for that copy to finish) before it
- * evicts a copy, a copy the reverse. An evicted copy's slot is reused in the device's order:
+ * evicts a copy, except that while streaming (fewer slots than streamed units) a copy behind
+ * the walk goes first; a copy takes a write-back's only where no copy can go. An evicted copy's slot is reused in the device's order:
  * *fence, the end of its last compute. -1: no room (a prefetch then leaves it to the acquire). */
 static int take_slot(sim *s, int is_param, int for_prefetch, int pin, int pin2, double *fence) {
   *fence = 0;
@@ -105,6 +106,7 @@ static int take_slot(sim *s, int is_param, int for_prefetch, int pin, int pin2, 
       wb = i;
   }
   int v = victim(s, for_prefetch, pin, pin2);
+  if (!is_param && s->n_slots < s->nu - s->ng && v >= 0 && (v - s->cur) * s->dir < 0) wb = -1;
   if (wb >= 0 && (!is_param || v < 0)) {
     wait_for(s, s->grads_at[s->slots[wb].unit]);
     s->slots[wb].kind = SLOT_FREE;

@@ -917,6 +917,52 @@ out:
   frig_close(&f);
 }
 
+/* Slot mode, three slots, a backward walk from the last unit: unit n-1 with its gradients,
+ * released dirty (its write-back in flight), then unit n-2 with its gradients, no slot free.
+ * With n 3 every copy fits the arena: the gradient buffer takes the write-back's slot and the
+ * copies stay. With n 4 (streaming) it takes unit n-1's copy, behind the walk, without waiting
+ * for the write-back: its zeroing follows unit n-1's release on the device. */
+static void test_grads_take_behind(int n) {
+  frig f;
+  size_t pb[FN], gf[FN];
+  for (int i = 0; i < FN; i++) {
+    pb[i] = FS;
+    gf[i] = FS / sizeof(float);
+  }
+  frig_units(&f, n, pb, gf, 0);
+  int rc = frig_start(&f, (zt_streamer_cfg){.prefetch_depth = 0, .slot_bytes = FS}, 3 * FS, 0);
+  OT_CHECK(rc == 0, "open: %d %s", rc, f.err);
+  if (rc < 0) goto out;
+  char *slot[3] = {f.mem.base, f.mem.base + FS, f.mem.base + 2 * FS};
+  void *p = NULL;
+  float *g = NULL;
+  OT_CHECK(facq(&f, n - 1, ZT_STREAM_GRADS, &p, &g) == 0 && p == slot[0] && g == (float *)slot[1],
+           "acquire %d with gradients: %p %p", n - 1, p, (void *)g);
+  for (size_t k = 0; g && k < FS / sizeof(float); k++) g[k] = grad_value(n - 1, k, 0);
+  int64_t t = frel(&f, n - 1, ZT_STREAM_DIRTY);
+  int n0 = f.r->n_ops;
+  OT_CHECK(facq(&f, n - 2, ZT_STREAM_GRADS, &p, &g) == 0 && p == slot[2], "acquire %d at %p", n - 2, p);
+  zt_streamer_stats st;
+  zt_streamer_get_stats(f.s, &st);
+  if (n == 4) {
+    OT_CHECK(g == (float *)slot[0] && !zt_streamer_is_resident(f.s, n - 1) && st.evictions == 1,
+             "streaming: the gradient buffer at %p, %llu evictions: want unit %d's copy's slot",
+             (void *)g, (unsigned long long)st.evictions, n - 1);
+    expect_op(f.r, n0 + 1, 1, slot[0], t, "the gradient zeroing in the evicted copy's slot");
+  } else {
+    OT_CHECK(g == (float *)slot[1] && zt_streamer_is_resident(f.s, n - 1) && st.evictions == 0,
+             "every copy fits: the gradient buffer at %p, %llu evictions: want the write-back's slot",
+             (void *)g, (unsigned long long)st.evictions);
+  }
+  frel(&f, n - 2, ZT_STREAM_DIRTY);
+  OT_CHECK(zt_streamer_wait_grads(f.s, -1) == 0, "wait_grads");
+  size_t bad = 0;
+  for (size_t k = 0; k < FS / sizeof(float); k++) bad += f.hg[n - 1][k] != grad_value(n - 1, k, 0);
+  OT_CHECK(bad == 0, "%zu host gradients of unit %d wrong after its write-back", bad, n - 1);
+out:
+  frig_close(&f);
+}
+
 /* Exact sizes: units 0 and 1 (1024 bytes each, side by side) are dropped, 1 first, leaving one
  * hole with two fences, unit 1's the later. A 512-byte copy at the hole's start overlaps only
  * unit 0's old bytes; a 1024-byte one after it overlaps both partly and follows the later. */
@@ -1307,6 +1353,8 @@ int main(int argc, char **argv) {
   test_overlap();
   test_random();
   test_fence_slots();
+  test_grads_take_behind(3);
+  test_grads_take_behind(4);
   test_fence_overlap();
   test_fence_floor();
   test_fence_random(1);
