@@ -30,9 +30,20 @@ struct zt_host_arena {
   char err[256];
 };
 
+void zt_host_mem_advise(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  /* Transparent huge pages: the lock's first touch faults 2 MiB at a time, 512 times fewer
+   * faults for a tier of tens of GB. Advice only: where THP is off it changes nothing. */
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 static int cpu_alloc(void *ctx, size_t bytes, void **out, int *pin_err) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return -errno;
+  zt_host_mem_advise(p, bytes);
   /* The raw system call: sanitizer runtimes replace mlock() with a no-op that reports success,
    * which would hide exactly the failures the stats must show. */
   *pin_err = syscall(SYS_mlock, p, bytes) < 0 ? -errno : 0;

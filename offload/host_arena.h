@@ -18,12 +18,17 @@
  * maps anonymous pages and mlocks them; the CUDA backend supplies cudaHostAlloc here. */
 typedef struct zt_host_mem_ops {
   const char *name;
-  /* Allocates `bytes` (a whole number of pages), page-aligned. *pin_err is 0 when the pages are
+  /* Allocates `bytes` (a whole number of pages), page-aligned and zeroed (fresh anonymous
+   * pages; zt_host_arena_alloc promises zeros on this). *pin_err is 0 when the pages are
    * locked, else the -errno of the failed lock (the memory is still usable). Returns 0/-errno. */
   int (*alloc)(void *ctx, size_t bytes, void **out, int *pin_err);
   void (*free)(void *ctx, void *p, size_t bytes, int pinned);
   void *ctx;
 } zt_host_mem_ops;
+
+/* Advice every alloc gives its fresh mapping before pinning it (transparent huge pages where
+ * the kernel has them; a no-op elsewhere). */
+void zt_host_mem_advise(void *p, size_t bytes);
 
 /* mmap + mlock */
 extern const zt_host_mem_ops zt_host_mem_cpu;
@@ -51,7 +56,8 @@ int zt_host_arena_open(zt_host_arena **out, size_t limit, const zt_host_mem_ops 
 /* Frees every allocation still live. NULL is a no-op. */
 void zt_host_arena_close(zt_host_arena *a);
 
-/* 0, or -ENOMEM (limit exceeded or the system is out of memory) with a message giving the
+/* A fresh allocation is zeroed: its pages come straight from mmap (anonymous memory is zero),
+ * so a caller that needs zeros needs no pass of its own. 0, or -ENOMEM (limit exceeded or the system is out of memory) with a message giving the
  * numbers, -EINVAL for bytes == 0. */
 int zt_host_arena_alloc(zt_host_arena *a, size_t bytes, void **out);
 /* -EINVAL when p was not allocated here (or was freed already). */

@@ -123,11 +123,35 @@ static void test_pin_fallback(void) {
            "pin fallback child: status %d", status);
 }
 
+/* The contract the open relies on to skip its zeroing passes: a fresh allocation is zero, also
+ * after a freed one was written over (its pages go back to the kernel), huge-page advice or not.
+ * Stats are the same as without the advice. */
+static void test_fresh_is_zero(void) {
+  size_t ps = (size_t)sysconf(_SC_PAGESIZE), bytes = (size_t)8 << 20;
+  zt_host_arena *a;
+  zt_host_arena_stats st;
+  unsigned char *p;
+  OT_CHECK(zt_host_arena_open(&a, 4 * bytes, NULL) == 0, "open");
+  for (int round = 0; round < 2; round++) {
+    OT_CHECK(zt_host_arena_alloc(a, bytes + 1, (void **)&p) == 0, "alloc: %s", zt_host_arena_error(a));
+    size_t nz = 0;
+    for (size_t i = 0; i < bytes + 1; i++) nz += p[i] != 0;
+    OT_CHECK(nz == 0, "round %d: %zu non-zero bytes in a fresh allocation", round, nz);
+    zt_host_arena_get_stats(a, &st);
+    OT_CHECK(st.used == bytes + ps && st.requested == bytes + 1 && st.allocs == 1 &&
+             st.pinned_bytes + st.unpinned_bytes == st.used, "stats");
+    memset(p, 0xcd, bytes + 1);
+    OT_CHECK(zt_host_arena_free(a, p) == 0, "free");
+  }
+  zt_host_arena_close(a);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   test_accounting();
   test_seam();
   test_pin_fallback();
+  test_fresh_is_zero();
   if (ot_failures) fprintf(stderr, "%d failures\n", ot_failures);
   return ot_failures ? 1 : 0;
 }
