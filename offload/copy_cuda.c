@@ -296,7 +296,7 @@ static int pin_alloc(void *ctx, size_t bytes, void **out, int *pin_err) {
   (void)ctx;
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return -ENOMEM;
-  zt_host_mem_advise(p, bytes);
+  zt_host_mem_prepare(p, bytes);
   cudaError_t r = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
   *pin_err = 0;
   if (r != cudaSuccess) {

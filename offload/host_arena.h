@@ -26,9 +26,11 @@ typedef struct zt_host_mem_ops {
   void *ctx;
 } zt_host_mem_ops;
 
-/* Advice every alloc gives its fresh mapping before pinning it (transparent huge pages where
- * the kernel has them; a no-op elsewhere). */
-void zt_host_mem_advise(void *p, size_t bytes);
+/* What every alloc does to its fresh mapping before pinning it: transparent huge pages advised
+ * where the kernel has them, and a large mapping's pages faulted in by a thread a core (the
+ * kernel zeroes each page at its first touch, which the pinning would do on one thread); the
+ * contents stay zero. */
+void zt_host_mem_prepare(void *p, size_t bytes);
 
 /* mmap + mlock */
 extern const zt_host_mem_ops zt_host_mem_cpu;

@@ -124,10 +124,10 @@ static void test_pin_fallback(void) {
 }
 
 /* The contract the open relies on to skip its zeroing passes: a fresh allocation is zero, also
- * after a freed one was written over (its pages go back to the kernel), huge-page advice or not.
+ * after a freed one was written over (its pages go back to the kernel), huge-page advice or not, and where several threads faulted its pages in.
  * Stats are the same as without the advice. */
-static void test_fresh_is_zero(void) {
-  size_t ps = (size_t)sysconf(_SC_PAGESIZE), bytes = (size_t)8 << 20;
+static void test_fresh_is_zero(size_t bytes) {
+  size_t ps = (size_t)sysconf(_SC_PAGESIZE);
   zt_host_arena *a;
   zt_host_arena_stats st;
   unsigned char *p;
@@ -151,7 +151,8 @@ int main(void) {
   test_accounting();
   test_seam();
   test_pin_fallback();
-  test_fresh_is_zero();
+  test_fresh_is_zero((size_t)8 << 20);
+  test_fresh_is_zero((size_t)300 << 20); /* past zt_host_mem_prepare's split: faulted in by a thread a core */
   if (ot_failures) fprintf(stderr, "%d failures\n", ot_failures);
   return ot_failures ? 1 : 0;
 }
