@@ -325,7 +325,7 @@ static int check_checkpoint_space(const zt_jobs_config *cfg, const zt_job_spec *
   }
   double avail = cfg->described ? (double)cfg->disk_bytes
                                 : (double)v.f_bavail * (double)v.f_frsize;
-  int at_once = s->ckpt_keep + 1 - (s->ckpt_keep == 0);
+  int at_once = s->ckpt_keep ? s->ckpt_keep + 1 : 1;
   double all = one * at_once;
   if (all <= avail) return 0;
   char a[32], b[32], c[32];

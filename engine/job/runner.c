@@ -44,6 +44,15 @@ static void ckpt_rate(const char *dir, double secs, char *out, size_t outlen) {
            secs > 0 ? bytes / 1e9 / secs : 0.0);
 }
 
+/* Removes the job's checkpoints but the newest keep; r->err names the failure. */
+static int prune_checkpoints(runner *r, int keep) {
+  int rc = zt__store_prune_checkpoints(r->job->dir, keep);
+  if (rc < 0)
+    snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", r->job->dir,
+             strerror(-rc));
+  return rc;
+}
+
 /* Saves the trainer at its current step (unless the newest checkpoint already is that step),
  * keeps the newest K, and answers the checkpoint requests up to gen. */
 static int checkpoint(runner *r, uint64_t gen) {
@@ -73,21 +82,13 @@ static int checkpoint(runner *r, uint64_t gen) {
       pthread_mutex_lock(mu);
       job->has_ckpt = 0;
       pthread_mutex_unlock(mu);
-      if ((rc = zt__store_prune_checkpoints(job->dir, 0)) < 0) {
-        snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
-                 strerror(-rc));
-        goto out;
-      }
+      if ((rc = prune_checkpoints(r, 0)) < 0) goto out;
     }
     if ((rc = zt_trainer_save(r->trainer, path, r->err, sizeof r->err)) < 0 ||
         (rc = zt__series_sync(&r->series, r->err, sizeof r->err)) < 0)
       goto out;
-    if ((rc = zt__store_prune_checkpoints(job->dir, job->spec.ckpt_keep ? job->spec.ckpt_keep
-                                                                          : 1)) < 0) {
-      snprintf(r->err, sizeof r->err, "%s/checkpoints: removing old checkpoints: %s", job->dir,
-               strerror(-rc));
+    if ((rc = prune_checkpoints(r, job->spec.ckpt_keep ? job->spec.ckpt_keep : 1)) < 0)
       goto out;
-    }
     pthread_mutex_lock(mu);
     job->has_ckpt = 1;
     job->ckpt_step = step;

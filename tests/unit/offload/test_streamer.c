@@ -827,19 +827,25 @@ static void expect_op(const rec_engine *r, int n0, int zero, const void *dev, in
 #define FN 4
 #define FS 1024u /* slot test: each unit's parameter bytes, gradient bytes and slot */
 
+/* Slot mode: n units of FS parameter and gradient bytes each, three slots of FS. */
+static int frig_slots(frig *f, int n, int prefetch_depth) {
+  size_t pb[FN], gf[FN];
+  for (int i = 0; i < n; i++) {
+    pb[i] = FS;
+    gf[i] = FS / sizeof(float);
+  }
+  frig_units(f, n, pb, gf, 0);
+  return frig_start(f, (zt_streamer_cfg){.prefetch_depth = prefetch_depth, .slot_bytes = FS},
+                    3 * FS, 0);
+}
+
 /* Slot mode, three slots, prefetch depth 1: a fetch into memory nothing used follows no compute;
  * one into a slot freed by an eviction, a clean release's discarded gradient buffer or a dirty
  * release's written-back one follows exactly the release that last used the slot, not the
  * compute queued since. */
 static void test_fence_slots(void) {
   frig f;
-  size_t pb[FN], gf[FN];
-  for (int i = 0; i < FN; i++) {
-    pb[i] = FS;
-    gf[i] = FS / sizeof(float);
-  }
-  frig_units(&f, FN, pb, gf, 0);
-  int rc = frig_start(&f, (zt_streamer_cfg){.prefetch_depth = 1, .slot_bytes = FS}, 3 * FS, 0);
+  int rc = frig_slots(&f, FN, 1);
   OT_CHECK(rc == 0, "open: %d %s", rc, f.err);
   if (rc < 0) goto out;
   rec_engine *r = f.r;
@@ -924,13 +930,7 @@ out:
  * for the write-back: its zeroing follows unit n-1's release on the device. */
 static void test_grads_take_behind(int n) {
   frig f;
-  size_t pb[FN], gf[FN];
-  for (int i = 0; i < FN; i++) {
-    pb[i] = FS;
-    gf[i] = FS / sizeof(float);
-  }
-  frig_units(&f, n, pb, gf, 0);
-  int rc = frig_start(&f, (zt_streamer_cfg){.prefetch_depth = 0, .slot_bytes = FS}, 3 * FS, 0);
+  int rc = frig_slots(&f, n, 0);
   OT_CHECK(rc == 0, "open: %d %s", rc, f.err);
   if (rc < 0) goto out;
   char *slot[3] = {f.mem.base, f.mem.base + FS, f.mem.base + 2 * FS};
